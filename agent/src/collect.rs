@@ -1,0 +1,238 @@
+//! Reading the GPUs: one [`DeviceSample`] per GPU (or MIG instance) per sampling tick.
+//!
+//! The [`GpuSource`] trait keeps the window logic testable without a driver; [`NvmlSource`] is the
+//! real reader, through `nvml-wrapper`. NVML calls block, so the agent calls `sample` on a
+//! blocking thread and gets owned snapshots back.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+/// One reading of one device. `None` means the driver could not give the value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceSample {
+    pub uuid: String,
+    pub index: u32,
+    pub name: String,
+    /// Set on a MIG instance: its physical GPU.
+    pub parent_uuid: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub gpu_util: Option<u32>,
+    pub mem_util: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub temperature_c: Option<u32>,
+    /// NVML's cumulative energy counter, in millijoules.
+    pub energy_counter_mj: Option<u64>,
+    pub processes: Vec<ProcessSample>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    pub name: Option<String>,
+    pub memory_used_bytes: Option<u64>,
+    /// SM utilization in percent since the last sample; `None` where the device cannot say.
+    pub sm_util: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("NVML could not be loaded or initialised: {0}")]
+    Init(NvmlError),
+    #[error("NVML call failed: {0}")]
+    Call(#[from] NvmlError),
+}
+
+/// Anything that can read the GPUs of this host.
+pub trait GpuSource: Send {
+    fn sample(&mut self) -> Result<Vec<DeviceSample>, CollectError>;
+}
+
+/// The real reader, through `nvml-wrapper`.
+pub struct NvmlSource {
+    lib_path: Option<PathBuf>,
+    nvml: Option<Nvml>,
+    /// Newest process-utilization timestamp seen per device, so each sample is counted once.
+    last_seen_us: HashMap<String, u64>,
+}
+
+impl NvmlSource {
+    /// Loads NVML now so that a host without a driver fails at start with a clear message.
+    pub fn new(lib_path: Option<PathBuf>) -> Result<Self, CollectError> {
+        let mut source = NvmlSource {
+            lib_path,
+            nvml: None,
+            last_seen_us: HashMap::new(),
+        };
+        source.nvml = Some(source.init()?);
+        Ok(source)
+    }
+
+    fn init(&self) -> Result<Nvml, CollectError> {
+        let result = match &self.lib_path {
+            Some(path) => {
+                let os: OsString = path.clone().into_os_string();
+                Nvml::builder().lib_path(&os).init()
+            }
+            None => Nvml::init(),
+        };
+        result.map_err(CollectError::Init)
+    }
+
+    pub fn driver_version(&self) -> Option<String> {
+        self.nvml.as_ref()?.sys_driver_version().ok()
+    }
+
+    fn sample_all(&mut self) -> Result<Vec<DeviceSample>, CollectError> {
+        let nvml = match self.nvml.take() {
+            Some(n) => n,
+            None => self.init()?,
+        };
+        let result = read_all(&nvml, &mut self.last_seen_us);
+        // Keep the handle only while it works: a lost GPU or driver reload needs a fresh init.
+        if result.is_ok() {
+            self.nvml = Some(nvml);
+        }
+        result
+    }
+}
+
+impl GpuSource for NvmlSource {
+    fn sample(&mut self) -> Result<Vec<DeviceSample>, CollectError> {
+        self.sample_all()
+    }
+}
+
+fn read_all(
+    nvml: &Nvml,
+    last_seen_us: &mut HashMap<String, u64>,
+) -> Result<Vec<DeviceSample>, CollectError> {
+    let mut out = Vec::new();
+    for i in 0..nvml.device_count()? {
+        let device = nvml.device_by_index(i)?;
+        let mig_on = device.mig_mode().map(|m| m.current == 1).unwrap_or(false);
+        let mut parent = read_device(nvml, &device, None, last_seen_us, !mig_on)?;
+        if mig_on {
+            // The parent's utilization reads 0 under MIG: it is meaningless, so leave it absent
+            // and take utilization and processes from each instance instead.
+            parent.gpu_util = None;
+            parent.mem_util = None;
+            let instances = device.mig_device_count().unwrap_or(0);
+            let mut children = Vec::new();
+            for j in 0..instances {
+                // Unpopulated slots answer NotFound.
+                let Ok(instance) = device.mig_device_by_index(j) else {
+                    continue;
+                };
+                let mut child =
+                    read_device(nvml, &instance, Some(&parent.uuid), last_seen_us, true)?;
+                child.index = parent.index;
+                children.push(child);
+            }
+            out.push(parent);
+            out.extend(children);
+        } else {
+            out.push(parent);
+        }
+    }
+    Ok(out)
+}
+
+fn optional<T>(result: Result<T, NvmlError>) -> Result<Option<T>, CollectError> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        // These mean "this device cannot say", not "the device is broken".
+        Err(NvmlError::NotSupported)
+        | Err(NvmlError::NoPermission)
+        | Err(NvmlError::FailedToLoadSymbol(_))
+        | Err(NvmlError::NotFound) => Ok(None),
+        Err(e @ (NvmlError::GpuLost | NvmlError::Uninitialized | NvmlError::DriverNotLoaded)) => {
+            Err(CollectError::Call(e))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+fn read_device(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    parent_uuid: Option<&str>,
+    last_seen_us: &mut HashMap<String, u64>,
+    with_processes: bool,
+) -> Result<DeviceSample, CollectError> {
+    let uuid = device.uuid()?;
+    let memory = optional(device.memory_info())?;
+    let utilization = optional(device.utilization_rates())?;
+    let mut sample = DeviceSample {
+        index: optional(device.index())?.unwrap_or(0),
+        name: optional(device.name())?.unwrap_or_default(),
+        parent_uuid: parent_uuid.map(str::to_owned),
+        memory_total_bytes: memory.as_ref().map(|m| m.total),
+        memory_used_bytes: memory.as_ref().map(|m| m.used),
+        gpu_util: utilization.as_ref().map(|u| u.gpu),
+        mem_util: utilization.as_ref().map(|u| u.memory),
+        power_mw: optional(device.power_usage())?,
+        temperature_c: optional(device.temperature(TemperatureSensor::Gpu))?,
+        energy_counter_mj: optional(device.total_energy_consumption())?,
+        processes: Vec::new(),
+        uuid,
+    };
+    if with_processes {
+        sample.processes = read_processes(nvml, device, &sample.uuid, last_seen_us)?;
+    }
+    Ok(sample)
+}
+
+fn read_processes(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    uuid: &str,
+    last_seen_us: &mut HashMap<String, u64>,
+) -> Result<Vec<ProcessSample>, CollectError> {
+    let running = optional(device.running_compute_processes())?.unwrap_or_default();
+    if running.is_empty() {
+        return Ok(Vec::new());
+    }
+    let since = last_seen_us.get(uuid).copied();
+    // NotFound means "no samples newer than `since`": every process was idle (0%).
+    let utilization: Option<HashMap<u32, u32>> = match device.process_utilization_stats(since) {
+        Ok(samples) => {
+            let mut by_pid: HashMap<u32, (u64, u32)> = HashMap::new();
+            for s in samples {
+                let newest = last_seen_us.entry(uuid.to_owned()).or_insert(0);
+                *newest = (*newest).max(s.timestamp);
+                let entry = by_pid.entry(s.pid).or_insert((0, 0));
+                entry.0 += u64::from(s.sm_util);
+                entry.1 += 1;
+            }
+            Some(
+                by_pid
+                    .into_iter()
+                    .map(|(pid, (sum, n))| (pid, (sum / u64::from(n.max(1))) as u32))
+                    .collect(),
+            )
+        }
+        Err(NvmlError::NotFound) => Some(HashMap::new()),
+        Err(e) => optional::<()>(Err(e)).map(|_| None)?,
+    };
+    Ok(running
+        .into_iter()
+        .map(|p| ProcessSample {
+            pid: p.pid,
+            name: nvml.sys_process_name(p.pid, 64).ok(),
+            memory_used_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+            sm_util: utilization
+                .as_ref()
+                .map(|u| u.get(&p.pid).copied().unwrap_or(0)),
+        })
+        .collect())
+}

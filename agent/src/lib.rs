@@ -1,0 +1,18 @@
+//! gpuledger agent: samples the GPUs of one host through NVML, folds the samples into windows,
+//! spools each window to disk and delivers it to the server.
+
+pub mod collect;
+pub mod deliver;
+pub mod host;
+pub mod owners;
+pub mod run;
+pub mod spool;
+pub mod window;
+
+/// Wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

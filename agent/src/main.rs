@@ -1,0 +1,204 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use gpuledger_agent::collect::{GpuSource, NvmlSource};
+use gpuledger_agent::deliver::DeliveryConfig;
+use gpuledger_agent::host::HostConfig;
+use gpuledger_agent::owners::OwnerReader;
+use gpuledger_agent::run::{self, AgentConfig};
+
+/// gpuledger agent: reads the GPUs of this host through NVML and reports who used them.
+///
+/// Every flag can also be set through the environment variable shown beside it.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Sample continuously and deliver reports to the server (the daemon).
+    Run(RunArgs),
+    /// Sample briefly and print one report as JSON; sends nothing.
+    Once(OnceArgs),
+}
+
+#[derive(Args, Debug)]
+struct SourceArgs {
+    /// Path of libnvidia-ml.so; by default the system's.
+    #[arg(long, env = "GPULEDGER_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
+    /// Cluster this host belongs to.
+    #[arg(long, env = "GPULEDGER_CLUSTER", default_value = "default")]
+    cluster: String,
+    /// Host name to report; by default the system's.
+    #[arg(long, env = "GPULEDGER_HOSTNAME")]
+    hostname: Option<String>,
+    /// Cloud provider (e.g. aws, azure, gcp, onprem); found through instance metadata on EC2.
+    #[arg(long, env = "GPULEDGER_PROVIDER")]
+    provider: Option<String>,
+    /// Cloud instance id the bill names; found through instance metadata on EC2.
+    #[arg(long, env = "GPULEDGER_INSTANCE_ID")]
+    instance_id: Option<String>,
+    #[arg(long, env = "GPULEDGER_INSTANCE_TYPE")]
+    instance_type: Option<String>,
+    #[arg(long, env = "GPULEDGER_REGION")]
+    region: Option<String>,
+    /// Base URL of the EC2 instance metadata service, or "off".
+    #[arg(
+        long,
+        env = "GPULEDGER_IMDS_ENDPOINT",
+        default_value = "http://169.254.169.254"
+    )]
+    imds_endpoint: String,
+    /// How long to wait for the metadata service before deciding this host is not on EC2.
+    #[arg(long, env = "GPULEDGER_IMDS_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    imds_timeout: Duration,
+    /// Extra environment variables to keep as owner labels, comma separated (e.g. MLFLOW_RUN_ID).
+    #[arg(long, env = "GPULEDGER_LABEL_ENV_KEYS", value_delimiter = ',')]
+    label_env_keys: Vec<String>,
+    /// Where process environments and cgroups are read; in a container, the host's /proc.
+    #[arg(long, env = "GPULEDGER_PROC_ROOT", default_value = "/proc")]
+    proc_root: PathBuf,
+    /// How often to sample.
+    #[arg(long, env = "GPULEDGER_SAMPLE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    sample_interval: Duration,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Server base URL, e.g. https://gpuledger.example.com
+    #[arg(long, env = "GPULEDGER_SERVER")]
+    server: String,
+    /// Agent token from `gpuledger-server token create`.
+    #[arg(long, env = "GPULEDGER_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Length of one aggregation window; one report is sent per window.
+    #[arg(long, env = "GPULEDGER_WINDOW", default_value = "15s", value_parser = humantime::parse_duration)]
+    window: Duration,
+    /// Where batches wait until the server acknowledges them.
+    #[arg(
+        long,
+        env = "GPULEDGER_SPOOL_DIR",
+        default_value = "/var/lib/gpuledger-agent/spool"
+    )]
+    spool_dir: PathBuf,
+    /// Upper bound on the spool's size in bytes; past it the oldest batches are dropped.
+    #[arg(long, env = "GPULEDGER_SPOOL_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    spool_max_bytes: u64,
+    #[arg(long, env = "GPULEDGER_REQUEST_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    #[arg(long, env = "GPULEDGER_RETRY_INITIAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    retry_initial: Duration,
+    #[arg(long, env = "GPULEDGER_RETRY_MAX", default_value = "60s", value_parser = humantime::parse_duration)]
+    retry_max: Duration,
+    /// After SIGTERM, how long to keep sending before leaving the rest in the spool.
+    #[arg(long, env = "GPULEDGER_SHUTDOWN_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
+}
+
+#[derive(Args, Debug)]
+struct OnceArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// How long to sample before printing.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
+impl SourceArgs {
+    fn host_config(&self) -> HostConfig {
+        HostConfig {
+            hostname: self.hostname.clone(),
+            cluster: self.cluster.clone(),
+            provider: self.provider.clone(),
+            instance_id: self.instance_id.clone(),
+            instance_type: self.instance_type.clone(),
+            region: self.region.clone(),
+            imds_endpoint: (self.imds_endpoint != "off").then(|| self.imds_endpoint.clone()),
+            imds_timeout: self.imds_timeout,
+        }
+    }
+
+    fn open_nvml(&self) -> anyhow::Result<Box<dyn GpuSource>> {
+        let source = NvmlSource::new(self.nvml_lib.clone()).context(
+            "is the NVIDIA driver installed? (--nvml-lib names another libnvidia-ml.so)",
+        )?;
+        tracing::info!(driver = ?source.driver_version(), "NVML initialised");
+        Ok(Box::new(source))
+    }
+
+    fn owners(&self) -> OwnerReader {
+        OwnerReader::new(&self.proc_root, self.label_env_keys.clone())
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutdown requested; flushing the open window");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPULEDGER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => {
+            let source = args.source.open_nvml()?;
+            let config = AgentConfig {
+                host: args.source.host_config(),
+                sample_interval: args.source.sample_interval,
+                window: args.window,
+                spool_dir: args.spool_dir,
+                spool_max_bytes: args.spool_max_bytes,
+                delivery: DeliveryConfig {
+                    server: args.server,
+                    token: args.token,
+                    request_timeout: args.request_timeout,
+                    initial_backoff: args.retry_initial,
+                    max_backoff: args.retry_max,
+                },
+                proc_root: args.source.proc_root.clone(),
+                extra_label_keys: args.source.label_env_keys.clone(),
+                shutdown_grace: args.shutdown_grace,
+            };
+            run::run(config, source, shutdown_signal()).await
+        }
+        Command::Once(args) => {
+            let source = args.source.open_nvml()?;
+            let report = run::once(
+                &args.source.host_config(),
+                source,
+                args.source.owners(),
+                args.source.sample_interval,
+                args.duration,
+            )
+            .await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Who owns a GPU process: labels from its environment, and its container and pod from its cgroup.
+//!
+//! Serving and training code declares ownership with `GPULEDGER_MODEL`, `GPULEDGER_EXPERIMENT`,
+//! `GPULEDGER_ENDPOINT` and `GPULEDGER_TEAM`; extra keys named in config (e.g. `MLFLOW_RUN_ID`) are
+//! kept under their lower-cased names. NVML reports host PIDs, so in Kubernetes the agent needs
+//! `hostPID: true` to see them under `/proc`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gpuledger_proto::OWNER_KEYS;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Owner {
+    pub labels: BTreeMap<String, String>,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct OwnerReader {
+    proc_root: PathBuf,
+    extra_keys: Vec<String>,
+}
+
+impl OwnerReader {
+    pub fn new(proc_root: impl Into<PathBuf>, extra_keys: Vec<String>) -> Self {
+        OwnerReader {
+            proc_root: proc_root.into(),
+            extra_keys,
+        }
+    }
+
+    /// Reads what can be read; a process that is gone or unreadable has no labels, not an error.
+    pub fn read(&self, pid: u32) -> Owner {
+        let dir = self.proc_root.join(pid.to_string());
+        let mut owner = Owner::default();
+        if let Ok(environ) = std::fs::read(dir.join("environ")) {
+            owner.labels = labels_from_environ(&environ, &self.extra_keys);
+        }
+        if let Ok(cgroup) = std::fs::read_to_string(dir.join("cgroup")) {
+            owner.container_id = container_id(&cgroup);
+            owner.pod_uid = pod_uid(&cgroup);
+        }
+        owner
+    }
+
+    pub fn process_name(&self, pid: u32) -> Option<String> {
+        let comm =
+            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm")).ok()?;
+        let name = comm.trim();
+        (!name.is_empty()).then(|| name.to_owned())
+    }
+
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+}
+
+/// `/proc/<pid>/environ` is NUL-separated `KEY=VALUE` pairs.
+pub fn labels_from_environ(environ: &[u8], extra_keys: &[String]) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    for entry in environ.split(|b| *b == 0) {
+        let Ok(entry) = std::str::from_utf8(entry) else {
+            continue;
+        };
+        let Some((key, value)) = entry.split_once('=') else {
+            continue;
+        };
+        if value.is_empty() {
+            continue;
+        }
+        let owner_key = key
+            .strip_prefix("GPULEDGER_")
+            .map(str::to_ascii_lowercase)
+            .filter(|k| OWNER_KEYS.contains(&k.as_str()));
+        if let Some(k) = owner_key {
+            labels.insert(k, value.to_owned());
+        } else if extra_keys.iter().any(|x| x == key) {
+            labels.insert(key.to_ascii_lowercase(), value.to_owned());
+        }
+    }
+    labels
+}
+
+/// The Kubernetes pod UID from a cgroup path: `pod<uid>`, where systemd drivers write `_` for `-`.
+pub fn pod_uid(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        line.split('/').find_map(|part| {
+            // A uid is hex, so the last "pod" in the component is the one before it.
+            let rest = &part[part.rfind("pod")? + 3..];
+            let uid = rest.trim_end_matches(".slice").replace('_', "-");
+            is_uuid(&uid).then_some(uid)
+        })
+    })
+}
+
+/// A container id is 64 hex digits, as the last cgroup component (`docker-<id>.scope`,
+/// `cri-containerd-<id>.scope`, `crio-<id>.scope`, or bare).
+pub fn container_id(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        let last = line.rsplit('/').next()?;
+        let last = last.trim_end_matches(".scope");
+        let id = last.rsplit('-').next().unwrap_or(last);
+        let id = id.rsplit(':').next().unwrap_or(id);
+        (id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())).then(|| id.to_owned())
+    })
+}
+
+fn is_uuid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && [8, 4, 4, 4, 12]
+            .iter()
+            .zip(&parts)
+            .all(|(n, p)| p.len() == *n && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn owner_labels_and_extra_keys_come_from_the_environment() {
+        let env = b"PATH=/bin\0GPULEDGER_MODEL=llama-70b\0GPULEDGER_TEAM=search\0MLFLOW_RUN_ID=r42\0GPULEDGER_OTHER=x\0GPULEDGER_ENDPOINT=\0";
+        let labels = labels_from_environ(env, &["MLFLOW_RUN_ID".to_string()]);
+        assert_eq!(labels.get("model").map(String::as_str), Some("llama-70b"));
+        assert_eq!(labels.get("team").map(String::as_str), Some("search"));
+        assert_eq!(labels.get("mlflow_run_id").map(String::as_str), Some("r42"));
+        assert!(
+            !labels.contains_key("other"),
+            "unknown GPULEDGER_ keys are ignored"
+        );
+        assert!(
+            !labels.contains_key("endpoint"),
+            "empty values are no label"
+        );
+    }
+
+    #[test]
+    fn pod_uid_from_systemd_and_cgroupfs_drivers() {
+        let systemd = format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_aaaa_bbbb_cccc_111122223333.slice/cri-containerd-{CID}.scope\n");
+        assert_eq!(
+            pod_uid(&systemd).as_deref(),
+            Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333")
+        );
+        assert_eq!(container_id(&systemd).as_deref(), Some(CID));
+        let cgroupfs = format!(
+            "12:devices:/kubepods/besteffort/pod1f2e3d4c-aaaa-bbbb-cccc-111122223333/{CID}\n"
+        );
+        assert_eq!(
+            pod_uid(&cgroupfs).as_deref(),
+            Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333")
+        );
+        assert_eq!(container_id(&cgroupfs).as_deref(), Some(CID));
+    }
+
+    #[test]
+    fn a_plain_host_process_has_no_container_or_pod() {
+        let cg = "0::/user.slice/user-1000.slice/session-3.scope\n";
+        assert_eq!(pod_uid(cg), None);
+        assert_eq!(container_id(cg), None);
+    }
+
+    #[test]
+    fn reads_a_proc_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("4242");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("environ"), b"GPULEDGER_EXPERIMENT=exp-7\0").unwrap();
+        std::fs::write(
+            dir.join("cgroup"),
+            format!("0::/system.slice/docker-{CID}.scope\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("comm"), "python3\n").unwrap();
+        let reader = OwnerReader::new(root.path(), vec![]);
+        let owner = reader.read(4242);
+        assert_eq!(
+            owner.labels.get("experiment").map(String::as_str),
+            Some("exp-7")
+        );
+        assert_eq!(owner.container_id.as_deref(), Some(CID));
+        assert_eq!(reader.process_name(4242).as_deref(), Some("python3"));
+        assert_eq!(reader.read(9999), Owner::default());
+    }
+}

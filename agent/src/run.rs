@@ -1,0 +1,161 @@
+//! The agent's main loop: sample every tick, close a window on each boundary, spool it, and let
+//! the deliverer send it. On shutdown the open window is flushed to the spool first.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuledger_proto::{HostInfo, Report, Window};
+use tokio::sync::{watch, Notify};
+
+use crate::collect::GpuSource;
+use crate::deliver::{Deliverer, DeliveryConfig};
+use crate::host::{self, HostConfig};
+use crate::owners::OwnerReader;
+use crate::spool::Spool;
+use crate::window::WindowBuilder;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub host: HostConfig,
+    pub sample_interval: Duration,
+    pub window: Duration,
+    pub spool_dir: PathBuf,
+    pub spool_max_bytes: u64,
+    pub delivery: DeliveryConfig,
+    pub proc_root: PathBuf,
+    pub extra_label_keys: Vec<String>,
+    /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
+    pub shutdown_grace: Duration,
+}
+
+pub fn report(host: &HostInfo, window: Window) -> Report {
+    Report {
+        batch_id: uuid::Uuid::new_v4().to_string(),
+        agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        host: host.clone(),
+        windows: vec![window],
+    }
+}
+
+/// The next window boundary after `now_ms`: windows line up on wall-clock multiples.
+pub fn next_boundary(now_ms: i64, window_ms: i64) -> i64 {
+    (now_ms / window_ms + 1) * window_ms
+}
+
+/// Takes one sample on a blocking thread (NVML calls block) and hands the source back.
+async fn sample_once(
+    mut source: Box<dyn GpuSource>,
+    mut builder: WindowBuilder,
+) -> anyhow::Result<(Box<dyn GpuSource>, WindowBuilder)> {
+    let joined = tokio::task::spawn_blocking(move || {
+        let at = crate::now_ms();
+        match source.sample() {
+            Ok(devices) => builder.add(at, devices),
+            Err(e) => tracing::warn!(error = %e, "sampling failed; will re-initialise NVML"),
+        }
+        (source, builder)
+    })
+    .await?;
+    Ok(joined)
+}
+
+/// Runs until `shutdown` resolves.
+pub async fn run(
+    config: AgentConfig,
+    source: Box<dyn GpuSource>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let spool = Spool::open(&config.spool_dir, config.spool_max_bytes)?;
+    let host = host::identify(&config.host).await;
+    tracing::info!(hostname = %host.hostname, cluster = %host.cluster, instance = ?host.instance_id, spooled = spool.depth(), "agent started");
+
+    let wake = Arc::new(Notify::new());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let deliverer = Deliverer::new(config.delivery.clone(), spool.clone())?;
+    let delivery = tokio::spawn(deliverer.run(wake.clone(), stop_rx));
+
+    let owners = OwnerReader::new(&config.proc_root, config.extra_label_keys.clone());
+    let mut builder = WindowBuilder::new(owners);
+    let mut source = source;
+    let window_ms = config.window.as_millis().max(1) as i64;
+    let mut boundary = next_boundary(crate::now_ms(), window_ms);
+    let mut tick = tokio::time::interval(config.sample_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tokio::pin!(shutdown);
+
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let now = crate::now_ms();
+                if now >= boundary {
+                    if let Some(w) = builder.close(boundary) {
+                        spool_window(&spool, &host, w, &wake);
+                    }
+                    boundary = next_boundary(now, window_ms);
+                }
+                (source, builder) = sample_once(source, builder).await?;
+            }
+            _ = &mut shutdown => break,
+        }
+    }
+
+    // Flush the open window so a restart or redeploy loses nothing.
+    if let Some(w) = builder.close(crate::now_ms()) {
+        spool_window(&spool, &host, w, &wake);
+    }
+    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
+    while spool.depth() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop_tx.send(true);
+    let _ = delivery.await;
+    tracing::info!(left_in_spool = spool.depth(), "agent stopped");
+    Ok(())
+}
+
+fn spool_window(spool: &Spool, host: &HostInfo, window: Window, wake: &Notify) {
+    let r = report(host, window);
+    match spool.push(&r) {
+        Ok(_) => wake.notify_one(),
+        Err(e) => tracing::error!(error = %e, batch = %r.batch_id, "could not spool a window"),
+    }
+}
+
+/// Samples for `duration` and returns one report, for people debugging a host.
+pub async fn once(
+    host_config: &HostConfig,
+    source: Box<dyn GpuSource>,
+    owners: OwnerReader,
+    sample_interval: Duration,
+    duration: Duration,
+) -> anyhow::Result<Report> {
+    let host = host::identify(host_config).await;
+    let mut builder = WindowBuilder::new(owners);
+    let mut source = source;
+    let until = tokio::time::Instant::now() + duration;
+    loop {
+        (source, builder) = sample_once(source, builder).await?;
+        if tokio::time::Instant::now() + sample_interval > until {
+            break;
+        }
+        tokio::time::sleep(sample_interval).await;
+    }
+    let window = builder
+        .close(crate::now_ms())
+        .ok_or_else(|| anyhow::anyhow!("no sample could be taken"))?;
+    Ok(report(&host, window))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boundaries_are_wall_clock_multiples() {
+        assert_eq!(next_boundary(0, 15_000), 15_000);
+        assert_eq!(next_boundary(14_999, 15_000), 15_000);
+        assert_eq!(next_boundary(15_000, 15_000), 30_000);
+    }
+}

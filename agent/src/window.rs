@@ -1,0 +1,248 @@
+//! Folding per-second samples into one aggregate per window.
+//!
+//! Per GPU: average and max utilization, max memory, average power, max temperature and the
+//! energy used. Per process: max memory and average SM utilization, with its owner read once
+//! when first seen. A value no sample had stays absent.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpuledger_proto::{GpuWindow, ProcessWindow, Window};
+
+use crate::collect::DeviceSample;
+use crate::owners::{Owner, OwnerReader};
+
+#[derive(Default)]
+struct Mean {
+    sum: f64,
+    n: u32,
+}
+
+impl Mean {
+    fn add(&mut self, v: Option<u32>) {
+        if let Some(v) = v {
+            self.sum += f64::from(v);
+            self.n += 1;
+        }
+    }
+    fn get(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / f64::from(self.n))
+    }
+}
+
+fn max_opt<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[derive(Default)]
+struct ProcessAcc {
+    name: Option<String>,
+    memory_max: Option<u64>,
+    sm_util: Mean,
+    owner: Owner,
+}
+
+#[derive(Default)]
+struct GpuAcc {
+    index: u32,
+    name: String,
+    parent_uuid: Option<String>,
+    memory_total: Option<u64>,
+    memory_used_max: Option<u64>,
+    util: Mean,
+    util_max: Option<u32>,
+    mem_util: Mean,
+    power_mw: Mean,
+    temperature_max: Option<u32>,
+    energy_first: Option<u64>,
+    energy_last: Option<u64>,
+    processes: BTreeMap<u32, ProcessAcc>,
+}
+
+/// Accumulates samples for the open window.
+pub struct WindowBuilder {
+    start_ms: Option<i64>,
+    samples: u32,
+    gpus: BTreeMap<String, GpuAcc>,
+    /// Energy counter at the end of the previous window, so no joule falls between windows.
+    previous_energy: HashMap<String, u64>,
+    owners: OwnerReader,
+}
+
+impl WindowBuilder {
+    pub fn new(owners: OwnerReader) -> Self {
+        WindowBuilder {
+            start_ms: None,
+            samples: 0,
+            gpus: BTreeMap::new(),
+            previous_energy: HashMap::new(),
+            owners,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples == 0
+    }
+
+    pub fn add(&mut self, at_ms: i64, devices: Vec<DeviceSample>) {
+        self.start_ms.get_or_insert(at_ms);
+        self.samples += 1;
+        for d in devices {
+            let acc = self.gpus.entry(d.uuid).or_default();
+            acc.index = d.index;
+            acc.name = d.name;
+            acc.parent_uuid = d.parent_uuid;
+            acc.memory_total = d.memory_total_bytes.or(acc.memory_total);
+            acc.memory_used_max = max_opt(acc.memory_used_max, d.memory_used_bytes);
+            acc.util.add(d.gpu_util);
+            acc.util_max = max_opt(acc.util_max, d.gpu_util);
+            acc.mem_util.add(d.mem_util);
+            acc.power_mw.add(d.power_mw);
+            acc.temperature_max = max_opt(acc.temperature_max, d.temperature_c);
+            if let Some(e) = d.energy_counter_mj {
+                acc.energy_first.get_or_insert(e);
+                acc.energy_last = Some(e);
+            }
+            for p in d.processes {
+                let proc_acc = acc.processes.entry(p.pid).or_insert_with(|| ProcessAcc {
+                    owner: self.owners.read(p.pid),
+                    name: self.owners.process_name(p.pid),
+                    ..Default::default()
+                });
+                if p.name.is_some() {
+                    proc_acc.name = p.name;
+                }
+                proc_acc.memory_max = max_opt(proc_acc.memory_max, p.memory_used_bytes);
+                proc_acc.sm_util.add(p.sm_util);
+            }
+        }
+    }
+
+    /// Closes the window at `end_ms` and starts the next one empty. `None` if nothing was sampled.
+    pub fn close(&mut self, end_ms: i64) -> Option<Window> {
+        let start_ms = self.start_ms.take()?;
+        let samples = std::mem::take(&mut self.samples);
+        let gpus = std::mem::take(&mut self.gpus);
+        let mut out = Vec::with_capacity(gpus.len());
+        for (uuid, g) in gpus {
+            let energy_mj = match (g.energy_first, g.energy_last) {
+                (Some(first), Some(last)) => {
+                    let from = self
+                        .previous_energy
+                        .get(&uuid)
+                        .copied()
+                        .filter(|prev| *prev <= last) // a counter reset starts afresh
+                        .unwrap_or(first);
+                    self.previous_energy.insert(uuid.clone(), last);
+                    Some(last - from)
+                }
+                _ => None,
+            };
+            let processes = g
+                .processes
+                .into_iter()
+                .map(|(pid, p)| ProcessWindow {
+                    pid,
+                    name: p.name,
+                    memory_used_max_bytes: p.memory_max,
+                    sm_util_avg: p.sm_util.get(),
+                    labels: p.owner.labels,
+                    container_id: p.owner.container_id,
+                    pod_uid: p.owner.pod_uid,
+                })
+                .collect();
+            out.push(GpuWindow {
+                uuid,
+                index: g.index,
+                name: g.name,
+                parent_uuid: g.parent_uuid,
+                memory_total_bytes: g.memory_total,
+                memory_used_max_bytes: g.memory_used_max,
+                util_avg: g.util.get(),
+                util_max: g.util_max.map(f64::from),
+                mem_util_avg: g.mem_util.get(),
+                power_avg_watts: g.power_mw.get().map(|mw| mw / 1000.0),
+                temperature_max_c: g.temperature_max.map(f64::from),
+                energy_mj,
+                processes,
+            });
+        }
+        Some(Window {
+            start_ms,
+            end_ms: end_ms.max(start_ms + 1),
+            samples,
+            gpus: out,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::ProcessSample;
+
+    fn gpu(util: Option<u32>, mem: u64, energy: Option<u64>) -> DeviceSample {
+        DeviceSample {
+            uuid: "GPU-a".into(),
+            name: "NVIDIA H100".into(),
+            memory_total_bytes: Some(80),
+            memory_used_bytes: Some(mem),
+            gpu_util: util,
+            power_mw: Some(300_000),
+            energy_counter_mj: energy,
+            processes: vec![ProcessSample {
+                pid: 999_999_999,
+                name: Some("python".into()),
+                memory_used_bytes: Some(mem),
+                sm_util: util,
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn builder() -> WindowBuilder {
+        WindowBuilder::new(OwnerReader::new("/nonexistent-proc", vec![]))
+    }
+
+    #[test]
+    fn aggregates_avg_max_and_energy_delta() {
+        let mut b = builder();
+        b.add(1_000, vec![gpu(Some(20), 10, Some(5_000))]);
+        b.add(2_000, vec![gpu(Some(60), 30, Some(5_300))]);
+        b.add(3_000, vec![gpu(Some(40), 20, Some(5_600))]);
+        let w = b.close(4_000).unwrap();
+        assert_eq!((w.start_ms, w.end_ms, w.samples), (1_000, 4_000, 3));
+        let g = &w.gpus[0];
+        assert_eq!(g.util_avg, Some(40.0));
+        assert_eq!(g.util_max, Some(60.0));
+        assert_eq!(g.memory_used_max_bytes, Some(30));
+        assert_eq!(g.power_avg_watts, Some(300.0));
+        assert_eq!(g.energy_mj, Some(600));
+        assert_eq!(g.processes[0].sm_util_avg, Some(40.0));
+        assert_eq!(g.processes[0].memory_used_max_bytes, Some(30));
+
+        // The next window counts energy from where the last one ended.
+        b.add(5_000, vec![gpu(Some(0), 10, Some(6_000))]);
+        let w2 = b.close(6_000).unwrap();
+        assert_eq!(w2.gpus[0].energy_mj, Some(400));
+    }
+
+    #[test]
+    fn values_the_driver_cannot_give_stay_absent() {
+        let mut b = builder();
+        b.add(1_000, vec![gpu(None, 10, None)]);
+        let w = b.close(2_000).unwrap();
+        assert_eq!(w.gpus[0].util_avg, None);
+        assert_eq!(w.gpus[0].util_max, None);
+        assert_eq!(w.gpus[0].energy_mj, None);
+        assert_eq!(w.gpus[0].processes[0].sm_util_avg, None);
+    }
+
+    #[test]
+    fn an_empty_window_is_none() {
+        assert!(builder().close(1_000).is_none());
+    }
+}

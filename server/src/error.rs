@@ -1,0 +1,106 @@
+//! One error type for the JSON API: every failure answers `{"error", "message", "field"?}` with
+//! the right status, and a 500 never shows internals (they go to the log).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use gpuledger_proto::ApiErrorBody;
+
+use crate::store::StoreError;
+use crate::validate::ValidationError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid token")]
+    Unauthorized,
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        field: Option<String>,
+    },
+    #[error("{0}")]
+    Invalid(#[from] ValidationError),
+    #[error("request body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("the database is unavailable")]
+    Unavailable,
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, Option<String>) {
+        match self {
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", None),
+            ApiError::BadRequest { field, .. } => {
+                (StatusCode::BAD_REQUEST, "bad_request", field.clone())
+            }
+            ApiError::Invalid(v) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid",
+                Some(v.field.clone()),
+            ),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", None),
+            ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
+            ApiError::Store(StoreError::Database(e)) if is_unavailable(e) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
+            }
+            ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
+        }
+    }
+
+    /// A short machine-readable reason, for metrics labels.
+    pub fn code(&self) -> &'static str {
+        self.parts().1
+    }
+}
+
+/// Connection-level failures mean "try again later", not "your request is wrong".
+fn is_unavailable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+    )
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, field) = self.parts();
+        let message = if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+            match status {
+                StatusCode::SERVICE_UNAVAILABLE => {
+                    "the database is unavailable; retry later".to_owned()
+                }
+                _ => "internal error; see the server log".to_owned(),
+            }
+        } else {
+            self.to_string()
+        };
+        let mut resp = (
+            status,
+            Json(ApiErrorBody {
+                error: code.to_owned(),
+                message,
+                field,
+            }),
+        )
+            .into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("5"),
+            );
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
+    }
+}

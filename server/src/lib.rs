@@ -1,0 +1,33 @@
+//! gpuledger server: ingests agent reports, stores them on SQLite or PostgreSQL, and shows the
+//! fleet. The binary in `main.rs` is a thin command line over this library.
+
+pub mod auth;
+pub mod demo;
+pub mod error;
+pub mod format;
+pub mod http;
+pub mod metrics;
+pub mod store;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
+pub mod validate;
+
+use std::future::Future;
+
+pub use http::{router, AppState};
+
+/// Wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Serves the app on `listener` until `shutdown` resolves, finishing requests in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

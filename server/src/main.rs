@@ -1,0 +1,186 @@
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use gpuledger_server::{auth, demo, now_ms, serve, store, AppState};
+
+/// gpuledger server: GPU cost observability. Ingests agent reports and shows the fleet.
+///
+/// Every flag can also be set through the environment variable shown beside it.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// sqlite:PATH (created if missing) or postgres://USER@HOST/DB
+    #[arg(
+        long,
+        global = true,
+        env = "GPULEDGER_DATABASE_URL",
+        default_value = "sqlite://gpuledger.db"
+    )]
+    database_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the API and pages.
+    Serve(ServeArgs),
+    /// Manage agent tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
+    Demo {
+        #[command(flatten)]
+        serve: ServeArgs,
+        /// Where the demo database goes; it is replaced on each start.
+        #[arg(long, env = "GPULEDGER_DEMO_DB", default_value = "gpuledger-demo.db")]
+        demo_db: String,
+        /// Hours of history to simulate.
+        #[arg(long, default_value_t = 6)]
+        hours: i64,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GPULEDGER_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Raw windows older than this are refused at ingest.
+    #[arg(long, env = "GPULEDGER_RETENTION", default_value = "35days", value_parser = humantime::parse_duration)]
+    retention: Duration,
+    /// How far in the future an agent's clock may run.
+    #[arg(long, env = "GPULEDGER_MAX_CLOCK_SKEW", default_value = "5m", value_parser = humantime::parse_duration)]
+    max_clock_skew: Duration,
+    /// Largest report body accepted, in bytes.
+    #[arg(long, env = "GPULEDGER_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Create a token and print it (it is shown only this once).
+    Create {
+        #[arg(long)]
+        name: String,
+    },
+    /// List tokens (names and dates; never the secrets).
+    List,
+    /// Revoke a token by name; agents using it get 401 from then on.
+    Revoke { name: String },
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, backend = state.store.backend(), "serving");
+    println!("gpuledger is serving on http://{addr}/");
+    serve(listener, state, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn state_for(store: std::sync::Arc<dyn store::Store>, args: &ServeArgs) -> AppState {
+    let mut state = AppState::new(store);
+    state.limits.retention_ms = args.retention.as_millis() as i64;
+    state.limits.max_clock_skew_ms = args.max_clock_skew.as_millis() as i64;
+    state.max_body_bytes = args.max_body_bytes;
+    state
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPULEDGER_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", cli.database_url))?;
+            run_server(state_for(store, &args), &args).await
+        }
+        Command::Token { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", cli.database_url))?;
+            match command {
+                TokenCommand::Create { name } => {
+                    let token = auth::generate_token();
+                    store
+                        .create_token(&name, &auth::hash_token(&token), now_ms())
+                        .await?;
+                    println!("{token}");
+                    eprintln!("token {name:?} created; it is shown only once.");
+                }
+                TokenCommand::List => {
+                    for t in store.list_tokens().await? {
+                        let state = match t.revoked_ms {
+                            Some(_) => "revoked",
+                            None => "active",
+                        };
+                        let created = chrono::DateTime::from_timestamp_millis(t.created_ms)
+                            .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
+                            .unwrap_or_default();
+                        println!("{}\t{state}\tcreated {created}", t.name);
+                    }
+                }
+                TokenCommand::Revoke { name } => {
+                    if !store.revoke_token(&name, now_ms()).await? {
+                        anyhow::bail!("no active token named {name:?}");
+                    }
+                    println!("token {name:?} revoked");
+                }
+            }
+            Ok(())
+        }
+        Command::Demo {
+            serve: args,
+            demo_db,
+            hours,
+        } => {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{demo_db}{suffix}"));
+            }
+            let store = store::connect(&format!("sqlite://{demo_db}")).await?;
+            let token = auth::generate_token();
+            store
+                .create_token("demo", &auth::hash_token(&token), now_ms())
+                .await?;
+            let token_id = store
+                .active_token(&auth::hash_token(&token))
+                .await?
+                .map(|t| t.id)
+                .context("the demo token was not stored")?;
+            let batches = demo::seed(store.as_ref(), token_id, now_ms(), hours).await?;
+            eprintln!("demo: simulated {hours} h of a fleet in {demo_db} ({batches} reports)");
+            eprintln!("demo: agent token for trying ingest yourself: {token}");
+            run_server(state_for(store, &args), &args).await
+        }
+    }
+}

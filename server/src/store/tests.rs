@@ -1,0 +1,267 @@
+//! The storage contract: every case runs on SQLite and on PostgreSQL.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+use sqlx::Connection;
+
+use super::{AgentStatus, IngestOutcome, Store, StoreError};
+use crate::test_support;
+
+const T0: i64 = 1_800_000_000_000;
+
+fn report(batch: &str, start_ms: i64, util: f64) -> Report {
+    Report {
+        batch_id: batch.into(),
+        agent_version: "0.1.0".into(),
+        host: HostInfo {
+            hostname: "gpu-01".into(),
+            cluster: "train".into(),
+            provider: Some("aws".into()),
+            instance_id: Some("i-0abc".into()),
+            instance_type: Some("p4d.24xlarge".into()),
+            region: Some("us-east-1".into()),
+        },
+        windows: vec![Window {
+            start_ms,
+            end_ms: start_ms + 15_000,
+            samples: 15,
+            gpus: vec![GpuWindow {
+                uuid: "GPU-1".into(),
+                index: 0,
+                name: "NVIDIA A100-SXM4-80GB".into(),
+                memory_total_bytes: Some(85_899_345_920),
+                memory_used_max_bytes: Some(42_000_000_000),
+                util_avg: Some(util),
+                util_max: Some(util + 5.0),
+                mem_util_avg: None,
+                power_avg_watts: Some(310.5),
+                temperature_max_c: Some(61.0),
+                energy_mj: Some(4_657_500),
+                processes: vec![ProcessWindow {
+                    pid: 4242,
+                    name: Some("python3".into()),
+                    memory_used_max_bytes: Some(41_000_000_000),
+                    sm_util_avg: Some(util - 1.0),
+                    labels: BTreeMap::from([
+                        ("model".into(), "llama-70b".into()),
+                        ("team".into(), "search".into()),
+                        ("mlflow_run_id".into(), "r42".into()),
+                    ]),
+                    container_id: None,
+                    pod_uid: Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333".into()),
+                }],
+                parent_uuid: None,
+            }],
+        }],
+    }
+}
+
+async fn with_token(store: &dyn Store) -> i64 {
+    store.create_token("agent", "hash-1", T0).await.unwrap();
+    store.active_token("hash-1").await.unwrap().unwrap().id
+}
+
+#[tokio::test]
+async fn tokens_create_find_revoke() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store.create_token("a", "h-a", T0).await.unwrap();
+        store.create_token("b", "h-b", T0 + 1).await.unwrap();
+        assert!(
+            matches!(
+                store.create_token("a", "h-other", T0).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "{b}: a second token with the same name is a conflict"
+        );
+        assert_eq!(
+            store.active_token("h-a").await.unwrap().unwrap().name,
+            "a",
+            "{b}"
+        );
+        assert!(store.active_token("nope").await.unwrap().is_none(), "{b}");
+        assert!(store.revoke_token("a", T0 + 2).await.unwrap(), "{b}");
+        assert!(
+            !store.revoke_token("a", T0 + 3).await.unwrap(),
+            "{b}: already revoked"
+        );
+        assert!(
+            store.active_token("h-a").await.unwrap().is_none(),
+            "{b}: revoked tokens do not authenticate"
+        );
+        let list = store.list_tokens().await.unwrap();
+        assert_eq!(list.len(), 2, "{b}");
+        assert_eq!(list[0].revoked_ms, Some(T0 + 2), "{b}");
+        assert_eq!(list[1].revoked_ms, None, "{b}");
+    }
+}
+
+#[tokio::test]
+async fn a_report_is_stored_once_and_reads_back_exactly() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let r = report("batch-1", T0, 80.0);
+        let status = AgentStatus {
+            spool_depth: Some(3),
+            spool_dropped: Some(0),
+        };
+        assert_eq!(
+            store.ingest(&r, token, status, T0 + 20_000).await.unwrap(),
+            IngestOutcome::Stored,
+            "{b}"
+        );
+        assert_eq!(
+            store.ingest(&r, token, status, T0 + 21_000).await.unwrap(),
+            IngestOutcome::Duplicate,
+            "{b}"
+        );
+        assert_eq!(store.batch_count().await.unwrap(), 1, "{b}");
+
+        let windows = store.gpu_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(windows.len(), 1, "{b}: a repeat stores nothing");
+        let w = &windows[0];
+        let g = &r.windows[0].gpus[0];
+        assert_eq!(
+            (w.start_ms, w.end_ms, w.samples),
+            (T0, T0 + 15_000, 15),
+            "{b}"
+        );
+        assert_eq!(w.memory_total_bytes, Some(85_899_345_920), "{b}");
+        assert_eq!(w.util_avg, g.util_avg, "{b}");
+        assert_eq!(w.mem_util_avg, None, "{b}: absent stays absent");
+        assert_eq!(w.power_avg_watts, Some(310.5), "{b}");
+        assert_eq!(w.energy_mj, Some(4_657_500), "{b}");
+
+        let procs = store.process_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(procs.len(), 1, "{b}");
+        let p = &procs[0];
+        assert_eq!(
+            (
+                p.pid,
+                p.model.as_deref(),
+                p.team.as_deref(),
+                p.experiment.as_deref()
+            ),
+            (4242, Some("llama-70b"), Some("search"), None),
+            "{b}"
+        );
+        let labels: BTreeMap<String, String> = serde_json::from_str(&p.labels_json).unwrap();
+        assert_eq!(
+            labels.get("mlflow_run_id").map(String::as_str),
+            Some("r42"),
+            "{b}"
+        );
+        assert_eq!(
+            p.pod_uid.as_deref(),
+            Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333"),
+            "{b}"
+        );
+
+        let fleet = store.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 1, "{b}");
+        assert_eq!(
+            fleet[0].instance_type.as_deref(),
+            Some("p4d.24xlarge"),
+            "{b}"
+        );
+        assert_eq!(fleet[0].spool_depth, Some(3), "{b}");
+        assert_eq!(fleet[0].last_util_avg, Some(80.0), "{b}");
+    }
+}
+
+#[tokio::test]
+async fn late_windows_do_not_replace_the_latest_state() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let now = T0 + 120_000;
+        store
+            .ingest(
+                &report("new", T0 + 30_000, 70.0),
+                token,
+                AgentStatus::default(),
+                now,
+            )
+            .await
+            .unwrap();
+        store
+            .ingest(&report("old", T0, 10.0), token, AgentStatus::default(), now)
+            .await
+            .unwrap();
+        let fleet = store.fleet().await.unwrap();
+        assert_eq!(
+            fleet[0].last_util_avg,
+            Some(70.0),
+            "{b}: the newest window wins"
+        );
+        assert_eq!(
+            store.gpu_windows(T0, now).await.unwrap().len(),
+            2,
+            "{b}: the late one is still kept"
+        );
+        let procs = store.fleet_processes().await.unwrap();
+        assert_eq!(procs.len(), 1, "{b}: processes come from the newest window");
+        assert_eq!(procs[0].sm_util_avg, Some(69.0), "{b}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_ingest_stores_nothing() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        // No such token: the batch row's foreign key fails after the host row was written.
+        let result = store
+            .ingest(&report("x", T0, 50.0), 9_999, AgentStatus::default(), T0)
+            .await;
+        assert!(result.is_err(), "{b}");
+        assert!(
+            store.fleet().await.unwrap().is_empty(),
+            "{b}: the host upsert was rolled back"
+        );
+        assert_eq!(store.batch_count().await.unwrap(), 0, "{b}");
+        assert!(
+            store.gpu_windows(0, i64::MAX).await.unwrap().is_empty(),
+            "{b}"
+        );
+    }
+}
+
+/// Tables and columns of both schemas, so a migration added to one backend only fails here.
+#[tokio::test]
+async fn both_schemas_have_the_same_tables_and_columns() {
+    let sqlite_db = test_support::sqlite();
+    let pg_db = test_support::postgres().await;
+    // Opening runs the migrations.
+    sqlite_db.open().await;
+    pg_db.open().await;
+
+    let mut lite = sqlx::SqliteConnection::connect(&sqlite_db.url)
+        .await
+        .unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name NOT LIKE '_sqlx%'",
+    )
+    .fetch_all(&mut lite)
+    .await
+    .unwrap();
+    let lite_cols: BTreeSet<(String, String)> = rows.into_iter().collect();
+
+    let mut pg = sqlx::PgConnection::connect(&pg_db.url).await.unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns
+         WHERE table_schema = 'public' AND table_name NOT LIKE '_sqlx%'",
+    )
+    .fetch_all(&mut pg)
+    .await
+    .unwrap();
+    let pg_cols: BTreeSet<(String, String)> = rows.into_iter().collect();
+    assert!(!lite_cols.is_empty());
+    assert_eq!(lite_cols, pg_cols);
+}

@@ -1,0 +1,367 @@
+//! Report validation: everything is checked before anything is stored, and the first problem is
+//! named by its field path (`windows[0].gpus[1].util_avg`) so an integrator can fix it.
+
+use std::collections::HashSet;
+
+use gpuledger_proto::{GpuWindow, ProcessWindow, Report, Window};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How far in the future a window may end (agent clocks drift).
+    pub max_clock_skew_ms: i64,
+    /// Windows older than this are past retention and refused.
+    pub retention_ms: i64,
+    pub max_windows: usize,
+    pub max_gpus_per_window: usize,
+    pub max_processes_per_gpu: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_clock_skew_ms: 5 * 60 * 1000,
+            retention_ms: 35 * 24 * 3600 * 1000,
+            max_windows: 2_000,
+            max_gpus_per_window: 1_024,
+            max_processes_per_gpu: 1_024,
+        }
+    }
+}
+
+const MAX_WINDOW_MS: i64 = 3600 * 1000;
+const MAX_TEXT: usize = 256;
+const MAX_LABELS: usize = 64;
+
+fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ValidationError> {
+    Err(ValidationError {
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
+fn text(field: &str, value: &str, required: bool) -> Result<(), ValidationError> {
+    if required && value.trim().is_empty() {
+        return fail(field, "must not be empty");
+    }
+    if value.len() > MAX_TEXT {
+        return fail(field, format!("must be at most {MAX_TEXT} bytes"));
+    }
+    if value.chars().any(char::is_control) {
+        return fail(field, "must not contain control characters");
+    }
+    Ok(())
+}
+
+fn opt_text(field: &str, value: &Option<String>) -> Result<(), ValidationError> {
+    value.as_deref().map_or(Ok(()), |v| text(field, v, true))
+}
+
+fn percent(field: &str, value: Option<f64>) -> Result<(), ValidationError> {
+    match value {
+        Some(v) if !v.is_finite() => fail(field, "must be a finite number"),
+        Some(v) if !(0.0..=100.0).contains(&v) => {
+            fail(field, format!("must be within 0..=100, got {v}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn bounded(field: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), ValidationError> {
+    match value {
+        Some(v) if !v.is_finite() => fail(field, "must be a finite number"),
+        Some(v) if v < min || v > max => {
+            fail(field, format!("must be within {min}..={max}, got {v}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Counters and byte sizes are stored as signed 64-bit integers.
+fn fits_i64(field: &str, value: Option<u64>) -> Result<(), ValidationError> {
+    match value {
+        Some(v) if v > i64::MAX as u64 => fail(field, "is too large"),
+        _ => Ok(()),
+    }
+}
+
+pub fn validate(report: &Report, now_ms: i64, limits: &Limits) -> Result<(), ValidationError> {
+    let id = &report.batch_id;
+    if id.is_empty() || id.len() > 128 {
+        return fail("batch_id", "must be 1 to 128 characters");
+    }
+    if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return fail(
+            "batch_id",
+            "may contain only letters, digits, '-', '_' and '.'",
+        );
+    }
+    text("agent_version", &report.agent_version, false)?;
+    let h = &report.host;
+    text("host.hostname", &h.hostname, true)?;
+    text("host.cluster", &h.cluster, true)?;
+    opt_text("host.provider", &h.provider)?;
+    opt_text("host.instance_id", &h.instance_id)?;
+    opt_text("host.instance_type", &h.instance_type)?;
+    opt_text("host.region", &h.region)?;
+    if report.windows.is_empty() {
+        return fail("windows", "must hold at least one window");
+    }
+    if report.windows.len() > limits.max_windows {
+        return fail(
+            "windows",
+            format!("at most {} windows per report", limits.max_windows),
+        );
+    }
+    let mut starts = HashSet::new();
+    for (i, w) in report.windows.iter().enumerate() {
+        let at = format!("windows[{i}]");
+        window(&at, w, now_ms, limits)?;
+        if !starts.insert(w.start_ms) {
+            return fail(
+                format!("{at}.start_ms"),
+                "two windows start at the same time",
+            );
+        }
+    }
+    Ok(())
+}
+
+fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), ValidationError> {
+    if w.end_ms <= w.start_ms {
+        return fail(format!("{at}.end_ms"), "must be after start_ms");
+    }
+    if w.end_ms - w.start_ms > MAX_WINDOW_MS {
+        return fail(format!("{at}.end_ms"), "a window may span at most one hour");
+    }
+    if w.end_ms > now_ms + limits.max_clock_skew_ms {
+        return fail(
+            format!("{at}.end_ms"),
+            "is in the future beyond the allowed clock skew; check the agent's clock",
+        );
+    }
+    if w.start_ms < now_ms - limits.retention_ms {
+        return fail(
+            format!("{at}.start_ms"),
+            "is older than the retention period",
+        );
+    }
+    if w.samples == 0 {
+        return fail(format!("{at}.samples"), "must be at least 1");
+    }
+    if w.gpus.len() > limits.max_gpus_per_window {
+        return fail(format!("{at}.gpus"), "too many GPUs in one window");
+    }
+    let mut uuids = HashSet::new();
+    for (j, g) in w.gpus.iter().enumerate() {
+        let at = format!("{at}.gpus[{j}]");
+        gpu(&at, g, limits)?;
+        if !uuids.insert(g.uuid.as_str()) {
+            return fail(format!("{at}.uuid"), "appears twice in the window");
+        }
+    }
+    // A MIG instance must name a physical GPU of the same report window.
+    for (j, g) in w.gpus.iter().enumerate() {
+        if let Some(parent) = &g.parent_uuid {
+            if parent == &g.uuid || !uuids.contains(parent.as_str()) {
+                return fail(
+                    format!("{at}.gpus[{j}].parent_uuid"),
+                    "must name another GPU of the same window",
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> {
+    text(&format!("{at}.uuid"), &g.uuid, true)?;
+    text(&format!("{at}.name"), &g.name, false)?;
+    opt_text(&format!("{at}.parent_uuid"), &g.parent_uuid)?;
+    fits_i64(&format!("{at}.memory_total_bytes"), g.memory_total_bytes)?;
+    fits_i64(
+        &format!("{at}.memory_used_max_bytes"),
+        g.memory_used_max_bytes,
+    )?;
+    fits_i64(&format!("{at}.energy_mj"), g.energy_mj)?;
+    if let (Some(used), Some(total)) = (g.memory_used_max_bytes, g.memory_total_bytes) {
+        if used > total {
+            return fail(
+                format!("{at}.memory_used_max_bytes"),
+                format!("{used} is more than memory_total_bytes {total}"),
+            );
+        }
+    }
+    percent(&format!("{at}.util_avg"), g.util_avg)?;
+    percent(&format!("{at}.util_max"), g.util_max)?;
+    percent(&format!("{at}.mem_util_avg"), g.mem_util_avg)?;
+    if let (Some(avg), Some(max)) = (g.util_avg, g.util_max) {
+        if avg > max + 1e-9 {
+            return fail(format!("{at}.util_avg"), "is more than util_max");
+        }
+    }
+    bounded(
+        &format!("{at}.power_avg_watts"),
+        g.power_avg_watts,
+        0.0,
+        10_000.0,
+    )?;
+    bounded(
+        &format!("{at}.temperature_max_c"),
+        g.temperature_max_c,
+        -50.0,
+        200.0,
+    )?;
+    if g.processes.len() > limits.max_processes_per_gpu {
+        return fail(format!("{at}.processes"), "too many processes on one GPU");
+    }
+    let mut pids = HashSet::new();
+    for (k, p) in g.processes.iter().enumerate() {
+        let at = format!("{at}.processes[{k}]");
+        process(&at, p, g.memory_total_bytes)?;
+        if !pids.insert(p.pid) {
+            return fail(format!("{at}.pid"), "appears twice on the GPU");
+        }
+    }
+    Ok(())
+}
+
+fn process(at: &str, p: &ProcessWindow, gpu_total: Option<u64>) -> Result<(), ValidationError> {
+    opt_text(&format!("{at}.name"), &p.name)?;
+    opt_text(&format!("{at}.container_id"), &p.container_id)?;
+    opt_text(&format!("{at}.pod_uid"), &p.pod_uid)?;
+    fits_i64(
+        &format!("{at}.memory_used_max_bytes"),
+        p.memory_used_max_bytes,
+    )?;
+    if let (Some(used), Some(total)) = (p.memory_used_max_bytes, gpu_total) {
+        if used > total {
+            return fail(
+                format!("{at}.memory_used_max_bytes"),
+                "is more than the GPU's memory_total_bytes",
+            );
+        }
+    }
+    percent(&format!("{at}.sm_util_avg"), p.sm_util_avg)?;
+    if p.labels.len() > MAX_LABELS {
+        return fail(
+            format!("{at}.labels"),
+            format!("at most {MAX_LABELS} labels"),
+        );
+    }
+    for (k, v) in &p.labels {
+        text(&format!("{at}.labels"), k, true)?;
+        text(&format!("{at}.labels.{k}"), v, false)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuledger_proto::HostInfo;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn good() -> Report {
+        Report {
+            batch_id: "b-1".into(),
+            agent_version: "0.1.0".into(),
+            host: HostInfo {
+                hostname: "h1".into(),
+                cluster: "c1".into(),
+                ..Default::default()
+            },
+            windows: vec![Window {
+                start_ms: NOW - 15_000,
+                end_ms: NOW,
+                samples: 15,
+                gpus: vec![GpuWindow {
+                    uuid: "GPU-1".into(),
+                    name: "H100".into(),
+                    memory_total_bytes: Some(80),
+                    memory_used_max_bytes: Some(40),
+                    util_avg: Some(50.0),
+                    util_max: Some(90.0),
+                    processes: vec![ProcessWindow {
+                        pid: 7,
+                        memory_used_max_bytes: Some(40),
+                        sm_util_avg: Some(45.0),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+            }],
+        }
+    }
+
+    fn field_of(mut f: impl FnMut(&mut Report)) -> String {
+        let mut r = good();
+        f(&mut r);
+        validate(&r, NOW, &Limits::default()).unwrap_err().field
+    }
+
+    #[test]
+    fn a_good_report_passes() {
+        validate(&good(), NOW, &Limits::default()).unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].util_avg = Some(101.0)),
+            "windows[0].gpus[0].util_avg"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].util_max = Some(f64::NAN)),
+            "windows[0].gpus[0].util_max"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].memory_used_max_bytes = Some(81)),
+            "windows[0].gpus[0].memory_used_max_bytes"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].processes[0].sm_util_avg = Some(-1.0)),
+            "windows[0].gpus[0].processes[0].sm_util_avg"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].end_ms = NOW + 3_600_000),
+            "windows[0].end_ms"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].start_ms = NOW - 40 * 24 * 3_600_000),
+            "windows[0].end_ms" // the span check comes first: such a window is also too long
+        );
+        assert_eq!(field_of(|r| r.host.hostname.clear()), "host.hostname");
+        assert_eq!(field_of(|r| r.batch_id = "a b".into()), "batch_id");
+        assert_eq!(field_of(|r| r.windows.clear()), "windows");
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].parent_uuid = Some("GPU-missing".into())),
+            "windows[0].gpus[0].parent_uuid"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].memory_total_bytes = Some(u64::MAX)),
+            "windows[0].gpus[0].memory_total_bytes"
+        );
+    }
+
+    #[test]
+    fn old_windows_are_past_retention() {
+        let mut r = good();
+        r.windows[0].start_ms = NOW - 36 * 24 * 3_600_000;
+        r.windows[0].end_ms = r.windows[0].start_ms + 15_000;
+        assert_eq!(
+            validate(&r, NOW, &Limits::default()).unwrap_err().field,
+            "windows[0].start_ms"
+        );
+    }
+}

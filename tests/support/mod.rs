@@ -1,0 +1,176 @@
+//! Harness for end-to-end tests: the real server and agent binaries, the fake NVML library,
+//! real child processes whose environments carry owner labels, and a temp database.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use gpuledger_server::test_support::{self, TestDb};
+
+/// `target/debug` (or whichever profile built this test).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+pub fn artifact(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace` first (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when dropped, so a failing test leaves nothing running.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit.
+    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit after SIGTERM",
+                self.0.id()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A long-running process whose environment declares its owner, as serving or training code would.
+pub fn labelled_process(labels: &[(&str, &str)]) -> Proc {
+    let mut cmd = Command::new("sleep");
+    cmd.arg("300").stdin(Stdio::null()).stdout(Stdio::null());
+    for (k, v) in labels {
+        cmd.env(k, v);
+    }
+    Proc(cmd.spawn().expect("spawn sleep"))
+}
+
+pub struct Server {
+    pub proc: Proc,
+    pub url: String,
+    pub db_url: String,
+}
+
+pub fn server_cmd(db_url: &str) -> Command {
+    let mut cmd = Command::new(artifact("gpuledger-server"));
+    cmd.env("GPULEDGER_DATABASE_URL", db_url)
+        .env("GPULEDGER_LOG", "warn")
+        .stdin(Stdio::null());
+    cmd
+}
+
+pub fn create_token(db_url: &str, name: &str) -> String {
+    let out = server_cmd(db_url)
+        .args(["token", "create", "--name", name])
+        .output()
+        .expect("run token create");
+    assert!(
+        out.status.success(),
+        "token create failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+pub async fn start_server(db_url: &str, port: u16) -> Server {
+    let child = server_cmd(db_url)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let server = Server {
+        proc: Proc(child),
+        url: format!("http://127.0.0.1:{port}"),
+        db_url: db_url.to_owned(),
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let health = client.get(format!("{}/healthz", server.url)).send().await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("server did not become healthy on port {port}");
+}
+
+pub struct AgentOptions<'a> {
+    pub server: &'a str,
+    pub token: &'a str,
+    pub scenario: &'a Path,
+    pub spool: &'a Path,
+    pub cluster: &'a str,
+    pub hostname: &'a str,
+}
+
+pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
+    let child = Command::new(artifact("gpuledger-agent"))
+        .args(["run", "--server", o.server, "--token", o.token])
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .arg("--spool-dir")
+        .arg(o.spool)
+        .args(["--cluster", o.cluster, "--hostname", o.hostname])
+        .args([
+            "--instance-id",
+            "i-0e2e0000000000001",
+            "--instance-type",
+            "p4d.24xlarge",
+            "--provider",
+            "aws",
+        ])
+        .args(["--imds-endpoint", "off"])
+        .args(["--sample-interval", "200ms", "--window", "1s"])
+        .args([
+            "--retry-initial",
+            "100ms",
+            "--retry-max",
+            "400ms",
+            "--request-timeout",
+            "2s",
+        ])
+        .args(["--label-env-keys", "MLFLOW_RUN_ID"])
+        .env("FAKE_NVML_SCENARIO", o.scenario)
+        .env("GPULEDGER_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn agent");
+    Proc(child)
+}

@@ -1,0 +1,477 @@
+//! End to end: the real agent reads the fake NVML through nvml-wrapper, spools, delivers to the
+//! real server over HTTP, which stores on SQLite or PostgreSQL. Checks the stored aggregates
+//! against the scenario, and that a server outage loses and duplicates nothing.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use gpuledger_server::store::{StoredGpuWindow, StoredProcessWindow};
+use serde_json::json;
+use support::*;
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+struct Fleet {
+    _procs: Vec<Proc>,
+    training: u32,
+    notebook: u32,
+    serving: u32,
+    batch_job: u32,
+}
+
+fn processes() -> Fleet {
+    let training = labelled_process(&[
+        ("GPULEDGER_MODEL", "llama-70b"),
+        ("GPULEDGER_TEAM", "search"),
+        ("MLFLOW_RUN_ID", "run-9"),
+    ]);
+    let notebook = labelled_process(&[
+        ("GPULEDGER_EXPERIMENT", "exp-notebook"),
+        ("GPULEDGER_TEAM", "research"),
+    ]);
+    let serving = labelled_process(&[
+        ("GPULEDGER_ENDPOINT", "chat"),
+        ("GPULEDGER_MODEL", "mistral-7b"),
+    ]);
+    let batch_job = labelled_process(&[("GPULEDGER_TEAM", "ads")]);
+    Fleet {
+        training: training.pid(),
+        notebook: notebook.pid(),
+        serving: serving.pid(),
+        batch_job: batch_job.pid(),
+        _procs: vec![training, notebook, serving, batch_job],
+    }
+}
+
+/// Three GPUs: a busy A100 with a training job and a held-idle notebook; an A100 in MIG mode
+/// with one busy and one idle instance; a T4 whose driver gives no power or per-process data.
+fn scenario(f: &Fleet) -> serde_json::Value {
+    json!({
+        "gpus": [
+            {
+                "uuid": "GPU-e2e-a100-0", "name": "NVIDIA A100-SXM4-80GB",
+                "memory_total_bytes": 80 * GIB, "power_mw": 300_000, "temperature_c": 60,
+                "energy_start_mj": 1_000_000, "mig_capable": true,
+                "phases": [{ "gpu_util": 72, "mem_util": 30, "memory_used_bytes": 40 * GIB, "processes": [
+                    { "pid": f.training, "name": "python3", "memory_used_bytes": 30 * GIB, "sm_util": 70 },
+                    { "pid": f.notebook, "name": "jupyter", "memory_used_bytes": 10 * GIB, "sm_util": 0 }
+                ]}]
+            },
+            {
+                "uuid": "GPU-e2e-a100-1", "name": "NVIDIA A100-SXM4-80GB",
+                "memory_total_bytes": 80 * GIB, "power_mw": 120_000, "temperature_c": 45,
+                "energy_start_mj": 0, "mig_capable": true,
+                "mig": [
+                    { "uuid": "MIG-e2e-1a", "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                      "memory_total_bytes": 40 * GIB, "gpu_instance_id": 1,
+                      "phases": [{ "gpu_util": 40, "mem_util": 10, "memory_used_bytes": 8 * GIB, "processes": [
+                          { "pid": f.serving, "name": "vllm", "memory_used_bytes": 8 * GIB, "sm_util": 38 }
+                      ]}] },
+                    { "uuid": "MIG-e2e-1b", "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                      "memory_total_bytes": 40 * GIB, "gpu_instance_id": 2,
+                      "phases": [{ "gpu_util": 0, "mem_util": 0, "memory_used_bytes": 0 }] }
+                ]
+            },
+            {
+                "uuid": "GPU-e2e-t4-2", "name": "Tesla T4", "memory_total_bytes": 16 * GIB,
+                "process_utilization": false,
+                "phases": [{ "gpu_util": 15, "mem_util": 5, "memory_used_bytes": 2 * GIB, "processes": [
+                    { "pid": f.batch_job, "memory_used_bytes": 2 * GIB }
+                ]}]
+            }
+        ]
+    })
+}
+
+fn write_scenario(dir: &Path, f: &Fleet) -> std::path::PathBuf {
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&scenario(f)).unwrap()).unwrap();
+    path
+}
+
+fn by_gpu(windows: &[StoredGpuWindow]) -> BTreeMap<&str, Vec<&StoredGpuWindow>> {
+    let mut m: BTreeMap<&str, Vec<&StoredGpuWindow>> = BTreeMap::new();
+    for w in windows {
+        m.entry(w.gpu_uuid.as_str()).or_default().push(w);
+    }
+    m
+}
+
+/// Every window the agent closed is stored exactly once: one batch per window, the same windows
+/// for every device, and no gap between consecutive windows longer than a sampling interval.
+fn assert_complete_and_unique(windows: &[StoredGpuWindow], batches: i64, label: &str) {
+    let gpus = by_gpu(windows);
+    assert_eq!(
+        gpus.len(),
+        5,
+        "{label}: 3 GPUs + 2 MIG instances: {:?}",
+        gpus.keys()
+    );
+    for (uuid, ws) in &gpus {
+        assert_eq!(
+            ws.len() as i64,
+            batches,
+            "{label}: {uuid} has one window per batch"
+        );
+        for pair in ws.windows(2) {
+            let gap = pair[1].start_ms - pair[0].end_ms;
+            assert!(
+                (0..=600).contains(&gap),
+                "{label}: {uuid}: window at {} follows one ending {} (gap {gap} ms): a window is missing or overlaps",
+                pair[1].start_ms,
+                pair[0].end_ms
+            );
+        }
+    }
+}
+
+fn assert_matches_scenario(
+    windows: &[StoredGpuWindow],
+    procs: &[StoredProcessWindow],
+    f: &Fleet,
+    label: &str,
+) {
+    let gpus = by_gpu(windows);
+    for w in &gpus["GPU-e2e-a100-0"] {
+        assert_eq!(
+            (w.util_avg, w.util_max, w.mem_util_avg),
+            (Some(72.0), Some(72.0), Some(30.0)),
+            "{label}"
+        );
+        assert_eq!(w.memory_used_max_bytes, Some((40 * GIB) as i64), "{label}");
+        assert_eq!(w.memory_total_bytes, Some((80 * GIB) as i64), "{label}");
+        assert_eq!(
+            (w.power_avg_watts, w.temperature_max_c),
+            (Some(300.0), Some(60.0)),
+            "{label}"
+        );
+    }
+    // Energy: a full window holds about one second at 300 W = 300,000 mJ.
+    let a100 = &gpus["GPU-e2e-a100-0"];
+    for w in &a100[1..a100.len() - 1] {
+        let e = w.energy_mj.expect("energy is supported on the A100");
+        assert!(
+            (200_000..=400_000).contains(&e),
+            "{label}: window energy {e} mJ is not ~1 s at 300 W"
+        );
+    }
+    for w in &gpus["GPU-e2e-a100-1"] {
+        assert_eq!(
+            w.util_avg, None,
+            "{label}: a MIG parent's 0% is not a reading"
+        );
+        assert_eq!(
+            w.memory_used_max_bytes,
+            Some((8 * GIB) as i64),
+            "{label}: the parent holds what its instances hold"
+        );
+    }
+    for w in &gpus["MIG-e2e-1a"] {
+        assert_eq!(
+            w.util_avg,
+            Some(40.0),
+            "{label}: MIG utilization comes from the instance"
+        );
+    }
+    for w in &gpus["MIG-e2e-1b"] {
+        assert_eq!(w.util_avg, Some(0.0), "{label}");
+    }
+    for w in &gpus["GPU-e2e-t4-2"] {
+        assert_eq!(w.util_avg, Some(15.0), "{label}");
+        assert_eq!(
+            (w.power_avg_watts, w.energy_mj, w.temperature_max_c),
+            (None, None, None),
+            "{label}: unsupported is absent, not 0"
+        );
+    }
+
+    let find = |pid: u32| -> Vec<&StoredProcessWindow> {
+        procs.iter().filter(|p| p.pid == i64::from(pid)).collect()
+    };
+    let training = find(f.training);
+    assert!(!training.is_empty(), "{label}: training process reported");
+    for p in &training {
+        assert_eq!(p.gpu_uuid, "GPU-e2e-a100-0");
+        assert_eq!(
+            (p.model.as_deref(), p.team.as_deref()),
+            (Some("llama-70b"), Some("search")),
+            "{label}: labels from /proc/<pid>/environ"
+        );
+        assert!(
+            p.labels_json.contains("\"mlflow_run_id\":\"run-9\""),
+            "{label}: extra label key: {}",
+            p.labels_json
+        );
+        assert_eq!(p.sm_util_avg, Some(70.0), "{label}");
+        assert_eq!(p.memory_used_max_bytes, Some((30 * GIB) as i64), "{label}");
+        assert_eq!(p.process_name.as_deref(), Some("python3"), "{label}");
+    }
+    for p in find(f.notebook) {
+        assert_eq!(
+            p.sm_util_avg,
+            Some(0.0),
+            "{label}: held-idle is 0% SM, measured"
+        );
+        assert_eq!(p.experiment.as_deref(), Some("exp-notebook"), "{label}");
+    }
+    for p in find(f.serving) {
+        assert_eq!(
+            p.gpu_uuid, "MIG-e2e-1a",
+            "{label}: MIG processes belong to their instance"
+        );
+        assert_eq!(
+            (p.endpoint.as_deref(), p.model.as_deref()),
+            (Some("chat"), Some("mistral-7b")),
+            "{label}"
+        );
+    }
+    let batch = find(f.batch_job);
+    assert!(!batch.is_empty(), "{label}");
+    for p in batch {
+        assert_eq!(
+            p.sm_util_avg, None,
+            "{label}: no per-process data on this driver is absent, not 0"
+        );
+        assert_eq!(p.team.as_deref(), Some("ads"), "{label}");
+    }
+}
+
+fn spool_is_drained(spool: &Path, label: &str) {
+    let left: Vec<_> = std::fs::read_dir(spool)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{label}: batches left in the spool: {left:?}"
+    );
+    let dead = std::fs::read_dir(spool.join("dead-letter"))
+        .unwrap()
+        .count();
+    assert_eq!(dead, 0, "{label}: nothing was refused");
+}
+
+async fn round_trip(db: TestDb) {
+    let label = db.backend;
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let token = create_token(&db.url, "e2e");
+    let server = start_server(&db.url, free_port()).await;
+    let spool = dir.path().join("spool");
+    let mut agent = start_agent(&AgentOptions {
+        server: &server.url,
+        token: &token,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "e2e",
+        hostname: "gpu-host-1",
+    });
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let status = agent.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{label}: agent exit {status:?}");
+
+    let store = db.open().await;
+    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let procs = store.process_windows(0, i64::MAX).await.unwrap();
+    let batches = store.batch_count().await.unwrap();
+    assert!(
+        batches >= 4,
+        "{label}: expected at least 4 one-second windows, got {batches}"
+    );
+    assert_complete_and_unique(&windows, batches, label);
+    assert_matches_scenario(&windows, &procs, &fleet, label);
+    spool_is_drained(&spool, label);
+
+    let fleet_rows = store.fleet().await.unwrap();
+    assert!(fleet_rows
+        .iter()
+        .all(|r| r.cluster == "e2e" && r.hostname == "gpu-host-1"));
+    assert_eq!(fleet_rows[0].instance_type.as_deref(), Some("p4d.24xlarge"));
+    let page = reqwest::get(format!("{}/", server.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("gpu-host-1") && page.contains("model=llama-70b"),
+        "{label}: fleet page shows the host and labels"
+    );
+}
+
+/// The server is down for the first seconds: the agent spools, retries, and every window
+/// arrives exactly once after the server comes up.
+async fn outage(db: TestDb) {
+    let label = db.backend;
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let token = create_token(&db.url, "e2e");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let spool = dir.path().join("spool");
+    let mut agent = start_agent(&AgentOptions {
+        server: &url,
+        token: &token,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "e2e",
+        hostname: "gpu-host-2",
+    });
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let spooled = std::fs::read_dir(&spool)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .count();
+    assert!(
+        spooled >= 2,
+        "{label}: windows wait in the spool while the server is down ({spooled})"
+    );
+    let server_up_ms = gpuledger_server::now_ms();
+    let _server = start_server(&db.url, port).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let status = agent.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{label}: agent exit {status:?}");
+
+    let store = db.open().await;
+    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let procs = store.process_windows(0, i64::MAX).await.unwrap();
+    let batches = store.batch_count().await.unwrap();
+    assert!(
+        windows.iter().any(|w| w.end_ms < server_up_ms),
+        "{label}: windows from the outage arrived"
+    );
+    assert_complete_and_unique(&windows, batches, label);
+    assert_matches_scenario(&windows, &procs, &fleet, label);
+    spool_is_drained(&spool, label);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn telemetry_round_trip_sqlite() {
+    round_trip(test_support::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn telemetry_round_trip_postgres() {
+    round_trip(test_support::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_outage_loses_nothing_sqlite() {
+    outage(test_support::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_outage_loses_nothing_postgres() {
+    outage(test_support::postgres().await).await;
+}
+
+#[test]
+fn agent_once_prints_one_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let out = std::process::Command::new(artifact("gpuledger-agent"))
+        .args([
+            "once",
+            "--imds-endpoint",
+            "off",
+            "--duration",
+            "600ms",
+            "--sample-interval",
+            "200ms",
+            "--cluster",
+            "dbg",
+        ])
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report.host.cluster, "dbg");
+    assert_eq!(report.windows.len(), 1);
+    let w = &report.windows[0];
+    assert!(w.samples >= 2, "{} samples", w.samples);
+    let uuids: Vec<&str> = w.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    assert_eq!(
+        uuids,
+        [
+            "GPU-e2e-a100-0",
+            "GPU-e2e-a100-1",
+            "GPU-e2e-t4-2",
+            "MIG-e2e-1a",
+            "MIG-e2e-1b"
+        ]
+    );
+    let mig = w.gpus.iter().find(|g| g.uuid == "MIG-e2e-1a").unwrap();
+    assert_eq!(mig.parent_uuid.as_deref(), Some("GPU-e2e-a100-1"));
+}
+
+#[test]
+fn agent_without_a_driver_fails_with_a_clear_message() {
+    let out = std::process::Command::new(artifact("gpuledger-agent"))
+        .args([
+            "once",
+            "--imds-endpoint",
+            "off",
+            "--nvml-lib",
+            "/nonexistent/libnvidia-ml.so",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NVIDIA driver"), "{err}");
+}
+
+/// The curl example in docs/report-format.md works as written.
+#[tokio::test(flavor = "multi_thread")]
+async fn documented_curl_example_is_accepted() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/report-format.md"
+    ))
+    .unwrap();
+    let block = doc
+        .split("<!-- example:begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- example:end -->").next())
+        .expect("example markers in docs/report-format.md");
+    let script: String = block
+        .lines()
+        .filter(|l| !l.starts_with("```"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "docs");
+    let server = start_server(&db.url, free_port()).await;
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("TOKEN", &token)
+        .env("GPULEDGER_URL", &server.url)
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{body} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(body.contains("\"status\":\"stored\""), "{body}");
+    let store = db.open().await;
+    let procs = store.process_windows(0, i64::MAX).await.unwrap();
+    assert_eq!(procs[0].model.as_deref(), Some("llama-70b"));
+}
