@@ -46,8 +46,8 @@ fn processes() -> Fleet {
     }
 }
 
-/// Three GPUs: a busy A100 with a training job and a held-idle notebook; an A100 in MIG mode
-/// with one busy and one idle instance; a T4 whose driver gives no power or per-process data.
+/// Three GPUs: a busy A100 with a training job and a held-idle notebook; an H100 in MIG mode
+/// with one busy and one idle instance (utilization through GPM, as on real Hopper MIG); a T4 whose driver gives no power or per-process data.
 fn scenario(f: &Fleet) -> serde_json::Value {
     json!({
         "gpus": [
@@ -61,16 +61,16 @@ fn scenario(f: &Fleet) -> serde_json::Value {
                 ]}]
             },
             {
-                "uuid": "GPU-e2e-a100-1", "name": "NVIDIA A100-SXM4-80GB",
+                "uuid": "GPU-e2e-h100-1", "name": "NVIDIA H100 80GB HBM3",
                 "memory_total_bytes": 80 * GIB, "power_mw": 120_000, "temperature_c": 45,
-                "energy_start_mj": 0, "mig_capable": true,
+                "energy_start_mj": 0, "mig_capable": true, "gpm": true,
                 "mig": [
-                    { "uuid": "MIG-e2e-1a", "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                    { "uuid": "MIG-e2e-1a", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
                       "memory_total_bytes": 40 * GIB, "gpu_instance_id": 1,
                       "phases": [{ "gpu_util": 40, "mem_util": 10, "memory_used_bytes": 8 * GIB, "processes": [
                           { "pid": f.serving, "name": "vllm", "memory_used_bytes": 8 * GIB, "sm_util": 38 }
                       ]}] },
-                    { "uuid": "MIG-e2e-1b", "name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+                    { "uuid": "MIG-e2e-1b", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
                       "memory_total_bytes": 40 * GIB, "gpu_instance_id": 2,
                       "phases": [{ "gpu_util": 0, "mem_util": 0, "memory_used_bytes": 0 }] }
                 ]
@@ -158,7 +158,7 @@ fn assert_matches_scenario(
             "{label}: window energy {e} mJ is not ~1 s at 300 W"
         );
     }
-    for w in &gpus["GPU-e2e-a100-1"] {
+    for w in &gpus["GPU-e2e-h100-1"] {
         assert_eq!(
             w.util_avg, None,
             "{label}: a MIG parent's 0% is not a reading"
@@ -173,7 +173,12 @@ fn assert_matches_scenario(
         assert_eq!(
             w.util_avg,
             Some(40.0),
-            "{label}: MIG utilization comes from the instance"
+            "{label}: MIG utilization comes from the instance (GPM)"
+        );
+        assert_eq!(
+            w.mem_util_avg,
+            Some(10.0),
+            "{label}: DRAM bandwidth through GPM"
         );
     }
     for w in &gpus["MIG-e2e-1b"] {
@@ -270,6 +275,7 @@ async fn round_trip(db: TestDb) {
         spool: &spool,
         cluster: "e2e",
         hostname: "gpu-host-1",
+        window: "1s",
     });
     tokio::time::sleep(Duration::from_millis(4_500)).await;
     let status = agent.terminate(Duration::from_secs(15));
@@ -322,6 +328,7 @@ async fn outage(db: TestDb) {
         spool: &spool,
         cluster: "e2e",
         hostname: "gpu-host-2",
+        window: "1s",
     });
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     let spooled = std::fs::read_dir(&spool)
@@ -409,14 +416,14 @@ fn agent_once_prints_one_report() {
         uuids,
         [
             "GPU-e2e-a100-0",
-            "GPU-e2e-a100-1",
+            "GPU-e2e-h100-1",
             "GPU-e2e-t4-2",
             "MIG-e2e-1a",
             "MIG-e2e-1b"
         ]
     );
     let mig = w.gpus.iter().find(|g| g.uuid == "MIG-e2e-1a").unwrap();
-    assert_eq!(mig.parent_uuid.as_deref(), Some("GPU-e2e-a100-1"));
+    assert_eq!(mig.parent_uuid.as_deref(), Some("GPU-e2e-h100-1"));
 }
 
 #[test]
@@ -474,4 +481,121 @@ async fn documented_curl_example_is_accepted() {
     let store = db.open().await;
     let procs = store.process_windows(0, i64::MAX).await.unwrap();
     assert_eq!(procs[0].model.as_deref(), Some("llama-70b"));
+}
+
+/// On a MIG GPU without GPM (an A100), the driver can say nothing about an instance's
+/// utilization: it is reported absent, never as the parent's meaningless 0%.
+#[test]
+fn mig_without_gpm_reports_no_utilization_rather_than_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("a100-mig.json");
+    let doc = json!({ "gpus": [{
+        "uuid": "GPU-a100-mig", "name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * GIB,
+        "mig_capable": true,
+        "mig": [{ "uuid": "MIG-a100-1", "name": "NVIDIA A100-SXM4-80GB MIG 7g.80gb",
+                  "memory_total_bytes": 80 * GIB, "gpu_instance_id": 0,
+                  "phases": [{ "gpu_util": 90, "memory_used_bytes": GIB }] }]
+    }]});
+    std::fs::write(&scenario, doc.to_string()).unwrap();
+    let out = std::process::Command::new(artifact("gpuledger-agent"))
+        .args([
+            "once",
+            "--imds-endpoint",
+            "off",
+            "--duration",
+            "200ms",
+            "--sample-interval",
+            "100ms",
+        ])
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let gpus = &report.windows[0].gpus;
+    assert_eq!(gpus.len(), 2);
+    assert!(gpus.iter().all(|g| g.util_avg.is_none()), "{gpus:?}");
+    assert_eq!(gpus[1].memory_used_max_bytes, Some(GIB));
+}
+
+/// SIGTERM in the middle of a window: the partial window is flushed and delivered, not lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_flushes_the_open_window() {
+    let db = test_support::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let token = create_token(&db.url, "e2e");
+    let server = start_server(&db.url, free_port()).await;
+    let spool = dir.path().join("spool");
+    let mut agent = start_agent(&AgentOptions {
+        server: &server.url,
+        token: &token,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "e2e",
+        hostname: "gpu-host-3",
+        window: "1h",
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(agent.terminate(Duration::from_secs(15)).success());
+    let store = db.open().await;
+    assert_eq!(
+        store.batch_count().await.unwrap(),
+        1,
+        "the open window became one batch"
+    );
+    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    assert_eq!(windows.len(), 5);
+    assert!(windows.iter().all(|w| w.samples >= 4), "{windows:?}");
+    spool_is_drained(&spool, "sqlite");
+}
+
+/// Tokens through the command line: list shows them without secrets; a revoked one gets 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn token_cli_create_list_revoke() {
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "rack-7");
+    let server = start_server(&db.url, free_port()).await;
+    let list = server_cmd(&db.url)
+        .args(["token", "list"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&list.stdout);
+    assert!(listing.contains("rack-7\tactive"), "{listing}");
+    assert!(!listing.contains(&token), "secrets are never listed");
+
+    let post = || async {
+        reqwest::Client::new()
+            .post(format!("{}/api/v1/reports", server.url))
+            .bearer_auth(&token)
+            .body("{}")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(
+        post().await,
+        reqwest::StatusCode::BAD_REQUEST,
+        "authenticated, then refused as malformed"
+    );
+    let revoke = server_cmd(&db.url)
+        .args(["token", "revoke", "rack-7"])
+        .output()
+        .unwrap();
+    assert!(revoke.status.success());
+    assert_eq!(post().await, reqwest::StatusCode::UNAUTHORIZED);
+    let again = server_cmd(&db.url)
+        .args(["token", "revoke", "rack-7"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success(), "revoking twice says so");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no active token"));
 }

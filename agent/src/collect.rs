@@ -8,9 +8,14 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use std::time::Duration;
+
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::gpm_metrics_get;
+use nvml_wrapper::struct_wrappers::gpm::GpmMetricResult;
 use nvml_wrapper::{Device, Nvml};
 
 /// One reading of one device. `None` means the driver could not give the value.
@@ -125,6 +130,7 @@ fn read_all(
             parent.mem_util = None;
             let instances = device.mig_device_count().unwrap_or(0);
             let mut children = Vec::new();
+            let mut instance_ids = Vec::new();
             for j in 0..instances {
                 // Unpopulated slots answer NotFound.
                 let Ok(instance) = device.mig_device_by_index(j) else {
@@ -133,7 +139,23 @@ fn read_all(
                 let mut child =
                     read_device(nvml, &instance, Some(&parent.uuid), last_seen_us, true)?;
                 child.index = parent.index;
+                instance_ids.push(gpu_instance_id(nvml, &instance));
                 children.push(child);
+            }
+            // The driver gives no utilization rates on MIG handles: measure each instance's
+            // activity through GPM (Hopper and newer) instead. Elsewhere it stays absent.
+            let wanted: Vec<u32> = children
+                .iter()
+                .zip(&instance_ids)
+                .filter(|(c, _)| c.gpu_util.is_none())
+                .filter_map(|(_, id)| *id)
+                .collect();
+            let activity = mig_activity_gpm(nvml, &device, &wanted);
+            for (child, id) in children.iter_mut().zip(&instance_ids) {
+                if let Some((util, mem)) = id.and_then(|id| activity.get(&id)) {
+                    child.gpu_util = child.gpu_util.or(*util);
+                    child.mem_util = child.mem_util.or(*mem);
+                }
             }
             out.push(parent);
             out.extend(children);
@@ -142,6 +164,56 @@ fn read_all(
         }
     }
     Ok(out)
+}
+
+/// The GPU instance id of a MIG device handle. nvml-wrapper has no safe call for
+/// `nvmlDeviceGetGpuInstanceId`, so this calls the loaded symbol, if the library has it.
+fn gpu_instance_id(nvml: &Nvml, device: &Device<'_>) -> Option<u32> {
+    let get = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
+    let mut id: std::ffi::c_uint = 0;
+    // SAFETY: the handle comes from this live `Nvml` and `id` is a valid out-pointer.
+    let rc = unsafe { get(device.handle(), &mut id) };
+    (rc == 0).then_some(id)
+}
+
+/// How long GPM measures between its two samples.
+const GPM_INTERVAL: Duration = Duration::from_millis(100);
+
+type Activity = (Option<u32>, Option<u32>);
+
+/// (GPU %, DRAM bandwidth %) per GPU instance id, from two GPM samples `GPM_INTERVAL` apart.
+fn mig_activity_gpm(
+    nvml: &Nvml,
+    parent: &Device<'_>,
+    instance_ids: &[u32],
+) -> HashMap<u32, Activity> {
+    let mut out = HashMap::new();
+    if instance_ids.is_empty() || !parent.gpm_support().unwrap_or(false) {
+        return out;
+    }
+    let first: Vec<_> = instance_ids
+        .iter()
+        .filter_map(|id| parent.gpm_mig_sample(*id).ok().map(|s| (*id, s)))
+        .collect();
+    if first.is_empty() {
+        return out;
+    }
+    std::thread::sleep(GPM_INTERVAL);
+    let percent = |r: Option<&Result<GpmMetricResult, NvmlError>>| {
+        r.and_then(|r| r.as_ref().ok())
+            .filter(|m| m.value.is_finite())
+            .map(|m| m.value.round().clamp(0.0, 100.0) as u32)
+    };
+    for (id, s1) in first {
+        let Ok(s2) = parent.gpm_mig_sample(id) else {
+            continue;
+        };
+        let metrics = [GpmMetricId::GraphicsUtil, GpmMetricId::DramBwUtil];
+        if let Ok(results) = gpm_metrics_get(nvml, &s1, &s2, &metrics) {
+            out.insert(id, (percent(results.first()), percent(results.get(1))));
+        }
+    }
+    out
 }
 
 fn optional<T>(result: Result<T, NvmlError>) -> Result<Option<T>, CollectError> {

@@ -14,13 +14,26 @@ use tokio::sync::{watch, Notify};
 
 use crate::spool::{Entry, Spool};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DeliveryConfig {
     pub server: String,
     pub token: String,
     pub request_timeout: Duration,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+}
+
+// The token is a secret: never in logs or panics.
+impl std::fmt::Debug for DeliveryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryConfig")
+            .field("server", &self.server)
+            .field("token", &"<redacted>")
+            .field("request_timeout", &self.request_timeout)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .finish()
+    }
 }
 
 /// What to do with a batch after one attempt.
@@ -194,6 +207,18 @@ mod tests {
     use super::*;
     use rand::rngs::StdRng;
     use rand::SeedableRng;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let c = DeliveryConfig {
+            server: "http://s".into(),
+            token: "gpl_secret".into(),
+            request_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+        };
+        assert!(!format!("{c:?}").contains("gpl_secret"));
+    }
 
     #[test]
     fn classification_follows_status_classes() {

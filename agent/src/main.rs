@@ -108,7 +108,7 @@ struct OnceArgs {
     #[command(flatten)]
     source: SourceArgs,
     /// How long to sample before printing.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "GPULEDGER_ONCE_DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     duration: Duration,
 }
 

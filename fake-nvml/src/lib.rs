@@ -11,6 +11,7 @@
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 
+mod gpm;
 mod scenario;
 
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
@@ -19,25 +20,25 @@ use std::time::Instant;
 
 use scenario::{Device, Scenario};
 
-type NvmlReturn = c_uint;
-type DeviceHandle = *mut c_void;
+pub(crate) type NvmlReturn = c_uint;
+pub(crate) type DeviceHandle = *mut c_void;
 
-const SUCCESS: NvmlReturn = 0;
-const ERROR_UNINITIALIZED: NvmlReturn = 1;
-const ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
-const ERROR_NOT_SUPPORTED: NvmlReturn = 3;
-const ERROR_NOT_FOUND: NvmlReturn = 6;
+pub(crate) const SUCCESS: NvmlReturn = 0;
+pub(crate) const ERROR_UNINITIALIZED: NvmlReturn = 1;
+pub(crate) const ERROR_INVALID_ARGUMENT: NvmlReturn = 2;
+pub(crate) const ERROR_NOT_SUPPORTED: NvmlReturn = 3;
+pub(crate) const ERROR_NOT_FOUND: NvmlReturn = 6;
 const ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
-const ERROR_UNKNOWN: NvmlReturn = 999;
+pub(crate) const ERROR_UNKNOWN: NvmlReturn = 999;
 
-struct State {
+pub(crate) struct State {
     scenario: Scenario,
-    started: Instant,
+    pub(crate) started: Instant,
     /// nvmlInit may be called several times; nvmlShutdown undoes one call each.
     refcount: u32,
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+pub(crate) static STATE: Mutex<Option<State>> = Mutex::new(None);
 static LAST_ERROR: Mutex<String> = Mutex::new(String::new());
 
 #[repr(C)]
@@ -81,7 +82,10 @@ pub struct ProcessUtilizationSample {
 }
 
 /// Runs `f` on the device behind `handle`, with the seconds elapsed since nvmlInit.
-fn with_device(handle: DeviceHandle, f: impl FnOnce(&Device, f64) -> NvmlReturn) -> NvmlReturn {
+pub(crate) fn with_device(
+    handle: DeviceHandle,
+    f: impl FnOnce(&Device, f64) -> NvmlReturn,
+) -> NvmlReturn {
     let guard = match STATE.lock() {
         Ok(g) => g,
         Err(_) => return ERROR_UNKNOWN,

@@ -40,6 +40,10 @@ pub struct Gpu {
     pub mig_capable: bool,
     #[serde(default)]
     pub mig: Vec<MigInstance>,
+    /// GPU Performance Monitoring (Hopper and newer): the only source of a MIG instance's
+    /// utilization, since the driver refuses utilization rates on MIG handles.
+    #[serde(default)]
+    pub gpm: bool,
     #[serde(default)]
     pub phases: Vec<Phase>,
 }
@@ -219,15 +223,34 @@ impl Device<'_> {
         }
     }
 
-    /// (gpu %, memory-controller %). On a MIG-mode parent the driver reports 0, as real NVML does.
+    /// (gpu %, memory-controller %), as nvmlDeviceGetUtilizationRates gives it. Like the real
+    /// driver: a MIG-mode parent reads 0, and a MIG instance is not supported (`None`).
     pub fn utilization(&self, t: f64) -> Option<(u32, u32)> {
         match self {
             Device::Gpu { gpu, .. } if !gpu.mig.is_empty() => Some((0, 0)),
-            _ => {
-                let phase = phase_at(self.phases(), t)?;
-                Some((phase.gpu_util?, phase.mem_util.unwrap_or(0)))
-            }
+            Device::Mig { .. } => None,
+            Device::Gpu { .. } => self.activity(t),
         }
+    }
+
+    /// What the device is doing at `t`: (gpu %, memory %), the source of GPM metrics.
+    pub fn activity(&self, t: f64) -> Option<(u32, u32)> {
+        let phase = phase_at(self.phases(), t)?;
+        Some((phase.gpu_util?, phase.mem_util.unwrap_or(0)))
+    }
+
+    pub fn gpm_supported(&self) -> bool {
+        self.gpu().gpm
+    }
+
+    /// The MIG instance of this (parent) GPU with the given GPU instance id, as a handle.
+    pub fn mig_handle_by_instance_id(&self, gpu_instance_id: u32) -> Option<usize> {
+        let position = self
+            .gpu()
+            .mig
+            .iter()
+            .position(|m| m.gpu_instance_id == gpu_instance_id)?;
+        self.mig_handle(position)
     }
 
     pub fn power_mw(&self, t: f64) -> Option<u32> {

@@ -40,7 +40,7 @@ enum Command {
         #[arg(long, env = "GPULEDGER_DEMO_DB", default_value = "gpuledger-demo.db")]
         demo_db: String,
         /// Hours of history to simulate.
-        #[arg(long, default_value_t = 6)]
+        #[arg(long, env = "GPULEDGER_DEMO_HOURS", default_value_t = 6)]
         hours: i64,
     },
 }
@@ -65,7 +65,7 @@ struct ServeArgs {
 enum TokenCommand {
     /// Create a token and print it (it is shown only this once).
     Create {
-        #[arg(long)]
+        #[arg(long, env = "GPULEDGER_TOKEN_NAME")]
         name: String,
     },
     /// List tokens (names and dates; never the secrets).

@@ -138,6 +138,8 @@ pub struct AgentOptions<'a> {
     pub spool: &'a Path,
     pub cluster: &'a str,
     pub hostname: &'a str,
+    /// Aggregation window, e.g. "1s".
+    pub window: &'a str,
 }
 
 pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
@@ -157,7 +159,7 @@ pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
             "aws",
         ])
         .args(["--imds-endpoint", "off"])
-        .args(["--sample-interval", "200ms", "--window", "1s"])
+        .args(["--sample-interval", "200ms", "--window", o.window])
         .args([
             "--retry-initial",
             "100ms",
