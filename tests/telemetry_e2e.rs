@@ -379,34 +379,37 @@ async fn server_outage_loses_nothing_postgres() {
     outage(test_support::postgres().await).await;
 }
 
+/// Runs `gpuledger-agent once` against the fake NVML and parses the report it prints.
+fn agent_once(scenario: &Path, args: &[&str]) -> gpuledger_proto::Report {
+    let out = std::process::Command::new(artifact("gpuledger-agent"))
+        .args(["once", "--imds-endpoint", "off"])
+        .args(args)
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
 #[test]
 fn agent_once_prints_one_report() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = processes();
     let scenario = write_scenario(dir.path(), &fleet);
-    let out = std::process::Command::new(artifact("gpuledger-agent"))
-        .args([
-            "once",
-            "--imds-endpoint",
-            "off",
+    let report = agent_once(
+        &scenario,
+        &[
             "--duration",
             "600ms",
             "--sample-interval",
             "200ms",
             "--cluster",
             "dbg",
-        ])
-        .arg("--nvml-lib")
-        .arg(artifact("libfake_nvml.so"))
-        .env("FAKE_NVML_SCENARIO", &scenario)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report.host.cluster, "dbg");
     assert_eq!(report.windows.len(), 1);
     let w = &report.windows[0];
@@ -497,27 +500,10 @@ fn mig_without_gpm_reports_no_utilization_rather_than_zero() {
                   "phases": [{ "gpu_util": 90, "memory_used_bytes": GIB }] }]
     }]});
     std::fs::write(&scenario, doc.to_string()).unwrap();
-    let out = std::process::Command::new(artifact("gpuledger-agent"))
-        .args([
-            "once",
-            "--imds-endpoint",
-            "off",
-            "--duration",
-            "200ms",
-            "--sample-interval",
-            "100ms",
-        ])
-        .arg("--nvml-lib")
-        .arg(artifact("libfake_nvml.so"))
-        .env("FAKE_NVML_SCENARIO", &scenario)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = agent_once(
+        &scenario,
+        &["--duration", "200ms", "--sample-interval", "100ms"],
     );
-    let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
     let gpus = &report.windows[0].gpus;
     assert_eq!(gpus.len(), 2);
     assert!(gpus.iter().all(|g| g.util_avg.is_none()), "{gpus:?}");
