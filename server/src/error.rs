@@ -26,6 +26,8 @@ pub enum ApiError {
     Unavailable,
     #[error("storage: {0}")]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl ApiError {
@@ -45,7 +47,9 @@ impl ApiError {
             ApiError::Store(StoreError::Database(e)) if is_unavailable(e) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
             }
-            ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
+            ApiError::Store(_) | ApiError::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
+            }
         }
     }
 

@@ -1,12 +1,16 @@
 //! gpuledger server: ingests agent reports, stores them on SQLite or PostgreSQL, and shows the
 //! fleet. The binary in `main.rs` is a thin command line over this library.
 
+pub mod allocation;
+pub mod attribution;
 pub mod auth;
+pub mod billing;
 pub mod demo;
 pub mod error;
 pub mod format;
 pub mod http;
 pub mod metrics;
+pub mod money;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

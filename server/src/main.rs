@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use gpuledger_server::billing::{self, ratecard::RateCard};
 use gpuledger_server::{auth, demo, now_ms, serve, store, AppState};
 
 /// gpuledger server: GPU cost observability. Ingests agent reports and shows the fleet.
@@ -32,6 +33,11 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Import bills.
+    Billing {
+        #[command(subcommand)]
+        command: BillingCommand,
+    },
     /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
     Demo {
         #[command(flatten)]
@@ -59,6 +65,19 @@ struct ServeArgs {
     /// Largest report body accepted, in bytes.
     #[arg(long, env = "GPULEDGER_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
+    #[arg(long, env = "GPULEDGER_RATE_CARD")]
+    rate_card: Option<std::path::PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum BillingCommand {
+    /// Import FOCUS cost-and-usage exports (CSV or CSV.gz). Importing the same file again
+    /// changes nothing; a newer export of the same billing period replaces the older.
+    ImportFocus {
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -100,12 +119,37 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn state_for(store: std::sync::Arc<dyn store::Store>, args: &ServeArgs) -> AppState {
+fn state_for(
+    store: std::sync::Arc<dyn store::Store>,
+    args: &ServeArgs,
+) -> anyhow::Result<AppState> {
     let mut state = AppState::new(store);
     state.limits.retention_ms = args.retention.as_millis() as i64;
     state.limits.max_clock_skew_ms = args.max_clock_skew.as_millis() as i64;
     state.max_body_bytes = args.max_body_bytes;
-    state
+    if let Some(path) = &args.rate_card {
+        state.rate_card = std::sync::Arc::new(RateCard::load(path)?);
+    }
+    Ok(state)
+}
+
+/// Reads a file with a progress bar on a terminal (large billing exports take a while).
+fn read_with_progress(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let bar = indicatif::ProgressBar::new(len).with_message(path.display().to_string());
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} {eta}")
+    {
+        bar.set_style(style);
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    bar.wrap_read(file)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    bar.finish_and_clear();
+    Ok(bytes)
 }
 
 #[tokio::main]
@@ -123,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
             let store = store::connect(&cli.database_url)
                 .await
                 .with_context(|| format!("opening {}", cli.database_url))?;
-            run_server(state_for(store, &args), &args).await
+            run_server(state_for(store, &args)?, &args).await
         }
         Command::Token { command } => {
             let store = store::connect(&cli.database_url)
@@ -159,6 +203,43 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Billing { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", cli.database_url))?;
+            match command {
+                BillingCommand::ImportFocus { files } => {
+                    for path in files {
+                        let bytes = read_with_progress(&path)?;
+                        let name = path
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        let summary = billing::import_focus(store.as_ref(), &name, bytes, now_ms())
+                            .await
+                            .with_context(|| {
+                                format!(
+                                    "{} was not imported; nothing of it was stored",
+                                    path.display()
+                                )
+                            })?;
+                        if summary.new {
+                            println!(
+                                "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",
+                                path.display(), summary.rows, summary.billed_total, summary.effective_total, summary.replaced_lines
+                            );
+                        } else {
+                            println!(
+                                "{}: already imported (import {}); nothing changed",
+                                path.display(),
+                                summary.import_id
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
         Command::Demo {
             serve: args,
             demo_db,
@@ -180,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
             let batches = demo::seed(store.as_ref(), token_id, now_ms(), hours).await?;
             eprintln!("demo: simulated {hours} h of a fleet in {demo_db} ({batches} reports)");
             eprintln!("demo: agent token for trying ingest yourself: {token}");
-            run_server(state_for(store, &args), &args).await
+            run_server(state_for(store, &args)?, &args).await
         }
     }
 }

@@ -176,3 +176,30 @@ pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
         .expect("spawn agent");
     Proc(child)
 }
+
+/// A tool from the repository's Python environment (scripts/python-env makes it).
+pub fn python_tool(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".venv/bin")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/python-env (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs a server subcommand against `db_url` and returns its stdout; panics with stderr on failure.
+pub fn server_run(db_url: &str, args: &[&str]) -> String {
+    let out = server_cmd(db_url)
+        .args(args)
+        .output()
+        .expect("run server command");
+    assert!(
+        out.status.success(),
+        "gpuledger-server {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,5 +1,6 @@
 //! The HTTP surface: one module per concern, each with its own routes, merged here.
 
+mod allocation;
 mod assets;
 mod fleet;
 mod health;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
+use crate::billing::ratecard::RateCard;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::validate::Limits;
@@ -23,6 +25,7 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     pub max_body_bytes: usize,
+    pub rate_card: Arc<RateCard>,
 }
 
 impl AppState {
@@ -32,6 +35,7 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             limits: Limits::default(),
             max_body_bytes: 4 * 1024 * 1024,
+            rate_card: Arc::new(RateCard::default_card()),
         }
     }
 }
@@ -40,6 +44,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.max_body_bytes))
         .merge(fleet::router())
+        .merge(allocation::router())
         .merge(health::router())
         .merge(assets::router())
         .fallback(page::not_found)

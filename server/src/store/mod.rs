@@ -117,6 +117,80 @@ pub struct StoredProcessWindow {
     pub pod_uid: Option<String>,
 }
 
+/// A bill about to be stored.
+#[derive(Debug, Clone)]
+pub struct NewImport {
+    pub source: String,
+    pub name: String,
+    pub content_sha256: String,
+    pub imported_ms: i64,
+    pub billed_total: rust_decimal::Decimal,
+    pub effective_total: rust_decimal::Decimal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportOutcome {
+    Imported {
+        import_id: i64,
+        replaced_lines: u64,
+    },
+    /// The same content was imported before; nothing changed.
+    AlreadyImported {
+        import_id: i64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillingImportRow {
+    pub id: i64,
+    pub source: String,
+    pub name: String,
+    pub imported_ms: i64,
+    pub row_count: i64,
+    pub billed_total: String,
+    pub effective_total: String,
+    /// Lines of this import still in force (a newer export of a period replaces them).
+    pub current_lines: i64,
+}
+
+/// A stored cost line, as attribution reads it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StoredCostLine {
+    pub resource_key: Option<String>,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub charge_category: String,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub currency: String,
+    pub pricing_category: String,
+    pub instance_type: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct HostRow {
+    pub id: i64,
+    pub cluster: String,
+    pub hostname: String,
+    pub provider: Option<String>,
+    pub instance_id: Option<String>,
+    pub instance_key: Option<String>,
+    pub instance_type: Option<String>,
+}
+
+/// A GPU window with its host, for attribution.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AttributionWindow {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub parent_uuid: Option<String>,
+    pub gpu_name: Option<String>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub memory_total_bytes: Option<i64>,
+    pub util_avg: Option<f64>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// `sqlite` or `postgres`.
@@ -154,6 +228,25 @@ pub trait Store: Send + Sync {
         to_ms: i64,
     ) -> Result<Vec<StoredProcessWindow>, StoreError>;
     async fn batch_count(&self) -> Result<i64, StoreError>;
+
+    /// Stores a bill's lines in one transaction, replacing the lines earlier imports held for
+    /// the same (provider, billing account, billing period). The same content imports once.
+    async fn import_cost_lines(
+        &self,
+        import: &NewImport,
+        lines: &[crate::billing::CostLine],
+    ) -> Result<ImportOutcome, StoreError>;
+    async fn billing_imports(&self) -> Result<Vec<BillingImportRow>, StoreError>;
+    /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
+    async fn cost_lines(&self, from_ms: i64, to_ms: i64)
+        -> Result<Vec<StoredCostLine>, StoreError>;
+    async fn hosts(&self) -> Result<Vec<HostRow>, StoreError>;
+    /// GPU windows starting in `[from_ms, to_ms)` with their host and GPU model.
+    async fn attribution_windows(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<AttributionWindow>, StoreError>;
 }
 
 /// Opens the database named by `url` and brings its schema up to date.
@@ -246,11 +339,13 @@ macro_rules! shared_sql_impl {
             let h = &report.host;
             let (host_id,): (i64,) = sqlx::query_as(
                 "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
-                                    agent_version, last_report_ms, spool_depth, spool_dropped)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                    agent_version, last_report_ms, spool_depth, spool_dropped,
+                                    instance_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (cluster, hostname) DO UPDATE SET
                     provider = COALESCE(excluded.provider, hosts.provider),
                     instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
+                    instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
                     instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
                     region = COALESCE(excluded.region, hosts.region),
                     agent_version = excluded.agent_version,
@@ -270,6 +365,7 @@ macro_rules! shared_sql_impl {
             .bind(now_ms)
             .bind(agent.spool_depth)
             .bind(agent.spool_dropped)
+            .bind(h.instance_id.as_deref().map($crate::billing::normalize_resource_id))
             .fetch_one(&mut **tx)
             .await?;
 
@@ -455,6 +551,160 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        async fn import_cost_lines_sql(
+            pool: &sqlx::Pool<$db>,
+            import: &$crate::store::NewImport,
+            lines: &[$crate::billing::CostLine],
+        ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
+            use $crate::money::to_text;
+            let mut tx = pool.begin().await?;
+            let existing: Option<(i64,)> =
+                sqlx::query_as("SELECT id FROM billing_imports WHERE content_sha256 = $1")
+                    .bind(&import.content_sha256)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some((import_id,)) = existing {
+                return Ok($crate::store::ImportOutcome::AlreadyImported { import_id });
+            }
+            let (import_id,): (i64,) = sqlx::query_as(
+                "INSERT INTO billing_imports (source, name, content_sha256, imported_ms, row_count,
+                                              billed_total, effective_total)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            )
+            .bind(&import.source)
+            .bind(&import.name)
+            .bind(&import.content_sha256)
+            .bind(import.imported_ms)
+            .bind(lines.len() as i64)
+            .bind(to_text(import.billed_total))
+            .bind(to_text(import.effective_total))
+            .fetch_one(&mut *tx)
+            .await?;
+
+            // A newer export of a billing period replaces what earlier imports said about it.
+            let periods: std::collections::BTreeSet<(&str, &str, i64)> = lines
+                .iter()
+                .map(|l| (l.provider.as_str(), l.billing_account_id.as_str(), l.billing_period_start_ms))
+                .collect();
+            let mut replaced_lines = 0u64;
+            for (provider, account, period) in periods {
+                replaced_lines += sqlx::query(
+                    "DELETE FROM cost_lines WHERE provider = $1 AND billing_account_id = $2
+                       AND billing_period_start_ms = $3 AND import_id <> $4",
+                )
+                .bind(provider)
+                .bind(account)
+                .bind(period)
+                .bind(import_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            }
+
+            // Multi-row inserts: 22 parameters a row stays under both backends' limits.
+            for chunk in lines.chunks(500) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO cost_lines (import_id, line_no, provider, billing_account_id,
+                        billing_period_start_ms, charge_period_start_ms, charge_period_end_ms,
+                        charge_category, resource_id, resource_key, billed_cost, effective_cost,
+                        list_cost, currency, pricing_category, commitment_discount_id,
+                        commitment_discount_status, service_name, sku_id, region, instance_type,
+                        tags_json, extra_json) ",
+                );
+                q.push_values(chunk, |mut b, l| {
+                    b.push_bind(import_id)
+                        .push_bind(l.line_no as i64)
+                        .push_bind(l.provider.clone())
+                        .push_bind(l.billing_account_id.clone())
+                        .push_bind(l.billing_period_start_ms)
+                        .push_bind(l.charge_period_start_ms)
+                        .push_bind(l.charge_period_end_ms)
+                        .push_bind(l.charge_category.clone())
+                        .push_bind(l.resource_id.clone())
+                        .push_bind(l.resource_key.clone())
+                        .push_bind(to_text(l.billed_cost))
+                        .push_bind(to_text(l.effective_cost))
+                        .push_bind(to_text(l.list_cost))
+                        .push_bind(l.currency.clone())
+                        .push_bind(l.pricing_category.clone())
+                        .push_bind(l.commitment_discount_id.clone())
+                        .push_bind(l.commitment_discount_status.clone())
+                        .push_bind(l.service_name.clone())
+                        .push_bind(l.sku_id.clone())
+                        .push_bind(l.region.clone())
+                        .push_bind(l.instance_type.clone())
+                        .push_bind(l.tags_json.clone())
+                        .push_bind(l.extra_json.clone());
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok($crate::store::ImportOutcome::Imported {
+                import_id,
+                replaced_lines,
+            })
+        }
+
+        async fn billing_imports_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::BillingImportRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT i.id, i.source, i.name, i.imported_ms, i.row_count, i.billed_total,
+                        i.effective_total,
+                        (SELECT COUNT(*) FROM cost_lines c WHERE c.import_id = i.id) AS current_lines
+                 FROM billing_imports i ORDER BY i.id",
+            )
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn cost_lines_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::StoredCostLine>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
+                        billed_cost, effective_cost, currency, pricing_category, instance_type
+                 FROM cost_lines
+                 WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
+                 ORDER BY charge_period_start_ms, id",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn hosts_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type
+                 FROM hosts ORDER BY cluster, hostname",
+            )
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn attribution_windows_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
+                        w.memory_total_bytes, w.util_avg
+                 FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
+                 WHERE w.start_ms >= $1 AND w.start_ms < $2
+                 ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
         async fn batch_count_sql(pool: &sqlx::Pool<$db>) -> Result<i64, $crate::store::StoreError> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
                 .fetch_one(pool)
@@ -465,9 +715,9 @@ macro_rules! shared_sql_impl {
 }
 pub(crate) use shared_sql_impl;
 
-/// The whole `Store` impl for a backend type with a `pool` field: every method forwards to the
-/// shared SQL except `ingest`, which calls the backend's own `ingest_batch` (SQLite serialises
-/// writers; PostgreSQL does not need to).
+/// The whole `Store` impl for a backend type with a `pool` field and a `write_guard()`: every
+/// method forwards to the shared SQL; writes first take the backend's write guard (SQLite
+/// serialises writers; PostgreSQL needs none).
 macro_rules! store_impl {
     ($store:ty, $name:literal) => {
         #[async_trait::async_trait]
@@ -512,7 +762,40 @@ macro_rules! store_impl {
                 agent: $crate::store::AgentStatus,
                 now_ms: i64,
             ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
-                self.ingest_batch(report, token_id, agent, now_ms).await
+                let _writer = self.write_guard().await;
+                ingest_tx(&self.pool, report, token_id, agent, now_ms).await
+            }
+            async fn import_cost_lines(
+                &self,
+                import: &$crate::store::NewImport,
+                lines: &[$crate::billing::CostLine],
+            ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                import_cost_lines_sql(&self.pool, import, lines).await
+            }
+            async fn billing_imports(
+                &self,
+            ) -> Result<Vec<$crate::store::BillingImportRow>, $crate::store::StoreError> {
+                billing_imports_sql(&self.pool).await
+            }
+            async fn cost_lines(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::StoredCostLine>, $crate::store::StoreError> {
+                cost_lines_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn hosts(
+                &self,
+            ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
+                hosts_sql(&self.pool).await
+            }
+            async fn attribution_windows(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
+                attribution_windows_sql(&self.pool, from_ms, to_ms).await
             }
             async fn fleet(
                 &self,

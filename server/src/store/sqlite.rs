@@ -4,12 +4,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use gpuledger_proto::Report;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Pool, Sqlite};
 use tokio::sync::Mutex;
 
-use super::{shared_sql_impl, store_impl, AgentStatus, IngestOutcome, StoreError};
+use super::{shared_sql_impl, store_impl, StoreError};
 
 shared_sql_impl!(Sqlite);
 
@@ -43,14 +42,8 @@ impl SqliteStore {
 store_impl!(SqliteStore, "sqlite");
 
 impl SqliteStore {
-    async fn ingest_batch(
-        &self,
-        report: &Report,
-        token_id: i64,
-        agent: AgentStatus,
-        now_ms: i64,
-    ) -> Result<IngestOutcome, StoreError> {
-        let _writer = self.writer.lock().await;
-        ingest_tx(&self.pool, report, token_id, agent, now_ms).await
+    /// SQLite allows one writer: take turns here rather than meet "database is locked".
+    async fn write_guard(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writer.lock().await
     }
 }

@@ -265,3 +265,145 @@ async fn both_schemas_have_the_same_tables_and_columns() {
     assert!(!lite_cols.is_empty());
     assert_eq!(lite_cols, pg_cols);
 }
+
+fn cost_line(line_no: u64, period: i64, cost: &str) -> crate::billing::CostLine {
+    let amount = crate::money::parse_amount(cost).unwrap();
+    crate::billing::CostLine {
+        line_no,
+        provider: "AWS".into(),
+        billing_account_id: "1111".into(),
+        billing_period_start_ms: period,
+        charge_period_start_ms: period + line_no as i64 * 3_600_000,
+        charge_period_end_ms: period + (line_no as i64 + 1) * 3_600_000,
+        charge_category: "Usage".into(),
+        resource_id: Some("arn:aws:ec2:us-east-1:1111:instance/i-0abc".into()),
+        resource_key: Some("i-0abc".into()),
+        billed_cost: amount,
+        effective_cost: amount,
+        list_cost: amount,
+        currency: "USD".into(),
+        pricing_category: "on_demand".into(),
+        commitment_discount_id: None,
+        commitment_discount_status: None,
+        service_name: Some("AmazonEC2".into()),
+        sku_id: None,
+        region: Some("us-east-1".into()),
+        instance_type: Some("p4d.24xlarge".into()),
+        tags_json: "{}".into(),
+        extra_json: "{}".into(),
+    }
+}
+
+#[tokio::test]
+async fn bills_import_once_and_a_newer_export_replaces_its_period() {
+    const MAY: i64 = 1_777_593_600_000;
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let first = vec![
+            cost_line(0, MAY, "32.7726"),
+            cost_line(1, MAY, "0.000000000000001"),
+        ];
+        let s1 = crate::billing::store_lines(
+            store.as_ref(),
+            "focus",
+            "may-v1.csv",
+            "sha-1".into(),
+            first,
+            T0,
+        )
+        .await
+        .unwrap();
+        assert!(s1.new, "{b}");
+        let again = crate::billing::store_lines(
+            store.as_ref(),
+            "focus",
+            "may-v1.csv",
+            "sha-1".into(),
+            vec![cost_line(0, MAY, "1")],
+            T0,
+        )
+        .await
+        .unwrap();
+        assert!(!again.new, "{b}: the same content imports once");
+        assert_eq!(again.import_id, s1.import_id);
+
+        let lines = store.cost_lines(MAY, MAY + 10 * 3_600_000).await.unwrap();
+        assert_eq!(lines.len(), 2, "{b}");
+        assert_eq!(
+            lines[1].effective_cost, "0.000000000000001",
+            "{b}: amounts round-trip exactly"
+        );
+
+        // A newer export of May: replaces both lines.
+        let newer = vec![cost_line(0, MAY, "30")];
+        let s2 = crate::billing::store_lines(
+            store.as_ref(),
+            "focus",
+            "may-v2.csv",
+            "sha-2".into(),
+            newer,
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+        assert_eq!(s2.replaced_lines, 2, "{b}");
+        let lines = store.cost_lines(MAY, MAY + 10 * 3_600_000).await.unwrap();
+        assert_eq!(lines.len(), 1, "{b}");
+        assert_eq!(lines[0].effective_cost, "30", "{b}");
+        let imports = store.billing_imports().await.unwrap();
+        assert_eq!(imports.len(), 2, "{b}");
+        assert_eq!(
+            (imports[0].current_lines, imports[1].current_lines),
+            (0, 1),
+            "{b}"
+        );
+        assert_eq!(imports[0].effective_total, "32.772600000000001", "{b}");
+
+        // Another month is left alone.
+        let june = MAY + 31 * 24 * 3_600_000;
+        crate::billing::store_lines(
+            store.as_ref(),
+            "focus",
+            "june.csv",
+            "sha-3".into(),
+            vec![cost_line(0, june, "5")],
+            T0 + 2,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            store.cost_lines(MAY, june + 3_600_000).await.unwrap().len(),
+            2,
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hosts_carry_a_normalised_instance_key() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("k", T0, 10.0);
+        r.host.instance_id = Some("arn:aws:ec2:us-east-1:1111:instance/i-0ABC".into());
+        store
+            .ingest(&r, token, AgentStatus::default(), T0 + 20_000)
+            .await
+            .unwrap();
+        let hosts = store.hosts().await.unwrap();
+        assert_eq!(
+            hosts[0].instance_key.as_deref(),
+            Some("i-0abc"),
+            "{}",
+            db.backend
+        );
+        let windows = store.attribution_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(
+            windows[0].gpu_name.as_deref(),
+            Some("NVIDIA A100-SXM4-80GB"),
+            "{}",
+            db.backend
+        );
+    }
+}

@@ -1,0 +1,380 @@
+//! Allocation reports: attributed parts grouped by an owner label or a fleet dimension, per
+//! hour, day or month, as JSON rows, CSV, or FOCUS 1.3 allocation rows for finance tools.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::{Attribution, Kind, Part, HOUR_MS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    Model,
+    Experiment,
+    Endpoint,
+    Team,
+    Cluster,
+    Host,
+    InstanceType,
+    PricingCategory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Hour,
+    Day,
+    Month,
+}
+
+/// Keys for costs that belong to nobody in particular.
+pub const IDLE_KEY: &str = "(idle)";
+pub const UNMONITORED_KEY: &str = "(unmonitored)";
+pub const UNLABELED_KEY: &str = "(unlabeled)";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllocationRow {
+    /// RFC 3339, UTC.
+    pub period_start: String,
+    pub key: String,
+    pub currency: String,
+    /// Everything attributed to this key: used + held idle + idle + unmonitored.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub used_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unmonitored_cost: Decimal,
+    pub gpu_hours: f64,
+    /// GPU utilization (%) averaged over this key's GPU time, where known.
+    pub avg_util: Option<f64>,
+    /// Whether any part comes from the rate card rather than a bill.
+    pub estimated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    pub currency: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unmonitored_cost: Decimal,
+    /// On the bill in this range but for resources that are not GPU hosts gpuledger knows.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unattributed_cost: Decimal,
+    pub gpu_hours: f64,
+}
+
+pub fn period_start(ms: i64, step: Step) -> i64 {
+    match step {
+        Step::Hour => ms.div_euclid(HOUR_MS) * HOUR_MS,
+        Step::Day => ms.div_euclid(24 * HOUR_MS) * 24 * HOUR_MS,
+        Step::Month => crate::billing::focus::month_start_ms(ms),
+    }
+}
+
+pub fn rfc3339(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// The key a part counts under.
+pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
+    let host = attribution.hosts.get(&part.host_id);
+    let label = |v: &Option<String>| match part.kind {
+        Kind::Idle => IDLE_KEY.to_owned(),
+        Kind::Unmonitored => UNMONITORED_KEY.to_owned(),
+        Kind::Used | Kind::HeldIdle => v.clone().unwrap_or_else(|| UNLABELED_KEY.to_owned()),
+    };
+    match by {
+        GroupBy::Model => label(&part.owner.model),
+        GroupBy::Experiment => label(&part.owner.experiment),
+        GroupBy::Endpoint => label(&part.owner.endpoint),
+        GroupBy::Team => label(&part.owner.team),
+        GroupBy::Cluster => host.map_or_else(|| "?".into(), |h| h.cluster.clone()),
+        GroupBy::Host => host.map_or_else(|| "?".into(), |h| h.hostname.clone()),
+        GroupBy::InstanceType => host
+            .and_then(|h| h.instance_type.clone())
+            .unwrap_or_else(|| "(unknown)".into()),
+        GroupBy::PricingCategory => part.pricing_category.clone(),
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    cost: Decimal,
+    used: Decimal,
+    held: Decimal,
+    idle: Decimal,
+    unmonitored: Decimal,
+    gpu_seconds: f64,
+    util_gpu_seconds: f64,
+    util_known_seconds: f64,
+    estimated: bool,
+}
+
+impl Acc {
+    fn add(&mut self, p: &Part) {
+        self.cost += p.cost;
+        match p.kind {
+            Kind::Used => self.used += p.cost,
+            Kind::HeldIdle => self.held += p.cost,
+            Kind::Idle => self.idle += p.cost,
+            Kind::Unmonitored => self.unmonitored += p.cost,
+        }
+        self.gpu_seconds += p.gpu_seconds;
+        self.util_gpu_seconds += p.util_gpu_seconds;
+        self.util_known_seconds += p.util_known_seconds;
+        self.estimated |= p.estimated;
+    }
+}
+
+/// Rows ordered by period, then by cost (largest first), then key.
+pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<AllocationRow> {
+    let mut acc: BTreeMap<(i64, String, String), Acc> = BTreeMap::new();
+    for p in &attribution.parts {
+        let k = (
+            period_start(p.hour_ms, step),
+            key_of(p, by, attribution),
+            p.currency.clone(),
+        );
+        acc.entry(k).or_default().add(p);
+    }
+    let mut rows: Vec<(i64, AllocationRow)> = acc
+        .into_iter()
+        .map(|((period, key, currency), a)| {
+            (
+                period,
+                AllocationRow {
+                    period_start: rfc3339(period),
+                    key,
+                    currency,
+                    cost: a.cost,
+                    used_cost: a.used,
+                    held_idle_cost: a.held,
+                    idle_cost: a.idle,
+                    unmonitored_cost: a.unmonitored,
+                    gpu_hours: a.gpu_seconds / 3600.0,
+                    avg_util: (a.util_known_seconds > 0.0)
+                        .then(|| a.util_gpu_seconds / a.util_known_seconds),
+                    estimated: a.estimated,
+                },
+            )
+        })
+        .collect();
+    rows.sort_by(|(pa, a), (pb, b)| pa.cmp(pb).then(b.cost.cmp(&a.cost)).then(a.key.cmp(&b.key)));
+    rows.into_iter().map(|(_, r)| r).collect()
+}
+
+pub fn totals(attribution: &Attribution) -> Vec<Totals> {
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    for p in &attribution.parts {
+        acc.entry(p.currency.clone()).or_default().add(p);
+    }
+    for currency in attribution.unattributed.keys() {
+        acc.entry(currency.clone()).or_default();
+    }
+    acc.into_iter()
+        .map(|(currency, a)| Totals {
+            unattributed_cost: attribution
+                .unattributed
+                .get(&currency)
+                .copied()
+                .unwrap_or_default(),
+            currency,
+            cost: a.cost,
+            held_idle_cost: a.held,
+            idle_cost: a.idle,
+            unmonitored_cost: a.unmonitored,
+            gpu_hours: a.gpu_seconds / 3600.0,
+        })
+        .collect()
+}
+
+pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "period_start",
+        "key",
+        "currency",
+        "cost",
+        "used_cost",
+        "held_idle_cost",
+        "idle_cost",
+        "unmonitored_cost",
+        "gpu_hours",
+        "avg_util",
+        "estimated",
+    ])?;
+    for r in rows {
+        w.write_record([
+            r.period_start.clone(),
+            r.key.clone(),
+            r.currency.clone(),
+            r.cost.to_string(),
+            r.used_cost.to_string(),
+            r.held_idle_cost.to_string(),
+            r.idle_cost.to_string(),
+            r.unmonitored_cost.to_string(),
+            format!("{:.4}", r.gpu_hours),
+            r.avg_util.map(|u| format!("{u:.2}")).unwrap_or_default(),
+            r.estimated.to_string(),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Hour, host, GPU, owner labels (JSON), pricing category, currency, kind, estimated.
+type FocusKey = (i64, i64, String, String, String, String, &'static str, bool);
+
+/// FOCUS 1.3 rows: one per host-hour, GPU, owner, kind and pricing category, with the split
+/// described in the `Allocated*` columns.
+pub fn to_focus_csv(attribution: &Attribution) -> Result<String, csv::Error> {
+    let mut grouped: BTreeMap<FocusKey, Acc> = BTreeMap::new();
+    for p in &attribution.parts {
+        let owner = serde_json::json!({
+            "model": p.owner.model, "experiment": p.owner.experiment,
+            "endpoint": p.owner.endpoint, "team": p.owner.team,
+        })
+        .to_string();
+        let k = (
+            p.hour_ms,
+            p.host_id,
+            p.gpu_uuid.clone().unwrap_or_default(),
+            owner,
+            p.pricing_category.clone(),
+            p.currency.clone(),
+            p.kind.as_str(),
+            p.estimated,
+        );
+        grouped.entry(k).or_default().add(p);
+    }
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "BillingCurrency",
+        "ChargePeriodStart",
+        "ChargePeriodEnd",
+        "ChargeCategory",
+        "PricingCategory",
+        "EffectiveCost",
+        "ResourceId",
+        "ResourceName",
+        "AllocatedMethodId",
+        "AllocatedMethodDetails",
+        "AllocatedResourceId",
+        "AllocatedResourceName",
+        "AllocatedTags",
+        "x_GpuHours",
+        "x_Estimated",
+    ])?;
+    for ((hour, host_id, gpu, owner, pricing, currency, kind, estimated), a) in grouped {
+        let host = attribution.hosts.get(&host_id);
+        let mut tags: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&owner).unwrap_or_default();
+        tags.retain(|_, v| !v.is_null());
+        tags.insert("gpuledger/kind".into(), kind.into());
+        let focus_pricing = match pricing.as_str() {
+            "on_demand" => "Standard",
+            "spot" => "Dynamic",
+            "committed" => "Committed",
+            _ => "Other",
+        };
+        w.write_record([
+            currency,
+            rfc3339(hour),
+            rfc3339(hour + HOUR_MS),
+            "Usage".to_owned(),
+            focus_pricing.to_owned(),
+            a.cost.to_string(),
+            host.and_then(|h| h.instance_id.clone()).unwrap_or_default(),
+            host.map(|h| h.hostname.clone()).unwrap_or_default(),
+            "gpuledger-gpu-share-v1".to_owned(),
+            r#"{"split":"host cost equally over GPUs; MIG by instance size; over time by reported windows; among processes by SM utilization, else memory"}"#.to_owned(),
+            gpu.clone(),
+            if gpu.is_empty() { String::new() } else { format!("{gpu} ({kind})") },
+            serde_json::Value::Object(tags).to_string(),
+            format!("{:.6}", a.gpu_seconds / 3600.0),
+            estimated.to_string(),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Parses a range bound: `YYYY-MM`, `YYYY-MM-DD` or RFC 3339.
+pub fn parse_bound(text: &str) -> Option<i64> {
+    let t = text.trim();
+    if let Ok(d) = DateTime::parse_from_rfc3339(t) {
+        return Some(d.timestamp_millis());
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        return Some(
+            Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0)?)
+                .timestamp_millis(),
+        );
+    }
+    let (y, m) = t.split_once('-')?;
+    let d = NaiveDate::from_ymd_opt(y.parse().ok()?, m.parse().ok()?, 1)?;
+    Some(
+        Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0)?)
+            .timestamp_millis(),
+    )
+}
+
+/// The current calendar month, UTC: the default range.
+pub fn this_month(now_ms: i64) -> (i64, i64) {
+    let start = crate::billing::focus::month_start_ms(now_ms);
+    let next = DateTime::<Utc>::from_timestamp_millis(start)
+        .and_then(|d| {
+            let (y, m) = if d.month() == 12 {
+                (d.year() + 1, 1)
+            } else {
+                (d.year(), d.month() + 1)
+            };
+            NaiveDate::from_ymd_opt(y, m, 1)
+        })
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(start + 31 * 24 * HOUR_MS, |d| {
+            d.and_utc().timestamp_millis()
+        });
+    (start, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_and_periods() {
+        assert_eq!(parse_bound("2026-05"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("2026-05-01"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("2026-05-01T00:00:00Z"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("May"), None);
+        let (s, e) = this_month(1_777_593_600_000 + 5 * 86_400_000);
+        assert_eq!(
+            (s, e),
+            (1_777_593_600_000, 1_777_593_600_000 + 31 * 86_400_000)
+        );
+        assert_eq!(
+            rfc3339(period_start(1_777_593_600_000 + 90 * 60_000, Step::Hour)),
+            "2026-05-01T01:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(period_start(1_777_593_600_000 + 30 * 3_600_000, Step::Day)),
+            "2026-05-02T00:00:00Z"
+        );
+    }
+}

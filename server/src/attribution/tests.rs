@@ -1,0 +1,454 @@
+use std::str::FromStr;
+
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
+const MIN: i64 = 60_000;
+const GIB: i64 = 1 << 30;
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn host(id: i64, key: &str, instance_type: &str) -> HostRow {
+    HostRow {
+        id,
+        cluster: "c".into(),
+        hostname: format!("h{id}"),
+        provider: Some("aws".into()),
+        instance_id: Some(key.into()),
+        instance_key: Some(key.into()),
+        instance_type: Some(instance_type.into()),
+    }
+}
+
+fn window(
+    host_id: i64,
+    uuid: &str,
+    parent: Option<&str>,
+    start: i64,
+    mins: i64,
+    util: Option<f64>,
+) -> AttributionWindow {
+    AttributionWindow {
+        host_id,
+        gpu_uuid: uuid.into(),
+        parent_uuid: parent.map(Into::into),
+        gpu_name: Some("NVIDIA A100-SXM4-80GB".into()),
+        start_ms: start,
+        end_ms: start + mins * MIN,
+        memory_total_bytes: Some(80 * GIB),
+        util_avg: util,
+    }
+}
+
+fn process(
+    uuid: &str,
+    start: i64,
+    pid: i64,
+    model: &str,
+    mem_gib: i64,
+    sm: Option<f64>,
+) -> StoredProcessWindow {
+    StoredProcessWindow {
+        gpu_uuid: uuid.into(),
+        start_ms: start,
+        pid,
+        process_name: None,
+        memory_used_max_bytes: Some(mem_gib * GIB),
+        sm_util_avg: sm,
+        model: Some(model.into()),
+        experiment: None,
+        endpoint: None,
+        team: Some(format!("team-{model}")),
+        labels_json: "{}".into(),
+        container_id: None,
+        pod_uid: None,
+    }
+}
+
+fn line(key: &str, start: i64, end: i64, cost: &str, category: &str) -> StoredCostLine {
+    StoredCostLine {
+        resource_key: Some(key.into()),
+        charge_period_start_ms: start,
+        charge_period_end_ms: end,
+        charge_category: "Usage".into(),
+        billed_cost: cost.into(),
+        effective_cost: cost.into(),
+        currency: "USD".into(),
+        pricing_category: category.into(),
+        instance_type: None,
+    }
+}
+
+fn cost_where(a: &Attribution, f: impl Fn(&Part) -> bool) -> Decimal {
+    a.parts.iter().filter(|p| f(p)).map(|p| p.cost).sum()
+}
+
+fn model_is(p: &Part, m: &str) -> bool {
+    p.owner.model.as_deref() == Some(m)
+}
+
+/// Two GPUs, one hour, a $10 bill, usage known by construction.
+#[test]
+fn a_known_hour_splits_to_the_cent() {
+    let mut windows = Vec::new();
+    let mut procs = Vec::new();
+    for q in 0..4 {
+        let t = H + q * 15 * MIN;
+        windows.push(window(1, "GPU-0", None, t, 15, Some(80.0)));
+        procs.push(process("GPU-0", t, 1, "a", 30, Some(60.0)));
+        procs.push(process("GPU-0", t, 2, "b", 10, Some(20.0)));
+        windows.push(window(1, "GPU-1", None, t, 15, Some(0.0)));
+        if q < 2 {
+            // A notebook holds memory for the first half hour and does nothing.
+            procs.push(process("GPU-1", t, 3, "nb", 10, Some(0.0)));
+        }
+    }
+    let lines = [line("i-1", H, H + HOUR_MS, "10.00", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &windows,
+        &procs,
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |p| model_is(p, "a")), d("3.75"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "b")), d("1.25"));
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "nb") && p.kind == Kind::HeldIdle),
+        d("2.5")
+    );
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("2.5"));
+    assert_eq!(
+        cost_where(&a, |p| p.kind == Kind::Unmonitored),
+        Decimal::ZERO
+    );
+    assert_eq!(cost_where(&a, |_| true), d("10"));
+    assert!(a
+        .parts
+        .iter()
+        .all(|p| !p.estimated && p.pricing_category == "on_demand"));
+    // GPU time: model a had 3/4 of GPU-0 for the hour.
+    let a_secs: f64 = a
+        .parts
+        .iter()
+        .filter(|p| model_is(p, "a"))
+        .map(|p| p.gpu_seconds)
+        .sum();
+    assert!((a_secs - 2700.0).abs() < 1e-6, "{a_secs}");
+    let total_secs: f64 = a.parts.iter().map(|p| p.gpu_seconds).sum();
+    assert!(
+        (total_secs - 7200.0).abs() < 1e-6,
+        "two GPUs for an hour: {total_secs}"
+    );
+}
+
+#[test]
+fn time_without_telemetry_is_unmonitored_not_idle() {
+    let windows = [window(1, "GPU-0", None, H, 45, Some(50.0))];
+    let procs = [process("GPU-0", H, 1, "a", 10, Some(50.0))];
+    let lines = [line("i-1", H, H + HOUR_MS, "4", "spot")];
+    let a = attribute(
+        vec![host(1, "i-1", "g5.xlarge")],
+        &windows,
+        &procs,
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |p| model_is(p, "a")), d("3"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Unmonitored), d("1"));
+    assert!(a.parts.iter().all(|p| p.pricing_category == "spot"));
+}
+
+#[test]
+fn a_billed_host_without_any_telemetry_is_unmonitored() {
+    let lines = [line("i-1", H, H + HOUR_MS, "7.5", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "g5.xlarge")],
+        &[],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(a.parts.len(), 1);
+    assert_eq!(
+        (a.parts[0].kind, a.parts[0].cost),
+        (Kind::Unmonitored, d("7.5"))
+    );
+}
+
+#[test]
+fn mig_instances_share_their_gpu_by_size() {
+    let mut small = window(1, "MIG-a", Some("GPU-0"), H, 60, Some(90.0));
+    small.memory_total_bytes = Some(20 * GIB);
+    let mut big = window(1, "MIG-b", Some("GPU-0"), H, 60, Some(10.0));
+    big.memory_total_bytes = Some(60 * GIB);
+    let parent = window(1, "GPU-0", None, H, 60, None);
+    let procs = [
+        process("MIG-a", H, 1, "a", 5, Some(90.0)),
+        process("MIG-b", H, 2, "b", 5, Some(10.0)),
+    ];
+    let lines = [line("i-1", H, H + HOUR_MS, "8", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "x")],
+        &[parent, small, big],
+        &procs,
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |p| model_is(p, "a")), d("2"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "b")), d("6"));
+}
+
+#[test]
+fn without_per_process_utilization_a_busy_gpu_is_shared_by_memory() {
+    let windows = [window(1, "GPU-0", None, H, 60, Some(70.0))];
+    let procs = [
+        process("GPU-0", H, 1, "a", 30, None),
+        process("GPU-0", H, 2, "b", 10, None),
+    ];
+    let lines = [line("i-1", H, H + HOUR_MS, "4", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "x")],
+        &windows,
+        &procs,
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "a") && p.kind == Kind::Used),
+        d("3")
+    );
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "b") && p.kind == Kind::Used),
+        d("1")
+    );
+}
+
+#[test]
+fn a_daily_line_spreads_over_its_hours_exactly() {
+    let day = H - H % (24 * HOUR_MS);
+    let lines = [line("i-1", day, day + 24 * HOUR_MS, "100", "committed")];
+    let a = attribute(
+        vec![host(1, "i-1", "x")],
+        &[],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        day,
+        day + 24 * HOUR_MS,
+    );
+    assert_eq!(a.parts.len(), 24);
+    assert_eq!(cost_where(&a, |_| true), d("100"));
+    // Only the first six hours asked for: their exact portion.
+    let a6 = attribute(
+        vec![host(1, "i-1", "x")],
+        &[],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        day,
+        day + 6 * HOUR_MS,
+    );
+    let six: Decimal = split_exact(d("100"), &[1.0; 24])[..6].iter().sum();
+    assert_eq!(cost_where(&a6, |_| true), six);
+}
+
+#[test]
+fn no_bill_means_a_rate_card_estimate() {
+    let windows: Vec<_> = (0..4)
+        .map(|q| window(1, "GPU-0", None, H + q * 15 * MIN, 15, Some(50.0)))
+        .collect();
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &windows,
+        &[],
+        &[],
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("32.7726"));
+    assert!(a.parts.iter().all(|p| p.estimated));
+    // The bill arrives: the estimate is gone.
+    let lines = [line("i-1", H, H + HOUR_MS, "30", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &windows,
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("30"));
+    assert!(a.parts.iter().all(|p| !p.estimated));
+}
+
+#[test]
+fn lines_for_other_resources_are_counted_not_attributed() {
+    let lines = [
+        line("vol-9", H, H + HOUR_MS, "1.25", "on_demand"),
+        line("i-1", H, H + HOUR_MS, "2", "on_demand"),
+    ];
+    let a = attribute(
+        vec![host(1, "i-1", "x")],
+        &[],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(a.unattributed.get("USD"), Some(&d("1.25")));
+    assert_eq!(cost_where(&a, |_| true), d("2"));
+}
+
+/// A random fleet: hosts with GPUs (some in MIG mode), windows with gaps, processes with and
+/// without utilization, and bills with several lines per hour, daily lines and odd decimals.
+fn random_fleet(
+    seed: u64,
+) -> (
+    Vec<HostRow>,
+    Vec<AttributionWindow>,
+    Vec<StoredProcessWindow>,
+    Vec<StoredCostLine>,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let hours = rng.random_range(1..4);
+    let mut hosts = Vec::new();
+    let mut windows = Vec::new();
+    let mut procs = Vec::new();
+    let mut lines = Vec::new();
+    for h in 0..rng.random_range(1..5) {
+        let key = format!("i-{h}");
+        hosts.push(host(h, &key, "x"));
+        for g in 0..rng.random_range(0..5) {
+            let uuid = format!("GPU-{h}-{g}");
+            let mig = rng.random_bool(0.3);
+            let leaves: Vec<(String, Option<String>)> = if mig {
+                (0..rng.random_range(1..4))
+                    .map(|m| (format!("MIG-{h}-{g}-{m}"), Some(uuid.clone())))
+                    .collect()
+            } else {
+                vec![(uuid.clone(), None)]
+            };
+            for hour in 0..hours {
+                let mut t = H + hour * HOUR_MS;
+                while t < H + (hour + 1) * HOUR_MS {
+                    let mins = rng
+                        .random_range(1..20)
+                        .min((H + (hour + 1) * HOUR_MS - t) / MIN);
+                    if mins == 0 {
+                        break;
+                    }
+                    if rng.random_bool(0.8) {
+                        if mig {
+                            windows.push(window(h, &uuid, None, t, mins, None));
+                        }
+                        for (leaf, parent) in &leaves {
+                            let mut w = window(
+                                h,
+                                leaf,
+                                parent.as_deref(),
+                                t,
+                                mins,
+                                rng.random_bool(0.9).then(|| rng.random_range(0.0..100.0)),
+                            );
+                            w.memory_total_bytes = Some(rng.random_range(1..80) * GIB);
+                            windows.push(w);
+                            for pid in 0..rng.random_range(0..4) {
+                                let sm = rng.random_bool(0.8).then(|| {
+                                    if rng.random_bool(0.3) {
+                                        0.0
+                                    } else {
+                                        rng.random_range(0.0..100.0)
+                                    }
+                                });
+                                procs.push(process(
+                                    leaf,
+                                    t,
+                                    pid,
+                                    &format!("m{pid}"),
+                                    rng.random_range(0..40),
+                                    sm,
+                                ));
+                            }
+                        }
+                    }
+                    t += mins * MIN;
+                }
+            }
+        }
+        for hour in 0..hours {
+            for _ in 0..rng.random_range(0..3) {
+                let cents = rng.random_range(-500i64..100_000);
+                let amount = Decimal::new(cents * 1_000_003, 8 + rng.random_range(0..7));
+                let start = H + hour * HOUR_MS;
+                lines.push(line(
+                    &key,
+                    start,
+                    start + HOUR_MS,
+                    &amount.to_string(),
+                    "on_demand",
+                ));
+            }
+        }
+        if rng.random_bool(0.3) {
+            lines.push(line(
+                &key,
+                H,
+                H + 24 * HOUR_MS,
+                "123.456789012345",
+                "committed",
+            ));
+        }
+    }
+    (hosts, windows, procs, lines)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// The invariant: per host and hour, the parts add up exactly to that hour's bill.
+    #[test]
+    fn parts_sum_exactly_to_each_host_hour_bill(seed in any::<u64>()) {
+        let (hosts, windows, procs, lines) = random_fleet(seed);
+        let hours = 4;
+        let (from, to) = (H, H + hours * HOUR_MS);
+        let a = attribute(hosts, &windows, &procs, &lines, &RateCard::default_card(), from, to);
+        let mut expected: BTreeMap<(i64, i64), Decimal> = BTreeMap::new();
+        for l in &lines {
+            let host_id: i64 = l.resource_key.as_deref().unwrap()[2..].parse().unwrap();
+            for (hour, amount) in line_hours(l, from, to) {
+                *expected.entry((host_id, hour)).or_default() += amount;
+            }
+        }
+        let mut got: BTreeMap<(i64, i64), Decimal> = BTreeMap::new();
+        for p in a.parts.iter().filter(|p| !p.estimated) {
+            *got.entry((p.host_id, p.hour_ms)).or_default() += p.cost;
+        }
+        for (k, v) in &expected {
+            prop_assert_eq!(got.get(k).copied().unwrap_or_default(), *v, "host-hour {:?}", k);
+        }
+        prop_assert_eq!(got.len(), expected.len());
+        // GPU time never exceeds what the GPUs had.
+        for p in &a.parts {
+            prop_assert!(p.gpu_seconds >= 0.0 && p.gpu_seconds <= 3600.0 * 5.0 + 1e-6);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The rate card: hourly prices for hosts that have no bill (on-prem, or not billed yet).
+//! Costs from it are estimates, replaced by the bill once one covers the same host and hour.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rust_decimal::Decimal;
+use serde::Deserialize;
+
+const DEFAULT: &str = include_str!("ratecard.default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateCard {
+    pub currency: String,
+    #[serde(default)]
+    pub instance_types: BTreeMap<String, InstanceRate>,
+    #[serde(default)]
+    pub gpu_models: BTreeMap<String, Rate>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceRate {
+    pub gpus: u32,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub on_demand: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub spot: Option<Decimal>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    #[serde(with = "rust_decimal::serde::str")]
+    pub on_demand: Decimal,
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub spot: Option<Decimal>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RateCardError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl RateCard {
+    /// The shipped defaults: approximate list prices for common GPU instances and GPUs.
+    pub fn default_card() -> RateCard {
+        // The shipped file is tested below; failing here would be a build defect.
+        toml::from_str(DEFAULT).unwrap_or_else(|e| panic!("built-in rate card is invalid: {e}"))
+    }
+
+    pub fn load(path: &Path) -> Result<RateCard, RateCardError> {
+        let invalid = |message: String| RateCardError::Invalid {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| invalid(e.to_string()))?;
+        let card: RateCard = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let negative = card
+            .instance_types
+            .values()
+            .any(|r| r.on_demand.is_sign_negative())
+            || card
+                .gpu_models
+                .values()
+                .any(|r| r.on_demand.is_sign_negative());
+        if negative {
+            return Err(invalid("rates must not be negative".into()));
+        }
+        Ok(card)
+    }
+
+    /// The on-demand hourly price of a whole host: by instance type, else per GPU by model.
+    pub fn host_hourly(&self, instance_type: Option<&str>, gpu_names: &[&str]) -> Option<Decimal> {
+        if let Some(rate) = instance_type.and_then(|t| self.instance_types.get(t)) {
+            return Some(rate.on_demand);
+        }
+        let mut total = Decimal::ZERO;
+        for name in gpu_names {
+            total += self.gpu_hourly(name)?;
+        }
+        (!gpu_names.is_empty()).then_some(total)
+    }
+
+    /// Per GPU-hour by NVML name; the longest model name contained in it wins.
+    pub fn gpu_hourly(&self, gpu_name: &str) -> Option<Decimal> {
+        let upper = gpu_name.to_ascii_uppercase();
+        self.gpu_models
+            .iter()
+            .filter(|(model, _)| upper.contains(&model.to_ascii_uppercase()))
+            .max_by_key(|(model, _)| model.len())
+            .map(|(_, rate)| rate.on_demand)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::str::FromStr;
+
+    #[test]
+    fn the_shipped_card_loads_and_prices_common_hosts() {
+        let card = RateCard::default_card();
+        assert_eq!(card.currency, "USD");
+        for t in [
+            "p4d.24xlarge",
+            "p5.48xlarge",
+            "g5.xlarge",
+            "g6.xlarge",
+            "g4dn.xlarge",
+        ] {
+            assert!(card.instance_types.contains_key(t), "{t}");
+        }
+        assert_eq!(
+            card.host_hourly(Some("p4d.24xlarge"), &[]),
+            Some(Decimal::from_str("32.7726").unwrap())
+        );
+        // An on-prem host: per GPU by model, longest name first.
+        let names = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"];
+        assert_eq!(
+            card.host_hourly(None, &names),
+            Some(Decimal::from_str("5.00").unwrap())
+        );
+        assert_eq!(
+            card.gpu_hourly("NVIDIA H100 80GB HBM3"),
+            Some(Decimal::from_str("3.50").unwrap())
+        );
+        assert_eq!(
+            card.gpu_hourly("Tesla T4"),
+            Some(Decimal::from_str("0.35").unwrap())
+        );
+        assert_eq!(card.host_hourly(None, &["Quadro Unknown"]), None);
+    }
+
+    #[test]
+    fn a_bad_card_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rates.toml");
+        std::fs::write(
+            &p,
+            "currency = \"USD\"\n[gpu_models.X]\non_demand = \"cheap\"\n",
+        )
+        .unwrap();
+        let err = RateCard::load(&p).unwrap_err().to_string();
+        assert!(err.contains("rates.toml"), "{err}");
+    }
+}

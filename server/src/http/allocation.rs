@@ -1,0 +1,165 @@
+//! `GET /api/v1/allocation`: who the GPU bill belongs to, and `GET /api/v1/billing/imports`:
+//! what bills are in, with their exact totals.
+
+use axum::extract::{Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
+use crate::attribution;
+use crate::error::ApiError;
+use crate::now_ms;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/allocation", get(get_allocation))
+        .route("/api/v1/billing/imports", get(get_imports))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AllocationQuery {
+    from: Option<String>,
+    to: Option<String>,
+    by: Option<String>,
+    step: Option<String>,
+    format: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct AllocationResponse {
+    from: String,
+    to: String,
+    by: GroupBy,
+    step: Step,
+    rows: Vec<AllocationRow>,
+    totals: Vec<Totals>,
+}
+
+fn bad(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest {
+        message: message.into(),
+        field: Some(field.to_owned()),
+    }
+}
+
+/// Parses `value` as one of the snake_case names of `T`.
+fn choice<T: serde::de::DeserializeOwned>(
+    field: &str,
+    value: Option<&str>,
+    default: &str,
+    allowed: &str,
+) -> Result<T, ApiError> {
+    let v = value.unwrap_or(default);
+    serde_json::from_value(serde_json::Value::String(v.to_owned()))
+        .map_err(|_| bad(field, format!("must be one of {allowed}, got {v:?}")))
+}
+
+async fn get_allocation(
+    State(state): State<AppState>,
+    query: Result<Query<AllocationQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
+    let (default_from, default_to) = allocation::this_month(now_ms());
+    let bound = |field: &str, v: &Option<String>, default: i64| match v {
+        None => Ok(default),
+        Some(t) => allocation::parse_bound(t).ok_or_else(|| {
+            bad(
+                field,
+                format!("{t:?} is not YYYY-MM, YYYY-MM-DD or an RFC 3339 time"),
+            )
+        }),
+    };
+    let from = bound("from", &q.from, default_from)?;
+    let to = bound("to", &q.to, default_to)?;
+    if to <= from {
+        return Err(bad("to", "must be after from"));
+    }
+    if to - from > 400 * 24 * attribution::HOUR_MS {
+        return Err(bad("to", "a range may span at most 400 days"));
+    }
+    let by: GroupBy = choice(
+        "by",
+        q.by.as_deref(),
+        "team",
+        "model, experiment, endpoint, team, cluster, host, instance_type, pricing_category",
+    )?;
+    let step: Step = choice("step", q.step.as_deref(), "day", "hour, day, month")?;
+    let format = q.format.as_deref().unwrap_or("json");
+    if !["json", "csv", "focus"].contains(&format) {
+        return Err(bad("format", "must be json, csv or focus"));
+    }
+    let attributed = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    match format {
+        "focus" => {
+            let body = allocation::to_focus_csv(&attributed)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            Ok(csv_response(body, "gpuledger-allocation-focus-1.3.csv"))
+        }
+        "csv" => {
+            let rows = allocation::group(&attributed, by, step);
+            let body = allocation::to_csv(&rows).map_err(|e| ApiError::Internal(e.to_string()))?;
+            Ok(csv_response(body, "gpuledger-allocation.csv"))
+        }
+        _ => Ok(Json(AllocationResponse {
+            from: allocation::rfc3339(from),
+            to: allocation::rfc3339(to),
+            by,
+            step,
+            rows: allocation::group(&attributed, by, step),
+            totals: allocation::totals(&attributed),
+        })
+        .into_response()),
+    }
+}
+
+fn csv_response(body: String, filename: &str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Serialize)]
+struct ImportView {
+    id: i64,
+    source: String,
+    name: String,
+    imported_at: String,
+    rows: i64,
+    current_rows: i64,
+    billed_total: String,
+    effective_total: String,
+}
+
+async fn get_imports(State(state): State<AppState>) -> Result<Json<Vec<ImportView>>, ApiError> {
+    let rows = state.store.billing_imports().await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| ImportView {
+                id: r.id,
+                source: r.source,
+                name: r.name,
+                imported_at: allocation::rfc3339(r.imported_ms),
+                rows: r.row_count,
+                current_rows: r.current_lines,
+                billed_total: r.billed_total,
+                effective_total: r.effective_total,
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,167 @@
+//! Money is exact: amounts are `Decimal`s (billing files carry up to 15 decimal places), stored as
+//! canonical decimal text and summed in Rust, never as floats.
+//!
+//! [`split_exact`] divides an amount by weights so that the parts add up to the amount exactly:
+//! each part is rounded down to a quantum, and the few quanta left over go to the parts with the
+//! largest remainders (the largest-remainder method).
+
+use rust_decimal::prelude::*;
+use rust_decimal::Decimal;
+
+/// Parts are never finer than this many decimal places, nor coarser than the amount's own.
+const MIN_SCALE: u32 = 9;
+/// Weights are turned into integers at this resolution so the split itself is integer math.
+const WEIGHT_RESOLUTION: f64 = 1e12;
+
+/// The finest amount kept: 18 decimal places, beyond anything a billing file writes.
+pub const MAX_SCALE: u32 = 18;
+
+/// Parses a decimal amount as billing files write it ("12.5", "-0.000001", "1e-3", "").
+pub fn parse_amount(text: &str) -> Option<Decimal> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Some(Decimal::ZERO);
+    }
+    Decimal::from_str_exact(t)
+        .or_else(|_| Decimal::from_scientific(t))
+        .ok()
+        .map(|d| d.round_dp(MAX_SCALE).normalize())
+}
+
+/// Canonical text for storage: no trailing zeros, so equal amounts compare equal as text.
+pub fn to_text(amount: Decimal) -> String {
+    amount.normalize().to_string()
+}
+
+/// Reads a stored amount; storage only ever holds what [`to_text`] wrote.
+pub fn from_text(text: &str) -> Decimal {
+    Decimal::from_str_exact(text).unwrap_or(Decimal::ZERO)
+}
+
+/// Splits `amount` in proportion to `weights` (non-negative; NaN counts as 0). The parts sum to
+/// `amount` exactly. With no positive weight, everything goes to the first part (callers always
+/// put a catch-all such as "idle" first when that matters); with no parts, nothing is returned.
+pub fn split_exact(amount: Decimal, weights: &[f64]) -> Vec<Decimal> {
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let scale = amount.scale().max(MIN_SCALE);
+    // Work in integer quanta of 10^-scale.
+    let quanta: i128 = (amount * Decimal::from_i128_with_scale(10i128.pow(scale), 0))
+        .trunc()
+        .to_i128()
+        .unwrap_or(0);
+    let ints: Vec<u128> = weights
+        .iter()
+        .map(|w| {
+            if w.is_finite() && *w > 0.0 {
+                (w * WEIGHT_RESOLUTION).round() as u128
+            } else {
+                0
+            }
+        })
+        .collect();
+    let total: u128 = ints.iter().sum();
+    if total == 0 {
+        let mut parts = vec![Decimal::ZERO; weights.len()];
+        parts[0] = amount;
+        return parts;
+    }
+    let negative = quanta < 0;
+    let q = quanta.unsigned_abs();
+    let mut floors: Vec<u128> = Vec::with_capacity(ints.len());
+    let mut remainders: Vec<(u128, usize)> = Vec::with_capacity(ints.len());
+    for (i, w) in ints.iter().enumerate() {
+        // q * w can exceed u128 only for absurd amounts; split the multiplication to be safe.
+        let (whole, rest) = (q / total * w, (q % total) * w);
+        floors.push(whole + rest / total);
+        remainders.push((rest % total, i));
+    }
+    let assigned: u128 = floors.iter().sum();
+    let mut left = q - assigned;
+    // Largest remainder first; ties go to the earlier part, so the result is deterministic.
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in remainders {
+        if left == 0 {
+            break;
+        }
+        floors[i] += 1;
+        left -= 1;
+    }
+    floors
+        .into_iter()
+        .map(|f| {
+            let v = f as i128;
+            Decimal::from_i128_with_scale(if negative { -v } else { v }, scale).normalize()
+        })
+        .collect()
+}
+
+/// Rounds for display: two decimals, half away from zero, as invoices do.
+pub fn cents(amount: Decimal) -> Decimal {
+    amount.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn d(s: &str) -> Decimal {
+        parse_amount(s).unwrap()
+    }
+
+    #[test]
+    fn parses_billing_amounts() {
+        assert_eq!(d("11.36694143040000"), d("11.3669414304"));
+        assert_eq!(d(""), Decimal::ZERO);
+        assert_eq!(d("1e-3"), d("0.001"));
+        assert!(parse_amount("12,5").is_none());
+        assert_eq!(to_text(d("32.016000")), "32.016");
+        assert_eq!(
+            from_text(&to_text(d("-0.000000000000001"))),
+            d("-0.000000000000001")
+        );
+    }
+
+    #[test]
+    fn splits_sum_exactly() {
+        let parts = split_exact(d("10"), &[1.0, 1.0, 1.0]);
+        assert_eq!(parts.iter().sum::<Decimal>(), d("10"));
+        assert_eq!(parts[0], d("3.333333334"));
+        assert_eq!(parts[1], d("3.333333333"));
+        let parts = split_exact(d("32.7726"), &[0.7, 0.2, 0.1]);
+        assert_eq!(parts, vec![d("22.94082"), d("6.55452"), d("3.27726")]);
+        let fine = split_exact(d("0.000000000000007"), &[1.0, 1.0]);
+        assert_eq!(fine.iter().sum::<Decimal>(), d("0.000000000000007"));
+    }
+
+    #[test]
+    fn degenerate_weights() {
+        assert!(split_exact(d("5"), &[]).is_empty());
+        assert_eq!(
+            split_exact(d("5"), &[0.0, 0.0]),
+            vec![d("5"), Decimal::ZERO]
+        );
+        assert_eq!(
+            split_exact(d("5"), &[f64::NAN, 1.0]),
+            vec![Decimal::ZERO, d("5")]
+        );
+        let neg = split_exact(d("-3"), &[1.0, 2.0]);
+        assert_eq!(neg, vec![d("-1"), d("-2")]);
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_sums_to_the_amount(
+            units in -10_000_000_000_000i64..10_000_000_000_000i64,
+            scale in 0u32..16,
+            weights in proptest::collection::vec(0.0f64..1000.0, 1..40),
+        ) {
+            let amount = Decimal::new(units, scale);
+            let parts = split_exact(amount, &weights);
+            prop_assert_eq!(parts.len(), weights.len());
+            prop_assert_eq!(parts.iter().sum::<Decimal>(), amount);
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Billing end to end: FOCUS exports from AWS, Azure and GCP import with totals equal to the
+//! file's; a fleet whose usage and bill are known by construction is split to the cent by the
+//! allocation API, on SQLite and PostgreSQL.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+use rust_decimal::Decimal;
+use serde_json::Value;
+use support::*;
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+/// The exact totals of a CSV column, computed independently of the importer.
+fn column_total(csv_path: &Path, column: &str) -> Decimal {
+    let mut reader = csv::Reader::from_path(csv_path).unwrap();
+    let idx = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == column)
+        .unwrap();
+    reader
+        .records()
+        .map(|r| {
+            let v = r.unwrap()[idx].trim().to_owned();
+            if v.is_empty() {
+                Decimal::ZERO
+            } else {
+                Decimal::from_str(&v).unwrap()
+            }
+        })
+        .sum()
+}
+
+async fn get_json(url: &str) -> Value {
+    let resp = reqwest::get(url).await.unwrap();
+    assert!(resp.status().is_success(), "{url}: {}", resp.status());
+    resp.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn focus_exports_from_three_clouds_import_with_exact_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_support::sqlite();
+    let mut files = Vec::new();
+    for (i, provider) in ["aws", "azure", "gcp"].iter().enumerate() {
+        let out = dir.path().join(provider);
+        let status = std::process::Command::new(python_tool("focus-toolkit"))
+            .args([
+                "generate",
+                "--provider",
+                provider,
+                "--focus-version",
+                "1.2",
+                "--rows",
+                "300",
+            ])
+            .args(["--seed", &(11 + i).to_string()])
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+        let csv = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "csv"))
+            .unwrap();
+        files.push(csv);
+    }
+    // One of them gzip-compressed, as AWS Data Exports deliver it.
+    let gz = dir.path().join("aws.csv.gz");
+    {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        enc.write_all(&std::fs::read(&files[0]).unwrap()).unwrap();
+        enc.finish().unwrap();
+    }
+    let args: Vec<&str> = ["billing", "import-focus"]
+        .into_iter()
+        .chain([
+            gz.to_str().unwrap(),
+            files[1].to_str().unwrap(),
+            files[2].to_str().unwrap(),
+        ])
+        .collect();
+    let out = server_run(&db.url, &args);
+    assert_eq!(out.matches("imported 300 rows").count(), 3, "{out}");
+
+    let server = start_server(&db.url, free_port()).await;
+    let imports = get_json(&format!("{}/api/v1/billing/imports", server.url)).await;
+    let imports = imports.as_array().unwrap();
+    assert_eq!(imports.len(), 3);
+    for (import, file) in imports.iter().zip(&files) {
+        assert_eq!(
+            d(import["billed_total"].as_str().unwrap()),
+            column_total(file, "BilledCost"),
+            "{}",
+            file.display()
+        );
+        assert_eq!(
+            d(import["effective_total"].as_str().unwrap()),
+            column_total(file, "EffectiveCost"),
+            "{}",
+            file.display()
+        );
+        assert_eq!(import["current_rows"], 300);
+    }
+
+    // The same file again changes nothing.
+    let again = server_run(
+        &db.url,
+        &["billing", "import-focus", files[1].to_str().unwrap()],
+    );
+    assert!(again.contains("already imported"), "{again}");
+    let imports = get_json(&format!("{}/api/v1/billing/imports", server.url)).await;
+    assert_eq!(imports.as_array().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_export_is_refused_whole_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = test_support::sqlite();
+    let path = dir.path().join("bad.csv");
+    std::fs::write(
+        &path,
+        format!(
+            "{HEADER}\n{}\n{}\n",
+            bill_row("i-0aaa", 0, "1.00"),
+            bill_row("i-0aaa", 1, "1,00")
+        ),
+    )
+    .unwrap();
+    let out = server_cmd(&db.url)
+        .args(["billing", "import-focus"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3, column BilledCost"), "{err}");
+    assert!(err.contains("nothing of it was stored"), "{err}");
+    let store = db.open().await;
+    assert!(store.billing_imports().await.unwrap().is_empty());
+}
+
+const HEADER: &str = "BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,ProviderName,ServiceName,ResourceId,RegionId,SkuPriceDetails,Tags";
+
+fn hour_start() -> i64 {
+    let now = gpuledger_server::now_ms();
+    now - now % 3_600_000 - 2 * 3_600_000
+}
+
+fn iso(ms: i64) -> String {
+    gpuledger_server::allocation::rfc3339(ms)
+}
+
+fn bill_row(instance: &str, hour_offset: i64, cost: &str) -> String {
+    let start = hour_start() + hour_offset * 3_600_000;
+    let month = gpuledger_server::billing::focus::month_start_ms(start);
+    format!(
+        "1111,{},{},{},Usage,\"{cost}\",\"{cost}\",\"{cost}\",USD,Standard,AWS,AmazonEC2,arn:aws:ec2:us-east-1:1111:instance/{instance},us-east-1,\"{{\"\"InstanceType\"\":\"\"p4d.24xlarge\"\"}}\",{{}}",
+        iso(month),
+        iso(start),
+        iso(start + 3_600_000)
+    )
+}
+
+fn process(pid: u32, labels: &[(&str, &str)], mem_gib: u64, sm: f64) -> ProcessWindow {
+    ProcessWindow {
+        pid,
+        name: Some("python3".into()),
+        memory_used_max_bytes: Some(mem_gib << 30),
+        sm_util_avg: Some(sm),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Four 15-minute windows over one hour: GPU 0 runs two models (60% and 20% SM), GPU 1 holds a
+/// notebook at 0% for the first half hour and nothing after.
+fn known_reports() -> Vec<Report> {
+    let h = hour_start();
+    (0..4)
+        .map(|q| {
+            let start = h + q * 900_000;
+            let gpu = |uuid: &str, util: f64, processes: Vec<ProcessWindow>| GpuWindow {
+                uuid: uuid.into(),
+                index: 0,
+                name: "NVIDIA A100-SXM4-40GB".into(),
+                memory_total_bytes: Some(40 << 30),
+                memory_used_max_bytes: Some(20 << 30),
+                util_avg: Some(util),
+                util_max: Some(util),
+                processes,
+                ..Default::default()
+            };
+            let notebook = if q < 2 {
+                vec![process(
+                    3,
+                    &[("team", "research"), ("experiment", "notebook")],
+                    10,
+                    0.0,
+                )]
+            } else {
+                vec![]
+            };
+            Report {
+                batch_id: format!("known-{q}"),
+                agent_version: "test".into(),
+                host: HostInfo {
+                    hostname: "gpu-a".into(),
+                    cluster: "train".into(),
+                    provider: Some("aws".into()),
+                    instance_id: Some("i-0aaa".into()),
+                    instance_type: Some("p4d.24xlarge".into()),
+                    region: Some("us-east-1".into()),
+                },
+                windows: vec![Window {
+                    start_ms: start,
+                    end_ms: start + 900_000,
+                    samples: 900,
+                    gpus: vec![
+                        gpu(
+                            "GPU-known-0",
+                            80.0,
+                            vec![
+                                process(1, &[("model", "llama-70b"), ("team", "search")], 15, 60.0),
+                                process(2, &[("model", "mistral-7b"), ("team", "chat")], 5, 20.0),
+                            ],
+                        ),
+                        gpu("GPU-known-1", 0.0, notebook),
+                    ],
+                }],
+            }
+        })
+        .collect()
+}
+
+fn rows_by_key(body: &Value) -> BTreeMap<String, Value> {
+    body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap().to_owned(), r.clone()))
+        .collect()
+}
+
+async fn split_to_the_cent(db: TestDb) {
+    let label = db.backend;
+    let dir = tempfile::tempdir().unwrap();
+    let token = create_token(&db.url, "agent");
+    let server = start_server(&db.url, free_port()).await;
+    let client = reqwest::Client::new();
+    for r in known_reports() {
+        let resp = client
+            .post(format!("{}/api/v1/reports", server.url))
+            .bearer_auth(&token)
+            .json(&r)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{label}: {}",
+            resp.text().await.unwrap()
+        );
+    }
+    // The hour's bill for the instance, plus an S3 line that is no GPU host.
+    let bill = dir.path().join("bill.csv");
+    let s3 = bill_row("i-0aaa", 0, "5.00")
+        .replace(
+            "arn:aws:ec2:us-east-1:1111:instance/i-0aaa",
+            "arn:aws:s3:::datasets",
+        )
+        .replace("AmazonEC2", "AmazonS3");
+    std::fs::write(
+        &bill,
+        format!("{HEADER}\n{}\n{s3}\n", bill_row("i-0aaa", 0, "32.7726")),
+    )
+    .unwrap();
+    server_run(
+        &db.url,
+        &["billing", "import-focus", bill.to_str().unwrap()],
+    );
+
+    let h = hour_start();
+    let q = format!("from={}&to={}", iso(h), iso(h + 3_600_000));
+    let by_model = get_json(&format!(
+        "{}/api/v1/allocation?{q}&by=model&step=hour",
+        server.url
+    ))
+    .await;
+    let rows = rows_by_key(&by_model);
+    // GPU 0 carries half the bill, split 3:1 by SM utilization; GPU 1's half is half held idle
+    // by the notebook and half idle.
+    assert_eq!(
+        d(rows["llama-70b"]["cost"].as_str().unwrap()),
+        d("12.289725"),
+        "{label}: {by_model}"
+    );
+    assert_eq!(
+        d(rows["mistral-7b"]["cost"].as_str().unwrap()),
+        d("4.096575"),
+        "{label}"
+    );
+    assert_eq!(
+        d(rows["(unlabeled)"]["held_idle_cost"].as_str().unwrap()),
+        d("8.19315"),
+        "{label}"
+    );
+    assert_eq!(
+        d(rows["(idle)"]["idle_cost"].as_str().unwrap()),
+        d("8.19315"),
+        "{label}"
+    );
+    let sum: Decimal = rows.values().map(|r| d(r["cost"].as_str().unwrap())).sum();
+    assert_eq!(
+        sum,
+        d("32.7726"),
+        "{label}: the parts sum to the bill exactly"
+    );
+    assert!((rows["llama-70b"]["gpu_hours"].as_f64().unwrap() - 0.75).abs() < 1e-9);
+    assert_eq!(rows["llama-70b"]["avg_util"].as_f64(), Some(80.0));
+    assert_eq!(rows["llama-70b"]["estimated"], false);
+    let totals = &by_model["totals"][0];
+    assert_eq!(d(totals["cost"].as_str().unwrap()), d("32.7726"));
+    assert_eq!(
+        d(totals["unattributed_cost"].as_str().unwrap()),
+        d("5"),
+        "{label}: the S3 line counts, unattributed"
+    );
+
+    let by_team = rows_by_key(
+        &get_json(&format!(
+            "{}/api/v1/allocation?{q}&by=team&step=day",
+            server.url
+        ))
+        .await,
+    );
+    assert_eq!(
+        d(by_team["research"]["held_idle_cost"].as_str().unwrap()),
+        d("8.19315"),
+        "{label}"
+    );
+    assert_eq!(
+        d(by_team["search"]["cost"].as_str().unwrap()),
+        d("12.289725")
+    );
+    let by_pricing = rows_by_key(
+        &get_json(&format!(
+            "{}/api/v1/allocation?{q}&by=pricing_category",
+            server.url
+        ))
+        .await,
+    );
+    assert_eq!(
+        d(by_pricing["on_demand"]["cost"].as_str().unwrap()),
+        d("32.7726")
+    );
+
+    let csv_text = client
+        .get(format!(
+            "{}/api/v1/allocation?{q}&by=model&format=csv",
+            server.url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        csv_text.starts_with("period_start,key,currency,cost"),
+        "{csv_text}"
+    );
+    assert!(csv_text.contains("llama-70b,USD,12.289725"), "{csv_text}");
+
+    let focus = client
+        .get(format!("{}/api/v1/allocation?{q}&format=focus", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut reader = csv::Reader::from_reader(focus.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    for col in [
+        "AllocatedMethodId",
+        "AllocatedResourceId",
+        "AllocatedTags",
+        "EffectiveCost",
+        "ChargePeriodStart",
+    ] {
+        assert!(headers.iter().any(|h| h == col), "{col}");
+    }
+    let cost_idx = headers.iter().position(|h| h == "EffectiveCost").unwrap();
+    let focus_sum: Decimal = reader.records().map(|r| d(&r.unwrap()[cost_idx])).sum();
+    assert_eq!(
+        focus_sum,
+        d("32.7726"),
+        "{label}: the FOCUS export sums to the bill"
+    );
+
+    // A bad parameter is named.
+    let resp = client
+        .get(format!(
+            "{}/api/v1/allocation?{q}&by=model&step=fortnight",
+            server.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["field"], "step");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn known_fleet_splits_to_the_cent_sqlite() {
+    split_to_the_cent(test_support::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn known_fleet_splits_to_the_cent_postgres() {
+    split_to_the_cent(test_support::postgres().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_without_a_bill_get_rate_card_estimates() {
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "agent");
+    let server = start_server(&db.url, free_port()).await;
+    let client = reqwest::Client::new();
+    for r in known_reports() {
+        client
+            .post(format!("{}/api/v1/reports", server.url))
+            .bearer_auth(&token)
+            .json(&r)
+            .send()
+            .await
+            .unwrap();
+    }
+    let h = hour_start();
+    let body = get_json(&format!(
+        "{}/api/v1/allocation?from={}&to={}&by=host",
+        server.url,
+        iso(h),
+        iso(h + 3_600_000)
+    ))
+    .await;
+    let rows = rows_by_key(&body);
+    assert_eq!(
+        d(rows["gpu-a"]["cost"].as_str().unwrap()),
+        d("32.7726"),
+        "p4d.24xlarge on-demand for the full hour"
+    );
+    assert_eq!(rows["gpu-a"]["estimated"], true);
+}
