@@ -9,6 +9,7 @@ pub mod demo;
 pub mod error;
 pub mod format;
 pub mod http;
+pub mod jobs;
 pub mod metrics;
 pub mod money;
 pub mod store;

@@ -68,6 +68,11 @@ struct ServeArgs {
     /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
     #[arg(long, env = "GPULEDGER_RATE_CARD")]
     rate_card: Option<std::path::PathBuf>,
+    /// Sync AWS Cost Explorer once a day (one replica at a time).
+    #[arg(long, env = "GPULEDGER_AWS_SYNC_DAILY")]
+    aws_sync_daily: bool,
+    #[command(flatten)]
+    aws: AwsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -78,6 +83,45 @@ enum BillingCommand {
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
     },
+    /// Fetch EC2 costs from AWS Cost Explorer for [--from, --to): per instance for the last
+    /// 14 days, by instance type and --tag-key before that. Credentials come from the
+    /// standard AWS chain. Days that are final and already synced are skipped unless --force.
+    SyncAws {
+        /// First day, YYYY-MM-DD.
+        #[arg(long)]
+        from: chrono::NaiveDate,
+        /// Day after the last, YYYY-MM-DD.
+        #[arg(long)]
+        to: chrono::NaiveDate,
+        #[command(flatten)]
+        aws: AwsArgs,
+        /// Fetch final days again even if synced before (each request costs $0.01).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct AwsArgs {
+    /// Another Cost Explorer endpoint (a test server, say).
+    #[arg(long = "aws-endpoint-url", env = "GPULEDGER_AWS_ENDPOINT_URL")]
+    endpoint_url: Option<String>,
+    /// Cost-allocation tag whose value is the instance id, for days older than 14.
+    #[arg(long = "aws-tag-key", env = "GPULEDGER_AWS_TAG_KEY")]
+    tag_key: Option<String>,
+}
+
+impl AwsArgs {
+    async fn cost_explorer(&self) -> billing::aws::CostExplorer {
+        let client = billing::aws::client_from_environment(self.endpoint_url.as_deref()).await;
+        billing::aws::CostExplorer::new(
+            client,
+            billing::aws::SyncOptions {
+                tag_key: self.tag_key.clone(),
+                ..Default::default()
+            },
+        )
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -109,6 +153,10 @@ async fn shutdown_signal() {
 }
 
 async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
+    if args.aws_sync_daily {
+        let ce = args.aws.cost_explorer().await;
+        gpuledger_server::jobs::spawn_aws_sync(state.store.clone(), ce, Duration::from_secs(3600));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -208,6 +256,26 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("opening {}", cli.database_url))?;
             match command {
+                BillingCommand::SyncAws {
+                    from,
+                    to,
+                    aws,
+                    force,
+                } => {
+                    let ce = aws.cost_explorer().await;
+                    let now = now_ms();
+                    let today = chrono::Utc::now().date_naive();
+                    let s = billing::aws::sync(store.as_ref(), &ce, from, to, today, now, force)
+                        .await?;
+                    match s.import {
+                        Some(i) if i.new => println!(
+                            "Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; {} lines (effective {}), replaced {} older lines",
+                            s.fetched_days, s.skipped_days, i.rows, i.effective_total, i.replaced_lines
+                        ),
+                        Some(_) => println!("Cost Explorer {from}..{to}: {} days fetched; nothing changed since the last sync", s.fetched_days),
+                        None => println!("Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; no EC2 cost", s.fetched_days, s.skipped_days),
+                    }
+                }
                 BillingCommand::ImportFocus { files } => {
                     for path in files {
                         let bytes = read_with_progress(&path)?;

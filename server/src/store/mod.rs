@@ -247,6 +247,22 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<AttributionWindow>, StoreError>;
+
+    /// Days (UTC midnights) in `[from_ms, to_ms)` already fetched from Cost Explorer.
+    async fn ce_synced_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<i64>, StoreError>;
+    async fn mark_ce_synced(&self, days: &[i64], now_ms: i64) -> Result<(), StoreError>;
+
+    /// Takes the lease on a periodic job unless another holder's lease is still running.
+    async fn try_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Records that `holder` finished `job` and gives the lease up.
+    async fn finish_lease(&self, job: &str, holder: &str, now_ms: i64) -> Result<(), StoreError>;
+    async fn job_last_run(&self, job: &str) -> Result<Option<i64>, StoreError>;
 }
 
 /// Opens the database named by `url` and brings its schema up to date.
@@ -705,6 +721,93 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        async fn ce_synced_days_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<i64>, $crate::store::StoreError> {
+            let rows: Vec<(i64,)> = sqlx::query_as(
+                "SELECT day_ms FROM aws_ce_synced_days WHERE day_ms >= $1 AND day_ms < $2 ORDER BY day_ms",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(|(d,)| d).collect())
+        }
+
+        async fn mark_ce_synced_sql(
+            pool: &sqlx::Pool<$db>,
+            days: &[i64],
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            for day in days {
+                sqlx::query(
+                    "INSERT INTO aws_ce_synced_days (day_ms, synced_ms) VALUES ($1, $2)
+                     ON CONFLICT (day_ms) DO UPDATE SET synced_ms = excluded.synced_ms",
+                )
+                .bind(day)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+
+        async fn try_lease_sql(
+            pool: &sqlx::Pool<$db>,
+            job: &str,
+            holder: &str,
+            now_ms: i64,
+            ttl_ms: i64,
+        ) -> Result<bool, $crate::store::StoreError> {
+            // One statement, so two replicas racing for it cannot both win.
+            let result = sqlx::query(
+                "INSERT INTO job_leases (name, holder, expires_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                 WHERE job_leases.expires_ms <= $4 OR job_leases.holder = excluded.holder",
+            )
+            .bind(job)
+            .bind(holder)
+            .bind(now_ms + ttl_ms)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(result.rows_affected() == 1)
+        }
+
+        async fn finish_lease_sql(
+            pool: &sqlx::Pool<$db>,
+            job: &str,
+            holder: &str,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "UPDATE job_leases SET last_run_ms = $3, expires_ms = $3, holder = NULL
+                 WHERE name = $1 AND holder = $2",
+            )
+            .bind(job)
+            .bind(holder)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn job_last_run_sql(
+            pool: &sqlx::Pool<$db>,
+            job: &str,
+        ) -> Result<Option<i64>, $crate::store::StoreError> {
+            let row: Option<(Option<i64>,)> =
+                sqlx::query_as("SELECT last_run_ms FROM job_leases WHERE name = $1")
+                    .bind(job)
+                    .fetch_optional(pool)
+                    .await?;
+            Ok(row.and_then(|(r,)| r))
+        }
+
         async fn batch_count_sql(pool: &sqlx::Pool<$db>) -> Result<i64, $crate::store::StoreError> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
                 .fetch_one(pool)
@@ -823,6 +926,46 @@ macro_rules! store_impl {
             }
             async fn batch_count(&self) -> Result<i64, $crate::store::StoreError> {
                 batch_count_sql(&self.pool).await
+            }
+            async fn ce_synced_days(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<i64>, $crate::store::StoreError> {
+                ce_synced_days_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn mark_ce_synced(
+                &self,
+                days: &[i64],
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                mark_ce_synced_sql(&self.pool, days, now_ms).await
+            }
+            async fn try_lease(
+                &self,
+                job: &str,
+                holder: &str,
+                now_ms: i64,
+                ttl_ms: i64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                try_lease_sql(&self.pool, job, holder, now_ms, ttl_ms).await
+            }
+            async fn finish_lease(
+                &self,
+                job: &str,
+                holder: &str,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                finish_lease_sql(&self.pool, job, holder, now_ms).await
+            }
+            async fn job_last_run(
+                &self,
+                job: &str,
+            ) -> Result<Option<i64>, $crate::store::StoreError> {
+                job_last_run_sql(&self.pool, job).await
             }
         }
     };

@@ -407,3 +407,67 @@ async fn hosts_carry_a_normalised_instance_key() {
         );
     }
 }
+
+#[tokio::test]
+async fn one_replica_at_a_time_holds_a_job_lease() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        assert!(
+            store
+                .try_lease("aws-sync", "replica-a", T0, 60_000)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        assert!(
+            !store
+                .try_lease("aws-sync", "replica-b", T0 + 1, 60_000)
+                .await
+                .unwrap(),
+            "{b}: held by a"
+        );
+        assert!(
+            store
+                .try_lease("aws-sync", "replica-a", T0 + 2, 60_000)
+                .await
+                .unwrap(),
+            "{b}: a renews"
+        );
+        assert!(
+            store
+                .try_lease("aws-sync", "replica-b", T0 + 70_000, 60_000)
+                .await
+                .unwrap(),
+            "{b}: a's lease expired"
+        );
+        store
+            .finish_lease("aws-sync", "replica-b", T0 + 80_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.job_last_run("aws-sync").await.unwrap(),
+            Some(T0 + 80_000),
+            "{b}"
+        );
+        assert!(
+            store
+                .try_lease("aws-sync", "replica-a", T0 + 80_001, 60_000)
+                .await
+                .unwrap(),
+            "{b}: released on finish"
+        );
+        assert_eq!(store.job_last_run("other").await.unwrap(), None, "{b}");
+
+        store
+            .mark_ce_synced(&[T0, T0 + 86_400_000], T0)
+            .await
+            .unwrap();
+        store.mark_ce_synced(&[T0], T0 + 5).await.unwrap();
+        assert_eq!(
+            store.ce_synced_days(T0, T0 + 86_400_000).await.unwrap(),
+            vec![T0],
+            "{b}"
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Periodic jobs inside `serve`. Several replicas may share one PostgreSQL database, so each run
+//! first takes the job's lease in the database: one replica runs it, the others skip.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{Datelike, Duration as ChronoDuration, NaiveDate};
+
+use crate::billing::aws::{self, CostExplorer, SyncSummary};
+use crate::store::Store;
+
+pub const AWS_SYNC_JOB: &str = "aws-cost-explorer-daily";
+const DAY_MS: i64 = 86_400_000;
+/// Long enough for a sync to finish; a replica that dies mid-run frees the job after this.
+const LEASE_MS: i64 = 3_600_000;
+
+/// A name for this replica in lease rows: host, process and a random part.
+pub fn holder_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "server".into());
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+fn today(now_ms: i64) -> NaiveDate {
+    chrono::DateTime::from_timestamp_millis(now_ms)
+        .map(|d| d.date_naive())
+        .unwrap_or_default()
+}
+
+/// What the daily sync covers: the month so far and at least the per-resource window.
+pub fn daily_range(now_ms: i64) -> (NaiveDate, NaiveDate) {
+    let today = today(now_ms);
+    let month_start = today.with_day(1).unwrap_or(today);
+    let from = month_start.min(today - ChronoDuration::days(aws::RESOURCE_DAYS));
+    (from, today + ChronoDuration::days(1))
+}
+
+/// Runs the daily sync if it is due and this replica gets the lease. `None` when skipped.
+pub async fn aws_sync_if_due(
+    store: &dyn Store,
+    ce: &CostExplorer,
+    holder: &str,
+    now_ms: i64,
+) -> Result<Option<SyncSummary>, aws::SyncError> {
+    if store
+        .job_last_run(AWS_SYNC_JOB)
+        .await?
+        .is_some_and(|last| now_ms - last < DAY_MS)
+    {
+        return Ok(None);
+    }
+    if !store
+        .try_lease(AWS_SYNC_JOB, holder, now_ms, LEASE_MS)
+        .await?
+    {
+        return Ok(None);
+    }
+    let (from, to) = daily_range(now_ms);
+    let result = aws::sync(store, ce, from, to, today(now_ms), now_ms, false).await;
+    // Finished or failed, give the lease up; a failure retries at the next check.
+    if result.is_ok() {
+        store
+            .finish_lease(AWS_SYNC_JOB, holder, crate::now_ms())
+            .await?;
+    } else {
+        store.try_lease(AWS_SYNC_JOB, holder, now_ms, 0).await?;
+    }
+    result.map(Some)
+}
+
+/// Checks every `every` whether the daily sync is due, for as long as the server runs.
+pub fn spawn_aws_sync(
+    store: Arc<dyn Store>,
+    ce: CostExplorer,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let holder = holder_name();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            match aws_sync_if_due(store.as_ref(), &ce, &holder, crate::now_ms()).await {
+                Ok(Some(s)) => tracing::info!(
+                    fetched_days = s.fetched_days,
+                    skipped_days = s.skipped_days,
+                    rows = s.import.map(|i| i.rows).unwrap_or(0),
+                    "Cost Explorer sync done"
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::error!(error = %e, "Cost Explorer sync failed; will retry"),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daily_range_covers_the_month_and_fourteen_days() {
+        // 2026-05-20: the month so far (from May 1st) already covers 14 days back.
+        let may20 = 1_777_593_600_000 + 19 * DAY_MS;
+        assert_eq!(
+            daily_range(may20),
+            (
+                NaiveDate::from_ymd_opt(2026, 5, 1).unwrap(),
+                NaiveDate::from_ymd_opt(2026, 5, 21).unwrap()
+            )
+        );
+        // 2026-05-03: fourteen days back reach into April.
+        let may3 = 1_777_593_600_000 + 2 * DAY_MS;
+        assert_eq!(
+            daily_range(may3).0,
+            NaiveDate::from_ymd_opt(2026, 4, 19).unwrap()
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! AWS Cost Explorer sync through the real AWS SDK: `GetCostAndUsage` against a local moto
+//! server with queued results, and `GetCostAndUsageWithResources` (which moto lacks) against a
+//! local stub speaking the same JSON protocol, which also throttles once and pages.
+
+mod support;
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use chrono::{Duration as Days, NaiveDate, Utc};
+use serde_json::{json, Value};
+use support::*;
+
+const TARGET_PREFIX: &str = "AWSInsightsIndexService.";
+
+async fn start_moto() -> (Proc, String) {
+    let port = free_port();
+    // Killed and reaped when the returned guard drops.
+    let moto = Proc(
+        std::process::Command::new(python_tool("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if reqwest::get(format!("{url}/moto-api/"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (moto, url);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("moto_server did not start");
+}
+
+#[derive(Clone)]
+struct Stub {
+    moto: String,
+    resource_requests: Arc<AtomicUsize>,
+    hour: String,
+}
+
+fn metrics(amortized: &str, unblended: &str) -> Value {
+    json!({
+        "AmortizedCost": { "Amount": amortized, "Unit": "USD" },
+        "UnblendedCost": { "Amount": unblended, "Unit": "USD" }
+    })
+}
+
+/// Answers GetCostAndUsageWithResources itself (throttling the first call, then two pages);
+/// passes everything else to moto.
+async fn stub(State(s): State<Stub>, headers: HeaderMap, body: Bytes) -> Response {
+    let target = headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    if target == format!("{TARGET_PREFIX}GetCostAndUsageWithResources") {
+        let n = s.resource_requests.fetch_add(1, Ordering::SeqCst);
+        let req: Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(req["Granularity"], "HOURLY");
+        assert_eq!(req["Filter"]["Dimensions"]["Key"], "SERVICE");
+        assert_eq!(req["GroupBy"][0]["Key"], "RESOURCE_ID");
+        if n == 0 {
+            return (
+                StatusCode::BAD_REQUEST,
+                [("content-type", "application/x-amz-json-1.1")],
+                json!({"__type": "LimitExceededException", "message": "Rate exceeded"}).to_string(),
+            )
+                .into_response();
+        }
+        let start = format!("{}T{}:00:00Z", s.hour, "05");
+        let end = format!("{}T{}:00:00Z", s.hour, "06");
+        let page = if req.get("NextPageToken").is_none() {
+            json!({
+                "ResultsByTime": [{ "TimePeriod": {"Start": start, "End": end}, "Total": {}, "Estimated": false,
+                    "Groups": [{ "Keys": ["i-0aaa", "Savings Plans"], "Metrics": metrics("20.0", "32.7726") }] }],
+                "NextPageToken": "page-2"
+            })
+        } else {
+            json!({
+                "ResultsByTime": [{ "TimePeriod": {"Start": start, "End": end}, "Total": {}, "Estimated": true,
+                    "Groups": [{ "Keys": ["i-0aaa", "Spot Instances"], "Metrics": metrics("1.5", "1.5") }] }]
+            })
+        };
+        return (
+            [("content-type", "application/x-amz-json-1.1")],
+            page.to_string(),
+        )
+            .into_response();
+    }
+    let mut forward = reqwest::Client::new().post(&s.moto).body(body.to_vec());
+    for (k, v) in headers.iter() {
+        if k != "host" && k != "content-length" {
+            forward = forward.header(k.as_str(), v.as_bytes());
+        }
+    }
+    let resp = forward.send().await.unwrap();
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/x-amz-json-1.1")
+        .to_owned();
+    (
+        status,
+        [("content-type", ct)],
+        resp.bytes().await.unwrap().to_vec(),
+    )
+        .into_response()
+}
+
+async fn start_stub(moto: &str, hour: &str) -> (String, Arc<AtomicUsize>) {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let state = Stub {
+        moto: moto.to_owned(),
+        resource_requests: counter.clone(),
+        hour: hour.to_owned(),
+    };
+    let app = Router::new().fallback(stub).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), counter)
+}
+
+fn sync_cmd(db_url: &str, endpoint: &str, from: NaiveDate, to: NaiveDate) -> std::process::Output {
+    server_cmd(db_url)
+        .args([
+            "billing",
+            "sync-aws",
+            "--from",
+            &from.to_string(),
+            "--to",
+            &to.to_string(),
+        ])
+        .args([
+            "--aws-endpoint-url",
+            endpoint,
+            "--aws-tag-key",
+            "gpuledger-instance",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        // Never look for credentials on an instance metadata service.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_CONFIG_FILE", "/dev/null")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+async fn cost_explorer_sync(db: TestDb) {
+    let label = db.backend;
+    let (_moto, moto) = start_moto().await;
+    let today = Utc::now().date_naive();
+    let (from, to) = (today - Days::days(20), today - Days::days(10));
+    let grouped_day = today - Days::days(18);
+    let resource_day = today - Days::days(12);
+    // GetCostAndUsage (older days, by instance type and the host tag): queued before the request.
+    let queued = json!({ "results": [{
+        "ResultsByTime": [{
+            "TimePeriod": { "Start": grouped_day.to_string(), "End": (grouped_day + Days::days(1)).to_string() },
+            "Total": {}, "Estimated": false,
+            "Groups": [
+                { "Keys": ["p4d.24xlarge", "gpuledger-instance$i-0bbb"], "Metrics": metrics("786.5424", "786.5424") },
+                { "Keys": ["g5.xlarge", "gpuledger-instance$"], "Metrics": metrics("24.144", "24.144") }
+            ]
+        }]
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!("{moto}/moto-api/static/ce/cost-and-usage-results"))
+        .json(&queued)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let (endpoint, resource_requests) = start_stub(&moto, &resource_day.to_string()).await;
+
+    let out = sync_cmd(&db.url, &endpoint, from, to);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{label}: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("10 days fetched"), "{stdout}");
+    assert_eq!(
+        resource_requests.load(Ordering::SeqCst),
+        3,
+        "throttled once, then two pages"
+    );
+
+    let store = db.open().await;
+    let lines = store.cost_lines(0, i64::MAX).await.unwrap();
+    assert_eq!(lines.len(), 4, "{label}: {lines:?}");
+    let for_key = |k: Option<&str>| {
+        lines
+            .iter()
+            .filter(|l| l.resource_key.as_deref() == k)
+            .collect::<Vec<_>>()
+    };
+    let aaa = for_key(Some("i-0aaa"));
+    assert_eq!(aaa.len(), 2, "{label}");
+    assert_eq!(
+        (
+            aaa[0].effective_cost.as_str(),
+            aaa[0].billed_cost.as_str(),
+            aaa[0].pricing_category.as_str()
+        ),
+        ("20", "32.7726", "committed")
+    );
+    assert_eq!(aaa[1].pricing_category, "spot");
+    assert_eq!(
+        aaa[0].charge_period_end_ms - aaa[0].charge_period_start_ms,
+        3_600_000,
+        "hourly"
+    );
+    let bbb = for_key(Some("i-0bbb"));
+    assert_eq!(
+        (
+            bbb[0].effective_cost.as_str(),
+            bbb[0].instance_type.as_deref()
+        ),
+        ("786.5424", Some("p4d.24xlarge"))
+    );
+    assert_eq!(
+        for_key(None).len(),
+        1,
+        "{label}: the untagged group counts, unattributed"
+    );
+    let imports = store.billing_imports().await.unwrap();
+    assert_eq!(
+        (imports.len(), imports[0].source.as_str()),
+        (1, "aws-cost-explorer")
+    );
+
+    // Again: every day is final and synced, so nothing is asked (each request costs $0.01).
+    let out = sync_cmd(&db.url, &endpoint, from, to);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("0 days fetched, 10 final days skipped"),
+        "{stdout}"
+    );
+    assert_eq!(resource_requests.load(Ordering::SeqCst), 3);
+    assert_eq!(store.cost_lines(0, i64::MAX).await.unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cost_explorer_sync_sqlite() {
+    cost_explorer_sync(test_support::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cost_explorer_sync_postgres() {
+    cost_explorer_sync(test_support::postgres().await).await;
+}
