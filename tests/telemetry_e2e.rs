@@ -585,3 +585,70 @@ async fn token_cli_create_list_revoke() {
     assert!(!again.status.success(), "revoking twice says so");
     assert!(String::from_utf8_lossy(&again.stderr).contains("no active token"));
 }
+
+/// `/metrics` is valid Prometheus text exposition, as promtool checks it.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_pass_promtool() {
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "m");
+    let server = start_server(&db.url, free_port()).await;
+    let client = reqwest::Client::new();
+    // A rejected and an accepted report, so labelled series exist.
+    client
+        .post(format!("{}/api/v1/reports", server.url))
+        .bearer_auth(&token)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let report = agent_once(
+        &write_scenario(dir.path(), &fleet),
+        &["--duration", "200ms", "--sample-interval", "100ms"],
+    );
+    let resp = client
+        .post(format!("{}/api/v1/reports", server.url))
+        .bearer_auth(&token)
+        .header("x-gpuledger-spool-depth", "3")
+        .json(&report)
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success());
+    let text = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("gpuledger_agent_spool_depth{cluster=\"default\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("gpuledger_reports_rejected_total{reason=\"bad_request\"} 1"),
+        "{text}"
+    );
+    let mut check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) must be installed; .ci/run installs it");
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,32 +1,20 @@
-//! Prometheus metrics of this server process (each replica exposes its own).
+//! Prometheus metrics of this server process (each replica exposes its own), in the Prometheus
+//! text exposition format.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HostLabels {
-    pub cluster: String,
-    pub hostname: String,
-}
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec,
+    Opts, Registry, TextEncoder,
+};
 
 pub struct Metrics {
     registry: Registry,
-    pub reports_accepted: Counter,
-    pub reports_duplicate: Counter,
-    pub reports_rejected: Family<ReasonLabels, Counter>,
-    pub windows_stored: Counter,
+    pub reports_accepted: IntCounter,
+    pub reports_duplicate: IntCounter,
+    pub reports_rejected: IntCounterVec,
+    pub windows_stored: IntCounter,
     pub batch_seconds: Histogram,
-    pub agent_spool_depth: Family<HostLabels, Gauge>,
-    pub agent_spool_dropped: Family<HostLabels, Gauge>,
+    pub agent_spool_depth: IntGaugeVec,
+    pub agent_spool_dropped: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -35,74 +23,93 @@ impl Default for Metrics {
     }
 }
 
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::with_opts(Opts::new(name, help).namespace("gpuledger"))
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let _ = registry.register(Box::new(c.clone()));
+    c
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help).namespace("gpuledger"), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let _ = registry.register(Box::new(g.clone()));
+    g
+}
+
 impl Metrics {
+    /// The metric definitions are fixed at compile time; a bad one is a programming error.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("gpuledger");
-        let reports_accepted = Counter::default();
-        let reports_duplicate = Counter::default();
-        let reports_rejected = Family::<ReasonLabels, Counter>::default();
-        let windows_stored = Counter::default();
-        let batch_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
-        let agent_spool_depth = Family::<HostLabels, Gauge>::default();
-        let agent_spool_dropped = Family::<HostLabels, Gauge>::default();
-        registry.register(
-            "reports_accepted",
-            "Reports stored",
-            reports_accepted.clone(),
-        );
-        registry.register(
-            "reports_duplicate",
-            "Reports acknowledged as repeats of a stored batch",
-            reports_duplicate.clone(),
-        );
-        registry.register(
-            "reports_rejected",
-            "Reports refused, by reason",
-            reports_rejected.clone(),
-        );
-        registry.register(
-            "windows_stored",
-            "GPU windows stored",
-            windows_stored.clone(),
-        );
-        registry.register(
-            "ingest_batch_seconds",
-            "Time to validate and store one report",
-            batch_seconds.clone(),
-        );
-        registry.register(
-            "agent_spool_depth",
-            "Batches waiting in an agent's spool, as the agent last reported",
-            agent_spool_depth.clone(),
-        );
-        registry.register(
-            "agent_spool_dropped",
-            "Batches an agent dropped because its spool was full, as it last reported",
-            agent_spool_dropped.clone(),
-        );
+        let registry = Registry::new();
+        let reports_rejected = IntCounterVec::new(
+            Opts::new("reports_rejected_total", "Reports refused, by reason")
+                .namespace("gpuledger"),
+            &["reason"],
+        )
+        .unwrap_or_else(|e| panic!("metric reports_rejected_total: {e}"));
+        let _ = registry.register(Box::new(reports_rejected.clone()));
+        let batch_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "ingest_batch_seconds",
+                "Time to validate and store one report",
+            )
+            .namespace("gpuledger")
+            .buckets(exponential_buckets(0.001, 2.0, 14).unwrap_or_default()),
+        )
+        .unwrap_or_else(|e| panic!("metric ingest_batch_seconds: {e}"));
+        let _ = registry.register(Box::new(batch_seconds.clone()));
         Metrics {
-            registry,
-            reports_accepted,
-            reports_duplicate,
+            reports_accepted: counter(&registry, "reports_accepted_total", "Reports stored"),
+            reports_duplicate: counter(
+                &registry,
+                "reports_duplicate_total",
+                "Reports acknowledged as repeats of a stored batch",
+            ),
+            windows_stored: counter(&registry, "windows_stored_total", "GPU windows stored"),
+            agent_spool_depth: gauge_vec(
+                &registry,
+                "agent_spool_depth",
+                "Batches waiting in an agent's spool, as the agent last reported",
+                &["cluster", "hostname"],
+            ),
+            agent_spool_dropped: gauge_vec(
+                &registry,
+                "agent_spool_dropped",
+                "Batches an agent dropped because its spool was full, as it last reported",
+                &["cluster", "hostname"],
+            ),
             reports_rejected,
-            windows_stored,
             batch_seconds,
-            agent_spool_depth,
-            agent_spool_dropped,
+            registry,
         }
     }
 
     pub fn reject(&self, reason: &str) {
-        self.reports_rejected
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_owned(),
-            })
-            .inc();
+        self.reports_rejected.with_label_values(&[reason]).inc();
     }
 
-    pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+    pub fn set_agent_spool(
+        &self,
+        cluster: &str,
+        hostname: &str,
+        depth: Option<i64>,
+        dropped: Option<i64>,
+    ) {
+        if let Some(d) = depth {
+            self.agent_spool_depth
+                .with_label_values(&[cluster, hostname])
+                .set(d);
+        }
+        if let Some(d) = dropped {
+            self.agent_spool_dropped
+                .with_label_values(&[cluster, hostname])
+                .set(d);
+        }
+    }
+
+    pub fn encode(&self) -> Result<String, prometheus::Error> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 }

@@ -35,10 +35,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     match state.metrics.encode() {
         Ok(text) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
+            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
             text,
         ),
         Err(_) => (

@@ -12,7 +12,6 @@ use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL
 
 use super::AppState;
 use crate::error::ApiError;
-use crate::metrics::HostLabels;
 use crate::store::{AgentStatus, IngestOutcome};
 use crate::{auth, now_ms, validate};
 
@@ -85,24 +84,12 @@ async fn ingest(
         spool_depth: header_i64(headers, SPOOL_DEPTH_HEADER),
         spool_dropped: header_i64(headers, SPOOL_DROPPED_HEADER),
     };
-    let host = HostLabels {
-        cluster: report.host.cluster.clone(),
-        hostname: report.host.hostname.clone(),
-    };
-    if let Some(depth) = agent.spool_depth {
-        state
-            .metrics
-            .agent_spool_depth
-            .get_or_create(&host)
-            .set(depth);
-    }
-    if let Some(dropped) = agent.spool_dropped {
-        state
-            .metrics
-            .agent_spool_dropped
-            .get_or_create(&host)
-            .set(dropped);
-    }
+    state.metrics.set_agent_spool(
+        &report.host.cluster,
+        &report.host.hostname,
+        agent.spool_depth,
+        agent.spool_dropped,
+    );
     let outcome = state.store.ingest(&report, token.id, agent, now).await?;
     Ok(IngestAck {
         batch_id: report.batch_id,
