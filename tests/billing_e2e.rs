@@ -476,3 +476,109 @@ async fn hosts_without_a_bill_get_rate_card_estimates() {
     );
     assert_eq!(rows["gpu-a"]["estimated"], true);
 }
+
+/// A FOCUS export written as Parquet (Snappy, doubles, UTC timestamps, Tags as a map) imports
+/// with totals equal to the Parquet's own values.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_export_imports_with_exact_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("aws");
+    let gen = std::process::Command::new(python_tool("focus-toolkit"))
+        .args([
+            "generate",
+            "--provider",
+            "aws",
+            "--focus-version",
+            "1.2",
+            "--rows",
+            "250",
+            "--seed",
+            "5",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        gen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gen.stderr)
+    );
+    let csv = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .unwrap();
+    let parquet = dir.path().join("focus.parquet");
+    let conv = std::process::Command::new(python_tool("python"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/tools/focus_to_parquet.py"
+        ))
+        .arg(&csv)
+        .arg(&parquet)
+        .output()
+        .unwrap();
+    assert!(
+        conv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&conv.stderr)
+    );
+    let expected: Value = serde_json::from_slice(&conv.stdout).unwrap();
+    let types = &expected["types"];
+    assert!(
+        types["ChargePeriodStart"]
+            .as_str()
+            .unwrap()
+            .starts_with("timestamp["),
+        "{expected}"
+    );
+    assert!(
+        types["Tags"]
+            .as_str()
+            .unwrap()
+            .starts_with("map<string, string"),
+        "{expected}"
+    );
+    assert_eq!(types["BilledCost"], "double", "{expected}");
+
+    let db = test_support::sqlite();
+    let printed = server_run(
+        &db.url,
+        &["billing", "import-focus", parquet.to_str().unwrap()],
+    );
+    assert!(printed.contains("imported 250 rows"), "{printed}");
+    let store = db.open().await;
+    let imports = store.billing_imports().await.unwrap();
+    assert_eq!(
+        d(&imports[0].billed_total),
+        d(expected["billed"].as_str().unwrap())
+    );
+    assert_eq!(
+        d(&imports[0].effective_total),
+        d(expected["effective"].as_str().unwrap())
+    );
+    // The same rows as the CSV: dates and tags survive the format.
+    let from_csv = gpuledger_server::billing::focus::parse(&std::fs::read(&csv).unwrap()).unwrap();
+    let from_parquet =
+        gpuledger_server::billing::focus::parse(&std::fs::read(&parquet).unwrap()).unwrap();
+    assert_eq!(from_csv.len(), from_parquet.len());
+    for (a, b) in from_csv.iter().zip(&from_parquet) {
+        assert_eq!(
+            (a.charge_period_start_ms, a.charge_period_end_ms),
+            (b.charge_period_start_ms, b.charge_period_end_ms)
+        );
+        assert_eq!(a.resource_key, b.resource_key);
+        assert_eq!(a.pricing_category, b.pricing_category);
+        let (ta, tb): (Value, Value) = (
+            serde_json::from_str(&a.tags_json).unwrap(),
+            serde_json::from_str(&b.tags_json).unwrap(),
+        );
+        assert_eq!(
+            ta.as_object().map(|o| o.len()),
+            tb.as_object().map(|o| o.len()),
+            "tags: {ta} vs {tb}"
+        );
+    }
+}

@@ -77,7 +77,7 @@ struct ServeArgs {
 
 #[derive(Subcommand, Debug)]
 enum BillingCommand {
-    /// Import FOCUS cost-and-usage exports (CSV or CSV.gz). Importing the same file again
+    /// Import FOCUS cost-and-usage exports (CSV, CSV.gz or Parquet). Importing the same file again
     /// changes nothing; a newer export of the same billing period replaces the older.
     ImportFocus {
         #[arg(required = true)]

@@ -1,5 +1,5 @@
 //! FOCUS cost-and-usage exports (1.0 to 1.3, as AWS Data Exports, Azure and GCP write them), as
-//! CSV or gzip-compressed CSV.
+//! CSV, gzip-compressed CSV or Parquet.
 //!
 //! The whole file is parsed before anything is stored, and the first problem is reported with
 //! its line and column, so a malformed file is refused whole.
@@ -90,15 +90,17 @@ struct Columns {
     index: HashMap<String, usize>,
 }
 
+type Record = Vec<String>;
+
 impl Columns {
-    fn get<'r>(&self, record: &'r csv::StringRecord, name: &str) -> &'r str {
+    fn get<'r>(&self, record: &'r Record, name: &str) -> &'r str {
         self.index
             .get(name)
             .and_then(|i| record.get(*i))
-            .map(str::trim)
+            .map(|s| s.trim())
             .unwrap_or("")
     }
-    fn opt(&self, record: &csv::StringRecord, name: &str) -> Option<String> {
+    fn opt(&self, record: &Record, name: &str) -> Option<String> {
         Some(self.get(record, name))
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
@@ -129,16 +131,37 @@ fn json_object(
     }
 }
 
-/// Parses a whole FOCUS CSV. Line numbers count the header as line 1, as an editor shows them.
+/// Parses a whole FOCUS file, CSV or Parquet. Line numbers count the header as line 1, as an
+/// editor shows them (for Parquet: the row number + 1, as the same data would be as CSV).
 pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
+    if bytes.starts_with(b"PAR1") {
+        return super::parquet::parse(bytes);
+    }
     let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(bytes);
-    let headers = reader
+    let headers: Vec<String> = reader
         .headers()
         .map_err(|e| FocusError::Line {
             line: 1,
             message: format!("unreadable header: {e}"),
         })?
-        .clone();
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    let rows = reader.into_records().enumerate().map(|(i, r)| {
+        r.map(|r| r.iter().map(str::to_owned).collect())
+            .map_err(|e| FocusError::Line {
+                line: i as u64 + 2,
+                message: format!("not valid CSV: {e}"),
+            })
+    });
+    parse_records(headers, rows)
+}
+
+/// Turns a header and its rows (as text, whatever the file format) into cost lines.
+pub fn parse_records(
+    headers: Vec<String>,
+    rows: impl Iterator<Item = Result<Record, FocusError>>,
+) -> Result<Vec<CostLine>, FocusError> {
     let cols = Columns {
         index: headers
             .iter()
@@ -155,16 +178,15 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
         .into_iter()
         .find(|c| cols.index.contains_key(*c))
         .ok_or_else(|| FocusError::MissingColumn("ProviderName".into()))?;
-    let x_columns: Vec<&str> = headers.iter().filter(|h| h.starts_with("x_")).collect();
-
+    let x_columns: Vec<&str> = headers
+        .iter()
+        .map(String::as_str)
+        .filter(|h| h.starts_with("x_"))
+        .collect();
     let mut out = Vec::new();
-    for (i, record) in reader.records().enumerate() {
+    for (i, record) in rows.enumerate() {
         let line = i as u64 + 2;
-        let record = record.map_err(|e| FocusError::Line {
-            line,
-            message: format!("not valid CSV: {e}"),
-        })?;
-        out.push(parse_row(line, &record, &cols, provider_col, &x_columns)?);
+        out.push(parse_row(line, &record?, &cols, provider_col, &x_columns)?);
     }
     if out.is_empty() {
         return Err(FocusError::Empty);
@@ -172,18 +194,13 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
     Ok(out)
 }
 
-fn amount(
-    line: u64,
-    cols: &Columns,
-    r: &csv::StringRecord,
-    name: &str,
-) -> Result<Decimal, FocusError> {
+fn amount(line: u64, cols: &Columns, r: &Record, name: &str) -> Result<Decimal, FocusError> {
     let text = cols.get(r, name);
     parse_amount(text)
         .ok_or_else(|| field_err(line, name, format!("not a decimal number: {text:?}")))
 }
 
-fn time(line: u64, cols: &Columns, r: &csv::StringRecord, name: &str) -> Result<i64, FocusError> {
+fn time(line: u64, cols: &Columns, r: &Record, name: &str) -> Result<i64, FocusError> {
     let text = cols.get(r, name);
     parse_time_ms(text)
         .ok_or_else(|| field_err(line, name, format!("not an ISO 8601 date-time: {text:?}")))
@@ -191,7 +208,7 @@ fn time(line: u64, cols: &Columns, r: &csv::StringRecord, name: &str) -> Result<
 
 fn parse_row(
     line: u64,
-    r: &csv::StringRecord,
+    r: &Record,
     cols: &Columns,
     provider_col: &str,
     x_columns: &[&str],

@@ -1,8 +1,9 @@
-//! Billing sources, all producing [`CostLine`]s: FOCUS exports (`focus`), AWS Cost Explorer
-//! (`aws`), and the rate card for hosts with no bill (`ratecard`).
+//! Billing sources, all producing [`CostLine`]s: FOCUS exports (`focus`, with `parquet`), AWS
+//! Cost Explorer (`aws`), and the rate card for hosts with no bill (`ratecard`).
 
 pub mod aws;
 pub mod focus;
+mod parquet;
 pub mod ratecard;
 
 use rust_decimal::Decimal;
@@ -143,7 +144,7 @@ pub enum ImportError {
     Store(#[from] StoreError),
 }
 
-/// Imports one FOCUS file (CSV or CSV.gz) given its bytes.
+/// Imports one FOCUS file (CSV, CSV.gz or Parquet) given its bytes.
 pub async fn import_focus(
     store: &dyn Store,
     name: &str,

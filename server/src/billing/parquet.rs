@@ -1,0 +1,97 @@
+//! FOCUS exports as Parquet (the default of AWS Data Exports): each value is turned into the
+//! text the CSV export would hold, then parsed like CSV, so both formats follow one set of rules.
+
+use parquet::data_type::Decimal as ParquetDecimal;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::Field;
+use rust_decimal::Decimal;
+
+use super::focus::{parse_records, FocusError};
+use super::CostLine;
+
+fn ms_to_rfc3339(ms: i64) -> String {
+    crate::allocation::rfc3339(ms)
+}
+
+/// A Parquet DECIMAL (big-endian two's complement of any width) as exact text.
+fn decimal_text(d: &ParquetDecimal) -> Option<String> {
+    let bytes = d.data();
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    let negative = bytes[0] & 0x80 != 0;
+    let mut buf = if negative { [0xffu8; 16] } else { [0u8; 16] };
+    buf[16 - bytes.len()..].copy_from_slice(bytes);
+    let unscaled = i128::from_be_bytes(buf);
+    let scale = u32::try_from(d.scale()).ok()?;
+    Decimal::try_from_i128_with_scale(unscaled, scale)
+        .ok()
+        .map(|v| v.normalize().to_string())
+}
+
+/// The text a CSV export would carry for this value.
+fn text(field: &Field) -> Result<String, String> {
+    Ok(match field {
+        Field::Null => String::new(),
+        Field::Bool(b) => b.to_string(),
+        Field::Byte(v) => v.to_string(),
+        Field::Short(v) => v.to_string(),
+        Field::Int(v) => v.to_string(),
+        Field::Long(v) => v.to_string(),
+        Field::UByte(v) => v.to_string(),
+        Field::UShort(v) => v.to_string(),
+        Field::UInt(v) => v.to_string(),
+        Field::ULong(v) => v.to_string(),
+        // The shortest text that reads back as the same double: the file's own value.
+        Field::Float16(v) => v.to_string(),
+        Field::Float(v) => v.to_string(),
+        Field::Double(v) => v.to_string(),
+        Field::Decimal(d) => decimal_text(d).ok_or("a DECIMAL too wide to read exactly")?,
+        Field::Str(s) => s.clone(),
+        Field::Bytes(b) => String::from_utf8_lossy(b.data()).into_owned(),
+        Field::Date(days) => ms_to_rfc3339(i64::from(*days) * 86_400_000),
+        Field::TimestampMillis(ms) => ms_to_rfc3339(*ms),
+        Field::TimestampMicros(us) => ms_to_rfc3339(us.div_euclid(1000)),
+        Field::TimeMillis(_) | Field::TimeMicros(_) => field.to_string(),
+        // Tags and SkuPriceDetails arrive as maps or structs: the JSON object CSV would hold.
+        Field::Group(_) | Field::ListInternal(_) | Field::MapInternal(_) => {
+            field.to_json_value().to_string()
+        }
+    })
+}
+
+pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
+    let reader = SerializedFileReader::new(bytes::Bytes::copy_from_slice(bytes))
+        .map_err(|e| FocusError::Io(format!("not a readable Parquet file: {e}")))?;
+    let headers: Vec<String> = reader
+        .metadata()
+        .file_metadata()
+        .schema_descr()
+        .root_schema()
+        .get_fields()
+        .iter()
+        .map(|f| f.name().to_owned())
+        .collect();
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| FocusError::Io(format!("reading Parquet rows: {e}")))?;
+    let width = headers.len();
+    let records = rows.enumerate().map(move |(i, row)| {
+        let line = i as u64 + 2;
+        let row = row.map_err(|e| FocusError::Line {
+            line,
+            message: format!("unreadable Parquet row: {e}"),
+        })?;
+        let mut record = vec![String::new(); width];
+        for (j, (name, field)) in row.get_column_iter().enumerate() {
+            record[j.min(width.saturating_sub(1))] =
+                text(field).map_err(|message| FocusError::Field {
+                    line,
+                    column: name.clone(),
+                    message,
+                })?;
+        }
+        Ok(record)
+    });
+    parse_records(headers, records)
+}
