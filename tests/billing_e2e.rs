@@ -39,8 +39,8 @@ fn column_total(csv_path: &Path, column: &str) -> Decimal {
         .sum()
 }
 
-async fn get_json(url: &str) -> Value {
-    let resp = reqwest::get(url).await.unwrap();
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    let resp = client.get(url).send().await.unwrap();
     assert!(resp.status().is_success(), "{url}: {}", resp.status());
     resp.json().await.unwrap()
 }
@@ -103,7 +103,8 @@ async fn focus_exports_from_three_clouds_import_with_exact_totals() {
     assert_eq!(out.matches("imported 300 rows").count(), 3, "{out}");
 
     let server = start_server(&db.url, free_port()).await;
-    let imports = get_json(&format!("{}/api/v1/billing/imports", server.url)).await;
+    let viewer = signed_in(&server, "viewer").await;
+    let imports = get_json(&viewer, &format!("{}/api/v1/billing/imports", server.url)).await;
     let imports = imports.as_array().unwrap();
     assert_eq!(imports.len(), 3);
     for (import, file) in imports.iter().zip(&files) {
@@ -128,7 +129,7 @@ async fn focus_exports_from_three_clouds_import_with_exact_totals() {
         &["billing", "import-focus", files[1].to_str().unwrap()],
     );
     assert!(again.contains("already imported"), "{again}");
-    let imports = get_json(&format!("{}/api/v1/billing/imports", server.url)).await;
+    let imports = get_json(&viewer, &format!("{}/api/v1/billing/imports", server.url)).await;
     assert_eq!(imports.as_array().unwrap().len(), 3);
 }
 
@@ -269,7 +270,8 @@ async fn split_to_the_cent(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
     let token = create_token(&db.url, "agent");
     let server = start_server(&db.url, free_port()).await;
-    let client = reqwest::Client::new();
+    let viewer = signed_in(&server, "viewer").await;
+    let client = viewer.clone();
     for r in known_reports() {
         let resp = client
             .post(format!("{}/api/v1/reports", server.url))
@@ -304,10 +306,10 @@ async fn split_to_the_cent(db: TestDb) {
 
     let h = hour_start();
     let q = format!("from={}&to={}", iso(h), iso(h + 3_600_000));
-    let by_model = get_json(&format!(
-        "{}/api/v1/allocation?{q}&by=model&step=hour",
-        server.url
-    ))
+    let by_model = get_json(
+        &viewer,
+        &format!("{}/api/v1/allocation?{q}&by=model&step=hour", server.url),
+    )
     .await;
     let rows = rows_by_key(&by_model);
     // GPU 0 carries half the bill, split 3:1 by SM utilization; GPU 1's half is half held idle
@@ -350,10 +352,10 @@ async fn split_to_the_cent(db: TestDb) {
     );
 
     let by_team = rows_by_key(
-        &get_json(&format!(
-            "{}/api/v1/allocation?{q}&by=team&step=day",
-            server.url
-        ))
+        &get_json(
+            &viewer,
+            &format!("{}/api/v1/allocation?{q}&by=team&step=day", server.url),
+        )
         .await,
     );
     assert_eq!(
@@ -366,10 +368,10 @@ async fn split_to_the_cent(db: TestDb) {
         d("12.289725")
     );
     let by_pricing = rows_by_key(
-        &get_json(&format!(
-            "{}/api/v1/allocation?{q}&by=pricing_category",
-            server.url
-        ))
+        &get_json(
+            &viewer,
+            &format!("{}/api/v1/allocation?{q}&by=pricing_category", server.url),
+        )
         .await,
     );
     assert_eq!(
@@ -450,7 +452,8 @@ async fn hosts_without_a_bill_get_rate_card_estimates() {
     let db = test_support::sqlite();
     let token = create_token(&db.url, "agent");
     let server = start_server(&db.url, free_port()).await;
-    let client = reqwest::Client::new();
+    let viewer = signed_in(&server, "viewer").await;
+    let client = viewer.clone();
     for r in known_reports() {
         client
             .post(format!("{}/api/v1/reports", server.url))
@@ -461,12 +464,15 @@ async fn hosts_without_a_bill_get_rate_card_estimates() {
             .unwrap();
     }
     let h = hour_start();
-    let body = get_json(&format!(
-        "{}/api/v1/allocation?from={}&to={}&by=host",
-        server.url,
-        iso(h),
-        iso(h + 3_600_000)
-    ))
+    let body = get_json(
+        &viewer,
+        &format!(
+            "{}/api/v1/allocation?from={}&to={}&by=host",
+            server.url,
+            iso(h),
+            iso(h + 3_600_000)
+        ),
+    )
     .await;
     let rows = rows_by_key(&body);
     assert_eq!(

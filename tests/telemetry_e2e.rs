@@ -298,7 +298,10 @@ async fn round_trip(db: TestDb) {
         .iter()
         .all(|r| r.cluster == "e2e" && r.hostname == "gpu-host-1"));
     assert_eq!(fleet_rows[0].instance_type.as_deref(), Some("p4d.24xlarge"));
-    let page = reqwest::get(format!("{}/", server.url))
+    let viewer = signed_in(&server, "viewer").await;
+    let page = viewer
+        .get(format!("{}/", server.url))
+        .send()
         .await
         .unwrap()
         .text()

@@ -11,8 +11,10 @@ use crate::validate::ValidationError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("missing or invalid token")]
+    #[error("sign in, or send a valid token")]
     Unauthorized,
+    #[error("this needs an admin")]
+    Forbidden,
     #[error("{message}")]
     BadRequest {
         message: String,
@@ -34,6 +36,7 @@ impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, Option<String>) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", None),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden", None),
             ApiError::BadRequest { field, .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request", field.clone())
             }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod jobs;
 pub mod metrics;
 pub mod money;
+pub mod session;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

@@ -4,7 +4,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gpuledger_server::billing::{self, ratecard::RateCard};
-use gpuledger_server::{auth, demo, now_ms, serve, store, AppState};
+use gpuledger_server::{auth, demo, now_ms, serve, session, store, AppState};
 
 /// gpuledger server: GPU cost observability. Ingests agent reports and shows the fleet.
 ///
@@ -32,6 +32,11 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// Manage the people who sign in.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
     },
     /// Import bills.
     Billing {
@@ -68,6 +73,12 @@ struct ServeArgs {
     /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
     #[arg(long, env = "GPULEDGER_RATE_CARD")]
     rate_card: Option<std::path::PathBuf>,
+    /// Mark session cookies Secure: set this when users reach the server over HTTPS.
+    #[arg(long, env = "GPULEDGER_SECURE_COOKIES")]
+    secure_cookies: bool,
+    /// Largest bill accepted through the upload form, in bytes.
+    #[arg(long, env = "GPULEDGER_MAX_UPLOAD_BYTES", default_value_t = 512 * 1024 * 1024)]
+    max_upload_bytes: usize,
     /// Sync AWS Cost Explorer once a day (one replica at a time).
     #[arg(long, env = "GPULEDGER_AWS_SYNC_DAILY")]
     aws_sync_daily: bool,
@@ -125,6 +136,20 @@ impl AwsArgs {
 }
 
 #[derive(Subcommand, Debug)]
+enum UserCommand {
+    /// Add a person. The password is read from GPULEDGER_PASSWORD, else asked for on the
+    /// terminal, else read from the first line of standard input.
+    Add {
+        username: String,
+        /// viewer reads everything; admin also manages tokens, bills, alert routes and snoozes.
+        #[arg(long, value_parser = ["viewer", "admin"])]
+        role: String,
+    },
+    /// List people and their roles.
+    List,
+}
+
+#[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create a token and print it (it is shown only this once).
     Create {
@@ -175,10 +200,26 @@ fn state_for(
     state.limits.retention_ms = args.retention.as_millis() as i64;
     state.limits.max_clock_skew_ms = args.max_clock_skew.as_millis() as i64;
     state.max_body_bytes = args.max_body_bytes;
+    state.secure_cookies = args.secure_cookies;
+    state.max_upload_bytes = args.max_upload_bytes;
     if let Some(path) = &args.rate_card {
         state.rate_card = std::sync::Arc::new(RateCard::load(path)?);
     }
     Ok(state)
+}
+
+/// The new user's password: from the environment, a terminal prompt, or standard input.
+fn read_password() -> anyhow::Result<String> {
+    use std::io::IsTerminal;
+    if let Ok(p) = std::env::var("GPULEDGER_PASSWORD") {
+        return Ok(p);
+    }
+    if std::io::stdin().is_terminal() {
+        return Ok(rpassword::prompt_password("Password: ")?);
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
 /// Reads a file with a progress bar on a terminal (large billing exports take a while).
@@ -247,6 +288,27 @@ async fn main() -> anyhow::Result<()> {
                         anyhow::bail!("no active token named {name:?}");
                     }
                     println!("token {name:?} revoked");
+                }
+            }
+            Ok(())
+        }
+        Command::User { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", cli.database_url))?;
+            match command {
+                UserCommand::Add { username, role } => {
+                    let password = read_password()?;
+                    let hash = session::hash_password(&password)?;
+                    store
+                        .create_user(username.trim(), &hash, &role, now_ms())
+                        .await?;
+                    println!("user {username:?} added as {role}");
+                }
+                UserCommand::List => {
+                    for u in store.list_users().await? {
+                        println!("{}\t{}", u.username, u.role);
+                    }
                 }
             }
             Ok(())
@@ -327,8 +389,18 @@ async fn main() -> anyhow::Result<()> {
                 .map(|t| t.id)
                 .context("the demo token was not stored")?;
             let batches = demo::seed(store.as_ref(), token_id, now_ms(), hours).await?;
+            let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();
+            store
+                .create_user(
+                    "demo",
+                    &session::hash_password(&password)?,
+                    "admin",
+                    now_ms(),
+                )
+                .await?;
             eprintln!("demo: simulated {hours} h of a fleet in {demo_db} ({batches} reports)");
             eprintln!("demo: agent token for trying ingest yourself: {token}");
+            println!("demo: sign in as  demo / {password}");
             run_server(state_for(store, &args)?, &args).await
         }
     }

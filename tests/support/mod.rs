@@ -203,3 +203,66 @@ pub fn server_run(db_url: &str, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The value of the first hidden `csrf` field in a page.
+pub fn csrf_of(html: &str) -> String {
+    let marker = "name=\"csrf\" value=\"";
+    let start = html
+        .find(marker)
+        .map(|i| i + marker.len())
+        .expect("a csrf field");
+    html[start..]
+        .split('"')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+pub const TEST_PASSWORD: &str = "correct horse battery staple";
+
+/// Adds a person with `role` through the command line and signs them in through the real
+/// sign-in form; the client keeps the session cookie.
+pub async fn signed_in(server: &Server, role: &str) -> reqwest::Client {
+    let username = format!("{role}-{}", free_port());
+    let out = server_cmd(&server.db_url)
+        .args(["user", "add", &username, "--role", role])
+        .env("GPULEDGER_PASSWORD", TEST_PASSWORD)
+        .output()
+        .expect("user add");
+    assert!(
+        out.status.success(),
+        "user add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = format!("{}/login", server.url);
+    let html = client
+        .get(&login)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let resp = client
+        .post(&login)
+        .form(&[
+            ("username", username.as_str()),
+            ("password", TEST_PASSWORD),
+            ("csrf", &csrf_of(&html)),
+            ("next", "/"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        reqwest::StatusCode::SEE_OTHER,
+        "sign-in failed"
+    );
+    client
+}

@@ -13,6 +13,7 @@ use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::attribution;
 use crate::error::ApiError;
 use crate::now_ms;
+use crate::session::SignedIn;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -61,6 +62,7 @@ fn choice<T: serde::de::DeserializeOwned>(
 
 async fn get_allocation(
     State(state): State<AppState>,
+    _user: SignedIn,
     query: Result<Query<AllocationQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest {
@@ -146,7 +148,10 @@ struct ImportView {
     effective_total: String,
 }
 
-async fn get_imports(State(state): State<AppState>) -> Result<Json<Vec<ImportView>>, ApiError> {
+async fn get_imports(
+    State(state): State<AppState>,
+    _user: SignedIn,
+) -> Result<Json<Vec<ImportView>>, ApiError> {
     let rows = state.store.billing_imports().await?;
     Ok(Json(
         rows.into_iter()

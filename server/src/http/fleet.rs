@@ -10,10 +10,11 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
-use super::page;
+use super::page::{self, Chrome};
 use super::AppState;
 use crate::format::{ago, bytes_gib, percent};
 use crate::now_ms;
+use crate::session::SignedIn;
 use crate::store::{FleetProcess, FleetRow};
 
 /// A host that has not reported for this long is shown as stale.
@@ -62,6 +63,7 @@ pub struct ClusterView {
 #[derive(Template)]
 #[template(path = "fleet.html")]
 pub struct FleetPage {
+    pub chrome: Option<Chrome>,
     pub clusters: Vec<ClusterView>,
     pub total_hosts: usize,
     pub total_gpus: usize,
@@ -152,13 +154,14 @@ pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> Fle
         }
     }
     FleetPage {
+        chrome: None,
         clusters,
         total_hosts,
         total_gpus,
     }
 }
 
-async fn fleet_page(State(state): State<AppState>) -> Response {
+async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
     let loaded = async {
         let rows = state.store.fleet().await?;
         let processes = state.store.fleet_processes().await?;
@@ -166,7 +169,11 @@ async fn fleet_page(State(state): State<AppState>) -> Response {
     }
     .await;
     match loaded {
-        Ok((rows, processes)) => page::render(&build(rows, processes, now_ms())),
+        Ok((rows, processes)) => {
+            let mut page = build(rows, processes, now_ms());
+            page.chrome = Some(Chrome::from(&user));
+            page::render(&page)
+        }
         Err(e) => {
             tracing::error!(error = %e, "fleet page: storage failed");
             page::error_page(

@@ -2,10 +2,12 @@
 
 mod allocation;
 mod assets;
+mod billing;
 mod fleet;
 mod health;
 mod ingest;
-mod page;
+mod login;
+pub(crate) mod page;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +28,10 @@ pub struct AppState {
     pub limits: Limits,
     pub max_body_bytes: usize,
     pub rate_card: Arc<RateCard>,
+    /// Mark cookies Secure (the server is reached over HTTPS).
+    pub secure_cookies: bool,
+    /// Largest bill upload accepted through the web form.
+    pub max_upload_bytes: usize,
 }
 
 impl AppState {
@@ -36,6 +42,8 @@ impl AppState {
             limits: Limits::default(),
             max_body_bytes: 4 * 1024 * 1024,
             rate_card: Arc::new(RateCard::default_card()),
+            secure_cookies: false,
+            max_upload_bytes: 512 * 1024 * 1024,
         }
     }
 }
@@ -44,6 +52,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(ingest::router(state.max_body_bytes))
         .merge(fleet::router())
+        .merge(login::router())
+        .merge(billing::router(state.max_upload_bytes))
         .merge(allocation::router())
         .merge(health::router())
         .merge(assets::router())

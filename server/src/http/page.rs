@@ -4,17 +4,40 @@ use askama::Template;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 
+/// What the page frame shows of the signed-in person: name, role, and the CSRF token for the
+/// sign-out form.
+pub struct Chrome {
+    pub username: String,
+    pub role: &'static str,
+    pub csrf: String,
+}
+
+impl From<&crate::session::SignedIn> for Chrome {
+    fn from(s: &crate::session::SignedIn) -> Self {
+        Chrome {
+            username: s.username.clone(),
+            role: s.role.as_str(),
+            csrf: s.csrf.clone(),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage<'a> {
+    chrome: Option<Chrome>,
     title: &'a str,
     message: &'a str,
 }
 
 /// Renders `template`, or a plain 500 page that says what to do.
 pub fn render(template: &impl Template) -> Response {
+    render_with_status(StatusCode::OK, template)
+}
+
+pub fn render_with_status(status: StatusCode, template: &impl Template) -> Response {
     match template.render() {
-        Ok(html) => Html(html).into_response(),
+        Ok(html) => (status, Html(html)).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "template failed to render");
             error_page(
@@ -27,9 +50,13 @@ pub fn render(template: &impl Template) -> Response {
 }
 
 pub fn error_page(status: StatusCode, title: &str, message: &str) -> Response {
-    let html = ErrorPage { title, message }
-        .render()
-        .unwrap_or_else(|_| format!("<h1>{}</h1>", status.as_u16()));
+    let html = ErrorPage {
+        chrome: None,
+        title,
+        message,
+    }
+    .render()
+    .unwrap_or_else(|_| format!("<h1>{}</h1>", status.as_u16()));
     (status, Html(html)).into_response()
 }
 

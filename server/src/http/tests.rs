@@ -99,17 +99,87 @@ impl Api {
     }
 
     async fn get(&self, path: &str) -> (StatusCode, String) {
+        self.get_as(path, None).await
+    }
+
+    /// GET with a session cookie; a redirect answers its Location instead of a body.
+    async fn get_as(&self, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
+        let mut req = Request::get(path);
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
         let resp = self
             .app
             .clone()
-            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .oneshot(req.body(Body::empty()).unwrap())
             .await
             .unwrap();
         let status = resp.status();
+        let location = resp
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
-        (status, String::from_utf8_lossy(&bytes).into_owned())
+        let body = String::from_utf8_lossy(&bytes).into_owned();
+        (
+            status,
+            if status.is_redirection() {
+                location
+            } else {
+                body
+            },
+        )
+    }
+
+    /// A signed-in person with `role`; returns the Cookie header value and their CSRF token.
+    async fn session(&self, role: &str) -> (String, String) {
+        let name = format!("{role}-user");
+        let hash = crate::session::hash_password("correct horse battery").unwrap();
+        self.store
+            .create_user(&name, &hash, role, now_ms())
+            .await
+            .unwrap();
+        let user = self.store.user_by_name(&name).await.unwrap().unwrap();
+        let token = generate_token();
+        let csrf = generate_token();
+        self.store
+            .create_session(
+                &hash_token(&token),
+                user.id,
+                &csrf,
+                now_ms(),
+                now_ms() + 60_000,
+            )
+            .await
+            .unwrap();
+        (format!("gpl_session={token}"), csrf)
+    }
+
+    async fn post_form(
+        &self,
+        path: &str,
+        cookie: &str,
+        body: &str,
+    ) -> (StatusCode, axum::http::HeaderMap, String) {
+        let req = Request::post(path)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", cookie)
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let resp = self.app.clone().oneshot(req).await.unwrap();
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            headers,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
     }
 
     async fn stored_nothing(&self) {
@@ -241,13 +311,14 @@ async fn bad_reports_name_the_field_and_store_nothing() {
 #[tokio::test]
 async fn fleet_page_shows_gpus_and_escapes_labels() {
     for (api, _db) in apis().await {
-        let (status, html) = api.get("/").await;
+        let (cookie, _) = api.session("viewer").await;
+        let (status, html) = api.get_as("/", Some(&cookie)).await;
         assert_eq!(status, StatusCode::OK);
         assert!(html.contains("No agent has reported yet"));
 
         api.post(Some(&api.token), serde_json::to_vec(&report("b1")).unwrap())
             .await;
-        let (status, html) = api.get("/").await;
+        let (status, html) = api.get_as("/", Some(&cookie)).await;
         assert_eq!(status, StatusCode::OK, "{}", api.backend);
         assert!(html.contains("NVIDIA L4"));
         assert!(html.contains("33%"));
@@ -272,5 +343,248 @@ async fn fleet_page_shows_gpus_and_escapes_labels() {
         let (status, page) = api.get("/no/such/page").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert!(page.contains("Not found"));
+    }
+}
+
+#[tokio::test]
+async fn pages_and_read_apis_need_a_session() {
+    for (api, _db) in apis().await {
+        let (status, location) = api.get("/").await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{}", api.backend);
+        assert_eq!(location, "/login?next=%2F");
+        let (status, location) = api.get("/billing").await;
+        assert_eq!(
+            (status, location.as_str()),
+            (StatusCode::SEE_OTHER, "/login?next=%2Fbilling")
+        );
+        let (status, body) = api.get("/api/v1/allocation").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(error_of(body.as_bytes()).error, "unauthorized");
+        let (status, _) = api.get_as("/", Some("gpl_session=forged")).await;
+        assert_eq!(
+            status,
+            StatusCode::SEE_OTHER,
+            "an unknown session is no session"
+        );
+        // An agent token reads nothing.
+        let req = Request::get("/api/v1/allocation")
+            .header("authorization", format!("Bearer {}", api.token));
+        let resp = api
+            .app
+            .clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        // Health and metrics stay open for load balancers and Prometheus.
+        assert_eq!(api.get("/healthz").await.0, StatusCode::OK);
+        assert_eq!(api.get("/metrics").await.0, StatusCode::OK);
+        let (cookie, _) = api.session("viewer").await;
+        assert_eq!(
+            api.get_as("/api/v1/allocation", Some(&cookie)).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            api.get_as("/billing", Some(&cookie)).await.0,
+            StatusCode::OK
+        );
+    }
+}
+
+#[tokio::test]
+async fn sign_in_sets_a_hardened_cookie_and_checks_the_form_token() {
+    for (api, _db) in apis().await {
+        let hash = crate::session::hash_password("correct horse battery").unwrap();
+        api.store
+            .create_user("ana", &hash, "admin", now_ms())
+            .await
+            .unwrap();
+        let resp = api
+            .app
+            .clone()
+            .oneshot(
+                Request::get("/login?next=/billing")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let set = resp
+            .headers()
+            .get("set-cookie")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let login_cookie = set.split(';').next().unwrap().to_owned();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        let html = String::from_utf8_lossy(
+            &axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap(),
+        )
+        .into_owned();
+        let csrf = html
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+
+        let (status, _, _) = api
+            .post_form(
+                "/login",
+                &login_cookie,
+                "username=ana&password=correct+horse+battery&csrf=wrong&next=/",
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{}: a forged form",
+            api.backend
+        );
+        let (status, _, page) = api
+            .post_form(
+                "/login",
+                &login_cookie,
+                &format!("username=ana&password=nope-nope-nope&csrf={csrf}&next=/"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(page.contains("Wrong username or password"));
+        let (status, _, page) = api
+            .post_form(
+                "/login",
+                &login_cookie,
+                &format!("username=nobody&password=nope-nope-nope&csrf={csrf}&next=/"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(
+            page.contains("Wrong username or password"),
+            "no hint whether the name exists"
+        );
+
+        let (status, headers, _) = api
+            .post_form(
+                "/login",
+                &login_cookie,
+                &format!("username=ana&password=correct+horse+battery&csrf={csrf}&next=/billing"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert_eq!(headers.get("location").unwrap(), "/billing");
+        let session = headers
+            .get_all("set-cookie")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .find(|c| c.starts_with("gpl_session="))
+            .unwrap();
+        assert!(
+            session.contains("HttpOnly")
+                && session.contains("SameSite=Lax")
+                && session.contains("Path=/"),
+            "{session}"
+        );
+        let cookie = session.split(';').next().unwrap().to_owned();
+        let (status, page) = api.get_as("/billing", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("ana (admin)") && page.contains("Upload a FOCUS export"));
+
+        // Signing out needs the session's form token, then the session is gone.
+        let (status, _, _) = api.post_form("/logout", &cookie, "csrf=wrong").await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let page_csrf = page
+            .split("name=\"csrf\" value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+        let (status, _, _) = api
+            .post_form("/logout", &cookie, &format!("csrf={page_csrf}"))
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert_eq!(
+            api.get_as("/billing", Some(&cookie)).await.0,
+            StatusCode::SEE_OTHER
+        );
+    }
+}
+
+fn multipart(csrf: &str, file: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "gpl-test-boundary";
+    let mut body = Vec::new();
+    body.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n")
+            .as_bytes(),
+    );
+    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bill.csv\"\r\nContent-Type: text/csv\r\n\r\n").as_bytes());
+    body.extend_from_slice(file);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+const BILL: &str = "ProviderName,BillingAccountId,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency\nAWS,1,2026-05-01T00:00:00Z,2026-05-01T01:00:00Z,Usage,1.5,1.25,1.5,USD\n";
+
+#[tokio::test]
+async fn only_admins_upload_bills_and_only_with_the_form_token() {
+    for (api, _db) in apis().await {
+        let upload = |cookie: String, csrf: String, file: Vec<u8>| {
+            let app = api.app.clone();
+            async move {
+                let (ct, body) = multipart(&csrf, &file);
+                let req = Request::post("/billing/import")
+                    .header("content-type", ct)
+                    .header("cookie", cookie)
+                    .body(Body::from(body))
+                    .unwrap();
+                let resp = app.oneshot(req).await.unwrap();
+                let status = resp.status();
+                let text = String::from_utf8_lossy(
+                    &axum::body::to_bytes(resp.into_body(), usize::MAX)
+                        .await
+                        .unwrap(),
+                )
+                .into_owned();
+                (status, text)
+            }
+        };
+        let (viewer, viewer_csrf) = api.session("viewer").await;
+        let (status, page) = upload(viewer, viewer_csrf, BILL.as_bytes().to_vec()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{}", api.backend);
+        assert!(page.contains("Admins only"));
+        let (admin, admin_csrf) = api.session("admin").await;
+        let (status, _) = upload(admin.clone(), "forged".into(), BILL.as_bytes().to_vec()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(
+            api.store.billing_imports().await.unwrap().is_empty(),
+            "nothing stored on refusal"
+        );
+
+        let bad = BILL.replace("1.25", "one");
+        let (status, page) = upload(admin.clone(), admin_csrf.clone(), bad.into_bytes()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(page.contains("line 2, column EffectiveCost"), "{page}");
+        assert!(api.store.billing_imports().await.unwrap().is_empty());
+
+        let (status, page) =
+            upload(admin.clone(), admin_csrf.clone(), BILL.as_bytes().to_vec()).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(page.contains("imported 1 rows"), "{page}");
+        let imports = api.store.billing_imports().await.unwrap();
+        assert_eq!(
+            (imports.len(), imports[0].effective_total.as_str()),
+            (1, "1.25")
+        );
+        let (_, page) = upload(admin, admin_csrf, BILL.as_bytes().to_vec()).await;
+        assert!(page.contains("was imported before; nothing changed"));
     }
 }

@@ -191,6 +191,25 @@ pub struct AttributionWindow {
     pub util_avg: Option<f64>,
 }
 
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UserRow {
+    pub id: i64,
+    pub username: String,
+    pub password_hash: String,
+    pub role: String,
+    pub created_ms: i64,
+}
+
+/// A live session with its user.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SessionRow {
+    pub user_id: i64,
+    pub username: String,
+    pub role: String,
+    pub csrf_token: String,
+    pub expires_ms: i64,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// `sqlite` or `postgres`.
@@ -263,6 +282,31 @@ pub trait Store: Send + Sync {
     /// Records that `holder` finished `job` and gives the lease up.
     async fn finish_lease(&self, job: &str, holder: &str, now_ms: i64) -> Result<(), StoreError>;
     async fn job_last_run(&self, job: &str) -> Result<Option<i64>, StoreError>;
+
+    async fn create_user(
+        &self,
+        username: &str,
+        password_hash: &str,
+        role: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    async fn user_by_name(&self, username: &str) -> Result<Option<UserRow>, StoreError>;
+    async fn list_users(&self) -> Result<Vec<UserRow>, StoreError>;
+    async fn create_session(
+        &self,
+        token_hash: &str,
+        user_id: i64,
+        csrf_token: &str,
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// The session behind this token hash, if it has not expired.
+    async fn session(
+        &self,
+        token_hash: &str,
+        now_ms: i64,
+    ) -> Result<Option<SessionRow>, StoreError>;
+    async fn delete_session(&self, token_hash: &str) -> Result<(), StoreError>;
 }
 
 /// Opens the database named by `url` and brings its schema up to date.
@@ -808,6 +852,105 @@ macro_rules! shared_sql_impl {
             Ok(row.and_then(|(r,)| r))
         }
 
+        async fn create_user_sql(
+            pool: &sqlx::Pool<$db>,
+            username: &str,
+            password_hash: &str,
+            role: &str,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            let result = sqlx::query(
+                "INSERT INTO users (username, password_hash, role, created_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(username)
+            .bind(password_hash)
+            .bind(role)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            if result.rows_affected() == 0 {
+                return Err($crate::store::StoreError::Conflict(format!("user {username:?}")));
+            }
+            Ok(())
+        }
+
+        async fn user_by_name_sql(
+            pool: &sqlx::Pool<$db>,
+            username: &str,
+        ) -> Result<Option<$crate::store::UserRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT id, username, password_hash, role, created_ms FROM users WHERE username = $1",
+            )
+            .bind(username)
+            .fetch_optional(pool)
+            .await?)
+        }
+
+        async fn list_users_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::UserRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT id, username, password_hash, role, created_ms FROM users ORDER BY username",
+            )
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn create_session_sql(
+            pool: &sqlx::Pool<$db>,
+            token_hash: &str,
+            user_id: i64,
+            csrf_token: &str,
+            now_ms: i64,
+            expires_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            // Expired sessions go as new ones come, so the table stays small.
+            sqlx::query("DELETE FROM sessions WHERE expires_ms <= $1")
+                .bind(now_ms)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO sessions (token_hash, user_id, csrf_token, created_ms, expires_ms)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(token_hash)
+            .bind(user_id)
+            .bind(csrf_token)
+            .bind(now_ms)
+            .bind(expires_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn session_sql(
+            pool: &sqlx::Pool<$db>,
+            token_hash: &str,
+            now_ms: i64,
+        ) -> Result<Option<$crate::store::SessionRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT s.user_id, u.username, u.role, s.csrf_token, s.expires_ms
+                 FROM sessions s JOIN users u ON u.id = s.user_id
+                 WHERE s.token_hash = $1 AND s.expires_ms > $2",
+            )
+            .bind(token_hash)
+            .bind(now_ms)
+            .fetch_optional(pool)
+            .await?)
+        }
+
+        async fn delete_session_sql(
+            pool: &sqlx::Pool<$db>,
+            token_hash: &str,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
+                .bind(token_hash)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
         async fn batch_count_sql(pool: &sqlx::Pool<$db>) -> Result<i64, $crate::store::StoreError> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
                 .fetch_one(pool)
@@ -966,6 +1109,55 @@ macro_rules! store_impl {
                 job: &str,
             ) -> Result<Option<i64>, $crate::store::StoreError> {
                 job_last_run_sql(&self.pool, job).await
+            }
+            async fn create_user(
+                &self,
+                username: &str,
+                password_hash: &str,
+                role: &str,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                create_user_sql(&self.pool, username, password_hash, role, now_ms).await
+            }
+            async fn user_by_name(
+                &self,
+                username: &str,
+            ) -> Result<Option<$crate::store::UserRow>, $crate::store::StoreError> {
+                user_by_name_sql(&self.pool, username).await
+            }
+            async fn list_users(
+                &self,
+            ) -> Result<Vec<$crate::store::UserRow>, $crate::store::StoreError> {
+                list_users_sql(&self.pool).await
+            }
+            async fn create_session(
+                &self,
+                token_hash: &str,
+                user_id: i64,
+                csrf_token: &str,
+                now_ms: i64,
+                expires_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                create_session_sql(
+                    &self.pool, token_hash, user_id, csrf_token, now_ms, expires_ms,
+                )
+                .await
+            }
+            async fn session(
+                &self,
+                token_hash: &str,
+                now_ms: i64,
+            ) -> Result<Option<$crate::store::SessionRow>, $crate::store::StoreError> {
+                session_sql(&self.pool, token_hash, now_ms).await
+            }
+            async fn delete_session(
+                &self,
+                token_hash: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                delete_session_sql(&self.pool, token_hash).await
             }
         }
     };

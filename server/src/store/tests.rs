@@ -471,3 +471,50 @@ async fn one_replica_at_a_time_holds_a_job_lease() {
         );
     }
 }
+
+#[tokio::test]
+async fn users_and_sessions() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store.create_user("ana", "hash", "admin", T0).await.unwrap();
+        assert!(
+            matches!(
+                store.create_user("ana", "h2", "viewer", T0).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "{b}"
+        );
+        let ana = store.user_by_name("ana").await.unwrap().unwrap();
+        assert_eq!(ana.role, "admin", "{b}");
+        assert!(store.user_by_name("bob").await.unwrap().is_none(), "{b}");
+        store
+            .create_session("s1", ana.id, "csrf-1", T0, T0 + 1_000)
+            .await
+            .unwrap();
+        let s = store.session("s1", T0 + 10).await.unwrap().unwrap();
+        assert_eq!(
+            (s.username.as_str(), s.role.as_str(), s.csrf_token.as_str()),
+            ("ana", "admin", "csrf-1"),
+            "{b}"
+        );
+        assert!(
+            store.session("s1", T0 + 1_000).await.unwrap().is_none(),
+            "{b}: expired"
+        );
+        store
+            .create_session("s2", ana.id, "csrf-2", T0 + 2_000, T0 + 5_000)
+            .await
+            .unwrap();
+        assert!(
+            store.session("s2", T0 + 2_001).await.unwrap().is_some(),
+            "{b}"
+        );
+        store.delete_session("s2").await.unwrap();
+        assert!(
+            store.session("s2", T0 + 2_002).await.unwrap().is_none(),
+            "{b}: signed out"
+        );
+        assert_eq!(store.list_users().await.unwrap().len(), 1, "{b}");
+    }
+}
