@@ -270,3 +270,58 @@ async fn cost_explorer_sync_sqlite() {
 async fn cost_explorer_sync_postgres() {
     cost_explorer_sync(test_support::postgres().await).await;
 }
+
+/// The daily job inside `serve`: runs when due and this replica holds the lease, then not
+/// again for a day.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daily_sync_runs_once_a_day() {
+    let (_moto, moto) = start_moto().await;
+    let today = Utc::now().date_naive();
+    let (endpoint, resource_requests) =
+        start_stub(&moto, &(today - Days::days(1)).to_string()).await;
+    // Queue an empty answer for the grouped request (days before the 14-day window).
+    let queued = json!({ "results": [{ "ResultsByTime": [] }] });
+    reqwest::Client::new()
+        .post(format!("{moto}/moto-api/static/ce/cost-and-usage-results"))
+        .json(&queued)
+        .send()
+        .await
+        .unwrap();
+    let db = test_support::sqlite();
+    let store = db.open().await;
+    let ce = gpuledger_server::billing::aws::CostExplorer::new(
+        gpuledger_server::billing::aws::client_for_endpoint(&endpoint, "testing", "testing"),
+        gpuledger_server::billing::aws::SyncOptions {
+            throttle_backoff: Duration::from_millis(50),
+            ..Default::default()
+        },
+    );
+    use gpuledger_server::jobs::aws_sync_if_due;
+    let now = gpuledger_server::now_ms();
+    // Another replica holds the lease: this one skips.
+    assert!(store
+        .try_lease(gpuledger_server::jobs::AWS_SYNC_JOB, "other", now, 60_000)
+        .await
+        .unwrap());
+    assert!(aws_sync_if_due(store.as_ref(), &ce, "me", now)
+        .await
+        .unwrap()
+        .is_none());
+    // Its lease has run out: this replica syncs (throttled once, retried by our backoff).
+    let later = now + 61_000;
+    let done = aws_sync_if_due(store.as_ref(), &ce, "me", later)
+        .await
+        .unwrap()
+        .expect("it ran");
+    assert!(done.fetched_days >= 14, "{done:?}");
+    assert_eq!(done.import.map(|i| i.rows), Some(2));
+    assert_eq!(resource_requests.load(Ordering::SeqCst), 3);
+    // Not due again within the day.
+    assert!(
+        aws_sync_if_due(store.as_ref(), &ce, "me", later + 3_600_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(resource_requests.load(Ordering::SeqCst), 3);
+}

@@ -234,6 +234,7 @@ fn known_reports() -> Vec<Report> {
                     instance_id: Some("i-0aaa".into()),
                     instance_type: Some("p4d.24xlarge".into()),
                     region: Some("us-east-1".into()),
+                    lifecycle: None,
                 },
                 windows: vec![Window {
                     start_ms: start,

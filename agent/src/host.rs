@@ -16,6 +16,8 @@ pub struct HostConfig {
     pub instance_id: Option<String>,
     pub instance_type: Option<String>,
     pub region: Option<String>,
+    /// `on_demand` or `spot`.
+    pub lifecycle: Option<String>,
     /// Base URL of the metadata service, or `None` to skip it.
     pub imds_endpoint: Option<String>,
     pub imds_timeout: Duration,
@@ -41,6 +43,17 @@ pub struct CloudInstance {
     pub instance_id: String,
     pub instance_type: Option<String>,
     pub region: Option<String>,
+    pub lifecycle: Option<String>,
+}
+
+/// EC2 says `spot` or `on-demand` (or `scheduled`); the server's pricing categories are
+/// `spot` and `on_demand`.
+pub fn normalize_lifecycle(value: &str) -> Option<String> {
+    match value.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+        "spot" => Some("spot".into()),
+        "on_demand" | "ondemand" | "normal" | "scheduled" => Some("on_demand".into()),
+        _ => None,
+    }
 }
 
 /// Asks the EC2 metadata service (IMDSv2). `None` when it does not answer in time.
@@ -79,6 +92,10 @@ pub async fn query_imds(endpoint: &str, timeout: Duration) -> Option<CloudInstan
         instance_id,
         instance_type: get("instance-type").await,
         region: get("placement/region").await,
+        lifecycle: get("instance-life-cycle")
+            .await
+            .as_deref()
+            .and_then(normalize_lifecycle),
     })
 }
 
@@ -91,6 +108,7 @@ pub async fn identify(config: &HostConfig) -> HostInfo {
         instance_id: config.instance_id.clone(),
         instance_type: config.instance_type.clone(),
         region: config.region.clone(),
+        lifecycle: config.lifecycle.as_deref().and_then(normalize_lifecycle),
     };
     if info.instance_id.is_none() {
         if let Some(endpoint) = &config.imds_endpoint {
@@ -100,6 +118,7 @@ pub async fn identify(config: &HostConfig) -> HostInfo {
                     info.instance_id = Some(found.instance_id);
                     info.instance_type = info.instance_type.take().or(found.instance_type);
                     info.region = info.region.take().or(found.region);
+                    info.lifecycle = info.lifecycle.take().or(found.lifecycle);
                 }
                 None => tracing::debug!("no instance metadata service answered; not on EC2"),
             }
@@ -138,6 +157,10 @@ mod tests {
             .route(
                 "/latest/meta-data/placement/region",
                 get(|h: HeaderMap| meta(h, "us-east-1")),
+            )
+            .route(
+                "/latest/meta-data/instance-life-cycle",
+                get(|h: HeaderMap| meta(h, "spot")),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -160,6 +183,7 @@ mod tests {
         assert_eq!(info.provider.as_deref(), Some("aws"));
         assert_eq!(info.instance_id.as_deref(), Some("i-0abc123"));
         assert_eq!(info.instance_type.as_deref(), Some("p4d.24xlarge"));
+        assert_eq!(info.lifecycle.as_deref(), Some("spot"));
         assert_eq!(
             info.region.as_deref(),
             Some("eu-west-1"),
@@ -174,6 +198,16 @@ mod tests {
             info.region, None,
             "metadata is not asked when config names the instance"
         );
+    }
+
+    #[test]
+    fn lifecycles() {
+        assert_eq!(
+            normalize_lifecycle("on-demand").as_deref(),
+            Some("on_demand")
+        );
+        assert_eq!(normalize_lifecycle("Spot").as_deref(), Some("spot"));
+        assert_eq!(normalize_lifecycle("reserved?"), None);
     }
 
     #[tokio::test]

@@ -48,6 +48,10 @@ struct SourceArgs {
     instance_type: Option<String>,
     #[arg(long, env = "GPULEDGER_REGION")]
     region: Option<String>,
+    /// on-demand or spot: prices this host from the rate card until its bill arrives. Found
+    /// through instance metadata on EC2.
+    #[arg(long, env = "GPULEDGER_LIFECYCLE")]
+    lifecycle: Option<String>,
     /// Base URL of the EC2 instance metadata service, or "off".
     #[arg(
         long,
@@ -121,6 +125,7 @@ impl SourceArgs {
             instance_id: self.instance_id.clone(),
             instance_type: self.instance_type.clone(),
             region: self.region.clone(),
+            lifecycle: self.lifecycle.clone(),
             imds_endpoint: (self.imds_endpoint != "off").then(|| self.imds_endpoint.clone()),
             imds_timeout: self.imds_timeout,
         }

@@ -41,6 +41,9 @@ pub struct HostInfo {
     pub instance_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// How the instance is bought: `on_demand` or `spot`; prices hosts that have no bill yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<String>,
 }
 
 /// One aggregation window (default 15 s) over the samples taken inside it.

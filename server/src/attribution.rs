@@ -474,13 +474,15 @@ fn estimate(
         physical.insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
     }
     let names: Vec<&str> = physical.values().copied().collect();
-    let hourly = card.host_hourly(host.and_then(|h| h.instance_type.as_deref()), &names)?;
+    let spot = host.and_then(|h| h.lifecycle.as_deref()) == Some("spot");
+    let (hourly, category) =
+        card.host_price(host.and_then(|h| h.instance_type.as_deref()), &names, spot)?;
     let amount =
         (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS)).round_dp(crate::money::MAX_SCALE);
     Some(CostItem {
         amount,
         currency: card.currency.clone(),
-        pricing_category: "on_demand".into(),
+        pricing_category: category.into(),
         estimated: true,
     })
 }

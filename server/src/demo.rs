@@ -182,6 +182,7 @@ pub async fn seed(
             instance_id: Some(format!("i-demo{:0>13}", spec.hostname.replace('-', ""))),
             instance_type: Some(spec.instance_type.into()),
             region: Some("us-east-1".into()),
+            lifecycle: Some("on_demand".into()),
         };
         // One report per hour of windows, as an agent catching up after an outage would send.
         let mut t = start;

@@ -113,6 +113,11 @@ pub fn validate(report: &Report, now_ms: i64, limits: &Limits) -> Result<(), Val
     opt_text("host.instance_id", &h.instance_id)?;
     opt_text("host.instance_type", &h.instance_type)?;
     opt_text("host.region", &h.region)?;
+    if let Some(l) = &h.lifecycle {
+        if l != "on_demand" && l != "spot" {
+            return fail("host.lifecycle", "must be on_demand or spot");
+        }
+    }
     if report.windows.is_empty() {
         return fail("windows", "must hold at least one window");
     }

@@ -23,6 +23,7 @@ fn host(id: i64, key: &str, instance_type: &str) -> HostRow {
         instance_id: Some(key.into()),
         instance_key: Some(key.into()),
         instance_type: Some(instance_type.into()),
+        lifecycle: None,
     }
 }
 
@@ -284,7 +285,24 @@ fn no_bill_means_a_rate_card_estimate() {
         H + HOUR_MS,
     );
     assert_eq!(cost_where(&a, |_| true), d("32.7726"));
-    assert!(a.parts.iter().all(|p| p.estimated));
+    assert!(a
+        .parts
+        .iter()
+        .all(|p| p.estimated && p.pricing_category == "on_demand"));
+    // A spot host is estimated at the spot rate.
+    let mut spot = host(1, "i-1", "p4d.24xlarge");
+    spot.lifecycle = Some("spot".into());
+    let a_spot = attribute(
+        vec![spot],
+        &windows,
+        &[],
+        &[],
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a_spot, |_| true), d("13.109"));
+    assert!(a_spot.parts.iter().all(|p| p.pricing_category == "spot"));
     // The bill arrives: the estimate is gone.
     let lines = [line("i-1", H, H + HOUR_MS, "30", "on_demand")];
     let a = attribute(

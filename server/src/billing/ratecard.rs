@@ -74,24 +74,63 @@ impl RateCard {
 
     /// The on-demand hourly price of a whole host: by instance type, else per GPU by model.
     pub fn host_hourly(&self, instance_type: Option<&str>, gpu_names: &[&str]) -> Option<Decimal> {
+        self.host_price(instance_type, gpu_names, false)
+            .map(|(p, _)| p)
+    }
+
+    /// The hourly price of a whole host and its pricing category: the spot rate for a spot
+    /// host where the card has one, else on-demand.
+    pub fn host_price(
+        &self,
+        instance_type: Option<&str>,
+        gpu_names: &[&str],
+        spot: bool,
+    ) -> Option<(Decimal, &'static str)> {
+        let pick = |on_demand: Decimal, spot_rate: Option<Decimal>| match spot_rate {
+            Some(s) if spot => (s, "spot"),
+            _ => (on_demand, "on_demand"),
+        };
         if let Some(rate) = instance_type.and_then(|t| self.instance_types.get(t)) {
-            return Some(rate.on_demand);
+            return Some(pick(rate.on_demand, rate.spot));
         }
-        let mut total = Decimal::ZERO;
-        for name in gpu_names {
-            total += self.gpu_hourly(name)?;
+        if gpu_names.is_empty() {
+            return None;
         }
-        (!gpu_names.is_empty()).then_some(total)
+        let rates: Option<Vec<&Rate>> = gpu_names.iter().map(|n| self.gpu_rate(n)).collect();
+        let rates = rates?;
+        let all_spot = rates.iter().all(|r| r.spot.is_some());
+        let total = rates
+            .iter()
+            .map(|r| {
+                if spot && all_spot {
+                    r.spot.unwrap_or(r.on_demand)
+                } else {
+                    r.on_demand
+                }
+            })
+            .sum();
+        Some((
+            total,
+            if spot && all_spot {
+                "spot"
+            } else {
+                "on_demand"
+            },
+        ))
     }
 
     /// Per GPU-hour by NVML name; the longest model name contained in it wins.
     pub fn gpu_hourly(&self, gpu_name: &str) -> Option<Decimal> {
+        self.gpu_rate(gpu_name).map(|r| r.on_demand)
+    }
+
+    fn gpu_rate(&self, gpu_name: &str) -> Option<&Rate> {
         let upper = gpu_name.to_ascii_uppercase();
         self.gpu_models
             .iter()
             .filter(|(model, _)| upper.contains(&model.to_ascii_uppercase()))
             .max_by_key(|(model, _)| model.len())
-            .map(|(_, rate)| rate.on_demand)
+            .map(|(_, rate)| rate)
     }
 }
 
@@ -132,6 +171,14 @@ mod tests {
             Some(Decimal::from_str("0.35").unwrap())
         );
         assert_eq!(card.host_hourly(None, &["Quadro Unknown"]), None);
+        assert_eq!(
+            card.host_price(Some("p4d.24xlarge"), &[], true),
+            Some((Decimal::from_str("13.1090").unwrap(), "spot"))
+        );
+        assert_eq!(
+            card.host_price(None, &["Tesla T4"], true),
+            Some((Decimal::from_str("0.14").unwrap(), "spot"))
+        );
     }
 
     #[test]

@@ -176,6 +176,8 @@ pub struct HostRow {
     pub instance_id: Option<String>,
     pub instance_key: Option<String>,
     pub instance_type: Option<String>,
+    /// on_demand or spot, where the agent knows.
+    pub lifecycle: Option<String>,
 }
 
 /// A GPU window with its host, for attribution.
@@ -400,12 +402,13 @@ macro_rules! shared_sql_impl {
             let (host_id,): (i64,) = sqlx::query_as(
                 "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
                                     agent_version, last_report_ms, spool_depth, spool_dropped,
-                                    instance_key)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                    instance_key, lifecycle)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                  ON CONFLICT (cluster, hostname) DO UPDATE SET
                     provider = COALESCE(excluded.provider, hosts.provider),
                     instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
                     instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
+                    lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
                     instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
                     region = COALESCE(excluded.region, hosts.region),
                     agent_version = excluded.agent_version,
@@ -426,6 +429,7 @@ macro_rules! shared_sql_impl {
             .bind(agent.spool_depth)
             .bind(agent.spool_dropped)
             .bind(h.instance_id.as_deref().map($crate::billing::normalize_resource_id))
+            .bind(&h.lifecycle)
             .fetch_one(&mut **tx)
             .await?;
 
@@ -740,7 +744,8 @@ macro_rules! shared_sql_impl {
             pool: &sqlx::Pool<$db>,
         ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
-                "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type
+                "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type,
+                        lifecycle
                  FROM hosts ORDER BY cluster, hostname",
             )
             .fetch_all(pool)

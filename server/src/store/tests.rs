@@ -21,6 +21,7 @@ fn report(batch: &str, start_ms: i64, util: f64) -> Report {
             instance_id: Some("i-0abc".into()),
             instance_type: Some("p4d.24xlarge".into()),
             region: Some("us-east-1".into()),
+            lifecycle: Some("spot".into()),
         },
         windows: vec![Window {
             start_ms,
