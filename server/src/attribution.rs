@@ -121,7 +121,7 @@ pub fn hour_floor(ms: i64) -> i64 {
 }
 
 /// Spreads each cost line over the hours of its charge period in `[from_ms, to_ms)`, exactly.
-fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, Decimal)> {
+pub(crate) fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, Decimal)> {
     let amount = from_text(&line.effective_cost);
     let (start, end) = (line.charge_period_start_ms, line.charge_period_end_ms);
     if end <= start {

@@ -96,6 +96,68 @@ pub fn spawn_aws_sync(
     })
 }
 
+pub const IDLE_JOB: &str = "idle-evaluation";
+pub const SLACK_JOB: &str = "slack-sender";
+
+/// Evaluates idle incidents every minute and drains the Slack outbox every few seconds, each
+/// under its own lease so that with several replicas one does each.
+pub fn spawn_waste_jobs(
+    store: Arc<dyn Store>,
+    card: Arc<crate::billing::ratecard::RateCard>,
+    config: Arc<crate::config::Config>,
+) {
+    let holder = holder_name();
+    {
+        let (store, config, holder) = (store.clone(), config.clone(), holder.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                let now = crate::now_ms();
+                match store.try_lease(IDLE_JOB, &holder, now, 120_000).await {
+                    Ok(true) => {
+                        match crate::incidents::evaluate(store.as_ref(), &card, &config, now).await
+                        {
+                            Ok(s) if s.opened + s.resolved + s.reminders > 0 => {
+                                tracing::info!(
+                                    opened = s.opened,
+                                    resolved = s.resolved,
+                                    reminders = s.reminders,
+                                    open = s.open,
+                                    "idle incidents"
+                                )
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::error!(error = %e, "idle evaluation failed"),
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "idle evaluation: lease"),
+                }
+            }
+        });
+    }
+    tokio::spawn(async move {
+        let client = crate::slack::client();
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            let now = crate::now_ms();
+            match store.try_lease(SLACK_JOB, &holder, now, 60_000).await {
+                Ok(true) => {
+                    if let Err(e) =
+                        crate::slack::deliver_due(store.as_ref(), &config, &client, now).await
+                    {
+                        tracing::error!(error = %e, "Slack delivery failed");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "Slack delivery: lease"),
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

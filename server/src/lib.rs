@@ -5,18 +5,22 @@ pub mod allocation;
 pub mod attribution;
 pub mod auth;
 pub mod billing;
+pub mod config;
 pub mod demo;
 pub mod error;
 pub mod format;
 pub mod http;
+pub mod incidents;
 pub mod jobs;
 pub mod metrics;
 pub mod money;
 pub mod session;
+pub mod slack;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 pub mod validate;
+pub mod waste;
 
 use std::future::Future;
 

@@ -70,6 +70,9 @@ struct ServeArgs {
     /// Largest report body accepted, in bytes.
     #[arg(long, env = "GPULEDGER_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Config file (TOML): idle thresholds per cluster and Slack routes. See docs/alerts.md.
+    #[arg(long, env = "GPULEDGER_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
     #[arg(long, env = "GPULEDGER_RATE_CARD")]
     rate_card: Option<std::path::PathBuf>,
@@ -178,6 +181,11 @@ async fn shutdown_signal() {
 }
 
 async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
+    gpuledger_server::jobs::spawn_waste_jobs(
+        state.store.clone(),
+        state.rate_card.clone(),
+        state.config.clone(),
+    );
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
         gpuledger_server::jobs::spawn_aws_sync(state.store.clone(), ce, Duration::from_secs(3600));
@@ -204,6 +212,9 @@ fn state_for(
     state.max_upload_bytes = args.max_upload_bytes;
     if let Some(path) = &args.rate_card {
         state.rate_card = std::sync::Arc::new(RateCard::load(path)?);
+    }
+    if let Some(path) = &args.config {
+        state.config = std::sync::Arc::new(gpuledger_server::config::Config::load(path)?);
     }
     Ok(state)
 }

@@ -5,6 +5,7 @@ mod assets;
 mod billing;
 mod fleet;
 mod health;
+mod incidents;
 mod ingest;
 mod login;
 pub(crate) mod page;
@@ -32,6 +33,8 @@ pub struct AppState {
     pub secure_cookies: bool,
     /// Largest bill upload accepted through the web form.
     pub max_upload_bytes: usize,
+    /// Idle thresholds and Slack routes.
+    pub config: Arc<crate::config::Config>,
 }
 
 impl AppState {
@@ -44,6 +47,7 @@ impl AppState {
             rate_card: Arc::new(RateCard::default_card()),
             secure_cookies: false,
             max_upload_bytes: 512 * 1024 * 1024,
+            config: Arc::new(crate::config::Config::default()),
         }
     }
 }
@@ -53,6 +57,7 @@ pub fn router(state: AppState) -> Router {
         .merge(ingest::router(state.max_body_bytes))
         .merge(fleet::router())
         .merge(login::router())
+        .merge(incidents::router())
         .merge(billing::router(state.max_upload_bytes))
         .merge(allocation::router())
         .merge(health::router())

@@ -588,3 +588,76 @@ async fn only_admins_upload_bills_and_only_with_the_form_token() {
         assert!(page.contains("was imported before; nothing changed"));
     }
 }
+
+#[tokio::test]
+async fn incidents_alerts_and_snoozes_by_role() {
+    for (api, _db) in apis().await {
+        let (viewer, viewer_csrf) = api.session("viewer").await;
+        let (admin, admin_csrf) = api.session("admin").await;
+        for path in ["/incidents", "/alerts", "/api/v1/incidents"] {
+            assert_eq!(
+                api.get_as(path, Some(&viewer)).await.0,
+                StatusCode::OK,
+                "{path}"
+            );
+            assert!(
+                !api.get(path).await.0.is_success(),
+                "{path} needs a session"
+            );
+        }
+        let (status, _, page) = api
+            .post_form(
+                "/snoozes",
+                &viewer,
+                &format!("csrf={viewer_csrf}&cluster=c1&hours=4"),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{}: viewers cannot snooze",
+            api.backend
+        );
+        assert!(page.contains("Admins only"));
+        let (status, _, _) = api
+            .post_form("/snoozes", &admin, "csrf=forged&cluster=c1&hours=4")
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
+        let (status, _, _) = api
+            .post_form(
+                "/snoozes",
+                &admin,
+                &format!("csrf={admin_csrf}&cluster=c1&hours=4"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        let snoozes = api.store.active_snoozes(now_ms()).await.unwrap();
+        assert_eq!(
+            (snoozes.len(), snoozes[0].by_user.as_str()),
+            (1, "admin-user")
+        );
+        let (_, page) = api.get_as("/incidents", Some(&viewer)).await;
+        assert!(page.contains("c1 until"), "{page}");
+
+        // No Slack route in this server's config: testing one is refused clearly.
+        let (status, _, page) = api
+            .post_form(
+                "/alerts/test",
+                &admin,
+                &format!("csrf={admin_csrf}&route=default"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(page.contains("No such route"));
+        let (status, _, _) = api
+            .post_form(
+                "/alerts/test",
+                &viewer,
+                &format!("csrf={viewer_csrf}&route=default"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(api.store.slack_history(10).await.unwrap().is_empty());
+    }
+}

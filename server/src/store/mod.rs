@@ -212,6 +212,62 @@ pub struct SessionRow {
     pub expires_ms: i64,
 }
 
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct IncidentRow {
+    pub id: i64,
+    pub incident_key: String,
+    pub kind: String,
+    pub cluster: String,
+    pub hostname: Option<String>,
+    pub gpus_json: String,
+    pub owners_json: String,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub last_seen_ms: i64,
+    pub cost_per_hour: String,
+    pub estimated: i64,
+    pub wasted: String,
+    pub last_notified_ms: Option<i64>,
+}
+
+/// An incident as the evaluator writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentUpdate {
+    pub incident_key: String,
+    pub kind: String,
+    pub cluster: String,
+    pub hostname: Option<String>,
+    pub gpus_json: String,
+    pub owners_json: String,
+    pub started_ms: i64,
+    pub last_seen_ms: i64,
+    pub cost_per_hour: String,
+    pub estimated: bool,
+    pub wasted: String,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SlackMessageRow {
+    pub id: i64,
+    pub incident_id: Option<i64>,
+    pub event: String,
+    pub route: String,
+    pub payload: String,
+    pub created_ms: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_ms: i64,
+    pub last_error: Option<String>,
+    pub sent_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SnoozeRow {
+    pub cluster: String,
+    pub until_ms: i64,
+    pub by_user: String,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// `sqlite` or `postgres`.
@@ -309,6 +365,41 @@ pub trait Store: Send + Sync {
         now_ms: i64,
     ) -> Result<Option<SessionRow>, StoreError>;
     async fn delete_session(&self, token_hash: &str) -> Result<(), StoreError>;
+
+    async fn open_incidents(&self) -> Result<Vec<IncidentRow>, StoreError>;
+    /// Incidents that overlap `[from_ms, to_ms)`, newest first.
+    async fn incidents(&self, from_ms: i64, to_ms: i64) -> Result<Vec<IncidentRow>, StoreError>;
+    async fn incident(&self, id: i64) -> Result<Option<IncidentRow>, StoreError>;
+    async fn insert_incident(&self, incident: &IncidentUpdate) -> Result<i64, StoreError>;
+    async fn update_incident(&self, id: i64, incident: &IncidentUpdate) -> Result<(), StoreError>;
+    async fn resolve_incident(&self, id: i64, ended_ms: i64) -> Result<(), StoreError>;
+    async fn mark_incident_notified(&self, id: i64, at_ms: i64) -> Result<(), StoreError>;
+
+    async fn snooze(
+        &self,
+        cluster: &str,
+        until_ms: i64,
+        by_user: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    async fn active_snoozes(&self, now_ms: i64) -> Result<Vec<SnoozeRow>, StoreError>;
+
+    async fn enqueue_slack(
+        &self,
+        incident_id: Option<i64>,
+        event: &str,
+        route: &str,
+        payload: &str,
+        now_ms: i64,
+    ) -> Result<i64, StoreError>;
+    /// Pending messages whose next attempt is due, oldest first.
+    async fn due_slack_messages(
+        &self,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<SlackMessageRow>, StoreError>;
+    async fn record_slack_attempt(&self, message: &SlackMessageRow) -> Result<(), StoreError>;
+    async fn slack_history(&self, limit: i64) -> Result<Vec<SlackMessageRow>, StoreError>;
 }
 
 /// Opens the database named by `url` and brings its schema up to date.
@@ -956,6 +1047,226 @@ macro_rules! shared_sql_impl {
             Ok(())
         }
 
+        const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
+            started_ms, ended_ms, last_seen_ms, cost_per_hour, estimated, wasted, last_notified_ms";
+        const SLACK_COLUMNS: &str = "id, incident_id, event, route, payload, created_ms, status, attempts,
+            next_attempt_ms, last_error, sent_ms";
+
+        async fn open_incidents_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::IncidentRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE ended_ms IS NULL ORDER BY id"
+            ))
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn incidents_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::IncidentRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {INCIDENT_COLUMNS} FROM incidents
+                 WHERE started_ms < $2 AND (ended_ms IS NULL OR ended_ms > $1)
+                 ORDER BY started_ms DESC, id DESC"
+            ))
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn incident_sql(
+            pool: &sqlx::Pool<$db>,
+            id: i64,
+        ) -> Result<Option<$crate::store::IncidentRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?)
+        }
+
+        async fn insert_incident_sql(
+            pool: &sqlx::Pool<$db>,
+            i: &$crate::store::IncidentUpdate,
+        ) -> Result<i64, $crate::store::StoreError> {
+            let (id,): (i64,) = sqlx::query_as(
+                "INSERT INTO incidents (incident_key, kind, cluster, hostname, gpus_json, owners_json,
+                    started_ms, last_seen_ms, cost_per_hour, estimated, wasted)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+            )
+            .bind(&i.incident_key)
+            .bind(&i.kind)
+            .bind(&i.cluster)
+            .bind(&i.hostname)
+            .bind(&i.gpus_json)
+            .bind(&i.owners_json)
+            .bind(i.started_ms)
+            .bind(i.last_seen_ms)
+            .bind(&i.cost_per_hour)
+            .bind(i64::from(i.estimated))
+            .bind(&i.wasted)
+            .fetch_one(pool)
+            .await?;
+            Ok(id)
+        }
+
+        async fn update_incident_sql(
+            pool: &sqlx::Pool<$db>,
+            id: i64,
+            i: &$crate::store::IncidentUpdate,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "UPDATE incidents SET gpus_json = $2, owners_json = $3, last_seen_ms = $4,
+                    cost_per_hour = $5, estimated = $6, wasted = $7, hostname = $8
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(&i.gpus_json)
+            .bind(&i.owners_json)
+            .bind(i.last_seen_ms)
+            .bind(&i.cost_per_hour)
+            .bind(i64::from(i.estimated))
+            .bind(&i.wasted)
+            .bind(&i.hostname)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn resolve_incident_sql(
+            pool: &sqlx::Pool<$db>,
+            id: i64,
+            ended_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query("UPDATE incidents SET ended_ms = $2 WHERE id = $1 AND ended_ms IS NULL")
+                .bind(id)
+                .bind(ended_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn mark_incident_notified_sql(
+            pool: &sqlx::Pool<$db>,
+            id: i64,
+            at_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query("UPDATE incidents SET last_notified_ms = $2 WHERE id = $1")
+                .bind(id)
+                .bind(at_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn snooze_sql(
+            pool: &sqlx::Pool<$db>,
+            cluster: &str,
+            until_ms: i64,
+            by_user: &str,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "INSERT INTO snoozes (cluster, until_ms, by_user, created_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (cluster) DO UPDATE SET until_ms = excluded.until_ms,
+                    by_user = excluded.by_user, created_ms = excluded.created_ms",
+            )
+            .bind(cluster)
+            .bind(until_ms)
+            .bind(by_user)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn active_snoozes_sql(
+            pool: &sqlx::Pool<$db>,
+            now_ms: i64,
+        ) -> Result<Vec<$crate::store::SnoozeRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT cluster, until_ms, by_user FROM snoozes WHERE until_ms > $1 ORDER BY cluster",
+            )
+            .bind(now_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn enqueue_slack_sql(
+            pool: &sqlx::Pool<$db>,
+            incident_id: Option<i64>,
+            event: &str,
+            route: &str,
+            payload: &str,
+            now_ms: i64,
+        ) -> Result<i64, $crate::store::StoreError> {
+            let (id,): (i64,) = sqlx::query_as(
+                "INSERT INTO slack_messages (incident_id, event, route, payload, created_ms, status,
+                    attempts, next_attempt_ms)
+                 VALUES ($1, $2, $3, $4, $5, 'pending', 0, $5) RETURNING id",
+            )
+            .bind(incident_id)
+            .bind(event)
+            .bind(route)
+            .bind(payload)
+            .bind(now_ms)
+            .fetch_one(pool)
+            .await?;
+            Ok(id)
+        }
+
+        async fn due_slack_messages_sql(
+            pool: &sqlx::Pool<$db>,
+            now_ms: i64,
+            limit: i64,
+        ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {SLACK_COLUMNS} FROM slack_messages
+                 WHERE status = 'pending' AND next_attempt_ms <= $1 ORDER BY id LIMIT $2"
+            ))
+            .bind(now_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn record_slack_attempt_sql(
+            pool: &sqlx::Pool<$db>,
+            m: &$crate::store::SlackMessageRow,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "UPDATE slack_messages SET status = $2, attempts = $3, next_attempt_ms = $4,
+                    last_error = $5, sent_ms = $6
+                 WHERE id = $1",
+            )
+            .bind(m.id)
+            .bind(&m.status)
+            .bind(m.attempts)
+            .bind(m.next_attempt_ms)
+            .bind(&m.last_error)
+            .bind(m.sent_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn slack_history_sql(
+            pool: &sqlx::Pool<$db>,
+            limit: i64,
+        ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {SLACK_COLUMNS} FROM slack_messages ORDER BY id DESC LIMIT $1"
+            ))
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+        }
+
         async fn batch_count_sql(pool: &sqlx::Pool<$db>) -> Result<i64, $crate::store::StoreError> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
                 .fetch_one(pool)
@@ -1163,6 +1474,102 @@ macro_rules! store_impl {
             ) -> Result<(), $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 delete_session_sql(&self.pool, token_hash).await
+            }
+            async fn open_incidents(
+                &self,
+            ) -> Result<Vec<$crate::store::IncidentRow>, $crate::store::StoreError> {
+                open_incidents_sql(&self.pool).await
+            }
+            async fn incidents(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::IncidentRow>, $crate::store::StoreError> {
+                incidents_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn incident(
+                &self,
+                id: i64,
+            ) -> Result<Option<$crate::store::IncidentRow>, $crate::store::StoreError> {
+                incident_sql(&self.pool, id).await
+            }
+            async fn insert_incident(
+                &self,
+                incident: &$crate::store::IncidentUpdate,
+            ) -> Result<i64, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                insert_incident_sql(&self.pool, incident).await
+            }
+            async fn update_incident(
+                &self,
+                id: i64,
+                incident: &$crate::store::IncidentUpdate,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                update_incident_sql(&self.pool, id, incident).await
+            }
+            async fn resolve_incident(
+                &self,
+                id: i64,
+                ended_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                resolve_incident_sql(&self.pool, id, ended_ms).await
+            }
+            async fn mark_incident_notified(
+                &self,
+                id: i64,
+                at_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                mark_incident_notified_sql(&self.pool, id, at_ms).await
+            }
+            async fn snooze(
+                &self,
+                cluster: &str,
+                until_ms: i64,
+                by_user: &str,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                snooze_sql(&self.pool, cluster, until_ms, by_user, now_ms).await
+            }
+            async fn active_snoozes(
+                &self,
+                now_ms: i64,
+            ) -> Result<Vec<$crate::store::SnoozeRow>, $crate::store::StoreError> {
+                active_snoozes_sql(&self.pool, now_ms).await
+            }
+            async fn enqueue_slack(
+                &self,
+                incident_id: Option<i64>,
+                event: &str,
+                route: &str,
+                payload: &str,
+                now_ms: i64,
+            ) -> Result<i64, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                enqueue_slack_sql(&self.pool, incident_id, event, route, payload, now_ms).await
+            }
+            async fn due_slack_messages(
+                &self,
+                now_ms: i64,
+                limit: i64,
+            ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+                due_slack_messages_sql(&self.pool, now_ms, limit).await
+            }
+            async fn record_slack_attempt(
+                &self,
+                message: &$crate::store::SlackMessageRow,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                record_slack_attempt_sql(&self.pool, message).await
+            }
+            async fn slack_history(
+                &self,
+                limit: i64,
+            ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+                slack_history_sql(&self.pool, limit).await
             }
         }
     };

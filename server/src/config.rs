@@ -1,0 +1,308 @@
+//! The server's optional TOML config file (`--config`): idle thresholds per cluster and Slack
+//! routes. Webhook URLs are secrets: they never appear in logs, `Debug` output, or the database.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub idle: IdleConfig,
+    #[serde(default)]
+    pub slack: SlackConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleConfig {
+    /// A GPU under this utilization (%) is idle.
+    #[serde(default = "default_threshold")]
+    pub threshold_percent: f64,
+    /// ... once it has stayed idle this long.
+    #[serde(default = "default_duration", with = "humantime_serde")]
+    pub duration: Duration,
+    /// A process under this SM utilization (%) that holds memory is holding the GPU idle.
+    #[serde(default = "default_held")]
+    pub held_sm_percent: f64,
+    /// Per-cluster overrides.
+    #[serde(default)]
+    pub clusters: BTreeMap<String, IdleOverride>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleOverride {
+    pub threshold_percent: Option<f64>,
+    #[serde(default, with = "humantime_serde::option")]
+    pub duration: Option<Duration>,
+}
+
+fn default_threshold() -> f64 {
+    5.0
+}
+fn default_duration() -> Duration {
+    Duration::from_secs(30 * 60)
+}
+fn default_held() -> f64 {
+    1.0
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        IdleConfig {
+            threshold_percent: default_threshold(),
+            duration: default_duration(),
+            held_sm_percent: default_held(),
+            clusters: BTreeMap::new(),
+        }
+    }
+}
+
+impl IdleConfig {
+    /// (threshold %, duration) for a cluster.
+    pub fn for_cluster(&self, cluster: &str) -> (f64, Duration) {
+        let o = self.clusters.get(cluster);
+        (
+            o.and_then(|o| o.threshold_percent)
+                .unwrap_or(self.threshold_percent),
+            o.and_then(|o| o.duration).unwrap_or(self.duration),
+        )
+    }
+
+    /// The longest idle duration any cluster needs, to know how far back to look.
+    pub fn longest_duration(&self) -> Duration {
+        self.clusters
+            .values()
+            .filter_map(|o| o.duration)
+            .fold(self.duration, Duration::max)
+    }
+}
+
+/// A webhook URL; shown as `<webhook>` anywhere it could be printed.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<webhook>")
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackConfig {
+    /// Where alerts go when no route matches.
+    pub default_webhook: Option<Secret>,
+    /// Matched in order; the first route whose team or cluster matches wins.
+    #[serde(default)]
+    pub routes: Vec<SlackRoute>,
+    /// How often an open incident is brought up again.
+    #[serde(default = "default_remind", with = "humantime_serde")]
+    pub remind_every: Duration,
+    /// The address people reach the server at, for links in messages.
+    #[serde(default = "default_base_url")]
+    pub base_url: String,
+}
+
+fn default_remind() -> Duration {
+    Duration::from_secs(4 * 3600)
+}
+fn default_base_url() -> String {
+    "http://127.0.0.1:8080".into()
+}
+
+impl Default for SlackConfig {
+    fn default() -> Self {
+        SlackConfig {
+            default_webhook: None,
+            routes: Vec::new(),
+            remind_every: default_remind(),
+            base_url: default_base_url(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackRoute {
+    /// A name for the history page and the "test" button; defaults to team:X / cluster:Y.
+    pub name: Option<String>,
+    pub team: Option<String>,
+    pub cluster: Option<String>,
+    pub webhook: Secret,
+}
+
+impl SlackRoute {
+    pub fn label(&self) -> String {
+        if let Some(n) = &self.name {
+            return n.clone();
+        }
+        match (&self.team, &self.cluster) {
+            (Some(t), Some(c)) => format!("team:{t} cluster:{c}"),
+            (Some(t), None) => format!("team:{t}"),
+            (None, Some(c)) => format!("cluster:{c}"),
+            (None, None) => "route".into(),
+        }
+    }
+
+    fn matches(&self, cluster: &str, teams: &[String]) -> bool {
+        let team_ok = self.team.as_ref().is_none_or(|t| teams.contains(t));
+        let cluster_ok = self.cluster.as_ref().is_none_or(|c| c == cluster);
+        (self.team.is_some() || self.cluster.is_some()) && team_ok && cluster_ok
+    }
+}
+
+pub const DEFAULT_ROUTE: &str = "default";
+
+impl SlackConfig {
+    /// The route an incident about `cluster` owned by `teams` goes to, by label.
+    pub fn route_for(&self, cluster: &str, teams: &[String]) -> Option<String> {
+        self.routes
+            .iter()
+            .find(|r| r.matches(cluster, teams))
+            .map(SlackRoute::label)
+            .or_else(|| {
+                self.default_webhook
+                    .as_ref()
+                    .map(|_| DEFAULT_ROUTE.to_owned())
+            })
+    }
+
+    /// The webhook behind a route label, looked up when sending so no URL is ever stored.
+    pub fn webhook(&self, label: &str) -> Option<&str> {
+        if label == DEFAULT_ROUTE {
+            return self.default_webhook.as_ref().map(|s| s.0.as_str());
+        }
+        self.routes
+            .iter()
+            .find(|r| r.label() == label)
+            .map(|r| r.webhook.0.as_str())
+    }
+
+    /// Every route label, the default first.
+    pub fn labels(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .default_webhook
+            .iter()
+            .map(|_| DEFAULT_ROUTE.to_owned())
+            .collect();
+        out.extend(self.routes.iter().map(SlackRoute::label));
+        out
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let err = |message: String| ConfigError {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let config: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let thresholds = std::iter::once(config.idle.threshold_percent).chain(
+            config
+                .idle
+                .clusters
+                .values()
+                .filter_map(|o| o.threshold_percent),
+        );
+        for t in thresholds {
+            if !(0.0..=100.0).contains(&t) {
+                return Err(err(format!("threshold_percent {t} is not within 0..=100")));
+            }
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[idle]
+threshold_percent = 5
+duration = "30m"
+
+[idle.clusters.train-east]
+duration = "1h"
+
+[slack]
+default_webhook = "https://hooks.slack.com/services/T/B/default"
+remind_every = "2h"
+base_url = "https://gpuledger.example.com"
+
+[[slack.routes]]
+team = "research"
+webhook = "https://hooks.slack.com/services/T/B/research"
+
+[[slack.routes]]
+name = "train on-call"
+cluster = "train-east"
+webhook = "https://hooks.slack.com/services/T/B/train"
+"#;
+
+    #[test]
+    fn parses_routes_and_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("gpuledger.toml");
+        std::fs::write(&p, EXAMPLE).unwrap();
+        let c = Config::load(&p).unwrap();
+        assert_eq!(
+            c.idle.for_cluster("train-east"),
+            (5.0, Duration::from_secs(3600))
+        );
+        assert_eq!(
+            c.idle.for_cluster("other"),
+            (5.0, Duration::from_secs(1800))
+        );
+        assert_eq!(c.idle.longest_duration(), Duration::from_secs(3600));
+        let s = &c.slack;
+        assert_eq!(
+            s.route_for("scratch", &["research".into()]).as_deref(),
+            Some("team:research")
+        );
+        assert_eq!(
+            s.route_for("train-east", &[]).as_deref(),
+            Some("train on-call")
+        );
+        assert_eq!(s.route_for("scratch", &[]).as_deref(), Some("default"));
+        assert_eq!(
+            s.webhook("train on-call"),
+            Some("https://hooks.slack.com/services/T/B/train")
+        );
+        assert!(
+            !format!("{c:?}").contains("hooks.slack.com"),
+            "webhooks never show in Debug"
+        );
+        assert_eq!(
+            s.labels(),
+            vec!["default", "team:research", "train on-call"]
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.toml");
+        std::fs::write(&p, "[idle]\nthreshold_percent = 150\n").unwrap();
+        assert!(Config::load(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("bad.toml"));
+        std::fs::write(&p, "[idle]\nduration = \"soon\"\n").unwrap();
+        assert!(Config::load(&p).is_err());
+    }
+}

@@ -1,0 +1,314 @@
+//! Waste incidents for people (`/incidents`, `/incidents/{id}`), the Slack history with a test
+//! button per route (`/alerts`), snoozes per cluster, and `GET /api/v1/incidents`.
+
+use std::collections::BTreeMap;
+
+use askama::Template;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::page::{error_page, render, Chrome};
+use super::AppState;
+use crate::allocation::rfc3339;
+use crate::error::ApiError;
+use crate::format::ago;
+use crate::money::{cents, from_text};
+use crate::now_ms;
+use crate::session::{csrf_rejected, AdminOnly, SignedIn};
+use crate::slack;
+use crate::store::{IncidentRow, SlackMessageRow};
+use crate::waste::IncidentKind;
+
+const DAY_MS: i64 = 86_400_000;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/incidents", get(incidents_page))
+        .route("/incidents/{id}", get(incident_page))
+        .route("/snoozes", post(snooze))
+        .route("/alerts", get(alerts_page))
+        .route("/alerts/test", post(test_route))
+        .route("/api/v1/incidents", get(incidents_api))
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct IncidentView {
+    pub id: i64,
+    pub kind: String,
+    pub title: String,
+    pub cluster: String,
+    pub hostname: Option<String>,
+    pub gpus: Vec<String>,
+    pub owners: BTreeMap<String, String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub open: bool,
+    pub idle_for: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost_per_hour: rust_decimal::Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub wasted: rust_decimal::Decimal,
+    pub estimated: bool,
+}
+
+impl IncidentView {
+    pub fn per_hour_text(&self) -> String {
+        format!("${}", cents(self.cost_per_hour))
+    }
+    pub fn wasted_text(&self) -> String {
+        format!("${}", cents(self.wasted))
+    }
+    pub fn owners_text(&self) -> String {
+        self.owners
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+pub fn view(r: IncidentRow, now: i64) -> IncidentView {
+    let end = r.ended_ms.unwrap_or(now);
+    IncidentView {
+        id: r.id,
+        title: IncidentKind::parse(&r.kind)
+            .map_or("Idle", IncidentKind::title)
+            .to_owned(),
+        kind: r.kind,
+        gpus: serde_json::from_str(&r.gpus_json).unwrap_or_default(),
+        owners: serde_json::from_str(&r.owners_json).unwrap_or_default(),
+        started_at: rfc3339(r.started_ms),
+        ended_at: r.ended_ms.map(rfc3339),
+        open: r.ended_ms.is_none(),
+        idle_for: ago(end - r.started_ms).trim_end_matches(" ago").to_owned(),
+        cost_per_hour: from_text(&r.cost_per_hour),
+        wasted: from_text(&r.wasted),
+        estimated: r.estimated != 0,
+        cluster: r.cluster,
+        hostname: r.hostname,
+    }
+}
+
+#[derive(Template)]
+#[template(path = "incidents.html")]
+struct IncidentsPage {
+    chrome: Option<Chrome>,
+    is_admin: bool,
+    csrf: String,
+    open: Vec<IncidentView>,
+    resolved: Vec<IncidentView>,
+    clusters: Vec<String>,
+    snoozes: Vec<(String, String, String)>,
+    wasted_30d: String,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "incidents page");
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The database is unavailable",
+        "Try again in a minute.",
+    )
+}
+
+async fn incidents_page(State(state): State<AppState>, user: SignedIn) -> Response {
+    let now = now_ms();
+    let rows = match state.store.incidents(now - 30 * DAY_MS, now + 1).await {
+        Ok(r) => r,
+        Err(e) => return unavailable(e),
+    };
+    let snoozes = match state.store.active_snoozes(now).await {
+        Ok(s) => s,
+        Err(e) => return unavailable(e),
+    };
+    let hosts = state.store.hosts().await.unwrap_or_default();
+    let mut clusters: Vec<String> = hosts.into_iter().map(|h| h.cluster).collect();
+    clusters.dedup();
+    let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
+    let wasted: rust_decimal::Decimal = views.iter().map(|v| v.wasted).sum();
+    let (open, resolved): (Vec<_>, Vec<_>) = views.into_iter().partition(|v| v.open);
+    render(&IncidentsPage {
+        chrome: Some(Chrome::from(&user)),
+        is_admin: user.is_admin(),
+        csrf: user.csrf.clone(),
+        open,
+        resolved,
+        clusters,
+        snoozes: snoozes
+            .into_iter()
+            .map(|s| (s.cluster, rfc3339(s.until_ms), s.by_user))
+            .collect(),
+        wasted_30d: format!("${}", cents(wasted)),
+    })
+}
+
+#[derive(Template)]
+#[template(path = "incident.html")]
+struct IncidentPage {
+    chrome: Option<Chrome>,
+    i: IncidentView,
+    messages: Vec<SlackMessageRow>,
+}
+
+async fn incident_page(
+    State(state): State<AppState>,
+    user: SignedIn,
+    Path(id): Path<i64>,
+) -> Response {
+    match state.store.incident(id).await {
+        Ok(Some(row)) => {
+            let messages = state
+                .store
+                .slack_history(500)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.incident_id == Some(id))
+                .collect();
+            render(&IncidentPage {
+                chrome: Some(Chrome::from(&user)),
+                i: view(row, now_ms()),
+                messages,
+            })
+        }
+        Ok(None) => error_page(
+            StatusCode::NOT_FOUND,
+            "No such incident",
+            "It may have been typed wrong.",
+        ),
+        Err(e) => unavailable(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct SnoozeForm {
+    csrf: String,
+    cluster: String,
+    hours: i64,
+}
+
+async fn snooze(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<SnoozeForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    if !(0..=24 * 14).contains(&form.hours) || form.cluster.trim().is_empty() {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "Cannot snooze that",
+            "Pick a cluster and 0 to 336 hours.",
+        );
+    }
+    let now = now_ms();
+    match state
+        .store
+        .snooze(
+            form.cluster.trim(),
+            now + form.hours * 3_600_000,
+            &user.username,
+            now,
+        )
+        .await
+    {
+        Ok(()) => Redirect::to("/incidents").into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "alerts.html")]
+struct AlertsPage {
+    chrome: Option<Chrome>,
+    is_admin: bool,
+    csrf: String,
+    routes: Vec<String>,
+    messages: Vec<MessageView>,
+}
+
+struct MessageView {
+    created_at: String,
+    event: String,
+    route: String,
+    status: String,
+    attempts: i64,
+    last_error: String,
+    incident_id: Option<i64>,
+}
+
+async fn alerts_page(State(state): State<AppState>, user: SignedIn) -> Response {
+    match state.store.slack_history(200).await {
+        Ok(rows) => render(&AlertsPage {
+            chrome: Some(Chrome::from(&user)),
+            is_admin: user.is_admin(),
+            csrf: user.csrf.clone(),
+            routes: state.config.slack.labels(),
+            messages: rows
+                .into_iter()
+                .map(|m| MessageView {
+                    created_at: rfc3339(m.created_ms),
+                    event: m.event,
+                    route: m.route,
+                    status: m.status,
+                    attempts: m.attempts,
+                    last_error: m.last_error.unwrap_or_default(),
+                    incident_id: m.incident_id,
+                })
+                .collect(),
+        }),
+        Err(e) => unavailable(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct TestForm {
+    csrf: String,
+    route: String,
+}
+
+async fn test_route(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<TestForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    if state.config.slack.webhook(&form.route).is_none() {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "No such route",
+            "Routes come from the server's config file.",
+        );
+    }
+    let payload = slack::test_message(&form.route, &state.config.slack.base_url);
+    match state
+        .store
+        .enqueue_slack(
+            None,
+            slack::Event::Test.as_str(),
+            &form.route,
+            &payload.to_string(),
+            now_ms(),
+        )
+        .await
+    {
+        Ok(_) => Redirect::to("/alerts").into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+async fn incidents_api(
+    State(state): State<AppState>,
+    _user: SignedIn,
+) -> Result<Json<Vec<IncidentView>>, ApiError> {
+    let now = now_ms();
+    let rows = state.store.incidents(now - 30 * DAY_MS, now + 1).await?;
+    Ok(Json(rows.into_iter().map(|r| view(r, now)).collect()))
+}

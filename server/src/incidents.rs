@@ -1,0 +1,235 @@
+//! Turning idle findings into incidents with dollars, and into Slack messages.
+//!
+//! Every minute (one replica at a time) [`evaluate`] compares what is idle now with the open
+//! incidents: a new finding opens an incident and says so once; a continuing one updates its
+//! dollars and is brought up again at the reminder cadence; an incident no longer found is
+//! resolved and says so once. Messages go to the Slack outbox, which a separate sender drains,
+//! so a slow or failing webhook never holds anything else up.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rust_decimal::Decimal;
+
+use crate::attribution::{hour_floor, line_hours, HOUR_MS};
+use crate::billing::ratecard::RateCard;
+use crate::config::Config;
+use crate::money::to_text;
+use crate::slack;
+use crate::store::{
+    AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError, StoredCostLine,
+};
+use crate::waste::{self, Finding};
+
+/// How far back bills are read to price an idle hour.
+const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct EvaluationSummary {
+    pub opened: usize,
+    pub resolved: usize,
+    pub reminders: usize,
+    pub open: usize,
+}
+
+/// What one physical GPU of a host costs per hour, and whether that is an estimate.
+fn gpu_hourly(
+    host: &HostRow,
+    lines: &[&StoredCostLine],
+    windows: &[&AttributionWindow],
+    card: &RateCard,
+    now_ms: i64,
+) -> Option<(Decimal, bool)> {
+    let mut physical: BTreeMap<&str, &str> = BTreeMap::new();
+    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
+        physical.insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
+    }
+    if physical.is_empty() {
+        return None;
+    }
+    let n = Decimal::from(physical.len());
+    // The latest hour the bill covers.
+    let mut per_hour: BTreeMap<i64, Decimal> = BTreeMap::new();
+    for l in lines {
+        for (h, amount) in line_hours(l, now_ms - BILL_LOOKBACK_MS, now_ms + HOUR_MS) {
+            *per_hour.entry(h).or_default() += amount;
+        }
+    }
+    if let Some((_, hourly)) = per_hour.iter().next_back() {
+        return Some((*hourly / n, false));
+    }
+    let names: Vec<&str> = physical.values().copied().collect();
+    let spot = host.lifecycle.as_deref() == Some("spot");
+    card.host_price(host.instance_type.as_deref(), &names, spot)
+        .map(|(hourly, _)| (hourly / n, true))
+}
+
+/// Cost per hour and whether it is estimated, for a finding.
+fn price(f: &Finding, hourly: &HashMap<i64, Option<(Decimal, bool)>>) -> (Decimal, bool) {
+    let mut total = Decimal::ZERO;
+    let mut estimated = false;
+    let gpus_per_host = f.gpu_equivalents / f.host_ids.len().max(1) as f64;
+    for h in &f.host_ids {
+        if let Some(Some((per_gpu, est))) = hourly.get(h) {
+            let share = Decimal::from_f64_retain(gpus_per_host).unwrap_or(Decimal::ONE);
+            total += *per_gpu * share;
+            estimated |= *est;
+        }
+    }
+    (total.round_dp(6), estimated)
+}
+
+/// Dollars burned so far: the hourly cost over the time idle.
+pub fn wasted(cost_per_hour: Decimal, since_ms: i64, until_ms: i64) -> Decimal {
+    (cost_per_hour * Decimal::from((until_ms - since_ms).max(0)) / Decimal::from(HOUR_MS))
+        .round_dp(6)
+}
+
+fn teams(owners_json: &str) -> Vec<String> {
+    serde_json::from_str::<BTreeMap<String, String>>(owners_json)
+        .ok()
+        .and_then(|o| o.get("team").cloned())
+        .into_iter()
+        .collect()
+}
+
+async fn notify(
+    store: &dyn Store,
+    config: &Config,
+    incident: &IncidentRow,
+    event: slack::Event,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let Some(route) = config
+        .slack
+        .route_for(&incident.cluster, &teams(&incident.owners_json))
+    else {
+        return Ok(false);
+    };
+    let payload = slack::incident_message(incident, event, &config.slack.base_url, now_ms);
+    store
+        .enqueue_slack(
+            Some(incident.id),
+            event.as_str(),
+            &route,
+            &payload.to_string(),
+            now_ms,
+        )
+        .await?;
+    store.mark_incident_notified(incident.id, now_ms).await?;
+    Ok(true)
+}
+
+pub async fn evaluate(
+    store: &dyn Store,
+    card: &RateCard,
+    config: &Config,
+    now_ms: i64,
+) -> Result<EvaluationSummary, StoreError> {
+    // Twice the longest duration: an incident first seen now still gets its true start.
+    let lookback = 2 * config.idle.longest_duration().as_millis() as i64 + 10 * 60_000;
+    let from = now_ms - lookback;
+    let hosts = store.hosts().await?;
+    let windows = store.attribution_windows(from, now_ms + 1).await?;
+    let processes = store.process_windows(from, now_ms + 1).await?;
+    let findings = waste::find(&hosts, &windows, &processes, &config.idle, now_ms);
+
+    // Prices: the bill where it reaches, else the rate card.
+    let lines = store
+        .cost_lines(hour_floor(now_ms - BILL_LOOKBACK_MS), now_ms + HOUR_MS)
+        .await?;
+    let mut hourly: HashMap<i64, Option<(Decimal, bool)>> = HashMap::new();
+    for host in &hosts {
+        let host_lines: Vec<&StoredCostLine> = lines
+            .iter()
+            .filter(|l| l.resource_key.is_some() && l.resource_key == host.instance_key)
+            .collect();
+        let host_windows: Vec<&AttributionWindow> =
+            windows.iter().filter(|w| w.host_id == host.id).collect();
+        hourly.insert(
+            host.id,
+            gpu_hourly(host, &host_lines, &host_windows, card, now_ms),
+        );
+    }
+
+    let snoozed: Vec<String> = store
+        .active_snoozes(now_ms)
+        .await?
+        .into_iter()
+        .map(|s| s.cluster)
+        .collect();
+    let mut open: HashMap<String, IncidentRow> = store
+        .open_incidents()
+        .await?
+        .into_iter()
+        .map(|i| (i.incident_key.clone(), i))
+        .collect();
+    let remind_ms = config.slack.remind_every.as_millis() as i64;
+    let mut summary = EvaluationSummary::default();
+
+    for f in &findings {
+        let (cost_per_hour, estimated) = price(f, &hourly);
+        // An open incident keeps the start it was opened with, even past the look-back.
+        let since = open
+            .get(&f.key)
+            .map_or(f.since_ms, |i| i.started_ms.min(f.since_ms));
+        let update = IncidentUpdate {
+            incident_key: f.key.clone(),
+            kind: f.kind.as_str().to_owned(),
+            cluster: f.cluster.clone(),
+            hostname: f.hostname.clone(),
+            gpus_json: serde_json::to_string(&f.gpus).unwrap_or_else(|_| "[]".into()),
+            owners_json: serde_json::to_string(&f.owners).unwrap_or_else(|_| "{}".into()),
+            started_ms: since,
+            last_seen_ms: now_ms,
+            cost_per_hour: to_text(cost_per_hour),
+            estimated,
+            wasted: to_text(wasted(cost_per_hour, since, now_ms)),
+        };
+        let is_snoozed = snoozed.contains(&f.cluster);
+        match open.remove(&f.key) {
+            Some(existing) => {
+                store.update_incident(existing.id, &update).await?;
+                let due = existing
+                    .last_notified_ms
+                    .is_none_or(|t| now_ms - t >= remind_ms);
+                if due && !is_snoozed {
+                    if let Some(row) = store.incident(existing.id).await? {
+                        // First word on an incident opened while snoozed is its opening.
+                        let event = if existing.last_notified_ms.is_some() {
+                            slack::Event::Reminder
+                        } else {
+                            slack::Event::Opened
+                        };
+                        if notify(store, config, &row, event, now_ms).await? {
+                            summary.reminders += usize::from(event == slack::Event::Reminder);
+                        }
+                    }
+                }
+            }
+            None => {
+                let id = store.insert_incident(&update).await?;
+                summary.opened += 1;
+                if !is_snoozed {
+                    if let Some(row) = store.incident(id).await? {
+                        notify(store, config, &row, slack::Event::Opened, now_ms).await?;
+                    }
+                }
+            }
+        }
+    }
+    // Whatever is no longer idle is over.
+    for (_, incident) in open {
+        store.resolve_incident(incident.id, now_ms).await?;
+        summary.resolved += 1;
+        if incident.last_notified_ms.is_some() && !snoozed.contains(&incident.cluster) {
+            if let Some(row) = store.incident(incident.id).await? {
+                notify(store, config, &row, slack::Event::Resolved, now_ms).await?;
+            }
+        }
+    }
+    summary.open = findings.len();
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests;

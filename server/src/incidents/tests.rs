@@ -1,0 +1,454 @@
+//! Idle incidents and Slack, on both backends, against a local HTTP receiver that records what
+//! it is sent and answers as scripted (429 with Retry-After, 500, 410, or 200 "ok").
+
+use std::collections::VecDeque;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+
+use super::*;
+use crate::config::{Config, Secret, SlackConfig, SlackRoute};
+use crate::money::from_text;
+use crate::store::AgentStatus;
+use crate::test_support;
+
+const T: i64 = 1_800_000_000_000; // a whole minute
+const MIN: i64 = 60_000;
+
+/// Status, Retry-After and body of one scripted answer.
+type Answer = (u16, Option<&'static str>, &'static str);
+
+#[derive(Clone, Default)]
+struct Receiver {
+    posts: Arc<Mutex<Vec<serde_json::Value>>>,
+    script: Arc<Mutex<VecDeque<Answer>>>,
+}
+
+async fn receive(State(r): State<Receiver>, body: String) -> Response {
+    let (status, retry_after, text) = r
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .unwrap_or((200, None, "ok"));
+    if status == 200 {
+        r.posts
+            .lock()
+            .unwrap()
+            .push(serde_json::from_str(&body).unwrap());
+    }
+    let mut resp = (StatusCode::from_u16(status).unwrap(), text).into_response();
+    if let Some(s) = retry_after {
+        resp.headers_mut().insert("retry-after", s.parse().unwrap());
+    }
+    resp
+}
+
+async fn receiver() -> (Receiver, String) {
+    let r = Receiver::default();
+    let app = Router::new().fallback(receive).with_state(r.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (r, format!("http://{addr}/services/T/B/x"))
+}
+
+fn config(webhook: &str, remind: Duration) -> Config {
+    Config {
+        idle: Default::default(),
+        slack: SlackConfig {
+            default_webhook: Some(Secret(webhook.to_owned())),
+            routes: vec![SlackRoute {
+                name: None,
+                team: Some("archived".into()),
+                cluster: None,
+                webhook: Secret(format!("{webhook}/archived")),
+            }],
+            remind_every: remind,
+            base_url: "https://gpuledger.example.com".into(),
+        },
+    }
+}
+
+/// One-minute windows over `[from, to)` for `hosts` GPUs each, at `util`, with an optional
+/// process that holds memory.
+async fn windows(
+    store: &dyn Store,
+    cluster: &str,
+    host: &str,
+    from: i64,
+    to: i64,
+    util: f64,
+    holder: Option<&str>,
+) {
+    let mut t = from;
+    while t < to {
+        let gpus = (0..2)
+            .map(|g| GpuWindow {
+                uuid: format!("GPU-{host}-{g}"),
+                index: g,
+                name: "NVIDIA A100-SXM4-40GB".into(),
+                memory_total_bytes: Some(40 << 30),
+                memory_used_max_bytes: Some(0),
+                util_avg: Some(util),
+                util_max: Some(util),
+                processes: holder
+                    .map(|team| {
+                        vec![ProcessWindow {
+                            pid: 100 + g,
+                            memory_used_max_bytes: Some(8 << 30),
+                            sm_util_avg: Some(0.0),
+                            labels: [("team".to_string(), team.to_string())].into(),
+                            ..Default::default()
+                        }]
+                    })
+                    .unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect();
+        let report = Report {
+            batch_id: format!("{host}-{t}"),
+            agent_version: "test".into(),
+            host: HostInfo {
+                hostname: host.into(),
+                cluster: cluster.into(),
+                instance_type: Some("p4d.24xlarge".into()),
+                ..Default::default()
+            },
+            windows: vec![Window {
+                start_ms: t,
+                end_ms: t + MIN,
+                samples: 60,
+                gpus,
+            }],
+        };
+        store
+            .ingest(&report, 1, AgentStatus::default(), t)
+            .await
+            .unwrap();
+        t += MIN;
+    }
+}
+
+async fn deliver(store: &dyn Store, cfg: &Config, now: i64) -> usize {
+    crate::slack::deliver_due(store, cfg, &crate::slack::client(), now)
+        .await
+        .unwrap()
+}
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+/// A cluster idle for 45 minutes alerts once, reminds at the cadence, resolves once; a busy
+/// cluster never alerts; the dollars are the rate card's p4d price for the idle GPUs.
+#[tokio::test]
+async fn an_idle_cluster_opens_reminds_and_resolves_once() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store.create_token("agent", "h", T).await.unwrap();
+        let (rx, url) = receiver().await;
+        let cfg = config(&url, Duration::from_secs(10 * 60));
+        let card = RateCard::default_card();
+        windows(
+            store.as_ref(),
+            "idle-c",
+            "idle-1",
+            T - 45 * MIN,
+            T + 15 * MIN,
+            0.0,
+            None,
+        )
+        .await;
+        windows(
+            store.as_ref(),
+            "idle-c",
+            "idle-2",
+            T - 45 * MIN,
+            T + 15 * MIN,
+            1.0,
+            None,
+        )
+        .await;
+        windows(
+            store.as_ref(),
+            "busy-c",
+            "busy-1",
+            T - 45 * MIN,
+            T + 20 * MIN,
+            85.0,
+            None,
+        )
+        .await;
+
+        let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
+        assert_eq!((s.opened, s.resolved, s.reminders), (1, 0, 0), "{b}");
+        let open = store.open_incidents().await.unwrap();
+        assert_eq!(open.len(), 1, "{b}");
+        let i = &open[0];
+        assert_eq!(
+            (i.incident_key.as_str(), i.kind.as_str()),
+            ("cluster:idle-c", "cluster_idle"),
+            "{b}"
+        );
+        // Two p4d.24xlarge hosts fully idle: 2 × $32.7726/h, for 45 minutes.
+        assert_eq!(from_text(&i.cost_per_hour), d("65.5452"), "{b}");
+        assert_eq!(from_text(&i.wasted), d("49.1589"), "{b}");
+        assert_eq!(i.estimated, 1);
+        assert_eq!(deliver(store.as_ref(), &cfg, T).await, 1);
+
+        // Nothing new a few minutes on; a reminder once the cadence has passed.
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 5 * MIN)
+            .await
+            .unwrap();
+        assert_eq!((s.opened, s.resolved, s.reminders), (0, 0, 0), "{b}");
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 10 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.reminders, 1, "{b}");
+        deliver(store.as_ref(), &cfg, T + 10 * MIN).await;
+
+        // The cluster gets busy: resolved, once.
+        windows(
+            store.as_ref(),
+            "idle-c",
+            "idle-1",
+            T + 15 * MIN,
+            T + 18 * MIN,
+            70.0,
+            None,
+        )
+        .await;
+        windows(
+            store.as_ref(),
+            "idle-c",
+            "idle-2",
+            T + 15 * MIN,
+            T + 18 * MIN,
+            70.0,
+            None,
+        )
+        .await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 18 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.resolved, 1, "{b}");
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 19 * MIN)
+            .await
+            .unwrap();
+        assert_eq!((s.opened, s.resolved, s.reminders), (0, 0, 0), "{b}");
+        deliver(store.as_ref(), &cfg, T + 19 * MIN).await;
+
+        let posts = rx.posts.lock().unwrap().clone();
+        let texts: Vec<&str> = posts.iter().map(|p| p["text"].as_str().unwrap()).collect();
+        assert_eq!(
+            texts.len(),
+            3,
+            "{b}: exactly opened, reminder, resolved: {texts:?}"
+        );
+        assert!(
+            texts[0].starts_with(
+                "Idle cluster: idle-c, 4 GPUs idle for 45 min, burning $65.55/h; $49.16 wasted"
+            ),
+            "{}",
+            texts[0]
+        );
+        assert!(
+            texts[1].starts_with("Still idle: Idle cluster idle-c"),
+            "{}",
+            texts[1]
+        );
+        assert!(
+            texts[2].starts_with("Resolved: Idle cluster idle-c"),
+            "{}",
+            texts[2]
+        );
+        assert!(
+            texts.iter().all(|t| !t.contains("busy-c")),
+            "{b}: the busy cluster never alerts"
+        );
+        assert_eq!(
+            posts[0]["blocks"][2]["elements"][0]["url"],
+            format!("https://gpuledger.example.com/incidents/{}", i.id)
+        );
+        let history = store.slack_history(10).await.unwrap();
+        assert!(history.iter().all(|m| m.status == "sent"), "{b}");
+    }
+}
+
+/// 429 waits Retry-After, 500 backs off, both end delivered; 410 gives up and is recorded.
+#[tokio::test]
+async fn slack_delivery_retries_what_may_succeed_and_records_what_cannot() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let (rx, url) = receiver().await;
+        let cfg = config(&url, Duration::from_secs(3600));
+        rx.script.lock().unwrap().extend([
+            (429, Some("2"), "rate_limited"),
+            (500, None, "rollup_error"),
+        ]);
+        let payload = crate::slack::test_message("default", "x").to_string();
+        let id = store
+            .enqueue_slack(None, "test", "default", &payload, T)
+            .await
+            .unwrap();
+
+        assert_eq!(deliver(store.as_ref(), &cfg, T).await, 1);
+        assert_eq!(
+            deliver(store.as_ref(), &cfg, T + 1_000).await,
+            0,
+            "{b}: Retry-After is honoured"
+        );
+        assert_eq!(
+            deliver(store.as_ref(), &cfg, T + 2_000).await,
+            1,
+            "{b}: retried after 2 s"
+        );
+        assert_eq!(
+            deliver(store.as_ref(), &cfg, T + 2_000 + 9_000).await,
+            0,
+            "{b}: backing off after a 500"
+        );
+        assert_eq!(
+            deliver(store.as_ref(), &cfg, T + 2_000 + 10_000).await,
+            1,
+            "{b}: 500 retried after backoff"
+        );
+        let m = store
+            .slack_history(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|m| m.id == id)
+            .unwrap();
+        assert_eq!((m.status.as_str(), m.attempts), ("sent", 3), "{b}");
+        assert_eq!(rx.posts.lock().unwrap().len(), 1);
+
+        rx.script
+            .lock()
+            .unwrap()
+            .push_back((410, None, "channel_is_archived"));
+        let id = store
+            .enqueue_slack(None, "test", "default", &payload, T + 10_000)
+            .await
+            .unwrap();
+        deliver(store.as_ref(), &cfg, T + 10_000).await;
+        let m = store
+            .slack_history(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|m| m.id == id)
+            .unwrap();
+        assert_eq!(m.status, "failed", "{b}");
+        assert!(m
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("channel_is_archived"));
+        assert_eq!(
+            deliver(store.as_ref(), &cfg, T + 60_000).await,
+            0,
+            "{b}: not retried"
+        );
+
+        // A route that is gone from the config fails without a request.
+        store
+            .enqueue_slack(None, "test", "team:gone", &payload, T + 70_000)
+            .await
+            .unwrap();
+        deliver(store.as_ref(), &cfg, T + 70_000).await;
+        let m = &store.slack_history(1).await.unwrap()[0];
+        assert!(
+            m.last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("not configured"),
+            "{b}"
+        );
+    }
+}
+
+/// Held-idle notebooks name their owner and go to the owning team's route; a snoozed cluster
+/// stays quiet until the snooze ends.
+#[tokio::test]
+async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store.create_token("agent", "h", T).await.unwrap();
+        let (rx, url) = receiver().await;
+        let mut cfg = config(&url, Duration::from_secs(3600));
+        cfg.slack.routes[0].team = Some("research".into());
+        let card = RateCard::default_card();
+        windows(
+            store.as_ref(),
+            "nb-c",
+            "nb-1",
+            T - 40 * MIN,
+            T,
+            0.0,
+            Some("research"),
+        )
+        .await;
+        windows(
+            store.as_ref(),
+            "quiet-c",
+            "q-1",
+            T - 40 * MIN,
+            T + 2 * MIN,
+            0.0,
+            None,
+        )
+        .await;
+        store.snooze("quiet-c", T + MIN, "ana", T).await.unwrap();
+
+        let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
+        assert_eq!(
+            s.opened, 3,
+            "{b}: two held-idle processes and the quiet cluster"
+        );
+        deliver(store.as_ref(), &cfg, T).await;
+        let history = store.slack_history(10).await.unwrap();
+        assert_eq!(history.len(), 2, "{b}: the snoozed cluster said nothing");
+        assert!(
+            history
+                .iter()
+                .all(|m| m.route == "team:research" && m.event == "opened"),
+            "{b}: {history:?}"
+        );
+        let posts = rx.posts.lock().unwrap().clone();
+        assert!(
+            posts[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("GPU held idle: nb-c / nb-1"),
+            "{}",
+            posts[0]["text"]
+        );
+        assert!(posts[0]["blocks"][1]["fields"][5]["text"]
+            .as_str()
+            .unwrap()
+            .contains("team=research"));
+
+        // The snooze ends: the still-idle cluster is announced.
+        evaluate(store.as_ref(), &card, &cfg, T + 2 * MIN)
+            .await
+            .unwrap();
+        let history = store.slack_history(10).await.unwrap();
+        assert!(
+            history
+                .iter()
+                .any(|m| m.route == "default" && m.event == "opened"),
+            "{b}: {history:?}"
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Slack incoming webhooks: Block Kit messages about incidents, and the sender that drains the
+//! outbox, honouring `Retry-After` on 429, retrying 5xx and timeouts with capped backoff, and
+//! giving up (recorded, visible on the history page) on other answers.
+
+use std::time::Duration;
+
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::format::ago;
+use crate::money::{cents, from_text};
+use crate::store::{IncidentRow, Store, StoreError};
+use crate::waste::IncidentKind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Opened,
+    Reminder,
+    Resolved,
+    Test,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Opened => "opened",
+            Event::Reminder => "reminder",
+            Event::Resolved => "resolved",
+            Event::Test => "test",
+        }
+    }
+}
+
+/// Slack mrkdwn treats `&`, `<` and `>` as control characters.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn dollars(d: Decimal) -> String {
+    format!("${}", cents(d))
+}
+
+/// The message for an incident event: `text` is the notification fallback, `blocks` the layout.
+pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i64) -> Value {
+    let kind = IncidentKind::parse(&i.kind).map_or("Idle GPUs", IncidentKind::title);
+    let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
+    let owners: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&i.owners_json).unwrap_or_default();
+    let owners_text = if owners.is_empty() {
+        "nobody (no process)".to_owned()
+    } else {
+        owners
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let place = match &i.hostname {
+        Some(h) => format!("{} / {}", i.cluster, h),
+        None => i.cluster.clone(),
+    };
+    let end = i.ended_ms.unwrap_or(now_ms);
+    let idle_for = ago(end - i.started_ms).trim_end_matches(" ago").to_owned();
+    let per_hour = from_text(&i.cost_per_hour);
+    let wasted = from_text(&i.wasted);
+    let est = if i.estimated != 0 { " (estimated)" } else { "" };
+    let link = format!("{}/incidents/{}", base_url.trim_end_matches('/'), i.id);
+    let (headline, text) = match event {
+        Event::Resolved => (
+            format!("Resolved: {kind} {place}"),
+            format!("Resolved: {kind} {place} after {idle_for}; {} wasted{est}.", dollars(wasted)),
+        ),
+        Event::Reminder => (
+            format!("Still idle: {kind} {place}"),
+            format!("Still idle: {kind} {place}, {} GPUs for {idle_for}, burning {}/h; {} wasted so far{est}.", gpus.len(), dollars(per_hour), dollars(wasted)),
+        ),
+        _ => (
+            format!("{kind}: {place}"),
+            format!("{kind}: {place}, {} GPUs idle for {idle_for}, burning {}/h; {} wasted so far{est}.", gpus.len(), dollars(per_hour), dollars(wasted)),
+        ),
+    };
+    json!({
+        "text": escape(&text),
+        "blocks": [
+            { "type": "header", "text": { "type": "plain_text", "text": headline } },
+            { "type": "section", "fields": [
+                { "type": "mrkdwn", "text": format!("*Where*\n{}", escape(&place)) },
+                { "type": "mrkdwn", "text": format!("*GPUs*\n{}", gpus.len()) },
+                { "type": "mrkdwn", "text": format!("*Idle for*\n{idle_for}") },
+                { "type": "mrkdwn", "text": format!("*Burning*\n{}/h{est}", dollars(per_hour)) },
+                { "type": "mrkdwn", "text": format!("*Wasted*\n{}", dollars(wasted)) },
+                { "type": "mrkdwn", "text": format!("*Owners*\n{}", escape(&owners_text)) }
+            ]},
+            { "type": "actions", "elements": [
+                { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link }
+            ]}
+        ]
+    })
+}
+
+pub fn test_message(route: &str, base_url: &str) -> Value {
+    json!({
+        "text": format!("gpuledger test message for route {}", escape(route)),
+        "blocks": [
+            { "type": "section", "text": { "type": "mrkdwn",
+              "text": format!("This route works: gpuledger at {} will post idle-GPU alerts here.", escape(base_url)) } }
+        ]
+    })
+}
+
+/// After this many failed attempts a message is given up on.
+pub const MAX_ATTEMPTS: i64 = 8;
+const FIRST_RETRY_MS: i64 = 5_000;
+const MAX_RETRY_MS: i64 = 10 * 60_000;
+
+/// What to do after one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Sent,
+    RetryAt(i64),
+    Failed(String),
+}
+
+/// Classifies Slack's answer: 200 is sent; 429 waits `Retry-After`; 5xx and no answer back off;
+/// anything else (400 invalid_payload, 403, 404, 410 channel_is_archived…) will not get better.
+pub fn classify(
+    status: Option<u16>,
+    retry_after_s: Option<i64>,
+    body: &str,
+    attempts: i64,
+    now_ms: i64,
+) -> Outcome {
+    let backoff = (FIRST_RETRY_MS << (attempts - 1).clamp(0, 16)).min(MAX_RETRY_MS);
+    match status {
+        Some(200..=299) => Outcome::Sent,
+        Some(429) => Outcome::RetryAt(now_ms + retry_after_s.unwrap_or(1).clamp(1, 3600) * 1000),
+        Some(s) if s >= 500 || s == 408 => {
+            if attempts >= MAX_ATTEMPTS {
+                Outcome::Failed(format!(
+                    "HTTP {s} {body}; gave up after {attempts} attempts"
+                ))
+            } else {
+                Outcome::RetryAt(now_ms + backoff)
+            }
+        }
+        Some(s) => Outcome::Failed(format!(
+            "HTTP {s} {}",
+            body.chars().take(200).collect::<String>()
+        )),
+        None if attempts >= MAX_ATTEMPTS => {
+            Outcome::Failed(format!("{body}; gave up after {attempts} attempts"))
+        }
+        None => Outcome::RetryAt(now_ms + backoff),
+    }
+}
+
+/// Sends what is due in the outbox. Returns how many messages were attempted.
+pub async fn deliver_due(
+    store: &dyn Store,
+    config: &Config,
+    client: &reqwest::Client,
+    now_ms: i64,
+) -> Result<usize, StoreError> {
+    let due = store.due_slack_messages(now_ms, 50).await?;
+    let count = due.len();
+    for mut m in due {
+        m.attempts += 1;
+        let outcome = match config.slack.webhook(&m.route) {
+            None => Outcome::Failed(format!("route {:?} is not configured", m.route)),
+            Some(url) => {
+                let sent = client
+                    .post(url)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(m.payload.clone())
+                    .send()
+                    .await;
+                match sent {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        let retry_after = resp
+                            .headers()
+                            .get(reqwest::header::RETRY_AFTER)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.trim().parse::<i64>().ok());
+                        let body = resp.text().await.unwrap_or_default();
+                        classify(Some(status), retry_after, body.trim(), m.attempts, now_ms)
+                    }
+                    // The URL is a secret: say what failed, not where.
+                    Err(e) => classify(
+                        None,
+                        None,
+                        &format!("no answer: {}", e.without_url()),
+                        m.attempts,
+                        now_ms,
+                    ),
+                }
+            }
+        };
+        match outcome {
+            Outcome::Sent => {
+                m.status = "sent".into();
+                m.sent_ms = Some(now_ms);
+                m.last_error = None;
+            }
+            Outcome::RetryAt(at) => {
+                m.next_attempt_ms = at;
+                m.last_error = Some("will retry".into());
+            }
+            Outcome::Failed(why) => {
+                tracing::warn!(message = m.id, route = %m.route, reason = %why, "Slack message given up");
+                m.status = "failed".into();
+                m.last_error = Some(why);
+            }
+        }
+        store.record_slack_attempt(&m).await?;
+    }
+    Ok(count)
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slack_answers() {
+        let now = 1_000_000;
+        assert_eq!(classify(Some(200), None, "ok", 1, now), Outcome::Sent);
+        assert_eq!(
+            classify(Some(429), Some(7), "", 1, now),
+            Outcome::RetryAt(now + 7_000)
+        );
+        assert_eq!(
+            classify(Some(500), None, "rollup_error", 1, now),
+            Outcome::RetryAt(now + 5_000)
+        );
+        assert_eq!(
+            classify(Some(503), None, "", 3, now),
+            Outcome::RetryAt(now + 20_000)
+        );
+        assert!(matches!(
+            classify(Some(500), None, "", MAX_ATTEMPTS, now),
+            Outcome::Failed(_)
+        ));
+        assert!(
+            matches!(classify(Some(410), None, "channel_is_archived", 1, now), Outcome::Failed(m) if m.contains("channel_is_archived"))
+        );
+        assert!(matches!(
+            classify(Some(400), None, "invalid_payload", 1, now),
+            Outcome::Failed(_)
+        ));
+        assert_eq!(
+            classify(None, None, "timeout", 1, now),
+            Outcome::RetryAt(now + 5_000)
+        );
+    }
+
+    #[test]
+    fn labels_are_escaped_for_mrkdwn() {
+        assert_eq!(escape("<script>&"), "&lt;script&gt;&amp;");
+    }
+}
