@@ -14,6 +14,7 @@ pub mod incidents;
 pub mod jobs;
 pub mod metrics;
 pub mod money;
+pub mod recommend;
 pub mod session;
 pub mod slack;
 pub mod store;

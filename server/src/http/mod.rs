@@ -9,6 +9,7 @@ mod incidents;
 mod ingest;
 mod login;
 pub(crate) mod page;
+mod recommendations;
 #[cfg(test)]
 mod tests;
 
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .merge(fleet::router())
         .merge(login::router())
         .merge(incidents::router())
+        .merge(recommendations::router())
         .merge(billing::router(state.max_upload_bytes))
         .merge(allocation::router())
         .merge(health::router())

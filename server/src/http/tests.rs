@@ -661,3 +661,31 @@ async fn incidents_alerts_and_snoozes_by_role() {
         assert!(api.store.slack_history(10).await.unwrap().is_empty());
     }
 }
+
+#[tokio::test]
+async fn recommendations_answer_for_viewers_and_name_bad_parameters() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        let (status, body) = api
+            .get_as("/api/v1/recommendations?lookback=3d", Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}: {body}", api.backend);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["lookback_days"], 3.0);
+        assert!(
+            v["right_size"].is_array() && v["consolidation"].is_array() && v["spot"].is_array()
+        );
+        let (status, body) = api
+            .get_as("/api/v1/recommendations?lookback=soon", Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(error_of(body.as_bytes()).field.as_deref(), Some("lookback"));
+        let (status, page) = api.get_as("/recommendations", Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("Right-size inference"));
+        assert_eq!(
+            api.get("/api/v1/recommendations").await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+}
