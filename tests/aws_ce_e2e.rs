@@ -50,6 +50,8 @@ struct Stub {
     moto: String,
     resource_requests: Arc<AtomicUsize>,
     hour: String,
+    /// Answer as an account without hourly resource-level data does.
+    no_hourly: bool,
 }
 
 fn metrics(amortized: &str, unblended: &str) -> Value {
@@ -70,7 +72,18 @@ async fn stub(State(s): State<Stub>, headers: HeaderMap, body: Bytes) -> Respons
     if target == format!("{TARGET_PREFIX}GetCostAndUsageWithResources") {
         let n = s.resource_requests.fetch_add(1, Ordering::SeqCst);
         let req: Value = serde_json::from_slice(&body).unwrap_or_default();
-        assert_eq!(req["Granularity"], "HOURLY");
+        if s.no_hourly && req["Granularity"] == "HOURLY" {
+            return (
+                StatusCode::BAD_REQUEST,
+                [("content-type", "application/x-amz-json-1.1")],
+                json!({"__type": "DataUnavailableException", "message": "Hourly granularity is not enabled for this account"}).to_string(),
+            )
+                .into_response();
+        }
+        assert_eq!(
+            req["Granularity"],
+            if s.no_hourly { "DAILY" } else { "HOURLY" }
+        );
         assert_eq!(req["Filter"]["Dimensions"]["Key"], "SERVICE");
         assert_eq!(req["GroupBy"][0]["Key"], "RESOURCE_ID");
         if n == 0 {
@@ -81,8 +94,18 @@ async fn stub(State(s): State<Stub>, headers: HeaderMap, body: Bytes) -> Respons
             )
                 .into_response();
         }
-        let start = format!("{}T{}:00:00Z", s.hour, "05");
-        let end = format!("{}T{}:00:00Z", s.hour, "06");
+        let (start, end) = if s.no_hourly {
+            (
+                s.hour.clone(),
+                (chrono::NaiveDate::parse_from_str(&s.hour, "%Y-%m-%d").unwrap() + Days::days(1))
+                    .to_string(),
+            )
+        } else {
+            (
+                format!("{}T05:00:00Z", s.hour),
+                format!("{}T06:00:00Z", s.hour),
+            )
+        };
         let page = if req.get("NextPageToken").is_none() {
             json!({
                 "ResultsByTime": [{ "TimePeriod": {"Start": start, "End": end}, "Total": {}, "Estimated": false,
@@ -124,11 +147,16 @@ async fn stub(State(s): State<Stub>, headers: HeaderMap, body: Bytes) -> Respons
 }
 
 async fn start_stub(moto: &str, hour: &str) -> (String, Arc<AtomicUsize>) {
+    start_stub_with(moto, hour, false).await
+}
+
+async fn start_stub_with(moto: &str, hour: &str, no_hourly: bool) -> (String, Arc<AtomicUsize>) {
     let counter = Arc::new(AtomicUsize::new(0));
     let state = Stub {
         moto: moto.to_owned(),
         resource_requests: counter.clone(),
         hour: hour.to_owned(),
+        no_hourly,
     };
     let app = Router::new().fallback(stub).with_state(state);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -324,4 +352,36 @@ async fn the_daily_sync_runs_once_a_day() {
             .is_none()
     );
     assert_eq!(resource_requests.load(Ordering::SeqCst), 3);
+}
+
+/// An account without hourly resource-level data gets daily per-instance lines instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_hourly_data_the_sync_falls_back_to_daily() {
+    let (_moto, moto) = start_moto().await;
+    let today = Utc::now().date_naive();
+    let day = today - Days::days(5);
+    let (endpoint, requests) = start_stub_with(&moto, &day.to_string(), true).await;
+    let db = test_support::sqlite();
+    let out = sync_cmd(
+        &db.url,
+        &endpoint,
+        today - Days::days(6),
+        today - Days::days(4),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Hourly refused, then daily in two pages.
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+    let store = db.open().await;
+    let lines = store.cost_lines(0, i64::MAX).await.unwrap();
+    assert_eq!(lines.len(), 2);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.charge_period_end_ms - l.charge_period_start_ms == 86_400_000),
+        "daily lines"
+    );
 }
