@@ -419,7 +419,18 @@ pub fn attribute(
             continue;
         }
         let shares = host_hour_shares(hour, ws, &procs);
-        let weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
+        let billed_weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
+        // An estimate already covers only the time the host was seen: none of it is unmonitored.
+        let estimate_weights: Vec<f64> = shares
+            .iter()
+            .map(|s| {
+                if s.kind == Kind::Unmonitored {
+                    0.0
+                } else {
+                    s.weight
+                }
+            })
+            .collect();
         // GPU time is shared among the cost items (say, committed and on-demand lines for
         // the same hour) in proportion to their amounts, so it is counted once in total.
         let magnitude: Decimal = items.iter().map(|i| i.amount.abs()).sum();
@@ -430,8 +441,19 @@ pub fn attribute(
             } else {
                 (item.amount.abs() / magnitude).to_f64().unwrap_or(0.0)
             };
-            for (share, cost) in shares.iter().zip(split_exact(item.amount, &weights)) {
-                if cost.is_zero() && share.weight == 0.0 {
+            let weights = if item.estimated {
+                &estimate_weights
+            } else {
+                &billed_weights
+            };
+            for ((share, cost), weight) in shares
+                .iter()
+                .zip(split_exact(item.amount, weights))
+                .zip(weights)
+            {
+                if cost.is_zero()
+                    && (*weight == 0.0 || item.estimated && share.kind == Kind::Unmonitored)
+                {
                     continue;
                 }
                 parts.push(Part {

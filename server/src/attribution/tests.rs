@@ -319,6 +319,33 @@ fn no_bill_means_a_rate_card_estimate() {
 }
 
 #[test]
+fn a_half_seen_hour_is_estimated_for_that_half_with_nothing_unmonitored() {
+    let windows: Vec<_> = (2..4)
+        .map(|q| window(1, "GPU-0", None, H + q * 15 * MIN, 15, Some(50.0)))
+        .collect();
+    let procs: Vec<_> = windows
+        .iter()
+        .map(|w| process("GPU-0", w.start_ms, 1, "a", 10, Some(50.0)))
+        .collect();
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &windows,
+        &procs,
+        &[],
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("16.3863"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "a")), d("16.3863"));
+    assert!(
+        a.parts.iter().all(|p| p.kind != Kind::Unmonitored),
+        "{:?}",
+        a.parts
+    );
+}
+
+#[test]
 fn lines_for_other_resources_are_counted_not_attributed() {
     let lines = [
         line("vol-9", H, H + HOUR_MS, "1.25", "on_demand"),
