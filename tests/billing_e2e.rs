@@ -39,6 +39,29 @@ fn column_total(csv_path: &Path, column: &str) -> Decimal {
         .sum()
 }
 
+/// A provider-realistic FOCUS 1.2 export made by focus-data-toolkit; returns the CSV's path.
+fn generate_focus(dir: &Path, provider: &str, rows: u32, seed: u64) -> std::path::PathBuf {
+    let out = dir.join(provider);
+    let gen = std::process::Command::new(python_tool("focus-toolkit"))
+        .args(["generate", "--provider", provider, "--focus-version", "1.2"])
+        .args(["--rows", &rows.to_string(), "--seed", &seed.to_string()])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        gen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gen.stderr)
+    );
+    std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "csv"))
+        .unwrap()
+}
+
 async fn get_json(client: &reqwest::Client, url: &str) -> Value {
     let resp = client.get(url).send().await.unwrap();
     assert!(resp.status().is_success(), "{url}: {}", resp.status());
@@ -51,34 +74,7 @@ async fn focus_exports_from_three_clouds_import_with_exact_totals() {
     let db = test_support::sqlite();
     let mut files = Vec::new();
     for (i, provider) in ["aws", "azure", "gcp"].iter().enumerate() {
-        let out = dir.path().join(provider);
-        let status = std::process::Command::new(python_tool("focus-toolkit"))
-            .args([
-                "generate",
-                "--provider",
-                provider,
-                "--focus-version",
-                "1.2",
-                "--rows",
-                "300",
-            ])
-            .args(["--seed", &(11 + i).to_string()])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            status.status.success(),
-            "{}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-        let csv = std::fs::read_dir(&out)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "csv"))
-            .unwrap();
-        files.push(csv);
+        files.push(generate_focus(dir.path(), provider, 300, 11 + i as u64));
     }
     // One of them gzip-compressed, as AWS Data Exports deliver it.
     let gz = dir.path().join("aws.csv.gz");
@@ -489,34 +485,7 @@ async fn hosts_without_a_bill_get_rate_card_estimates() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_parquet_export_imports_with_exact_totals() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("aws");
-    let gen = std::process::Command::new(python_tool("focus-toolkit"))
-        .args([
-            "generate",
-            "--provider",
-            "aws",
-            "--focus-version",
-            "1.2",
-            "--rows",
-            "250",
-            "--seed",
-            "5",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        gen.status.success(),
-        "{}",
-        String::from_utf8_lossy(&gen.stderr)
-    );
-    let csv = std::fs::read_dir(&out)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .next()
-        .unwrap();
+    let csv = generate_focus(dir.path(), "aws", 250, 5);
     let parquet = dir.path().join("focus.parquet");
     let conv = std::process::Command::new(python_tool("python"))
         .arg(concat!(
