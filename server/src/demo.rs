@@ -5,11 +5,15 @@ use std::collections::BTreeMap;
 
 use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 
+use rust_decimal::Decimal;
+
+use crate::billing::focus::month_start_ms;
+use crate::billing::ratecard::RateCard;
 use crate::store::{AgentStatus, Store, StoreError};
 use crate::validate::{self, Limits};
 
 const GIB: u64 = 1024 * 1024 * 1024;
-const WINDOW_MS: i64 = 60_000;
+const HOUR_MS: i64 = crate::attribution::HOUR_MS;
 
 struct HostSpec {
     cluster: &'static str,
@@ -19,6 +23,8 @@ struct HostSpec {
     gpu_mem: u64,
     gpus: u32,
     workload: Workload,
+    /// on_demand or spot.
+    lifecycle: &'static str,
 }
 
 #[derive(Clone, Copy)]
@@ -44,10 +50,11 @@ fn fleet() -> Vec<HostSpec> {
             gpu_mem: 80 * GIB,
             gpus: 8,
             workload: if i < 3 {
-                Workload::Training("llama-70b-ft", "exp-lr-sweep-3")
+                Workload::Training("llama-70b-ft", "exp-lr-sweep")
             } else {
                 Workload::HeldIdle("research")
             },
+            lifecycle: "on_demand",
         });
     }
     for i in 0..3 {
@@ -59,6 +66,7 @@ fn fleet() -> Vec<HostSpec> {
             gpu_mem: 24 * GIB,
             gpus: 4,
             workload: Workload::Inference("chat-api", "mistral-7b"),
+            lifecycle: if i == 2 { "spot" } else { "on_demand" },
         });
     }
     hosts.push(HostSpec {
@@ -69,6 +77,7 @@ fn fleet() -> Vec<HostSpec> {
         gpu_mem: 80 * GIB,
         gpus: 8,
         workload: Workload::Inference("embeddings", "bge-large"),
+        lifecycle: "on_demand",
     });
     for i in 0..2 {
         hosts.push(HostSpec {
@@ -79,6 +88,7 @@ fn fleet() -> Vec<HostSpec> {
             gpu_mem: 80 * GIB,
             gpus: 8,
             workload: Workload::Idle,
+            lifecycle: "on_demand",
         });
     }
     hosts
@@ -92,7 +102,7 @@ fn wobble(seed: u64) -> f64 {
     ((x >> 33) % 1000) as f64 / 1000.0
 }
 
-fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64) -> GpuWindow {
+fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
     let seed = (t_ms as u64 / 1000) ^ (u64::from(g) << 40) ^ spec.hostname.len() as u64;
     let hour = (t_ms / 3_600_000) % 24;
     let (util, mem, proc_labels): (f64, u64, Option<BTreeMap<String, String>>) = match spec.workload
@@ -102,7 +112,11 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64) -> GpuWindow {
             spec.gpu_mem * 9 / 10,
             Some(BTreeMap::from([
                 ("model".into(), model.into()),
-                ("experiment".into(), exp.into()),
+                // A new sweep each week.
+                (
+                    "experiment".into(),
+                    format!("{exp}-{}", t_ms / (7 * 24 * HOUR_MS) % 10),
+                ),
                 ("team".into(), "foundation".into()),
             ])),
         ),
@@ -158,45 +172,170 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64) -> GpuWindow {
         mem_util_avg: Some(util / 2.0),
         power_avg_watts: Some(watts),
         temperature_max_c: Some(35.0 + util / 3.0),
-        energy_mj: Some((watts * WINDOW_MS as f64) as u64),
+        energy_mj: Some((watts * len_ms as f64) as u64),
         processes,
     }
 }
 
-/// Ingests `hours` of one-minute windows for the simulated fleet, ending now.
+/// The hourly price the demo's bill charges a host: the rate card's, at spot for spot hosts
+/// and 40% off on-demand under a savings plan for the training cluster.
+fn billed_hourly(
+    spec: &HostSpec,
+    card: &RateCard,
+) -> (Decimal, &'static str, Option<&'static str>) {
+    let rate = card.instance_types.get(spec.instance_type);
+    let on_demand = rate.map_or(Decimal::ZERO, |r| r.on_demand);
+    match spec.lifecycle {
+        "spot" => (
+            rate.and_then(|r| r.spot).unwrap_or(on_demand),
+            "Dynamic",
+            None,
+        ),
+        _ if spec.cluster == "train-east" => {
+            (on_demand * Decimal::new(6, 1), "Committed", Some("Used"))
+        }
+        _ => (on_demand, "Standard", None),
+    }
+}
+
+fn instance_id(spec: &HostSpec) -> String {
+    format!(
+        "i-0{:0>16x}",
+        spec.hostname
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+    )
+}
+
+/// A FOCUS 1.2 export as AWS Data Exports writes it: every GPU host-hour up to `billed_until`,
+/// plus storage lines that are not GPU hosts.
+fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
+    let mut out = String::from("ProviderName,PublisherName,BillingAccountId,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountId,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags\n");
+    let iso = crate::allocation::rfc3339;
+    let month_end = |ms: i64| crate::allocation::this_month(ms).1;
+    let mut row = |t: i64,
+                   len: i64,
+                   billed: Decimal,
+                   effective: Decimal,
+                   list: Decimal,
+                   pricing: &str,
+                   status: Option<&str>,
+                   service: &str,
+                   sku: &str,
+                   details: &str,
+                   resource: &str| {
+        let period = month_start_ms(t);
+        let commitment = if status.is_some() {
+            "arn:aws:savingsplans::111122223333:savingsplan/demo-sp"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "AWS,AWS,111122223333,{},{},{},{},Usage,{},{},{},USD,{},{},{},{},{},\"{}\",{},us-east-1,{{}}\n",
+            iso(period), iso(month_end(t)), iso(t), iso(t + len), billed, effective, list, pricing, commitment,
+            status.unwrap_or(""), service, sku, details.replace('"', "\"\""), resource
+        ));
+    };
+    for spec in fleet() {
+        let (hourly, pricing, status) = billed_hourly(&spec, card);
+        let list = card
+            .instance_types
+            .get(spec.instance_type)
+            .map_or(Decimal::ZERO, |r| r.on_demand);
+        let billed = if status.is_some() {
+            Decimal::ZERO
+        } else {
+            hourly
+        };
+        let arn = format!(
+            "arn:aws:ec2:us-east-1:111122223333:instance/{}",
+            instance_id(&spec)
+        );
+        let details = format!("{{\"InstanceType\":\"{}\"}}", spec.instance_type);
+        let mut t = start;
+        while t + HOUR_MS <= billed_until {
+            row(
+                t,
+                HOUR_MS,
+                billed,
+                hourly,
+                list,
+                pricing,
+                status,
+                "AmazonEC2",
+                "SKU-EC2",
+                &details,
+                &arn,
+            );
+            t += HOUR_MS;
+        }
+    }
+    // Shared storage: on the bill, no GPU host's.
+    let mut t = start;
+    while t + 24 * HOUR_MS <= billed_until {
+        let cost = Decimal::new(411_237, 4);
+        row(
+            t,
+            24 * HOUR_MS,
+            cost,
+            cost,
+            cost,
+            "Standard",
+            None,
+            "AmazonS3",
+            "SKU-S3",
+            "{}",
+            "arn:aws:s3:::demo-datasets",
+        );
+        t += 24 * HOUR_MS;
+    }
+    out
+}
+
+/// Fills `store` with the simulated fleet from the first day of the previous month until now,
+/// in one-hour windows sent as agents send reports, and imports its FOCUS bill (the last two
+/// days not billed yet, so they show as estimates). Returns how many reports went in.
 pub async fn seed(
     store: &dyn Store,
+    card: &RateCard,
     token_id: i64,
     now_ms: i64,
-    hours: i64,
-) -> Result<usize, StoreError> {
-    let end = now_ms - now_ms % WINDOW_MS;
-    let start = end - hours * 3_600_000;
-    let limits = Limits::default();
+) -> Result<usize, DemoError> {
+    let this_month = month_start_ms(now_ms);
+    let start = month_start_ms(this_month - 1);
+    let end = now_ms - now_ms % 60_000;
+    // The demo carries two months of history, more than the default 35-day ingest window.
+    let limits = Limits {
+        retention_ms: end - start + HOUR_MS,
+        ..Limits::default()
+    };
     let mut batches = 0;
     for spec in fleet() {
         let host = HostInfo {
             hostname: spec.hostname.clone(),
             cluster: spec.cluster.into(),
             provider: Some("aws".into()),
-            instance_id: Some(format!("i-demo{:0>13}", spec.hostname.replace('-', ""))),
+            instance_id: Some(instance_id(&spec)),
             instance_type: Some(spec.instance_type.into()),
             region: Some("us-east-1".into()),
-            lifecycle: Some("on_demand".into()),
+            lifecycle: Some(spec.lifecycle.into()),
         };
-        // One report per hour of windows, as an agent catching up after an outage would send.
+        // One report per day of hourly windows, as an agent catching up after an outage would.
         let mut t = start;
         while t < end {
-            let hour_end = (t + 3_600_000).min(end);
+            let day_end = (t + 24 * HOUR_MS).min(end);
             let mut windows = Vec::new();
-            while t < hour_end {
+            while t < day_end {
+                let w_end = (t + HOUR_MS).min(day_end);
                 windows.push(Window {
                     start_ms: t,
-                    end_ms: t + WINDOW_MS,
-                    samples: 60,
-                    gpus: (0..spec.gpus).map(|g| gpu_window(&spec, g, t)).collect(),
+                    end_ms: w_end,
+                    samples: ((w_end - t) / 1000) as u32,
+                    gpus: (0..spec.gpus)
+                        .map(|g| gpu_window(&spec, g, t, w_end - t))
+                        .collect(),
                 });
-                t += WINDOW_MS;
+                t = w_end;
             }
             let report = Report {
                 batch_id: format!("demo-{}-{}", spec.hostname, t),
@@ -205,12 +344,74 @@ pub async fn seed(
                 windows,
             };
             validate::validate(&report, now_ms, &limits)
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                .map_err(|e| DemoError::Invalid(e.to_string()))?;
             store
                 .ingest(&report, token_id, AgentStatus::default(), now_ms)
                 .await?;
             batches += 1;
         }
     }
+    let billed_until = (end - 2 * 24 * HOUR_MS) - (end - 2 * 24 * HOUR_MS).rem_euclid(HOUR_MS);
+    let bill = focus_bill(card, start, billed_until);
+    crate::billing::import_focus(store, "demo-focus-export.csv", bill.into_bytes(), now_ms)
+        .await
+        .map_err(|e| DemoError::Invalid(e.to_string()))?;
     Ok(batches)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("the simulated data was refused: {0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
+        let db = crate::test_support::sqlite();
+        let store = db.open().await;
+        store.create_token("demo", "h", 0).await.unwrap();
+        let card = RateCard::default_card();
+        let now = 1_795_300_000_000; // 2026-11-22
+        let reports = seed(store.as_ref(), &card, 1, now).await.unwrap();
+        assert!(reports > 500, "{reports}");
+        let imports = store.billing_imports().await.unwrap();
+        assert_eq!(imports.len(), 1);
+        // Attribution over the previous month adds up to what the bill says about GPU hosts.
+        let (from, to) = crate::allocation::this_month(month_start_ms(month_start_ms(now) - 1));
+        let a = crate::attribution::compute(store.as_ref(), &card, from, to)
+            .await
+            .unwrap();
+        let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();
+        let lines = store.cost_lines(from, to).await.unwrap();
+        let gpu_hosts: Decimal = lines
+            .iter()
+            .filter(|l| {
+                l.resource_key
+                    .as_deref()
+                    .is_some_and(|k| k.starts_with("i-"))
+            })
+            .map(|l| crate::money::from_text(&l.effective_cost))
+            .sum();
+        assert_eq!(attributed, gpu_hosts);
+        assert!(
+            a.parts.iter().all(|p| !p.estimated),
+            "the previous month is fully billed"
+        );
+        assert!(
+            a.unattributed
+                .get("USD")
+                .is_some_and(|u| *u > Decimal::ZERO),
+            "storage counts, unattributed"
+        );
+        let kinds: std::collections::BTreeSet<_> = a.parts.iter().map(|p| p.kind).collect();
+        assert!(kinds.contains(&crate::attribution::Kind::Used));
+        assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
+        assert!(kinds.contains(&crate::attribution::Kind::Idle));
+    }
 }

@@ -50,9 +50,6 @@ enum Command {
         /// Where the demo database goes; it is replaced on each start.
         #[arg(long, env = "GPULEDGER_DEMO_DB", default_value = "gpuledger-demo.db")]
         demo_db: String,
-        /// Hours of history to simulate.
-        #[arg(long, env = "GPULEDGER_DEMO_HOURS", default_value_t = 6)]
-        hours: i64,
     },
 }
 
@@ -384,7 +381,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo {
             serve: args,
             demo_db,
-            hours,
         } => {
             for suffix in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{demo_db}{suffix}"));
@@ -399,7 +395,12 @@ async fn main() -> anyhow::Result<()> {
                 .await?
                 .map(|t| t.id)
                 .context("the demo token was not stored")?;
-            let batches = demo::seed(store.as_ref(), token_id, now_ms(), hours).await?;
+            let card = match &args.rate_card {
+                Some(path) => RateCard::load(path)?,
+                None => RateCard::default_card(),
+            };
+            eprintln!("demo: simulating last month and this one (takes a few seconds)...");
+            let batches = demo::seed(store.as_ref(), &card, token_id, now_ms()).await?;
             let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();
             store
                 .create_user(
@@ -409,7 +410,7 @@ async fn main() -> anyhow::Result<()> {
                     now_ms(),
                 )
                 .await?;
-            eprintln!("demo: simulated {hours} h of a fleet in {demo_db} ({batches} reports)");
+            eprintln!("demo: simulated this month and the last for a fleet in {demo_db} ({batches} reports, with its FOCUS bill)");
             eprintln!("demo: agent token for trying ingest yourself: {token}");
             println!("demo: sign in as  demo / {password}");
             run_server(state_for(store, &args)?, &args).await
