@@ -93,6 +93,7 @@ pub async fn run(
                     if let Some(w) = builder.close(boundary) {
                         spool_window(&spool, &host, w, &wake);
                     }
+                    builder.begin_at(boundary);
                     boundary = next_boundary(now, window_ms);
                 }
                 (source, builder) = sample_once(source, builder).await?;

@@ -121,9 +121,18 @@ impl WindowBuilder {
         }
     }
 
+    /// Starts the next window at `start_ms` (the boundary the last one closed on), so windows
+    /// follow each other without gaps however late the next sample comes.
+    pub fn begin_at(&mut self, start_ms: i64) {
+        self.start_ms = Some(start_ms);
+    }
+
     /// Closes the window at `end_ms` and starts the next one empty. `None` if nothing was sampled.
     pub fn close(&mut self, end_ms: i64) -> Option<Window> {
         let start_ms = self.start_ms.take()?;
+        if self.samples == 0 {
+            return None;
+        }
         let samples = std::mem::take(&mut self.samples);
         let gpus = std::mem::take(&mut self.gpus);
         let mut out = Vec::with_capacity(gpus.len());
@@ -244,5 +253,24 @@ mod tests {
     #[test]
     fn an_empty_window_is_none() {
         assert!(builder().close(1_000).is_none());
+        let mut b = builder();
+        b.begin_at(1_000);
+        assert!(
+            b.close(2_000).is_none(),
+            "a window no sample fell in is nothing"
+        );
+    }
+
+    #[test]
+    fn windows_begun_at_the_boundary_follow_without_gaps() {
+        let mut b = builder();
+        b.add(900, vec![gpu(Some(1), 1, None)]);
+        let first = b.close(1_000).unwrap();
+        b.begin_at(1_000);
+        // The next sample comes late, but the window starts at the boundary.
+        b.add(1_700, vec![gpu(Some(1), 1, None)]);
+        let second = b.close(2_000).unwrap();
+        assert_eq!((first.start_ms, first.end_ms), (900, 1_000));
+        assert_eq!((second.start_ms, second.end_ms), (1_000, 2_000));
     }
 }
