@@ -18,6 +18,26 @@ pub fn ago(ms: i64) -> String {
     }
 }
 
+/// Dollars to the cent with thousands separators, as a finance lead reads them: `$181,024.68`.
+pub fn usd(amount: rust_decimal::Decimal) -> String {
+    let cents = crate::money::cents(amount);
+    let text = format!("{:.2}", cents.abs());
+    let (whole, frac) = text.split_once('.').unwrap_or((&text, "00"));
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if cents.is_sign_negative() && !cents.is_zero() {
+        "−"
+    } else {
+        ""
+    };
+    format!("{sign}${grouped}.{frac}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -29,5 +49,10 @@ mod tests {
         assert_eq!(percent(Some(42.4)), "42%");
         assert_eq!(ago(12_500), "12 s ago");
         assert_eq!(ago(7_200_000), "2 h ago");
+        let d = |s: &str| crate::money::parse_amount(s).unwrap();
+        assert_eq!(usd(d("181024.675")), "$181,024.68");
+        assert_eq!(usd(d("0")), "$0.00");
+        assert_eq!(usd(d("999.999")), "$1,000.00");
+        assert_eq!(usd(d("-1234.5")), "−$1,234.50");
     }
 }

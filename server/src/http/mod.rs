@@ -10,6 +10,7 @@ mod ingest;
 mod login;
 pub(crate) mod page;
 mod recommendations;
+mod review;
 #[cfg(test)]
 mod tests;
 
@@ -60,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .merge(login::router())
         .merge(incidents::router())
         .merge(recommendations::router())
+        .merge(review::router())
         .merge(billing::router(state.max_upload_bytes))
         .merge(allocation::router())
         .merge(health::router())
