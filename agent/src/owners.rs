@@ -6,7 +6,7 @@
 //! `hostPID: true` to see them under `/proc`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpuledger_proto::OWNER_KEYS;
 
@@ -50,10 +50,6 @@ impl OwnerReader {
             std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm")).ok()?;
         let name = comm.trim();
         (!name.is_empty()).then(|| name.to_owned())
-    }
-
-    pub fn proc_root(&self) -> &Path {
-        &self.proc_root
     }
 }
 

@@ -73,10 +73,6 @@ impl Spool {
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.inner.dir
-    }
-
     /// Batches dropped since start because the spool was full.
     pub fn dropped(&self) -> u64 {
         self.inner.dropped.load(Ordering::Relaxed)

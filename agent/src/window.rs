@@ -83,10 +83,6 @@ impl WindowBuilder {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.samples == 0
-    }
-
     pub fn add(&mut self, at_ms: i64, devices: Vec<DeviceSample>) {
         self.start_ms.get_or_insert(at_ms);
         self.samples += 1;

@@ -72,14 +72,8 @@ impl RateCard {
         Ok(card)
     }
 
-    /// The on-demand hourly price of a whole host: by instance type, else per GPU by model.
-    pub fn host_hourly(&self, instance_type: Option<&str>, gpu_names: &[&str]) -> Option<Decimal> {
-        self.host_price(instance_type, gpu_names, false)
-            .map(|(p, _)| p)
-    }
-
-    /// The hourly price of a whole host and its pricing category: the spot rate for a spot
-    /// host where the card has one, else on-demand.
+    /// The hourly price of a whole host and its pricing category: by instance type, else per
+    /// GPU by model; the spot rate for a spot host where the card has one, else on-demand.
     pub fn host_price(
         &self,
         instance_type: Option<&str>,
@@ -119,11 +113,7 @@ impl RateCard {
         ))
     }
 
-    /// Per GPU-hour by NVML name; the longest model name contained in it wins.
-    pub fn gpu_hourly(&self, gpu_name: &str) -> Option<Decimal> {
-        self.gpu_rate(gpu_name).map(|r| r.on_demand)
-    }
-
+    /// The rate for a GPU by NVML name; the longest model name contained in it wins.
     fn gpu_rate(&self, gpu_name: &str) -> Option<&Rate> {
         let upper = gpu_name.to_ascii_uppercase();
         self.gpu_models
@@ -153,24 +143,30 @@ mod tests {
             assert!(card.instance_types.contains_key(t), "{t}");
         }
         assert_eq!(
-            card.host_hourly(Some("p4d.24xlarge"), &[]),
+            card.host_price(Some("p4d.24xlarge"), &[], false)
+                .map(|(p, _)| p),
             Some(Decimal::from_str("32.7726").unwrap())
         );
         // An on-prem host: per GPU by model, longest name first.
         let names = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"];
         assert_eq!(
-            card.host_hourly(None, &names),
+            card.host_price(None, &names, false).map(|(p, _)| p),
             Some(Decimal::from_str("5.00").unwrap())
         );
         assert_eq!(
-            card.gpu_hourly("NVIDIA H100 80GB HBM3"),
+            card.host_price(None, &["NVIDIA H100 80GB HBM3"], false)
+                .map(|(p, _)| p),
             Some(Decimal::from_str("3.50").unwrap())
         );
         assert_eq!(
-            card.gpu_hourly("Tesla T4"),
+            card.host_price(None, &["Tesla T4"], false).map(|(p, _)| p),
             Some(Decimal::from_str("0.35").unwrap())
         );
-        assert_eq!(card.host_hourly(None, &["Quadro Unknown"]), None);
+        assert_eq!(
+            card.host_price(None, &["Quadro Unknown"], false)
+                .map(|(p, _)| p),
+            None
+        );
         assert_eq!(
             card.host_price(Some("p4d.24xlarge"), &[], true),
             Some((Decimal::from_str("13.1090").unwrap(), "spot"))
