@@ -161,14 +161,10 @@ async fn incident_page(
 ) -> Response {
     match state.store.incident(id).await {
         Ok(Some(row)) => {
-            let messages = state
-                .store
-                .slack_history(500)
-                .await
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|m| m.incident_id == Some(id))
-                .collect();
+            let messages = match state.store.incident_messages(id).await {
+                Ok(m) => m,
+                Err(e) => return unavailable(e),
+            };
             render(&IncidentPage {
                 chrome: Some(Chrome::from(&user)),
                 i: view(row, now_ms()),

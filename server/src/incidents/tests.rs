@@ -280,6 +280,14 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
         );
         let history = store.slack_history(10).await.unwrap();
         assert!(history.iter().all(|m| m.status == "sent"), "{b}");
+        let about: Vec<String> = store
+            .incident_messages(i.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.event)
+            .collect();
+        assert_eq!(about, ["opened", "reminder", "resolved"], "{b}");
     }
 }
 

@@ -400,6 +400,9 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<SlackMessageRow>, StoreError>;
     async fn record_slack_attempt(&self, message: &SlackMessageRow) -> Result<(), StoreError>;
     async fn slack_history(&self, limit: i64) -> Result<Vec<SlackMessageRow>, StoreError>;
+    /// Every message about one incident, oldest first.
+    async fn incident_messages(&self, incident_id: i64)
+        -> Result<Vec<SlackMessageRow>, StoreError>;
 }
 
 /// Opens the database named by `url` and brings its schema up to date.
@@ -1267,6 +1270,18 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        async fn incident_messages_sql(
+            pool: &sqlx::Pool<$db>,
+            incident_id: i64,
+        ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(&format!(
+                "SELECT {SLACK_COLUMNS} FROM slack_messages WHERE incident_id = $1 ORDER BY id"
+            ))
+            .bind(incident_id)
+            .fetch_all(pool)
+            .await?)
+        }
+
         async fn batch_count_sql(pool: &sqlx::Pool<$db>) -> Result<i64, $crate::store::StoreError> {
             let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
                 .fetch_one(pool)
@@ -1570,6 +1585,12 @@ macro_rules! store_impl {
                 limit: i64,
             ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
                 slack_history_sql(&self.pool, limit).await
+            }
+            async fn incident_messages(
+                &self,
+                incident_id: i64,
+            ) -> Result<Vec<$crate::store::SlackMessageRow>, $crate::store::StoreError> {
+                incident_messages_sql(&self.pool, incident_id).await
             }
         }
     };
