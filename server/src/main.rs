@@ -17,6 +17,7 @@ struct Cli {
         long,
         global = true,
         env = "GPULEDGER_DATABASE_URL",
+        hide_env_values = true,
         default_value = "sqlite://gpuledger.db"
     )]
     database_url: String,
@@ -76,6 +77,10 @@ struct ServeArgs {
     /// Mark session cookies Secure: set this when users reach the server over HTTPS.
     #[arg(long, env = "GPULEDGER_SECURE_COOKIES")]
     secure_cookies: bool,
+    /// Behind a proxy or load balancer: count failed sign-ins per the client address it
+    /// appends to X-Forwarded-For instead of per connection (the balancer's address).
+    #[arg(long, env = "GPULEDGER_TRUST_FORWARDED_FOR")]
+    trust_forwarded_for: bool,
     /// Largest bill accepted through the upload form, in bytes.
     #[arg(long, env = "GPULEDGER_MAX_UPLOAD_BYTES", default_value_t = 512 * 1024 * 1024)]
     max_upload_bytes: usize,
@@ -206,6 +211,7 @@ fn state_for(
     state.limits.max_clock_skew_ms = args.max_clock_skew.as_millis() as i64;
     state.max_body_bytes = args.max_body_bytes;
     state.secure_cookies = args.secure_cookies;
+    state.trust_forwarded_for = args.trust_forwarded_for;
     state.max_upload_bytes = args.max_upload_bytes;
     if let Some(path) = &args.rate_card {
         state.rate_card = std::sync::Arc::new(RateCard::load(path)?);
@@ -263,13 +269,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => {
             let store = store::connect(&cli.database_url)
                 .await
-                .with_context(|| format!("opening {}", cli.database_url))?;
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             run_server(state_for(store, &args)?, &args).await
         }
         Command::Token { command } => {
             let store = store::connect(&cli.database_url)
                 .await
-                .with_context(|| format!("opening {}", cli.database_url))?;
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
                 TokenCommand::Create { name } => {
                     let token = auth::generate_token();
@@ -303,7 +309,7 @@ async fn main() -> anyhow::Result<()> {
         Command::User { command } => {
             let store = store::connect(&cli.database_url)
                 .await
-                .with_context(|| format!("opening {}", cli.database_url))?;
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
                 UserCommand::Add { username, role } => {
                     let password = read_password()?;
@@ -324,7 +330,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Billing { command } => {
             let store = store::connect(&cli.database_url)
                 .await
-                .with_context(|| format!("opening {}", cli.database_url))?;
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
                 BillingCommand::SyncAws {
                     from,

@@ -2,10 +2,16 @@
 //!
 //! The sign-in form has no session yet, so it is protected from cross-site posting by a
 //! double-submit token: a random value both in a SameSite=Strict cookie and in the form.
+//!
+//! Password guessing is slowed by counting failures in the shared database: after
+//! [`MAX_FAILURES_PER_USER`] for one username or [`MAX_FAILURES_PER_CLIENT`] from one client
+//! address within [`FAILURE_WINDOW_MS`], sign-in answers 429 until the window has passed.
 
 use askama::Template;
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
@@ -15,9 +21,15 @@ use serde::Deserialize;
 use super::page::{error_page, render_with_status, Chrome};
 use super::AppState;
 use crate::auth::generate_token;
+use crate::now_ms;
 use crate::session::{self, SignedIn, SESSION_COOKIE};
 
 const LOGIN_CSRF_COOKIE: &str = "gpl_login";
+pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
+pub const MAX_FAILURES_PER_USER: i64 = 5;
+pub const MAX_FAILURES_PER_CLIENT: i64 = 20;
+/// Usernames are stored for counting only; a megabyte of "username" is not.
+const MAX_USERNAME_KEY: usize = 128;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -89,8 +101,73 @@ struct LoginForm {
     next: Option<String>,
 }
 
+/// Who is signing in, for counting failures: the peer address, or the address the proxy in
+/// front saw (the last `X-Forwarded-For` entry) when the server is told to trust it. Behind a
+/// load balancer every peer is the balancer, so without that every person would share one count.
+/// The connection's peer address when the server was started with connect info (not in
+/// router-only tests).
+pub struct Peer(Option<SocketAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+        ))
+    }
+}
+
+fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trust_forwarded_for: bool) -> String {
+    if trust_forwarded_for {
+        let forwarded = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|v| !v.is_empty());
+        if let Some(addr) = forwarded {
+            return addr.chars().take(64).collect();
+        }
+    }
+    match peer {
+        Some(addr) => addr.ip().to_string(),
+        None => "unknown".to_owned(),
+    }
+}
+
+fn too_many_attempts() -> Response {
+    let mut resp = error_page(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too many failed sign-ins",
+        "Sign-in is paused for this account or address for 15 minutes after repeated wrong \
+         passwords. Wait, then try again, or ask an admin to check the account.",
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&(FAILURE_WINDOW_MS / 1000).to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+fn unavailable() -> Response {
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The database is unavailable",
+        "Try again in a minute.",
+    )
+}
+
 async fn login(
     State(state): State<AppState>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
     jar: CookieJar,
     Form(form): Form<LoginForm>,
 ) -> Response {
@@ -105,15 +182,36 @@ async fn login(
             "Open the sign-in page again and retry.",
         );
     }
+    let username_key: String = form
+        .username
+        .trim()
+        .chars()
+        .take(MAX_USERNAME_KEY)
+        .collect();
+    let client = client_key(&headers, peer, state.trust_forwarded_for);
+    let now = now_ms();
+    match state
+        .store
+        .sign_in_failures(&username_key, &client, now - FAILURE_WINDOW_MS)
+        .await
+    {
+        Ok((by_user, by_client))
+            if by_user >= MAX_FAILURES_PER_USER || by_client >= MAX_FAILURES_PER_CLIENT =>
+        {
+            tracing::warn!(username = %username_key, client = %client, "sign-in refused: too many failures");
+            return too_many_attempts();
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "sign-in: counting failures");
+            return unavailable();
+        }
+    }
     let user = match state.store.user_by_name(form.username.trim()).await {
         Ok(u) => u,
         Err(e) => {
             tracing::error!(error = %e, "sign-in: reading the user");
-            return error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The database is unavailable",
-                "Try again in a minute.",
-            );
+            return unavailable();
         }
     };
     // Verifying takes ~tens of milliseconds of CPU: off the async threads.
@@ -125,7 +223,15 @@ async fn login(
     .await
     .unwrap_or(false);
     let Some(user) = user.filter(|_| ok) else {
-        tracing::info!(username = %form.username, "failed sign-in");
+        tracing::info!(username = %username_key, client = %client, "failed sign-in");
+        if let Err(e) = state
+            .store
+            .record_sign_in_failure(&username_key, &client, now, now - FAILURE_WINDOW_MS)
+            .await
+        {
+            tracing::error!(error = %e, "sign-in: recording a failure");
+            return unavailable();
+        }
         let page = LoginPage {
             chrome: None,
             csrf: expected,
@@ -135,6 +241,9 @@ async fn login(
         };
         return render_with_status(StatusCode::UNAUTHORIZED, &page);
     };
+    if let Err(e) = state.store.clear_sign_in_failures(&username_key).await {
+        tracing::error!(error = %e, "sign-in: clearing failures");
+    }
     match session::start(&state, user.id).await {
         Ok(cookie) => {
             let jar = jar
@@ -144,11 +253,7 @@ async fn login(
         }
         Err(e) => {
             tracing::error!(error = %e, "sign-in: storing the session");
-            error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The database is unavailable",
-                "Try again in a minute.",
-            )
+            unavailable()
         }
     }
 }
@@ -179,7 +284,19 @@ async fn logout(
 
 #[cfg(test)]
 mod tests {
-    use super::safe_next;
+    use super::*;
+
+    #[test]
+    fn client_key_trusts_forwarded_for_only_when_told() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", "6.6.6.6, 10.0.0.7".parse().unwrap());
+        let peer = Some(SocketAddr::from(([10, 0, 0, 1], 4000)));
+        assert_eq!(client_key(&headers, peer, false), "10.0.0.1");
+        // The last entry is the one the trusted proxy added; earlier ones the client wrote.
+        assert_eq!(client_key(&headers, peer, true), "10.0.0.7");
+        assert_eq!(client_key(&HeaderMap::new(), peer, true), "10.0.0.1");
+        assert_eq!(client_key(&HeaderMap::new(), None, false), "unknown");
+    }
 
     #[test]
     fn next_stays_on_this_site() {

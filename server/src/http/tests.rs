@@ -13,14 +13,14 @@ use crate::auth::{generate_token, hash_token};
 use crate::store::Store;
 use crate::{now_ms, test_support};
 
-struct Api {
-    app: Router,
-    store: std::sync::Arc<dyn Store>,
-    token: String,
-    backend: &'static str,
+pub(super) struct Api {
+    pub(super) app: Router,
+    pub(super) store: std::sync::Arc<dyn Store>,
+    pub(super) token: String,
+    pub(super) backend: &'static str,
 }
 
-async fn apis() -> Vec<(Api, test_support::TestDb)> {
+pub(super) async fn apis() -> Vec<(Api, test_support::TestDb)> {
     let mut out = Vec::new();
     for db in test_support::both().await {
         let store = db.open().await;
@@ -80,7 +80,7 @@ fn report(batch: &str) -> Report {
 }
 
 impl Api {
-    async fn post(&self, token: Option<&str>, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
+    pub(super) async fn post(&self, token: Option<&str>, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
         let mut req = Request::post("/api/v1/reports").header("content-type", "application/json");
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -98,12 +98,12 @@ impl Api {
         (status, bytes.to_vec())
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, String) {
+    pub(super) async fn get(&self, path: &str) -> (StatusCode, String) {
         self.get_as(path, None).await
     }
 
     /// GET with a session cookie; a redirect answers its Location instead of a body.
-    async fn get_as(&self, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
+    pub(super) async fn get_as(&self, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
         let mut req = Request::get(path);
         if let Some(c) = cookie {
             req = req.header("cookie", c);
@@ -136,7 +136,7 @@ impl Api {
     }
 
     /// A signed-in person with `role`; returns the Cookie header value and their CSRF token.
-    async fn session(&self, role: &str) -> (String, String) {
+    pub(super) async fn session(&self, role: &str) -> (String, String) {
         let name = format!("{role}-user");
         let hash = crate::session::hash_password("correct horse battery").unwrap();
         self.store
@@ -159,7 +159,7 @@ impl Api {
         (format!("gpl_session={token}"), csrf)
     }
 
-    async fn post_form(
+    pub(super) async fn post_form(
         &self,
         path: &str,
         cookie: &str,
@@ -197,7 +197,7 @@ impl Api {
     }
 }
 
-fn error_of(body: &[u8]) -> ApiErrorBody {
+pub(super) fn error_of(body: &[u8]) -> ApiErrorBody {
     serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("not a JSON error ({e}): {}", String::from_utf8_lossy(body)))
 }

@@ -365,6 +365,23 @@ pub trait Store: Send + Sync {
         now_ms: i64,
     ) -> Result<Option<SessionRow>, StoreError>;
     async fn delete_session(&self, token_hash: &str) -> Result<(), StoreError>;
+    /// Records a failed sign-in and forgets those older than `forget_before_ms`.
+    async fn record_sign_in_failure(
+        &self,
+        username: &str,
+        client: &str,
+        at_ms: i64,
+        forget_before_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Failed sign-ins since `since_ms`: (for this username, from this client).
+    async fn sign_in_failures(
+        &self,
+        username: &str,
+        client: &str,
+        since_ms: i64,
+    ) -> Result<(i64, i64), StoreError>;
+    /// A successful sign-in wipes the username's failures.
+    async fn clear_sign_in_failures(&self, username: &str) -> Result<(), StoreError>;
 
     async fn open_incidents(&self) -> Result<Vec<IncidentRow>, StoreError>;
     /// Incidents that overlap `[from_ms, to_ms)`, newest first.
@@ -412,8 +429,39 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PostgresStore::connect(url).await?))
     } else {
-        Err(StoreError::UnsupportedUrl(url.to_owned()))
+        Err(StoreError::UnsupportedUrl(redacted_url(url)))
     }
+}
+
+/// The database URL as it may appear in logs and error messages: a password in it (in the
+/// user part or a `password=` parameter) is replaced by `***`.
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_owned(),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 /// Converts a byte or counter value that validation has already bounded.
@@ -1050,6 +1098,57 @@ macro_rules! shared_sql_impl {
             Ok(())
         }
 
+        async fn record_sign_in_failure_sql(
+            pool: &sqlx::Pool<$db>,
+            username: &str,
+            client: &str,
+            at_ms: i64,
+            forget_before_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            sqlx::query("DELETE FROM sign_in_failures WHERE at_ms < $1")
+                .bind(forget_before_ms)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("INSERT INTO sign_in_failures (at_ms, username, client) VALUES ($1, $2, $3)")
+                .bind(at_ms)
+                .bind(username)
+                .bind(client)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+
+        async fn sign_in_failures_sql(
+            pool: &sqlx::Pool<$db>,
+            username: &str,
+            client: &str,
+            since_ms: i64,
+        ) -> Result<(i64, i64), $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT
+                   (SELECT COUNT(*) FROM sign_in_failures WHERE username = $1 AND at_ms >= $3),
+                   (SELECT COUNT(*) FROM sign_in_failures WHERE client = $2 AND at_ms >= $3)",
+            )
+            .bind(username)
+            .bind(client)
+            .bind(since_ms)
+            .fetch_one(pool)
+            .await?)
+        }
+
+        async fn clear_sign_in_failures_sql(
+            pool: &sqlx::Pool<$db>,
+            username: &str,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query("DELETE FROM sign_in_failures WHERE username = $1")
+                .bind(username)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
         const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
             started_ms, ended_ms, last_seen_ms, cost_per_hour, estimated, wasted, last_notified_ms";
         const SLACK_COLUMNS: &str = "id, incident_id, event, route, payload, created_ms, status, attempts,
@@ -1489,6 +1588,32 @@ macro_rules! store_impl {
             ) -> Result<(), $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 delete_session_sql(&self.pool, token_hash).await
+            }
+            async fn record_sign_in_failure(
+                &self,
+                username: &str,
+                client: &str,
+                at_ms: i64,
+                forget_before_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                record_sign_in_failure_sql(&self.pool, username, client, at_ms, forget_before_ms)
+                    .await
+            }
+            async fn sign_in_failures(
+                &self,
+                username: &str,
+                client: &str,
+                since_ms: i64,
+            ) -> Result<(i64, i64), $crate::store::StoreError> {
+                sign_in_failures_sql(&self.pool, username, client, since_ms).await
+            }
+            async fn clear_sign_in_failures(
+                &self,
+                username: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                clear_sign_in_failures_sql(&self.pool, username).await
             }
             async fn open_incidents(
                 &self,

@@ -519,3 +519,21 @@ async fn users_and_sessions() {
         assert_eq!(store.list_users().await.unwrap().len(), 1, "{b}");
     }
 }
+
+#[test]
+fn database_passwords_never_reach_logs() {
+    use super::redacted_url;
+    assert_eq!(
+        redacted_url("postgres://ledger:s3cret@db.internal:5432/gpuledger"),
+        "postgres://ledger:***@db.internal:5432/gpuledger"
+    );
+    assert_eq!(
+        redacted_url("postgresql://ledger@db/gl?sslmode=require&password=s3cret"),
+        "postgresql://ledger@db/gl?sslmode=require&password=***"
+    );
+    assert_eq!(
+        redacted_url("sqlite://gpuledger.db"),
+        "sqlite://gpuledger.db"
+    );
+    assert_eq!(redacted_url("sqlite:data.db"), "sqlite:data.db");
+}

@@ -1,0 +1,388 @@
+//! Access control route by route, security headers, and sign-in rate limiting, through the real
+//! router on both storage backends.
+
+use std::collections::BTreeSet;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt;
+
+use super::tests::{apis, error_of, Api};
+use crate::now_ms;
+
+/// Who may use a route.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Access {
+    /// Anyone: sign-in, health, metrics, the stylesheet.
+    Public,
+    /// Only an agent token.
+    Agent,
+    /// Any signed-in person; reads, and signing oneself out.
+    Viewer,
+    /// Signed-in admins only: everything that changes state.
+    Admin,
+}
+
+/// Every route the server has. `every_route_is_in_the_access_table` fails when a route is
+/// added without a line here, so a new route cannot skip these checks.
+const ROUTES: &[(&str, &str, Access)] = &[
+    ("GET", "/login", Access::Public),
+    ("GET", "/healthz", Access::Public),
+    ("GET", "/metrics", Access::Public),
+    ("GET", "/static/app.css", Access::Public),
+    ("POST", "/api/v1/reports", Access::Agent),
+    ("GET", "/", Access::Viewer),
+    ("GET", "/billing", Access::Viewer),
+    ("GET", "/incidents", Access::Viewer),
+    ("GET", "/incidents/{id}", Access::Viewer),
+    ("GET", "/alerts", Access::Viewer),
+    ("GET", "/recommendations", Access::Viewer),
+    ("GET", "/review", Access::Viewer),
+    ("GET", "/review/{month}", Access::Viewer),
+    ("GET", "/api/v1/allocation", Access::Viewer),
+    ("GET", "/api/v1/billing/imports", Access::Viewer),
+    ("GET", "/api/v1/incidents", Access::Viewer),
+    ("GET", "/api/v1/recommendations", Access::Viewer),
+    ("POST", "/logout", Access::Viewer),
+    ("POST", "/snoozes", Access::Admin),
+    ("POST", "/alerts/test", Access::Admin),
+    ("POST", "/billing/import", Access::Admin),
+];
+
+/// A concrete address for a route pattern.
+fn concrete(path: &str) -> String {
+    path.replace("{id}", "1").replace("{month}", "2026-05")
+}
+
+/// The route paths declared in the http module's sources (`.route("…"` and the ingest path).
+fn declared_routes() -> BTreeSet<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http");
+    let mut out = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("rs")
+            || path.file_name().and_then(|n| n.to_str()) == Some("security_tests.rs")
+        {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        for piece in src.split(".route(").skip(1) {
+            let piece = piece.trim_start();
+            if let Some(rest) = piece.strip_prefix('"') {
+                out.insert(rest.split('"').next().unwrap().to_owned());
+            } else if piece.starts_with("REPORTS_PATH") {
+                out.insert(gpuledger_proto::REPORTS_PATH.to_owned());
+            } else {
+                panic!(
+                    "a route in {} whose path this test cannot read: {piece:.40}",
+                    path.display()
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_route_is_in_the_access_table() {
+    let declared = declared_routes();
+    let table: BTreeSet<String> = ROUTES.iter().map(|(_, p, _)| p.to_string()).collect();
+    assert!(declared.len() >= 20, "the scan found routes: {declared:?}");
+    assert_eq!(
+        declared, table,
+        "routes in the code vs routes in the access table"
+    );
+}
+
+async fn call(
+    api: &Api,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    bearer: Option<&str>,
+    body: &str,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    if let Some(t) = bearer {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if method == "POST" {
+        req = req.header("content-type", "application/x-www-form-urlencoded");
+    }
+    let resp = api
+        .app
+        .clone()
+        .oneshot(req.body(Body::from(body.to_owned())).unwrap())
+        .await
+        .unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+/// Refused as a visitor who is not signed in: pages send to sign-in, the API answers 401 JSON.
+fn assert_not_signed_in(method: &str, path: &str, status: StatusCode, body: &str, who: &str) {
+    if path.starts_with("/api/") {
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: {method} {path}");
+        assert_eq!(error_of(body.as_bytes()).error, "unauthorized");
+    } else {
+        assert_eq!(status, StatusCode::SEE_OTHER, "{who}: {method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn every_route_admits_exactly_its_audience() {
+    for (api, _db) in apis().await {
+        let (viewer, viewer_csrf) = api.session("viewer").await;
+        let (admin, admin_csrf) = api.session("admin").await;
+        for &(method, pattern, access) in ROUTES {
+            let path = concrete(pattern);
+            let who = api.backend;
+            // Signing out is checked last (it would end the viewer's session here).
+            let viewer_body = if pattern == "/logout" {
+                "csrf=not-now".to_owned()
+            } else {
+                format!("csrf={viewer_csrf}&cluster=c1&hours=4&route=default")
+            };
+            match access {
+                Access::Public => {
+                    let (status, _, _) = call(&api, method, &path, None, None, "").await;
+                    assert_eq!(status, StatusCode::OK, "{who}: anyone may {method} {path}");
+                }
+                Access::Agent => {
+                    // A person's session is not an agent token.
+                    let (status, _, body) =
+                        call(&api, method, &path, Some(&admin), None, "{}").await;
+                    assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: {method} {path}");
+                    assert_eq!(error_of(body.as_bytes()).error, "unauthorized");
+                }
+                Access::Viewer | Access::Admin => {
+                    // Not signed in, and an agent token (which may only ingest): refused.
+                    let (status, _, body) =
+                        call(&api, method, &path, None, None, &viewer_body).await;
+                    assert_not_signed_in(method, &path, status, &body, "anonymous");
+                    let (status, _, body) =
+                        call(&api, method, &path, None, Some(&api.token), &viewer_body).await;
+                    assert_not_signed_in(method, &path, status, &body, "agent token");
+                    let (status, headers, body) =
+                        call(&api, method, &path, Some(&viewer), None, &viewer_body).await;
+                    let redirected_within = status.is_redirection()
+                        && !headers["location"].to_str().unwrap().starts_with("/login");
+                    if access == Access::Admin {
+                        assert_eq!(
+                            status,
+                            StatusCode::FORBIDDEN,
+                            "{who}: a viewer may not {method} {path}"
+                        );
+                        assert!(body.contains("Admins only"), "{body}");
+                    } else if method == "GET" {
+                        assert!(
+                            status == StatusCode::OK
+                                || redirected_within
+                                || (pattern == "/incidents/{id}"
+                                    && status == StatusCode::NOT_FOUND),
+                            "{who}: a viewer may {method} {path}: {status}"
+                        );
+                    }
+                }
+            }
+        }
+        // The viewer's attempts changed nothing; the admin's session is still there.
+        assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
+        assert!(api.store.slack_history(10).await.unwrap().is_empty());
+        assert!(api.store.billing_imports().await.unwrap().is_empty());
+        let (status, _, _) = call(
+            &api,
+            "POST",
+            "/snoozes",
+            Some(&admin),
+            None,
+            &format!("csrf={admin_csrf}&cluster=c1&hours=4"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "the admin may snooze");
+        assert_eq!(api.store.active_snoozes(now_ms()).await.unwrap().len(), 1);
+        // Signing out is the one post a viewer makes, and it ends only their own session.
+        let (status, _, _) = call(
+            &api,
+            "POST",
+            "/logout",
+            Some(&viewer),
+            None,
+            &format!("csrf={viewer_csrf}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        assert_eq!(
+            api.get_as("/", Some(&viewer)).await.0,
+            StatusCode::SEE_OTHER
+        );
+        assert_eq!(api.get_as("/", Some(&admin)).await.0, StatusCode::OK);
+    }
+}
+
+#[tokio::test]
+async fn every_response_carries_the_security_headers() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        for path in [
+            "/login",
+            "/",
+            "/review/2026-05",
+            "/api/v1/allocation",
+            "/static/app.css",
+            "/no-such-page",
+            "/healthz",
+        ] {
+            let (_, headers, _) = call(&api, "GET", path, Some(&viewer), None, "").await;
+            let csp = headers
+                .get("content-security-policy")
+                .unwrap_or_else(|| panic!("{path} has no CSP"))
+                .to_str()
+                .unwrap();
+            assert!(
+                csp.contains("default-src 'none'")
+                    && csp.contains("frame-ancestors 'none'")
+                    && !csp.contains("unsafe-inline"),
+                "{path}: {csp}"
+            );
+            assert_eq!(headers.get("x-content-type-options").unwrap(), "nosniff");
+            assert_eq!(headers.get("x-frame-options").unwrap(), "DENY");
+        }
+    }
+}
+
+/// The policy forbids inline script and style; a template that used either would break in
+/// browsers, so none may.
+#[test]
+fn templates_use_no_inline_script_or_style() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let html = std::fs::read_to_string(&path).unwrap().to_lowercase();
+        seen += 1;
+        for forbidden in [
+            "<script",
+            "style=",
+            "<style",
+            "javascript:",
+            " onclick=",
+            " onload=",
+        ] {
+            assert!(
+                !html.contains(forbidden),
+                "{} contains {forbidden}",
+                path.display()
+            );
+        }
+    }
+    assert!(seen >= 10);
+}
+
+/// Opens the sign-in form: its cookie and token.
+async fn sign_in_form(api: &Api) -> (String, String) {
+    let (_, headers, html) = call(api, "GET", "/login", None, None, "").await;
+    let cookie = headers
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let csrf = html
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    (cookie, csrf)
+}
+
+async fn sign_in(api: &Api, username: &str, password: &str) -> (StatusCode, axum::http::HeaderMap) {
+    let (cookie, csrf) = sign_in_form(api).await;
+    let body = format!("username={username}&password={password}&csrf={csrf}&next=/");
+    let (status, headers, _) = call(api, "POST", "/login", Some(&cookie), None, &body).await;
+    (status, headers)
+}
+
+#[tokio::test]
+async fn repeated_wrong_passwords_pause_sign_in() {
+    use super::login::{FAILURE_WINDOW_MS, MAX_FAILURES_PER_CLIENT, MAX_FAILURES_PER_USER};
+    for (api, _db) in apis().await {
+        let hash = crate::session::hash_password("correct horse battery").unwrap();
+        for name in ["ana", "bo", "cy", "dee"] {
+            api.store
+                .create_user(name, &hash, "viewer", now_ms())
+                .await
+                .unwrap();
+        }
+        let right = "correct+horse+battery";
+        for _ in 0..MAX_FAILURES_PER_USER {
+            assert_eq!(
+                sign_in(&api, "ana", "wrong-wrong").await.0,
+                StatusCode::UNAUTHORIZED
+            );
+        }
+        // Now even the right password waits: the guesser cannot tell it was right.
+        let (status, headers) = sign_in(&api, "ana", right).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{}", api.backend);
+        assert_eq!(
+            headers.get("retry-after").unwrap(),
+            &(FAILURE_WINDOW_MS / 1000).to_string()
+        );
+        // Another account is unaffected, and a success wipes that account's failures.
+        for _ in 0..MAX_FAILURES_PER_USER - 1 {
+            sign_in(&api, "bo", "wrong-wrong").await;
+        }
+        assert_eq!(sign_in(&api, "bo", right).await.0, StatusCode::SEE_OTHER);
+        for _ in 0..MAX_FAILURES_PER_USER - 1 {
+            sign_in(&api, "bo", "wrong-wrong").await;
+        }
+        assert_eq!(sign_in(&api, "bo", right).await.0, StatusCode::SEE_OTHER);
+        // Failures older than the window no longer count.
+        let old = now_ms() - FAILURE_WINDOW_MS - 1_000;
+        for _ in 0..MAX_FAILURES_PER_USER {
+            api.store
+                .record_sign_in_failure("cy", "elsewhere", old, 0)
+                .await
+                .unwrap();
+        }
+        assert_eq!(sign_in(&api, "cy", right).await.0, StatusCode::SEE_OTHER);
+        // Guessing across many names from one address is paused too.
+        let (so_far, _) = api
+            .store
+            .sign_in_failures("ana", "unknown", now_ms() - FAILURE_WINDOW_MS)
+            .await
+            .unwrap();
+        let (_, from_client) = api
+            .store
+            .sign_in_failures("-", "unknown", now_ms() - FAILURE_WINDOW_MS)
+            .await
+            .unwrap();
+        assert_eq!(so_far, MAX_FAILURES_PER_USER);
+        for i in from_client..MAX_FAILURES_PER_CLIENT {
+            assert_eq!(
+                sign_in(&api, &format!("guess{i}"), "wrong-wrong").await.0,
+                StatusCode::UNAUTHORIZED
+            );
+        }
+        assert_eq!(
+            sign_in(&api, "dee", right).await.0,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
