@@ -18,8 +18,65 @@ pub enum GroupBy {
     Team,
     Cluster,
     Host,
+    /// A GPU or MIG instance, by UUID.
+    Gpu,
     InstanceType,
     PricingCategory,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 9] = [
+        GroupBy::Model,
+        GroupBy::Experiment,
+        GroupBy::Endpoint,
+        GroupBy::Team,
+        GroupBy::Cluster,
+        GroupBy::Host,
+        GroupBy::Gpu,
+        GroupBy::InstanceType,
+        GroupBy::PricingCategory,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Model => "model",
+            GroupBy::Experiment => "experiment",
+            GroupBy::Endpoint => "endpoint",
+            GroupBy::Team => "team",
+            GroupBy::Cluster => "cluster",
+            GroupBy::Host => "host",
+            GroupBy::Gpu => "gpu",
+            GroupBy::InstanceType => "instance_type",
+            GroupBy::PricingCategory => "pricing_category",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        GroupBy::ALL.into_iter().find(|g| g.as_str() == s)
+    }
+}
+
+/// Keeps the parts whose key under each `(dimension, value)` equals the value: the parts a
+/// drill-down page (and the API's filter parameters) are about. Bill lines that are not GPU
+/// hosts belong to no key, so a filtered view has none.
+pub fn filtered(attribution: &Attribution, filters: &[(GroupBy, String)]) -> Attribution {
+    if filters.is_empty() {
+        return attribution.clone();
+    }
+    Attribution {
+        parts: attribution
+            .parts
+            .iter()
+            .filter(|p| {
+                filters
+                    .iter()
+                    .all(|(by, value)| key_of(p, *by, attribution) == *value)
+            })
+            .cloned()
+            .collect(),
+        unattributed: BTreeMap::new(),
+        hosts: attribution.hosts.clone(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -55,6 +112,8 @@ pub struct AllocationRow {
     pub gpu_hours: f64,
     /// GPU utilization (%) averaged over this key's GPU time, where known.
     pub avg_util: Option<f64>,
+    /// Energy measured by NVML for this key's GPU time, in kWh (0 where the GPUs report none).
+    pub energy_kwh: f64,
     /// Whether any part comes from the rate card rather than a bill.
     pub estimated: bool,
 }
@@ -74,6 +133,7 @@ pub struct Totals {
     #[serde(with = "rust_decimal::serde::str")]
     pub unattributed_cost: Decimal,
     pub gpu_hours: f64,
+    pub energy_kwh: f64,
 }
 
 pub fn period_start(ms: i64, step: Step) -> i64 {
@@ -105,6 +165,10 @@ pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
         GroupBy::Team => label(&part.owner.team),
         GroupBy::Cluster => host.map_or_else(|| "?".into(), |h| h.cluster.clone()),
         GroupBy::Host => host.map_or_else(|| "?".into(), |h| h.hostname.clone()),
+        GroupBy::Gpu => part
+            .gpu_uuid
+            .clone()
+            .unwrap_or_else(|| "(no GPU data)".into()),
         GroupBy::InstanceType => host
             .and_then(|h| h.instance_type.clone())
             .unwrap_or_else(|| "(unknown)".into()),
@@ -122,6 +186,7 @@ struct Acc {
     gpu_seconds: f64,
     util_gpu_seconds: f64,
     util_known_seconds: f64,
+    energy_j: f64,
     estimated: bool,
 }
 
@@ -137,6 +202,7 @@ impl Acc {
         self.gpu_seconds += p.gpu_seconds;
         self.util_gpu_seconds += p.util_gpu_seconds;
         self.util_known_seconds += p.util_known_seconds;
+        self.energy_j += p.energy_j;
         self.estimated |= p.estimated;
     }
 }
@@ -169,6 +235,7 @@ pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<Allocati
                     gpu_hours: a.gpu_seconds / 3600.0,
                     avg_util: (a.util_known_seconds > 0.0)
                         .then(|| a.util_gpu_seconds / a.util_known_seconds),
+                    energy_kwh: a.energy_j / 3.6e6,
                     estimated: a.estimated,
                 },
             )
@@ -199,6 +266,7 @@ pub fn totals(attribution: &Attribution) -> Vec<Totals> {
             idle_cost: a.idle,
             unmonitored_cost: a.unmonitored,
             gpu_hours: a.gpu_seconds / 3600.0,
+            energy_kwh: a.energy_j / 3.6e6,
         })
         .collect()
 }
@@ -216,6 +284,7 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
         "unmonitored_cost",
         "gpu_hours",
         "avg_util",
+        "energy_kwh",
         "estimated",
     ])?;
     for r in rows {
@@ -230,6 +299,7 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
             r.unmonitored_cost.to_string(),
             format!("{:.4}", r.gpu_hours),
             r.avg_util.map(|u| format!("{u:.2}")).unwrap_or_default(),
+            format!("{:.4}", r.energy_kwh),
             r.estimated.to_string(),
         ])?;
     }

@@ -83,6 +83,8 @@ pub struct Part {
     pub util_gpu_seconds: f64,
     /// `gpu_seconds` where utilization is known.
     pub util_known_seconds: f64,
+    /// Energy this part stands for, in joules, where NVML measured it.
+    pub energy_j: f64,
 }
 
 /// What one weight stands for before the cost is divided.
@@ -96,6 +98,7 @@ struct Share {
     /// Utilization × seconds, and the seconds, where utilization is known.
     util_gpu_seconds: f64,
     util_known_seconds: f64,
+    energy_j: f64,
 }
 
 /// One cost to divide over a host-hour.
@@ -165,11 +168,13 @@ fn window_shares(
     procs: &[&StoredProcessWindow],
     weight: f64,
     gpu_seconds: f64,
+    energy_j: f64,
     out: &mut Vec<Share>,
 ) {
     let share = |owner: Owner, kind: Kind, fraction: f64| {
         let secs = gpu_seconds * fraction;
         Share {
+            energy_j: energy_j * fraction,
             gpu_uuid: Some(uuid.to_owned()),
             owner,
             kind,
@@ -239,6 +244,7 @@ fn host_hour_shares(
         gpu_seconds: 0.0,
         util_gpu_seconds: 0.0,
         util_known_seconds: 0.0,
+        energy_j: 0.0,
     }];
     // Physical GPUs and their MIG instances.
     let mut physical: BTreeMap<&str, Vec<&AttributionWindow>> = BTreeMap::new();
@@ -263,7 +269,16 @@ fn host_hour_shares(
         return out;
     }
     let gpu_share = 1.0 / physical.len() as f64;
+    let hour_end = hour_ms + HOUR_MS;
+    // The part of a window's energy that falls inside this hour.
+    let energy_in_hour = |w: &AttributionWindow| -> Option<f64> {
+        let len = (w.end_ms - w.start_ms).max(1) as f64;
+        let inside = (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64;
+        w.energy_mj.map(|e| e as f64 / 1000.0 * inside / len)
+    };
     for (gpu, own_windows) in &physical {
+        // NVML measures energy on the physical GPU: MIG instances get it by their size.
+        let parent_energy: f64 = own_windows.iter().filter_map(|w| energy_in_hour(w)).sum();
         let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match children.get(gpu) {
             Some(instances) => {
                 let sizes: Vec<f64> = instances
@@ -285,7 +300,6 @@ fn host_hour_shares(
             None => vec![(*gpu, gpu_share, own_windows)],
         };
         for (uuid, leaf_share, ws) in leaves {
-            let hour_end = hour_ms + HOUR_MS;
             let spans: Vec<f64> = ws
                 .iter()
                 .map(|w| (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64)
@@ -298,7 +312,15 @@ fn host_hour_shares(
                 1.0
             };
             let physical_fraction = leaf_share / gpu_share;
+            let is_instance = children.contains_key(gpu);
             for (w, span) in ws.iter().zip(spans) {
+                let energy = match energy_in_hour(w) {
+                    Some(e) => e,
+                    None if is_instance && covered > 0.0 => {
+                        parent_energy * physical_fraction * span / covered
+                    }
+                    None => 0.0,
+                };
                 let t = span * scale / HOUR_MS as f64;
                 let p = procs
                     .get(&(uuid, w.start_ms))
@@ -310,6 +332,7 @@ fn host_hour_shares(
                     p,
                     leaf_share * t,
                     physical_fraction * span * scale / 1000.0,
+                    energy,
                     &mut out,
                 );
             }
@@ -323,6 +346,7 @@ fn host_hour_shares(
                     gpu_seconds: physical_fraction * uncovered * 3600.0,
                     util_gpu_seconds: 0.0,
                     util_known_seconds: 0.0,
+                    energy_j: 0.0,
                 });
             }
         }
@@ -343,6 +367,7 @@ fn merge(shares: Vec<Share>) -> Vec<Share> {
                 m.gpu_seconds += s.gpu_seconds;
                 m.util_gpu_seconds += s.util_gpu_seconds;
                 m.util_known_seconds += s.util_known_seconds;
+                m.energy_j += s.energy_j;
             }
             None => {
                 index.insert(key, out.len());
@@ -469,6 +494,7 @@ pub fn attribute(
                     gpu_seconds: share.gpu_seconds * time_fraction,
                     util_gpu_seconds: share.util_gpu_seconds * time_fraction,
                     util_known_seconds: share.util_known_seconds * time_fraction,
+                    energy_j: share.energy_j * time_fraction,
                 });
             }
         }

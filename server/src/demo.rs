@@ -322,18 +322,35 @@ pub async fn seed(
         };
         // One report per day of hourly windows, as an agent catching up after an outage would.
         let mut t = start;
+        let mut requests = Vec::new();
         while t < end {
             let day_end = (t + 24 * HOUR_MS).min(end);
             let mut windows = Vec::new();
             while t < day_end {
                 let w_end = (t + HOUR_MS).min(day_end);
+                let gpus: Vec<GpuWindow> = (0..spec.gpus)
+                    .map(|g| gpu_window(&spec, g, t, w_end - t))
+                    .collect();
+                if let Workload::Inference(endpoint, _) = spec.workload {
+                    // The serving code's request counter: requests follow the load.
+                    let per_util = if endpoint == "embeddings" {
+                        900.0
+                    } else {
+                        160.0
+                    };
+                    let busy: f64 = gpus.iter().filter_map(|g| g.util_avg).sum();
+                    requests.push(serde_json::json!({
+                        "endpoint": endpoint,
+                        "start": crate::allocation::rfc3339(t),
+                        "end": crate::allocation::rfc3339(w_end),
+                        "requests": (busy * per_util) as u64,
+                    }));
+                }
                 windows.push(Window {
                     start_ms: t,
                     end_ms: w_end,
                     samples: ((w_end - t) / 1000) as u32,
-                    gpus: (0..spec.gpus)
-                        .map(|g| gpu_window(&spec, g, t, w_end - t))
-                        .collect(),
+                    gpus,
                 });
                 t = w_end;
             }
@@ -349,6 +366,19 @@ pub async fn seed(
                 .ingest(&report, token_id, AgentStatus::default(), now_ms)
                 .await?;
             batches += 1;
+        }
+        if !requests.is_empty() {
+            let body = serde_json::json!({"source": spec.hostname, "counts": requests});
+            let (source, counts) = crate::http::usage::parse(
+                body.to_string().as_bytes(),
+                now_ms,
+                limits.retention_ms,
+                limits.max_clock_skew_ms,
+            )
+            .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
+            store
+                .upsert_usage(&source, &counts, token_id, now_ms)
+                .await?;
         }
     }
     let billed_until = (end - 2 * 24 * HOUR_MS) - (end - 2 * 24 * HOUR_MS).rem_euclid(HOUR_MS);
@@ -413,5 +443,13 @@ mod tests {
         assert!(kinds.contains(&crate::attribution::Kind::Used));
         assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
         assert!(kinds.contains(&crate::attribution::Kind::Idle));
+        // The serving code's request counts give each endpoint a cost per 1,000 requests.
+        let requests = store.usage_totals(from, to).await.unwrap();
+        let unit = crate::unit_costs::endpoint_costs(&a, &requests);
+        let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
+        assert_eq!(names, ["embeddings", "chat-api"]);
+        assert!(unit
+            .iter()
+            .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
     }
 }

@@ -18,6 +18,23 @@ pub fn ago(ms: i64) -> String {
     }
 }
 
+/// A count with thousands separators: `1,234,567`.
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("−{out}")
+    } else {
+        out
+    }
+}
+
 /// Dollars to the cent with thousands separators, as a finance lead reads them: `$181,024.68`.
 pub fn usd(amount: rust_decimal::Decimal) -> String {
     let cents = crate::money::cents(amount);
@@ -54,5 +71,8 @@ mod tests {
         assert_eq!(usd(d("0")), "$0.00");
         assert_eq!(usd(d("999.999")), "$1,000.00");
         assert_eq!(usd(d("-1234.5")), "−$1,234.50");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(-1000), "−1,000");
     }
 }

@@ -20,6 +20,7 @@ pub mod slack;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
+pub mod unit_costs;
 pub mod validate;
 pub mod waste;
 

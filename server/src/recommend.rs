@@ -477,6 +477,7 @@ mod tests {
                 end_ms: start + HOUR_MS,
                 memory_total_bytes: Some(mem_total_gib << 30),
                 util_avg: Some(u),
+                energy_mj: None,
             });
             ps.push(StoredProcessWindow {
                 gpu_uuid: gpu.into(),

@@ -379,6 +379,7 @@ mod tests {
                 end_ms: end - (minutes - m - 1) * MIN,
                 memory_total_bytes: Some(80 << 30),
                 util_avg: Some(util),
+                energy_mj: None,
             })
             .collect()
     }

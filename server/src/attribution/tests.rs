@@ -44,6 +44,7 @@ fn window(
         end_ms: start + mins * MIN,
         memory_total_bytes: Some(80 * GIB),
         util_avg: util,
+        energy_mj: None,
     }
 }
 

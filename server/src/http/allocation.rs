@@ -29,6 +29,35 @@ struct AllocationQuery {
     by: Option<String>,
     step: Option<String>,
     format: Option<String>,
+    // Filters: only the parts whose key under that dimension is this value.
+    model: Option<String>,
+    experiment: Option<String>,
+    endpoint: Option<String>,
+    team: Option<String>,
+    cluster: Option<String>,
+    host: Option<String>,
+    gpu: Option<String>,
+    instance_type: Option<String>,
+    pricing_category: Option<String>,
+}
+
+impl AllocationQuery {
+    fn filters(&self) -> Vec<(GroupBy, String)> {
+        [
+            (GroupBy::Model, &self.model),
+            (GroupBy::Experiment, &self.experiment),
+            (GroupBy::Endpoint, &self.endpoint),
+            (GroupBy::Team, &self.team),
+            (GroupBy::Cluster, &self.cluster),
+            (GroupBy::Host, &self.host),
+            (GroupBy::Gpu, &self.gpu),
+            (GroupBy::InstanceType, &self.instance_type),
+            (GroupBy::PricingCategory, &self.pricing_category),
+        ]
+        .into_iter()
+        .filter_map(|(by, v)| v.clone().map(|v| (by, v)))
+        .collect()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -41,11 +70,34 @@ struct AllocationResponse {
     totals: Vec<Totals>,
 }
 
-fn bad(field: &str, message: impl Into<String>) -> ApiError {
+pub(super) fn bad(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::BadRequest {
         message: message.into(),
         field: Some(field.to_owned()),
     }
+}
+
+/// `from` and `to` (this calendar month when absent), checked.
+pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, i64), ApiError> {
+    let (default_from, default_to) = allocation::this_month(now_ms());
+    let bound = |field: &str, v: &Option<String>, default: i64| match v {
+        None => Ok(default),
+        Some(t) => allocation::parse_bound(t).ok_or_else(|| {
+            bad(
+                field,
+                format!("{t:?} is not YYYY-MM, YYYY-MM-DD or an RFC 3339 time"),
+            )
+        }),
+    };
+    let from = bound("from", from, default_from)?;
+    let to = bound("to", to, default_to)?;
+    if to <= from {
+        return Err(bad("to", "must be after from"));
+    }
+    if to - from > 400 * 24 * attribution::HOUR_MS {
+        return Err(bad("to", "a range may span at most 400 days"));
+    }
+    Ok((from, to))
 }
 
 /// Parses `value` as one of the snake_case names of `T`.
@@ -69,36 +121,22 @@ async fn get_allocation(
         message: e.body_text(),
         field: None,
     })?;
-    let (default_from, default_to) = allocation::this_month(now_ms());
-    let bound = |field: &str, v: &Option<String>, default: i64| match v {
-        None => Ok(default),
-        Some(t) => allocation::parse_bound(t).ok_or_else(|| {
-            bad(
-                field,
-                format!("{t:?} is not YYYY-MM, YYYY-MM-DD or an RFC 3339 time"),
-            )
-        }),
-    };
-    let from = bound("from", &q.from, default_from)?;
-    let to = bound("to", &q.to, default_to)?;
-    if to <= from {
-        return Err(bad("to", "must be after from"));
-    }
-    if to - from > 400 * 24 * attribution::HOUR_MS {
-        return Err(bad("to", "a range may span at most 400 days"));
-    }
+    let (from, to) = range(&q.from, &q.to)?;
     let by: GroupBy = choice(
         "by",
         q.by.as_deref(),
         "team",
-        "model, experiment, endpoint, team, cluster, host, instance_type, pricing_category",
+        "model, experiment, endpoint, team, cluster, host, gpu, instance_type, pricing_category",
     )?;
     let step: Step = choice("step", q.step.as_deref(), "day", "hour, day, month")?;
     let format = q.format.as_deref().unwrap_or("json");
     if !["json", "csv", "focus"].contains(&format) {
         return Err(bad("format", "must be json, csv or focus"));
     }
-    let attributed = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let attributed = allocation::filtered(
+        &attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?,
+        &q.filters(),
+    );
     match format {
         "focus" => {
             let body = allocation::to_focus_csv(&attributed)
@@ -122,7 +160,7 @@ async fn get_allocation(
     }
 }
 
-fn csv_response(body: String, filename: &str) -> Response {
+pub(super) fn csv_response(body: String, filename: &str) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),

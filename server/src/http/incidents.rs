@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -300,11 +300,80 @@ async fn test_route(
     }
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IncidentsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    format: Option<String>,
+}
+
+/// Incidents overlapping `[from, to)` (the last 30 days by default), as JSON or CSV.
 async fn incidents_api(
     State(state): State<AppState>,
     _user: SignedIn,
-) -> Result<Json<Vec<IncidentView>>, ApiError> {
+    query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
     let now = now_ms();
-    let rows = state.store.incidents(now - 30 * DAY_MS, now + 1).await?;
-    Ok(Json(rows.into_iter().map(|r| view(r, now)).collect()))
+    let (from, to) = if q.from.is_none() && q.to.is_none() {
+        (now - 30 * DAY_MS, now + 1)
+    } else {
+        super::allocation::range(&q.from, &q.to)?
+    };
+    let views: Vec<IncidentView> = state
+        .store
+        .incidents(from, to)
+        .await?
+        .into_iter()
+        .map(|r| view(r, now))
+        .collect();
+    match q.format.as_deref().unwrap_or("json") {
+        "json" => Ok(Json(views).into_response()),
+        "csv" => {
+            let body = incidents_csv(&views).map_err(|e| ApiError::Internal(e.to_string()))?;
+            Ok(super::allocation::csv_response(
+                body,
+                "gpuledger-incidents.csv",
+            ))
+        }
+        _ => Err(super::allocation::bad("format", "must be json or csv")),
+    }
+}
+
+fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "id",
+        "kind",
+        "cluster",
+        "host",
+        "gpus",
+        "owners",
+        "started_at",
+        "ended_at",
+        "cost_per_hour",
+        "wasted",
+        "estimated",
+    ])?;
+    for v in views {
+        w.write_record([
+            v.id.to_string(),
+            v.kind.clone(),
+            v.cluster.clone(),
+            v.hostname.clone().unwrap_or_default(),
+            v.gpus.join(" "),
+            v.owners_text(),
+            v.started_at.clone(),
+            v.ended_at.clone().unwrap_or_default(),
+            v.cost_per_hour.to_string(),
+            v.wasted.to_string(),
+            v.estimated.to_string(),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }

@@ -3,6 +3,7 @@
 mod allocation;
 mod assets;
 mod billing;
+mod charts;
 mod fleet;
 mod health;
 mod incidents;
@@ -12,9 +13,12 @@ pub(crate) mod page;
 mod recommendations;
 mod review;
 #[cfg(test)]
+mod review_tests;
+#[cfg(test)]
 mod security_tests;
 #[cfg(test)]
 mod tests;
+pub(crate) mod usage;
 
 use std::sync::Arc;
 
@@ -71,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .merge(review::router())
         .merge(billing::router(state.max_upload_bytes))
         .merge(allocation::router())
+        .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())
         .fallback(page::not_found)

@@ -5,7 +5,7 @@ use std::time::Duration;
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -30,6 +30,7 @@ pub fn router() -> Router<AppState> {
 #[serde(deny_unknown_fields)]
 struct LookbackQuery {
     lookback: Option<String>,
+    format: Option<String>,
 }
 
 fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
@@ -52,7 +53,19 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
 
 async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, StoreError> {
     let to = hour_floor(now_ms()) + HOUR_MS;
-    let from = to - lookback_ms;
+    Ok(compute_range(state, to - lookback_ms, to, lookback_ms)
+        .await?
+        .1)
+}
+
+/// Attribution of `[from, to)` and the recommendations drawn from it (the review shows both);
+/// monthly figures are scaled from `observed_ms` (a month still under way has not all happened).
+pub(super) async fn compute_range(
+    state: &AppState,
+    from: i64,
+    to: i64,
+    observed_ms: i64,
+) -> Result<(crate::attribution::Attribution, Recommendations), StoreError> {
     let hosts = state.store.hosts().await?;
     let windows = state.store.attribution_windows(from, to).await?;
     let processes = state.store.process_windows(from, to).await?;
@@ -66,26 +79,92 @@ async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, 
         from,
         to,
     );
-    Ok(recommend(
+    let r = recommend(
         &attribution,
         &windows,
         &processes,
         &state.rate_card,
-        lookback_ms,
+        observed_ms,
         Options::default(),
-    ))
+    );
+    Ok((attribution, r))
 }
 
 async fn api(
     State(state): State<AppState>,
     _user: SignedIn,
     query: Result<Query<LookbackQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Recommendations>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::BadRequest {
         message: e.body_text(),
         field: None,
     })?;
-    Ok(Json(compute(&state, lookback(&q)?).await?))
+    let csv = match q.format.as_deref().unwrap_or("json") {
+        "json" => false,
+        "csv" => true,
+        _ => return Err(super::allocation::bad("format", "must be json or csv")),
+    };
+    let r = compute(&state, lookback(&q)?).await?;
+    if csv {
+        let body = recommendations_csv(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
+        return Ok(super::allocation::csv_response(
+            body,
+            "gpuledger-recommendations.csv",
+        ));
+    }
+    Ok(Json(r).into_response())
+}
+
+/// Every recommendation as one row: what, where it runs now, what to change, cost and saving.
+fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "kind",
+        "key",
+        "current",
+        "recommended",
+        "monthly_cost",
+        "monthly_saving",
+        "detail",
+    ])?;
+    for x in &r.right_size {
+        w.write_record([
+            format!("right_size_{}", x.by),
+            x.key.clone(),
+            format!("{} x {}", x.gpus, x.current_gpu),
+            format!("{} ({})", x.recommended_gpu, x.recommended_instance_type),
+            x.monthly_cost.to_string(),
+            x.monthly_saving.to_string(),
+            format!(
+                "peak {} GB, p95 {}% now, {}% projected",
+                x.peak_memory_gb, x.p95_util, x.projected_p95_util
+            ),
+        ])?;
+    }
+    for c in &r.consolidation {
+        w.write_record([
+            "consolidate".to_owned(),
+            c.gpu_uuid.clone(),
+            c.host.clone(),
+            String::new(),
+            c.monthly_cost.to_string(),
+            String::new(),
+            format!("average utilization {}%", c.avg_util),
+        ])?;
+    }
+    for s in &r.spot {
+        w.write_record([
+            "spot".to_owned(),
+            s.experiment.clone(),
+            "on-demand".to_owned(),
+            "spot".to_owned(),
+            s.on_demand_monthly_cost.to_string(),
+            s.monthly_saving.to_string(),
+            String::new(),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 #[derive(Template)]

@@ -1,59 +1,73 @@
-//! The monthly review at `/review/YYYY-MM`: what the GPUs cost, who used them, what was wasted,
-//! against the previous month. Every figure comes from the same attribution as
-//! `GET /api/v1/allocation`, and each table links to that query as CSV.
-
-use std::collections::BTreeMap;
+//! The monthly review at `/review/YYYY-MM` and its drill-downs at
+//! `/review/YYYY-MM/{dimension}?key=…`: what the GPUs cost, who used them, what was wasted and
+//! what to change, against the previous month. Every figure comes from the same attribution as
+//! `GET /api/v1/allocation`; each table links to that query as CSV and each row to its
+//! drill-down.
 
 use askama::Template;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
-use chrono::Datelike;
-use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
+use serde::Deserialize;
 
+use super::charts::{self, dollars, query, DayBar, Heatmap, Table};
 use super::incidents::{view as incident_view, IncidentView};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::allocation::{group, parse_bound, period_start, this_month, totals, GroupBy, Step};
-use crate::attribution::{self, Attribution, Kind};
+use crate::allocation::{self, parse_bound, this_month, totals, GroupBy, Step};
+use crate::attribution::{self, Attribution, HOUR_MS};
+use crate::money::cents;
 use crate::now_ms;
+use crate::recommend::Recommendations;
 use crate::session::SignedIn;
+use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/review", get(this_review))
         .route("/review/{month}", get(review))
+        .route("/review/{month}/{dimension}", get(drill_down))
 }
 
-pub struct Bar {
-    pub key: String,
-    pub cost: String,
-    pub share: String,
-    /// Bar length in SVG units (0..=200).
-    pub width: f64,
-    pub held_idle: String,
+/// How many GPUs the review's heatmap shows (the costliest); the CSV has all.
+const REVIEW_HEATMAP_GPUS: usize = 40;
+const DRILL_HEATMAP_GPUS: usize = 200;
+const TOP_ROWS: usize = 10;
+
+/// A headline figure and where it comes from.
+pub struct Figure {
+    pub value: String,
+    pub caption: String,
+    pub href: String,
+}
+
+pub struct RunRow {
+    pub experiment: String,
+    pub href: String,
+    pub model: String,
+    pub team: String,
+    pub started: String,
+    pub hours_active: i64,
     pub gpu_hours: String,
+    pub cost: String,
 }
 
-pub struct Table {
-    pub title: &'static str,
-    pub by: &'static str,
-    pub rows: Vec<Bar>,
+pub struct EndpointRow {
+    pub endpoint: String,
+    pub href: String,
+    pub requests: String,
+    pub cost: String,
+    pub per_1k: String,
 }
 
-pub struct DayBar {
-    pub label: String,
-    pub x: f64,
-    pub used_y: f64,
-    pub used_h: f64,
-    pub held_y: f64,
-    pub held_h: f64,
-    pub idle_y: f64,
-    pub idle_h: f64,
-    pub total: String,
+pub struct SavingRow {
+    pub what: String,
+    pub href: String,
+    pub change: String,
+    pub saving: String,
 }
 
 #[derive(Template)]
@@ -63,25 +77,44 @@ struct ReviewPage {
     month: String,
     previous: String,
     next: String,
-    total: String,
-    previous_total: String,
-    change: String,
-    held_idle: String,
-    idle: String,
-    unmonitored: String,
+    figures: Vec<Figure>,
     unattributed: String,
-    gpu_hours: String,
     estimated: bool,
     tables: Vec<Table>,
     days: Vec<DayBar>,
     chart_width: f64,
+    heatmap: Heatmap,
     incidents: Vec<IncidentView>,
-    from: String,
-    to: String,
+    endpoints: Vec<EndpointRow>,
+    endpoints_csv: String,
+    runs: Vec<RunRow>,
+    run_count: usize,
+    run_average: String,
+    runs_csv: String,
+    savings: Vec<SavingRow>,
+    total_saving: String,
 }
 
-fn dollars(d: Decimal) -> String {
-    crate::format::usd(d)
+#[derive(Template)]
+#[template(path = "drilldown.html")]
+struct DrillDownPage {
+    chrome: Option<Chrome>,
+    month: String,
+    dimension: &'static str,
+    key: String,
+    review_href: String,
+    previous_href: String,
+    next_href: String,
+    previous: String,
+    next: String,
+    figures: Vec<Figure>,
+    tables: Vec<Table>,
+    days: Vec<DayBar>,
+    chart_width: f64,
+    heatmap: Heatmap,
+    endpoint: Option<EndpointRow>,
+    runs: Vec<RunRow>,
+    empty: bool,
 }
 
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
@@ -98,95 +131,103 @@ fn label(ms: i64) -> String {
         .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
 }
 
+fn day_label(rfc: &str) -> String {
+    rfc.get(..10).unwrap_or(rfc).to_owned()
+}
+
 async fn this_review() -> Redirect {
     Redirect::to(&format!("/review/{}", label(now_ms())))
 }
 
-fn table(
-    a: &Attribution,
-    by: GroupBy,
-    title: &'static str,
-    by_name: &'static str,
-    total: Decimal,
-) -> Table {
-    let rows = group(a, by, Step::Month);
-    let max = rows
-        .iter()
-        .map(|r| r.cost)
-        .max()
-        .unwrap_or(Decimal::ONE)
-        .max(Decimal::new(1, 6));
-    Table {
-        title,
-        by: by_name,
-        rows: rows
-            .into_iter()
-            .map(|r| Bar {
-                width: (r.cost / max * Decimal::from(200))
-                    .to_f64()
-                    .unwrap_or(0.0)
-                    .max(0.0),
-                share: if total.is_zero() {
-                    "—".into()
-                } else {
-                    format!("{}%", (r.cost / total * Decimal::from(100)).round_dp(1))
-                },
-                cost: dollars(r.cost),
-                held_idle: dollars(r.held_idle_cost),
-                gpu_hours: format!("{:.0}", r.gpu_hours),
-                key: r.key,
-            })
-            .collect(),
+fn unavailable(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "review page");
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The database is unavailable",
+        "Try again in a minute.",
+    )
+}
+
+fn no_such_month() -> Response {
+    error_page(
+        StatusCode::NOT_FOUND,
+        "No such month",
+        "Months are written YYYY-MM, e.g. /review/2026-11.",
+    )
+}
+
+/// The allocation API's JSON for a month, `by` one dimension, narrowed by `filters`.
+fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)]) -> String {
+    charts::csv_href(month, next, by, "month", filters).replace("&format=csv", "")
+}
+
+fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
+    runs.iter()
+        .map(|r| RunRow {
+            experiment: r.experiment.clone(),
+            href: charts::drill_href(month, GroupBy::Experiment, &r.experiment),
+            model: r.model.clone().unwrap_or_else(|| "—".into()),
+            team: r.team.clone().unwrap_or_else(|| "—".into()),
+            started: day_label(&r.started),
+            hours_active: r.hours_active,
+            gpu_hours: format!("{:.0}", r.gpu_hours),
+            cost: dollars(r.cost),
+        })
+        .collect()
+}
+
+fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
+    EndpointRow {
+        endpoint: e.endpoint.clone(),
+        href: charts::drill_href(month, GroupBy::Endpoint, &e.endpoint),
+        requests: e
+            .requests
+            .map_or_else(|| "no counts".into(), crate::format::thousands),
+        cost: dollars(e.cost),
+        per_1k: e
+            .cost_per_1k_requests
+            .map_or_else(|| "—".into(), |c| format!("${}", c.round_dp(4).normalize())),
     }
 }
 
-fn days(a: &Attribution, from: i64, to: i64) -> (Vec<DayBar>, f64) {
-    let mut per_day: BTreeMap<i64, (Decimal, Decimal, Decimal)> = BTreeMap::new();
-    let mut d = from;
-    while d < to {
-        per_day.insert(d, Default::default());
-        d += 24 * attribution::HOUR_MS;
+fn savings_view(r: &Recommendations, month: &str) -> (Vec<SavingRow>, String) {
+    let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
+    for x in &r.right_size {
+        let by = if x.by == "endpoint" {
+            GroupBy::Endpoint
+        } else {
+            GroupBy::Model
+        };
+        rows.push((
+            x.monthly_saving,
+            SavingRow {
+                what: format!("{} {}", x.by, x.key),
+                href: charts::drill_href(month, by, &x.key),
+                change: format!(
+                    "{} × {} → {} ({})",
+                    x.gpus, x.current_gpu, x.recommended_gpu, x.recommended_instance_type
+                ),
+                saving: format!("${}", cents(x.monthly_saving)),
+            },
+        ));
     }
-    for p in &a.parts {
-        let e = per_day
-            .entry(period_start(p.hour_ms, Step::Day))
-            .or_default();
-        match p.kind {
-            Kind::Used => e.0 += p.cost,
-            Kind::HeldIdle => e.1 += p.cost,
-            Kind::Idle | Kind::Unmonitored => e.2 += p.cost,
-        }
+    for s in &r.spot {
+        rows.push((
+            s.monthly_saving,
+            SavingRow {
+                what: format!("experiment {}", s.experiment),
+                href: charts::drill_href(month, GroupBy::Experiment, &s.experiment),
+                change: "on-demand → spot".into(),
+                saving: format!("${}", cents(s.monthly_saving)),
+            },
+        ));
     }
-    let max = per_day
-        .values()
-        .map(|(u, h, i)| *u + *h + *i)
-        .max()
-        .unwrap_or(Decimal::ONE)
-        .max(Decimal::new(1, 6));
-    const HEIGHT: f64 = 160.0;
-    const STEP: f64 = 22.0;
-    let scale = |v: Decimal| (v / max).to_f64().unwrap_or(0.0).max(0.0) * HEIGHT;
-    let bars = per_day
-        .into_iter()
-        .enumerate()
-        .map(|(i, (day, (u, h, idle)))| {
-            let (uh, hh, ih) = (scale(u), scale(h), scale(idle));
-            DayBar {
-                label: chrono::DateTime::from_timestamp_millis(day)
-                    .map_or_else(String::new, |d| d.day().to_string()),
-                x: i as f64 * STEP,
-                idle_y: HEIGHT - ih,
-                idle_h: ih,
-                held_y: HEIGHT - ih - hh,
-                held_h: hh,
-                used_y: HEIGHT - ih - hh - uh,
-                used_h: uh,
-                total: dollars(u + h + idle),
-            }
-        })
-        .collect::<Vec<_>>();
-    let width = bars.len() as f64 * STEP;
-    (bars, width)
+    let total: Decimal = rows.iter().map(|(s, _)| *s).sum();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    (
+        rows.into_iter().map(|(_, r)| r).take(TOP_ROWS).collect(),
+        format!("${}", cents(total)),
+    )
 }
 
 async fn review(
@@ -195,32 +236,24 @@ async fn review(
     Path(month): Path<String>,
 ) -> Response {
     let Some((from, to)) = month_range(&month) else {
-        return error_page(
-            StatusCode::NOT_FOUND,
-            "No such month",
-            "Months are written YYYY-MM, e.g. /review/2026-11.",
-        );
+        return no_such_month();
     };
     let (prev_from, _) = this_month(from - 1);
+    let observed = (now_ms().min(to) - from).max(HOUR_MS);
     let loaded = async {
-        let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+        let (a, recs) = super::recommendations::compute_range(&state, from, to, observed).await?;
         let prev =
             attribution::compute(state.store.as_ref(), &state.rate_card, prev_from, from).await?;
         let incidents = state.store.incidents(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, prev, incidents))
+        let requests = state.store.usage_totals(from, to).await?;
+        Ok::<_, crate::store::StoreError>((a, recs, prev, incidents, requests))
     }
     .await;
-    let (a, prev, incidents) = match loaded {
+    let (a, recs, prev, incidents, requests) = match loaded {
         Ok(x) => x,
-        Err(e) => {
-            tracing::error!(error = %e, "review page");
-            return error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The database is unavailable",
-                "Try again in a minute.",
-            );
-        }
+        Err(e) => return unavailable(e),
     };
+    let (month, next) = (label(from), label(to));
     let t = totals(&a);
     let usd = t.iter().find(|t| t.currency == "USD").or(t.first());
     let total = usd.map_or(Decimal::ZERO, |t| t.cost);
@@ -234,62 +267,265 @@ async fn review(
         let diff = total - previous_total;
         let pct = (diff / previous_total * Decimal::from(100)).round_dp(1);
         format!(
-            "{}{} ({}{}%) against {}",
+            "{}{} ({}{}%)",
             if diff.is_sign_negative() { "−" } else { "+" },
             dollars(diff.abs()),
             if pct.is_sign_negative() { "" } else { "+" },
             pct,
-            label(prev_from)
         )
     };
-    let tables = vec![
-        table(&a, GroupBy::Model, "By model", "model", total),
-        table(&a, GroupBy::Team, "By team", "team", total),
-        table(&a, GroupBy::Endpoint, "By endpoint", "endpoint", total),
-        table(
-            &a,
-            GroupBy::Experiment,
-            "By experiment",
-            "experiment",
-            total,
-        ),
-        table(
-            &a,
-            GroupBy::PricingCategory,
-            "By pricing",
-            "pricing_category",
-            total,
-        ),
-        table(&a, GroupBy::Cluster, "By cluster", "cluster", total),
+    let none: &[(GroupBy, String)] = &[];
+    let figures = vec![
+        Figure {
+            value: dollars(total),
+            caption: "GPU spend, attributed to the cent".into(),
+            href: api_href(&month, &next, GroupBy::Cluster, none),
+        },
+        Figure {
+            value: change,
+            caption: format!("against {} ({})", label(prev_from), dollars(previous_total)),
+            href: format!("/review/{}", label(prev_from)),
+        },
+        Figure {
+            value: dollars(usd.map_or(Decimal::ZERO, |t| t.idle_cost)),
+            caption: "idle (no process)".into(),
+            href: charts::drill_href(&month, GroupBy::Team, allocation::IDLE_KEY),
+        },
+        Figure {
+            value: dollars(usd.map_or(Decimal::ZERO, |t| t.held_idle_cost)),
+            caption: "held idle (memory held at ~0%)".into(),
+            href: api_href(&month, &next, GroupBy::Team, none),
+        },
+        Figure {
+            value: dollars(usd.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
+            caption: "unmonitored (no agent data)".into(),
+            href: charts::drill_href(&month, GroupBy::Team, allocation::UNMONITORED_KEY),
+        },
+        Figure {
+            value: format!("{:.0}", usd.map_or(0.0, |t| t.gpu_hours)),
+            caption: "GPU-hours".into(),
+            href: api_href(&month, &next, GroupBy::Cluster, none),
+        },
+        Figure {
+            value: format!("{:.0} kWh", usd.map_or(0.0, |t| t.energy_kwh)),
+            caption: "energy measured by the GPUs".into(),
+            href: api_href(&month, &next, GroupBy::Model, none),
+        },
     ];
-    let (days, chart_width) = days(&a, from, to);
+    let tables = [
+        GroupBy::Model,
+        GroupBy::Team,
+        GroupBy::Endpoint,
+        GroupBy::Experiment,
+        GroupBy::PricingCategory,
+        GroupBy::Cluster,
+    ]
+    .into_iter()
+    .map(|by| charts::table(&a, by, &month, &next, none, total))
+    .collect();
+    let (days, chart_width) = charts::days(&a, from, to, none);
+    let heatmap = charts::heatmap(&a, from, to, &month, &next, none, REVIEW_HEATMAP_GPUS);
     let now = now_ms();
     let mut incidents: Vec<IncidentView> = incidents
         .into_iter()
         .map(|r| incident_view(r, now))
         .collect();
     incidents.sort_by_key(|i| std::cmp::Reverse(i.wasted));
-    incidents.truncate(10);
+    incidents.truncate(TOP_ROWS);
+    let endpoints = unit_costs::endpoint_costs(&a, &requests);
+    let runs = unit_costs::training_runs(&a);
+    let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
+    let run_average = if runs.is_empty() {
+        "—".to_owned()
+    } else {
+        dollars(run_total / Decimal::from(runs.len() as i64))
+    };
+    let (savings, total_saving) = savings_view(&recs, &month);
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
         previous: label(prev_from),
-        next: label(to),
-        month: label(from),
-        total: dollars(total),
-        previous_total: dollars(previous_total),
-        change,
-        held_idle: dollars(usd.map_or(Decimal::ZERO, |t| t.held_idle_cost)),
-        idle: dollars(usd.map_or(Decimal::ZERO, |t| t.idle_cost)),
-        unmonitored: dollars(usd.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
+        figures,
         unattributed: dollars(usd.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
-        gpu_hours: format!("{:.0}", usd.map_or(0.0, |t| t.gpu_hours)),
         estimated: a.parts.iter().any(|p| p.estimated),
         tables,
         days,
         chart_width,
+        heatmap,
         incidents,
-        from: month.clone(),
-        to: label(to),
+        endpoints: endpoints
+            .iter()
+            .take(TOP_ROWS)
+            .map(|e| endpoint_view(e, &month))
+            .collect(),
+        endpoints_csv: format!(
+            "/api/v1/usage?{}",
+            query(&[("from", &month), ("to", &next), ("format", "csv")])
+        ),
+        run_count: runs.len(),
+        run_average,
+        runs: runs_view(&runs[..runs.len().min(TOP_ROWS)], &month),
+        runs_csv: format!(
+            "/api/v1/runs?{}",
+            query(&[("from", &month), ("to", &next), ("format", "csv")])
+        ),
+        savings,
+        total_saving,
+        month,
+        next,
+    })
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    key: Option<String>,
+}
+
+/// Which tables a drill-down of `by` shows.
+fn related(by: GroupBy) -> &'static [GroupBy] {
+    use GroupBy::*;
+    match by {
+        Model => &[
+            Team,
+            Endpoint,
+            Experiment,
+            Cluster,
+            Host,
+            Gpu,
+            PricingCategory,
+        ],
+        Experiment => &[Model, Team, Host, Gpu, PricingCategory],
+        Endpoint => &[Model, Team, Cluster, Host, Gpu],
+        Team => &[Model, Experiment, Endpoint, Cluster, Host],
+        Cluster => &[Host, Model, Team, Endpoint, Gpu, PricingCategory],
+        Host => &[Gpu, Model, Team, Experiment, Endpoint],
+        Gpu => &[Model, Team, Experiment, Endpoint],
+        InstanceType => &[Cluster, Host, Model, Team],
+        PricingCategory => &[Cluster, Model, Team, Experiment],
+    }
+}
+
+async fn drill_down(
+    State(state): State<AppState>,
+    user: SignedIn,
+    Path((month, dimension)): Path<(String, String)>,
+    Query(q): Query<KeyQuery>,
+) -> Response {
+    let Some((from, to)) = month_range(&month) else {
+        return no_such_month();
+    };
+    let Some(by) = GroupBy::parse(&dimension) else {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            "No such breakdown",
+            "Drill-downs are by model, experiment, endpoint, team, cluster, host, gpu, \
+             instance_type or pricing_category.",
+        );
+    };
+    let Some(key) = q.key.filter(|k| !k.is_empty()) else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "Which one?",
+            "Add ?key=… to the address: the model, team, host or other name to look at.",
+        );
+    };
+    let loaded = async {
+        let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+        let requests = state.store.usage_totals(from, to).await?;
+        Ok::<_, crate::store::StoreError>((a, requests))
+    }
+    .await;
+    let (all, requests): (Attribution, _) = match loaded {
+        Ok(x) => x,
+        Err(e) => return unavailable(e),
+    };
+    let (month, next) = (label(from), label(to));
+    let filters = vec![(by, key.clone())];
+    let a = allocation::filtered(&all, &filters);
+    let row = allocation::group(&a, by, Step::Month);
+    let mine = row.iter().find(|r| r.key == key);
+    let month_total: Decimal = totals(&all)
+        .iter()
+        .find(|t| t.currency == "USD")
+        .map_or(Decimal::ZERO, |t| t.cost);
+    let cost = mine.map_or(Decimal::ZERO, |r| r.cost);
+    let api = api_href(&month, &next, by, &filters);
+    let figures = vec![
+        Figure {
+            value: dollars(cost),
+            caption: if month_total.is_zero() {
+                format!("{} spend", by.as_str())
+            } else {
+                format!(
+                    "{}% of the month's GPU spend",
+                    (cost / month_total * Decimal::from(100)).round_dp(1)
+                )
+            },
+            href: api.clone(),
+        },
+        Figure {
+            value: format!("{:.0}", mine.map_or(0.0, |r| r.gpu_hours)),
+            caption: "GPU-hours".into(),
+            href: api.clone(),
+        },
+        Figure {
+            value: mine
+                .and_then(|r| r.avg_util)
+                .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
+            caption: "average GPU utilization".into(),
+            href: api.clone(),
+        },
+        Figure {
+            value: dollars(mine.map_or(Decimal::ZERO, |r| r.held_idle_cost)),
+            caption: "held idle".into(),
+            href: api.clone(),
+        },
+        Figure {
+            value: format!("{:.0} kWh", mine.map_or(0.0, |r| r.energy_kwh)),
+            caption: "energy".into(),
+            href: api,
+        },
+    ];
+    let tables = related(by)
+        .iter()
+        .map(|other| charts::table(&a, *other, &month, &next, &filters, cost))
+        .collect();
+    let (days, chart_width) = charts::days(&a, from, to, &filters);
+    let heatmap = charts::heatmap(&a, from, to, &month, &next, &filters, DRILL_HEATMAP_GPUS);
+    let endpoint = (by == GroupBy::Endpoint)
+        .then(|| {
+            unit_costs::endpoint_costs(&all, &requests)
+                .into_iter()
+                .find(|e| e.endpoint == key)
+        })
+        .flatten()
+        .map(|e| endpoint_view(&e, &month));
+    let runs = match by {
+        GroupBy::Model | GroupBy::Team | GroupBy::Experiment | GroupBy::Cluster => {
+            runs_view(&unit_costs::training_runs(&a), &month)
+        }
+        _ => Vec::new(),
+    };
+    let (prev_from, _) = this_month(from - 1);
+    let drill = |m: &str| charts::drill_href(m, by, &key);
+    render(&DrillDownPage {
+        chrome: Some(Chrome::from(&user)),
+        empty: a.parts.is_empty(),
+        review_href: format!("/review/{month}"),
+        previous_href: drill(&label(prev_from)),
+        next_href: drill(&next),
+        previous: label(prev_from),
+        dimension: by.as_str(),
+        key,
+        figures,
+        tables,
+        days,
+        chart_width,
+        heatmap,
+        endpoint,
+        runs,
+        month,
+        next,
     })
     .into_response()
 }

@@ -191,6 +191,17 @@ pub struct AttributionWindow {
     pub end_ms: i64,
     pub memory_total_bytes: Option<i64>,
     pub util_avg: Option<f64>,
+    /// Energy inside the window (NVML's counter, physical GPUs only).
+    pub energy_mj: Option<i64>,
+}
+
+/// Requests an endpoint served in `[start_ms, end_ms)`, as counted by one source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageCount {
+    pub endpoint: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub requests: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -380,6 +391,21 @@ pub trait Store: Send + Sync {
         client: &str,
         since_ms: i64,
     ) -> Result<(i64, i64), StoreError>;
+    /// Stores usage counts from `source` in one transaction; a count for the same endpoint,
+    /// source and period start replaces the earlier one.
+    async fn upsert_usage(
+        &self,
+        source: &str,
+        counts: &[UsageCount],
+        token_id: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Requests per endpoint for periods starting in `[from_ms, to_ms)`, all sources summed.
+    async fn usage_totals(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError>;
     /// A successful sign-in wipes the username's failures.
     async fn clear_sign_in_failures(&self, username: &str) -> Result<(), StoreError>;
 
@@ -901,7 +927,7 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
-                        w.memory_total_bytes, w.util_avg
+                        w.memory_total_bytes, w.util_avg, w.energy_mj
                  FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
                  WHERE w.start_ms >= $1 AND w.start_ms < $2
                  ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
@@ -1147,6 +1173,54 @@ macro_rules! shared_sql_impl {
                 .execute(pool)
                 .await?;
             Ok(())
+        }
+
+        async fn upsert_usage_sql(
+            pool: &sqlx::Pool<$db>,
+            source: &str,
+            counts: &[$crate::store::UsageCount],
+            token_id: i64,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            for c in counts {
+                sqlx::query(
+                    "INSERT INTO usage_counts
+                       (endpoint, source, start_ms, end_ms, requests, token_id, received_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (endpoint, source, start_ms) DO UPDATE SET
+                       end_ms = excluded.end_ms, requests = excluded.requests,
+                       token_id = excluded.token_id, received_ms = excluded.received_ms",
+                )
+                .bind(&c.endpoint)
+                .bind(source)
+                .bind(c.start_ms)
+                .bind(c.end_ms)
+                .bind(c.requests)
+                .bind(token_id)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+
+        async fn usage_totals_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<(String, i64)>, $crate::store::StoreError> {
+            // SUM over BIGINT is NUMERIC on PostgreSQL: cast back to a 64-bit integer.
+            Ok(sqlx::query_as(
+                "SELECT endpoint, CAST(SUM(requests) AS BIGINT) FROM usage_counts
+                 WHERE start_ms >= $1 AND start_ms < $2
+                 GROUP BY endpoint ORDER BY endpoint",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
         }
 
         const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
@@ -1607,6 +1681,23 @@ macro_rules! store_impl {
                 since_ms: i64,
             ) -> Result<(i64, i64), $crate::store::StoreError> {
                 sign_in_failures_sql(&self.pool, username, client, since_ms).await
+            }
+            async fn upsert_usage(
+                &self,
+                source: &str,
+                counts: &[$crate::store::UsageCount],
+                token_id: i64,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                upsert_usage_sql(&self.pool, source, counts, token_id, now_ms).await
+            }
+            async fn usage_totals(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<(String, i64)>, $crate::store::StoreError> {
+                usage_totals_sql(&self.pool, from_ms, to_ms).await
             }
             async fn clear_sign_in_failures(
                 &self,

@@ -537,3 +537,54 @@ fn database_passwords_never_reach_logs() {
     );
     assert_eq!(redacted_url("sqlite:data.db"), "sqlite:data.db");
 }
+
+#[tokio::test]
+async fn usage_counts_replace_per_source_and_add_across_sources() {
+    use super::UsageCount;
+    let count = |endpoint: &str, hour: i64, requests: i64| UsageCount {
+        endpoint: endpoint.into(),
+        start_ms: T0 + hour * 3_600_000,
+        end_ms: T0 + (hour + 1) * 3_600_000,
+        requests,
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store
+            .upsert_usage(
+                "pod-a",
+                &[count("chat", 0, 1_000), count("chat", 1, 2_000)],
+                1,
+                T0,
+            )
+            .await
+            .unwrap();
+        // A resend of hour 1 with a corrected count replaces it; another replica adds.
+        store
+            .upsert_usage("pod-a", &[count("chat", 1, 2_500)], 1, T0)
+            .await
+            .unwrap();
+        store
+            .upsert_usage(
+                "pod-b",
+                &[count("chat", 1, 500), count("embed", 0, 7)],
+                1,
+                T0,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            store.usage_totals(T0, T0 + 2 * 3_600_000).await.unwrap(),
+            vec![("chat".to_owned(), 4_000), ("embed".to_owned(), 7)],
+            "{b}"
+        );
+        assert_eq!(
+            store
+                .usage_totals(T0 + 3_600_000, T0 + 2 * 3_600_000)
+                .await
+                .unwrap(),
+            vec![("chat".to_owned(), 3_000)],
+            "{b}: only periods starting in the range"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! The figures the review and drill-down pages draw, built from attributed parts: tables with
+//! bars, the daily stacked spend chart, and the GPU × day utilization heatmap. All are plain
+//! numbers and SVG coordinates for the templates (no script, no inline style).
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::Datelike;
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+
+use crate::allocation::{group, period_start, GroupBy, Step};
+use crate::attribution::{self, Attribution, Kind};
+
+pub fn dollars(d: Decimal) -> String {
+    crate::format::usd(d)
+}
+
+/// `key=value&…` with each value URL-encoded, for links built from label values.
+pub fn query(pairs: &[(&str, &str)]) -> String {
+    let mut s = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        s.append_pair(k, v);
+    }
+    s.finish()
+}
+
+/// The drill-down page of one key.
+pub fn drill_href(month: &str, by: GroupBy, key: &str) -> String {
+    format!("/review/{month}/{}?{}", by.as_str(), query(&[("key", key)]))
+}
+
+/// The allocation API query a table shows, as CSV: `filters` narrow it like the page does.
+pub fn csv_href(
+    from: &str,
+    to: &str,
+    by: GroupBy,
+    step: &str,
+    filters: &[(GroupBy, String)],
+) -> String {
+    let mut pairs: Vec<(&str, &str)> = vec![
+        ("from", from),
+        ("to", to),
+        ("by", by.as_str()),
+        ("step", step),
+        ("format", "csv"),
+    ];
+    for (dim, value) in filters {
+        pairs.push((dim.as_str(), value));
+    }
+    format!("/api/v1/allocation?{}", query(&pairs))
+}
+
+pub struct Bar {
+    pub key: String,
+    pub href: String,
+    pub cost: String,
+    pub share: String,
+    /// Bar length in SVG units (0..=200).
+    pub width: f64,
+    pub held_idle: String,
+    pub gpu_hours: String,
+    pub avg_util: String,
+    pub energy_kwh: String,
+}
+
+pub struct Table {
+    pub title: String,
+    pub by: &'static str,
+    pub csv: String,
+    pub rows: Vec<Bar>,
+}
+
+pub fn title_of(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Model => "By model",
+        GroupBy::Experiment => "By experiment",
+        GroupBy::Endpoint => "By endpoint",
+        GroupBy::Team => "By team",
+        GroupBy::Cluster => "By cluster",
+        GroupBy::Host => "By host",
+        GroupBy::Gpu => "By GPU",
+        GroupBy::InstanceType => "By instance type",
+        GroupBy::PricingCategory => "By pricing",
+    }
+}
+
+/// One month's spend by `by`, with each key linking to its drill-down and the whole table to
+/// the allocation API's CSV of the same query.
+pub fn table(
+    a: &Attribution,
+    by: GroupBy,
+    month: &str,
+    next_month: &str,
+    filters: &[(GroupBy, String)],
+    total: Decimal,
+) -> Table {
+    let rows = group(a, by, Step::Month);
+    let max = rows
+        .iter()
+        .map(|r| r.cost)
+        .max()
+        .unwrap_or(Decimal::ONE)
+        .max(Decimal::new(1, 6));
+    Table {
+        title: title_of(by).to_owned(),
+        by: by.as_str(),
+        csv: csv_href(month, next_month, by, "month", filters),
+        rows: rows
+            .into_iter()
+            .map(|r| Bar {
+                width: (r.cost / max * Decimal::from(200))
+                    .to_f64()
+                    .unwrap_or(0.0)
+                    .max(0.0),
+                share: if total.is_zero() {
+                    "—".into()
+                } else {
+                    format!("{}%", (r.cost / total * Decimal::from(100)).round_dp(1))
+                },
+                cost: dollars(r.cost),
+                held_idle: dollars(r.held_idle_cost),
+                gpu_hours: format!("{:.0}", r.gpu_hours),
+                avg_util: r
+                    .avg_util
+                    .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
+                energy_kwh: format!("{:.0}", r.energy_kwh),
+                href: drill_href(month, by, &r.key),
+                key: r.key,
+            })
+            .collect(),
+    }
+}
+
+pub struct DayBar {
+    pub label: String,
+    pub href: String,
+    pub x: f64,
+    pub used_y: f64,
+    pub used_h: f64,
+    pub held_y: f64,
+    pub held_h: f64,
+    pub idle_y: f64,
+    pub idle_h: f64,
+    pub total: String,
+}
+
+fn day_text(ms: i64, format: &str) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(String::new, |d| d.format(format).to_string())
+}
+
+/// Daily stacked spend (used / held idle / idle and unmonitored); each day links to the
+/// allocation API's rows for that day.
+pub fn days(
+    a: &Attribution,
+    from: i64,
+    to: i64,
+    filters: &[(GroupBy, String)],
+) -> (Vec<DayBar>, f64) {
+    let mut per_day: BTreeMap<i64, (Decimal, Decimal, Decimal)> = BTreeMap::new();
+    let mut d = from;
+    while d < to {
+        per_day.insert(d, Default::default());
+        d += 24 * attribution::HOUR_MS;
+    }
+    for p in &a.parts {
+        let e = per_day
+            .entry(period_start(p.hour_ms, Step::Day))
+            .or_default();
+        match p.kind {
+            Kind::Used => e.0 += p.cost,
+            Kind::HeldIdle => e.1 += p.cost,
+            Kind::Idle | Kind::Unmonitored => e.2 += p.cost,
+        }
+    }
+    let max = per_day
+        .values()
+        .map(|(u, h, i)| *u + *h + *i)
+        .max()
+        .unwrap_or(Decimal::ONE)
+        .max(Decimal::new(1, 6));
+    const HEIGHT: f64 = 160.0;
+    const STEP: f64 = 22.0;
+    let scale = |v: Decimal| (v / max).to_f64().unwrap_or(0.0).max(0.0) * HEIGHT;
+    let bars = per_day
+        .into_iter()
+        .enumerate()
+        .map(|(i, (day, (u, h, idle)))| {
+            let (uh, hh, ih) = (scale(u), scale(h), scale(idle));
+            let day_from = day_text(day, "%Y-%m-%d");
+            let day_to = day_text(day + 24 * attribution::HOUR_MS, "%Y-%m-%d");
+            DayBar {
+                label: chrono::DateTime::from_timestamp_millis(day)
+                    .map_or_else(String::new, |d| d.day().to_string()),
+                href: csv_href(&day_from, &day_to, GroupBy::Team, "day", filters)
+                    .replace("&format=csv", ""),
+                x: i as f64 * STEP,
+                idle_y: HEIGHT - ih,
+                idle_h: ih,
+                held_y: HEIGHT - ih - hh,
+                held_h: hh,
+                used_y: HEIGHT - ih - hh - uh,
+                used_h: uh,
+                total: dollars(u + h + idle),
+            }
+        })
+        .collect::<Vec<_>>();
+    let width = bars.len() as f64 * STEP;
+    (bars, width)
+}
+
+pub struct HeatCell {
+    pub x: f64,
+    /// `h0` (idle) … `h5` (busy), or `none` where no utilization was reported.
+    pub class: &'static str,
+    pub title: String,
+}
+
+pub struct HeatRow {
+    pub y: f64,
+    pub label: String,
+    pub href: String,
+    pub cells: Vec<HeatCell>,
+}
+
+pub struct Heatmap {
+    pub rows: Vec<HeatRow>,
+    pub day_labels: Vec<(f64, String)>,
+    pub width: f64,
+    pub height: f64,
+    /// GPUs in the range; `rows` shows the costliest of them.
+    pub total_gpus: usize,
+    pub csv: String,
+}
+
+/// Per GPU: its cost, its host, and per day (utilization × seconds, seconds known).
+type GpuDays = (Decimal, i64, BTreeMap<i64, (f64, f64)>);
+
+pub const HEAT_CELL: f64 = 14.0;
+pub const HEAT_LABEL_WIDTH: f64 = 230.0;
+
+fn heat_class(util: Option<f64>) -> &'static str {
+    match util {
+        None => "none",
+        Some(u) if u < 5.0 => "h0",
+        Some(u) if u < 20.0 => "h1",
+        Some(u) if u < 40.0 => "h2",
+        Some(u) if u < 60.0 => "h3",
+        Some(u) if u < 80.0 => "h4",
+        Some(_) => "h5",
+    }
+}
+
+/// GPU × day utilization for the `limit` costliest GPUs in `a`: each cell is the GPU's
+/// average utilization that day over the time it reported.
+#[allow(clippy::too_many_arguments)]
+pub fn heatmap(
+    a: &Attribution,
+    from: i64,
+    to: i64,
+    month: &str,
+    next_month: &str,
+    filters: &[(GroupBy, String)],
+    limit: usize,
+) -> Heatmap {
+    // Per GPU: cost, and per day (util × seconds, seconds known).
+    let mut gpus: HashMap<&str, GpuDays> = HashMap::new();
+    for p in &a.parts {
+        let Some(uuid) = p.gpu_uuid.as_deref() else {
+            continue;
+        };
+        let g = gpus
+            .entry(uuid)
+            .or_insert((Decimal::ZERO, p.host_id, BTreeMap::new()));
+        g.0 += p.cost;
+        let d = g.2.entry(period_start(p.hour_ms, Step::Day)).or_default();
+        d.0 += p.util_gpu_seconds;
+        d.1 += p.util_known_seconds;
+    }
+    let total_gpus = gpus.len();
+    let mut order: Vec<(&str, GpuDays)> = gpus.into_iter().collect();
+    order.sort_by(|(ua, a), (ub, b)| b.0.cmp(&a.0).then(ua.cmp(ub)));
+    order.truncate(limit);
+    let day_count = ((to - from) / (24 * attribution::HOUR_MS)).max(0) as usize;
+    let rows = order
+        .into_iter()
+        .enumerate()
+        .map(|(i, (uuid, (_, host_id, per_day)))| {
+            let host = a.hosts.get(&host_id).map_or("?", |h| h.hostname.as_str());
+            let short: String = uuid.chars().take(12).collect();
+            HeatRow {
+                y: i as f64 * HEAT_CELL,
+                label: format!("{host} · {short}"),
+                href: drill_href(month, GroupBy::Gpu, uuid),
+                cells: (0..day_count)
+                    .map(|d| {
+                        let day = from + d as i64 * 24 * attribution::HOUR_MS;
+                        let util = per_day
+                            .get(&day)
+                            .filter(|(_, known)| *known > 0.0)
+                            .map(|(u, known)| u / known);
+                        HeatCell {
+                            x: HEAT_LABEL_WIDTH + d as f64 * HEAT_CELL,
+                            class: heat_class(util),
+                            title: format!(
+                                "{host} {uuid} on {}: {}",
+                                day_text(day, "%Y-%m-%d"),
+                                util.map_or_else(|| "no data".into(), |u| format!("{u:.0}% busy"))
+                            ),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect::<Vec<_>>();
+    let day_labels = (0..day_count)
+        .filter(|d| d % 5 == 0)
+        .map(|d| {
+            (
+                HEAT_LABEL_WIDTH + d as f64 * HEAT_CELL,
+                day_text(from + d as i64 * 24 * attribution::HOUR_MS, "%-d"),
+            )
+        })
+        .collect();
+    Heatmap {
+        height: rows.len() as f64 * HEAT_CELL + 16.0,
+        rows,
+        day_labels,
+        width: HEAT_LABEL_WIDTH + day_count as f64 * HEAT_CELL,
+        total_gpus,
+        csv: csv_href(month, next_month, GroupBy::Gpu, "day", filters),
+    }
+}

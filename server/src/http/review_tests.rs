@@ -1,0 +1,376 @@
+//! The monthly review and its drill-downs show the allocation API's numbers, table by table,
+//! and escape label values; on both storage backends.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use scraper::{Html, Selector};
+use tower::ServiceExt;
+
+use super::tests::{apis, report, Api};
+use crate::allocation::{rfc3339, this_month};
+use crate::now_ms;
+
+/// A table row as the page shows it: key, cost, kWh.
+type Row = (String, String, String);
+
+fn sel(s: &str) -> Selector {
+    Selector::parse(s).unwrap()
+}
+
+fn text(e: scraper::ElementRef) -> String {
+    e.text().collect::<String>().trim().to_owned()
+}
+
+/// Every spend table on a page, by its `data-by`.
+fn page_tables(html: &str) -> BTreeMap<String, Vec<Row>> {
+    let doc = Html::parse_document(html);
+    let mut out = BTreeMap::new();
+    for table in doc.select(&sel("table.spend[data-by]")) {
+        let by = table.value().attr("data-by").unwrap().to_owned();
+        let rows = table
+            .select(&sel("tbody tr"))
+            .map(|tr| {
+                let cell = |c: &str| text(tr.select(&sel(c)).next().unwrap());
+                (cell("td.key"), cell("td.cost"), cell("td.kwh"))
+            })
+            .collect();
+        out.insert(by, rows);
+    }
+    out
+}
+
+/// The allocation API's rows for the month, as the page would show them.
+async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
+    let (from, to) = this_month(now_ms());
+    let q = format!(
+        "from={}&to={}&by={by}&step=month{filter}",
+        rfc3339(from),
+        rfc3339(to)
+    );
+    let (status, body) = api
+        .get_as(&format!("/api/v1/allocation?{q}"), Some(cookie))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_owned(),
+                crate::format::usd(crate::money::from_text(r["cost"].as_str().unwrap())),
+                format!("{:.0}", r["energy_kwh"].as_f64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn month() -> String {
+    chrono::DateTime::from_timestamp_millis(now_ms())
+        .unwrap()
+        .format("%Y-%m")
+        .to_string()
+}
+
+async fn post_json(api: &Api, path: &str, body: serde_json::Value) -> (StatusCode, String) {
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", api.token))
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let resp = api.app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Two windows: one whose model label is a script, one for llama-70b on the chat endpoint with
+/// an experiment and a measured 2 kWh.
+async fn fleet(api: &Api) {
+    let mut r = report("rev-1");
+    r.host.instance_type = Some("g6.xlarge".into());
+    api.post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+        .await;
+    let mut r2 = report("rev-2");
+    r2.host.instance_type = Some("g6.xlarge".into());
+    r2.windows[0].start_ms -= 60_000;
+    r2.windows[0].end_ms -= 60_000;
+    r2.windows[0].gpus[0].energy_mj = Some(7_200_000_000);
+    r2.windows[0].gpus[0].processes[0].labels = [
+        ("model".to_string(), "llama-70b".to_string()),
+        ("endpoint".to_string(), "chat".to_string()),
+        ("experiment".to_string(), "ft-run-3".to_string()),
+        ("team".to_string(), "search".to_string()),
+    ]
+    .into();
+    let (status, _) = api
+        .post(Some(&api.token), serde_json::to_vec(&r2).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_review_table_equals_the_allocation_api() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let (status, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        assert!(
+            !page.contains("<script>alert(1)</script>"),
+            "labels are escaped"
+        );
+        assert!(page.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
+        let tables = page_tables(&page);
+        assert_eq!(
+            tables.keys().cloned().collect::<Vec<_>>(),
+            [
+                "cluster",
+                "endpoint",
+                "experiment",
+                "model",
+                "pricing_category",
+                "team"
+            ],
+            "{}",
+            api.backend
+        );
+        for (by, rows) in &tables {
+            assert_eq!(
+                rows,
+                &api_rows(&api, &viewer, by, "").await,
+                "{}: the {by} table",
+                api.backend
+            );
+        }
+        let models = &tables["model"];
+        assert!(
+            models.iter().any(|r| r.0 == "llama-70b" && r.2 == "2"),
+            "{models:?}"
+        );
+        // The headline total is the API's total, and links to it.
+        let doc = Html::parse_document(&page);
+        let first = doc.select(&sel("section.headline a.big")).next().unwrap();
+        let (from, to) = this_month(now_ms());
+        let (_, body) = api
+            .get_as(
+                &format!(
+                    "/api/v1/allocation?from={}&to={}&by=model&step=month",
+                    rfc3339(from),
+                    rfc3339(to)
+                ),
+                Some(&viewer),
+            )
+            .await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let total = crate::format::usd(crate::money::from_text(
+            v["totals"][0]["cost"].as_str().unwrap(),
+        ));
+        assert_eq!(text(first), total);
+        let href = first.value().attr("href").unwrap();
+        assert!(href.starts_with("/api/v1/allocation?"), "{href}");
+        assert_eq!(api.get_as(href, Some(&viewer)).await.0, StatusCode::OK);
+        // Every CSV link answers CSV.
+        for a in doc.select(&sel("a.csv")) {
+            let href = a.value().attr("href").unwrap();
+            let (status, body) = api.get_as(href, Some(&viewer)).await;
+            assert_eq!(status, StatusCode::OK, "{href}: {body}");
+            assert!(
+                body.lines().count() >= 1 && body.contains(','),
+                "{href}: {body}"
+            );
+        }
+        // The heatmap has a row for the GPU.
+        assert_eq!(doc.select(&sel("svg.heatmap text.row")).count(), 1);
+
+        assert_eq!(
+            api.get_as("/review/2026-13", Some(&viewer)).await.0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            api.get_as("/review", Some(&viewer)).await.0,
+            StatusCode::SEE_OTHER
+        );
+    }
+}
+
+#[tokio::test]
+async fn drill_downs_equal_the_filtered_api_and_link_from_the_review() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let (_, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        let doc = Html::parse_document(&page);
+        // The review's model row links to the model's page.
+        let link = doc
+            .select(&sel("table.spend[data-by=model] td.key a"))
+            .find(|a| text(*a) == "llama-70b")
+            .unwrap();
+        let href = link.value().attr("href").unwrap().to_owned();
+        assert_eq!(href, format!("/review/{}/model?key=llama-70b", month()));
+        let (status, drill) = api.get_as(&href, Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let tables = page_tables(&drill);
+        assert!(tables.contains_key("host") && tables.contains_key("gpu"));
+        for (by, rows) in &tables {
+            assert_eq!(
+                rows,
+                &api_rows(&api, &viewer, by, "&model=llama-70b").await,
+                "{}: the model page's {by} table",
+                api.backend
+            );
+        }
+        // Its headline is the model's cost in the API.
+        let model_rows = api_rows(&api, &viewer, "model", "").await;
+        let llama = model_rows.iter().find(|r| r.0 == "llama-70b").unwrap();
+        let d = Html::parse_document(&drill);
+        let first = d.select(&sel("section.headline a.big")).next().unwrap();
+        assert_eq!(text(first), llama.1);
+        // A drill-down of the script label shows it as text.
+        let (status, drill) = api
+            .get_as(
+                &format!(
+                    "/review/{}/model?key=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+                    month()
+                ),
+                Some(&viewer),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!drill.contains("<script>alert(1)</script>"));
+        assert!(drill.contains("&#60;script&#62;alert(1)&#60;/script&#62;"));
+        // Every other dimension has a page too; unknown ones and missing keys say so.
+        for dim in ["experiment", "endpoint", "team", "cluster", "host", "gpu"] {
+            let key = match dim {
+                "experiment" => "ft-run-3",
+                "endpoint" => "chat",
+                "team" => "search",
+                "cluster" => "c1",
+                "host" => "h1",
+                _ => "GPU-1",
+            };
+            let (status, page) = api
+                .get_as(
+                    &format!("/review/{}/{dim}?key={key}", month()),
+                    Some(&viewer),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{dim}");
+            assert!(!page.contains("Nothing was attributed"), "{dim}: {page}");
+        }
+        assert_eq!(
+            api.get_as(&format!("/review/{}/colour?key=x", month()), Some(&viewer))
+                .await
+                .0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            api.get_as(&format!("/review/{}/model", month()), Some(&viewer))
+                .await
+                .0,
+            StatusCode::BAD_REQUEST
+        );
+    }
+}
+
+#[tokio::test]
+async fn request_counts_give_the_cost_per_thousand_requests() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let now = now_ms();
+        let count = |requests: i64| {
+            serde_json::json!({"source": "chat-pod-1", "counts": [{
+                "endpoint": "chat",
+                "start": rfc3339(now - 3_600_000),
+                "end": rfc3339(now - 60_000),
+                "requests": requests,
+            }]})
+        };
+        // A person's session cannot post counts; a bad count is refused whole.
+        let req = Request::post("/api/v1/usage")
+            .header("content-type", "application/json")
+            .header("cookie", &viewer)
+            .body(Body::from(count(10).to_string()))
+            .unwrap();
+        assert_eq!(
+            api.app.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::UNAUTHORIZED
+        );
+        let (status, body) = post_json(&api, "/api/v1/usage", count(-5)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("counts[0].requests"), "{body}");
+        // A resend replaces: 2,000 requests, not 3,000.
+        assert_eq!(
+            post_json(&api, "/api/v1/usage", count(1_000)).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            post_json(&api, "/api/v1/usage", count(2_000)).await.0,
+            StatusCode::OK
+        );
+
+        let (from, to) = this_month(now);
+        let (status, body) = api
+            .get_as(
+                &format!("/api/v1/usage?from={}&to={}", rfc3339(from), rfc3339(to)),
+                Some(&viewer),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let chat = v["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["endpoint"] == "chat")
+            .unwrap();
+        assert_eq!(chat["requests"], 2_000);
+        let cost = crate::money::from_text(chat["cost"].as_str().unwrap());
+        let per_1k = crate::money::from_text(chat["cost_per_1k_requests"].as_str().unwrap());
+        assert!(!cost.is_zero());
+        assert_eq!(
+            per_1k,
+            (cost * rust_decimal::Decimal::from(1000) / rust_decimal::Decimal::from(2000))
+                .round_dp(crate::money::MAX_SCALE)
+        );
+        // The chat cost is the allocation API's endpoint cost.
+        let endpoints = api_rows(&api, &viewer, "endpoint", "").await;
+        assert_eq!(
+            endpoints.iter().find(|r| r.0 == "chat").unwrap().1,
+            crate::format::usd(cost)
+        );
+        // The review shows it.
+        let (_, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        let doc = Html::parse_document(&page);
+        let row = doc
+            .select(&sel("table.endpoints tbody tr"))
+            .find(|tr| tr.text().any(|t| t == "chat"))
+            .unwrap();
+        let cells: Vec<String> = row.select(&sel("td")).map(text).collect();
+        assert_eq!(cells[1], "2,000");
+        assert_eq!(cells[2], crate::format::usd(cost));
+        assert_eq!(cells[3], format!("${}", per_1k.round_dp(4).normalize()));
+        // The training run is listed with its cost.
+        let run = doc
+            .select(&sel("table.runs tbody tr"))
+            .find(|tr| tr.text().any(|t| t == "ft-run-3"))
+            .unwrap();
+        let experiments = api_rows(&api, &viewer, "experiment", "").await;
+        assert_eq!(
+            text(run.select(&sel("td.cost")).next().unwrap()),
+            experiments.iter().find(|r| r.0 == "ft-run-3").unwrap().1
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Units of work: `POST /api/v1/usage` takes request counts per endpoint from serving code (with
+//! an agent token); `GET /api/v1/usage` answers cost per 1,000 requests per endpoint and
+//! `GET /api/v1/runs` the cost of each training run, as JSON or CSV.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::handler::Handler;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::allocation::{bad, csv_response, range};
+use super::AppState;
+use crate::allocation::rfc3339;
+use crate::attribution;
+use crate::error::ApiError;
+use crate::session::SignedIn;
+use crate::store::UsageCount;
+use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
+use crate::{auth, now_ms};
+
+/// Counts one post may carry.
+pub const MAX_COUNTS: usize = 10_000;
+const MAX_NAME: usize = 128;
+const MAX_PERIOD_MS: i64 = 31 * 24 * attribution::HOUR_MS;
+
+pub fn router(max_body_bytes: usize) -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/v1/usage",
+            get(get_usage).post(post_usage.layer(DefaultBodyLimit::max(max_body_bytes))),
+        )
+        .route("/api/v1/runs", get(get_runs))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageReport {
+    /// Who counted: a replica or pod name. Counts from different sources add up.
+    source: String,
+    counts: Vec<UsageCountIn>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageCountIn {
+    endpoint: String,
+    /// RFC 3339; the period is `[start, end)`.
+    start: String,
+    end: String,
+    requests: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct UsageAck {
+    stored: usize,
+}
+
+fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() || value.chars().count() > MAX_NAME {
+        return Err(bad(field, format!("must be 1 to {MAX_NAME} characters")));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(bad(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Decodes and checks a usage post, naming the field at fault.
+pub(crate) fn parse(
+    body: &[u8],
+    now: i64,
+    retention_ms: i64,
+    skew_ms: i64,
+) -> Result<(String, Vec<UsageCount>), ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let report: UsageReport = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::BadRequest {
+            message: format!("invalid usage report: {}", e.inner()),
+            field: (path != ".").then_some(path),
+        }
+    })?;
+    check_name("source", &report.source)?;
+    if report.counts.len() > MAX_COUNTS {
+        return Err(bad(
+            "counts",
+            format!("at most {MAX_COUNTS} counts per post"),
+        ));
+    }
+    let mut counts = Vec::with_capacity(report.counts.len());
+    for (i, c) in report.counts.into_iter().enumerate() {
+        let field = |name: &str| format!("counts[{i}].{name}");
+        check_name(&field("endpoint"), &c.endpoint)?;
+        let time = |name: &str, text: &str| {
+            chrono::DateTime::parse_from_rfc3339(text)
+                .map(|d| d.timestamp_millis())
+                .map_err(|_| bad(&field(name), format!("{text:?} is not an RFC 3339 time")))
+        };
+        let start_ms = time("start", &c.start)?;
+        let end_ms = time("end", &c.end)?;
+        if end_ms <= start_ms {
+            return Err(bad(&field("end"), "must be after start"));
+        }
+        if end_ms - start_ms > MAX_PERIOD_MS {
+            return Err(bad(&field("end"), "a period may span at most 31 days"));
+        }
+        if end_ms > now + skew_ms {
+            return Err(bad(&field("end"), "is in the future"));
+        }
+        if start_ms < now - retention_ms {
+            return Err(bad(&field("start"), "is older than the retention period"));
+        }
+        let requests =
+            i64::try_from(c.requests).map_err(|_| bad(&field("requests"), "is too large"))?;
+        counts.push(UsageCount {
+            endpoint: c.endpoint,
+            start_ms,
+            end_ms,
+            requests,
+        });
+    }
+    Ok((report.source, counts))
+}
+
+async fn post_usage(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<UsageAck>, ApiError> {
+    let token = auth::require_agent(state.store.as_ref(), &headers).await?;
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge(state.max_body_bytes)
+        } else {
+            ApiError::BadRequest {
+                message: rejection.body_text(),
+                field: None,
+            }
+        }
+    })?;
+    let now = now_ms();
+    let (source, counts) = parse(
+        &body,
+        now,
+        state.limits.retention_ms,
+        state.limits.max_clock_skew_ms,
+    )?;
+    state
+        .store
+        .upsert_usage(&source, &counts, token.id, now)
+        .await?;
+    Ok(Json(UsageAck {
+        stored: counts.len(),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RangeQuery {
+    from: Option<String>,
+    to: Option<String>,
+    format: Option<String>,
+}
+
+fn range_query(q: Result<Query<RangeQuery>, QueryRejection>) -> Result<(i64, i64, bool), ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
+    let (from, to) = range(&q.from, &q.to)?;
+    let csv = match q.format.as_deref().unwrap_or("json") {
+        "json" => false,
+        "csv" => true,
+        _ => return Err(bad("format", "must be json or csv")),
+    };
+    Ok((from, to, csv))
+}
+
+#[derive(Debug, Serialize)]
+struct UsageResponse {
+    from: String,
+    to: String,
+    endpoints: Vec<EndpointUnitCost>,
+}
+
+/// Cost per 1,000 requests per endpoint over `[from, to)`.
+pub(super) async fn endpoint_costs(
+    state: &AppState,
+    a: &attribution::Attribution,
+    from: i64,
+    to: i64,
+) -> Result<Vec<EndpointUnitCost>, ApiError> {
+    let requests = state.store.usage_totals(from, to).await?;
+    Ok(unit_costs::endpoint_costs(a, &requests))
+}
+
+async fn get_usage(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    query: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (from, to, csv) = range_query(query)?;
+    let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let endpoints = endpoint_costs(&state, &a, from, to).await?;
+    if csv {
+        let body = unit_costs::endpoint_costs_csv(&endpoints)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        return Ok(csv_response(body, "gpuledger-cost-per-request.csv"));
+    }
+    Ok(Json(UsageResponse {
+        from: rfc3339(from),
+        to: rfc3339(to),
+        endpoints,
+    })
+    .into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct RunsResponse {
+    from: String,
+    to: String,
+    runs: Vec<TrainingRun>,
+}
+
+async fn get_runs(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    query: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let (from, to, csv) = range_query(query)?;
+    let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let runs = unit_costs::training_runs(&a);
+    if csv {
+        let body =
+            unit_costs::training_runs_csv(&runs).map_err(|e| ApiError::Internal(e.to_string()))?;
+        return Ok(csv_response(body, "gpuledger-training-runs.csv"));
+    }
+    Ok(Json(RunsResponse {
+        from: rfc3339(from),
+        to: rfc3339(to),
+        runs,
+    })
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_790_000_000_000;
+    const DAY: i64 = 24 * 3_600_000;
+
+    fn body(counts: &str) -> Vec<u8> {
+        format!(r#"{{"source":"pod-1","counts":[{counts}]}}"#).into_bytes()
+    }
+
+    fn field_of(r: Result<(String, Vec<UsageCount>), ApiError>) -> Option<String> {
+        match r {
+            Err(ApiError::BadRequest { field, .. }) => field,
+            other => panic!("expected a bad request, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn usage_posts_are_checked_field_by_field() {
+        let ok = r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1200}"#;
+        let (source, counts) = parse(&body(ok), NOW, 35 * DAY, 300_000).unwrap();
+        assert_eq!(source, "pod-1");
+        assert_eq!(counts[0].requests, 1200);
+        assert_eq!(counts[0].end_ms - counts[0].start_ms, 3_600_000);
+        let bad_cases = [
+            (
+                r#"{"endpoint":"chat","start":"x","end":"2026-09-21T11:00:00Z","requests":1}"#,
+                "counts[0].start",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T11:00:00Z","end":"2026-09-21T10:00:00Z","requests":1}"#,
+                "counts[0].end",
+            ),
+            (
+                r#"{"endpoint":"","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1}"#,
+                "counts[0].endpoint",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":-1}"#,
+                "counts[0].requests",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1,"x":1}"#,
+                "counts[0].x",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-12-21T11:00:00Z","requests":1}"#,
+                "counts[0].end",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-01-21T10:00:00Z","end":"2026-01-21T11:00:00Z","requests":1}"#,
+                "counts[0].start",
+            ),
+        ];
+        for (count, field) in bad_cases {
+            let got = field_of(parse(
+                &body(&format!("{ok},{count}")),
+                NOW,
+                35 * DAY,
+                300_000,
+            ));
+            assert_eq!(
+                got.as_deref().map(|f| f.replace("counts[1]", "counts[0]")),
+                Some(field.to_owned()),
+                "{count}"
+            );
+        }
+        assert_eq!(
+            field_of(parse(br#"{"source":"","counts":[]}"#, NOW, 35 * DAY, 0)).as_deref(),
+            Some("source")
+        );
+    }
+}

@@ -1,0 +1,323 @@
+//! Cost per unit of work: what 1,000 requests to an endpoint cost (from request counts that
+//! serving code posts), and what each training run cost (a run is one `experiment` label value).
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use crate::allocation::{group, key_of, rfc3339, GroupBy, Step};
+use crate::attribution::{Attribution, Kind, HOUR_MS};
+
+/// The currency the unit costs are in: the one with the most attributed cost (costs in
+/// different currencies are never added together).
+pub fn main_currency(a: &Attribution) -> String {
+    let mut per: BTreeMap<&str, Decimal> = BTreeMap::new();
+    for p in &a.parts {
+        *per.entry(p.currency.as_str()).or_default() += p.cost.abs();
+    }
+    per.into_iter()
+        .max_by(|x, y| x.1.cmp(&y.1).then(y.0.cmp(x.0)))
+        .map_or_else(|| "USD".to_owned(), |(c, _)| c.to_owned())
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EndpointUnitCost {
+    pub endpoint: String,
+    pub currency: String,
+    pub requests: Option<i64>,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    /// `cost` × 1000 / `requests`, exact to the micro-unit; absent without a request count.
+    #[serde(with = "rust_decimal::serde::str_option")]
+    pub cost_per_1k_requests: Option<Decimal>,
+    pub gpu_hours: f64,
+}
+
+/// Every endpoint with cost or requests in the range, costliest first.
+pub fn endpoint_costs(a: &Attribution, requests: &[(String, i64)]) -> Vec<EndpointUnitCost> {
+    let currency = main_currency(a);
+    let mut out: BTreeMap<String, EndpointUnitCost> = BTreeMap::new();
+    for row in group(a, GroupBy::Endpoint, Step::Month) {
+        if row.currency != currency || row.key.starts_with('(') {
+            continue;
+        }
+        let e = out
+            .entry(row.key.clone())
+            .or_insert_with(|| EndpointUnitCost {
+                endpoint: row.key.clone(),
+                currency: currency.clone(),
+                requests: None,
+                cost: Decimal::ZERO,
+                cost_per_1k_requests: None,
+                gpu_hours: 0.0,
+            });
+        e.cost += row.cost;
+        e.gpu_hours += row.gpu_hours;
+    }
+    for (endpoint, n) in requests {
+        let e = out
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointUnitCost {
+                endpoint: endpoint.clone(),
+                currency: currency.clone(),
+                requests: None,
+                cost: Decimal::ZERO,
+                cost_per_1k_requests: None,
+                gpu_hours: 0.0,
+            });
+        e.requests = Some(e.requests.unwrap_or(0) + n);
+    }
+    let mut rows: Vec<EndpointUnitCost> = out
+        .into_values()
+        .map(|mut e| {
+            e.cost_per_1k_requests = e.requests.filter(|n| *n > 0).map(|n| {
+                (e.cost * Decimal::from(1000) / Decimal::from(n)).round_dp(crate::money::MAX_SCALE)
+            });
+            e
+        })
+        .collect();
+    rows.sort_by(|x, y| y.cost.cmp(&x.cost).then(x.endpoint.cmp(&y.endpoint)));
+    rows
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainingRun {
+    pub experiment: String,
+    /// The model and team that carried most of the run's cost.
+    pub model: Option<String>,
+    pub team: Option<String>,
+    pub currency: String,
+    /// First and last hour with GPU time in the range (RFC 3339).
+    pub started: String,
+    pub last_seen: String,
+    pub hours_active: i64,
+    pub gpu_hours: f64,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle_cost: Decimal,
+    pub estimated: bool,
+}
+
+/// One row per experiment label in the range (its GPU work, busy or held idle), costliest first.
+pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
+    let currency = main_currency(a);
+    struct Acc {
+        first: i64,
+        last: i64,
+        hours: std::collections::BTreeSet<i64>,
+        gpu_seconds: f64,
+        cost: Decimal,
+        held: Decimal,
+        estimated: bool,
+        models: BTreeMap<String, Decimal>,
+        teams: BTreeMap<String, Decimal>,
+    }
+    let mut runs: BTreeMap<String, Acc> = BTreeMap::new();
+    for p in &a.parts {
+        if p.currency != currency || !matches!(p.kind, Kind::Used | Kind::HeldIdle) {
+            continue;
+        }
+        let Some(experiment) = &p.owner.experiment else {
+            continue;
+        };
+        let r = runs.entry(experiment.clone()).or_insert_with(|| Acc {
+            first: p.hour_ms,
+            last: p.hour_ms,
+            hours: Default::default(),
+            gpu_seconds: 0.0,
+            cost: Decimal::ZERO,
+            held: Decimal::ZERO,
+            estimated: false,
+            models: BTreeMap::new(),
+            teams: BTreeMap::new(),
+        });
+        r.first = r.first.min(p.hour_ms);
+        r.last = r.last.max(p.hour_ms);
+        r.hours.insert(p.hour_ms);
+        r.gpu_seconds += p.gpu_seconds;
+        r.cost += p.cost;
+        if p.kind == Kind::HeldIdle {
+            r.held += p.cost;
+        }
+        r.estimated |= p.estimated;
+        *r.models.entry(key_of(p, GroupBy::Model, a)).or_default() += p.cost;
+        *r.teams.entry(key_of(p, GroupBy::Team, a)).or_default() += p.cost;
+    }
+    let top = |m: &BTreeMap<String, Decimal>| {
+        m.iter()
+            .filter(|(k, _)| !k.starts_with('('))
+            .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
+            .map(|(k, _)| k.clone())
+    };
+    let mut rows: Vec<TrainingRun> = runs
+        .into_iter()
+        .map(|(experiment, r)| TrainingRun {
+            model: top(&r.models),
+            team: top(&r.teams),
+            currency: currency.clone(),
+            started: rfc3339(r.first),
+            last_seen: rfc3339(r.last + HOUR_MS),
+            hours_active: r.hours.len() as i64,
+            gpu_hours: r.gpu_seconds / 3600.0,
+            cost: r.cost,
+            held_idle_cost: r.held,
+            estimated: r.estimated,
+            experiment,
+        })
+        .collect();
+    rows.sort_by(|x, y| y.cost.cmp(&x.cost).then(x.experiment.cmp(&y.experiment)));
+    rows
+}
+
+pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "endpoint",
+        "currency",
+        "requests",
+        "cost",
+        "cost_per_1k_requests",
+        "gpu_hours",
+    ])?;
+    for r in rows {
+        w.write_record([
+            r.endpoint.clone(),
+            r.currency.clone(),
+            r.requests.map(|n| n.to_string()).unwrap_or_default(),
+            r.cost.to_string(),
+            r.cost_per_1k_requests
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            format!("{:.4}", r.gpu_hours),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "experiment",
+        "model",
+        "team",
+        "currency",
+        "started",
+        "last_seen",
+        "hours_active",
+        "gpu_hours",
+        "cost",
+        "held_idle_cost",
+        "estimated",
+    ])?;
+    for r in rows {
+        w.write_record([
+            r.experiment.clone(),
+            r.model.clone().unwrap_or_default(),
+            r.team.clone().unwrap_or_default(),
+            r.currency.clone(),
+            r.started.clone(),
+            r.last_seen.clone(),
+            r.hours_active.to_string(),
+            format!("{:.4}", r.gpu_hours),
+            r.cost.to_string(),
+            r.held_idle_cost.to_string(),
+            r.estimated.to_string(),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::{Owner, Part};
+    use std::collections::HashMap;
+
+    fn part(
+        hour: i64,
+        endpoint: Option<&str>,
+        experiment: Option<&str>,
+        kind: Kind,
+        cost: &str,
+    ) -> Part {
+        Part {
+            hour_ms: hour * HOUR_MS,
+            host_id: 1,
+            gpu_uuid: Some("GPU-1".into()),
+            owner: Owner {
+                model: Some("m".into()),
+                experiment: experiment.map(Into::into),
+                endpoint: endpoint.map(Into::into),
+                team: Some("t".into()),
+            },
+            kind,
+            pricing_category: "on_demand".into(),
+            currency: "USD".into(),
+            cost: cost.parse().unwrap(),
+            estimated: false,
+            gpu_seconds: 1800.0,
+            util_gpu_seconds: 0.0,
+            util_known_seconds: 0.0,
+            energy_j: 0.0,
+        }
+    }
+
+    fn attribution(parts: Vec<Part>) -> Attribution {
+        Attribution {
+            parts,
+            unattributed: BTreeMap::new(),
+            hosts: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn cost_per_thousand_requests_is_exact() {
+        let a = attribution(vec![
+            part(0, Some("chat"), None, Kind::Used, "10.00"),
+            part(1, Some("chat"), None, Kind::HeldIdle, "2.00"),
+            part(0, Some("embed"), None, Kind::Used, "1.00"),
+            part(0, None, None, Kind::Idle, "5.00"),
+        ]);
+        let rows = endpoint_costs(&a, &[("chat".into(), 3_000), ("search".into(), 10)]);
+        let chat = &rows[0];
+        assert_eq!(
+            (chat.endpoint.as_str(), chat.cost),
+            ("chat", "12.00".parse().unwrap())
+        );
+        assert_eq!(chat.cost_per_1k_requests, Some("4".parse().unwrap()));
+        assert_eq!(chat.gpu_hours, 1.0);
+        // Cost without counts, and counts without cost, are both shown for what they are.
+        let embed = rows.iter().find(|r| r.endpoint == "embed").unwrap();
+        assert_eq!((embed.requests, embed.cost_per_1k_requests), (None, None));
+        let search = rows.iter().find(|r| r.endpoint == "search").unwrap();
+        assert_eq!(search.cost_per_1k_requests, Some(Decimal::ZERO));
+        assert!(
+            rows.iter().all(|r| !r.endpoint.starts_with('(')),
+            "no idle key"
+        );
+    }
+
+    #[test]
+    fn a_run_is_an_experiment_with_its_span_and_cost() {
+        let a = attribution(vec![
+            part(5, None, Some("run-7"), Kind::Used, "3.50"),
+            part(7, None, Some("run-7"), Kind::HeldIdle, "0.50"),
+            part(6, None, Some("run-8"), Kind::Used, "9.00"),
+            part(6, None, None, Kind::Used, "1.00"),
+        ]);
+        let runs = training_runs(&a);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].experiment, "run-8");
+        let r7 = &runs[1];
+        assert_eq!(r7.cost, "4.00".parse().unwrap());
+        assert_eq!(r7.held_idle_cost, "0.50".parse().unwrap());
+        assert_eq!(r7.hours_active, 2);
+        assert_eq!(r7.started, rfc3339(5 * HOUR_MS));
+        assert_eq!(r7.last_seen, rfc3339(8 * HOUR_MS));
+        assert_eq!(r7.model.as_deref(), Some("m"));
+    }
+}
