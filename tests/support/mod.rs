@@ -1,6 +1,7 @@
 //! Harness for end-to-end tests: the real server and agent binaries, the fake NVML library,
 //! real child processes whose environments carry owner labels, and a temp database.
-#![allow(dead_code)]
+// Each test binary uses part of this harness.
+#![allow(dead_code, unused_imports)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -55,7 +55,7 @@ pub struct Bar {
     pub href: String,
     pub cost: String,
     pub share: String,
-    /// Bar length in SVG units (0..=200).
+    /// Bar length in SVG units (0..=120).
     pub width: f64,
     pub held_idle: String,
     pub gpu_hours: String,
@@ -108,7 +108,7 @@ pub fn table(
         rows: rows
             .into_iter()
             .map(|r| Bar {
-                width: (r.cost / max * Decimal::from(200))
+                width: (r.cost / max * Decimal::from(120))
                     .to_f64()
                     .unwrap_or(0.0)
                     .max(0.0),
