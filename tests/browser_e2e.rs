@@ -212,12 +212,14 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .click()
         .await
         .unwrap();
-    // The click navigates: wait for the new page's heading.
+    // The click navigates: wait for the new page's heading (the old one may go stale).
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut heading = text_of(&c, "h1").await;
-    while heading.starts_with("GPU review") && Instant::now() < deadline {
+    let mut heading = String::new();
+    while !heading.starts_with("model") && Instant::now() < deadline {
+        if let Ok(h1) = c.find(Locator::Css("h1")).await {
+            heading = h1.text().await.unwrap_or_default();
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        heading = text_of(&c, "h1").await;
     }
     assert!(
         heading.contains(model) && heading.starts_with("model"),
