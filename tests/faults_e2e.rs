@@ -517,3 +517,101 @@ async fn postgres_down_for_a_minute_loses_nothing() {
     }
     assert_eq!(store.batch_count().await.unwrap() as usize, windows.len());
 }
+
+/// The spool's disk fills up (a 16 KiB tmpfs, mounted in a private mount namespace so the test
+/// needs no host privileges): the oldest batch is dropped with a log line, the agent keeps
+/// running, and once the server is back it reports the dropped count and the newest windows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_spool_disk_drops_the_oldest_and_the_agent_keeps_running() {
+    let db = test_support::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let token = create_token(&db.url, "faults");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let scenario = scenario(dir.path(), "GPU-diskfull-0");
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let agent = support::agent_command(&AgentOptions {
+        server: &url,
+        token: &token,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "faults",
+        hostname: "disk-full",
+        window: "1s",
+    });
+    let log = dir.path().join("agent.log");
+    let mut wrapped = std::process::Command::new("unshare");
+    wrapped
+        .args([
+            "--map-root-user",
+            "--mount",
+            "sh",
+            "-c",
+            r#"mount -t tmpfs -o size=16k tmpfs "$0" && exec "$@""#,
+        ])
+        .arg(&spool)
+        .arg(agent.get_program())
+        .args(agent.get_args())
+        .envs(
+            agent
+                .get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+        )
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut agent = Proc(wrapped.spawn().expect("unshare (util-linux)"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("spool full: dropped the oldest batch")
+    {
+        assert!(
+            agent.0.try_wait().unwrap().is_none(),
+            "the agent exited: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        assert!(Instant::now() < deadline, "no drop was logged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "the agent keeps running"
+    );
+
+    let server_up = gpuledger_server::now_ms();
+    let server = start_server(&db.url, port).await;
+    let metrics_url = format!("{}/metrics", server.url);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let dropped = loop {
+        let text = reqwest::get(&metrics_url)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = text
+            .lines()
+            .find(|l| l.starts_with("gpuledger_agent_spool_dropped{") && l.contains("disk-full"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok());
+        if let Some(v) = value.filter(|v| *v > 0.0) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the dropped count never arrived");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(dropped >= 1.0);
+    let status = agent.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
+    let store = db.open().await;
+    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    assert!(
+        windows.iter().any(|w| w.end_ms <= server_up),
+        "the newest spooled windows, from before the server came back, arrived"
+    );
+    let mut starts: Vec<i64> = windows.iter().map(|w| w.start_ms).collect();
+    starts.dedup();
+    assert_eq!(starts.len(), windows.len(), "none twice");
+}

@@ -144,8 +144,13 @@ pub struct AgentOptions<'a> {
 }
 
 pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
-    let child = Command::new(artifact("gpuledger-agent"))
-        .args(["run", "--server", o.server, "--token", o.token])
+    Proc(agent_command(o).spawn().expect("spawn agent"))
+}
+
+/// The agent's command line for `o`, for tests that start it in a wrapper.
+pub fn agent_command(o: &AgentOptions<'_>) -> Command {
+    let mut cmd = Command::new(artifact("gpuledger-agent"));
+    cmd.args(["run", "--server", o.server, "--token", o.token])
         .arg("--nvml-lib")
         .arg(artifact("libfake_nvml.so"))
         .arg("--spool-dir")
@@ -172,10 +177,8 @@ pub fn start_agent(o: &AgentOptions<'_>) -> Proc {
         .args(["--label-env-keys", "MLFLOW_RUN_ID"])
         .env("FAKE_NVML_SCENARIO", o.scenario)
         .env("GPULEDGER_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn agent");
-    Proc(child)
+        .stdin(Stdio::null());
+    cmd
 }
 
 /// A tool from the repository's Python environment (scripts/python-env makes it).
