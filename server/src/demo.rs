@@ -41,7 +41,7 @@ enum Workload {
 
 fn fleet() -> Vec<HostSpec> {
     let mut hosts = Vec::new();
-    for i in 0..4 {
+    for i in 0..8 {
         hosts.push(HostSpec {
             cluster: "train-east",
             hostname: format!("train-east-{i:02}"),
@@ -49,7 +49,7 @@ fn fleet() -> Vec<HostSpec> {
             gpu_name: "NVIDIA A100-SXM4-80GB",
             gpu_mem: 80 * GIB,
             gpus: 8,
-            workload: if i < 3 {
+            workload: if i < 6 {
                 Workload::Training("llama-70b-ft", "exp-lr-sweep")
             } else {
                 Workload::HeldIdle("research")
@@ -57,7 +57,7 @@ fn fleet() -> Vec<HostSpec> {
             lifecycle: "on_demand",
         });
     }
-    for i in 0..3 {
+    for i in 0..6 {
         hosts.push(HostSpec {
             cluster: "serve-west",
             hostname: format!("serve-west-{i:02}"),
@@ -66,7 +66,19 @@ fn fleet() -> Vec<HostSpec> {
             gpu_mem: 24 * GIB,
             gpus: 4,
             workload: Workload::Inference("chat-api", "mistral-7b"),
-            lifecycle: if i == 2 { "spot" } else { "on_demand" },
+            lifecycle: if i >= 4 { "spot" } else { "on_demand" },
+        });
+    }
+    for i in 0..4 {
+        hosts.push(HostSpec {
+            cluster: "serve-eu",
+            hostname: format!("serve-eu-{i:02}"),
+            instance_type: "g6.xlarge",
+            gpu_name: "NVIDIA L4",
+            gpu_mem: 24 * GIB,
+            gpus: 1,
+            workload: Workload::Inference("rerank", "bge-reranker"),
+            lifecycle: "on_demand",
         });
     }
     hosts.push(HostSpec {
@@ -447,7 +459,10 @@ mod tests {
         let requests = store.usage_totals(from, to).await.unwrap();
         let unit = crate::unit_costs::endpoint_costs(&a, &requests);
         let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
-        assert_eq!(names, ["embeddings", "chat-api"]);
+        assert_eq!(names.len(), 3, "{names:?}");
+        for endpoint in ["embeddings", "chat-api", "rerank"] {
+            assert!(names.contains(&endpoint), "{names:?}");
+        }
         assert!(unit
             .iter()
             .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
