@@ -34,6 +34,17 @@ pub struct EndpointUnitCost {
     pub gpu_hours: f64,
 }
 
+fn blank(endpoint: &str, currency: &str) -> EndpointUnitCost {
+    EndpointUnitCost {
+        endpoint: endpoint.to_owned(),
+        currency: currency.to_owned(),
+        requests: None,
+        cost: Decimal::ZERO,
+        cost_per_1k_requests: None,
+        gpu_hours: 0.0,
+    }
+}
+
 /// Every endpoint with cost or requests in the range, costliest first.
 pub fn endpoint_costs(a: &Attribution, requests: &[(String, i64)]) -> Vec<EndpointUnitCost> {
     let currency = main_currency(a);
@@ -44,28 +55,14 @@ pub fn endpoint_costs(a: &Attribution, requests: &[(String, i64)]) -> Vec<Endpoi
         }
         let e = out
             .entry(row.key.clone())
-            .or_insert_with(|| EndpointUnitCost {
-                endpoint: row.key.clone(),
-                currency: currency.clone(),
-                requests: None,
-                cost: Decimal::ZERO,
-                cost_per_1k_requests: None,
-                gpu_hours: 0.0,
-            });
+            .or_insert_with(|| blank(&row.key, &currency));
         e.cost += row.cost;
         e.gpu_hours += row.gpu_hours;
     }
     for (endpoint, n) in requests {
         let e = out
             .entry(endpoint.clone())
-            .or_insert_with(|| EndpointUnitCost {
-                endpoint: endpoint.clone(),
-                currency: currency.clone(),
-                requests: None,
-                cost: Decimal::ZERO,
-                cost_per_1k_requests: None,
-                gpu_hours: 0.0,
-            });
+            .or_insert_with(|| blank(endpoint, &currency));
         e.requests = Some(e.requests.unwrap_or(0) + n);
     }
     let mut rows: Vec<EndpointUnitCost> = out

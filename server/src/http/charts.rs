@@ -29,8 +29,8 @@ pub fn drill_href(month: &str, by: GroupBy, key: &str) -> String {
     format!("/review/{month}/{}?{}", by.as_str(), query(&[("key", key)]))
 }
 
-/// The allocation API query a table shows, as CSV: `filters` narrow it like the page does.
-pub fn csv_href(
+/// The allocation API query a figure comes from (JSON), `filters` narrowing it like the page.
+pub fn api_href(
     from: &str,
     to: &str,
     by: GroupBy,
@@ -42,12 +42,22 @@ pub fn csv_href(
         ("to", to),
         ("by", by.as_str()),
         ("step", step),
-        ("format", "csv"),
     ];
     for (dim, value) in filters {
         pairs.push((dim.as_str(), value));
     }
     format!("/api/v1/allocation?{}", query(&pairs))
+}
+
+/// The same query as CSV, for a table's download link.
+pub fn csv_href(
+    from: &str,
+    to: &str,
+    by: GroupBy,
+    step: &str,
+    filters: &[(GroupBy, String)],
+) -> String {
+    format!("{}&format=csv", api_href(from, to, by, step, filters))
 }
 
 pub struct Bar {
@@ -192,8 +202,7 @@ pub fn days(
             DayBar {
                 label: chrono::DateTime::from_timestamp_millis(day)
                     .map_or_else(String::new, |d| d.day().to_string()),
-                href: csv_href(&day_from, &day_to, GroupBy::Team, "day", filters)
-                    .replace("&format=csv", ""),
+                href: api_href(&day_from, &day_to, GroupBy::Team, "day", filters),
                 x: i as f64 * STEP,
                 idle_y: HEIGHT - ih,
                 idle_h: ih,
@@ -253,7 +262,6 @@ fn heat_class(util: Option<f64>) -> &'static str {
 
 /// GPU × day utilization for the `limit` costliest GPUs in `a`: each cell is the GPU's
 /// average utilization that day over the time it reported.
-#[allow(clippy::too_many_arguments)]
 pub fn heatmap(
     a: &Attribution,
     from: i64,

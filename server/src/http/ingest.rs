@@ -49,16 +49,36 @@ fn header_i64(headers: &HeaderMap, name: &str) -> Option<i64> {
     headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// Decodes JSON, naming the field at fault (`windows[0].gpus[1].util_avg`) when it is wrong.
+/// Decodes a report, naming the field at fault (`windows[0].gpus[1].util_avg`) when it is wrong.
 pub fn decode(body: &[u8]) -> Result<Report, ApiError> {
+    decode_json(body, "report")
+}
+
+/// Decodes a JSON body of any API type, naming the field at fault.
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         ApiError::BadRequest {
-            message: format!("invalid report: {}", e.inner()),
+            message: format!("invalid {what}: {}", e.inner()),
             field: (path != ".").then_some(path),
         }
     })
+}
+
+/// The answer to a body that could not be read: too large, or otherwise unreadable.
+pub(crate) fn body_error(rejection: BytesRejection, max_body_bytes: usize) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge(max_body_bytes)
+    } else {
+        ApiError::BadRequest {
+            message: rejection.body_text(),
+            field: None,
+        }
+    }
 }
 
 async fn ingest(
@@ -67,16 +87,7 @@ async fn ingest(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<IngestAck, ApiError> {
     let token = auth::require_agent(state.store.as_ref(), headers).await?;
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(state.max_body_bytes)
-        } else {
-            ApiError::BadRequest {
-                message: rejection.body_text(),
-                field: None,
-            }
-        }
-    })?;
+    let body = body.map_err(|r| body_error(r, state.max_body_bytes))?;
     let report = decode(&body)?;
     let now = now_ms();
     validate::validate(&report, now, &state.limits)?;

@@ -158,7 +158,7 @@ fn no_such_month() -> Response {
 
 /// The allocation API's JSON for a month, `by` one dimension, narrowed by `filters`.
 fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)]) -> String {
-    charts::csv_href(month, next, by, "month", filters).replace("&format=csv", "")
+    charts::api_href(month, next, by, "month", filters)
 }
 
 fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {

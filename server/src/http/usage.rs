@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::handler::Handler;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -76,14 +76,7 @@ pub(crate) fn parse(
     retention_ms: i64,
     skew_ms: i64,
 ) -> Result<(String, Vec<UsageCount>), ApiError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let report: UsageReport = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError::BadRequest {
-            message: format!("invalid usage report: {}", e.inner()),
-            field: (path != ".").then_some(path),
-        }
-    })?;
+    let report: UsageReport = super::ingest::decode_json(body, "usage report")?;
     check_name("source", &report.source)?;
     if report.counts.len() > MAX_COUNTS {
         return Err(bad(
@@ -132,16 +125,7 @@ async fn post_usage(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UsageAck>, ApiError> {
     let token = auth::require_agent(state.store.as_ref(), &headers).await?;
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge(state.max_body_bytes)
-        } else {
-            ApiError::BadRequest {
-                message: rejection.body_text(),
-                field: None,
-            }
-        }
-    })?;
+    let body = body.map_err(|r| super::ingest::body_error(r, state.max_body_bytes))?;
     let now = now_ms();
     let (source, counts) = parse(
         &body,
