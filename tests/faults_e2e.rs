@@ -34,7 +34,11 @@ fn spooled_windows(spool: &Path) -> Vec<(String, i64)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(spool).unwrap().flatten() {
         if e.path().extension().is_some_and(|x| x == "json") {
-            let r: Report = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+            // The agent may delete a batch (acknowledged) between listing and reading it.
+            let Ok(bytes) = std::fs::read(e.path()) else {
+                continue;
+            };
+            let r: Report = serde_json::from_slice(&bytes).unwrap();
             for w in r.windows {
                 for g in w.gpus {
                     out.push((g.uuid, w.start_ms));
