@@ -53,6 +53,12 @@ impl Kind {
             Kind::Unmonitored => "unmonitored",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Used, Kind::HeldIdle, Kind::Idle, Kind::Unmonitored]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

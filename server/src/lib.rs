@@ -9,12 +9,15 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod incidents;
 pub mod jobs;
 pub mod metrics;
 pub mod money;
 pub mod recommend;
+pub mod rollup;
 pub mod session;
 pub mod slack;
 pub mod store;

@@ -102,10 +102,58 @@ pub fn cents(amount: Decimal) -> Decimal {
     amount.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero)
 }
 
+const ATTO_PER_NANO: i128 = 1_000_000_000;
+
+/// An amount as two integers SQL can sum exactly on any backend: whole nano-units (floor) and
+/// the rest in 10^-18 units (`0 ≤ atto < 10^9`). Amounts never carry more than 18 decimals.
+pub fn to_nano_atto(amount: Decimal) -> (i64, i64) {
+    let mut a = amount.round_dp(MAX_SCALE);
+    a.rescale(MAX_SCALE);
+    let units = a.mantissa();
+    (
+        i64::try_from(units.div_euclid(ATTO_PER_NANO)).unwrap_or(i64::MAX),
+        units.rem_euclid(ATTO_PER_NANO) as i64,
+    )
+}
+
+/// The amount back from (sums of) nano and atto parts; the atto sum may exceed 10^9.
+pub fn from_nano_atto(nano: i64, atto: i64) -> Decimal {
+    let units = i128::from(nano) * ATTO_PER_NANO + i128::from(atto);
+    Decimal::try_from_i128_with_scale(units, MAX_SCALE)
+        .map(|d| d.normalize())
+        .unwrap_or(Decimal::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn nano_atto_round_trip_and_sum() {
+        for s in [
+            "0",
+            "32.7726",
+            "-0.000000000000000001",
+            "-3.5",
+            "0.123456789012345678",
+        ] {
+            let (n, a) = to_nano_atto(d(s));
+            assert!((0..1_000_000_000).contains(&a));
+            assert_eq!(from_nano_atto(n, a), d(s), "{s}");
+        }
+        let xs = [
+            "0.3333333333333333",
+            "0.3333333333333333",
+            "0.3333333333333334",
+            "-1",
+        ];
+        let (n, a) = xs
+            .iter()
+            .map(|s| to_nano_atto(d(s)))
+            .fold((0, 0), |(n, a), (x, y)| (n + x, a + y));
+        assert_eq!(from_nano_atto(n, a), Decimal::ZERO);
+    }
 
     fn d(s: &str) -> Decimal {
         parse_amount(s).unwrap()
@@ -162,6 +210,8 @@ mod tests {
             let parts = split_exact(amount, &weights);
             prop_assert_eq!(parts.len(), weights.len());
             prop_assert_eq!(parts.iter().sum::<Decimal>(), amount);
+            let (n, a) = parts.iter().map(|p| to_nano_atto(*p)).fold((0i64, 0i64), |(n, a), (x, y)| (n + x, a + y));
+            prop_assert_eq!(from_nano_atto(n, a), amount);
         }
     }
 }

@@ -7,7 +7,7 @@ mod charts;
 mod fleet;
 mod health;
 mod incidents;
-mod ingest;
+pub(crate) mod ingest;
 mod login;
 pub(crate) mod page;
 mod recommendations;

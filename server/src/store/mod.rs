@@ -100,6 +100,56 @@ pub struct StoredGpuWindow {
     pub energy_mj: Option<i64>,
 }
 
+/// One rolled-up slice of attributed cost: a host's GPU, owner, kind and price for an hour or a
+/// day. Owner labels and `gpu_uuid` are `""` when absent; cost is [`crate::money::to_nano_atto`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct RollupRow {
+    pub period_ms: i64,
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub model: String,
+    pub experiment: String,
+    pub endpoint: String,
+    pub team: String,
+    pub kind: String,
+    pub pricing_category: String,
+    pub currency: String,
+    pub estimated: i64,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+    pub gpu_seconds: f64,
+    pub util_gpu_seconds: f64,
+    pub util_known_seconds: f64,
+    pub energy_j: f64,
+}
+
+/// Cost in an hour on bill lines that match no GPU host.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UnattributedRow {
+    pub hour_ms: i64,
+    pub currency: String,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+}
+
+/// An hour to roll up again, with the generation of each mark read.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DirtyMark {
+    pub hour_ms: i64,
+    pub host_id: i64,
+    pub generation: i64,
+}
+
+/// Which rollup table to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollupGrain {
+    Hour,
+    Day,
+}
+
+/// The host id that marks hours changed by a bill rather than by a host's report.
+pub const BILLING_MARK_HOST: i64 = 0;
+
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredProcessWindow {
     pub gpu_uuid: String,
@@ -409,6 +459,36 @@ pub trait Store: Send + Sync {
     /// A successful sign-in wipes the username's failures.
     async fn clear_sign_in_failures(&self, username: &str) -> Result<(), StoreError>;
 
+    /// Marks hours for the roll-up job to attribute again (a rebuild, a changed rate card).
+    async fn mark_dirty_hours(&self, hours: &[i64]) -> Result<(), StoreError>;
+    /// The oldest marks, at most `limit`.
+    async fn dirty_marks(&self, limit: i64) -> Result<Vec<DirtyMark>, StoreError>;
+    /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
+    /// `unattributed`, rebuilds the days those hours fall in, and clears each mark whose
+    /// generation is still the one read (a report that came meanwhile keeps its mark).
+    async fn replace_rollups(
+        &self,
+        marks: &[DirtyMark],
+        rows: &[RollupRow],
+        unattributed: &[UnattributedRow],
+    ) -> Result<(), StoreError>;
+    /// Rollup rows with `period_ms` in `[from_ms, to_ms)`.
+    async fn rollup_rows(
+        &self,
+        grain: RollupGrain,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupRow>, StoreError>;
+    /// Unattributed cost per currency in `[from_ms, to_ms)` (hour_ms is `from_ms`).
+    async fn rollup_unattributed(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<UnattributedRow>, StoreError>;
+    /// Deletes at most `limit` raw GPU windows, process windows and batch ids older than
+    /// `before_ms`; returns how many rows went. Called in a loop so no transaction is long.
+    async fn delete_raw_before(&self, before_ms: i64, limit: i64) -> Result<u64, StoreError>;
+
     async fn open_incidents(&self) -> Result<Vec<IncidentRow>, StoreError>;
     /// Incidents that overlap `[from_ms, to_ms)`, newest first.
     async fn incidents(&self, from_ms: i64, to_ms: i64) -> Result<Vec<IncidentRow>, StoreError>;
@@ -491,6 +571,23 @@ pub fn redacted_url(url: &str) -> String {
 }
 
 /// Converts a byte or counter value that validation has already bounded.
+/// The hours (UTC starts) that charge periods touch; a period is capped at 400 days so an odd
+/// line cannot mark a century. A point-in-time charge (end ≤ start) touches its own hour.
+pub(crate) fn hours_of_spans(spans: &[(i64, i64)]) -> Vec<i64> {
+    use crate::attribution::{hour_floor, HOUR_MS};
+    const MAX_SPAN_MS: i64 = 400 * 24 * HOUR_MS;
+    let mut hours = std::collections::BTreeSet::new();
+    for &(start, end) in spans {
+        let end = end.max(start + 1).min(start.saturating_add(MAX_SPAN_MS));
+        let mut h = hour_floor(start);
+        while h < end {
+            hours.insert(h);
+            h += HOUR_MS;
+        }
+    }
+    hours.into_iter().collect()
+}
+
 pub(crate) fn to_i64(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
@@ -701,7 +798,229 @@ macro_rules! shared_sql_impl {
                     }
                 }
             }
+            // A window belongs to the hour it starts in (as attribution counts it).
+            let hours: std::collections::BTreeSet<i64> = report
+                .windows
+                .iter()
+                .map(|w| $crate::attribution::hour_floor(w.start_ms))
+                .collect();
+            mark_dirty_sql(tx, &hours.into_iter().collect::<Vec<_>>(), host_id).await?;
             Ok($crate::store::IngestOutcome::Stored)
+        }
+
+        async fn mark_dirty_sql(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            hours: &[i64],
+            host_id: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            for chunk in hours.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation) ",
+                );
+                q.push_values(chunk, |mut b, h| {
+                    b.push_bind(*h).push_bind(host_id).push_bind(0i64);
+                });
+                q.push(
+                    " ON CONFLICT (hour_ms, host_id)
+                      DO UPDATE SET generation = rollup_dirty_hours.generation + 1",
+                );
+                q.build().execute(&mut **tx).await?;
+            }
+            Ok(())
+        }
+
+        async fn mark_dirty_hours_sql(
+            pool: &sqlx::Pool<$db>,
+            hours: &[i64],
+        ) -> Result<(), $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            mark_dirty_sql(&mut tx, hours, $crate::store::BILLING_MARK_HOST).await?;
+            tx.commit().await?;
+            Ok(())
+        }
+
+        async fn dirty_marks_sql(
+            pool: &sqlx::Pool<$db>,
+            limit: i64,
+        ) -> Result<Vec<$crate::store::DirtyMark>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT hour_ms, host_id, generation FROM rollup_dirty_hours
+                 ORDER BY hour_ms, host_id LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn replace_rollups_sql(
+            pool: &sqlx::Pool<$db>,
+            marks: &[$crate::store::DirtyMark],
+            rows: &[$crate::store::RollupRow],
+            unattributed: &[$crate::store::UnattributedRow],
+        ) -> Result<(), $crate::store::StoreError> {
+            const DAY_MS: i64 = 86_400_000;
+            let hours: std::collections::BTreeSet<i64> = marks.iter().map(|m| m.hour_ms).collect();
+            let days: std::collections::BTreeSet<i64> =
+                hours.iter().map(|h| h.div_euclid(DAY_MS) * DAY_MS).collect();
+            let mut tx = pool.begin().await?;
+            for h in &hours {
+                sqlx::query("DELETE FROM rollup_hours WHERE hour_ms = $1")
+                    .bind(h)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM rollup_unattributed WHERE hour_ms = $1")
+                    .bind(h)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // 17 parameters a row: 1,000 rows stay under both backends' limits.
+            for chunk in rows.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment,
+                        endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                        cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j) ",
+                );
+                q.push_values(chunk, |mut b, r| {
+                    b.push_bind(r.period_ms)
+                        .push_bind(r.host_id)
+                        .push_bind(r.gpu_uuid.clone())
+                        .push_bind(r.model.clone())
+                        .push_bind(r.experiment.clone())
+                        .push_bind(r.endpoint.clone())
+                        .push_bind(r.team.clone())
+                        .push_bind(r.kind.clone())
+                        .push_bind(r.pricing_category.clone())
+                        .push_bind(r.currency.clone())
+                        .push_bind(r.estimated)
+                        .push_bind(r.cost_nano)
+                        .push_bind(r.cost_atto)
+                        .push_bind(r.gpu_seconds)
+                        .push_bind(r.util_gpu_seconds)
+                        .push_bind(r.util_known_seconds)
+                        .push_bind(r.energy_j);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            for chunk in unattributed.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO rollup_unattributed (hour_ms, currency, cost_nano, cost_atto) ",
+                );
+                q.push_values(chunk, |mut b, u| {
+                    b.push_bind(u.hour_ms)
+                        .push_bind(u.currency.clone())
+                        .push_bind(u.cost_nano)
+                        .push_bind(u.cost_atto);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            for day in days {
+                sqlx::query("DELETE FROM rollup_days WHERE day_ms = $1")
+                    .bind(day)
+                    .execute(&mut *tx)
+                    .await?;
+                // Sums stay exact: atto parts carry over into nano parts in integer math.
+                sqlx::query(
+                    "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, model, experiment,
+                        endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                        cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
+                     SELECT $1, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                        pricing_category, currency, estimated,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                        SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                        SUM(energy_j)
+                     FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                     GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                        pricing_category, currency, estimated",
+                )
+                .bind(day)
+                .bind(day + DAY_MS)
+                .execute(&mut *tx)
+                .await?;
+            }
+            for m in marks {
+                sqlx::query(
+                    "DELETE FROM rollup_dirty_hours
+                     WHERE hour_ms = $1 AND host_id = $2 AND generation = $3",
+                )
+                .bind(m.hour_ms)
+                .bind(m.host_id)
+                .bind(m.generation)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+
+        async fn rollup_rows_sql(
+            pool: &sqlx::Pool<$db>,
+            grain: $crate::store::RollupGrain,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+            let sql = match grain {
+                $crate::store::RollupGrain::Hour => {
+                    "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2"
+                }
+                $crate::store::RollupGrain::Day => {
+                    "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2"
+                }
+            };
+            Ok(sqlx::query_as(sql)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(pool)
+                .await?)
+        }
+
+        async fn rollup_unattributed_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT CAST($1 AS BIGINT) AS hour_ms, currency,
+                        CAST(SUM(cost_nano) AS BIGINT) AS cost_nano,
+                        CAST(SUM(cost_atto) AS BIGINT) AS cost_atto
+                 FROM rollup_unattributed WHERE hour_ms >= $1 AND hour_ms < $2
+                 GROUP BY currency ORDER BY currency",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn delete_raw_before_sql(
+            pool: &sqlx::Pool<$db>,
+            before_ms: i64,
+            limit: i64,
+        ) -> Result<u64, $crate::store::StoreError> {
+            let mut deleted = 0;
+            for sql in [
+                "DELETE FROM process_windows WHERE (gpu_uuid, start_ms, pid) IN
+                    (SELECT gpu_uuid, start_ms, pid FROM process_windows
+                     WHERE start_ms < $1 LIMIT $2)",
+                "DELETE FROM gpu_windows WHERE (gpu_uuid, start_ms) IN
+                    (SELECT gpu_uuid, start_ms FROM gpu_windows WHERE start_ms < $1 LIMIT $2)",
+                "DELETE FROM ingested_batches WHERE batch_id IN
+                    (SELECT batch_id FROM ingested_batches WHERE received_ms < $1 LIMIT $2)",
+            ] {
+                deleted += sqlx::query(sql)
+                    .bind(before_ms)
+                    .bind(limit)
+                    .execute(pool)
+                    .await?
+                    .rows_affected();
+            }
+            Ok(deleted)
         }
 
         /// One transaction per batch: all of it is stored, or (a repeat) none of it.
@@ -819,6 +1138,29 @@ macro_rules! shared_sql_impl {
                 .map(|l| (l.provider.as_str(), l.billing_account_id.as_str(), l.billing_period_start_ms))
                 .collect();
             let mut replaced_lines = 0u64;
+            // The hours whose attribution changes: those of the new lines and of replaced ones.
+            let mut spans: Vec<(i64, i64)> = lines
+                .iter()
+                .map(|l| (l.charge_period_start_ms, l.charge_period_end_ms))
+                .collect();
+            for (provider, account, period) in &periods {
+                let old: (Option<i64>, Option<i64>) = sqlx::query_as(
+                    "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
+                     WHERE provider = $1 AND billing_account_id = $2
+                       AND billing_period_start_ms = $3 AND import_id <> $4",
+                )
+                .bind(*provider)
+                .bind(*account)
+                .bind(*period)
+                .bind(import_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                if let (Some(a), Some(b)) = old {
+                    spans.push((a, b));
+                }
+            }
+            let hours = $crate::store::hours_of_spans(&spans);
+            mark_dirty_sql(&mut tx, &hours, $crate::store::BILLING_MARK_HOST).await?;
             for (provider, account, period) in periods {
                 replaced_lines += sqlx::query(
                     "DELETE FROM cost_lines WHERE provider = $1 AND billing_account_id = $2
@@ -1705,6 +2047,51 @@ macro_rules! store_impl {
             ) -> Result<(), $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 clear_sign_in_failures_sql(&self.pool, username).await
+            }
+            async fn mark_dirty_hours(
+                &self,
+                hours: &[i64],
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                mark_dirty_hours_sql(&self.pool, hours).await
+            }
+            async fn dirty_marks(
+                &self,
+                limit: i64,
+            ) -> Result<Vec<$crate::store::DirtyMark>, $crate::store::StoreError> {
+                dirty_marks_sql(&self.pool, limit).await
+            }
+            async fn replace_rollups(
+                &self,
+                marks: &[$crate::store::DirtyMark],
+                rows: &[$crate::store::RollupRow],
+                unattributed: &[$crate::store::UnattributedRow],
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                replace_rollups_sql(&self.pool, marks, rows, unattributed).await
+            }
+            async fn rollup_rows(
+                &self,
+                grain: $crate::store::RollupGrain,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+                rollup_rows_sql(&self.pool, grain, from_ms, to_ms).await
+            }
+            async fn rollup_unattributed(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
+                rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn delete_raw_before(
+                &self,
+                before_ms: i64,
+                limit: i64,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                delete_raw_before_sql(&self.pool, before_ms, limit).await
             }
             async fn open_incidents(
                 &self,

@@ -1,0 +1,272 @@
+//! Rollups: attribution computed once per hour as data arrives, kept per hour and per day, so
+//! pages and the allocation API read a few rows per GPU and owner instead of every raw window.
+//!
+//! Ingest and billing imports mark the hours they change (in their own transactions); the
+//! roll-up job attributes each marked hour again from raw windows and bills and replaces its
+//! rows, and the day's rows with them, in one transaction. Late windows and late or replaced
+//! bills simply mark their hours again; a repeated batch is not stored, so it marks nothing.
+//! Raw windows older than the retention are deleted in small batches, never before their hour
+//! has been rolled up.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rust_decimal::Decimal;
+
+use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_MS};
+use crate::billing::ratecard::RateCard;
+use crate::money::{from_nano_atto, to_nano_atto};
+use crate::store::{DirtyMark, RollupGrain, RollupRow, Store, StoreError, UnattributedRow};
+
+pub const DAY_MS: i64 = 24 * HOUR_MS;
+/// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
+const HOURS_PER_PASS: usize = 24;
+/// Marks read per round.
+const MARKS_PER_ROUND: i64 = 5_000;
+/// Raw rows deleted per statement: short transactions that never hold ingest up for long.
+pub const RETENTION_BATCH: i64 = 5_000;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RollupSummary {
+    pub hours: usize,
+    pub rows: usize,
+}
+
+/// Attributes every marked hour again, oldest first, until none is left or `max_hours` are done.
+pub async fn run(
+    store: &dyn Store,
+    card: &RateCard,
+    max_hours: usize,
+) -> Result<RollupSummary, StoreError> {
+    let mut summary = RollupSummary::default();
+    while summary.hours < max_hours {
+        let marks = store.dirty_marks(MARKS_PER_ROUND).await?;
+        if marks.is_empty() {
+            break;
+        }
+        let mut by_hour: BTreeMap<i64, Vec<DirtyMark>> = BTreeMap::new();
+        for m in marks {
+            by_hour.entry(m.hour_ms).or_default().push(m);
+        }
+        let hours: Vec<i64> = by_hour.keys().copied().collect();
+        for run in consecutive_runs(&hours) {
+            let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
+            let (rows, unattributed) = attribute_hours(store, card, from, to).await?;
+            let marks: Vec<DirtyMark> = run
+                .iter()
+                .flat_map(|h| by_hour.remove(h).unwrap_or_default())
+                .collect();
+            store.replace_rollups(&marks, &rows, &unattributed).await?;
+            summary.hours += run.len();
+            summary.rows += rows.len();
+            if summary.hours >= max_hours {
+                break;
+            }
+        }
+    }
+    Ok(summary)
+}
+
+/// Splits sorted hours into runs of consecutive hours, each at most [`HOURS_PER_PASS`] long.
+fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
+    let mut runs: Vec<Vec<i64>> = Vec::new();
+    for &h in hours {
+        match runs.last_mut() {
+            Some(r) if r.len() < HOURS_PER_PASS && r.last() == Some(&(h - HOUR_MS)) => r.push(h),
+            _ => runs.push(vec![h]),
+        }
+    }
+    runs
+}
+
+/// Attribution of `[from, to)` from raw data, as rollup rows per hour.
+async fn attribute_hours(
+    store: &dyn Store,
+    card: &RateCard,
+    from: i64,
+    to: i64,
+) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>), StoreError> {
+    let hosts = store.hosts().await?;
+    let windows = store.attribution_windows(from, to).await?;
+    let processes = store.process_windows(from, to).await?;
+    let lines = store.cost_lines(from, to).await?;
+    let known: std::collections::HashSet<&str> = hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref())
+        .collect();
+    // Bill lines for no known host, per hour: in totals, not attributed.
+    let mut unattributed: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
+    for line in &lines {
+        if line
+            .resource_key
+            .as_deref()
+            .is_some_and(|k| known.contains(k))
+        {
+            continue;
+        }
+        for (hour, amount) in attribution::line_hours(line, from, to) {
+            *unattributed
+                .entry((hour, line.currency.clone()))
+                .or_default() += amount;
+        }
+    }
+    let a = attribution::attribute(hosts, &windows, &processes, &lines, card, from, to);
+    let rows = a.parts.iter().map(row_of).collect();
+    let unattributed = unattributed
+        .into_iter()
+        .map(|((hour_ms, currency), amount)| {
+            let (cost_nano, cost_atto) = to_nano_atto(amount);
+            UnattributedRow {
+                hour_ms,
+                currency,
+                cost_nano,
+                cost_atto,
+            }
+        })
+        .collect();
+    Ok((rows, unattributed))
+}
+
+fn row_of(p: &Part) -> RollupRow {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (cost_nano, cost_atto) = to_nano_atto(p.cost);
+    RollupRow {
+        period_ms: p.hour_ms,
+        host_id: p.host_id,
+        gpu_uuid: text(&p.gpu_uuid),
+        model: text(&p.owner.model),
+        experiment: text(&p.owner.experiment),
+        endpoint: text(&p.owner.endpoint),
+        team: text(&p.owner.team),
+        kind: p.kind.as_str().to_owned(),
+        pricing_category: p.pricing_category.clone(),
+        currency: p.currency.clone(),
+        estimated: i64::from(p.estimated),
+        cost_nano,
+        cost_atto,
+        gpu_seconds: p.gpu_seconds,
+        util_gpu_seconds: p.util_gpu_seconds,
+        util_known_seconds: p.util_known_seconds,
+        energy_j: p.energy_j,
+    }
+}
+
+fn part_of(r: RollupRow) -> Part {
+    let opt = |v: String| (!v.is_empty()).then_some(v);
+    Part {
+        hour_ms: r.period_ms,
+        host_id: r.host_id,
+        kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
+        gpu_uuid: opt(r.gpu_uuid),
+        owner: Owner {
+            model: opt(r.model),
+            experiment: opt(r.experiment),
+            endpoint: opt(r.endpoint),
+            team: opt(r.team),
+        },
+        pricing_category: r.pricing_category,
+        currency: r.currency,
+        cost: from_nano_atto(r.cost_nano, r.cost_atto),
+        estimated: r.estimated != 0,
+        gpu_seconds: r.gpu_seconds,
+        util_gpu_seconds: r.util_gpu_seconds,
+        util_known_seconds: r.util_known_seconds,
+        energy_j: r.energy_j,
+    }
+}
+
+/// The attribution of `[from_ms, to_ms)` as rolled up. With [`RollupGrain::Day`], whole days
+/// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
+/// the hours at either end from the hourly one; with [`RollupGrain::Hour`], every part is an hour.
+pub async fn load(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    grain: RollupGrain,
+) -> Result<Attribution, StoreError> {
+    let (from, to) = (hour_floor(from_ms), to_ms);
+    let first_day = from.div_euclid(DAY_MS) * DAY_MS;
+    let first_whole_day = if first_day == from {
+        from
+    } else {
+        first_day + DAY_MS
+    };
+    let last_whole_day = to.div_euclid(DAY_MS) * DAY_MS;
+    let mut rows = Vec::new();
+    if grain == RollupGrain::Day && first_whole_day < last_whole_day {
+        rows.extend(
+            store
+                .rollup_rows(RollupGrain::Hour, from, first_whole_day)
+                .await?,
+        );
+        rows.extend(
+            store
+                .rollup_rows(RollupGrain::Day, first_whole_day, last_whole_day)
+                .await?,
+        );
+        rows.extend(
+            store
+                .rollup_rows(RollupGrain::Hour, last_whole_day, to)
+                .await?,
+        );
+    } else {
+        rows = store.rollup_rows(RollupGrain::Hour, from, to).await?;
+    }
+    let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
+    // A stable order, whatever the database returns: by time, host, GPU.
+    parts.sort_by(|a, b| {
+        (a.hour_ms, a.host_id, &a.gpu_uuid).cmp(&(b.hour_ms, b.host_id, &b.gpu_uuid))
+    });
+    let unattributed = store
+        .rollup_unattributed(from, to)
+        .await?
+        .into_iter()
+        .map(|u| (u.currency, from_nano_atto(u.cost_nano, u.cost_atto)))
+        .filter(|(_, amount)| !amount.is_zero())
+        .collect();
+    let hosts: HashMap<i64, _> = store
+        .hosts()
+        .await?
+        .into_iter()
+        .map(|h| (h.id, h))
+        .collect();
+    Ok(Attribution {
+        parts,
+        unattributed,
+        hosts,
+    })
+}
+
+/// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none from an
+/// hour still waiting to be rolled up. Returns how many rows went.
+pub async fn enforce_retention(
+    store: &dyn Store,
+    now_ms: i64,
+    retention_ms: i64,
+) -> Result<u64, StoreError> {
+    delete_in_batches(store, now_ms, retention_ms, RETENTION_BATCH).await
+}
+
+async fn delete_in_batches(
+    store: &dyn Store,
+    now_ms: i64,
+    retention_ms: i64,
+    batch: i64,
+) -> Result<u64, StoreError> {
+    let mut cutoff = now_ms - retention_ms;
+    if let Some(first_dirty) = store.dirty_marks(1).await?.first() {
+        cutoff = cutoff.min(first_dirty.hour_ms);
+    }
+    let mut deleted = 0;
+    loop {
+        let n = store.delete_raw_before(cutoff, batch).await?;
+        deleted += n;
+        if n == 0 {
+            return Ok(deleted);
+        }
+        // Let other work in between batches.
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,306 @@
+//! Rollups against attribution computed straight from raw data: equal to the cent and beyond,
+//! on both backends, through late data, repeats, replaced bills and retention.
+
+use std::collections::BTreeMap;
+
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+use rust_decimal::Decimal;
+
+use super::*;
+use crate::billing::focus;
+use crate::store::{AgentStatus, NewImport};
+use crate::test_support;
+
+/// Three hours before a UTC midnight, so the data spans two days.
+const DAY0: i64 = 1_800_000_000_000 - 1_800_000_000_000 % DAY_MS + DAY_MS;
+const START: i64 = DAY0 - 3 * HOUR_MS;
+const END: i64 = DAY0 + 27 * HOUR_MS;
+const STEP: i64 = 20 * 60_000;
+
+fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model: &str) -> Report {
+    let windows = (0..count)
+        .map(|i| {
+            let s = start + i * STEP;
+            let util = ((i * 37) % 100) as f64;
+            Window {
+                start_ms: s,
+                end_ms: s + STEP,
+                samples: 20,
+                gpus: (0..2)
+                    .map(|g| GpuWindow {
+                        uuid: format!("GPU-{host}-{g}"),
+                        index: g,
+                        name: "NVIDIA A100-SXM4-80GB".into(),
+                        memory_total_bytes: Some(80 << 30),
+                        memory_used_max_bytes: Some(10 << 30),
+                        util_avg: Some(util),
+                        util_max: Some(100.0),
+                        mem_util_avg: None,
+                        power_avg_watts: Some(300.0),
+                        temperature_max_c: None,
+                        energy_mj: Some(360_000_000),
+                        // GPU 1 is idle every third window; otherwise a process works or holds.
+                        processes: if g == 1 && i % 3 == 0 {
+                            vec![]
+                        } else {
+                            vec![ProcessWindow {
+                                pid: 100 + g,
+                                name: None,
+                                memory_used_max_bytes: Some(9 << 30),
+                                sm_util_avg: Some(if i % 4 == 0 { 0.0 } else { util }),
+                                labels: BTreeMap::from([
+                                    ("model".into(), model.into()),
+                                    ("team".into(), format!("team-{g}")),
+                                ]),
+                                container_id: None,
+                                pod_uid: None,
+                            }]
+                        },
+                        parent_uuid: None,
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Report {
+        batch_id: batch.into(),
+        agent_version: "test".into(),
+        host: HostInfo {
+            hostname: host.into(),
+            cluster: "c".into(),
+            provider: Some("aws".into()),
+            instance_id: Some(instance.into()),
+            instance_type: Some("p4d.24xlarge".into()),
+            region: None,
+            lifecycle: None,
+        },
+        windows,
+    }
+}
+
+const FOCUS_HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags";
+
+fn iso(ms: i64) -> String {
+    crate::allocation::rfc3339(ms)
+}
+
+/// A bill: host a's two days at odd amounts (15 decimals, spread over 24 hours each), a line
+/// for a machine gpuledger does not know, and nothing for host b (rate card).
+async fn import_bill(store: &dyn Store, name: &str, scale: &str) {
+    let period = iso(DAY0 - DAY_MS);
+    let mut csv = String::from(FOCUS_HEADER);
+    for (day, cost) in [
+        (DAY0 - DAY_MS, "786.123456789012345"),
+        (DAY0, "790.000000000000007"),
+    ] {
+        let cost =
+            (cost.parse::<Decimal>().unwrap() * scale.parse::<Decimal>().unwrap()).to_string();
+        csv.push_str(&format!(
+            "\nAWS,1,{period},{},{},Usage,{cost},{cost},{cost},USD,Standard,,EC2,s,,i-aaa,us-east-1,",
+            iso(day),
+            iso(day + DAY_MS)
+        ));
+    }
+    csv.push_str(&format!(
+        "\nAWS,1,{period},{},{},Usage,7.77,7.77,7.77,USD,Standard,,S3,s,,bucket-x,us-east-1,",
+        iso(DAY0),
+        iso(DAY0 + HOUR_MS)
+    ));
+    let lines = focus::parse(csv.as_bytes()).unwrap();
+    let total: Decimal = lines.iter().map(|l| l.effective_cost).sum();
+    store
+        .import_cost_lines(
+            &NewImport {
+                source: "focus".into(),
+                name: name.into(),
+                content_sha256: format!("sha-{name}"),
+                imported_ms: DAY0,
+                billed_total: total,
+                effective_total: total,
+            },
+            &lines,
+        )
+        .await
+        .unwrap();
+}
+
+type Key = (i64, i64, Option<String>, Owner, Kind, String, String, bool);
+
+/// Parts summed per (period, host, GPU, owner, kind, price, currency, estimated): cost exactly,
+/// GPU time rounded to the millisecond.
+fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
+    let mut out: BTreeMap<Key, (Decimal, i64)> = BTreeMap::new();
+    for p in parts {
+        let period = match grain {
+            RollupGrain::Hour => p.hour_ms,
+            RollupGrain::Day => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
+        };
+        let key = (
+            period,
+            p.host_id,
+            p.gpu_uuid.clone(),
+            p.owner.clone(),
+            p.kind,
+            p.pricing_category.clone(),
+            p.currency.clone(),
+            p.estimated,
+        );
+        let e = out.entry(key).or_default();
+        e.0 += p.cost;
+        e.1 += (p.gpu_seconds * 1000.0).round() as i64;
+    }
+    out.retain(|_, (c, _)| !c.is_zero());
+    out
+}
+
+fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, va), (kb, vb))| ka == kb && va.0 == vb.0 && (va.1 - vb.1).abs() <= 1)
+}
+
+/// The rollups say exactly what attribution from raw data says, per hour and per day.
+async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
+    let (from, to) = (START - HOUR_MS, END + HOUR_MS);
+    let raw = attribution::compute(store, card, from, to).await.unwrap();
+    for grain in [RollupGrain::Hour, RollupGrain::Day] {
+        let rolled = load(store, from, to, grain).await.unwrap();
+        assert!(
+            close(&summed(&rolled.parts, grain), &summed(&raw.parts, grain)),
+            "{what}: {grain:?} rollup differs from raw attribution"
+        );
+        assert_eq!(rolled.unattributed, raw.unattributed, "{what}: {grain:?}");
+    }
+    // A range that starts and ends inside days takes hours at the edges, days between.
+    let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
+    let raw = attribution::compute(store, card, from, to).await.unwrap();
+    let rolled = load(store, from, to, RollupGrain::Day).await.unwrap();
+    let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
+    assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
+    assert!(total(&raw) > Decimal::ZERO);
+}
+
+#[tokio::test]
+async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills() {
+    let card = RateCard::default_card();
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        s.create_token("t", "h", START).await.unwrap();
+        let token = s.active_token("h").await.unwrap().unwrap().id;
+        let status = AgentStatus::default();
+        // 30 hours of host a (billed) and host b (rate card), with a gap in host b's data.
+        let a = report("a-1", "a", "i-aaa", START, 90, "llama");
+        s.ingest(&a, token, status, START).await.unwrap();
+        let b1 = report("b-1", "b", "i-bbb", START, 40, "bert");
+        s.ingest(&b1, token, status, START).await.unwrap();
+        import_bill(s, "bill-1", "1").await;
+        assert!(
+            !s.dirty_marks(10).await.unwrap().is_empty(),
+            "{b}: ingest and bills mark"
+        );
+
+        let summary = run(s, &card, usize::MAX).await.unwrap();
+        assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
+        assert!(
+            s.dirty_marks(10).await.unwrap().is_empty(),
+            "{b}: all rolled up"
+        );
+        assert_matches_raw(s, &card, &format!("{b}: first roll-up")).await;
+
+        // A repeated batch stores nothing and marks nothing.
+        s.ingest(&a, token, status, START).await.unwrap();
+        assert!(
+            s.dirty_marks(10).await.unwrap().is_empty(),
+            "{b}: a repeat marks nothing"
+        );
+
+        // Late data: host b's gap filled a day later, by another owner.
+        let late = report("b-late", "b", "i-bbb", START + 40 * STEP, 20, "whisper");
+        s.ingest(&late, token, status, END).await.unwrap();
+        let marked = s.dirty_marks(100).await.unwrap();
+        assert!(
+            !marked.is_empty() && marked.len() <= 8,
+            "{b}: only late hours: {marked:?}"
+        );
+        run(s, &card, usize::MAX).await.unwrap();
+        assert_matches_raw(s, &card, &format!("{b}: after late data")).await;
+
+        // A newer export of the same billing period replaces the old one.
+        import_bill(s, "bill-2", "1.5").await;
+        run(s, &card, usize::MAX).await.unwrap();
+        assert_matches_raw(s, &card, &format!("{b}: after a replaced bill")).await;
+
+        // A report arriving while an hour is rolled up keeps that hour marked.
+        let marks_before = {
+            let late = report("b-later", "b", "i-bbb", START + 60 * STEP, 1, "whisper");
+            s.ingest(&late, token, status, END).await.unwrap();
+            let marks = s.dirty_marks(10).await.unwrap();
+            let again = report("a-again", "a", "i-aaa", START + 60 * STEP + 60_000, 1, "x");
+            s.ingest(&again, token, status, END).await.unwrap();
+            let mut b2 = report("b-again", "b", "i-bbb", START + 60 * STEP + 60_000, 1, "x");
+            b2.windows[0].end_ms = b2.windows[0].start_ms + 30_000;
+            s.ingest(&b2, token, status, END).await.unwrap();
+            marks
+        };
+        s.replace_rollups(&marks_before, &[], &[]).await.unwrap();
+        assert!(
+            s.dirty_marks(10).await.unwrap().iter().any(|m| marks_before
+                .iter()
+                .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
+            "{b}: a mark changed during the roll-up survives it"
+        );
+        run(s, &card, usize::MAX).await.unwrap();
+        assert_matches_raw(s, &card, &format!("{b}: after a racing report")).await;
+
+        // Retention: raw windows go, the rollups keep every figure.
+        let before = load(s, START - HOUR_MS, END + HOUR_MS, RollupGrain::Day)
+            .await
+            .unwrap();
+        // Nothing is deleted from an hour still waiting to be rolled up.
+        s.mark_dirty_hours(&[START]).await.unwrap();
+        let retention = 35 * DAY_MS;
+        assert_eq!(
+            enforce_retention(s, END + retention + DAY_MS, retention)
+                .await
+                .unwrap(),
+            0,
+            "{b}: the oldest hour is not rolled up yet"
+        );
+        run(s, &card, usize::MAX).await.unwrap();
+        // In batches of 50 rows: many short statements, all of it gone in the end.
+        let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, 50)
+            .await
+            .unwrap();
+        assert!(deleted > 500, "{b}: deleted {deleted}");
+        assert!(s
+            .attribution_windows(START - HOUR_MS, END + HOUR_MS)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(s
+            .process_windows(START - HOUR_MS, END + HOUR_MS)
+            .await
+            .unwrap()
+            .is_empty());
+        let after = load(s, START - HOUR_MS, END + HOUR_MS, RollupGrain::Day)
+            .await
+            .unwrap();
+        assert_eq!(
+            after.parts, before.parts,
+            "{b}: rollups outlive raw windows"
+        );
+    }
+}
+
+#[test]
+fn runs_are_consecutive_and_bounded() {
+    let hours: Vec<i64> = (0..30).chain(40..42).map(|h| h * HOUR_MS).collect();
+    let runs = consecutive_runs(&hours);
+    assert_eq!(
+        runs.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![HOURS_PER_PASS, 30 - HOURS_PER_PASS, 2]
+    );
+}
