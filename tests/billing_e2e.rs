@@ -300,6 +300,8 @@ async fn split_to_the_cent(db: TestDb) {
         &db.url,
         &["billing", "import-focus", bill.to_str().unwrap()],
     );
+    // What the server does every minute, now: pages and the API read the rollups.
+    server_run(&db.url, &["rollup"]);
 
     let h = hour_start();
     let q = format!("from={}&to={}", iso(h), iso(h + 3_600_000));
@@ -460,6 +462,7 @@ async fn hosts_without_a_bill_get_rate_card_estimates() {
             .await
             .unwrap();
     }
+    server_run(&db.url, &["rollup"]);
     let h = hour_start();
     let body = get_json(
         &viewer,

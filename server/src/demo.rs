@@ -398,6 +398,8 @@ pub async fn seed(
     crate::billing::import_focus(store, "demo-focus-export.csv", bill.into_bytes(), now_ms)
         .await
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
+    // Roll it all up now, so the first page opened shows everything.
+    crate::rollup::run(store, card, usize::MAX).await?;
     Ok(batches)
 }
 

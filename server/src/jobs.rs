@@ -158,6 +158,70 @@ pub fn spawn_waste_jobs(
     });
 }
 
+pub const ROLLUP_JOB: &str = "rollup";
+pub const RETENTION_JOB: &str = "raw-retention";
+
+/// Rolls up marked hours every `every` and deletes raw windows past `retention_ms` once an hour,
+/// each under its own lease so that with several replicas one does each.
+pub fn spawn_rollup_jobs(
+    store: Arc<dyn Store>,
+    card: Arc<crate::billing::ratecard::RateCard>,
+    every: Duration,
+    retention_ms: i64,
+) {
+    let holder = holder_name();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        let mut last_retention: Option<i64> = None;
+        loop {
+            tick.tick().await;
+            let now = crate::now_ms();
+            match store.try_lease(ROLLUP_JOB, &holder, now, 10 * 60_000).await {
+                Ok(true) => {
+                    // A bounded slice per tick: a month of re-marked hours catches up over a
+                    // few ticks instead of holding the lease for long.
+                    match crate::rollup::run(store.as_ref(), &card, 24 * 7).await {
+                        Ok(s) if s.hours > 0 => {
+                            tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "roll-up failed; will retry"),
+                    }
+                    if let Err(e) = store.finish_lease(ROLLUP_JOB, &holder, now).await {
+                        tracing::error!(error = %e, "roll-up: lease");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "roll-up: lease"),
+            }
+            if last_retention.is_some_and(|last| now - last < 3_600_000) {
+                continue;
+            }
+            last_retention = Some(now);
+            match store
+                .try_lease(RETENTION_JOB, &holder, now, 30 * 60_000)
+                .await
+            {
+                Ok(true) => {
+                    match crate::rollup::enforce_retention(store.as_ref(), now, retention_ms).await
+                    {
+                        Ok(n) if n > 0 => {
+                            tracing::info!(rows = n, "raw windows past retention deleted")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "retention failed; will retry"),
+                    }
+                    if let Err(e) = store.finish_lease(RETENTION_JOB, &holder, now).await {
+                        tracing::error!(error = %e, "retention: lease");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "retention: lease"),
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

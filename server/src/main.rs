@@ -44,6 +44,19 @@ enum Command {
         #[command(subcommand)]
         command: BillingCommand,
     },
+    /// Bring the hourly and daily rollups up to date now (`serve` does it every minute), after
+    /// marking [--from, --to) to be attributed again (after changing the rate card, say).
+    Rollup {
+        /// First day to attribute again, YYYY-MM-DD.
+        #[arg(long, requires = "to")]
+        from: Option<chrono::NaiveDate>,
+        /// Day after the last, YYYY-MM-DD.
+        #[arg(long, requires = "from")]
+        to: Option<chrono::NaiveDate>,
+        /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
+        #[arg(long, env = "GPULEDGER_RATE_CARD")]
+        rate_card: Option<std::path::PathBuf>,
+    },
     /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
     Demo {
         #[command(flatten)]
@@ -59,9 +72,13 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "GPULEDGER_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Raw windows older than this are refused at ingest.
+    /// Raw windows older than this are refused at ingest and deleted (their cost stays in the
+    /// hourly and daily rollups).
     #[arg(long, env = "GPULEDGER_RETENTION", default_value = "35days", value_parser = humantime::parse_duration)]
     retention: Duration,
+    /// How often new reports and bills are rolled up into what pages and the API read.
+    #[arg(long, env = "GPULEDGER_ROLLUP_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    rollup_interval: Duration,
     /// How far in the future an agent's clock may run.
     #[arg(long, env = "GPULEDGER_MAX_CLOCK_SKEW", default_value = "5m", value_parser = humantime::parse_duration)]
     max_clock_skew: Duration,
@@ -187,6 +204,12 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
         state.store.clone(),
         state.rate_card.clone(),
         state.config.clone(),
+    );
+    gpuledger_server::jobs::spawn_rollup_jobs(
+        state.store.clone(),
+        state.rate_card.clone(),
+        args.rollup_interval,
+        state.limits.retention_ms,
     );
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
@@ -325,6 +348,45 @@ async fn main() -> anyhow::Result<()> {
                     }
                 }
             }
+            Ok(())
+        }
+        Command::Rollup {
+            from,
+            to,
+            rate_card,
+        } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
+            let card = match &rate_card {
+                Some(path) => RateCard::load(path)?,
+                None => RateCard::default_card(),
+            };
+            if let (Some(from), Some(to)) = (from, to) {
+                let ms = |d: chrono::NaiveDate| {
+                    d.and_time(chrono::NaiveTime::MIN)
+                        .and_utc()
+                        .timestamp_millis()
+                };
+                anyhow::ensure!(from < to, "--from must be before --to");
+                let hours: Vec<i64> = (ms(from)..ms(to)).step_by(3_600_000).collect();
+                store.mark_dirty_hours(&hours).await?;
+            }
+            // Take turns with any running server's roll-up job.
+            let holder = gpuledger_server::jobs::holder_name();
+            let job = gpuledger_server::jobs::ROLLUP_JOB;
+            let deadline = std::time::Instant::now() + Duration::from_secs(600);
+            while !store.try_lease(job, &holder, now_ms(), 3_600_000).await? {
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "another roll-up has held the lease for 10 minutes"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let result = gpuledger_server::rollup::run(store.as_ref(), &card, usize::MAX).await;
+            store.finish_lease(job, &holder, now_ms()).await?;
+            let s = result?;
+            println!("rolled up {} hours ({} rows)", s.hours, s.rows);
             Ok(())
         }
         Command::Billing { command } => {

@@ -217,7 +217,7 @@ pub struct SpotCandidate {
     pub monthly_saving: Decimal,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Recommendations {
     pub lookback_days: f64,
     pub right_size: Vec<RightSize>,

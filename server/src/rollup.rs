@@ -176,7 +176,8 @@ fn part_of(r: RollupRow) -> Part {
 
 /// The attribution of `[from_ms, to_ms)` as rolled up. With [`RollupGrain::Day`], whole days
 /// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
-/// the hours at either end from the hourly one; with [`RollupGrain::Hour`], every part is an hour.
+/// the hours at either end from the hourly one; with [`RollupGrain::Hour`], every part is an hour
+/// (and with [`RollupGrain::ExperimentHour`], every hour of experiment-labelled work).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -208,6 +209,8 @@ pub async fn load(
                 .rollup_rows(RollupGrain::Hour, last_whole_day, to)
                 .await?,
         );
+    } else if grain == RollupGrain::ExperimentHour {
+        rows = store.rollup_rows(grain, from, to).await?;
     } else {
         rows = store.rollup_rows(RollupGrain::Hour, from, to).await?;
     }

@@ -10,10 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
-use crate::attribution;
 use crate::error::ApiError;
 use crate::now_ms;
 use crate::session::SignedIn;
+use crate::store::RollupGrain;
+use crate::{attribution, rollup};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -133,8 +134,14 @@ async fn get_allocation(
     if !["json", "csv", "focus"].contains(&format) {
         return Err(bad("format", "must be json, csv or focus"));
     }
+    // Hourly rows when hours are asked for (FOCUS rows are hourly charge periods); days
+    // otherwise: a month is ~30 rows a GPU instead of ~720.
+    let grain_for = |step| match (step, format) {
+        (Step::Hour, _) | (_, "focus") => RollupGrain::Hour,
+        _ => RollupGrain::Day,
+    };
     let attributed = allocation::filtered(
-        &attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?,
+        &rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?,
         &q.filters(),
     );
     match format {

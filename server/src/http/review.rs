@@ -22,6 +22,11 @@ use crate::attribution::{self, Attribution, HOUR_MS};
 use crate::money::cents;
 use crate::now_ms;
 use crate::recommend::Recommendations;
+use crate::rollup;
+use crate::store::RollupGrain;
+
+/// How far back the review's recommendations look: the recommendations page's default.
+const RECOMMENDATION_LOOKBACK_MS: i64 = 7 * 24 * HOUR_MS;
 use crate::session::SignedIn;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 
@@ -239,17 +244,28 @@ async fn review(
         return no_such_month();
     };
     let (prev_from, _) = this_month(from - 1);
-    let observed = (now_ms().min(to) - from).max(HOUR_MS);
+    // Recommendations look at the month's last week of raw windows (retention keeps them for
+    // recent months; an old month shows none).
+    let rec_to = (attribution::hour_floor(now_ms()) + HOUR_MS).min(to);
+    let rec_from = from.max(rec_to - RECOMMENDATION_LOOKBACK_MS);
     let loaded = async {
-        let (a, recs) = super::recommendations::compute_range(&state, from, to, observed).await?;
-        let prev =
-            attribution::compute(state.store.as_ref(), &state.rate_card, prev_from, from).await?;
-        let incidents = state.store.incidents(from, to).await?;
-        let requests = state.store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, recs, prev, incidents, requests))
+        let store = state.store.as_ref();
+        let a = rollup::load(store, from, to, RollupGrain::Day).await?;
+        let run_parts = rollup::load(store, from, to, RollupGrain::ExperimentHour).await?;
+        let recs = if rec_from < rec_to {
+            super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
+                .await?
+                .1
+        } else {
+            Recommendations::default()
+        };
+        let prev = rollup::load(store, prev_from, from, RollupGrain::Day).await?;
+        let incidents = store.incidents(from, to).await?;
+        let requests = store.usage_totals(from, to).await?;
+        Ok::<_, crate::store::StoreError>((a, run_parts, recs, prev, incidents, requests))
     }
     .await;
-    let (a, recs, prev, incidents, requests) = match loaded {
+    let (a, run_parts, recs, prev, incidents, requests) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -333,7 +349,7 @@ async fn review(
     incidents.sort_by_key(|i| std::cmp::Reverse(i.wasted));
     incidents.truncate(TOP_ROWS);
     let endpoints = unit_costs::endpoint_costs(&a, &requests);
-    let runs = unit_costs::training_runs(&a);
+    let runs = unit_costs::training_runs(&run_parts);
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
     let run_average = if runs.is_empty() {
         "—".to_owned()
@@ -430,12 +446,14 @@ async fn drill_down(
         );
     };
     let loaded = async {
-        let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
-        let requests = state.store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, requests))
+        let store = state.store.as_ref();
+        let a = rollup::load(store, from, to, RollupGrain::Day).await?;
+        let runs = rollup::load(store, from, to, RollupGrain::ExperimentHour).await?;
+        let requests = store.usage_totals(from, to).await?;
+        Ok::<_, crate::store::StoreError>((a, runs, requests))
     }
     .await;
-    let (all, requests): (Attribution, _) = match loaded {
+    let (all, all_runs, requests): (Attribution, Attribution, _) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -501,9 +519,10 @@ async fn drill_down(
         .flatten()
         .map(|e| endpoint_view(&e, &month));
     let runs = match by {
-        GroupBy::Model | GroupBy::Team | GroupBy::Experiment | GroupBy::Cluster => {
-            runs_view(&unit_costs::training_runs(&a), &month)
-        }
+        GroupBy::Model | GroupBy::Team | GroupBy::Experiment | GroupBy::Cluster => runs_view(
+            &unit_costs::training_runs(&allocation::filtered(&all_runs, &filters)),
+            &month,
+        ),
         _ => Vec::new(),
     };
     let (prev_from, _) = this_month(from - 1);

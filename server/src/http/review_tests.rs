@@ -112,6 +112,12 @@ async fn fleet(api: &Api) {
         .post(Some(&api.token), serde_json::to_vec(&r2).unwrap())
         .await;
     assert_eq!(status, StatusCode::OK);
+    // What `serve` does every minute: pages and the API read the rollups.
+    let card = crate::billing::ratecard::RateCard::default_card();
+    let done = crate::rollup::run(api.store.as_ref(), &card, usize::MAX)
+        .await
+        .unwrap();
+    assert!(done.hours > 0);
 }
 
 #[tokio::test]

@@ -15,11 +15,12 @@ use serde::{Deserialize, Serialize};
 use super::allocation::{bad, csv_response, range};
 use super::AppState;
 use crate::allocation::rfc3339;
-use crate::attribution;
 use crate::error::ApiError;
 use crate::session::SignedIn;
+use crate::store::RollupGrain;
 use crate::store::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
+use crate::{attribution, rollup};
 use crate::{auth, now_ms};
 
 /// Counts one post may carry.
@@ -188,7 +189,7 @@ async fn get_usage(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
-    let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let a = rollup::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
     let endpoints = endpoint_costs(&state, &a, from, to).await?;
     if csv {
         let body = unit_costs::endpoint_costs_csv(&endpoints)
@@ -216,7 +217,7 @@ async fn get_runs(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
-    let a = attribution::compute(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let a = rollup::load(state.store.as_ref(), from, to, RollupGrain::ExperimentHour).await?;
     let runs = unit_costs::training_runs(&a);
     if csv {
         let body =

@@ -145,6 +145,8 @@ pub struct DirtyMark {
 pub enum RollupGrain {
     Hour,
     Day,
+    /// Hourly rows that carry an experiment label: what training runs need, and no more.
+    ExperimentHour,
 }
 
 /// The host id that marks hours changed by a bill rather than by a host's report.
@@ -863,6 +865,14 @@ macro_rules! shared_sql_impl {
             let days: std::collections::BTreeSet<i64> =
                 hours.iter().map(|h| h.div_euclid(DAY_MS) * DAY_MS).collect();
             let mut tx = pool.begin().await?;
+            // A row lock that serializes roll-up writers across replicas and CLI runs, so two
+            // never interleave their deletes and inserts of the same hour.
+            sqlx::query(
+                "INSERT INTO job_leases (name, holder, expires_ms) VALUES ('rollup-writer', NULL, 0)
+                 ON CONFLICT (name) DO UPDATE SET expires_ms = 0",
+            )
+            .execute(&mut *tx)
+            .await?;
             for h in &hours {
                 sqlx::query("DELETE FROM rollup_hours WHERE hour_ms = $1")
                     .bind(h)
@@ -965,6 +975,13 @@ macro_rules! shared_sql_impl {
                         team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
                         gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
                      FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2"
+                }
+                $crate::store::RollupGrain::ExperimentHour => {
+                    "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_hours
+                     WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''"
                 }
                 $crate::store::RollupGrain::Day => {
                     "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
