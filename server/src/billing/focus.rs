@@ -186,7 +186,14 @@ pub fn parse_records(
     let mut out = Vec::new();
     for (i, record) in rows.enumerate() {
         let line = i as u64 + 2;
-        out.push(parse_row(line, &record?, &cols, provider_col, &x_columns)?);
+        let record = record?;
+        // No export writes NUL, and PostgreSQL cannot store it in text: name the cell (a fuzzer
+        // found this; see fuzz/regressions/focus/).
+        if let Some(col) = record.iter().position(|cell| cell.contains('\0')) {
+            let name = headers.get(col).map_or("?", String::as_str);
+            return Err(field_err(line, name, "contains a NUL character"));
+        }
+        out.push(parse_row(line, &record, &cols, provider_col, &x_columns)?);
     }
     if out.is_empty() {
         return Err(FocusError::Empty);
@@ -367,6 +374,29 @@ mod tests {
             FocusError::MissingColumn("ChargePeriodStart".into())
         );
         assert_eq!(parse(HEADER.as_bytes()).unwrap_err(), FocusError::Empty);
+    }
+
+    #[test]
+    fn a_nul_in_a_cell_is_refused_with_its_line_and_column() {
+        let bad = GOOD.replace("i-0abc", "i-0\0abc");
+        match parse(&csv(&[GOOD, &bad])) {
+            Err(FocusError::Field { line, column, .. }) => {
+                assert_eq!((line, column.as_str()), (3, "ResourceId"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A corrupt Parquet file the fuzzer found made the parquet crate panic.
+    #[test]
+    fn a_corrupt_parquet_file_is_an_error_not_a_panic() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/focus/parquet-bit-util-panic"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        assert!(bytes.starts_with(b"PAR1"));
+        assert!(matches!(parse(&bytes), Err(FocusError::Io(_))));
     }
 
     #[test]

@@ -60,7 +60,18 @@ fn text(field: &Field) -> Result<String, String> {
     })
 }
 
+/// Parses a Parquet FOCUS export. The parquet crate asserts on some corrupt files instead of
+/// returning an error (a fuzzer found one: `fuzz/regressions/focus/`); such a panic is caught
+/// here and answered like any unreadable file, so a bad upload never takes a request down.
 pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
+    std::panic::catch_unwind(|| parse_unguarded(bytes)).unwrap_or_else(|_| {
+        Err(FocusError::Io(
+            "not a readable Parquet file: it is corrupt".into(),
+        ))
+    })
+}
+
+fn parse_unguarded(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
     let reader = SerializedFileReader::new(bytes::Bytes::copy_from_slice(bytes))
         .map_err(|e| FocusError::Io(format!("not a readable Parquet file: {e}")))?;
     let headers: Vec<String> = reader
