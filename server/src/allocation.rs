@@ -75,6 +75,7 @@ pub fn filtered(attribution: &Attribution, filters: &[(GroupBy, String)]) -> Att
             .cloned()
             .collect(),
         unattributed: BTreeMap::new(),
+        unattributed_hours: BTreeMap::new(),
         hosts: attribution.hosts.clone(),
     }
 }

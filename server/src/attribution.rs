@@ -122,6 +122,8 @@ pub struct Attribution {
     /// Cost inside the range on lines that match no known GPU host, per currency: counted in
     /// totals, not attributed.
     pub unattributed: BTreeMap<String, Decimal>,
+    /// The same per (hour, currency), for the rollups.
+    pub unattributed_hours: BTreeMap<(i64, String), Decimal>,
     pub hosts: HashMap<i64, HostRow>,
 }
 
@@ -400,7 +402,7 @@ pub fn attribute(
         .collect();
     // Bill items per (host, hour).
     let mut billed: BTreeMap<(i64, i64), Vec<CostItem>> = BTreeMap::new();
-    let mut unattributed: BTreeMap<String, Decimal> = BTreeMap::new();
+    let mut unattributed_hours: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
     for line in lines {
         let host = line.resource_key.as_deref().and_then(|k| by_key.get(k));
         for (hour, amount) in line_hours(line, from_ms, to_ms) {
@@ -411,7 +413,11 @@ pub fn attribute(
                     pricing_category: line.pricing_category.clone(),
                     estimated: false,
                 }),
-                None => *unattributed.entry(line.currency.clone()).or_default() += amount,
+                None => {
+                    *unattributed_hours
+                        .entry((hour, line.currency.clone()))
+                        .or_default() += amount
+                }
             }
         }
     }
@@ -505,9 +511,14 @@ pub fn attribute(
             }
         }
     }
+    let mut unattributed: BTreeMap<String, Decimal> = BTreeMap::new();
+    for ((_, currency), amount) in &unattributed_hours {
+        *unattributed.entry(currency.clone()).or_default() += amount;
+    }
     Attribution {
         parts,
         unattributed,
+        unattributed_hours,
         hosts,
     }
 }

@@ -225,6 +225,14 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The rate card at `path`, or the built-in one.
+fn rate_card_from(path: Option<&std::path::Path>) -> anyhow::Result<RateCard> {
+    Ok(match path {
+        Some(path) => RateCard::load(path)?,
+        None => RateCard::default_card(),
+    })
+}
+
 fn state_for(
     store: std::sync::Arc<dyn store::Store>,
     args: &ServeArgs,
@@ -236,9 +244,7 @@ fn state_for(
     state.secure_cookies = args.secure_cookies;
     state.trust_forwarded_for = args.trust_forwarded_for;
     state.max_upload_bytes = args.max_upload_bytes;
-    if let Some(path) = &args.rate_card {
-        state.rate_card = std::sync::Arc::new(RateCard::load(path)?);
-    }
+    state.rate_card = std::sync::Arc::new(rate_card_from(args.rate_card.as_deref())?);
     if let Some(path) = &args.config {
         state.config = std::sync::Arc::new(gpuledger_server::config::Config::load(path)?);
     }
@@ -358,10 +364,7 @@ async fn main() -> anyhow::Result<()> {
             let store = store::connect(&cli.database_url)
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
-            let card = match &rate_card {
-                Some(path) => RateCard::load(path)?,
-                None => RateCard::default_card(),
-            };
+            let card = rate_card_from(rate_card.as_deref())?;
             if let (Some(from), Some(to)) = (from, to) {
                 let ms = |d: chrono::NaiveDate| {
                     d.and_time(chrono::NaiveTime::MIN)
@@ -463,10 +466,7 @@ async fn main() -> anyhow::Result<()> {
                 .await?
                 .map(|t| t.id)
                 .context("the demo token was not stored")?;
-            let card = match &args.rate_card {
-                Some(path) => RateCard::load(path)?,
-                None => RateCard::default_card(),
-            };
+            let card = rate_card_from(args.rate_card.as_deref())?;
             eprintln!("demo: simulating last month and this one (takes a few seconds)...");
             let batches = demo::seed(store.as_ref(), &card, token_id, now_ms()).await?;
             let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();

@@ -10,8 +10,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rust_decimal::Decimal;
-
 use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_MS};
 use crate::billing::ratecard::RateCard;
 use crate::money::{from_nano_atto, to_nano_atto};
@@ -85,33 +83,10 @@ async fn attribute_hours(
     from: i64,
     to: i64,
 ) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>), StoreError> {
-    let hosts = store.hosts().await?;
-    let windows = store.attribution_windows(from, to).await?;
-    let processes = store.process_windows(from, to).await?;
-    let lines = store.cost_lines(from, to).await?;
-    let known: std::collections::HashSet<&str> = hosts
-        .iter()
-        .filter_map(|h| h.instance_key.as_deref())
-        .collect();
-    // Bill lines for no known host, per hour: in totals, not attributed.
-    let mut unattributed: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
-    for line in &lines {
-        if line
-            .resource_key
-            .as_deref()
-            .is_some_and(|k| known.contains(k))
-        {
-            continue;
-        }
-        for (hour, amount) in attribution::line_hours(line, from, to) {
-            *unattributed
-                .entry((hour, line.currency.clone()))
-                .or_default() += amount;
-        }
-    }
-    let a = attribution::attribute(hosts, &windows, &processes, &lines, card, from, to);
+    let a = attribution::compute(store, card, from, to).await?;
     let rows = a.parts.iter().map(row_of).collect();
-    let unattributed = unattributed
+    let unattributed = a
+        .unattributed_hours
         .into_iter()
         .map(|((hour_ms, currency), amount)| {
             let (cost_nano, cost_atto) = to_nano_atto(amount);
@@ -209,10 +184,14 @@ pub async fn load(
                 .rollup_rows(RollupGrain::Hour, last_whole_day, to)
                 .await?,
         );
-    } else if grain == RollupGrain::ExperimentHour {
-        rows = store.rollup_rows(grain, from, to).await?;
     } else {
-        rows = store.rollup_rows(RollupGrain::Hour, from, to).await?;
+        // No whole day in range: hours (experiment hours stay experiment hours).
+        let hourly = if grain == RollupGrain::Day {
+            RollupGrain::Hour
+        } else {
+            grain
+        };
+        rows = store.rollup_rows(hourly, from, to).await?;
     }
     let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
     // A stable order, whatever the database returns: by time, host, GPU.
@@ -235,6 +214,8 @@ pub async fn load(
     Ok(Attribution {
         parts,
         unattributed,
+        // Readers want the range's total; the per-hour split is only written, never read back.
+        unattributed_hours: BTreeMap::new(),
         hosts,
     })
 }

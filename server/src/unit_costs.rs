@@ -267,6 +267,7 @@ mod tests {
         Attribution {
             parts,
             unattributed: BTreeMap::new(),
+            unattributed_hours: BTreeMap::new(),
             hosts: HashMap::new(),
         }
     }
