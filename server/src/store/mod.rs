@@ -6,6 +6,7 @@
 //! both backends so they cannot drift apart.
 
 mod postgres;
+mod report_rows;
 mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -664,7 +665,6 @@ macro_rules! shared_sql_impl {
             agent: $crate::store::AgentStatus,
             now_ms: i64,
         ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
-            use $crate::store::to_i64;
             let h = &report.host;
             let (host_id,): (i64,) = sqlx::query_as(
                 "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
@@ -715,91 +715,10 @@ macro_rules! shared_sql_impl {
                 return Ok($crate::store::IngestOutcome::Duplicate);
             }
 
-            for w in &report.windows {
-                for g in &w.gpus {
-                    sqlx::query(
-                        "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
-                            memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                            power_avg_watts, temperature_max_c, energy_mj)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                         ON CONFLICT DO NOTHING",
-                    )
-                    .bind(&g.uuid)
-                    .bind(w.start_ms)
-                    .bind(w.end_ms)
-                    .bind(host_id)
-                    .bind(&report.batch_id)
-                    .bind(i64::from(w.samples))
-                    .bind(to_i64(g.memory_total_bytes))
-                    .bind(to_i64(g.memory_used_max_bytes))
-                    .bind(g.util_avg)
-                    .bind(g.util_max)
-                    .bind(g.mem_util_avg)
-                    .bind(g.power_avg_watts)
-                    .bind(g.temperature_max_c)
-                    .bind(to_i64(g.energy_mj))
-                    .execute(&mut **tx)
-                    .await?;
-
-                    sqlx::query(
-                        "INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
-                            last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                         ON CONFLICT (uuid) DO UPDATE SET
-                            host_id = excluded.host_id,
-                            gpu_index = excluded.gpu_index,
-                            name = excluded.name,
-                            parent_uuid = excluded.parent_uuid,
-                            memory_total_bytes = excluded.memory_total_bytes,
-                            last_window_start_ms = excluded.last_window_start_ms,
-                            last_window_end_ms = excluded.last_window_end_ms,
-                            last_util_avg = excluded.last_util_avg,
-                            last_memory_used_bytes = excluded.last_memory_used_bytes
-                         WHERE excluded.last_window_start_ms > gpus.last_window_start_ms",
-                    )
-                    .bind(&g.uuid)
-                    .bind(host_id)
-                    .bind(i64::from(g.index))
-                    .bind(&g.name)
-                    .bind(&g.parent_uuid)
-                    .bind(to_i64(g.memory_total_bytes))
-                    .bind(w.start_ms)
-                    .bind(w.end_ms)
-                    .bind(g.util_avg)
-                    .bind(to_i64(g.memory_used_max_bytes))
-                    .execute(&mut **tx)
-                    .await?;
-
-                    for p in &g.processes {
-                        let label = |k: &str| p.labels.get(k).cloned();
-                        let labels_json = serde_json::to_string(&p.labels)
-                            .map_err(|e| $crate::store::StoreError::Invalid(e.to_string()))?;
-                        sqlx::query(
-                            "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-                                memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
-                                labels_json, container_id, pod_uid)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                             ON CONFLICT DO NOTHING",
-                        )
-                        .bind(&g.uuid)
-                        .bind(w.start_ms)
-                        .bind(i64::from(p.pid))
-                        .bind(w.end_ms)
-                        .bind(&p.name)
-                        .bind(to_i64(p.memory_used_max_bytes))
-                        .bind(p.sm_util_avg)
-                        .bind(label("model"))
-                        .bind(label("experiment"))
-                        .bind(label("endpoint"))
-                        .bind(label("team"))
-                        .bind(labels_json)
-                        .bind(&p.container_id)
-                        .bind(&p.pod_uid)
-                        .execute(&mut **tx)
-                        .await?;
-                    }
-                }
-            }
+            // Bulk: a statement per table, not one per row (each backend binds its own way).
+            let rows = $crate::store::report_rows::ReportRows::of(report)?;
+            insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
+            upsert_gpus_sql(tx, host_id, &rows.latest).await?;
             // A window belongs to the hour it starts in (as attribution counts it).
             let hours: std::collections::BTreeSet<i64> = report
                 .windows
@@ -808,6 +727,46 @@ macro_rules! shared_sql_impl {
                 .collect();
             mark_dirty_sql(tx, &hours.into_iter().collect::<Vec<_>>(), host_id).await?;
             Ok($crate::store::IngestOutcome::Stored)
+        }
+
+        async fn upsert_gpus_sql(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            host_id: i64,
+            latest: &[$crate::store::report_rows::GpuLatest],
+        ) -> Result<(), $crate::store::StoreError> {
+            for chunk in latest.chunks(500) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
+                        last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes) ",
+                );
+                q.push_values(chunk, |mut b, g| {
+                    b.push_bind(&g.uuid)
+                        .push_bind(host_id)
+                        .push_bind(g.gpu_index)
+                        .push_bind(&g.name)
+                        .push_bind(&g.parent_uuid)
+                        .push_bind(g.memory_total_bytes)
+                        .push_bind(g.start_ms)
+                        .push_bind(g.end_ms)
+                        .push_bind(g.util_avg)
+                        .push_bind(g.memory_used_bytes);
+                });
+                q.push(
+                    " ON CONFLICT (uuid) DO UPDATE SET
+                        host_id = excluded.host_id,
+                        gpu_index = excluded.gpu_index,
+                        name = excluded.name,
+                        parent_uuid = excluded.parent_uuid,
+                        memory_total_bytes = excluded.memory_total_bytes,
+                        last_window_start_ms = excluded.last_window_start_ms,
+                        last_window_end_ms = excluded.last_window_end_ms,
+                        last_util_avg = excluded.last_util_avg,
+                        last_memory_used_bytes = excluded.last_memory_used_bytes
+                     WHERE excluded.last_window_start_ms > gpus.last_window_start_ms",
+                );
+                q.build().execute(&mut **tx).await?;
+            }
+            Ok(())
         }
 
         async fn mark_dirty_sql(

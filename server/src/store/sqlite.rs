@@ -47,3 +47,72 @@ impl SqliteStore {
         self.writer.lock().await
     }
 }
+
+/// Rows per multi-row `VALUES` statement: 14 columns each stays far below SQLite's limit of
+/// 32,766 bound values.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// A report's windows as multi-row inserts. SQLite runs in-process, so round trips cost little;
+/// what counts is one transaction per report (the caller's) and few statements.
+async fn insert_report_rows(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    host_id: i64,
+    batch_id: &str,
+    rows: &super::report_rows::ReportRows,
+) -> Result<(), StoreError> {
+    let g = &rows.gpus;
+    let indexes: Vec<usize> = (0..g.uuid.len()).collect();
+    for chunk in indexes.chunks(ROWS_PER_STATEMENT) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
+                memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
+                power_avg_watts, temperature_max_c, energy_mj) ",
+        );
+        q.push_values(chunk, |mut b, &i| {
+            b.push_bind(&g.uuid[i])
+                .push_bind(g.start_ms[i])
+                .push_bind(g.end_ms[i])
+                .push_bind(host_id)
+                .push_bind(batch_id)
+                .push_bind(g.samples[i])
+                .push_bind(g.memory_total_bytes[i])
+                .push_bind(g.memory_used_max_bytes[i])
+                .push_bind(g.util_avg[i])
+                .push_bind(g.util_max[i])
+                .push_bind(g.mem_util_avg[i])
+                .push_bind(g.power_avg_watts[i])
+                .push_bind(g.temperature_max_c[i])
+                .push_bind(g.energy_mj[i]);
+        });
+        q.push(" ON CONFLICT DO NOTHING");
+        q.build().execute(&mut **tx).await?;
+    }
+    let p = &rows.processes;
+    let indexes: Vec<usize> = (0..p.gpu_uuid.len()).collect();
+    for chunk in indexes.chunks(ROWS_PER_STATEMENT) {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
+                memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
+                labels_json, container_id, pod_uid) ",
+        );
+        q.push_values(chunk, |mut b, &i| {
+            b.push_bind(&p.gpu_uuid[i])
+                .push_bind(p.start_ms[i])
+                .push_bind(p.pid[i])
+                .push_bind(p.end_ms[i])
+                .push_bind(&p.process_name[i])
+                .push_bind(p.memory_used_max_bytes[i])
+                .push_bind(p.sm_util_avg[i])
+                .push_bind(&p.model[i])
+                .push_bind(&p.experiment[i])
+                .push_bind(&p.endpoint[i])
+                .push_bind(&p.team[i])
+                .push_bind(&p.labels_json[i])
+                .push_bind(&p.container_id[i])
+                .push_bind(&p.pod_uid[i]);
+        });
+        q.push(" ON CONFLICT DO NOTHING");
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(())
+}

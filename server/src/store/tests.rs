@@ -174,6 +174,59 @@ async fn a_report_is_stored_once_and_reads_back_exactly() {
     }
 }
 
+/// A big batch (an agent back after an outage): more rows than one bulk statement takes, several
+/// windows per GPU. Every row lands, and each GPU's row shows its newest window.
+#[tokio::test]
+async fn a_large_report_is_stored_whole_in_bulk_statements() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("big", T0, 10.0);
+        let template = r.windows[0].clone();
+        r.windows = (0..80)
+            .map(|i| {
+                let mut w = template.clone();
+                w.start_ms = T0 + i * 15_000;
+                w.end_ms = w.start_ms + 15_000;
+                w.gpus = (0..8u32)
+                    .map(|g| {
+                        let mut gpu = template.gpus[0].clone();
+                        gpu.uuid = format!("GPU-{g}");
+                        gpu.index = g;
+                        gpu.util_avg = Some(i as f64);
+                        gpu
+                    })
+                    .collect();
+                w
+            })
+            .collect();
+        // Out of order, as a spool replay may send them: the newest is not last.
+        r.windows.swap(79, 3);
+        assert_eq!(
+            store
+                .ingest(&r, token, AgentStatus::default(), T0)
+                .await
+                .unwrap(),
+            IngestOutcome::Stored,
+            "{b}"
+        );
+        let end = T0 + 80 * 15_000;
+        assert_eq!(store.gpu_windows(T0, end).await.unwrap().len(), 640, "{b}");
+        assert_eq!(
+            store.process_windows(T0, end).await.unwrap().len(),
+            640,
+            "{b}"
+        );
+        let fleet = store.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 8, "{b}");
+        assert!(
+            fleet.iter().all(|g| g.last_util_avg == Some(79.0)),
+            "{b}: every GPU shows its newest window"
+        );
+    }
+}
+
 #[tokio::test]
 async fn late_windows_do_not_replace_the_latest_state() {
     for db in test_support::both().await {

@@ -1,0 +1,136 @@
+//! A report flattened into columns, the shape bulk inserts bind: PostgreSQL passes each column
+//! as one array to `UNNEST`, SQLite writes multi-row `VALUES`. Built once per report, outside
+//! any transaction.
+
+use std::collections::HashMap;
+
+use gpuledger_proto::Report;
+
+use super::{to_i64, StoreError};
+
+/// `gpu_windows` rows, column by column.
+#[derive(Debug, Default)]
+pub(crate) struct GpuWindowColumns {
+    pub uuid: Vec<String>,
+    pub start_ms: Vec<i64>,
+    pub end_ms: Vec<i64>,
+    pub samples: Vec<i64>,
+    pub memory_total_bytes: Vec<Option<i64>>,
+    pub memory_used_max_bytes: Vec<Option<i64>>,
+    pub util_avg: Vec<Option<f64>>,
+    pub util_max: Vec<Option<f64>>,
+    pub mem_util_avg: Vec<Option<f64>>,
+    pub power_avg_watts: Vec<Option<f64>>,
+    pub temperature_max_c: Vec<Option<f64>>,
+    pub energy_mj: Vec<Option<i64>>,
+}
+
+/// `process_windows` rows, column by column.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessColumns {
+    pub gpu_uuid: Vec<String>,
+    pub start_ms: Vec<i64>,
+    pub pid: Vec<i64>,
+    pub end_ms: Vec<i64>,
+    pub process_name: Vec<Option<String>>,
+    pub memory_used_max_bytes: Vec<Option<i64>>,
+    pub sm_util_avg: Vec<Option<f64>>,
+    pub model: Vec<Option<String>>,
+    pub experiment: Vec<Option<String>>,
+    pub endpoint: Vec<Option<String>>,
+    pub team: Vec<Option<String>>,
+    pub labels_json: Vec<String>,
+    pub container_id: Vec<Option<String>>,
+    pub pod_uid: Vec<Option<String>>,
+}
+
+/// The newest window of one GPU in the report: what the `gpus` row (the fleet page) shows.
+#[derive(Debug)]
+pub(crate) struct GpuLatest {
+    pub uuid: String,
+    pub gpu_index: i64,
+    pub name: String,
+    pub parent_uuid: Option<String>,
+    pub memory_total_bytes: Option<i64>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub util_avg: Option<f64>,
+    pub memory_used_bytes: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ReportRows {
+    pub gpus: GpuWindowColumns,
+    pub processes: ProcessColumns,
+    /// One per GPU (an upsert may touch a row once per statement), in report order.
+    pub latest: Vec<GpuLatest>,
+}
+
+impl ReportRows {
+    pub fn of(report: &Report) -> Result<Self, StoreError> {
+        let mut rows = ReportRows::default();
+        let mut latest_at: HashMap<&str, usize> = HashMap::new();
+        for w in &report.windows {
+            for g in &w.gpus {
+                let c = &mut rows.gpus;
+                c.uuid.push(g.uuid.clone());
+                c.start_ms.push(w.start_ms);
+                c.end_ms.push(w.end_ms);
+                c.samples.push(i64::from(w.samples));
+                c.memory_total_bytes.push(to_i64(g.memory_total_bytes));
+                c.memory_used_max_bytes
+                    .push(to_i64(g.memory_used_max_bytes));
+                c.util_avg.push(g.util_avg);
+                c.util_max.push(g.util_max);
+                c.mem_util_avg.push(g.mem_util_avg);
+                c.power_avg_watts.push(g.power_avg_watts);
+                c.temperature_max_c.push(g.temperature_max_c);
+                c.energy_mj.push(to_i64(g.energy_mj));
+
+                let latest = GpuLatest {
+                    uuid: g.uuid.clone(),
+                    gpu_index: i64::from(g.index),
+                    name: g.name.clone(),
+                    parent_uuid: g.parent_uuid.clone(),
+                    memory_total_bytes: to_i64(g.memory_total_bytes),
+                    start_ms: w.start_ms,
+                    end_ms: w.end_ms,
+                    util_avg: g.util_avg,
+                    memory_used_bytes: to_i64(g.memory_used_max_bytes),
+                };
+                match latest_at.get(g.uuid.as_str()) {
+                    Some(&i) if rows.latest[i].start_ms >= w.start_ms => {}
+                    Some(&i) => rows.latest[i] = latest,
+                    None => {
+                        latest_at.insert(&g.uuid, rows.latest.len());
+                        rows.latest.push(latest);
+                    }
+                }
+
+                for p in &g.processes {
+                    let label = |k: &str| p.labels.get(k).cloned();
+                    let c = &mut rows.processes;
+                    c.gpu_uuid.push(g.uuid.clone());
+                    c.start_ms.push(w.start_ms);
+                    c.pid.push(i64::from(p.pid));
+                    c.end_ms.push(w.end_ms);
+                    c.process_name.push(p.name.clone());
+                    c.memory_used_max_bytes
+                        .push(to_i64(p.memory_used_max_bytes));
+                    c.sm_util_avg.push(p.sm_util_avg);
+                    c.model.push(label("model"));
+                    c.experiment.push(label("experiment"));
+                    c.endpoint.push(label("endpoint"));
+                    c.team.push(label("team"));
+                    c.labels_json.push(
+                        serde_json::to_string(&p.labels)
+                            .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                    );
+                    c.container_id.push(p.container_id.clone());
+                    c.pod_uid.push(p.pod_uid.clone());
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
