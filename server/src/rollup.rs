@@ -160,15 +160,10 @@ pub async fn load(
     grain: RollupGrain,
 ) -> Result<Attribution, StoreError> {
     let (from, to) = (hour_floor(from_ms), to_ms);
-    let first_day = from.div_euclid(DAY_MS) * DAY_MS;
-    let first_whole_day = if first_day == from {
-        from
-    } else {
-        first_day + DAY_MS
-    };
-    let last_whole_day = to.div_euclid(DAY_MS) * DAY_MS;
     let mut rows = Vec::new();
-    if grain == RollupGrain::Day && first_whole_day < last_whole_day {
+    if let (RollupGrain::Day, Some((first_whole_day, last_whole_day))) =
+        (grain, day_split(from, to))
+    {
         rows.extend(
             store
                 .rollup_rows(RollupGrain::Hour, from, first_whole_day)
@@ -218,6 +213,66 @@ pub async fn load(
         unattributed_hours: BTreeMap::new(),
         hosts,
     })
+}
+
+/// Splits `[from, to)` (`from` on an hour) into the hours before its first whole day, its whole
+/// days, and the hours after them; `None` for the days when there is no whole day.
+fn day_split(from: i64, to: i64) -> Option<(i64, i64)> {
+    let first_day = from.div_euclid(DAY_MS) * DAY_MS;
+    let first_whole_day = if first_day == from {
+        from
+    } else {
+        first_day + DAY_MS
+    };
+    let last_whole_day = to.div_euclid(DAY_MS) * DAY_MS;
+    (first_whole_day < last_whole_day).then_some((first_whole_day, last_whole_day))
+}
+
+/// Attributed cost per currency in `[from_ms, to_ms)`, summed by the database (what a page that
+/// shows only a total needs, without loading rows).
+pub async fn attributed_costs(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<BTreeMap<String, rust_decimal::Decimal>, StoreError> {
+    let (from, to) = (hour_floor(from_ms), to_ms);
+    let mut sums = Vec::new();
+    match day_split(from, to) {
+        Some((first, last)) => {
+            sums.extend(store.rollup_costs(RollupGrain::Hour, from, first).await?);
+            sums.extend(store.rollup_costs(RollupGrain::Day, first, last).await?);
+            sums.extend(store.rollup_costs(RollupGrain::Hour, last, to).await?);
+        }
+        None => sums.extend(store.rollup_costs(RollupGrain::Hour, from, to).await?),
+    }
+    let mut costs: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
+    for s in sums {
+        *costs.entry(s.currency).or_default() += from_nano_atto(s.cost_nano, s.cost_atto);
+    }
+    Ok(costs)
+}
+
+/// When each experiment label had GPU work in the whole days of `[from_ms, to_ms)`: first and
+/// last active hour and the number of active hours (summed over days, which never share an hour).
+pub async fn experiment_hours(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<HashMap<String, crate::unit_costs::RunHours>, StoreError> {
+    let mut runs: HashMap<String, crate::unit_costs::RunHours> = HashMap::new();
+    for d in store.rollup_experiment_days(from_ms, to_ms).await? {
+        let r = runs
+            .entry(d.experiment)
+            .or_insert(crate::unit_costs::RunHours {
+                first_hour_ms: d.first_hour_ms,
+                last_hour_ms: d.last_hour_ms,
+                hours: 0,
+            });
+        r.first_hour_ms = r.first_hour_ms.min(d.first_hour_ms);
+        r.last_hour_ms = r.last_hour_ms.max(d.last_hour_ms);
+        r.hours += d.hours;
+    }
+    Ok(runs)
 }
 
 /// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none from an

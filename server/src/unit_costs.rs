@@ -97,8 +97,33 @@ pub struct TrainingRun {
     pub estimated: bool,
 }
 
+/// When a run had GPU work, for runs read from daily rows (see [`training_runs_by_day`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunHours {
+    pub first_hour_ms: i64,
+    pub last_hour_ms: i64,
+    pub hours: i64,
+}
+
 /// One row per experiment label in the range (its GPU work, busy or held idle), costliest first.
+/// `a` holds hourly parts.
 pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
+    runs_of(a, None)
+}
+
+/// [`training_runs`] from daily parts: a day part cannot say in which hours the run was active,
+/// so that comes from `hours` (the daily rollup's experiment hours).
+pub fn training_runs_by_day(
+    a: &Attribution,
+    hours: &std::collections::HashMap<String, RunHours>,
+) -> Vec<TrainingRun> {
+    runs_of(a, Some(hours))
+}
+
+fn runs_of(
+    a: &Attribution,
+    run_hours: Option<&std::collections::HashMap<String, RunHours>>,
+) -> Vec<TrainingRun> {
     let currency = main_currency(a);
     struct Acc {
         first: i64,
@@ -150,13 +175,20 @@ pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
     };
     let mut rows: Vec<TrainingRun> = runs
         .into_iter()
-        .map(|(experiment, r)| TrainingRun {
+        .map(|(experiment, r)| {
+            let (first, last, hours) = match run_hours.and_then(|h| h.get(&experiment)) {
+                Some(h) => (h.first_hour_ms, h.last_hour_ms, h.hours),
+                None => (r.first, r.last, r.hours.len() as i64),
+            };
+            (experiment, r, first, last, hours)
+        })
+        .map(|(experiment, r, first, last, hours)| TrainingRun {
             model: top(&r.models),
             team: top(&r.teams),
             currency: currency.clone(),
-            started: rfc3339(r.first),
-            last_seen: rfc3339(r.last + HOUR_MS),
-            hours_active: r.hours.len() as i64,
+            started: rfc3339(first),
+            last_seen: rfc3339(last + HOUR_MS),
+            hours_active: hours,
             gpu_hours: r.gpu_seconds / 3600.0,
             cost: r.cost,
             held_idle_cost: r.held,

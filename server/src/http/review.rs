@@ -251,7 +251,7 @@ async fn review(
     let loaded = async {
         let store = state.store.as_ref();
         let a = rollup::load(store, from, to, RollupGrain::Day).await?;
-        let run_parts = rollup::load(store, from, to, RollupGrain::ExperimentHour).await?;
+        let run_hours = rollup::experiment_hours(store, from, to).await?;
         let recs = if rec_from < rec_to {
             super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
                 .await?
@@ -259,13 +259,14 @@ async fn review(
         } else {
             Recommendations::default()
         };
-        let prev = rollup::load(store, prev_from, from, RollupGrain::Day).await?;
+        // Only its total is shown: summed by the database.
+        let prev = rollup::attributed_costs(store, prev_from, from).await?;
         let incidents = store.incidents(from, to).await?;
         let requests = store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, run_parts, recs, prev, incidents, requests))
+        Ok::<_, crate::store::StoreError>((a, run_hours, recs, prev, incidents, requests))
     }
     .await;
-    let (a, run_parts, recs, prev, incidents, requests) = match loaded {
+    let (a, run_hours, recs, prev, incidents, requests) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -273,10 +274,7 @@ async fn review(
     let t = totals(&a);
     let usd = t.iter().find(|t| t.currency == "USD").or(t.first());
     let total = usd.map_or(Decimal::ZERO, |t| t.cost);
-    let previous_total = totals(&prev)
-        .iter()
-        .find(|t| t.currency == "USD")
-        .map_or(Decimal::ZERO, |t| t.cost);
+    let previous_total = prev.get("USD").copied().unwrap_or(Decimal::ZERO);
     let change = if previous_total.is_zero() {
         "no spend the month before".to_owned()
     } else {
@@ -349,7 +347,7 @@ async fn review(
     incidents.sort_by_key(|i| std::cmp::Reverse(i.wasted));
     incidents.truncate(TOP_ROWS);
     let endpoints = unit_costs::endpoint_costs(&a, &requests);
-    let runs = unit_costs::training_runs(&run_parts);
+    let runs = unit_costs::training_runs_by_day(&a, &run_hours);
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
     let run_average = if runs.is_empty() {
         "—".to_owned()
@@ -448,12 +446,12 @@ async fn drill_down(
     let loaded = async {
         let store = state.store.as_ref();
         let a = rollup::load(store, from, to, RollupGrain::Day).await?;
-        let runs = rollup::load(store, from, to, RollupGrain::ExperimentHour).await?;
+        let run_hours = rollup::experiment_hours(store, from, to).await?;
         let requests = store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, runs, requests))
+        Ok::<_, crate::store::StoreError>((a, run_hours, requests))
     }
     .await;
-    let (all, all_runs, requests): (Attribution, Attribution, _) = match loaded {
+    let (all, run_hours, requests): (Attribution, _, _) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -520,7 +518,7 @@ async fn drill_down(
         .map(|e| endpoint_view(&e, &month));
     let runs = match by {
         GroupBy::Model | GroupBy::Team | GroupBy::Experiment | GroupBy::Cluster => runs_view(
-            &unit_costs::training_runs(&allocation::filtered(&all_runs, &filters)),
+            &unit_costs::training_runs_by_day(&allocation::filtered(&all, &filters), &run_hours),
             &month,
         ),
         _ => Vec::new(),

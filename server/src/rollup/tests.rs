@@ -51,6 +51,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
                                 labels: BTreeMap::from([
                                     ("model".into(), model.into()),
                                     ("team".into(), format!("team-{g}")),
+                                    ("experiment".into(), format!("{model}-run-{g}")),
                                 ]),
                                 container_id: None,
                                 pod_uid: None,
@@ -179,6 +180,30 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
     assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
     assert!(total(&raw) > Decimal::ZERO);
+    let summed_by_db = attributed_costs(store, from, to).await.unwrap();
+    assert_eq!(
+        summed_by_db.values().copied().sum::<Decimal>(),
+        total(&raw),
+        "{what}: the database's sum of a partial-day range"
+    );
+
+    // Training runs from days (and the per-day experiment hours) equal runs from hours.
+    let (from, to) = (DAY0 - DAY_MS, DAY0 + 2 * DAY_MS);
+    let hourly = load(store, from, to, RollupGrain::ExperimentHour).await.unwrap();
+    let daily = load(store, from, to, RollupGrain::Day).await.unwrap();
+    let hours = experiment_hours(store, from, to).await.unwrap();
+    let by_hour = crate::unit_costs::training_runs(&hourly);
+    assert!(by_hour.len() >= 2, "{what}: runs in the fixture");
+    assert_eq!(
+        crate::unit_costs::training_runs_by_day(&daily, &hours),
+        by_hour,
+        "{what}: training runs from daily rollups"
+    );
+    assert_eq!(
+        attributed_costs(store, from, to).await.unwrap().values().copied().sum::<Decimal>(),
+        total(&daily),
+        "{what}: the database's sum of whole days"
+    );
 }
 
 #[tokio::test]

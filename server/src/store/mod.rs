@@ -133,6 +133,24 @@ pub struct UnattributedRow {
     pub cost_atto: i64,
 }
 
+/// The hours in one day in which an experiment label had GPU work (busy or held idle).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ExperimentDayRow {
+    pub day_ms: i64,
+    pub experiment: String,
+    pub first_hour_ms: i64,
+    pub last_hour_ms: i64,
+    pub hours: i64,
+}
+
+/// Attributed cost in a currency over a range, summed in SQL.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CurrencyCostRow {
+    pub currency: String,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+}
+
 /// An hour to roll up again, with the generation of each mark read.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DirtyMark {
@@ -488,6 +506,19 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<UnattributedRow>, StoreError>;
+    /// Per experiment label, its active hours in the days that start in `[from_ms, to_ms)`.
+    async fn rollup_experiment_days(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<ExperimentDayRow>, StoreError>;
+    /// Attributed cost per currency of the rows of `grain` (hour or day) in `[from_ms, to_ms)`.
+    async fn rollup_costs(
+        &self,
+        grain: RollupGrain,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<CurrencyCostRow>, StoreError>;
     /// Deletes at most `limit` raw GPU windows, process windows and batch ids older than
     /// `before_ms`; returns how many rows went. Called in a loop so no transaction is long.
     async fn delete_raw_before(&self, before_ms: i64, limit: i64) -> Result<u64, StoreError>;
@@ -906,6 +937,23 @@ macro_rules! shared_sql_impl {
                 .bind(day + DAY_MS)
                 .execute(&mut *tx)
                 .await?;
+                sqlx::query("DELETE FROM rollup_experiment_days WHERE day_ms = $1")
+                    .bind(day)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
+                        last_hour_ms, hours)
+                     SELECT $1, experiment, MIN(hour_ms), MAX(hour_ms), COUNT(DISTINCT hour_ms)
+                     FROM rollup_hours
+                     WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''
+                       AND kind IN ('used', 'held_idle')
+                     GROUP BY experiment",
+                )
+                .bind(day)
+                .bind(day + DAY_MS)
+                .execute(&mut *tx)
+                .await?;
             }
             for m in marks {
                 sqlx::query(
@@ -947,6 +995,49 @@ macro_rules! shared_sql_impl {
                         team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
                         gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
                      FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2"
+                }
+            };
+            Ok(sqlx::query_as(sql)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(pool)
+                .await?)
+        }
+
+        async fn rollup_experiment_days_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::ExperimentDayRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT day_ms, experiment, first_hour_ms, last_hour_ms, hours
+                 FROM rollup_experiment_days WHERE day_ms >= $1 AND day_ms < $2",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn rollup_costs_sql(
+            pool: &sqlx::Pool<$db>,
+            grain: $crate::store::RollupGrain,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::CurrencyCostRow>, $crate::store::StoreError> {
+            // Sums stay exact: atto parts carry over into nano parts in integer math.
+            let sql = match grain {
+                $crate::store::RollupGrain::Day => {
+                    "SELECT currency,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
+                     FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2 GROUP BY currency"
+                }
+                _ => {
+                    "SELECT currency,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
+                     FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2 GROUP BY currency"
                 }
             };
             Ok(sqlx::query_as(sql)
@@ -2060,6 +2151,21 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
                 rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn rollup_experiment_days(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::ExperimentDayRow>, $crate::store::StoreError> {
+                rollup_experiment_days_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn rollup_costs(
+                &self,
+                grain: $crate::store::RollupGrain,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::CurrencyCostRow>, $crate::store::StoreError> {
+                rollup_costs_sql(&self.pool, grain, from_ms, to_ms).await
             }
             async fn delete_raw_before(
                 &self,

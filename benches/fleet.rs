@@ -1,0 +1,750 @@
+//! The fleet benchmark: prints the figures `docs/benchmarks.md` quotes, on SQLite and PostgreSQL.
+//!
+//! - ingest end to end (HTTP reports to the real server → committed rows), beside the same rows
+//!   inserted straight into the same database in the same run, and their ratio;
+//! - monthly review page and allocation API latency (p50, p95) for a month of 1,000 and of
+//!   10,000 GPUs (rollups seeded in the database, as the roll-up job leaves them);
+//! - attribution of a month of 1,000 GPUs from raw windows (`gpuledger-server rollup`), its
+//!   time and peak RSS;
+//! - the agent's CPU time and RSS sampling 8 GPUs at 1 s against the fake NVML.
+//!
+//! Run it with `scripts/bench` (builds release binaries, starts a throwaway PostgreSQL). Options
+//! after `--`: `--quick` (small sizes, a smoke run), `--only ingest,review,attribution,agent`,
+//! `--backends sqlite,postgres`, `--agent-seconds N`, `--attribution-window-secs N`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+use sqlx::Connection;
+use support::{artifact, create_token, free_port, server_run, signed_in, start_server};
+
+const GIB: u64 = 1 << 30;
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// The month the latency and attribution figures read: October 2026 (31 days).
+const MONTH_START_MS: i64 = 1_790_812_800_000;
+const MONTH: &str = "2026-10";
+const MONTH_HOURS: i64 = 31 * 24;
+
+struct Options {
+    quick: bool,
+    only: Vec<String>,
+    backends: Vec<String>,
+    agent_seconds: u64,
+    attribution_window_secs: i64,
+}
+
+impl Options {
+    fn parse() -> Result<Self> {
+        let mut o = Options {
+            quick: false,
+            only: vec![],
+            backends: vec!["sqlite".into(), "postgres".into()],
+            agent_seconds: 120,
+            attribution_window_secs: 300,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
+            match a.as_str() {
+                "--bench" => {} // cargo bench passes it
+                "--quick" => o.quick = true,
+                "--only" => o.only = value("--only")?.split(',').map(str::to_owned).collect(),
+                "--backends" => {
+                    o.backends = value("--backends")?
+                        .split(',')
+                        .map(str::to_owned)
+                        .collect()
+                }
+                "--agent-seconds" => o.agent_seconds = value("--agent-seconds")?.parse()?,
+                "--attribution-window-secs" => {
+                    o.attribution_window_secs = value("--attribution-window-secs")?.parse()?
+                }
+                other => bail!("unknown argument {other}"),
+            }
+        }
+        if o.quick {
+            o.agent_seconds = o.agent_seconds.min(20);
+        }
+        Ok(o)
+    }
+
+    fn wants(&self, part: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == part)
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let o = Options::parse()?;
+    println!("gpuledger fleet benchmark{}", if o.quick { " (quick)" } else { "" });
+    println!(
+        "machine: {} cores, {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model()
+    );
+    for backend in &o.backends {
+        if backend == "postgres" && std::env::var("GPULEDGER_TEST_PG_URL").is_err() {
+            bail!("postgres needs GPULEDGER_TEST_PG_URL: run scripts/bench, which starts one");
+        }
+        println!("\n== {backend} ==");
+        if o.wants("ingest") {
+            ingest(backend, &o).await?;
+        }
+        if o.wants("review") {
+            for gpus in if o.quick { [100, 1_000] } else { [1_000, 10_000] } {
+                review_latency(backend, gpus, &o).await?;
+            }
+        }
+        if o.wants("attribution") {
+            attribution(backend, &o).await?;
+        }
+    }
+    if o.wants("agent") {
+        println!("\n== agent ==");
+        agent(&o).await?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Databases and processes
+
+struct Db {
+    url: String,
+    backend: String,
+    // Keeps the SQLite file's directory alive.
+    _test: support::TestDb,
+}
+
+async fn fresh_db(backend: &str) -> Result<Db> {
+    let test = match backend {
+        "sqlite" => support::test_support::sqlite(),
+        "postgres" => support::test_support::postgres().await,
+        other => bail!("unknown backend {other}"),
+    };
+    // Any command migrates the database.
+    server_run(&test.url, &["token", "list"]);
+    Ok(Db {
+        url: test.url.clone(),
+        backend: backend.to_owned(),
+        _test: test,
+    })
+}
+
+/// Runs SQL on the database (seeding), one statement at a time.
+async fn execute(db: &Db, sql: &str, binds: &[i64]) -> Result<()> {
+    macro_rules! run {
+        ($conn:expr) => {{
+            let mut q = sqlx::query(sql);
+            for b in binds {
+                q = q.bind(*b);
+            }
+            q.execute(&mut $conn).await?;
+        }};
+    }
+    if db.backend == "postgres" {
+        let mut conn = sqlx::PgConnection::connect(&db.url).await?;
+        run!(conn);
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&db.url).await?;
+        run!(conn);
+    }
+    Ok(())
+}
+
+/// Peak resident set of a running process (the kernel's high-water mark), in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    proc_status_kib(pid, "VmHWM:") as f64 / 1024.0
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// What a finished child used, from `wait4`: CPU seconds (user + system) and peak RSS.
+struct Usage {
+    success: bool,
+    cpu_s: f64,
+    max_rss_mib: f64,
+}
+
+async fn wait_usage(child: std::process::Child) -> Result<Usage> {
+    let pid = child.id() as libc::pid_t;
+    tokio::task::spawn_blocking(move || {
+        let _keep = child; // std's Child neither waits nor kills on drop
+        let mut status = 0;
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r != pid {
+            bail!("wait4 failed: {}", std::io::Error::last_os_error());
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Ok(Usage {
+            success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            cpu_s: secs(ru.ru_utime) + secs(ru.ru_stime),
+            max_rss_mib: ru.ru_maxrss as f64 / 1024.0,
+        })
+    })
+    .await?
+}
+
+fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted_ms.len() as f64).ceil() as usize;
+    sorted_ms[rank.clamp(1, sorted_ms.len()) - 1]
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ingest: HTTP reports → committed rows, against the same rows inserted straight.
+
+const INGEST_AGENTS: usize = 64;
+const GPUS_PER_HOST: u32 = 8;
+const WINDOW_MS: i64 = 15_000;
+
+/// One agent report as the agent sends it by default: one 15 s window of 8 GPUs, one labelled
+/// process each.
+fn agent_report(host: usize, seq: i64, prefix: &str) -> Report {
+    // Recent windows: the server refuses those older than its retention.
+    let base = (gpuledger_server::now_ms() - DAY_MS) / HOUR_MS * HOUR_MS;
+    let start_ms = base + seq * WINDOW_MS;
+    Report {
+        batch_id: format!("{prefix}-{host}-{seq}"),
+        agent_version: "bench".into(),
+        host: HostInfo {
+            hostname: format!("{prefix}-{host:03}"),
+            cluster: format!("bench-{}", host % 4),
+            provider: Some("aws".into()),
+            instance_type: Some("p5.48xlarge".into()),
+            ..Default::default()
+        },
+        windows: vec![Window {
+            start_ms,
+            end_ms: start_ms + WINDOW_MS,
+            samples: 15,
+            gpus: (0..GPUS_PER_HOST)
+                .map(|g| GpuWindow {
+                    uuid: format!("GPU-{prefix}-{host:03}-{g}"),
+                    index: g,
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    memory_total_bytes: Some(80 * GIB),
+                    memory_used_max_bytes: Some(40 * GIB),
+                    util_avg: Some(40.0 + (host % 50) as f64),
+                    util_max: Some(95.0),
+                    mem_util_avg: Some(30.0),
+                    power_avg_watts: Some(400.0),
+                    temperature_max_c: Some(60.0),
+                    energy_mj: Some(6_000_000),
+                    processes: vec![ProcessWindow {
+                        pid: 1000 + g,
+                        name: Some("python3".into()),
+                        memory_used_max_bytes: Some(40 * GIB),
+                        sm_util_avg: Some(40.0),
+                        labels: [
+                            ("model".to_string(), format!("model-{}", host % 20)),
+                            ("team".to_string(), format!("team-{}", host % 7)),
+                        ]
+                        .into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        }],
+    }
+}
+
+async fn ingest(backend: &str, o: &Options) -> Result<()> {
+    let reports_per_agent: i64 = if o.quick { 20 } else { 160 };
+    let windows = INGEST_AGENTS as i64 * reports_per_agent * i64::from(GPUS_PER_HOST);
+    let db = fresh_db(backend).await?;
+
+    // Baseline first: the same rows, straight into the same tables, one transaction per report.
+    let raw_s = raw_inserts(&db, reports_per_agent).await?;
+
+    let token = create_token(&db.url, "bench");
+    let mut server = start_server(&db.url, free_port()).await;
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for host in 0..INGEST_AGENTS {
+        let (client, url, token) = (client.clone(), server.url.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            for seq in 0..reports_per_agent {
+                let body = agent_report(host, seq, "http");
+                let sent = Instant::now();
+                let resp = client
+                    .post(format!("{url}/api/v1/reports"))
+                    .bearer_auth(&token)
+                    .json(&body)
+                    .send()
+                    .await?;
+                if !resp.status().is_success() {
+                    bail!("report refused: {}: {}", resp.status(), resp.text().await?);
+                }
+                latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await??);
+    }
+    let http_s = started.elapsed().as_secs_f64();
+    let rss = peak_rss_mib(server.proc.pid());
+    server.proc.terminate(Duration::from_secs(30));
+    latencies.sort_by(f64::total_cmp);
+
+    let stored = count(&db, "SELECT COUNT(*) FROM gpu_windows WHERE gpu_uuid LIKE 'GPU-http-%'").await?;
+    if stored != windows {
+        bail!("ingest stored {stored} GPU-windows of {windows}");
+    }
+    let (http_rate, raw_rate) = (windows as f64 / http_s, windows as f64 / raw_s);
+    println!(
+        "ingest: {windows} GPU-windows in {} reports from {INGEST_AGENTS} concurrent agents",
+        INGEST_AGENTS as i64 * reports_per_agent
+    );
+    println!(
+        "  end to end (HTTP → committed): {http_rate:>9.0} GPU-windows/s  (report latency p50 {:.1} ms, p95 {:.1} ms)",
+        percentile(&latencies, 50.0),
+        percentile(&latencies, 95.0)
+    );
+    println!("  straight inserts, same rows:   {raw_rate:>9.0} GPU-windows/s");
+    println!(
+        "  ratio {:.2} (target ≥ 0.50); server peak RSS {rss:.0} MiB",
+        http_rate / raw_rate
+    );
+    Ok(())
+}
+
+async fn count(db: &Db, sql: &str) -> Result<i64> {
+    Ok(if db.backend == "postgres" {
+        let mut c = sqlx::PgConnection::connect(&db.url).await?;
+        sqlx::query_scalar(sql).fetch_one(&mut c).await?
+    } else {
+        let mut c = sqlx::SqliteConnection::connect(&db.url).await?;
+        sqlx::query_scalar(sql).fetch_one(&mut c).await?
+    })
+}
+
+/// The baseline: each report's GPU and process windows inserted with one multi-row statement
+/// per table in one transaction, by as many concurrent writers as agents (SQLite: one at a time,
+/// as it allows), with no HTTP, validation, host upsert, idempotency or rollup marks.
+async fn raw_inserts(db: &Db, reports_per_agent: i64) -> Result<f64> {
+    let host_sql = "INSERT INTO hosts (id, cluster, hostname, last_report_ms) VALUES (999999, 'raw', 'raw', 0)";
+    execute(db, host_sql, &[]).await?;
+    macro_rules! insert_all {
+        ($pool:expr, $db:ty) => {{
+            let pool = Arc::new($pool);
+            let started = Instant::now();
+            let mut tasks = Vec::new();
+            for host in 0..INGEST_AGENTS {
+                let pool = pool.clone();
+                tasks.push(tokio::spawn(async move {
+                    for seq in 0..reports_per_agent {
+                        let r = agent_report(host, seq, "raw");
+                        let w = &r.windows[0];
+                        let mut tx = pool.begin().await?;
+                        let mut q = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id,
+                                samples, memory_total_bytes, memory_used_max_bytes, util_avg,
+                                util_max, mem_util_avg, power_avg_watts, temperature_max_c,
+                                energy_mj) ",
+                        );
+                        q.push_values(&w.gpus, |mut b, g| {
+                            b.push_bind(g.uuid.clone())
+                                .push_bind(w.start_ms)
+                                .push_bind(w.end_ms)
+                                .push_bind(999_999i64)
+                                .push_bind(r.batch_id.clone())
+                                .push_bind(i64::from(w.samples))
+                                .push_bind(g.memory_total_bytes.map(|v| v as i64))
+                                .push_bind(g.memory_used_max_bytes.map(|v| v as i64))
+                                .push_bind(g.util_avg)
+                                .push_bind(g.util_max)
+                                .push_bind(g.mem_util_avg)
+                                .push_bind(g.power_avg_watts)
+                                .push_bind(g.temperature_max_c)
+                                .push_bind(g.energy_mj.map(|v| v as i64));
+                        });
+                        q.build().execute(&mut *tx).await?;
+                        let procs: Vec<(&GpuWindow, &ProcessWindow)> = w
+                            .gpus
+                            .iter()
+                            .flat_map(|g| g.processes.iter().map(move |p| (g, p)))
+                            .collect();
+                        let mut q = sqlx::QueryBuilder::<$db>::new(
+                            "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms,
+                                process_name, memory_used_max_bytes, sm_util_avg, model,
+                                experiment, endpoint, team, labels_json, container_id, pod_uid) ",
+                        );
+                        q.push_values(procs, |mut b, (g, p)| {
+                            b.push_bind(g.uuid.clone())
+                                .push_bind(w.start_ms)
+                                .push_bind(i64::from(p.pid))
+                                .push_bind(w.end_ms)
+                                .push_bind(p.name.clone())
+                                .push_bind(p.memory_used_max_bytes.map(|v| v as i64))
+                                .push_bind(p.sm_util_avg)
+                                .push_bind(p.labels.get("model").cloned())
+                                .push_bind(p.labels.get("experiment").cloned())
+                                .push_bind(p.labels.get("endpoint").cloned())
+                                .push_bind(p.labels.get("team").cloned())
+                                .push_bind(serde_json::to_string(&p.labels).unwrap_or_default())
+                                .push_bind(p.container_id.clone())
+                                .push_bind(p.pod_uid.clone());
+                        });
+                        q.build().execute(&mut *tx).await?;
+                        tx.commit().await?;
+                    }
+                    Ok::<_, anyhow::Error>(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+            started.elapsed().as_secs_f64()
+        }};
+    }
+    Ok(if db.backend == "postgres" {
+        // As many connections as the server's pool.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(16)
+            .connect(&db.url)
+            .await?;
+        insert_all!(pool, sqlx::Postgres)
+    } else {
+        // The server's SQLite settings: WAL, synchronous=NORMAL, one writer.
+        let options: sqlx::sqlite::SqliteConnectOptions = db.url.parse()?;
+        let options = options
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+            .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        insert_all!(pool, sqlx::Sqlite)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Review page and allocation API on a month of rollups.
+
+/// Numbers `0..$n` as a recursive CTE (works on SQLite and PostgreSQL alike).
+fn series(name: &str, bind: usize) -> String {
+    format!("{name}(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM {name} WHERE i + 1 < ${bind})")
+}
+
+/// A month of hourly and daily rollups for `gpus` GPUs (8 per host), as the roll-up job leaves
+/// them. Each host's 8 GPUs do one kind of work: 40% of hosts train (a run label that changes
+/// every 3 days, idle 2 hours a day), 40% serve an endpoint (held idle 6 hours a day), 10% run
+/// notebooks (a team label only), 10% sit idle.
+async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
+    seed_hosts(db, gpus).await?;
+    let rows = format!(
+        "WITH RECURSIVE {g}, {h}
+         INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment, endpoint, team,
+             kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+             util_gpu_seconds, util_known_seconds, energy_j)
+         SELECT $3 + hi * $4, gi / 8 + 1, 'GPU-bench-' || gi,
+             CASE WHEN kind = 'idle' OR c = 9 THEN '' ELSE 'model-' || (gi % 17) END,
+             CASE WHEN c < 4 AND kind = 'used' THEN 'run-' || (gi / 8) || '-' || (hi / 72) ELSE '' END,
+             CASE WHEN c BETWEEN 4 AND 7 THEN 'ep-' || ((gi / 8) % 40) ELSE '' END,
+             CASE WHEN kind = 'idle' THEN '' ELSE 'team-' || ((gi / 8) % 12) END,
+             kind, 'on-demand', 'USD', 1, 12290000000, 0, 3600.0,
+             CASE WHEN kind = 'used' THEN 2520.0 ELSE 0.0 END, 3600.0, 1440000.0
+         FROM (SELECT g.i AS gi, h.i AS hi, (g.i / 8) % 10 AS c,
+                      CASE WHEN (g.i / 8) % 10 = 8 THEN 'idle'
+                           WHEN (g.i / 8) % 10 < 4 AND h.i % 24 IN (2, 3) THEN 'idle'
+                           WHEN (g.i / 8) % 10 BETWEEN 4 AND 7 AND h.i % 24 < 6 THEN 'held_idle'
+                           ELSE 'used' END AS kind
+               FROM g CROSS JOIN h) x",
+        g = series("g", 1),
+        h = series("h", 2),
+    );
+    execute(db, &rows, &[gpus, MONTH_HOURS, MONTH_START_MS, HOUR_MS]).await?;
+    let days = "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, model, experiment, endpoint,
+             team, kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+             util_gpu_seconds, util_known_seconds, energy_j)
+         SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, host_id, gpu_uuid, model, experiment,
+             endpoint, team, kind, pricing_category, currency, estimated, SUM(cost_nano),
+             SUM(cost_atto), SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+             SUM(energy_j)
+         FROM rollup_hours
+         GROUP BY day, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+             pricing_category, currency, estimated";
+    execute(db, days, &[MONTH_START_MS, DAY_MS]).await?;
+    let runs = "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
+             last_hour_ms, hours)
+         SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, experiment, MIN(hour_ms), MAX(hour_ms),
+             COUNT(DISTINCT hour_ms)
+         FROM rollup_hours WHERE experiment <> '' AND kind IN ('used', 'held_idle')
+         GROUP BY day, experiment";
+    execute(db, runs, &[MONTH_START_MS, DAY_MS]).await?;
+    execute(db, "ANALYZE", &[]).await?;
+    Ok(())
+}
+
+async fn seed_hosts(db: &Db, gpus: i64) -> Result<()> {
+    let sql = format!(
+        "WITH RECURSIVE {s}
+         INSERT INTO hosts (id, cluster, hostname, provider, instance_type, region, agent_version,
+                            last_report_ms)
+         SELECT i + 1, 'cluster-' || (i % 8), 'host-' || i, 'aws', 'p5.48xlarge', 'us-east-1',
+                'bench', $2
+         FROM s",
+        s = series("s", 1)
+    );
+    execute(db, &sql, &[(gpus + 7) / 8, MONTH_START_MS]).await?;
+    let sql = format!(
+        "WITH RECURSIVE {s}
+         INSERT INTO gpus (uuid, host_id, gpu_index, name, memory_total_bytes,
+                           last_window_start_ms, last_window_end_ms)
+         SELECT 'GPU-bench-' || i, i / 8 + 1, i % 8, 'NVIDIA H100 80GB HBM3', 85899345920, $2, $3
+         FROM s",
+        s = series("s", 1)
+    );
+    execute(db, &sql, &[gpus, MONTH_START_MS, MONTH_START_MS + 15_000]).await
+}
+
+async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
+    let db = fresh_db(backend).await?;
+    let seeding = Instant::now();
+    seed_rollups(&db, gpus).await?;
+    let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
+    let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
+    let seeded_s = seeding.elapsed().as_secs_f64();
+
+    let mut server = start_server(&db.url, free_port()).await;
+    let client = signed_in(&server, "viewer").await;
+    let requests = if o.quick { 5 } else { 20 };
+    let pages = [
+        ("review page", format!("{}/review/{MONTH}", server.url)),
+        (
+            "allocation API (by team)",
+            format!(
+                "{}/api/v1/allocation?from=2026-10-01&to=2026-11-01&by=team",
+                server.url
+            ),
+        ),
+    ];
+    println!(
+        "month of {gpus} GPUs: {hour_rows} hourly and {day_rows} daily rollup rows (seeded in {seeded_s:.0} s)"
+    );
+    for (name, url) in &pages {
+        let mut times = Vec::new();
+        for i in 0..requests + 2 {
+            let started = Instant::now();
+            let resp = client.get(url).send().await?;
+            let status = resp.status();
+            let body = resp.bytes().await?;
+            if !status.is_success() {
+                bail!("{name}: {status}: {}", String::from_utf8_lossy(&body));
+            }
+            // Two warm-up requests: the first fills the database's caches.
+            if i >= 2 {
+                times.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "  {name:<26} p50 {:>7.1} ms  p95 {:>7.1} ms  ({requests} requests)",
+            percentile(&times, 50.0),
+            percentile(&times, 95.0)
+        );
+    }
+    println!(
+        "  server peak RSS {:.0} MiB",
+        peak_rss_mib(server.proc.pid())
+    );
+    server.proc.terminate(Duration::from_secs(30));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attribution of a month of 1,000 GPUs from raw windows.
+
+async fn attribution(backend: &str, o: &Options) -> Result<()> {
+    let gpus: i64 = if o.quick { 100 } else { 1_000 };
+    let window_ms = o.attribution_window_secs * 1000;
+    let db = fresh_db(backend).await?;
+    let seeding = Instant::now();
+    seed_hosts(&db, gpus).await?;
+    let per_gpu = MONTH_HOURS * HOUR_MS / window_ms;
+    // Every GPU busy with a labelled process except 2 hours a day; 10% idle all month.
+    let gpu_rows = format!(
+        "WITH RECURSIVE {g}, {w}
+         INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
+             memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
+             power_avg_watts, temperature_max_c, energy_mj)
+         SELECT 'GPU-bench-' || g.i, $3 + w.i * $4, $3 + (w.i + 1) * $4, g.i / 8 + 1, 'seed', 15,
+             85899345920, 42949672960, 70.0, 95.0, 30.0, 400.0, 60.0, 400 * $4
+         FROM g CROSS JOIN w",
+        g = series("g", 1),
+        w = series("w", 2),
+    );
+    execute(&db, &gpu_rows, &[gpus, per_gpu, MONTH_START_MS, window_ms]).await?;
+    let process_rows = format!(
+        "WITH RECURSIVE {g}, {w}
+         INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
+             memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team, labels_json)
+         SELECT 'GPU-bench-' || g.i, $3 + w.i * $4, 1000 + g.i % 8, $3 + (w.i + 1) * $4, 'python3',
+             42949672960, 70.0, 'model-' || (g.i % 17), 'run-' || (g.i / 8), NULL,
+             'team-' || ((g.i / 8) % 12), '{{}}'
+         FROM g CROSS JOIN w
+         WHERE g.i % 10 <> 8 AND ((w.i * $4) / $5) % 24 NOT IN (2, 3)",
+        g = series("g", 1),
+        w = series("w", 2),
+    );
+    execute(
+        &db,
+        &process_rows,
+        &[gpus, per_gpu, MONTH_START_MS, window_ms, HOUR_MS],
+    )
+    .await?;
+    execute(&db, "ANALYZE", &[]).await?;
+    let windows = count(&db, "SELECT COUNT(*) FROM gpu_windows").await?;
+    let processes = count(&db, "SELECT COUNT(*) FROM process_windows").await?;
+    println!(
+        "attribution: a month of {gpus} GPUs, {}-second windows: {windows} GPU windows, {processes} process windows (seeded in {:.0} s)",
+        o.attribution_window_secs,
+        seeding.elapsed().as_secs_f64()
+    );
+    let started = Instant::now();
+    let child = Command::new(artifact("gpuledger-server"))
+        .env("GPULEDGER_DATABASE_URL", &db.url)
+        .env("GPULEDGER_LOG", "warn")
+        .args(["rollup", "--from", "2026-10-01", "--to", "2026-11-01"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let usage = wait_usage(child).await?;
+    let wall = started.elapsed().as_secs_f64();
+    if !usage.success {
+        bail!("gpuledger-server rollup failed");
+    }
+    let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
+    println!(
+        "  gpuledger-server rollup: {wall:.1} s wall, {:.1} s CPU, {:.0} GPU windows/s, peak RSS {:.0} MiB ({hour_rows} hourly rows written)",
+        usage.cpu_s,
+        windows as f64 / wall,
+        usage.max_rss_mib
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent: 8 GPUs sampled every second against the fake NVML.
+
+async fn agent(o: &Options) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let db = fresh_db("sqlite").await?;
+    let token = create_token(&db.url, "bench-agent");
+    let mut server = start_server(&db.url, free_port()).await;
+    // Real processes for the agent to read labels of; they outlive the run.
+    let mut sleepers = Vec::new();
+    for g in 0..8 {
+        sleepers.push(support::Proc(
+            Command::new("sleep")
+                .arg((o.agent_seconds + 120).to_string())
+                .env("GPULEDGER_MODEL", format!("model-{g}"))
+                .env("GPULEDGER_TEAM", "bench")
+                .stdin(Stdio::null())
+                .spawn()?,
+        ));
+    }
+    let gpus: Vec<serde_json::Value> = sleepers
+        .iter()
+        .enumerate()
+        .map(|(g, p)| {
+            serde_json::json!({
+                "uuid": format!("GPU-agent-bench-{g}"),
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_bytes": 85_899_345_920u64,
+                "power_mw": 400_000, "temperature_c": 60, "energy_start_mj": 1_000_000,
+                "process_utilization": true,
+                "phases": [{ "at_s": 0, "gpu_util": 70, "mem_util": 30,
+                             "memory_used_bytes": 42_949_672_960u64,
+                             "processes": [{ "pid": p.pid(), "name": "python3",
+                                             "memory_used_bytes": 42_949_672_960u64, "sm_util": 68 }] }]
+            })
+        })
+        .collect();
+    let scenario = dir.path().join("scenario.json");
+    std::fs::write(
+        &scenario,
+        serde_json::to_vec(&serde_json::json!({ "driver_version": "550.54.15", "gpus": gpus }))?,
+    )?;
+    let started = Instant::now();
+    let child = Command::new(artifact("gpuledger-agent"))
+        .args(["run", "--server", &server.url, "--token", &token])
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .arg("--spool-dir")
+        .arg(dir.path().join("spool"))
+        .args(["--cluster", "bench", "--hostname", "bench-agent"])
+        .args(["--imds-endpoint", "off", "--sample-interval", "1s", "--window", "15s"])
+        .env("FAKE_NVML_SCENARIO", &scenario)
+        .env("GPULEDGER_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    tokio::time::sleep(Duration::from_secs(o.agent_seconds)).await;
+    let rss_now = proc_status_kib(pid, "VmRSS:") as f64 / 1024.0;
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let usage = wait_usage(child).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let stored = count(
+        &db,
+        "SELECT COUNT(*) FROM gpu_windows WHERE gpu_uuid LIKE 'GPU-agent-bench-%'",
+    )
+    .await?;
+    server.proc.terminate(Duration::from_secs(30));
+    println!(
+        "agent: 8 GPUs sampled every 1 s, 15 s windows, for {wall:.0} s against the fake NVML ({stored} GPU windows reached the server)"
+    );
+    println!(
+        "  CPU {:.2} s = {:.3}% of a core (target ≤ 0.1%), {:.1} s per hour; RSS {rss_now:.1} MiB at the end, peak {:.1} MiB (target ≤ 15 MB)",
+        usage.cpu_s,
+        usage.cpu_s / wall * 100.0,
+        usage.cpu_s / wall * 3600.0,
+        usage.max_rss_mib
+    );
+    if stored == 0 {
+        bail!("the agent delivered nothing");
+    }
+    Ok(())
+}
