@@ -51,16 +51,14 @@ impl Options {
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
-            let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
+            let mut value =
+                |name: &str| args.next().with_context(|| format!("{name} needs a value"));
             match a.as_str() {
                 "--bench" => {} // cargo bench passes it
                 "--quick" => o.quick = true,
                 "--only" => o.only = value("--only")?.split(',').map(str::to_owned).collect(),
                 "--backends" => {
-                    o.backends = value("--backends")?
-                        .split(',')
-                        .map(str::to_owned)
-                        .collect()
+                    o.backends = value("--backends")?.split(',').map(str::to_owned).collect()
                 }
                 "--agent-seconds" => o.agent_seconds = value("--agent-seconds")?.parse()?,
                 "--attribution-window-secs" => {
@@ -83,7 +81,10 @@ impl Options {
 #[tokio::main]
 async fn main() -> Result<()> {
     let o = Options::parse()?;
-    println!("gpuledger fleet benchmark{}", if o.quick { " (quick)" } else { "" });
+    println!(
+        "gpuledger fleet benchmark{}",
+        if o.quick { " (quick)" } else { "" }
+    );
     println!(
         "machine: {} cores, {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -98,7 +99,11 @@ async fn main() -> Result<()> {
             ingest(backend, &o).await?;
         }
         if o.wants("review") {
-            for gpus in if o.quick { [100, 1_000] } else { [1_000, 10_000] } {
+            for gpus in if o.quick {
+                [100, 1_000]
+            } else {
+                [1_000, 10_000]
+            } {
                 review_latency(backend, gpus, &o).await?;
             }
         }
@@ -325,7 +330,11 @@ async fn ingest(backend: &str, o: &Options) -> Result<()> {
     server.proc.terminate(Duration::from_secs(30));
     latencies.sort_by(f64::total_cmp);
 
-    let stored = count(&db, "SELECT COUNT(*) FROM gpu_windows WHERE gpu_uuid LIKE 'GPU-http-%'").await?;
+    let stored = count(
+        &db,
+        "SELECT COUNT(*) FROM gpu_windows WHERE gpu_uuid LIKE 'GPU-http-%'",
+    )
+    .await?;
     if stored != windows {
         bail!("ingest stored {stored} GPU-windows of {windows}");
     }
@@ -478,7 +487,7 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
              kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
              util_gpu_seconds, util_known_seconds, energy_j)
          SELECT $3 + hi * $4, gi / 8 + 1, 'GPU-bench-' || gi,
-             CASE WHEN kind = 'idle' OR c = 9 THEN '' ELSE 'model-' || (gi % 17) END,
+             CASE WHEN kind = 'idle' OR c = 9 THEN '' ELSE 'model-' || ((gi / 8) % 17) END,
              CASE WHEN c < 4 AND kind = 'used' THEN 'run-' || (gi / 8) || '-' || (hi / 72) ELSE '' END,
              CASE WHEN c BETWEEN 4 AND 7 THEN 'ep-' || ((gi / 8) % 40) ELSE '' END,
              CASE WHEN kind = 'idle' THEN '' ELSE 'team-' || ((gi / 8) % 12) END,
@@ -505,6 +514,16 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
          GROUP BY day, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
              pricing_category, currency, estimated";
     execute(db, days, &[MONTH_START_MS, DAY_MS]).await?;
+    let host_days = "INSERT INTO rollup_host_days (day_ms, host_id, model, experiment, endpoint,
+             team, kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+             util_gpu_seconds, util_known_seconds, energy_j)
+         SELECT day_ms, host_id, model, experiment, endpoint, team, kind, pricing_category,
+             currency, estimated, SUM(cost_nano), SUM(cost_atto), SUM(gpu_seconds),
+             SUM(util_gpu_seconds), SUM(util_known_seconds), SUM(energy_j)
+         FROM rollup_days
+         GROUP BY day_ms, host_id, model, experiment, endpoint, team, kind, pricing_category,
+             currency, estimated";
+    execute(db, host_days, &[]).await?;
     let runs = "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
              last_hour_ms, hours)
          SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, experiment, MIN(hour_ms), MAX(hour_ms),
@@ -544,6 +563,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     seed_rollups(&db, gpus).await?;
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
     let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
+    let host_day_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_days").await?;
     let seeded_s = seeding.elapsed().as_secs_f64();
 
     let mut server = start_server(&db.url, free_port()).await;
@@ -560,7 +580,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
         ),
     ];
     println!(
-        "month of {gpus} GPUs: {hour_rows} hourly and {day_rows} daily rollup rows (seeded in {seeded_s:.0} s)"
+        "month of {gpus} GPUs: {hour_rows} hourly, {day_rows} daily and {host_day_rows} host-daily rollup rows (seeded in {seeded_s:.0} s)"
     );
     for (name, url) in &pages {
         let mut times = Vec::new();
@@ -714,7 +734,14 @@ async fn agent(o: &Options) -> Result<()> {
         .arg("--spool-dir")
         .arg(dir.path().join("spool"))
         .args(["--cluster", "bench", "--hostname", "bench-agent"])
-        .args(["--imds-endpoint", "off", "--sample-interval", "1s", "--window", "15s"])
+        .args([
+            "--imds-endpoint",
+            "off",
+            "--sample-interval",
+            "1s",
+            "--window",
+            "15s",
+        ])
         .env("FAKE_NVML_SCENARIO", &scenario)
         .env("GPULEDGER_LOG", "warn")
         .stdin(Stdio::null())

@@ -151,8 +151,9 @@ fn part_of(r: RollupRow) -> Part {
 
 /// The attribution of `[from_ms, to_ms)` as rolled up. With [`RollupGrain::Day`], whole days
 /// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
-/// the hours at either end from the hourly one; with [`RollupGrain::Hour`], every part is an hour
-/// (and with [`RollupGrain::ExperimentHour`], every hour of experiment-labelled work).
+/// the hours at either end from the hourly one ([`RollupGrain::HostDay`] likewise, its day parts
+/// summed over each host's GPUs and naming none); with [`RollupGrain::Hour`], every part is an
+/// hour (and with [`RollupGrain::ExperimentHour`], every hour of experiment-labelled work).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -161,9 +162,8 @@ pub async fn load(
 ) -> Result<Attribution, StoreError> {
     let (from, to) = (hour_floor(from_ms), to_ms);
     let mut rows = Vec::new();
-    if let (RollupGrain::Day, Some((first_whole_day, last_whole_day))) =
-        (grain, day_split(from, to))
-    {
+    let daily = matches!(grain, RollupGrain::Day | RollupGrain::HostDay);
+    if let (true, Some((first_whole_day, last_whole_day))) = (daily, day_split(from, to)) {
         rows.extend(
             store
                 .rollup_rows(RollupGrain::Hour, from, first_whole_day)
@@ -171,7 +171,7 @@ pub async fn load(
         );
         rows.extend(
             store
-                .rollup_rows(RollupGrain::Day, first_whole_day, last_whole_day)
+                .rollup_rows(grain, first_whole_day, last_whole_day)
                 .await?,
         );
         rows.extend(
@@ -181,11 +181,7 @@ pub async fn load(
         );
     } else {
         // No whole day in range: hours (experiment hours stay experiment hours).
-        let hourly = if grain == RollupGrain::Day {
-            RollupGrain::Hour
-        } else {
-            grain
-        };
+        let hourly = if daily { RollupGrain::Hour } else { grain };
         rows = store.rollup_rows(hourly, from, to).await?;
     }
     let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
@@ -213,6 +209,22 @@ pub async fn load(
         unattributed_hours: BTreeMap::new(),
         hosts,
     })
+}
+
+/// The daily rows of the `limit` costliest GPUs in the whole days of `[from_ms, to_ms)` (what
+/// a utilization heatmap shows), and how many GPUs there are in all.
+pub async fn top_gpu_days(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Result<(Vec<Part>, usize), StoreError> {
+    let (top, count) = store.rollup_top_gpus(from_ms, to_ms, limit as i64).await?;
+    let rows = store.rollup_gpu_days(from_ms, to_ms, &top).await?;
+    Ok((
+        rows.into_iter().map(part_of).collect(),
+        usize::try_from(count).unwrap_or(0),
+    ))
 }
 
 /// Splits `[from, to)` (`from` on an hour) into the hours before its first whole day, its whole

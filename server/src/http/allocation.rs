@@ -136,14 +136,21 @@ async fn get_allocation(
     }
     // Hourly rows when hours are asked for (FOCUS rows are hourly charge periods); days
     // otherwise: a month is ~30 rows a GPU instead of ~720.
+    // Rows per host unless single GPUs are asked for.
+    let per_gpu = by == GroupBy::Gpu || q.gpu.is_some();
     let grain_for = |step| match (step, format) {
         (Step::Hour, _) | (_, "focus") => RollupGrain::Hour,
-        _ => RollupGrain::Day,
+        _ if per_gpu => RollupGrain::Day,
+        _ => RollupGrain::HostDay,
     };
-    let attributed = allocation::filtered(
-        &rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?,
-        &q.filters(),
-    );
+    let loaded = rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?;
+    let filters = q.filters();
+    // No filter: the parts as loaded, not a copy.
+    let attributed = if filters.is_empty() {
+        loaded
+    } else {
+        allocation::filtered(&loaded, &filters)
+    };
     match format {
         "focus" => {
             let body = allocation::to_focus_csv(&attributed)

@@ -250,7 +250,9 @@ async fn review(
     let rec_from = from.max(rec_to - RECOMMENDATION_LOOKBACK_MS);
     let loaded = async {
         let store = state.store.as_ref();
-        let a = rollup::load(store, from, to, RollupGrain::Day).await?;
+        // Per host and day: the review shows no single GPU except in the heatmap.
+        let a = rollup::load(store, from, to, RollupGrain::HostDay).await?;
+        let heat = rollup::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS).await?;
         let run_hours = rollup::experiment_hours(store, from, to).await?;
         let recs = if rec_from < rec_to {
             super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
@@ -263,10 +265,10 @@ async fn review(
         let prev = rollup::attributed_costs(store, prev_from, from).await?;
         let incidents = store.incidents(from, to).await?;
         let requests = store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, run_hours, recs, prev, incidents, requests))
+        Ok::<_, crate::store::StoreError>((a, heat, run_hours, recs, prev, incidents, requests))
     }
     .await;
-    let (a, run_hours, recs, prev, incidents, requests) = match loaded {
+    let (a, (heat_parts, gpu_count), run_hours, recs, prev, incidents, requests) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -338,7 +340,14 @@ async fn review(
     .map(|by| charts::table(&a, by, &month, &next, none, total))
     .collect();
     let (days, chart_width) = charts::days(&a, from, to, none);
-    let heatmap = charts::heatmap(&a, from, to, &month, &next, none, REVIEW_HEATMAP_GPUS);
+    let heat = Attribution {
+        parts: heat_parts,
+        unattributed: Default::default(),
+        unattributed_hours: Default::default(),
+        hosts: a.hosts.clone(),
+    };
+    let mut heatmap = charts::heatmap(&heat, from, to, &month, &next, none, REVIEW_HEATMAP_GPUS);
+    heatmap.total_gpus = gpu_count;
     let now = now_ms();
     let mut incidents: Vec<IncidentView> = incidents
         .into_iter()

@@ -134,12 +134,13 @@ fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
     for p in parts {
         let period = match grain {
             RollupGrain::Hour | RollupGrain::ExperimentHour => p.hour_ms,
-            RollupGrain::Day => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
+            RollupGrain::Day | RollupGrain::HostDay => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
         };
         let key = (
             period,
             p.host_id,
-            p.gpu_uuid.clone(),
+            // Per host: a host-day part names no GPU.
+            p.gpu_uuid.clone().filter(|_| grain != RollupGrain::HostDay),
             p.owner.clone(),
             p.kind,
             p.pricing_category.clone(),
@@ -165,7 +166,7 @@ fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
     let raw = attribution::compute(store, card, from, to).await.unwrap();
-    for grain in [RollupGrain::Hour, RollupGrain::Day] {
+    for grain in [RollupGrain::Hour, RollupGrain::Day, RollupGrain::HostDay] {
         let rolled = load(store, from, to, grain).await.unwrap();
         assert!(
             close(&summed(&rolled.parts, grain), &summed(&raw.parts, grain)),
@@ -189,9 +190,34 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
 
     // Training runs from days (and the per-day experiment hours) equal runs from hours.
     let (from, to) = (DAY0 - DAY_MS, DAY0 + 2 * DAY_MS);
-    let hourly = load(store, from, to, RollupGrain::ExperimentHour).await.unwrap();
+    let hourly = load(store, from, to, RollupGrain::ExperimentHour)
+        .await
+        .unwrap();
     let daily = load(store, from, to, RollupGrain::Day).await.unwrap();
     let hours = experiment_hours(store, from, to).await.unwrap();
+    let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
+    assert_eq!(
+        crate::unit_costs::training_runs_by_day(&per_host, &hours),
+        crate::unit_costs::training_runs(&hourly),
+        "{what}: training runs from per-host daily rollups"
+    );
+    // The heatmap's GPUs: the costliest first, with all their days.
+    let (top, count) = top_gpu_days(store, from, to, 1).await.unwrap();
+    assert_eq!(count, 4, "{what}: GPUs with rows");
+    let top_gpu = top.first().and_then(|p| p.gpu_uuid.clone());
+    let mut by_gpu: BTreeMap<Option<String>, Decimal> = BTreeMap::new();
+    for p in daily.parts.iter().filter(|p| p.gpu_uuid.is_some()) {
+        *by_gpu.entry(p.gpu_uuid.clone()).or_default() += p.cost;
+    }
+    let most = by_gpu.values().copied().max();
+    // The database orders by whole nano-units; below that two GPUs may tie.
+    let nano = |d: Option<Decimal>| d.map(|d| (d * Decimal::from(1_000_000_000)).floor());
+    assert_eq!(
+        nano(by_gpu.get(&top_gpu).copied()),
+        nano(most),
+        "{what}: the costliest GPU"
+    );
+    assert!(top.iter().all(|p| p.gpu_uuid == top[0].gpu_uuid));
     let by_hour = crate::unit_costs::training_runs(&hourly);
     assert!(by_hour.len() >= 2, "{what}: runs in the fixture");
     assert_eq!(
@@ -200,7 +226,12 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         "{what}: training runs from daily rollups"
     );
     assert_eq!(
-        attributed_costs(store, from, to).await.unwrap().values().copied().sum::<Decimal>(),
+        attributed_costs(store, from, to)
+            .await
+            .unwrap()
+            .values()
+            .copied()
+            .sum::<Decimal>(),
         total(&daily),
         "{what}: the database's sum of whole days"
     );

@@ -166,6 +166,8 @@ pub enum RollupGrain {
     Day,
     /// Hourly rows that carry an experiment label: what training runs need, and no more.
     ExperimentHour,
+    /// Daily rows summed over each host's GPUs (no GPU in the row).
+    HostDay,
 }
 
 /// The host id that marks hours changed by a bill rather than by a host's report.
@@ -506,6 +508,21 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<UnattributedRow>, StoreError>;
+    /// The `limit` GPUs that cost most in the days of `[from_ms, to_ms)`, costliest first, and
+    /// how many GPUs have rows there.
+    async fn rollup_top_gpus(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        limit: i64,
+    ) -> Result<(Vec<String>, i64), StoreError>;
+    /// The daily rows of these GPUs in `[from_ms, to_ms)`.
+    async fn rollup_gpu_days(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        gpus: &[String],
+    ) -> Result<Vec<RollupRow>, StoreError>;
     /// Per experiment label, its active hours in the days that start in `[from_ms, to_ms)`.
     async fn rollup_experiment_days(
         &self,
@@ -937,6 +954,27 @@ macro_rules! shared_sql_impl {
                 .bind(day + DAY_MS)
                 .execute(&mut *tx)
                 .await?;
+                sqlx::query("DELETE FROM rollup_host_days WHERE day_ms = $1")
+                    .bind(day)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO rollup_host_days (day_ms, host_id, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
+                     SELECT day_ms, host_id, model, experiment, endpoint, team, kind,
+                        pricing_category, currency, estimated,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                        SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                        SUM(energy_j)
+                     FROM rollup_days WHERE day_ms = $1
+                     GROUP BY day_ms, host_id, model, experiment, endpoint, team, kind,
+                        pricing_category, currency, estimated",
+                )
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
                 sqlx::query("DELETE FROM rollup_experiment_days WHERE day_ms = $1")
                     .bind(day)
                     .execute(&mut *tx)
@@ -996,12 +1034,70 @@ macro_rules! shared_sql_impl {
                         gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
                      FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2"
                 }
+                $crate::store::RollupGrain::HostDay => {
+                    "SELECT day_ms AS period_ms, host_id, '' AS gpu_uuid, model, experiment,
+                        endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                        cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_host_days WHERE day_ms >= $1 AND day_ms < $2"
+                }
             };
             Ok(sqlx::query_as(sql)
                 .bind(from_ms)
                 .bind(to_ms)
                 .fetch_all(pool)
                 .await?)
+        }
+
+        async fn rollup_top_gpus_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            limit: i64,
+        ) -> Result<(Vec<String>, i64), $crate::store::StoreError> {
+            // One pass: the window counts the grouped GPUs before the limit applies.
+            let top: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT gpu_uuid, COUNT(*) OVER () FROM rollup_days
+                 WHERE day_ms >= $1 AND day_ms < $2 AND gpu_uuid <> ''
+                 GROUP BY gpu_uuid
+                 ORDER BY CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 DESC,
+                    gpu_uuid
+                 LIMIT $3",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            let count = top.first().map_or(0, |(_, n)| *n);
+            Ok((top.into_iter().map(|(g, _)| g).collect(), count))
+        }
+
+        async fn rollup_gpu_days_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            gpus: &[String],
+        ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+            let mut rows = Vec::new();
+            for chunk in gpus.chunks(500) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_days WHERE day_ms >= ",
+                );
+                q.push_bind(from_ms)
+                    .push(" AND day_ms < ")
+                    .push_bind(to_ms)
+                    .push(" AND gpu_uuid IN (");
+                let mut list = q.separated(", ");
+                for g in chunk {
+                    list.push_bind(g.clone());
+                }
+                list.push_unseparated(")");
+                rows.extend(q.build_query_as().fetch_all(pool).await?);
+            }
+            Ok(rows)
         }
 
         async fn rollup_experiment_days_sql(
@@ -1027,7 +1123,7 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::CurrencyCostRow>, $crate::store::StoreError> {
             // Sums stay exact: atto parts carry over into nano parts in integer math.
             let sql = match grain {
-                $crate::store::RollupGrain::Day => {
+                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
                     "SELECT currency,
                         CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
                         CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
@@ -2151,6 +2247,22 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
                 rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn rollup_top_gpus(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                limit: i64,
+            ) -> Result<(Vec<String>, i64), $crate::store::StoreError> {
+                rollup_top_gpus_sql(&self.pool, from_ms, to_ms, limit).await
+            }
+            async fn rollup_gpu_days(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                gpus: &[String],
+            ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+                rollup_gpu_days_sql(&self.pool, from_ms, to_ms, gpus).await
             }
             async fn rollup_experiment_days(
                 &self,
