@@ -69,6 +69,7 @@ impl Options {
         }
         if o.quick {
             o.agent_seconds = o.agent_seconds.min(20);
+            o.attribution_window_secs = o.attribution_window_secs.max(900);
         }
         Ok(o)
     }

@@ -38,3 +38,4 @@ CREATE INDEX rollup_host_days_by_day ON rollup_host_days (day_ms);
 
 -- The heatmap reads a few GPUs' days.
 CREATE INDEX rollup_days_by_gpu ON rollup_days (gpu_uuid, day_ms);
+

@@ -18,6 +18,9 @@ use crate::store::{DirtyMark, RollupGrain, RollupRow, Store, StoreError, Unattri
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
 const HOURS_PER_PASS: usize = 24;
+/// Raw GPU windows attributed in one pass (their process windows come with them): a few
+/// hundred MB at most, however long agents' windows are.
+const WINDOWS_PER_PASS: i64 = 100_000;
 /// Marks read per round.
 const MARKS_PER_ROUND: i64 = 5_000;
 /// Raw rows deleted per statement: short transactions that never hold ingest up for long.
@@ -35,6 +38,15 @@ pub async fn run(
     card: &RateCard,
     max_hours: usize,
 ) -> Result<RollupSummary, StoreError> {
+    run_in_passes(store, card, max_hours, WINDOWS_PER_PASS).await
+}
+
+async fn run_in_passes(
+    store: &dyn Store,
+    card: &RateCard,
+    max_hours: usize,
+    windows_per_pass: i64,
+) -> Result<RollupSummary, StoreError> {
     let mut summary = RollupSummary::default();
     while summary.hours < max_hours {
         let marks = store.dirty_marks(MARKS_PER_ROUND).await?;
@@ -46,22 +58,40 @@ pub async fn run(
             by_hour.entry(m.hour_ms).or_default().push(m);
         }
         let hours: Vec<i64> = by_hour.keys().copied().collect();
-        for run in consecutive_runs(&hours) {
-            let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
-            let (rows, unattributed) = attribute_hours(store, card, from, to).await?;
-            let marks: Vec<DirtyMark> = run
-                .iter()
-                .flat_map(|h| by_hour.remove(h).unwrap_or_default())
-                .collect();
-            store.replace_rollups(&marks, &rows, &unattributed).await?;
-            summary.hours += run.len();
-            summary.rows += rows.len();
-            if summary.hours >= max_hours {
-                break;
+        'runs: for run in consecutive_runs(&hours) {
+            for pass in split_by_windows(store, &run, windows_per_pass).await? {
+                let (from, to) = (pass[0], pass[pass.len() - 1] + HOUR_MS);
+                let (rows, unattributed) = attribute_hours(store, card, from, to).await?;
+                let marks: Vec<DirtyMark> = pass
+                    .iter()
+                    .flat_map(|h| by_hour.remove(h).unwrap_or_default())
+                    .collect();
+                store.replace_rollups(&marks, &rows, &unattributed).await?;
+                summary.hours += pass.len();
+                summary.rows += rows.len();
+                if summary.hours >= max_hours {
+                    break 'runs;
+                }
             }
         }
     }
     Ok(summary)
+}
+
+/// Splits a run of hours into passes of about `budget` raw GPU windows each (at least an hour):
+/// memory stays bounded whether agents send 5-minute or 1-second windows.
+async fn split_by_windows(
+    store: &dyn Store,
+    run: &[i64],
+    budget: i64,
+) -> Result<Vec<Vec<i64>>, StoreError> {
+    let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
+    let windows = store.gpu_window_count(from, to).await?;
+    let passes = usize::try_from(windows / budget.max(1) + 1)
+        .unwrap_or(run.len())
+        .clamp(1, run.len());
+    let hours_per_pass = run.len().div_ceil(passes);
+    Ok(run.chunks(hours_per_pass).map(<[i64]>::to_vec).collect())
 }
 
 /// Splits sorted hours into runs of consecutive hours, each at most [`HOURS_PER_PASS`] long.

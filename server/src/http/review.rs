@@ -248,26 +248,31 @@ async fn review(
     // recent months; an old month shows none).
     let rec_to = (attribution::hour_floor(now_ms()) + HOUR_MS).min(to);
     let rec_from = from.max(rec_to - RECOMMENDATION_LOOKBACK_MS);
-    let loaded = async {
-        let store = state.store.as_ref();
-        // Per host and day: the review shows no single GPU except in the heatmap.
-        let a = rollup::load(store, from, to, RollupGrain::HostDay).await?;
-        let heat = rollup::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS).await?;
-        let run_hours = rollup::experiment_hours(store, from, to).await?;
-        let recs = if rec_from < rec_to {
-            super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
-                .await?
-                .1
+    let store = state.store.as_ref();
+    let recs = async {
+        if rec_from < rec_to {
+            Ok::<_, crate::store::StoreError>(
+                super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
+                    .await?
+                    .1,
+            )
         } else {
-            Recommendations::default()
-        };
+            Ok(Recommendations::default())
+        }
+    };
+    // Independent reads, side by side: the database works on one while this process decodes
+    // another.
+    let loaded = tokio::try_join!(
+        // Per host and day: the review shows no single GPU except in the heatmap.
+        rollup::load(store, from, to, RollupGrain::HostDay),
+        rollup::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS),
+        rollup::experiment_hours(store, from, to),
+        recs,
         // Only its total is shown: summed by the database.
-        let prev = rollup::attributed_costs(store, prev_from, from).await?;
-        let incidents = store.incidents(from, to).await?;
-        let requests = store.usage_totals(from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, heat, run_hours, recs, prev, incidents, requests))
-    }
-    .await;
+        rollup::attributed_costs(store, prev_from, from),
+        store.incidents(from, to),
+        store.usage_totals(from, to),
+    );
     let (a, (heat_parts, gpu_count), run_hours, recs, prev, incidents, requests) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),

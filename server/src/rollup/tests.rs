@@ -258,7 +258,12 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             "{b}: ingest and bills mark"
         );
 
-        let summary = run(s, &card, usize::MAX).await.unwrap();
+        // Passes of ~100 GPU windows (an hour is 12): many short passes, same figures.
+        let hours: Vec<i64> = (0..24).map(|h| START + h * HOUR_MS).collect();
+        let passes = split_by_windows(s, &hours, 100).await.unwrap();
+        assert!(passes.len() >= 3, "{b}: {} passes", passes.len());
+        assert_eq!(passes.concat(), hours, "{b}: every hour once, in order");
+        let summary = run_in_passes(s, &card, usize::MAX, 100).await.unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
             s.dirty_marks(10).await.unwrap().is_empty(),

@@ -508,6 +508,8 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<UnattributedRow>, StoreError>;
+    /// How many raw GPU windows start in `[from_ms, to_ms)`.
+    async fn gpu_window_count(&self, from_ms: i64, to_ms: i64) -> Result<i64, StoreError>;
     /// The `limit` GPUs that cost most in the days of `[from_ms, to_ms)`, costliest first, and
     /// how many GPUs have rows there.
     async fn rollup_top_gpus(
@@ -704,117 +706,6 @@ macro_rules! shared_sql_impl {
             .bind(hash)
             .fetch_optional(pool)
             .await?)
-        }
-
-        async fn ingest_sql(
-            tx: &mut sqlx::Transaction<'_, $db>,
-            report: &gpuledger_proto::Report,
-            token_id: i64,
-            agent: $crate::store::AgentStatus,
-            now_ms: i64,
-        ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
-            let h = &report.host;
-            let (host_id,): (i64,) = sqlx::query_as(
-                "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
-                                    agent_version, last_report_ms, spool_depth, spool_dropped,
-                                    instance_key, lifecycle)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-                 ON CONFLICT (cluster, hostname) DO UPDATE SET
-                    provider = COALESCE(excluded.provider, hosts.provider),
-                    instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
-                    instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
-                    lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
-                    instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
-                    region = COALESCE(excluded.region, hosts.region),
-                    agent_version = excluded.agent_version,
-                    last_report_ms = CASE WHEN excluded.last_report_ms > hosts.last_report_ms
-                                          THEN excluded.last_report_ms ELSE hosts.last_report_ms END,
-                    spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
-                    spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
-                 RETURNING id",
-            )
-            .bind(&h.cluster)
-            .bind(&h.hostname)
-            .bind(&h.provider)
-            .bind(&h.instance_id)
-            .bind(&h.instance_type)
-            .bind(&h.region)
-            .bind(&report.agent_version)
-            .bind(now_ms)
-            .bind(agent.spool_depth)
-            .bind(agent.spool_dropped)
-            .bind(h.instance_id.as_deref().map($crate::billing::normalize_resource_id))
-            .bind(&h.lifecycle)
-            .fetch_one(&mut **tx)
-            .await?;
-
-            let inserted = sqlx::query(
-                "INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            )
-            .bind(&report.batch_id)
-            .bind(host_id)
-            .bind(token_id)
-            .bind(now_ms)
-            .bind(report.windows.len() as i64)
-            .execute(&mut **tx)
-            .await?;
-            if inserted.rows_affected() == 0 {
-                return Ok($crate::store::IngestOutcome::Duplicate);
-            }
-
-            // Bulk: a statement per table, not one per row (each backend binds its own way).
-            let rows = $crate::store::report_rows::ReportRows::of(report)?;
-            insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
-            upsert_gpus_sql(tx, host_id, &rows.latest).await?;
-            // A window belongs to the hour it starts in (as attribution counts it).
-            let hours: std::collections::BTreeSet<i64> = report
-                .windows
-                .iter()
-                .map(|w| $crate::attribution::hour_floor(w.start_ms))
-                .collect();
-            mark_dirty_sql(tx, &hours.into_iter().collect::<Vec<_>>(), host_id).await?;
-            Ok($crate::store::IngestOutcome::Stored)
-        }
-
-        async fn upsert_gpus_sql(
-            tx: &mut sqlx::Transaction<'_, $db>,
-            host_id: i64,
-            latest: &[$crate::store::report_rows::GpuLatest],
-        ) -> Result<(), $crate::store::StoreError> {
-            for chunk in latest.chunks(500) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
-                        last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes) ",
-                );
-                q.push_values(chunk, |mut b, g| {
-                    b.push_bind(&g.uuid)
-                        .push_bind(host_id)
-                        .push_bind(g.gpu_index)
-                        .push_bind(&g.name)
-                        .push_bind(&g.parent_uuid)
-                        .push_bind(g.memory_total_bytes)
-                        .push_bind(g.start_ms)
-                        .push_bind(g.end_ms)
-                        .push_bind(g.util_avg)
-                        .push_bind(g.memory_used_bytes);
-                });
-                q.push(
-                    " ON CONFLICT (uuid) DO UPDATE SET
-                        host_id = excluded.host_id,
-                        gpu_index = excluded.gpu_index,
-                        name = excluded.name,
-                        parent_uuid = excluded.parent_uuid,
-                        memory_total_bytes = excluded.memory_total_bytes,
-                        last_window_start_ms = excluded.last_window_start_ms,
-                        last_window_end_ms = excluded.last_window_end_ms,
-                        last_util_avg = excluded.last_util_avg,
-                        last_memory_used_bytes = excluded.last_memory_used_bytes
-                     WHERE excluded.last_window_start_ms > gpus.last_window_start_ms",
-                );
-                q.build().execute(&mut **tx).await?;
-            }
-            Ok(())
         }
 
         async fn mark_dirty_sql(
@@ -1195,7 +1086,8 @@ macro_rules! shared_sql_impl {
             now_ms: i64,
         ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
             let mut tx = pool.begin().await?;
-            let outcome = ingest_sql(&mut tx, report, token_id, agent, now_ms).await?;
+            // Each backend stores a report its own way (see ingest_report in its module).
+            let outcome = ingest_report(&mut tx, report, token_id, agent, now_ms).await?;
             match outcome {
                 $crate::store::IngestOutcome::Stored => tx.commit().await?,
                 $crate::store::IngestOutcome::Duplicate => tx.rollback().await?,
@@ -2247,6 +2139,20 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
                 rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn gpu_window_count(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<i64, $crate::store::StoreError> {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2",
+                )
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(n)
             }
             async fn rollup_top_gpus(
                 &self,

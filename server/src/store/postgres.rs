@@ -36,74 +36,171 @@ impl PostgresStore {
     async fn write_guard(&self) {}
 }
 
-/// A report's windows in two statements: each column travels as one array and `UNNEST` turns
-/// the arrays back into rows, so a report of thousands of windows is two round trips.
-async fn insert_report_rows(
+/// A report in one statement: data-modifying CTEs upsert the host, claim the batch id and,
+/// only if the claim succeeded, insert every window from column arrays (`UNNEST`), upsert the
+/// GPUs' latest state and mark the hours to roll up. One round trip instead of one per table:
+/// on a busy server PostgreSQL's per-statement work is what ingest spends its CPU on.
+async fn ingest_report(
     tx: &mut sqlx::Transaction<'_, Postgres>,
-    host_id: i64,
-    batch_id: &str,
-    rows: &super::report_rows::ReportRows,
-) -> Result<(), StoreError> {
-    let g = &rows.gpus;
-    if !g.uuid.is_empty() {
-        sqlx::query(
-            "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
+    report: &gpuledger_proto::Report,
+    token_id: i64,
+    agent: super::AgentStatus,
+    now_ms: i64,
+) -> Result<super::IngestOutcome, StoreError> {
+    let rows = super::report_rows::ReportRows::of(report)?;
+    // A window belongs to the hour it starts in (as attribution counts it).
+    let hours: Vec<i64> = report
+        .windows
+        .iter()
+        .map(|w| crate::attribution::hour_floor(w.start_ms))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let h = &report.host;
+    let (g, p, l) = (&rows.gpus, &rows.processes, &rows.latest);
+    let (stored,): (i64,) = sqlx::query_as(
+        "WITH h AS (
+            INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
+                               agent_version, last_report_ms, spool_depth, spool_dropped,
+                               instance_key, lifecycle)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+            ON CONFLICT (cluster, hostname) DO UPDATE SET
+               provider = COALESCE(excluded.provider, hosts.provider),
+               instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
+               instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
+               lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
+               instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
+               region = COALESCE(excluded.region, hosts.region),
+               agent_version = excluded.agent_version,
+               last_report_ms = GREATEST(excluded.last_report_ms, hosts.last_report_ms),
+               spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
+               spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
+            RETURNING id
+         ), b AS (
+            INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
+            SELECT $13, h.id, $14, $8, $15 FROM h
+            ON CONFLICT DO NOTHING
+            RETURNING host_id
+         ), gw AS (
+            INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
                 power_avg_watts, temperature_max_c, energy_mj)
-             SELECT u.gpu_uuid, u.start_ms, u.end_ms, $1, $2, u.samples, u.memory_total_bytes,
-                u.memory_used_max_bytes, u.util_avg, u.util_max, u.mem_util_avg,
-                u.power_avg_watts, u.temperature_max_c, u.energy_mj
-             FROM UNNEST($3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[],
-                         $9::float8[], $10::float8[], $11::float8[], $12::float8[], $13::float8[],
-                         $14::int8[])
-               AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes, memory_used_max_bytes,
-                    util_avg, util_max, mem_util_avg, power_avg_watts, temperature_max_c, energy_mj)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(host_id)
-        .bind(batch_id)
-        .bind(&g.uuid)
-        .bind(&g.start_ms)
-        .bind(&g.end_ms)
-        .bind(&g.samples)
-        .bind(&g.memory_total_bytes)
-        .bind(&g.memory_used_max_bytes)
-        .bind(&g.util_avg)
-        .bind(&g.util_max)
-        .bind(&g.mem_util_avg)
-        .bind(&g.power_avg_watts)
-        .bind(&g.temperature_max_c)
-        .bind(&g.energy_mj)
-        .execute(&mut **tx)
-        .await?;
-    }
-    let p = &rows.processes;
-    if !p.gpu_uuid.is_empty() {
-        sqlx::query(
-            "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
+            SELECT u.gpu_uuid, u.start_ms, u.end_ms, b.host_id, $13, u.samples,
+                u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
+                u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj
+            FROM b, UNNEST($16::text[], $17::int8[], $18::int8[], $19::int8[], $20::int8[],
+                           $21::int8[], $22::float8[], $23::float8[], $24::float8[],
+                           $25::float8[], $26::float8[], $27::int8[])
+              AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
+                   memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
+                   temperature_max_c, energy_mj)
+            ON CONFLICT DO NOTHING
+         ), pw AS (
+            INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
                 labels_json, container_id, pod_uid)
-             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::text[],
-                                  $6::int8[], $7::float8[], $8::text[], $9::text[], $10::text[],
-                                  $11::text[], $12::text[], $13::text[], $14::text[])
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&p.gpu_uuid)
-        .bind(&p.start_ms)
-        .bind(&p.pid)
-        .bind(&p.end_ms)
-        .bind(&p.process_name)
-        .bind(&p.memory_used_max_bytes)
-        .bind(&p.sm_util_avg)
-        .bind(&p.model)
-        .bind(&p.experiment)
-        .bind(&p.endpoint)
-        .bind(&p.team)
-        .bind(&p.labels_json)
-        .bind(&p.container_id)
-        .bind(&p.pod_uid)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
+            SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
+                u.memory_used_max_bytes, u.sm_util_avg, u.model, u.experiment, u.endpoint,
+                u.team, u.labels_json, u.container_id, u.pod_uid
+            FROM b, UNNEST($28::text[], $29::int8[], $30::int8[], $31::int8[], $32::text[],
+                           $33::int8[], $34::float8[], $35::text[], $36::text[], $37::text[],
+                           $38::text[], $39::text[], $40::text[], $41::text[])
+              AS u(gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
+                   sm_util_avg, model, experiment, endpoint, team, labels_json, container_id,
+                   pod_uid)
+            ON CONFLICT DO NOTHING
+         ), g AS (
+            INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
+                last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes)
+            SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes,
+                u.start_ms, u.end_ms, u.util_avg, u.memory_used_bytes
+            FROM b, UNNEST($42::text[], $43::int8[], $44::text[], $45::text[], $46::int8[],
+                           $47::int8[], $48::int8[], $49::float8[], $50::int8[])
+              AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes, start_ms, end_ms,
+                   util_avg, memory_used_bytes)
+            ON CONFLICT (uuid) DO UPDATE SET
+               host_id = excluded.host_id,
+               gpu_index = excluded.gpu_index,
+               name = excluded.name,
+               parent_uuid = excluded.parent_uuid,
+               memory_total_bytes = excluded.memory_total_bytes,
+               last_window_start_ms = excluded.last_window_start_ms,
+               last_window_end_ms = excluded.last_window_end_ms,
+               last_util_avg = excluded.last_util_avg,
+               last_memory_used_bytes = excluded.last_memory_used_bytes
+            WHERE excluded.last_window_start_ms > gpus.last_window_start_ms
+         ), d AS (
+            INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
+            SELECT hr, b.host_id, 0 FROM b, UNNEST($51::int8[]) AS hr
+            ON CONFLICT (hour_ms, host_id)
+            DO UPDATE SET generation = rollup_dirty_hours.generation + 1
+         )
+         SELECT COUNT(*) FROM b",
+    )
+    .bind(&h.cluster)
+    .bind(&h.hostname)
+    .bind(&h.provider)
+    .bind(&h.instance_id)
+    .bind(&h.instance_type)
+    .bind(&h.region)
+    .bind(&report.agent_version)
+    .bind(now_ms)
+    .bind(agent.spool_depth)
+    .bind(agent.spool_dropped)
+    .bind(
+        h.instance_id
+            .as_deref()
+            .map(crate::billing::normalize_resource_id),
+    )
+    .bind(&h.lifecycle)
+    .bind(&report.batch_id)
+    .bind(token_id)
+    .bind(report.windows.len() as i64)
+    .bind(&g.uuid)
+    .bind(&g.start_ms)
+    .bind(&g.end_ms)
+    .bind(&g.samples)
+    .bind(&g.memory_total_bytes)
+    .bind(&g.memory_used_max_bytes)
+    .bind(&g.util_avg)
+    .bind(&g.util_max)
+    .bind(&g.mem_util_avg)
+    .bind(&g.power_avg_watts)
+    .bind(&g.temperature_max_c)
+    .bind(&g.energy_mj)
+    .bind(&p.gpu_uuid)
+    .bind(&p.start_ms)
+    .bind(&p.pid)
+    .bind(&p.end_ms)
+    .bind(&p.process_name)
+    .bind(&p.memory_used_max_bytes)
+    .bind(&p.sm_util_avg)
+    .bind(&p.model)
+    .bind(&p.experiment)
+    .bind(&p.endpoint)
+    .bind(&p.team)
+    .bind(&p.labels_json)
+    .bind(&p.container_id)
+    .bind(&p.pod_uid)
+    .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.name.as_str()).collect::<Vec<_>>())
+    .bind(
+        l.iter()
+            .map(|x| x.parent_uuid.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.start_ms).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.end_ms).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.util_avg).collect::<Vec<_>>())
+    .bind(l.iter().map(|x| x.memory_used_bytes).collect::<Vec<_>>())
+    .bind(&hours)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(if stored > 0 {
+        super::IngestOutcome::Stored
+    } else {
+        super::IngestOutcome::Duplicate
+    })
 }
