@@ -20,11 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+use gpuledger_proto::{GpuWindow, ProcessWindow, Report};
 use sqlx::Connection;
-use support::{artifact, create_token, free_port, server_run, signed_in, start_server};
+use support::{
+    artifact, create_token, eight_gpu_report, free_port, server_run, signed_in, start_server,
+    GPUS_PER_HOST, WINDOW_MS,
+};
 
-const GIB: u64 = 1 << 30;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 /// The month the latency and attribution figures read: October 2026 (31 days).
@@ -233,59 +235,16 @@ fn cpu_model() -> String {
 // Ingest: HTTP reports → committed rows, against the same rows inserted straight.
 
 const INGEST_AGENTS: usize = 64;
-const GPUS_PER_HOST: u32 = 8;
-const WINDOW_MS: i64 = 15_000;
 
-/// One agent report as the agent sends it by default: one 15 s window of 8 GPUs, one labelled
-/// process each.
+/// One agent report as the agent sends it by default (one 15 s window of 8 GPUs, one labelled
+/// process each), from an AWS host the rate card prices.
 fn agent_report(host: usize, seq: i64, prefix: &str) -> Report {
     // Recent windows: the server refuses those older than its retention.
     let base = (gpuledger_server::now_ms() - DAY_MS) / HOUR_MS * HOUR_MS;
-    let start_ms = base + seq * WINDOW_MS;
-    Report {
-        batch_id: format!("{prefix}-{host}-{seq}"),
-        agent_version: "bench".into(),
-        host: HostInfo {
-            hostname: format!("{prefix}-{host:03}"),
-            cluster: format!("bench-{}", host % 4),
-            provider: Some("aws".into()),
-            instance_type: Some("p5.48xlarge".into()),
-            ..Default::default()
-        },
-        windows: vec![Window {
-            start_ms,
-            end_ms: start_ms + WINDOW_MS,
-            samples: 15,
-            gpus: (0..GPUS_PER_HOST)
-                .map(|g| GpuWindow {
-                    uuid: format!("GPU-{prefix}-{host:03}-{g}"),
-                    index: g,
-                    name: "NVIDIA H100 80GB HBM3".into(),
-                    memory_total_bytes: Some(80 * GIB),
-                    memory_used_max_bytes: Some(40 * GIB),
-                    util_avg: Some(40.0 + (host % 50) as f64),
-                    util_max: Some(95.0),
-                    mem_util_avg: Some(30.0),
-                    power_avg_watts: Some(400.0),
-                    temperature_max_c: Some(60.0),
-                    energy_mj: Some(6_000_000),
-                    processes: vec![ProcessWindow {
-                        pid: 1000 + g,
-                        name: Some("python3".into()),
-                        memory_used_max_bytes: Some(40 * GIB),
-                        sm_util_avg: Some(40.0),
-                        labels: [
-                            ("model".to_string(), format!("model-{}", host % 20)),
-                            ("team".to_string(), format!("team-{}", host % 7)),
-                        ]
-                        .into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .collect(),
-        }],
-    }
+    let mut r = eight_gpu_report(prefix, host, seq as u64, base + seq * WINDOW_MS);
+    r.host.provider = Some("aws".into());
+    r.host.instance_type = Some("p5.48xlarge".into());
+    r
 }
 
 async fn ingest(backend: &str, o: &Options) -> Result<()> {

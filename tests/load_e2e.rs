@@ -12,63 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
-use support::{create_token, free_port, start_server, test_support};
-
-const GIB: u64 = 1 << 30;
-const WINDOW_MS: i64 = 15_000;
-const GPUS: u32 = 8;
+use support::{
+    create_token, eight_gpu_report, free_port, start_server, test_support, GPUS_PER_HOST, WINDOW_MS,
+};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn report(host: usize, seq: u64, start_ms: i64) -> Report {
-    Report {
-        batch_id: format!("load-{host}-{seq}"),
-        agent_version: "load".into(),
-        host: HostInfo {
-            hostname: format!("load-{host:03}"),
-            cluster: format!("load-{}", host % 10),
-            ..Default::default()
-        },
-        windows: vec![Window {
-            start_ms,
-            end_ms: start_ms + WINDOW_MS,
-            samples: 15,
-            gpus: (0..GPUS)
-                .map(|g| GpuWindow {
-                    uuid: format!("GPU-load-{host:03}-{g}"),
-                    index: g,
-                    name: "NVIDIA H100 80GB HBM3".into(),
-                    memory_total_bytes: Some(80 * GIB),
-                    memory_used_max_bytes: Some(40 * GIB),
-                    util_avg: Some(40.0 + (host % 50) as f64),
-                    util_max: Some(95.0),
-                    mem_util_avg: Some(30.0),
-                    power_avg_watts: Some(400.0),
-                    temperature_max_c: Some(60.0),
-                    energy_mj: Some(6_000_000),
-                    processes: vec![ProcessWindow {
-                        pid: 1000 + g,
-                        name: Some("python3".into()),
-                        memory_used_max_bytes: Some(40 * GIB),
-                        sm_util_avg: Some(40.0),
-                        labels: [
-                            ("model".to_string(), format!("model-{}", host % 20)),
-                            ("team".to_string(), format!("team-{}", host % 7)),
-                        ]
-                        .into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .collect(),
-        }],
-    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -135,7 +87,7 @@ async fn five_hundred_agents_for_ten_minutes() {
                     let start_ms = t0 - WINDOW_MS + (seq as i64) * WINDOW_MS + offset as i64;
                     let due = started + Duration::from_millis(seq * WINDOW_MS as u64 + offset);
                     tokio::time::sleep_until(due.into()).await;
-                    let body = report(host, seq, start_ms);
+                    let body = eight_gpu_report("load", host, seq, start_ms);
                     loop {
                         let sent = Instant::now();
                         let resp = client
@@ -184,13 +136,13 @@ async fn five_hundred_agents_for_ten_minutes() {
     let sent = agents as u64 * windows_each;
     println!("load test on {}", db.backend);
     println!(
-        "  {agents} agents x {GPUS} GPUs, one report per {} s, for {:.0} s",
+        "  {agents} agents x {GPUS_PER_HOST} GPUs, one report per {} s, for {:.0} s",
         WINDOW_MS / 1000,
         elapsed.as_secs_f64()
     );
     println!(
         "  reports sent {sent}, stored {stored_batches}; GPU-windows expected {}, stored {stored_windows}",
-        sent * GPUS as u64
+        sent * u64::from(GPUS_PER_HOST)
     );
     println!(
         "  errors {} (retried {}), ingest latency p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -207,5 +159,9 @@ async fn five_hundred_agents_for_ten_minutes() {
     );
     assert_eq!(errors.load(Ordering::Relaxed), 0, "zero errors");
     assert_eq!(stored_batches, sent, "every report stored once");
-    assert_eq!(stored_windows, sent * GPUS as u64, "zero lost windows");
+    assert_eq!(
+        stored_windows,
+        sent * u64::from(GPUS_PER_HOST),
+        "zero lost windows"
+    );
 }

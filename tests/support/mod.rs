@@ -270,3 +270,61 @@ pub async fn signed_in(server: &Server, role: &str) -> reqwest::Client {
     );
     client
 }
+
+pub const GIB: u64 = 1 << 30;
+/// The agent's default window.
+pub const WINDOW_MS: i64 = 15_000;
+pub const GPUS_PER_HOST: u32 = 8;
+
+/// A report as the agent sends it by default: one 15 s window of 8 GPUs, each with one process
+/// labelled with a model and a team. Names start with `prefix` (`GPU-{prefix}-{host}-{g}`).
+pub fn eight_gpu_report(
+    prefix: &str,
+    host: usize,
+    seq: u64,
+    start_ms: i64,
+) -> gpuledger_proto::Report {
+    use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+    Report {
+        batch_id: format!("{prefix}-{host}-{seq}"),
+        agent_version: prefix.into(),
+        host: HostInfo {
+            hostname: format!("{prefix}-{host:03}"),
+            cluster: format!("{prefix}-{}", host % 10),
+            ..Default::default()
+        },
+        windows: vec![Window {
+            start_ms,
+            end_ms: start_ms + WINDOW_MS,
+            samples: 15,
+            gpus: (0..GPUS_PER_HOST)
+                .map(|g| GpuWindow {
+                    uuid: format!("GPU-{prefix}-{host:03}-{g}"),
+                    index: g,
+                    name: "NVIDIA H100 80GB HBM3".into(),
+                    memory_total_bytes: Some(80 * GIB),
+                    memory_used_max_bytes: Some(40 * GIB),
+                    util_avg: Some(40.0 + (host % 50) as f64),
+                    util_max: Some(95.0),
+                    mem_util_avg: Some(30.0),
+                    power_avg_watts: Some(400.0),
+                    temperature_max_c: Some(60.0),
+                    energy_mj: Some(6_000_000),
+                    processes: vec![ProcessWindow {
+                        pid: 1000 + g,
+                        name: Some("python3".into()),
+                        memory_used_max_bytes: Some(40 * GIB),
+                        sm_util_avg: Some(40.0),
+                        labels: [
+                            ("model".to_string(), format!("model-{}", host % 20)),
+                            ("team".to_string(), format!("team-{}", host % 7)),
+                        ]
+                        .into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        }],
+    }
+}

@@ -645,6 +645,83 @@ pub(crate) fn to_i64(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
+/// SQL both backends' ingest runs, as literals so `concat!` can build larger statements.
+/// The host upsert: `$1..$12` as [`bind_host!`] binds them, returning the host id.
+macro_rules! host_upsert_sql {
+    () => {
+        "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
+                            agent_version, last_report_ms, spool_depth, spool_dropped,
+                            instance_key, lifecycle)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (cluster, hostname) DO UPDATE SET
+            provider = COALESCE(excluded.provider, hosts.provider),
+            instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
+            instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
+            lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
+            instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
+            region = COALESCE(excluded.region, hosts.region),
+            agent_version = excluded.agent_version,
+            last_report_ms = CASE WHEN excluded.last_report_ms > hosts.last_report_ms
+                                  THEN excluded.last_report_ms ELSE hosts.last_report_ms END,
+            spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
+            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
+         RETURNING id"
+    };
+}
+pub(crate) use host_upsert_sql;
+
+/// Binds [`host_upsert_sql!`]'s `$1..$12` for a report.
+macro_rules! bind_host {
+    ($query:expr, $report:expr, $agent:expr, $now_ms:expr) => {{
+        let h = &$report.host;
+        $query
+            .bind(&h.cluster)
+            .bind(&h.hostname)
+            .bind(&h.provider)
+            .bind(&h.instance_id)
+            .bind(&h.instance_type)
+            .bind(&h.region)
+            .bind(&$report.agent_version)
+            .bind($now_ms)
+            .bind($agent.spool_depth)
+            .bind($agent.spool_dropped)
+            .bind(
+                h.instance_id
+                    .as_deref()
+                    .map($crate::billing::normalize_resource_id),
+            )
+            .bind(&h.lifecycle)
+    }};
+}
+pub(crate) use bind_host;
+
+/// A GPU's latest state replaces the stored one only if its window is newer.
+macro_rules! gpu_latest_on_conflict_sql {
+    () => {
+        "ON CONFLICT (uuid) DO UPDATE SET
+            host_id = excluded.host_id,
+            gpu_index = excluded.gpu_index,
+            name = excluded.name,
+            parent_uuid = excluded.parent_uuid,
+            memory_total_bytes = excluded.memory_total_bytes,
+            last_window_start_ms = excluded.last_window_start_ms,
+            last_window_end_ms = excluded.last_window_end_ms,
+            last_util_avg = excluded.last_util_avg,
+            last_memory_used_bytes = excluded.last_memory_used_bytes
+         WHERE excluded.last_window_start_ms > gpus.last_window_start_ms"
+    };
+}
+pub(crate) use gpu_latest_on_conflict_sql;
+
+/// Marking an hour again bumps its generation (see [`DirtyMark`]).
+macro_rules! dirty_mark_on_conflict_sql {
+    () => {
+        "ON CONFLICT (hour_ms, host_id)
+         DO UPDATE SET generation = rollup_dirty_hours.generation + 1"
+    };
+}
+pub(crate) use dirty_mark_on_conflict_sql;
+
 /// The SQL both backends share. Written once, expanded once per backend, because sqlx's
 /// executor types differ per database while the statements do not.
 macro_rules! shared_sql_impl {
@@ -720,10 +797,7 @@ macro_rules! shared_sql_impl {
                 q.push_values(chunk, |mut b, h| {
                     b.push_bind(*h).push_bind(host_id).push_bind(0i64);
                 });
-                q.push(
-                    " ON CONFLICT (hour_ms, host_id)
-                      DO UPDATE SET generation = rollup_dirty_hours.generation + 1",
-                );
+                q.push(concat!(" ", $crate::store::dirty_mark_on_conflict_sql!()));
                 q.build().execute(&mut **tx).await?;
             }
             Ok(())
@@ -939,6 +1013,21 @@ macro_rules! shared_sql_impl {
                 .await?)
         }
 
+        async fn gpu_window_count_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<i64, $crate::store::StoreError> {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_one(pool)
+            .await?;
+            Ok(n)
+        }
+
         async fn rollup_top_gpus_sql(
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
@@ -1012,22 +1101,20 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::CurrencyCostRow>, $crate::store::StoreError> {
-            // Sums stay exact: atto parts carry over into nano parts in integer math.
-            let sql = match grain {
+            let (table, period) = match grain {
                 $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
-                    "SELECT currency,
-                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
-                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
-                     FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2 GROUP BY currency"
+                    ("rollup_days", "day_ms")
                 }
-                _ => {
-                    "SELECT currency,
-                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
-                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
-                     FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2 GROUP BY currency"
-                }
+                _ => ("rollup_hours", "hour_ms"),
             };
-            Ok(sqlx::query_as(sql)
+            // Sums stay exact: atto parts carry over into nano parts in integer math.
+            let sql = format!(
+                "SELECT currency,
+                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
+                 FROM {table} WHERE {period} >= $1 AND {period} < $2 GROUP BY currency"
+            );
+            Ok(sqlx::query_as(&sql)
                 .bind(from_ms)
                 .bind(to_ms)
                 .fetch_all(pool)
@@ -2145,14 +2232,7 @@ macro_rules! store_impl {
                 from_ms: i64,
                 to_ms: i64,
             ) -> Result<i64, $crate::store::StoreError> {
-                let (n,): (i64,) = sqlx::query_as(
-                    "SELECT COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2",
-                )
-                .bind(from_ms)
-                .bind(to_ms)
-                .fetch_one(&self.pool)
-                .await?;
-                Ok(n)
+                gpu_window_count_sql(&self.pool, from_ms, to_ms).await
             }
             async fn rollup_top_gpus(
                 &self,

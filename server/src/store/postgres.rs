@@ -48,35 +48,11 @@ async fn ingest_report(
     now_ms: i64,
 ) -> Result<super::IngestOutcome, StoreError> {
     let rows = super::report_rows::ReportRows::of(report)?;
-    // A window belongs to the hour it starts in (as attribution counts it).
-    let hours: Vec<i64> = report
-        .windows
-        .iter()
-        .map(|w| crate::attribution::hour_floor(w.start_ms))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let h = &report.host;
     let (g, p, l) = (&rows.gpus, &rows.processes, &rows.latest);
-    let (stored,): (i64,) = sqlx::query_as(
-        "WITH h AS (
-            INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
-                               agent_version, last_report_ms, spool_depth, spool_dropped,
-                               instance_key, lifecycle)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-            ON CONFLICT (cluster, hostname) DO UPDATE SET
-               provider = COALESCE(excluded.provider, hosts.provider),
-               instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
-               instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
-               lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
-               instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
-               region = COALESCE(excluded.region, hosts.region),
-               agent_version = excluded.agent_version,
-               last_report_ms = GREATEST(excluded.last_report_ms, hosts.last_report_ms),
-               spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
-               spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
-            RETURNING id
-         ), b AS (
+    let query = sqlx::query_as(concat!(
+        "WITH h AS (",
+        super::host_upsert_sql!(),
+        "), b AS (
             INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
             SELECT $13, h.id, $14, $8, $15 FROM h
             ON CONFLICT DO NOTHING
@@ -118,86 +94,63 @@ async fn ingest_report(
                            $47::int8[], $48::int8[], $49::float8[], $50::int8[])
               AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes, start_ms, end_ms,
                    util_avg, memory_used_bytes)
-            ON CONFLICT (uuid) DO UPDATE SET
-               host_id = excluded.host_id,
-               gpu_index = excluded.gpu_index,
-               name = excluded.name,
-               parent_uuid = excluded.parent_uuid,
-               memory_total_bytes = excluded.memory_total_bytes,
-               last_window_start_ms = excluded.last_window_start_ms,
-               last_window_end_ms = excluded.last_window_end_ms,
-               last_util_avg = excluded.last_util_avg,
-               last_memory_used_bytes = excluded.last_memory_used_bytes
-            WHERE excluded.last_window_start_ms > gpus.last_window_start_ms
-         ), d AS (
+            ",
+        super::gpu_latest_on_conflict_sql!(),
+        "), d AS (
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
             SELECT hr, b.host_id, 0 FROM b, UNNEST($51::int8[]) AS hr
-            ON CONFLICT (hour_ms, host_id)
-            DO UPDATE SET generation = rollup_dirty_hours.generation + 1
+            ",
+        super::dirty_mark_on_conflict_sql!(),
+        "
          )
-         SELECT COUNT(*) FROM b",
-    )
-    .bind(&h.cluster)
-    .bind(&h.hostname)
-    .bind(&h.provider)
-    .bind(&h.instance_id)
-    .bind(&h.instance_type)
-    .bind(&h.region)
-    .bind(&report.agent_version)
-    .bind(now_ms)
-    .bind(agent.spool_depth)
-    .bind(agent.spool_dropped)
-    .bind(
-        h.instance_id
-            .as_deref()
-            .map(crate::billing::normalize_resource_id),
-    )
-    .bind(&h.lifecycle)
-    .bind(&report.batch_id)
-    .bind(token_id)
-    .bind(report.windows.len() as i64)
-    .bind(&g.uuid)
-    .bind(&g.start_ms)
-    .bind(&g.end_ms)
-    .bind(&g.samples)
-    .bind(&g.memory_total_bytes)
-    .bind(&g.memory_used_max_bytes)
-    .bind(&g.util_avg)
-    .bind(&g.util_max)
-    .bind(&g.mem_util_avg)
-    .bind(&g.power_avg_watts)
-    .bind(&g.temperature_max_c)
-    .bind(&g.energy_mj)
-    .bind(&p.gpu_uuid)
-    .bind(&p.start_ms)
-    .bind(&p.pid)
-    .bind(&p.end_ms)
-    .bind(&p.process_name)
-    .bind(&p.memory_used_max_bytes)
-    .bind(&p.sm_util_avg)
-    .bind(&p.model)
-    .bind(&p.experiment)
-    .bind(&p.endpoint)
-    .bind(&p.team)
-    .bind(&p.labels_json)
-    .bind(&p.container_id)
-    .bind(&p.pod_uid)
-    .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.name.as_str()).collect::<Vec<_>>())
-    .bind(
-        l.iter()
-            .map(|x| x.parent_uuid.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.start_ms).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.end_ms).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.util_avg).collect::<Vec<_>>())
-    .bind(l.iter().map(|x| x.memory_used_bytes).collect::<Vec<_>>())
-    .bind(&hours)
-    .fetch_one(&mut **tx)
-    .await?;
+         SELECT COUNT(*) FROM b"
+    ));
+    let (stored,): (i64,) = super::bind_host!(query, report, agent, now_ms)
+        .bind(&report.batch_id)
+        .bind(token_id)
+        .bind(report.windows.len() as i64)
+        .bind(&g.uuid)
+        .bind(&g.start_ms)
+        .bind(&g.end_ms)
+        .bind(&g.samples)
+        .bind(&g.memory_total_bytes)
+        .bind(&g.memory_used_max_bytes)
+        .bind(&g.util_avg)
+        .bind(&g.util_max)
+        .bind(&g.mem_util_avg)
+        .bind(&g.power_avg_watts)
+        .bind(&g.temperature_max_c)
+        .bind(&g.energy_mj)
+        .bind(&p.gpu_uuid)
+        .bind(&p.start_ms)
+        .bind(&p.pid)
+        .bind(&p.end_ms)
+        .bind(&p.process_name)
+        .bind(&p.memory_used_max_bytes)
+        .bind(&p.sm_util_avg)
+        .bind(&p.model)
+        .bind(&p.experiment)
+        .bind(&p.endpoint)
+        .bind(&p.team)
+        .bind(&p.labels_json)
+        .bind(&p.container_id)
+        .bind(&p.pod_uid)
+        .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.name.as_str()).collect::<Vec<_>>())
+        .bind(
+            l.iter()
+                .map(|x| x.parent_uuid.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.start_ms).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.end_ms).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.util_avg).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.memory_used_bytes).collect::<Vec<_>>())
+        .bind(&rows.hours)
+        .fetch_one(&mut **tx)
+        .await?;
     Ok(if stored > 0 {
         super::IngestOutcome::Stored
     } else {

@@ -64,6 +64,9 @@ pub(crate) struct ReportRows {
     pub processes: ProcessColumns,
     /// One per GPU (an upsert may touch a row once per statement), in report order.
     pub latest: Vec<GpuLatest>,
+    /// The hours to roll up again, each once, in order: a window belongs to the hour it starts
+    /// in (as attribution counts it).
+    pub hours: Vec<i64>,
 }
 
 impl ReportRows {
@@ -131,6 +134,13 @@ impl ReportRows {
                 }
             }
         }
+        rows.hours = report
+            .windows
+            .iter()
+            .map(|w| crate::attribution::hour_floor(w.start_ms))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         Ok(rows)
     }
 }

@@ -125,42 +125,12 @@ async fn ingest_report(
     agent: crate::store::AgentStatus,
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
-    let h = &report.host;
-    let (host_id,): (i64,) = sqlx::query_as(
-        "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
-                            agent_version, last_report_ms, spool_depth, spool_dropped,
-                            instance_key, lifecycle)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (cluster, hostname) DO UPDATE SET
-            provider = COALESCE(excluded.provider, hosts.provider),
-            instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
-            instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
-            lifecycle = COALESCE(excluded.lifecycle, hosts.lifecycle),
-            instance_type = COALESCE(excluded.instance_type, hosts.instance_type),
-            region = COALESCE(excluded.region, hosts.region),
-            agent_version = excluded.agent_version,
-            last_report_ms = CASE WHEN excluded.last_report_ms > hosts.last_report_ms
-                                  THEN excluded.last_report_ms ELSE hosts.last_report_ms END,
-            spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
-            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
-         RETURNING id",
+    let (host_id,): (i64,) = super::bind_host!(
+        sqlx::query_as(super::host_upsert_sql!()),
+        report,
+        agent,
+        now_ms
     )
-    .bind(&h.cluster)
-    .bind(&h.hostname)
-    .bind(&h.provider)
-    .bind(&h.instance_id)
-    .bind(&h.instance_type)
-    .bind(&h.region)
-    .bind(&report.agent_version)
-    .bind(now_ms)
-    .bind(agent.spool_depth)
-    .bind(agent.spool_dropped)
-    .bind(
-        h.instance_id
-            .as_deref()
-            .map(crate::billing::normalize_resource_id),
-    )
-    .bind(&h.lifecycle)
     .fetch_one(&mut **tx)
     .await?;
 
@@ -183,13 +153,7 @@ async fn ingest_report(
     let rows = crate::store::report_rows::ReportRows::of(report)?;
     insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
     upsert_gpus(tx, host_id, &rows.latest).await?;
-    // A window belongs to the hour it starts in (as attribution counts it).
-    let hours: std::collections::BTreeSet<i64> = report
-        .windows
-        .iter()
-        .map(|w| crate::attribution::hour_floor(w.start_ms))
-        .collect();
-    mark_dirty_sql(tx, &hours.into_iter().collect::<Vec<_>>(), host_id).await?;
+    mark_dirty_sql(tx, &rows.hours, host_id).await?;
     Ok(crate::store::IngestOutcome::Stored)
 }
 
@@ -215,19 +179,7 @@ async fn upsert_gpus(
                 .push_bind(g.util_avg)
                 .push_bind(g.memory_used_bytes);
         });
-        q.push(
-            " ON CONFLICT (uuid) DO UPDATE SET
-                host_id = excluded.host_id,
-                gpu_index = excluded.gpu_index,
-                name = excluded.name,
-                parent_uuid = excluded.parent_uuid,
-                memory_total_bytes = excluded.memory_total_bytes,
-                last_window_start_ms = excluded.last_window_start_ms,
-                last_window_end_ms = excluded.last_window_end_ms,
-                last_util_avg = excluded.last_util_avg,
-                last_memory_used_bytes = excluded.last_memory_used_bytes
-             WHERE excluded.last_window_start_ms > gpus.last_window_start_ms",
-        );
+        q.push(concat!(" ", super::gpu_latest_on_conflict_sql!()));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())
