@@ -491,6 +491,26 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
          FROM rollup_hours WHERE experiment <> '' AND kind IN ('used', 'held_idle')
          GROUP BY day, experiment";
     execute(db, runs, &[MONTH_START_MS, DAY_MS]).await?;
+    // Usage for right-sizing, per day (what the review's 7 whole days read): each model and
+    // endpoint GPU-day's 15-second windows in three utilization bands (held idle: band 0), at
+    // 30 GiB of peak memory.
+    let usage = format!(
+        "WITH RECURSIVE {b}
+         INSERT INTO rollup_usage_days (day_ms, host_id, gpu_uuid, owner_by, owner_key,
+             util_band, windows, peak_memory_bytes)
+         SELECT day_ms, host_id, gpu_uuid, owner_by, owner_key,
+             CASE WHEN kind = 'held_idle' THEN 0 ELSE 6 + b.i END,
+             CAST(gpu_seconds / 45 AS BIGINT), 32212254720
+         FROM (SELECT day_ms, host_id, gpu_uuid, 'model' AS owner_by, model AS owner_key, kind,
+                      gpu_seconds
+               FROM rollup_days WHERE model <> '' AND kind IN ('used', 'held_idle')
+               UNION ALL
+               SELECT day_ms, host_id, gpu_uuid, 'endpoint', endpoint, kind, gpu_seconds
+               FROM rollup_days WHERE endpoint <> '' AND kind IN ('used', 'held_idle')) o
+         CROSS JOIN b",
+        b = series("b", 1)
+    );
+    execute(db, &usage, &[3]).await?;
     execute(db, "ANALYZE", &[]).await?;
     Ok(())
 }

@@ -13,9 +13,9 @@ use rust_decimal::prelude::*;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Kind};
+use crate::attribution::{Attribution, Kind, Part};
 use crate::billing::ratecard::RateCard;
-use crate::store::{AttributionWindow, StoredProcessWindow};
+use crate::store::{AttributionWindow, StoredProcessWindow, UsageRow, UsageTotal};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 pub const HOURS_PER_MONTH: i64 = 730;
@@ -225,13 +225,28 @@ pub struct Recommendations {
     pub spot: Vec<SpotCandidate>,
 }
 
-fn p95(mut values: Vec<f64>) -> f64 {
-    if values.is_empty() {
-        return 0.0;
+/// Width of a utilization band, in points: usage is kept as window counts per band.
+pub const UTIL_BAND_POINTS: f64 = 5.0;
+const BANDS: usize = 21;
+
+/// The band a window's utilization falls in: 0 (under 5%) to 20 (100%).
+pub fn util_band(util: f64) -> i64 {
+    ((util / UTIL_BAND_POINTS).floor() as i64).clamp(0, BANDS as i64 - 1)
+}
+
+/// The 95th percentile of windows counted per band, as the top of its band (rounded up to the
+/// next 5 points, so a smaller GPU is never chosen on a low reading); 0 with no windows.
+fn p95_of_bands(bands: &[i64; BANDS]) -> f64 {
+    let n: i64 = bands.iter().sum();
+    let rank = ((n * 95 + 99) / 100).max(1);
+    let mut seen = 0;
+    for (band, count) in bands.iter().enumerate() {
+        seen += count;
+        if n > 0 && seen >= rank {
+            return ((band + 1) as f64 * UTIL_BAND_POINTS).min(100.0);
+        }
     }
-    values.sort_by(f64::total_cmp);
-    let idx = ((values.len() as f64) * 0.95).ceil() as usize;
-    values[idx.clamp(1, values.len()) - 1]
+    0.0
 }
 
 /// Scales a cost over `lookback_ms` to a 730-hour month (unrounded: round what is shown).
@@ -239,52 +254,160 @@ fn monthly(cost: Decimal, lookback_ms: i64) -> Decimal {
     cost * Decimal::from(HOURS_PER_MONTH * 3_600_000) / Decimal::from(lookback_ms.max(1))
 }
 
-pub fn recommend(
-    attribution: &Attribution,
+/// Per hour, GPU and endpoint or model label: GPU windows per utilization band and the largest
+/// GPU memory one of its processes held (what the roll-up keeps for right-sizing). A window
+/// counts once per label however many of its processes carry it.
+pub fn usage_rows(
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
-    card: &RateCard,
-    lookback_ms: i64,
-    options: Options,
-) -> Recommendations {
+) -> Vec<UsageRow> {
     let window_of: HashMap<(&str, i64), &AttributionWindow> = windows
         .iter()
         .map(|w| ((w.gpu_uuid.as_str(), w.start_ms), w))
         .collect();
-
-    // Per endpoint and per model: peak process memory, GPU utilization samples, GPUs, GPU type.
-    #[derive(Default)]
-    struct Usage<'a> {
-        peak_bytes: i64,
-        utils: Vec<f64>,
-        gpus: BTreeSet<&'a str>,
-        gpu_names: BTreeMap<(&'a str, Option<i64>), usize>,
-    }
-    let mut usage: BTreeMap<(&'static str, &str), Usage> = BTreeMap::new();
+    type Key<'a> = (i64, i64, &'a str, &'static str, &'a str, i64);
+    let mut counted: BTreeMap<Key, (BTreeSet<i64>, i64)> = BTreeMap::new();
     for p in processes {
         let Some(w) = window_of.get(&(p.gpu_uuid.as_str(), p.start_ms)) else {
             continue;
         };
+        let band = w.util_avg.map_or(-1, util_band);
         for (by, key) in [("endpoint", &p.endpoint), ("model", &p.model)] {
             let Some(key) = key else { continue };
-            let u = usage.entry((by, key.as_str())).or_default();
-            u.peak_bytes = u.peak_bytes.max(p.memory_used_max_bytes.unwrap_or(0));
-            if let Some(util) = w.util_avg {
-                u.utils.push(util);
-            }
-            u.gpus.insert(&w.gpu_uuid);
-            *u.gpu_names
-                .entry((w.gpu_name.as_deref().unwrap_or(""), w.memory_total_bytes))
-                .or_default() += 1;
+            let hour = crate::attribution::hour_floor(w.start_ms);
+            let e = counted
+                .entry((hour, w.host_id, w.gpu_uuid.as_str(), by, key.as_str(), band))
+                .or_default();
+            e.0.insert(w.start_ms);
+            e.1 = e.1.max(p.memory_used_max_bytes.unwrap_or(0));
         }
     }
-    // What each endpoint and model cost, from the attribution (the bill, exactly).
+    counted
+        .into_iter()
+        .map(
+            |((period_ms, host_id, gpu, by, key, util_band), (starts, peak))| UsageRow {
+                period_ms,
+                host_id,
+                gpu_uuid: gpu.to_owned(),
+                owner_by: by.to_owned(),
+                owner_key: key.to_owned(),
+                util_band,
+                windows: starts.len() as i64,
+                peak_memory_bytes: peak,
+            },
+        )
+        .collect()
+}
+
+/// What recommendations are drawn from: attributed cost (and GPU utilization) per GPU, owner,
+/// kind and price over the look-back, and how each endpoint and model used its GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    pub parts: Vec<Part>,
+    pub usage: Vec<UsageTotal>,
+    /// MIG instances: never candidates for packing GPUs together.
+    pub mig_instances: BTreeSet<String>,
+    pub hostnames: HashMap<i64, String>,
+}
+
+impl Evidence {
+    /// From raw windows and their attribution: what the rollups summarize, kept so tests can
+    /// hold the two to the same answer.
+    pub fn from_raw(
+        attribution: &Attribution,
+        windows: &[AttributionWindow],
+        processes: &[StoredProcessWindow],
+    ) -> Evidence {
+        let gpu_of: HashMap<&str, &AttributionWindow> =
+            windows.iter().map(|w| (w.gpu_uuid.as_str(), w)).collect();
+        let usage = usage_rows(windows, processes)
+            .into_iter()
+            .map(|u| {
+                let w = gpu_of.get(u.gpu_uuid.as_str());
+                UsageTotal {
+                    host_id: u.host_id,
+                    gpu_name: w.and_then(|w| w.gpu_name.clone()),
+                    memory_total_bytes: w.and_then(|w| w.memory_total_bytes),
+                    parent_uuid: w.and_then(|w| w.parent_uuid.clone()),
+                    gpu_uuid: u.gpu_uuid,
+                    owner_by: u.owner_by,
+                    owner_key: u.owner_key,
+                    util_band: u.util_band,
+                    windows: u.windows,
+                    peak_memory_bytes: u.peak_memory_bytes,
+                }
+            })
+            .collect();
+        Evidence {
+            parts: attribution.parts.clone(),
+            usage,
+            mig_instances: windows
+                .iter()
+                .filter(|w| w.parent_uuid.is_some())
+                .map(|w| w.gpu_uuid.clone())
+                .collect(),
+            hostnames: attribution
+                .hosts
+                .iter()
+                .map(|(id, h)| (*id, h.hostname.clone()))
+                .collect(),
+        }
+    }
+}
+
+pub fn recommend(
+    evidence: &Evidence,
+    card: &RateCard,
+    lookback_ms: i64,
+    options: Options,
+) -> Recommendations {
+    // Per endpoint and per model: peak process memory, windows per utilization band, GPUs,
+    // GPU models (weighted by windows).
+    #[derive(Default)]
+    struct Usage<'a> {
+        peak_bytes: i64,
+        bands: [i64; BANDS],
+        gpus: BTreeSet<&'a str>,
+        gpu_models: BTreeMap<(&'a str, Option<i64>), i64>,
+    }
+    let mut usage: BTreeMap<(&'static str, &str), Usage> = BTreeMap::new();
+    for u in &evidence.usage {
+        let by = match u.owner_by.as_str() {
+            "endpoint" => "endpoint",
+            "model" => "model",
+            _ => continue,
+        };
+        let e = usage.entry((by, u.owner_key.as_str())).or_default();
+        e.peak_bytes = e.peak_bytes.max(u.peak_memory_bytes);
+        if let Ok(band) = usize::try_from(u.util_band) {
+            e.bands[band.min(BANDS - 1)] += u.windows;
+        }
+        e.gpus.insert(&u.gpu_uuid);
+        *e.gpu_models
+            .entry((u.gpu_name.as_deref().unwrap_or(""), u.memory_total_bytes))
+            .or_default() += u.windows;
+    }
+    // What each endpoint and model cost, from the attribution (the bill, exactly), and each
+    // GPU's cost and time-weighted utilization.
     let mut cost: HashMap<(&str, String), Decimal> = HashMap::new();
     let mut experiment_on_demand: BTreeMap<String, Decimal> = BTreeMap::new();
-    let mut gpu_cost: HashMap<String, Decimal> = HashMap::new();
-    for part in &attribution.parts {
+    #[derive(Default)]
+    struct Gpu {
+        cost: Decimal,
+        util_gpu_seconds: f64,
+        util_known_seconds: f64,
+        host_id: i64,
+        in_use: bool,
+    }
+    let mut gpus: BTreeMap<&str, Gpu> = BTreeMap::new();
+    for part in &evidence.parts {
         if let Some(g) = &part.gpu_uuid {
-            *gpu_cost.entry(g.clone()).or_default() += part.cost;
+            let e = gpus.entry(g).or_default();
+            e.cost += part.cost;
+            e.util_gpu_seconds += part.util_gpu_seconds;
+            e.util_known_seconds += part.util_known_seconds;
+            e.host_id = part.host_id;
+            e.in_use |= matches!(part.kind, Kind::Used | Kind::HeldIdle);
         }
         if part.kind != Kind::Used && part.kind != Kind::HeldIdle {
             continue;
@@ -305,14 +428,14 @@ pub fn recommend(
 
     let mut right_size = Vec::new();
     for ((by, key), u) in &usage {
-        let Some(((name, mem), _)) = u.gpu_names.iter().max_by_key(|(_, n)| **n) else {
+        let Some(((name, mem), _)) = u.gpu_models.iter().max_by_key(|(_, n)| **n) else {
             continue;
         };
         let Some(current) = identify(name, *mem) else {
             continue;
         };
         let need_gb = u.peak_bytes as f64 / GIB * (1.0 + options.headroom);
-        let p95_util = p95(u.utils.clone());
+        let p95_util = p95_of_bands(&u.bands);
         let best = CATALOG
             .iter()
             .filter(|c| c.memory_gb >= need_gb && c.price() < current.price())
@@ -345,32 +468,23 @@ pub fn recommend(
     }
     right_size.sort_by_key(|r| std::cmp::Reverse(r.monthly_saving));
 
-    // GPUs busy less than half the time, with work on them: candidates to pack together.
-    let mut per_gpu: BTreeMap<&str, (f64, f64, i64)> = BTreeMap::new();
-    let used: BTreeSet<&str> = processes.iter().map(|p| p.gpu_uuid.as_str()).collect();
-    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
-        if let Some(u) = w.util_avg {
-            let e = per_gpu.entry(&w.gpu_uuid).or_insert((0.0, 0.0, w.host_id));
-            let secs = (w.end_ms - w.start_ms) as f64;
-            e.0 += u * secs;
-            e.1 += secs;
-        }
-    }
-    let mut consolidation: Vec<Consolidation> = per_gpu
+    // Whole GPUs busy less than half the time, with work on them: candidates to pack together.
+    let mut consolidation: Vec<Consolidation> = gpus
         .into_iter()
-        .filter(|(g, (_, secs, _))| *secs > 0.0 && used.contains(g))
-        .map(|(g, (sum, secs, host_id))| (g, sum / secs, host_id))
+        .filter(|(g, u)| {
+            u.in_use && u.util_known_seconds > 0.0 && !evidence.mig_instances.contains(*g)
+        })
+        .map(|(g, u)| (g, u.util_gpu_seconds / u.util_known_seconds, u))
         .filter(|(_, avg, _)| *avg < options.consolidation_below)
-        .map(|(g, avg, host_id)| Consolidation {
+        .map(|(g, avg, u)| Consolidation {
             gpu_uuid: g.to_owned(),
-            host: attribution
-                .hosts
-                .get(&host_id)
-                .map(|h| h.hostname.clone())
+            host: evidence
+                .hostnames
+                .get(&u.host_id)
+                .cloned()
                 .unwrap_or_default(),
             avg_util: (avg * 10.0).round() / 10.0,
-            monthly_cost: monthly(gpu_cost.get(g).copied().unwrap_or_default(), lookback_ms)
-                .round_dp(2),
+            monthly_cost: monthly(u.cost, lookback_ms).round_dp(2),
         })
         .collect();
     consolidation.sort_by_key(|c| std::cmp::Reverse(c.monthly_cost));
@@ -550,7 +664,8 @@ mod tests {
         let card = RateCard::default_card();
         let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
         let attribution = attribute(hosts, &ws, &ps, &lines, &card, from, to);
-        let r = recommend(&attribution, &ws, &ps, &card, to - from, Options::default());
+        let evidence = Evidence::from_raw(&attribution, &ws, &ps);
+        let r = recommend(&evidence, &card, to - from, Options::default());
         let chat: Vec<&RightSize> = r.right_size.iter().filter(|x| x.key == "chat").collect();
         assert_eq!(chat.len(), 1, "{:?}", r.right_size);
         let c = chat[0];
@@ -562,7 +677,8 @@ mod tests {
             ),
             ("A100 80GB", "L4", "g6.xlarge")
         );
-        assert_eq!(c.p95_util, 20.0);
+        // The 95th window is at 20%: band 20–25, read as its top.
+        assert_eq!(c.p95_util, 25.0);
         assert_eq!(c.peak_memory_gb, 10.0);
         // (5.1207 - 0.8048) $/h over a 730-hour month.
         assert_eq!(c.monthly_saving, Decimal::from_str("3150.61").unwrap());
@@ -580,6 +696,57 @@ mod tests {
             .map(|c| c.gpu_uuid.as_str())
             .collect();
         assert_eq!(gpus, vec!["GPU-chat"]);
+    }
+
+    /// A quiet MIG instance is not a GPU to pack elsewhere; a quiet whole GPU is.
+    #[test]
+    fn mig_instances_are_never_packing_candidates() {
+        let (mut ws, mut ps) = week(1, "GPU-w", "NVIDIA L4", 24, |_| 9.0, 3, None, Some("nb"));
+        let (mut mig, p2) = week(
+            2,
+            "MIG-m",
+            "NVIDIA A100-SXM4-80GB",
+            10,
+            |_| 9.0,
+            3,
+            None,
+            None,
+        );
+        for w in &mut mig {
+            w.parent_uuid = Some("GPU-parent".into());
+        }
+        ws.extend(mig);
+        ps.extend(p2.into_iter().map(|mut p| {
+            p.team = Some("research".into());
+            p
+        }));
+        let mut lines = hourly_bill("i-a", "0.8");
+        lines.extend(hourly_bill("i-b", "4.1"));
+        let card = RateCard::default_card();
+        let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
+        let a = attribute(
+            vec![host(1, "a"), host(2, "b")],
+            &ws,
+            &ps,
+            &lines,
+            &card,
+            from,
+            to,
+        );
+        let r = recommend(
+            &Evidence::from_raw(&a, &ws, &ps),
+            &card,
+            to - from,
+            Options::default(),
+        );
+        let gpus: Vec<&str> = r
+            .consolidation
+            .iter()
+            .map(|c| c.gpu_uuid.as_str())
+            .collect();
+        assert_eq!(gpus, vec!["GPU-w"]);
+        assert_eq!(r.consolidation[0].host, "a");
+        assert_eq!(r.consolidation[0].avg_util, 9.0);
     }
 
     #[test]
@@ -606,9 +773,7 @@ mod tests {
             H + WEEK_HOURS * HOUR_MS,
         );
         let r = recommend(
-            &attribution,
-            &ws,
-            &ps,
+            &Evidence::from_raw(&attribution, &ws, &ps),
             &card,
             WEEK_HOURS * HOUR_MS,
             Options::default(),
@@ -626,10 +791,54 @@ mod tests {
     }
 
     #[test]
-    fn p95_of_samples() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(p95(v), 95.0);
-        assert_eq!(p95(vec![7.0]), 7.0);
-        assert_eq!(p95(vec![]), 0.0);
+    fn p95_of_bands_is_the_top_of_the_band_holding_the_95th_percentile() {
+        let mut bands = [0; BANDS];
+        // 100 windows at 1..=100%: the 95th is 95% (band 19), read as its top, 100.
+        for u in 1..=100 {
+            bands[util_band(f64::from(u)) as usize] += 1;
+        }
+        assert_eq!(p95_of_bands(&bands), 100.0);
+        let mut bands = [0; BANDS];
+        bands[util_band(7.0) as usize] = 1;
+        assert_eq!(p95_of_bands(&bands), 10.0);
+        // 95 windows at 12%, 5 at 90%: the 95th window is still at 12%.
+        let mut bands = [0; BANDS];
+        bands[util_band(12.0) as usize] = 95;
+        bands[util_band(90.0) as usize] = 5;
+        assert_eq!(p95_of_bands(&bands), 15.0);
+        bands[util_band(12.0) as usize] = 94;
+        bands[util_band(90.0) as usize] = 6;
+        assert_eq!(p95_of_bands(&bands), 95.0);
+        assert_eq!(p95_of_bands(&[0; BANDS]), 0.0);
+        assert_eq!(
+            (util_band(-3.0), util_band(100.0), util_band(140.0)),
+            (0, 20, 20)
+        );
+    }
+
+    /// Two processes of one endpoint on one GPU window count it once, with the larger memory.
+    #[test]
+    fn usage_counts_a_window_once_per_label() {
+        let (ws, mut ps) = week(1, "GPU-a", "NVIDIA L4", 24, |_| 42.0, 3, Some("chat"), None);
+        let mut twin = ps[0].clone();
+        twin.pid = 2;
+        twin.memory_used_max_bytes = Some(5 << 30);
+        ps.push(twin);
+        let rows = usage_rows(&ws, &ps);
+        let first: Vec<&UsageRow> = rows
+            .iter()
+            .filter(|r| r.period_ms == H && r.owner_by == "endpoint")
+            .collect();
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            (
+                first[0].util_band,
+                first[0].windows,
+                first[0].peak_memory_bytes
+            ),
+            (8, 1, 5 << 30)
+        );
+        // One row per hour for the endpoint and one for the model.
+        assert_eq!(rows.len() as i64, 2 * WEEK_HOURS);
     }
 }

@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_MS};
 use crate::billing::ratecard::RateCard;
 use crate::money::{from_nano_atto, to_nano_atto};
-use crate::store::{DirtyMark, RollupGrain, RollupRow, Store, StoreError, UnattributedRow};
+use crate::store::{
+    DirtyMark, RollupGrain, RollupRow, Store, StoreError, UnattributedRow, UsageRow,
+};
 
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
@@ -61,12 +63,14 @@ async fn run_in_passes(
         'runs: for run in consecutive_runs(&hours) {
             for pass in split_by_windows(store, &run, windows_per_pass).await? {
                 let (from, to) = (pass[0], pass[pass.len() - 1] + HOUR_MS);
-                let (rows, unattributed) = attribute_hours(store, card, from, to).await?;
+                let (rows, unattributed, usage) = attribute_hours(store, card, from, to).await?;
                 let marks: Vec<DirtyMark> = pass
                     .iter()
                     .flat_map(|h| by_hour.remove(h).unwrap_or_default())
                     .collect();
-                store.replace_rollups(&marks, &rows, &unattributed).await?;
+                store
+                    .replace_rollups(&marks, &rows, &unattributed, &usage)
+                    .await?;
                 summary.hours += pass.len();
                 summary.rows += rows.len();
                 if summary.hours >= max_hours {
@@ -106,14 +110,20 @@ fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
     runs
 }
 
-/// Attribution of `[from, to)` from raw data, as rollup rows per hour.
+/// Attribution of `[from, to)` (whole hours) from raw data, as rollup rows per hour, and how
+/// endpoints and models used their GPUs in those hours.
 async fn attribute_hours(
     store: &dyn Store,
     card: &RateCard,
     from: i64,
     to: i64,
-) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>), StoreError> {
-    let a = attribution::compute(store, card, from, to).await?;
+) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>), StoreError> {
+    let hosts = store.hosts().await?;
+    let windows = store.attribution_windows(from, to).await?;
+    let processes = store.process_windows(from, to).await?;
+    let lines = store.cost_lines(from, to).await?;
+    let usage = crate::recommend::usage_rows(&windows, &processes);
+    let a = attribution::attribute(hosts, &windows, &processes, &lines, card, from, to);
     let rows = a.parts.iter().map(row_of).collect();
     let unattributed = a
         .unattributed_hours
@@ -128,7 +138,7 @@ async fn attribute_hours(
             }
         })
         .collect();
-    Ok((rows, unattributed))
+    Ok((rows, unattributed, usage))
 }
 
 fn row_of(p: &Part) -> RollupRow {
@@ -255,6 +265,41 @@ pub async fn top_gpu_days(
         rows.into_iter().map(part_of).collect(),
         usize::try_from(count).unwrap_or(0),
     ))
+}
+
+/// What recommendations for `[from_ms, to_ms)` are drawn from, summed by the database from the
+/// rollups (whole days from the daily ones, the hours at either end from the hourly ones).
+pub async fn recommendation_evidence(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<crate::recommend::Evidence, StoreError> {
+    let (from, to) = (hour_floor(from_ms), to_ms);
+    let spans = match day_split(from, to) {
+        Some((first, last)) => vec![
+            (RollupGrain::Hour, from, first),
+            (RollupGrain::Day, first, last),
+            (RollupGrain::Hour, last, to),
+        ],
+        None => vec![(RollupGrain::Hour, from, to)],
+    };
+    let mut evidence = crate::recommend::Evidence::default();
+    for (grain, a, b) in spans.into_iter().filter(|(_, a, b)| a < b) {
+        let (totals, usage) = tokio::try_join!(
+            store.rollup_gpu_owner_totals(grain, a, b),
+            store.rollup_usage(grain, a, b)
+        )?;
+        evidence.parts.extend(totals.into_iter().map(part_of));
+        evidence.usage.extend(usage);
+    }
+    evidence.mig_instances = store.mig_instances().await?.into_iter().collect();
+    evidence.hostnames = store
+        .hosts()
+        .await?
+        .into_iter()
+        .map(|h| (h.id, h.hostname))
+        .collect();
+    Ok(evidence)
 }
 
 /// Splits `[from, to)` (`from` on an hour) into the hours before its first whole day, its whole

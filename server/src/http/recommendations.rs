@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::attribution::{attribute, hour_floor, HOUR_MS};
+use crate::attribution::{hour_floor, HOUR_MS};
 use crate::error::ApiError;
 use crate::money::cents;
 use crate::now_ms;
@@ -53,41 +53,24 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
 
 async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, StoreError> {
     let to = hour_floor(now_ms()) + HOUR_MS;
-    Ok(compute_range(state, to - lookback_ms, to, lookback_ms)
-        .await?
-        .1)
+    compute_range(state, to - lookback_ms, to, lookback_ms).await
 }
 
-/// Attribution of `[from, to)` and the recommendations drawn from it (the review shows both);
-/// monthly figures are scaled from `observed_ms` (a month still under way has not all happened).
+/// Recommendations from the rollups of `[from, to)`; monthly figures are scaled from
+/// `observed_ms` (a range still under way has not all happened).
 pub(super) async fn compute_range(
     state: &AppState,
     from: i64,
     to: i64,
     observed_ms: i64,
-) -> Result<(crate::attribution::Attribution, Recommendations), StoreError> {
-    let hosts = state.store.hosts().await?;
-    let windows = state.store.attribution_windows(from, to).await?;
-    let processes = state.store.process_windows(from, to).await?;
-    let lines = state.store.cost_lines(from, to).await?;
-    let attribution = attribute(
-        hosts,
-        &windows,
-        &processes,
-        &lines,
-        &state.rate_card,
-        from,
-        to,
-    );
-    let r = recommend(
-        &attribution,
-        &windows,
-        &processes,
+) -> Result<Recommendations, StoreError> {
+    let evidence = crate::rollup::recommendation_evidence(state.store.as_ref(), from, to).await?;
+    Ok(recommend(
+        &evidence,
         &state.rate_card,
         observed_ms,
         Options::default(),
-    );
-    Ok((attribution, r))
+    ))
 }
 
 async fn api(

@@ -244,18 +244,21 @@ async fn review(
         return no_such_month();
     };
     let (prev_from, _) = this_month(from - 1);
-    // Recommendations look at the month's last week of raw windows (retention keeps them for
-    // recent months; an old month shows none).
-    let rec_to = (attribution::hour_floor(now_ms()) + HOUR_MS).min(to);
+    // Recommendations look at the month's last 7 days, whole UTC days so they read daily
+    // rollups; today counts as far as it has happened.
+    let until_now = attribution::hour_floor(now_ms()) + HOUR_MS;
+    let rec_to = (until_now.div_euclid(rollup::DAY_MS) * rollup::DAY_MS + rollup::DAY_MS).min(to);
     let rec_from = from.max(rec_to - RECOMMENDATION_LOOKBACK_MS);
     let store = state.store.as_ref();
     let recs = async {
-        if rec_from < rec_to {
-            Ok::<_, crate::store::StoreError>(
-                super::recommendations::compute_range(&state, rec_from, rec_to, rec_to - rec_from)
-                    .await?
-                    .1,
+        if rec_from < rec_to.min(until_now) {
+            super::recommendations::compute_range(
+                &state,
+                rec_from,
+                rec_to,
+                rec_to.min(until_now) - rec_from,
             )
+            .await
         } else {
             Ok(Recommendations::default())
         }

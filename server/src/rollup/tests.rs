@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 
 use super::*;
 use crate::billing::focus;
+use crate::recommend::{recommend, Evidence, Options, Recommendations};
 use crate::store::{AgentStatus, NewImport};
 use crate::test_support;
 
@@ -125,6 +126,18 @@ async fn import_bill(store: &dyn Store, name: &str, scale: &str) {
         .unwrap();
 }
 
+/// Every cheaper GPU with the memory fits and every GPU in use is a packing candidate.
+const WIDE_OPEN: Options = Options {
+    headroom: 0.2,
+    target_util: 1_000.0,
+    consolidation_below: 100.0,
+};
+
+async fn recommended(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> Recommendations {
+    let evidence = recommendation_evidence(store, from, to).await.unwrap();
+    recommend(&evidence, card, to - from, WIDE_OPEN)
+}
+
 type Key = (i64, i64, Option<String>, Owner, Kind, String, String, bool);
 
 /// Parts summed per (period, host, GPU, owner, kind, price, currency, estimated): cost exactly,
@@ -187,6 +200,32 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         total(&raw),
         "{what}: the database's sum of a partial-day range"
     );
+
+    // Recommendations drawn from the rollups are the ones drawn from raw windows, for whole
+    // and partial days (thresholds opened wide so every list has entries to compare).
+    for (from, to) in [
+        (START - HOUR_MS, END + HOUR_MS),
+        (START + HOUR_MS, END - 2 * HOUR_MS),
+    ] {
+        let a = attribution::compute(store, card, from, to).await.unwrap();
+        let ws = store.attribution_windows(from, to).await.unwrap();
+        let ps = store.process_windows(from, to).await.unwrap();
+        let raw = recommend(
+            &Evidence::from_raw(&a, &ws, &ps),
+            card,
+            to - from,
+            WIDE_OPEN,
+        );
+        assert!(
+            !raw.right_size.is_empty() && !raw.consolidation.is_empty(),
+            "{what}: {raw:?}"
+        );
+        assert_eq!(
+            serde_json::to_value(&recommended(store, card, from, to).await).unwrap(),
+            serde_json::to_value(&raw).unwrap(),
+            "{what}: recommendations from rollups"
+        );
+    }
 
     // Training runs from days (and the per-day experiment hours) equal runs from hours.
     let (from, to) = (DAY0 - DAY_MS, DAY0 + 2 * DAY_MS);
@@ -306,7 +345,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             s.ingest(&b2, token, status, END).await.unwrap();
             marks
         };
-        s.replace_rollups(&marks_before, &[], &[]).await.unwrap();
+        s.replace_rollups(&marks_before, &[], &[], &[])
+            .await
+            .unwrap();
         assert!(
             s.dirty_marks(10).await.unwrap().iter().any(|m| marks_before
                 .iter()
@@ -320,6 +361,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let before = load(s, START - HOUR_MS, END + HOUR_MS, RollupGrain::Day)
             .await
             .unwrap();
+        let recs_before = recommended(s, &card, START - HOUR_MS, END + HOUR_MS).await;
         // Nothing is deleted from an hour still waiting to be rolled up.
         s.mark_dirty_hours(&[START]).await.unwrap();
         let retention = 35 * DAY_MS;
@@ -352,6 +394,12 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         assert_eq!(
             after.parts, before.parts,
             "{b}: rollups outlive raw windows"
+        );
+        assert_eq!(
+            serde_json::to_value(recommended(s, &card, START - HOUR_MS, END + HOUR_MS).await)
+                .unwrap(),
+            serde_json::to_value(recs_before).unwrap(),
+            "{b}: recommendations outlive raw windows"
         );
     }
 }

@@ -124,6 +124,38 @@ pub struct RollupRow {
     pub energy_j: f64,
 }
 
+/// How one endpoint or model used one GPU in an hour or a day: its GPU windows in one 5-point
+/// band of GPU utilization and the most GPU memory one of its processes held there.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UsageRow {
+    pub period_ms: i64,
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    /// `endpoint` or `model`.
+    pub owner_by: String,
+    pub owner_key: String,
+    /// `floor(utilization / 5)`, 0 to 20; -1 for windows without utilization.
+    pub util_band: i64,
+    pub windows: i64,
+    pub peak_memory_bytes: i64,
+}
+
+/// [`UsageRow`]s summed over a range, with the GPU's model from its latest report.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UsageTotal {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub owner_by: String,
+    pub owner_key: String,
+    pub util_band: i64,
+    pub windows: i64,
+    pub peak_memory_bytes: i64,
+    pub gpu_name: Option<String>,
+    pub memory_total_bytes: Option<i64>,
+    /// Set for a MIG instance.
+    pub parent_uuid: Option<String>,
+}
+
 /// Cost in an hour on bill lines that match no GPU host.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct UnattributedRow {
@@ -494,7 +526,26 @@ pub trait Store: Send + Sync {
         marks: &[DirtyMark],
         rows: &[RollupRow],
         unattributed: &[UnattributedRow],
+        usage: &[UsageRow],
     ) -> Result<(), StoreError>;
+    /// Per GPU, owner, kind and price: the rollup rows of `grain` (hour or day) in
+    /// `[from_ms, to_ms)` summed by the database (`period_ms` is `from_ms`), GPU rows only.
+    async fn rollup_gpu_owner_totals(
+        &self,
+        grain: RollupGrain,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupRow>, StoreError>;
+    /// Every MIG instance's UUID.
+    async fn mig_instances(&self) -> Result<Vec<String>, StoreError>;
+    /// The usage rows of `grain` (hour or day) in `[from_ms, to_ms)` summed per GPU, owner and
+    /// utilization band by the database.
+    async fn rollup_usage(
+        &self,
+        grain: RollupGrain,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<UsageTotal>, StoreError>;
     /// Rollup rows with `period_ms` in `[from_ms, to_ms)`.
     async fn rollup_rows(
         &self,
@@ -831,6 +882,7 @@ macro_rules! shared_sql_impl {
             marks: &[$crate::store::DirtyMark],
             rows: &[$crate::store::RollupRow],
             unattributed: &[$crate::store::UnattributedRow],
+            usage: &[$crate::store::UsageRow],
         ) -> Result<(), $crate::store::StoreError> {
             const DAY_MS: i64 = 86_400_000;
             let hours: std::collections::BTreeSet<i64> = marks.iter().map(|m| m.hour_ms).collect();
@@ -854,6 +906,27 @@ macro_rules! shared_sql_impl {
                     .bind(h)
                     .execute(&mut *tx)
                     .await?;
+                sqlx::query("DELETE FROM rollup_usage_hours WHERE hour_ms = $1")
+                    .bind(h)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for chunk in usage.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO rollup_usage_hours (hour_ms, host_id, gpu_uuid, owner_by,
+                        owner_key, util_band, windows, peak_memory_bytes) ",
+                );
+                q.push_values(chunk, |mut b, u| {
+                    b.push_bind(u.period_ms)
+                        .push_bind(u.host_id)
+                        .push_bind(u.gpu_uuid.clone())
+                        .push_bind(u.owner_by.clone())
+                        .push_bind(u.owner_key.clone())
+                        .push_bind(u.util_band)
+                        .push_bind(u.windows)
+                        .push_bind(u.peak_memory_bytes);
+                });
+                q.build().execute(&mut *tx).await?;
             }
             // 17 parameters a row: 1,000 rows stay under both backends' limits.
             for chunk in rows.chunks(1000) {
@@ -938,6 +1011,22 @@ macro_rules! shared_sql_impl {
                         pricing_category, currency, estimated",
                 )
                 .bind(day)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
+                    .bind(day)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO rollup_usage_days (day_ms, host_id, gpu_uuid, owner_by,
+                        owner_key, util_band, windows, peak_memory_bytes)
+                     SELECT $1, host_id, gpu_uuid, owner_by, owner_key, util_band,
+                        CAST(SUM(windows) AS BIGINT), MAX(peak_memory_bytes)
+                     FROM rollup_usage_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                     GROUP BY host_id, gpu_uuid, owner_by, owner_key, util_band",
+                )
+                .bind(day)
+                .bind(day + DAY_MS)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query("DELETE FROM rollup_experiment_days WHERE day_ms = $1")
@@ -1113,6 +1202,76 @@ macro_rules! shared_sql_impl {
                     CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
                     CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
                  FROM {table} WHERE {period} >= $1 AND {period} < $2 GROUP BY currency"
+            );
+            Ok(sqlx::query_as(&sql)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(pool)
+                .await?)
+        }
+
+        async fn rollup_gpu_owner_totals_sql(
+            pool: &sqlx::Pool<$db>,
+            grain: $crate::store::RollupGrain,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+            let (table, period) = match grain {
+                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
+                    ("rollup_days", "day_ms")
+                }
+                _ => ("rollup_hours", "hour_ms"),
+            };
+            // Sums stay exact: atto parts carry over into nano parts in integer math.
+            let sql = format!(
+                "SELECT CAST($1 AS BIGINT) AS period_ms, host_id, gpu_uuid, model, experiment,
+                    endpoint, team, kind, pricing_category, currency, estimated,
+                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                    SUM(gpu_seconds) AS gpu_seconds, SUM(util_gpu_seconds) AS util_gpu_seconds,
+                    SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j
+                 FROM {table} WHERE {period} >= $1 AND {period} < $2 AND gpu_uuid <> ''
+                 GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                    pricing_category, currency, estimated"
+            );
+            Ok(sqlx::query_as(&sql)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(pool)
+                .await?)
+        }
+
+        async fn mig_instances_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<String>, $crate::store::StoreError> {
+            let rows: Vec<(String,)> =
+                sqlx::query_as("SELECT uuid FROM gpus WHERE parent_uuid IS NOT NULL")
+                    .fetch_all(pool)
+                    .await?;
+            Ok(rows.into_iter().map(|(u,)| u).collect())
+        }
+
+        async fn rollup_usage_sql(
+            pool: &sqlx::Pool<$db>,
+            grain: $crate::store::RollupGrain,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::UsageTotal>, $crate::store::StoreError> {
+            let (table, period) = match grain {
+                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
+                    ("rollup_usage_days", "day_ms")
+                }
+                _ => ("rollup_usage_hours", "hour_ms"),
+            };
+            let sql = format!(
+                "SELECT u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band,
+                    CAST(SUM(u.windows) AS BIGINT) AS windows,
+                    MAX(u.peak_memory_bytes) AS peak_memory_bytes,
+                    g.name AS gpu_name, g.memory_total_bytes, g.parent_uuid
+                 FROM {table} u LEFT JOIN gpus g ON g.uuid = u.gpu_uuid
+                 WHERE u.{period} >= $1 AND u.{period} < $2
+                 GROUP BY u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band, g.name,
+                    g.memory_total_bytes, g.parent_uuid"
             );
             Ok(sqlx::query_as(&sql)
                 .bind(from_ms)
@@ -2208,9 +2367,29 @@ macro_rules! store_impl {
                 marks: &[$crate::store::DirtyMark],
                 rows: &[$crate::store::RollupRow],
                 unattributed: &[$crate::store::UnattributedRow],
+                usage: &[$crate::store::UsageRow],
             ) -> Result<(), $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
-                replace_rollups_sql(&self.pool, marks, rows, unattributed).await
+                replace_rollups_sql(&self.pool, marks, rows, unattributed, usage).await
+            }
+            async fn rollup_gpu_owner_totals(
+                &self,
+                grain: $crate::store::RollupGrain,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+                rollup_gpu_owner_totals_sql(&self.pool, grain, from_ms, to_ms).await
+            }
+            async fn mig_instances(&self) -> Result<Vec<String>, $crate::store::StoreError> {
+                mig_instances_sql(&self.pool).await
+            }
+            async fn rollup_usage(
+                &self,
+                grain: $crate::store::RollupGrain,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::UsageTotal>, $crate::store::StoreError> {
+                rollup_usage_sql(&self.pool, grain, from_ms, to_ms).await
             }
             async fn rollup_rows(
                 &self,

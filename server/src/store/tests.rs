@@ -176,6 +176,30 @@ async fn a_report_is_stored_once_and_reads_back_exactly() {
 
 /// A big batch (an agent back after an outage): more rows than one bulk statement takes, several
 /// windows per GPU. Every row lands, and each GPU's row shows its newest window.
+/// MIG instances are known as such (recommendations never pack them together).
+#[tokio::test]
+async fn mig_instances_are_listed() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("batch-mig", T0, 30.0);
+        let mut mig = r.windows[0].gpus[0].clone();
+        mig.uuid = "MIG-1".into();
+        mig.parent_uuid = Some("GPU-1".into());
+        r.windows[0].gpus.push(mig);
+        store
+            .ingest(&r, token, AgentStatus::default(), T0)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.mig_instances().await.unwrap(),
+            vec!["MIG-1".to_owned()],
+            "{}",
+            db.backend
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_large_report_is_stored_whole_in_bulk_statements() {
     for db in test_support::both().await {

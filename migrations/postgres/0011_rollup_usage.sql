@@ -1,0 +1,30 @@
+-- Right-sizing reads who used which GPU how hard: per hour, GPU and endpoint or model label, the
+-- number of GPU windows in each 5-point band of GPU utilization (so a look-back's p95 comes from
+-- summed counts) and the largest GPU memory one of its processes held. Rebuilt with the hour's
+-- cost rows by the roll-up job, so recommendations never read raw windows.
+CREATE TABLE rollup_usage_hours (
+    hour_ms            BIGINT NOT NULL,
+    host_id            BIGINT NOT NULL,
+    gpu_uuid           TEXT   NOT NULL,
+    -- 'endpoint' or 'model'
+    owner_by           TEXT   NOT NULL,
+    owner_key          TEXT   NOT NULL,
+    -- floor(utilization / 5), 0 to 20; -1 for windows without utilization
+    util_band          BIGINT NOT NULL,
+    windows            BIGINT NOT NULL,
+    peak_memory_bytes  BIGINT NOT NULL
+);
+CREATE INDEX rollup_usage_hours_by_hour ON rollup_usage_hours (hour_ms);
+
+-- The same summed per UTC day: what a look-back of whole days reads.
+CREATE TABLE rollup_usage_days (
+    day_ms             BIGINT NOT NULL,
+    host_id            BIGINT NOT NULL,
+    gpu_uuid           TEXT   NOT NULL,
+    owner_by           TEXT   NOT NULL,
+    owner_key          TEXT   NOT NULL,
+    util_band          BIGINT NOT NULL,
+    windows            BIGINT NOT NULL,
+    peak_memory_bytes  BIGINT NOT NULL
+);
+CREATE INDEX rollup_usage_days_by_day ON rollup_usage_days (day_ms);
