@@ -28,3 +28,15 @@ CREATE TABLE rollup_usage_days (
     peak_memory_bytes  BIGINT NOT NULL
 );
 CREATE INDEX rollup_usage_days_by_day ON rollup_usage_days (day_ms);
+
+-- Recommendations as last computed from the rollups, per range: pages read one row. A range still
+-- under way is recomputed by a periodic job and expires after minutes; a range that had ended
+-- when computed is kept until a roll-up rewrites one of its days (late data, a new bill).
+CREATE TABLE recommendation_snapshots (
+    from_ms      BIGINT NOT NULL,
+    to_ms        BIGINT NOT NULL,
+    observed_ms  BIGINT NOT NULL,
+    computed_ms  BIGINT NOT NULL,
+    body         TEXT   NOT NULL,
+    PRIMARY KEY (from_ms, to_ms, observed_ms)
+);

@@ -173,6 +173,7 @@ pub fn spawn_rollup_jobs(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         let mut last_retention: Option<i64> = None;
+        let mut last_recommendations: Option<i64> = None;
         loop {
             tick.tick().await;
             let now = crate::now_ms();
@@ -193,6 +194,12 @@ pub fn spawn_rollup_jobs(
                 }
                 Ok(false) => {}
                 Err(e) => tracing::error!(error = %e, "roll-up: lease"),
+            }
+            if last_recommendations
+                .is_none_or(|last| now - last >= crate::recommend::snapshots::REFRESH_EVERY_MS)
+            {
+                last_recommendations = Some(now);
+                refresh_recommendations(store.as_ref(), &card, &holder, now).await;
             }
             if last_retention.is_some_and(|last| now - last < 3_600_000) {
                 continue;
@@ -220,6 +227,28 @@ pub fn spawn_rollup_jobs(
             }
         }
     });
+}
+
+/// Recomputes the recommendations pages ask for now, under its own lease (one replica does it).
+async fn refresh_recommendations(
+    store: &dyn Store,
+    card: &crate::billing::ratecard::RateCard,
+    holder: &str,
+    now: i64,
+) {
+    use crate::recommend::snapshots::{refresh, REFRESH_JOB};
+    match store.try_lease(REFRESH_JOB, holder, now, 10 * 60_000).await {
+        Ok(true) => {
+            if let Err(e) = refresh(store, card, now).await {
+                tracing::error!(error = %e, "recommendations refresh failed; will retry");
+            }
+            if let Err(e) = store.finish_lease(REFRESH_JOB, holder, now).await {
+                tracing::error!(error = %e, "recommendations: lease");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "recommendations: lease"),
+    }
 }
 
 #[cfg(test)]

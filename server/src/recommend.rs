@@ -11,11 +11,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rust_decimal::prelude::*;
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Attribution, Kind, Part};
 use crate::billing::ratecard::RateCard;
 use crate::store::{AttributionWindow, StoredProcessWindow, UsageRow, UsageTotal};
+
+pub mod snapshots;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 pub const HOURS_PER_MONTH: i64 = 730;
@@ -181,10 +183,10 @@ impl Default for Options {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RightSize {
     /// `endpoint` or `model`.
-    pub by: &'static str,
+    pub by: String,
     pub key: String,
     pub current_gpu: String,
     pub gpus: usize,
@@ -199,7 +201,7 @@ pub struct RightSize {
     pub monthly_saving: Decimal,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Consolidation {
     pub gpu_uuid: String,
     pub host: String,
@@ -208,7 +210,7 @@ pub struct Consolidation {
     pub monthly_cost: Decimal,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpotCandidate {
     pub experiment: String,
     #[serde(with = "rust_decimal::serde::str")]
@@ -217,7 +219,7 @@ pub struct SpotCandidate {
     pub monthly_saving: Decimal,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Recommendations {
     pub lookback_days: f64,
     pub right_size: Vec<RightSize>,
@@ -453,7 +455,7 @@ pub fn recommend(
         );
         let ratio = rec.price() / current.price();
         right_size.push(RightSize {
-            by,
+            by: (*by).to_owned(),
             key: key.to_string(),
             current_gpu: current.name.to_owned(),
             gpus: u.gpus.len(),

@@ -12,11 +12,11 @@ use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::attribution::{hour_floor, HOUR_MS};
+use crate::attribution::HOUR_MS;
 use crate::error::ApiError;
 use crate::money::cents;
 use crate::now_ms;
-use crate::recommend::{recommend, Options, Recommendations};
+use crate::recommend::{snapshots, Recommendations};
 use crate::session::SignedIn;
 use crate::store::StoreError;
 
@@ -35,7 +35,7 @@ struct LookbackQuery {
 
 fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
     let d = match &q.lookback {
-        None => Duration::from_secs(7 * 86_400),
+        None => Duration::from_millis(snapshots::DEFAULT_LOOKBACK_MS as u64),
         Some(t) => humantime::parse_duration(t).map_err(|_| ApiError::BadRequest {
             message: format!("{t:?} is not a duration such as 7d or 72h"),
             field: Some("lookback".into()),
@@ -52,25 +52,14 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
 }
 
 async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, StoreError> {
-    let to = hour_floor(now_ms()) + HOUR_MS;
-    compute_range(state, to - lookback_ms, to, lookback_ms).await
-}
-
-/// Recommendations from the rollups of `[from, to)`; monthly figures are scaled from
-/// `observed_ms` (a range still under way has not all happened).
-pub(super) async fn compute_range(
-    state: &AppState,
-    from: i64,
-    to: i64,
-    observed_ms: i64,
-) -> Result<Recommendations, StoreError> {
-    let evidence = crate::rollup::recommendation_evidence(state.store.as_ref(), from, to).await?;
-    Ok(recommend(
-        &evidence,
+    let now = now_ms();
+    snapshots::get(
+        state.store.as_ref(),
         &state.rate_card,
-        observed_ms,
-        Options::default(),
-    ))
+        snapshots::lookback_range(now, lookback_ms),
+        now,
+    )
+    .await
 }
 
 async fn api(

@@ -18,15 +18,13 @@ use super::incidents::{view as incident_view, IncidentView};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::allocation::{self, parse_bound, this_month, totals, GroupBy, Step};
-use crate::attribution::{self, Attribution, HOUR_MS};
+use crate::attribution::Attribution;
 use crate::money::cents;
 use crate::now_ms;
-use crate::recommend::Recommendations;
+use crate::recommend::{snapshots, Recommendations};
 use crate::rollup;
 use crate::store::RollupGrain;
 
-/// How far back the review's recommendations look: the recommendations page's default.
-const RECOMMENDATION_LOOKBACK_MS: i64 = 7 * 24 * HOUR_MS;
 use crate::session::SignedIn;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 
@@ -244,23 +242,12 @@ async fn review(
         return no_such_month();
     };
     let (prev_from, _) = this_month(from - 1);
-    // Recommendations look at the month's last 7 days, whole UTC days so they read daily
-    // rollups; today counts as far as it has happened.
-    let until_now = attribution::hour_floor(now_ms()) + HOUR_MS;
-    let rec_to = (until_now.div_euclid(rollup::DAY_MS) * rollup::DAY_MS + rollup::DAY_MS).min(to);
-    let rec_from = from.max(rec_to - RECOMMENDATION_LOOKBACK_MS);
     let store = state.store.as_ref();
+    let now = now_ms();
     let recs = async {
-        if rec_from < rec_to.min(until_now) {
-            super::recommendations::compute_range(
-                &state,
-                rec_from,
-                rec_to,
-                rec_to.min(until_now) - rec_from,
-            )
-            .await
-        } else {
-            Ok(Recommendations::default())
+        match snapshots::review_range(from, to, now) {
+            Some(range) => snapshots::get(store, &state.rate_card, range, now).await,
+            None => Ok(Recommendations::default()),
         }
     };
     // Independent reads, side by side: the database works on one while this process decodes

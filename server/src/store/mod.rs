@@ -536,6 +536,24 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<RollupRow>, StoreError>;
+    /// Recommendations stored for a range: `(computed_ms, JSON body)`.
+    async fn recommendation_snapshot(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        observed_ms: i64,
+    ) -> Result<Option<(i64, String)>, StoreError>;
+    /// Stores (or replaces) the recommendations for a range.
+    async fn put_recommendation_snapshot(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        observed_ms: i64,
+        computed_ms: i64,
+        body: &str,
+    ) -> Result<(), StoreError>;
+    /// Deletes snapshots of ranges still under way that were computed before `before_ms`.
+    async fn expire_recommendation_snapshots(&self, before_ms: i64) -> Result<u64, StoreError>;
     /// Every MIG instance's UUID.
     async fn mig_instances(&self) -> Result<Vec<String>, StoreError>;
     /// The usage rows of `grain` (hour or day) in `[from_ms, to_ms)` summed per GPU, owner and
@@ -1011,6 +1029,15 @@ macro_rules! shared_sql_impl {
                         pricing_category, currency, estimated",
                 )
                 .bind(day)
+                .execute(&mut *tx)
+                .await?;
+                // Recommendations of ended ranges over this day were drawn from old rows.
+                sqlx::query(
+                    "DELETE FROM recommendation_snapshots
+                     WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
+                )
+                .bind(day)
+                .bind(day + DAY_MS)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
@@ -2379,6 +2406,61 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
                 rollup_gpu_owner_totals_sql(&self.pool, grain, from_ms, to_ms).await
+            }
+            async fn recommendation_snapshot(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                observed_ms: i64,
+            ) -> Result<Option<(i64, String)>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT computed_ms, body FROM recommendation_snapshots
+                     WHERE from_ms = $1 AND to_ms = $2 AND observed_ms = $3",
+                )
+                .bind(from_ms)
+                .bind(to_ms)
+                .bind(observed_ms)
+                .fetch_optional(&self.pool)
+                .await?)
+            }
+            async fn put_recommendation_snapshot(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                observed_ms: i64,
+                computed_ms: i64,
+                body: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                sqlx::query(
+                    "INSERT INTO recommendation_snapshots
+                        (from_ms, to_ms, observed_ms, computed_ms, body)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (from_ms, to_ms, observed_ms)
+                     DO UPDATE SET computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body",
+                )
+                .bind(from_ms)
+                .bind(to_ms)
+                .bind(observed_ms)
+                .bind(computed_ms)
+                .bind(body)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+            async fn expire_recommendation_snapshots(
+                &self,
+                before_ms: i64,
+            ) -> Result<u64, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                Ok(sqlx::query(
+                    "DELETE FROM recommendation_snapshots
+                     WHERE computed_ms < to_ms AND computed_ms < $1",
+                )
+                .bind(before_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
             }
             async fn mig_instances(&self) -> Result<Vec<String>, $crate::store::StoreError> {
                 mig_instances_sql(&self.pool).await

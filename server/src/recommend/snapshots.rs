@@ -1,0 +1,128 @@
+//! Recommendations kept as last computed, per range, so a page reads one row instead of summing
+//! a week of a whole fleet's rollups on every request.
+//!
+//! A range still under way (this month's last days, the API's look-back) is recomputed by a
+//! periodic job under a lease and served for at most [`MAX_AGE_MS`]; a range that had ended when
+//! it was computed is kept until the roll-up rewrites one of its days (late data, a new bill),
+//! which deletes it in the same transaction.
+
+use super::{recommend, Options, Recommendations};
+use crate::attribution::{hour_floor, HOUR_MS};
+use crate::billing::ratecard::RateCard;
+use crate::rollup::DAY_MS;
+use crate::store::{Store, StoreError};
+
+/// How long recommendations of a range still under way are served before being recomputed.
+pub const MAX_AGE_MS: i64 = 10 * 60_000;
+/// How often the job recomputes the ranges pages ask for now (well inside [`MAX_AGE_MS`]).
+pub const REFRESH_EVERY_MS: i64 = 5 * 60_000;
+/// The job's lease name.
+pub const REFRESH_JOB: &str = "recommendations";
+/// The look-back of the review and of the API by default.
+pub const DEFAULT_LOOKBACK_MS: i64 = 7 * 24 * HOUR_MS;
+
+/// A range recommendations are drawn from; monthly figures are scaled from `observed_ms` (the
+/// part of it that has happened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub observed_ms: i64,
+}
+
+/// The review's range for the month `[month_from, month_to)`: its last 7 whole UTC days (so
+/// they come from daily rollups), today as far as it has happened; `None` before it starts.
+pub fn review_range(month_from: i64, month_to: i64, now_ms: i64) -> Option<Range> {
+    let until_now = hour_floor(now_ms) + HOUR_MS;
+    let to_ms = (now_ms.div_euclid(DAY_MS) * DAY_MS + DAY_MS).min(month_to);
+    let from_ms = month_from.max(to_ms - DEFAULT_LOOKBACK_MS);
+    let observed_ms = to_ms.min(until_now) - from_ms;
+    (observed_ms > 0).then_some(Range {
+        from_ms,
+        to_ms,
+        observed_ms,
+    })
+}
+
+/// The API's range: `lookback_ms` up to the end of the current hour.
+pub fn lookback_range(now_ms: i64, lookback_ms: i64) -> Range {
+    let to_ms = hour_floor(now_ms) + HOUR_MS;
+    Range {
+        from_ms: to_ms - lookback_ms,
+        to_ms,
+        observed_ms: lookback_ms,
+    }
+}
+
+/// Recommendations for `range`: the stored ones while still valid, else computed from the
+/// rollups and stored.
+pub async fn get(
+    store: &dyn Store,
+    card: &RateCard,
+    range: Range,
+    now_ms: i64,
+) -> Result<Recommendations, StoreError> {
+    let stored = store
+        .recommendation_snapshot(range.from_ms, range.to_ms, range.observed_ms)
+        .await?;
+    if let Some((computed_ms, body)) = stored {
+        if computed_ms >= range.to_ms || now_ms - computed_ms < MAX_AGE_MS {
+            match serde_json::from_str(&body) {
+                Ok(r) => return Ok(r),
+                // Written by another version: compute again and overwrite.
+                Err(e) => tracing::warn!(error = %e, "stored recommendations unreadable"),
+            }
+        }
+    }
+    compute_and_store(store, card, range, now_ms).await
+}
+
+/// Computes recommendations for `range` from the rollups and stores them.
+pub async fn compute_and_store(
+    store: &dyn Store,
+    card: &RateCard,
+    range: Range,
+    now_ms: i64,
+) -> Result<Recommendations, StoreError> {
+    let evidence =
+        crate::rollup::recommendation_evidence(store, range.from_ms, range.to_ms).await?;
+    let r = recommend(&evidence, card, range.observed_ms, Options::default());
+    match serde_json::to_string(&r) {
+        Ok(body) => {
+            store
+                .put_recommendation_snapshot(
+                    range.from_ms,
+                    range.to_ms,
+                    range.observed_ms,
+                    now_ms,
+                    &body,
+                )
+                .await?
+        }
+        Err(e) => tracing::warn!(error = %e, "recommendations not stored"),
+    }
+    Ok(r)
+}
+
+/// What the periodic job does: recomputes the ranges pages ask for now (this month's review,
+/// the API's default look-back) and drops expired snapshots of ranges still under way.
+pub async fn refresh(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<(), StoreError> {
+    let (month_from, month_to) = crate::allocation::this_month(now_ms);
+    if let Some(range) = review_range(month_from, month_to, now_ms) {
+        compute_and_store(store, card, range, now_ms).await?;
+    }
+    compute_and_store(
+        store,
+        card,
+        lookback_range(now_ms, DEFAULT_LOOKBACK_MS),
+        now_ms,
+    )
+    .await?;
+    store
+        .expire_recommendation_snapshots(now_ms - MAX_AGE_MS)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
