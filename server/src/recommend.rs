@@ -13,7 +13,7 @@ use rust_decimal::prelude::*;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{Attribution, Kind, Part};
+use crate::attribution::{Kind, Part};
 use crate::billing::ratecard::RateCard;
 use crate::store::{AttributionWindow, StoredProcessWindow, UsageRow, UsageTotal};
 
@@ -312,11 +312,12 @@ pub struct Evidence {
     pub hostnames: HashMap<i64, String>,
 }
 
+#[cfg(test)]
 impl Evidence {
-    /// From raw windows and their attribution: what the rollups summarize, kept so tests can
-    /// hold the two to the same answer.
+    /// From raw windows and their attribution: what the rollups summarize, so tests can hold
+    /// the two to the same answer.
     pub fn from_raw(
-        attribution: &Attribution,
+        attribution: &crate::attribution::Attribution,
         windows: &[AttributionWindow],
         processes: &[StoredProcessWindow],
     ) -> Evidence {

@@ -202,7 +202,7 @@ pub async fn load(
 ) -> Result<Attribution, StoreError> {
     let (from, to) = (hour_floor(from_ms), to_ms);
     let mut rows = Vec::new();
-    let daily = matches!(grain, RollupGrain::Day | RollupGrain::HostDay);
+    let daily = grain.is_daily();
     if let (true, Some((first_whole_day, last_whole_day))) = (daily, day_split(from, to)) {
         rows.extend(
             store
@@ -274,17 +274,8 @@ pub async fn recommendation_evidence(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<crate::recommend::Evidence, StoreError> {
-    let (from, to) = (hour_floor(from_ms), to_ms);
-    let spans = match day_split(from, to) {
-        Some((first, last)) => vec![
-            (RollupGrain::Hour, from, first),
-            (RollupGrain::Day, first, last),
-            (RollupGrain::Hour, last, to),
-        ],
-        None => vec![(RollupGrain::Hour, from, to)],
-    };
     let mut evidence = crate::recommend::Evidence::default();
-    for (grain, a, b) in spans.into_iter().filter(|(_, a, b)| a < b) {
+    for (grain, a, b) in spans(from_ms, to_ms) {
         let (totals, usage) = tokio::try_join!(
             store.rollup_gpu_owner_totals(grain, a, b),
             store.rollup_usage(grain, a, b)
@@ -300,6 +291,21 @@ pub async fn recommendation_evidence(
         .map(|h| (h.id, h.hostname))
         .collect();
     Ok(evidence)
+}
+
+/// `[from_ms, to_ms)` as the rollups hold it: whole days from the daily rows, the hours at
+/// either end from the hourly ones (empty spans left out).
+fn spans(from_ms: i64, to_ms: i64) -> Vec<(RollupGrain, i64, i64)> {
+    let (from, to) = (hour_floor(from_ms), to_ms);
+    let spans = match day_split(from, to) {
+        Some((first, last)) => vec![
+            (RollupGrain::Hour, from, first),
+            (RollupGrain::Day, first, last),
+            (RollupGrain::Hour, last, to),
+        ],
+        None => vec![(RollupGrain::Hour, from, to)],
+    };
+    spans.into_iter().filter(|(_, a, b)| a < b).collect()
 }
 
 /// Splits `[from, to)` (`from` on an hour) into the hours before its first whole day, its whole
@@ -322,15 +328,9 @@ pub async fn attributed_costs(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<BTreeMap<String, rust_decimal::Decimal>, StoreError> {
-    let (from, to) = (hour_floor(from_ms), to_ms);
     let mut sums = Vec::new();
-    match day_split(from, to) {
-        Some((first, last)) => {
-            sums.extend(store.rollup_costs(RollupGrain::Hour, from, first).await?);
-            sums.extend(store.rollup_costs(RollupGrain::Day, first, last).await?);
-            sums.extend(store.rollup_costs(RollupGrain::Hour, last, to).await?);
-        }
-        None => sums.extend(store.rollup_costs(RollupGrain::Hour, from, to).await?),
+    for (grain, a, b) in spans(from_ms, to_ms) {
+        sums.extend(store.rollup_costs(grain, a, b).await?);
     }
     let mut costs: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
     for s in sums {

@@ -202,6 +202,13 @@ pub enum RollupGrain {
     HostDay,
 }
 
+impl RollupGrain {
+    /// Whether rows of this grain stand for days (else hours).
+    pub fn is_daily(self) -> bool {
+        matches!(self, RollupGrain::Day | RollupGrain::HostDay)
+    }
+}
+
 /// The host id that marks hours changed by a bill rather than by a host's report.
 pub const BILLING_MARK_HOST: i64 = 0;
 
@@ -1217,11 +1224,10 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::CurrencyCostRow>, $crate::store::StoreError> {
-            let (table, period) = match grain {
-                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
-                    ("rollup_days", "day_ms")
-                }
-                _ => ("rollup_hours", "hour_ms"),
+            let (table, period) = if grain.is_daily() {
+                ("rollup_days", "day_ms")
+            } else {
+                ("rollup_hours", "hour_ms")
             };
             // Sums stay exact: atto parts carry over into nano parts in integer math.
             let sql = format!(
@@ -1243,11 +1249,10 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
-            let (table, period) = match grain {
-                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
-                    ("rollup_days", "day_ms")
-                }
-                _ => ("rollup_hours", "hour_ms"),
+            let (table, period) = if grain.is_daily() {
+                ("rollup_days", "day_ms")
+            } else {
+                ("rollup_hours", "hour_ms")
             };
             // Sums stay exact: atto parts carry over into nano parts in integer math.
             let sql = format!(
@@ -1284,11 +1289,10 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::UsageTotal>, $crate::store::StoreError> {
-            let (table, period) = match grain {
-                $crate::store::RollupGrain::Day | $crate::store::RollupGrain::HostDay => {
-                    ("rollup_usage_days", "day_ms")
-                }
-                _ => ("rollup_usage_hours", "hour_ms"),
+            let (table, period) = if grain.is_daily() {
+                ("rollup_usage_days", "day_ms")
+            } else {
+                ("rollup_usage_hours", "hour_ms")
             };
             let sql = format!(
                 "SELECT u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band,
