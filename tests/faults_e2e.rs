@@ -32,7 +32,11 @@ fn scenario(dir: &Path, uuid: &str) -> PathBuf {
 
 fn spooled_windows(spool: &Path) -> Vec<(String, i64)> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(spool).unwrap().flatten() {
+    // No folder yet: the agent has not started spooling.
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return out;
+    };
+    for e in entries.flatten() {
         if e.path().extension().is_some_and(|x| x == "json") {
             // The agent may delete a batch (acknowledged) between listing and reading it.
             let Ok(bytes) = std::fs::read(e.path()) else {
@@ -248,7 +252,12 @@ async fn a_killed_agent_resumes_its_spool() {
         window: "1s",
     };
     let mut agent = start_agent(&options);
+    // Until at least two windows wait in the spool (a loaded machine starts the agent slowly).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     tokio::time::sleep(Duration::from_millis(3_500)).await;
+    while spooled_windows(&spool).len() < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
     let spooled = spooled_windows(&spool);
