@@ -722,7 +722,7 @@ pub(crate) fn to_i64(v: Option<u64>) -> Option<i64> {
 }
 
 /// SQL both backends' ingest runs, as literals so `concat!` can build larger statements.
-/// The host upsert: `$1..$12` as [`bind_host!`] binds them, returning the host id.
+/// The host upsert: `$1..$12` as [`bind_host!`] binds them; each backend adds its `RETURNING id`.
 macro_rules! host_upsert_sql {
     () => {
         "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
@@ -740,8 +740,7 @@ macro_rules! host_upsert_sql {
             last_report_ms = CASE WHEN excluded.last_report_ms > hosts.last_report_ms
                                   THEN excluded.last_report_ms ELSE hosts.last_report_ms END,
             spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
-            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)
-         RETURNING id"
+            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)"
     };
 }
 pub(crate) use host_upsert_sql;
@@ -771,23 +770,24 @@ macro_rules! bind_host {
 }
 pub(crate) use bind_host;
 
-/// A GPU's latest state replaces the stored one only if its window is newer.
-macro_rules! gpu_latest_on_conflict_sql {
+/// A GPU's row is rewritten only when what it is or where it sits changed (it moved host, a MIG
+/// layout changed), not on every report: its latest state is read from its newest window.
+macro_rules! gpu_identity_on_conflict_sql {
     () => {
         "ON CONFLICT (uuid) DO UPDATE SET
             host_id = excluded.host_id,
             gpu_index = excluded.gpu_index,
             name = excluded.name,
             parent_uuid = excluded.parent_uuid,
-            memory_total_bytes = excluded.memory_total_bytes,
-            last_window_start_ms = excluded.last_window_start_ms,
-            last_window_end_ms = excluded.last_window_end_ms,
-            last_util_avg = excluded.last_util_avg,
-            last_memory_used_bytes = excluded.last_memory_used_bytes
-         WHERE excluded.last_window_start_ms > gpus.last_window_start_ms"
+            memory_total_bytes = excluded.memory_total_bytes
+         WHERE gpus.host_id IS DISTINCT FROM excluded.host_id
+            OR gpus.gpu_index IS DISTINCT FROM excluded.gpu_index
+            OR gpus.name IS DISTINCT FROM excluded.name
+            OR gpus.parent_uuid IS DISTINCT FROM excluded.parent_uuid
+            OR gpus.memory_total_bytes IS DISTINCT FROM excluded.memory_total_bytes"
     };
 }
-pub(crate) use gpu_latest_on_conflict_sql;
+pub(crate) use gpu_identity_on_conflict_sql;
 
 /// Marking an hour again bumps its generation (see [`DirtyMark`]).
 macro_rules! dirty_mark_on_conflict_sql {
@@ -1354,32 +1354,20 @@ macro_rules! shared_sql_impl {
             Ok(deleted)
         }
 
-        /// One transaction per batch: all of it is stored, or (a repeat) none of it.
-        async fn ingest_tx(
-            pool: &sqlx::Pool<$db>,
-            report: &gpuledger_proto::Report,
-            token_id: i64,
-            agent: $crate::store::AgentStatus,
-            now_ms: i64,
-        ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
-            let mut tx = pool.begin().await?;
-            // Each backend stores a report its own way (see ingest_report in its module).
-            let outcome = ingest_report(&mut tx, report, token_id, agent, now_ms).await?;
-            match outcome {
-                $crate::store::IngestOutcome::Stored => tx.commit().await?,
-                $crate::store::IngestOutcome::Duplicate => tx.rollback().await?,
-            }
-            Ok(outcome)
-        }
-
         async fn fleet_sql(
             pool: &sqlx::Pool<$db>,
         ) -> Result<Vec<$crate::store::FleetRow>, $crate::store::StoreError> {
+            // The latest state is the GPU's newest window: one index probe per GPU.
             Ok(sqlx::query_as(
                 "SELECT h.cluster, h.hostname, h.instance_type, h.last_report_ms, h.spool_depth,
                         g.uuid, g.gpu_index, g.name, g.parent_uuid, g.memory_total_bytes,
-                        g.last_util_avg, g.last_memory_used_bytes, g.last_window_end_ms
-                 FROM hosts h LEFT JOIN gpus g ON g.host_id = h.id
+                        w.util_avg AS last_util_avg,
+                        w.memory_used_max_bytes AS last_memory_used_bytes,
+                        w.end_ms AS last_window_end_ms
+                 FROM hosts h
+                 LEFT JOIN gpus g ON g.host_id = h.id
+                 LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid AND w.start_ms =
+                    (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
                  ORDER BY h.cluster, h.hostname, g.gpu_index, g.uuid",
             )
             .fetch_all(pool)
@@ -1392,8 +1380,9 @@ macro_rules! shared_sql_impl {
             Ok(sqlx::query_as(
                 "SELECT p.gpu_uuid, p.pid, p.process_name, p.memory_used_max_bytes, p.sm_util_avg,
                         p.labels_json
-                 FROM process_windows p
-                 JOIN gpus g ON g.uuid = p.gpu_uuid AND p.start_ms = g.last_window_start_ms
+                 FROM gpus g
+                 JOIN process_windows p ON p.gpu_uuid = g.uuid AND p.start_ms =
+                    (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
                  ORDER BY p.gpu_uuid, p.pid",
             )
             .fetch_all(pool)
@@ -2187,7 +2176,9 @@ macro_rules! store_impl {
                 now_ms: i64,
             ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
-                ingest_tx(&self.pool, report, token_id, agent, now_ms).await
+                // Each backend stores a report its own way (see ingest_report in its module),
+                // all of it or (a repeat) none of it.
+                ingest_report(&self.pool, report, token_id, agent, now_ms).await
             }
             async fn import_cost_lines(
                 &self,

@@ -37,22 +37,27 @@ impl PostgresStore {
 }
 
 /// A report in one statement: data-modifying CTEs upsert the host, claim the batch id and,
-/// only if the claim succeeded, insert every window from column arrays (`UNNEST`), upsert the
-/// GPUs' latest state and mark the hours to roll up. One round trip instead of one per table:
-/// on a busy server PostgreSQL's per-statement work is what ingest spends its CPU on.
+/// only if the claim succeeded, insert every window from column arrays (`UNNEST`), record GPUs
+/// that are new or changed and mark the hours to roll up. One statement is one transaction, so no
+/// BEGIN or COMMIT either: one round trip instead of one per table and two more, since on a busy
+/// server PostgreSQL's per-statement work is what ingest spends its CPU on. A repeat changes
+/// nothing: the host is only touched when the batch id is new.
 async fn ingest_report(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
+    pool: &Pool<Postgres>,
     report: &gpuledger_proto::Report,
     token_id: i64,
     agent: super::AgentStatus,
     now_ms: i64,
 ) -> Result<super::IngestOutcome, StoreError> {
     let rows = super::report_rows::ReportRows::of(report)?;
-    let (g, p, l) = (&rows.gpus, &rows.processes, &rows.latest);
+    let (g, p, l) = (&rows.gpus, &rows.processes, &rows.identities);
     let query = sqlx::query_as(concat!(
         "WITH h AS (",
         super::host_upsert_sql!(),
-        "), b AS (
+        "
+            WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = $13)
+            RETURNING id
+         ), b AS (
             INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
             SELECT $13, h.id, $14, $8, $15 FROM h
             ON CONFLICT DO NOTHING
@@ -86,19 +91,22 @@ async fn ingest_report(
                    pod_uid)
             ON CONFLICT DO NOTHING
          ), g AS (
-            INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
-                last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes)
-            SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes,
-                u.start_ms, u.end_ms, u.util_avg, u.memory_used_bytes
-            FROM b, UNNEST($42::text[], $43::int8[], $44::text[], $45::text[], $46::int8[],
-                           $47::int8[], $48::int8[], $49::float8[], $50::int8[])
-              AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes, start_ms, end_ms,
-                   util_avg, memory_used_bytes)
+            INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
+            SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes
+            FROM b, UNNEST($42::text[], $43::int8[], $44::text[], $45::text[], $46::int8[])
+              AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes)
+            -- The usual case, a GPU as it was, writes nothing (not even a row lock). A scalar
+            -- subquery, so that each GPU is one primary-key probe (as an anti-join the planner
+            -- scans the whole table).
+            WHERE (SELECT ROW(x.host_id, x.gpu_index, x.name, x.parent_uuid, x.memory_total_bytes)
+                   FROM gpus x WHERE x.uuid = u.uuid)
+                  IS DISTINCT FROM
+                  ROW(b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes)
             ",
-        super::gpu_latest_on_conflict_sql!(),
+        super::gpu_identity_on_conflict_sql!(),
         "), d AS (
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
-            SELECT hr, b.host_id, 0 FROM b, UNNEST($51::int8[]) AS hr
+            SELECT hr, b.host_id, 0 FROM b, UNNEST($47::int8[]) AS hr
             ",
         super::dirty_mark_on_conflict_sql!(),
         "
@@ -144,12 +152,8 @@ async fn ingest_report(
                 .collect::<Vec<_>>(),
         )
         .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.start_ms).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.end_ms).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.util_avg).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.memory_used_bytes).collect::<Vec<_>>())
         .bind(&rows.hours)
-        .fetch_one(&mut **tx)
+        .fetch_one(pool)
         .await?;
     Ok(if stored > 0 {
         super::IngestOutcome::Stored

@@ -46,16 +46,14 @@ pub(crate) struct ProcessColumns {
 
 /// The newest window of one GPU in the report: what the `gpus` row (the fleet page) shows.
 #[derive(Debug)]
-pub(crate) struct GpuLatest {
+pub(crate) struct GpuIdentity {
     pub uuid: String,
     pub gpu_index: i64,
     pub name: String,
     pub parent_uuid: Option<String>,
     pub memory_total_bytes: Option<i64>,
+    /// The window it was read from: a report's newest window says what the GPU is now.
     pub start_ms: i64,
-    pub end_ms: i64,
-    pub util_avg: Option<f64>,
-    pub memory_used_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -63,7 +61,7 @@ pub(crate) struct ReportRows {
     pub gpus: GpuWindowColumns,
     pub processes: ProcessColumns,
     /// One per GPU (an upsert may touch a row once per statement), in report order.
-    pub latest: Vec<GpuLatest>,
+    pub identities: Vec<GpuIdentity>,
     /// The hours to roll up again, each once, in order: a window belongs to the hour it starts
     /// in (as attribution counts it).
     pub hours: Vec<i64>,
@@ -72,7 +70,7 @@ pub(crate) struct ReportRows {
 impl ReportRows {
     pub fn of(report: &Report) -> Result<Self, StoreError> {
         let mut rows = ReportRows::default();
-        let mut latest_at: HashMap<&str, usize> = HashMap::new();
+        let mut identity_at: HashMap<&str, usize> = HashMap::new();
         for w in &report.windows {
             for g in &w.gpus {
                 let c = &mut rows.gpus;
@@ -90,23 +88,20 @@ impl ReportRows {
                 c.temperature_max_c.push(g.temperature_max_c);
                 c.energy_mj.push(to_i64(g.energy_mj));
 
-                let latest = GpuLatest {
+                let identity = GpuIdentity {
                     uuid: g.uuid.clone(),
                     gpu_index: i64::from(g.index),
                     name: g.name.clone(),
                     parent_uuid: g.parent_uuid.clone(),
                     memory_total_bytes: to_i64(g.memory_total_bytes),
                     start_ms: w.start_ms,
-                    end_ms: w.end_ms,
-                    util_avg: g.util_avg,
-                    memory_used_bytes: to_i64(g.memory_used_max_bytes),
                 };
-                match latest_at.get(g.uuid.as_str()) {
-                    Some(&i) if rows.latest[i].start_ms >= w.start_ms => {}
-                    Some(&i) => rows.latest[i] = latest,
+                match identity_at.get(g.uuid.as_str()) {
+                    Some(&i) if rows.identities[i].start_ms >= w.start_ms => {}
+                    Some(&i) => rows.identities[i] = identity,
                     None => {
-                        latest_at.insert(&g.uuid, rows.latest.len());
-                        rows.latest.push(latest);
+                        identity_at.insert(&g.uuid, rows.identities.len());
+                        rows.identities.push(identity);
                     }
                 }
 

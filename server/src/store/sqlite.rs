@@ -117,8 +117,25 @@ async fn insert_report_rows(
     Ok(())
 }
 
-/// A report in a handful of statements; SQLite runs in-process, so their number costs little.
+/// A report in one transaction: all of it is stored, or (a repeat) none of it.
 async fn ingest_report(
+    pool: &sqlx::Pool<Sqlite>,
+    report: &gpuledger_proto::Report,
+    token_id: i64,
+    agent: crate::store::AgentStatus,
+    now_ms: i64,
+) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
+    let mut tx = pool.begin().await?;
+    let outcome = ingest_report_tx(&mut tx, report, token_id, agent, now_ms).await?;
+    match outcome {
+        crate::store::IngestOutcome::Stored => tx.commit().await?,
+        crate::store::IngestOutcome::Duplicate => tx.rollback().await?,
+    }
+    Ok(outcome)
+}
+
+/// A report in a handful of statements; SQLite runs in-process, so their number costs little.
+async fn ingest_report_tx(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     report: &gpuledger_proto::Report,
     token_id: i64,
@@ -126,7 +143,7 @@ async fn ingest_report(
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
     let (host_id,): (i64,) = super::bind_host!(
-        sqlx::query_as(super::host_upsert_sql!()),
+        sqlx::query_as(concat!(super::host_upsert_sql!(), " RETURNING id")),
         report,
         agent,
         now_ms
@@ -152,7 +169,7 @@ async fn ingest_report(
     // Bulk: a statement per table, not one per row (each backend binds its own way).
     let rows = crate::store::report_rows::ReportRows::of(report)?;
     insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
-    upsert_gpus(tx, host_id, &rows.latest).await?;
+    upsert_gpus(tx, host_id, &rows.identities).await?;
     mark_dirty_sql(tx, &rows.hours, host_id).await?;
     Ok(crate::store::IngestOutcome::Stored)
 }
@@ -160,12 +177,11 @@ async fn ingest_report(
 async fn upsert_gpus(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     host_id: i64,
-    latest: &[crate::store::report_rows::GpuLatest],
+    identities: &[crate::store::report_rows::GpuIdentity],
 ) -> Result<(), crate::store::StoreError> {
-    for chunk in latest.chunks(500) {
+    for chunk in identities.chunks(500) {
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes,
-                last_window_start_ms, last_window_end_ms, last_util_avg, last_memory_used_bytes) ",
+            "INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes) ",
         );
         q.push_values(chunk, |mut b, g| {
             b.push_bind(&g.uuid)
@@ -173,13 +189,9 @@ async fn upsert_gpus(
                 .push_bind(g.gpu_index)
                 .push_bind(&g.name)
                 .push_bind(&g.parent_uuid)
-                .push_bind(g.memory_total_bytes)
-                .push_bind(g.start_ms)
-                .push_bind(g.end_ms)
-                .push_bind(g.util_avg)
-                .push_bind(g.memory_used_bytes);
+                .push_bind(g.memory_total_bytes);
         });
-        q.push(concat!(" ", super::gpu_latest_on_conflict_sql!()));
+        q.push(concat!(" ", super::gpu_identity_on_conflict_sql!()));
         q.build().execute(&mut **tx).await?;
     }
     Ok(())

@@ -288,6 +288,101 @@ async fn late_windows_do_not_replace_the_latest_state() {
     }
 }
 
+/// A repeat is refused whole: it does not even touch the host's row (PostgreSQL stores a report
+/// in one statement without a transaction to roll back, so the statement itself must hold back).
+#[tokio::test]
+async fn a_repeat_changes_nothing_not_even_the_host() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let r = report("batch-1", T0, 80.0);
+        let first = AgentStatus {
+            spool_depth: Some(3),
+            spool_dropped: Some(0),
+        };
+        store.ingest(&r, token, first, T0 + 20_000).await.unwrap();
+        let mut again = r.clone();
+        again.agent_version = "9.9.9".into();
+        let later = AgentStatus {
+            spool_depth: Some(7),
+            spool_dropped: Some(1),
+        };
+        assert_eq!(
+            store
+                .ingest(&again, token, later, T0 + 90_000)
+                .await
+                .unwrap(),
+            IngestOutcome::Duplicate,
+            "{b}"
+        );
+        let fleet = store.fleet().await.unwrap();
+        assert_eq!(
+            (fleet[0].spool_depth, fleet[0].last_report_ms),
+            (Some(3), T0 + 20_000),
+            "{b}: the host row is as the first report left it"
+        );
+    }
+}
+
+/// A GPU's row follows what it is and where it sits: it moves with its host and takes a new MIG
+/// layout, while its latest state is its newest window wherever that was reported from.
+#[tokio::test]
+async fn a_gpu_that_moves_or_changes_is_rewritten() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let status = AgentStatus::default();
+        let now = T0 + 600_000;
+        store
+            .ingest(&report("a", T0, 10.0), token, status, now)
+            .await
+            .unwrap();
+        // The same GPU, unchanged: nothing to rewrite, and the newest window shows.
+        store
+            .ingest(&report("b", T0 + 15_000, 20.0), token, status, now)
+            .await
+            .unwrap();
+        let fleet = store.fleet().await.unwrap();
+        assert_eq!(fleet.len(), 1, "{b}");
+        assert_eq!(
+            (fleet[0].hostname.as_str(), fleet[0].last_util_avg),
+            ("gpu-01", Some(20.0)),
+            "{b}"
+        );
+        assert_eq!(
+            fleet[0].last_window_end_ms,
+            Some(T0 + 30_000),
+            "{b}: the newest window's end"
+        );
+
+        // Moved to another host, reported with a new index and less memory (a MIG layout).
+        let mut moved = report("c", T0 + 30_000, 30.0);
+        moved.host.hostname = "gpu-02".into();
+        moved.windows[0].gpus[0].index = 3;
+        moved.windows[0].gpus[0].memory_total_bytes = Some(42_949_672_960);
+        store.ingest(&moved, token, status, now).await.unwrap();
+        let fleet = store.fleet().await.unwrap();
+        let gpu = |host: &str| {
+            fleet
+                .iter()
+                .find(|r| r.hostname == host)
+                .map(|r| (r.uuid.clone(), r.gpu_index, r.memory_total_bytes))
+        };
+        assert_eq!(
+            gpu("gpu-01"),
+            Some((None, None, None)),
+            "{b}: the old host has no GPU now"
+        );
+        assert_eq!(
+            gpu("gpu-02"),
+            Some((Some("GPU-1".into()), Some(3), Some(42_949_672_960))),
+            "{b}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_failed_ingest_stores_nothing() {
     for db in test_support::both().await {
