@@ -14,14 +14,15 @@ use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_
 use crate::billing::ratecard::RateCard;
 use crate::money::{from_nano_atto, to_nano_atto};
 use crate::store::{
-    DirtyMark, RollupGrain, RollupRow, Store, StoreError, UnattributedRow, UsageRow,
+    DirtyMark, HostRange, HostRow, RollupGrain, RollupRow, Store, StoreError, StoredCostLine,
+    UnattributedRow, UsageRow,
 };
 
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
 const HOURS_PER_PASS: usize = 24;
-/// Raw GPU windows attributed in one pass (their process windows come with them): a few
-/// hundred MB at most, however long agents' windows are.
+/// Raw GPU windows attributed in one pass (their process windows come with them): about 100 MB
+/// with a process in every window, however long agents' windows are and however large the fleet.
 const WINDOWS_PER_PASS: i64 = 100_000;
 /// Marks read per round.
 const MARKS_PER_ROUND: i64 = 5_000;
@@ -62,16 +63,26 @@ async fn run_in_passes(
         let hours: Vec<i64> = by_hour.keys().copied().collect();
         'runs: for run in consecutive_runs(&hours) {
             for pass in split_by_windows(store, &run, windows_per_pass).await? {
-                let (from, to) = (pass[0], pass[pass.len() - 1] + HOUR_MS);
-                let (rows, unattributed, usage) = attribute_hours(store, card, from, to).await?;
+                let (from, to) = (pass.hours[0], pass.hours[pass.hours.len() - 1] + HOUR_MS);
+                let hosts = store.hosts().await?;
+                let lines = store.cost_lines(from, to).await?;
+                let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
+                for &group in &pass.host_groups {
+                    let (r, u, us) =
+                        attribute_hours(store, card, &hosts, &lines, group, from, to).await?;
+                    rows.extend(r);
+                    unattributed.extend(u);
+                    usage.extend(us);
+                }
                 let marks: Vec<DirtyMark> = pass
+                    .hours
                     .iter()
                     .flat_map(|h| by_hour.remove(h).unwrap_or_default())
                     .collect();
                 store
                     .replace_rollups(&marks, &rows, &unattributed, &usage)
                     .await?;
-                summary.hours += pass.len();
+                summary.hours += pass.hours.len();
                 summary.rows += rows.len();
                 if summary.hours >= max_hours {
                     break 'runs;
@@ -82,20 +93,67 @@ async fn run_in_passes(
     Ok(summary)
 }
 
-/// Splits a run of hours into passes of about `budget` raw GPU windows each (at least an hour):
-/// memory stays bounded whether agents send 5-minute or 1-second windows.
+/// Consecutive hours attributed and stored together, their raw data loaded a range of hosts at
+/// a time.
+#[derive(Debug, Clone, PartialEq)]
+struct Pass {
+    hours: Vec<i64>,
+    /// Ranges of host ids, in order, that together cover every id: just [`HostRange::ALL`]
+    /// unless an hour of the fleet's windows is over the budget.
+    host_groups: Vec<HostRange>,
+}
+
+/// Splits a run of hours into passes of about `budget` raw GPU windows each: a few hours at a
+/// time, or an hour a range of hosts at a time, so memory stays bounded whether agents send
+/// 5-minute or 1-second windows and whether the fleet has 10 GPUs or 10,000.
 async fn split_by_windows(
     store: &dyn Store,
     run: &[i64],
     budget: i64,
-) -> Result<Vec<Vec<i64>>, StoreError> {
+) -> Result<Vec<Pass>, StoreError> {
+    let budget = budget.max(1);
     let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
-    let windows = store.gpu_window_count(from, to).await?;
-    let passes = usize::try_from(windows / budget.max(1) + 1)
-        .unwrap_or(run.len())
-        .clamp(1, run.len());
-    let hours_per_pass = run.len().div_ceil(passes);
-    Ok(run.chunks(hours_per_pass).map(<[i64]>::to_vec).collect())
+    let per_host = store.gpu_windows_per_host(from, to).await?;
+    let windows: i64 = per_host.iter().map(|(_, n)| n).sum();
+    let needed = usize::try_from(windows / budget + 1).unwrap_or(usize::MAX);
+    let hours_per_pass = run.len().div_ceil(needed.clamp(1, run.len()));
+    let host_groups = if needed > run.len() {
+        host_groups(&per_host, run.len() as i64, budget)
+    } else {
+        vec![HostRange::ALL]
+    };
+    Ok(run
+        .chunks(hours_per_pass)
+        .map(|hours| Pass {
+            hours: hours.to_vec(),
+            host_groups: host_groups.clone(),
+        })
+        .collect())
+}
+
+/// Ranges of hosts of about `budget` windows an hour each (a host's windows over the run spread
+/// evenly over its `hours`), covering every host id; a host is never split.
+fn host_groups(per_host: &[(i64, i64)], hours: i64, budget: i64) -> Vec<HostRange> {
+    let mut groups = Vec::new();
+    let mut first = i64::MIN;
+    let mut in_group = 0;
+    for &(host_id, windows) in per_host {
+        let an_hour = (windows + hours - 1) / hours.max(1);
+        if in_group > 0 && in_group + an_hour > budget {
+            groups.push(HostRange {
+                first,
+                last: host_id - 1,
+            });
+            first = host_id;
+            in_group = 0;
+        }
+        in_group += an_hour;
+    }
+    groups.push(HostRange {
+        first,
+        last: i64::MAX,
+    });
+    groups
 }
 
 /// Splits sorted hours into runs of consecutive hours, each at most [`HOURS_PER_PASS`] long.
@@ -110,20 +168,42 @@ fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
     runs
 }
 
-/// Attribution of `[from, to)` (whole hours) from raw data, as rollup rows per hour, and how
-/// endpoints and models used their GPUs in those hours.
+/// Attribution of `[from, to)` (whole hours) from raw data for the hosts in `group`, as rollup
+/// rows per hour, and how endpoints and models used their GPUs in those hours. Bill lines that
+/// match no host are counted (as unattributed) with the group that starts the id range.
 async fn attribute_hours(
     store: &dyn Store,
     card: &RateCard,
+    hosts: &[HostRow],
+    lines: &[StoredCostLine],
+    group: HostRange,
     from: i64,
     to: i64,
 ) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>), StoreError> {
-    let hosts = store.hosts().await?;
-    let windows = store.attribution_windows(from, to).await?;
-    let processes = store.process_windows(from, to).await?;
-    let lines = store.cost_lines(from, to).await?;
+    let windows = store.attribution_windows_of_hosts(from, to, group).await?;
+    let processes = store.process_windows_of_hosts(from, to, group).await?;
+    let group_lines: Vec<StoredCostLine>;
+    let lines = if group == HostRange::ALL {
+        lines
+    } else {
+        let host_of: HashMap<&str, i64> = hosts
+            .iter()
+            .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
+            .collect();
+        group_lines = lines
+            .iter()
+            .filter(
+                |l| match l.resource_key.as_deref().and_then(|k| host_of.get(k)) {
+                    Some(&host_id) => group.contains(host_id),
+                    None => group.first == i64::MIN,
+                },
+            )
+            .cloned()
+            .collect();
+        &group_lines
+    };
     let usage = crate::recommend::usage_rows(&windows, &processes);
-    let a = attribution::attribute(hosts, &windows, &processes, &lines, card, from, to);
+    let a = attribution::attribute(hosts.to_vec(), &windows, &processes, lines, card, from, to);
     let rows = a.parts.iter().map(row_of).collect();
     let unattributed = a
         .unattributed_hours

@@ -301,14 +301,34 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let hours: Vec<i64> = (0..24).map(|h| START + h * HOUR_MS).collect();
         let passes = split_by_windows(s, &hours, 100).await.unwrap();
         assert!(passes.len() >= 3, "{b}: {} passes", passes.len());
-        assert_eq!(passes.concat(), hours, "{b}: every hour once, in order");
-        let summary = run_in_passes(s, &card, usize::MAX, 100).await.unwrap();
+        let in_passes: Vec<i64> = passes.iter().flat_map(|p| p.hours.clone()).collect();
+        assert_eq!(in_passes, hours, "{b}: every hour once, in order");
+        assert!(
+            passes.iter().all(|p| p.host_groups == [HostRange::ALL]),
+            "{b}: an hour fits, every host at once"
+        );
+        // Passes of ~5 windows: an hour a host at a time.
+        let passes = split_by_windows(s, &hours, 5).await.unwrap();
+        assert_eq!(passes.len(), hours.len(), "{b}: an hour a pass");
+        let groups = &passes[0].host_groups;
+        assert_eq!(groups.len(), 2, "{b}: one host a group: {groups:?}");
+        assert_eq!(
+            (groups[0].first, groups[1].last),
+            (i64::MIN, i64::MAX),
+            "{b}: every host id covered"
+        );
+        assert_eq!(groups[0].last + 1, groups[1].first, "{b}: {groups:?}");
+        let summary = run_in_passes(s, &card, usize::MAX, 5).await.unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
             s.dirty_marks(10).await.unwrap().is_empty(),
             "{b}: all rolled up"
         );
-        assert_matches_raw(s, &card, &format!("{b}: first roll-up")).await;
+        assert_matches_raw(s, &card, &format!("{b}: first roll-up, a host at a time")).await;
+        // Again in passes of several hours, all hosts at once: the same figures.
+        s.mark_dirty_hours(&hours).await.unwrap();
+        run_in_passes(s, &card, usize::MAX, 100).await.unwrap();
+        assert_matches_raw(s, &card, &format!("{b}: again, hours at a time")).await;
 
         // A repeated batch stores nothing and marks nothing.
         s.ingest(&a, token, status, START).await.unwrap();

@@ -292,6 +292,25 @@ pub struct HostRow {
     pub lifecycle: Option<String>,
 }
 
+/// Hosts by id, both ends included: the roll-up attributes a large fleet's hour a range of
+/// hosts at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostRange {
+    pub first: i64,
+    pub last: i64,
+}
+
+impl HostRange {
+    pub const ALL: HostRange = HostRange {
+        first: i64::MIN,
+        last: i64::MAX,
+    };
+
+    pub fn contains(self, host_id: i64) -> bool {
+        (self.first..=self.last).contains(&host_id)
+    }
+}
+
 /// A GPU window with its host, for attribution.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AttributionWindow {
@@ -446,7 +465,25 @@ pub trait Store: Send + Sync {
         &self,
         from_ms: i64,
         to_ms: i64,
+    ) -> Result<Vec<AttributionWindow>, StoreError> {
+        self.attribution_windows_of_hosts(from_ms, to_ms, HostRange::ALL)
+            .await
+    }
+    /// The same, of the hosts in `hosts` only.
+    async fn attribution_windows_of_hosts(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        hosts: HostRange,
     ) -> Result<Vec<AttributionWindow>, StoreError>;
+    /// Process windows starting in `[from_ms, to_ms)` whose GPU window was reported by a host in
+    /// `hosts`.
+    async fn process_windows_of_hosts(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        hosts: HostRange,
+    ) -> Result<Vec<StoredProcessWindow>, StoreError>;
 
     /// Days (UTC midnights) in `[from_ms, to_ms)` already fetched from Cost Explorer.
     async fn ce_synced_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<i64>, StoreError>;
@@ -584,8 +621,12 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<UnattributedRow>, StoreError>;
-    /// How many raw GPU windows start in `[from_ms, to_ms)`.
-    async fn gpu_window_count(&self, from_ms: i64, to_ms: i64) -> Result<i64, StoreError>;
+    /// How many raw GPU windows start in `[from_ms, to_ms)`, per host, by host id.
+    async fn gpu_windows_per_host(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(i64, i64)>, StoreError>;
     /// The `limit` GPUs that cost most in the days of `[from_ms, to_ms)`, costliest first, and
     /// how many GPUs have rows there.
     async fn rollup_top_gpus(
@@ -1136,19 +1177,19 @@ macro_rules! shared_sql_impl {
                 .await?)
         }
 
-        async fn gpu_window_count_sql(
+        async fn gpu_windows_per_host_sql(
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
             to_ms: i64,
-        ) -> Result<i64, $crate::store::StoreError> {
-            let (n,): (i64,) = sqlx::query_as(
-                "SELECT COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2",
+        ) -> Result<Vec<(i64, i64)>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT host_id, COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2
+                 GROUP BY host_id ORDER BY host_id",
             )
             .bind(from_ms)
             .bind(to_ms)
-            .fetch_one(pool)
-            .await?;
-            Ok(n)
+            .fetch_all(pool)
+            .await?)
         }
 
         async fn rollup_top_gpus_sql(
@@ -1423,6 +1464,38 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        async fn process_windows_of_hosts_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            hosts: $crate::store::HostRange,
+        ) -> Result<Vec<$crate::store::StoredProcessWindow>, $crate::store::StoreError> {
+            if hosts == $crate::store::HostRange::ALL {
+                return process_windows_sql(pool, from_ms, to_ms).await;
+            }
+            // A process window belongs to the host that reported its GPU's window. The time range
+            // is repeated on `w` because planners do not carry a range across the join.
+            Ok(sqlx::query_as(
+                "SELECT p.gpu_uuid, p.start_ms, p.pid, p.process_name, p.memory_used_max_bytes,
+                        p.sm_util_avg, p.model, p.experiment, p.endpoint, p.team, p.labels_json,
+                        p.container_id, p.pod_uid
+                 FROM process_windows p
+                 JOIN gpu_windows w ON w.gpu_uuid = p.gpu_uuid AND w.start_ms = p.start_ms
+                 WHERE p.start_ms >= $1 AND p.start_ms < $2
+                   AND w.start_ms >= $1 AND w.start_ms < $2 AND w.host_id BETWEEN $3 AND $4
+                 ORDER BY p.gpu_uuid, p.start_ms, p.pid",
+            )
+            // Not a prepared statement PostgreSQL may reuse with a generic plan: that plan
+            // merge-joins on time alone, a hundred times slower than the plan for the values.
+            .persistent(false)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(hosts.first)
+            .bind(hosts.last)
+            .fetch_all(pool)
+            .await?)
+        }
+
         async fn import_cost_lines_sql(
             pool: &sqlx::Pool<$db>,
             import: &$crate::store::NewImport,
@@ -1587,16 +1660,22 @@ macro_rules! shared_sql_impl {
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
             to_ms: i64,
+            hosts: $crate::store::HostRange,
         ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
                         w.memory_total_bytes, w.util_avg, w.energy_mj
                  FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
-                 WHERE w.start_ms >= $1 AND w.start_ms < $2
+                 WHERE w.start_ms >= $1 AND w.start_ms < $2 AND w.host_id BETWEEN $3 AND $4
                  ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
             )
+            // Planned for each call's values: a plan made for any hour and any hosts picks the
+            // wrong index (see process_windows_of_hosts_sql).
+            .persistent(false)
             .bind(from_ms)
             .bind(to_ms)
+            .bind(hosts.first)
+            .bind(hosts.last)
             .fetch_all(pool)
             .await?)
         }
@@ -2205,12 +2284,21 @@ macro_rules! store_impl {
             ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
                 hosts_sql(&self.pool).await
             }
-            async fn attribution_windows(
+            async fn attribution_windows_of_hosts(
                 &self,
                 from_ms: i64,
                 to_ms: i64,
+                hosts: $crate::store::HostRange,
             ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
-                attribution_windows_sql(&self.pool, from_ms, to_ms).await
+                attribution_windows_sql(&self.pool, from_ms, to_ms, hosts).await
+            }
+            async fn process_windows_of_hosts(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                hosts: $crate::store::HostRange,
+            ) -> Result<Vec<$crate::store::StoredProcessWindow>, $crate::store::StoreError> {
+                process_windows_of_hosts_sql(&self.pool, from_ms, to_ms, hosts).await
             }
             async fn fleet(
                 &self,
@@ -2483,12 +2571,12 @@ macro_rules! store_impl {
             ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
                 rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
             }
-            async fn gpu_window_count(
+            async fn gpu_windows_per_host(
                 &self,
                 from_ms: i64,
                 to_ms: i64,
-            ) -> Result<i64, $crate::store::StoreError> {
-                gpu_window_count_sql(&self.pool, from_ms, to_ms).await
+            ) -> Result<Vec<(i64, i64)>, $crate::store::StoreError> {
+                gpu_windows_per_host_sql(&self.pool, from_ms, to_ms).await
             }
             async fn rollup_top_gpus(
                 &self,
