@@ -11,7 +11,8 @@
 //! Run it with `scripts/bench` (builds release binaries, starts a throwaway PostgreSQL). Options
 //! after `--`: `--quick` (small sizes, a smoke run), `--only ingest,review,attribution,agent`,
 //! `--backends sqlite,postgres`, `--agent-seconds N`, `--attribution-window-secs N`,
-//! `--attribution-days N` (31: the month), `--ingest-rounds N` (5; the median is the figure).
+//! `--attribution-days N` (31: the month) or `--attribution-hours N`, `--attribution-gpus N`
+//! (1,000), `--ingest-rounds N` (5; the median is the figure).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -41,7 +42,9 @@ struct Options {
     backends: Vec<String>,
     agent_seconds: u64,
     attribution_window_secs: i64,
-    attribution_days: i64,
+    /// Hours of October 2026 attributed, from its start.
+    attribution_hours: i64,
+    attribution_gpus: i64,
     ingest_rounds: usize,
 }
 
@@ -53,7 +56,8 @@ impl Options {
             backends: vec!["sqlite".into(), "postgres".into()],
             agent_seconds: 120,
             attribution_window_secs: 300,
-            attribution_days: 31,
+            attribution_hours: MONTH_HOURS,
+            attribution_gpus: 1_000,
             ingest_rounds: 5,
         };
         let mut args = std::env::args().skip(1);
@@ -69,7 +73,13 @@ impl Options {
                 }
                 "--agent-seconds" => o.agent_seconds = value("--agent-seconds")?.parse()?,
                 "--attribution-days" => {
-                    o.attribution_days = value("--attribution-days")?.parse()?
+                    o.attribution_hours = 24 * value("--attribution-days")?.parse::<i64>()?
+                }
+                "--attribution-hours" => {
+                    o.attribution_hours = value("--attribution-hours")?.parse()?
+                }
+                "--attribution-gpus" => {
+                    o.attribution_gpus = value("--attribution-gpus")?.parse()?
                 }
                 "--ingest-rounds" => o.ingest_rounds = value("--ingest-rounds")?.parse()?,
                 "--attribution-window-secs" => {
@@ -82,9 +92,15 @@ impl Options {
             o.agent_seconds = o.agent_seconds.min(20);
             o.attribution_window_secs = o.attribution_window_secs.max(900);
             o.ingest_rounds = 1;
+            o.attribution_gpus = o.attribution_gpus.min(100);
         }
-        if !(1..=31).contains(&o.attribution_days) {
-            bail!("--attribution-days is 1 to 31 (days of October 2026)");
+        if !(1..=MONTH_HOURS).contains(&o.attribution_hours) {
+            bail!(
+                "--attribution-days is 1 to 31 and --attribution-hours 1 to 744 (of October 2026)"
+            );
+        }
+        if o.attribution_gpus < 1 {
+            bail!("--attribution-gpus needs at least 1");
         }
         if o.ingest_rounds == 0 {
             bail!("--ingest-rounds needs at least 1");
@@ -751,12 +767,12 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
 // Attribution of a month of 1,000 GPUs from raw windows.
 
 async fn attribution(backend: &str, o: &Options) -> Result<()> {
-    let gpus: i64 = if o.quick { 100 } else { 1_000 };
+    let gpus = o.attribution_gpus;
     let window_ms = o.attribution_window_secs * 1000;
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
     seed_hosts(&db, gpus).await?;
-    let per_gpu = o.attribution_days * DAY_MS / window_ms;
+    let per_gpu = o.attribution_hours * HOUR_MS / window_ms;
     // Every GPU busy with a labelled process except 2 hours a day; 10% idle all month. Rows go
     // in in time order, as agents' reports arrive, which is what the time indexes are made for.
     let gpu_rows = format!(
@@ -795,7 +811,11 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
     let processes = count(&db, "SELECT COUNT(*) FROM process_windows").await?;
     println!(
         "attribution: {} of {gpus} GPUs, {}-second windows: {windows} GPU windows, {processes} process windows (seeded in {:.0} s)",
-        if o.attribution_days == 31 { "a month".to_owned() } else { format!("{} days", o.attribution_days) },
+        match o.attribution_hours {
+            MONTH_HOURS => "a month".to_owned(),
+            h if h % 24 == 0 => format!("{} days", h / 24),
+            h => format!("{h} hours"),
+        },
         o.attribution_window_secs,
         seeding.elapsed().as_secs_f64()
     );

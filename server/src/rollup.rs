@@ -14,8 +14,8 @@ use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_
 use crate::billing::ratecard::RateCard;
 use crate::money::{from_nano_atto, to_nano_atto};
 use crate::store::{
-    DirtyMark, HostRange, HostRow, RollupGrain, RollupRow, Store, StoreError, StoredCostLine,
-    UnattributedRow, UsageRow,
+    AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
+    StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
 };
 
 pub const DAY_MS: i64 = 24 * HOUR_MS;
@@ -67,7 +67,7 @@ async fn run_in_passes(
                 let hosts = store.hosts().await?;
                 let lines = store.cost_lines(from, to).await?;
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
-                for &group in &pass.host_groups {
+                for group in &pass.host_groups {
                     let (r, u, us) =
                         attribute_hours(store, card, &hosts, &lines, group, from, to).await?;
                     rows.extend(r);
@@ -98,60 +98,129 @@ async fn run_in_passes(
 #[derive(Debug, Clone, PartialEq)]
 struct Pass {
     hours: Vec<i64>,
-    /// Ranges of host ids, in order, that together cover every id: just [`HostRange::ALL`]
+    /// Groups of hosts, in order, whose ranges together cover every id: just [`HostGroup::ALL`]
     /// unless an hour of the fleet's windows is over the budget.
-    host_groups: Vec<HostRange>,
+    host_groups: Vec<HostGroup>,
 }
 
-/// Splits a run of hours into passes of about `budget` raw GPU windows each: a few hours at a
-/// time, or an hour a range of hosts at a time, so memory stays bounded whether agents send
-/// 5-minute or 1-second windows and whether the fleet has 10 GPUs or 10,000.
+/// Host ids, both ends included: a pass over a large fleet's hour covers a range at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HostRange {
+    first: i64,
+    last: i64,
+}
+
+impl HostRange {
+    const ALL: HostRange = HostRange {
+        first: i64::MIN,
+        last: i64::MAX,
+    };
+
+    fn contains(self, host_id: i64) -> bool {
+        (self.first..=self.last).contains(&host_id)
+    }
+}
+
+/// The hosts of a range attributed together: the range says which bill lines are theirs, the
+/// ids (those with windows in the hour when it was planned) which raw data is read.
+#[derive(Debug, Clone, PartialEq)]
+struct HostGroup {
+    range: HostRange,
+    host_ids: Vec<i64>,
+}
+
+impl HostGroup {
+    /// Every host, its raw data read by time alone.
+    const ALL: HostGroup = HostGroup {
+        range: HostRange::ALL,
+        host_ids: Vec::new(),
+    };
+}
+
+/// Splits a run of hours into passes of at most about `budget` raw GPU windows each: a few
+/// hours at a time, or an hour a range of hosts at a time, so memory stays bounded whether agents
+/// send 5-minute or 1-second windows and whether the fleet has 10 GPUs or 10,000.
 async fn split_by_windows(
     store: &dyn Store,
     run: &[i64],
     budget: i64,
 ) -> Result<Vec<Pass>, StoreError> {
-    let budget = budget.max(1);
     let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
-    let per_host = store.gpu_windows_per_host(from, to).await?;
-    let windows: i64 = per_host.iter().map(|(_, n)| n).sum();
-    let needed = usize::try_from(windows / budget + 1).unwrap_or(usize::MAX);
-    let hours_per_pass = run.len().div_ceil(needed.clamp(1, run.len()));
-    let host_groups = if needed > run.len() {
-        host_groups(&per_host, run.len() as i64, budget)
-    } else {
-        vec![HostRange::ALL]
-    };
-    Ok(run
-        .chunks(hours_per_pass)
-        .map(|hours| Pass {
-            hours: hours.to_vec(),
-            host_groups: host_groups.clone(),
-        })
-        .collect())
+    let counts = store.gpu_windows_per_hour_and_host(from, to).await?;
+    Ok(plan_passes(run, &counts, budget))
 }
 
-/// Ranges of hosts of about `budget` windows an hour each (a host's windows over the run spread
-/// evenly over its `hours`), covering every host id; a host is never split.
-fn host_groups(per_host: &[(i64, i64)], hours: i64, budget: i64) -> Vec<HostRange> {
+/// Passes for `run` given its windows per `(hour, host)`: consecutive hours while their windows
+/// fit the budget; an hour over it on its own, its hosts grouped. Counted per hour because data
+/// is rarely spread evenly: a run of a day may hold a new fleet's first two hours.
+fn plan_passes(run: &[i64], counts: &[(i64, i64, i64)], budget: i64) -> Vec<Pass> {
+    let budget = budget.max(1);
+    let mut per_hour: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    for &(hour, host, windows) in counts {
+        per_hour.entry(hour).or_default().push((host, windows));
+    }
+    let mut passes = Vec::new();
+    let mut hours: Vec<i64> = Vec::new();
+    let mut in_pass = 0;
+    let whole = |hours: Vec<i64>| Pass {
+        hours,
+        host_groups: vec![HostGroup::ALL],
+    };
+    for &hour in run {
+        let hosts = per_hour.get(&hour).map_or(&[][..], Vec::as_slice);
+        let windows: i64 = hosts.iter().map(|(_, n)| n).sum();
+        if windows > budget {
+            if !hours.is_empty() {
+                passes.push(whole(std::mem::take(&mut hours)));
+            }
+            passes.push(Pass {
+                hours: vec![hour],
+                host_groups: host_groups(hosts, budget),
+            });
+            in_pass = 0;
+            continue;
+        }
+        if !hours.is_empty() && in_pass + windows > budget {
+            passes.push(whole(std::mem::take(&mut hours)));
+            in_pass = 0;
+        }
+        hours.push(hour);
+        in_pass += windows;
+    }
+    if !hours.is_empty() {
+        passes.push(whole(hours));
+    }
+    passes
+}
+
+/// Groups of hosts of about `budget` windows each (one host over it is a group of its own)
+/// whose ranges cover every host id; a host is never split.
+fn host_groups(per_host: &[(i64, i64)], budget: i64) -> Vec<HostGroup> {
     let mut groups = Vec::new();
     let mut first = i64::MIN;
+    let mut host_ids = Vec::new();
     let mut in_group = 0;
     for &(host_id, windows) in per_host {
-        let an_hour = (windows + hours - 1) / hours.max(1);
-        if in_group > 0 && in_group + an_hour > budget {
-            groups.push(HostRange {
-                first,
-                last: host_id - 1,
+        if in_group > 0 && in_group + windows > budget {
+            groups.push(HostGroup {
+                range: HostRange {
+                    first,
+                    last: host_id - 1,
+                },
+                host_ids: std::mem::take(&mut host_ids),
             });
             first = host_id;
             in_group = 0;
         }
-        in_group += an_hour;
+        host_ids.push(host_id);
+        in_group += windows;
     }
-    groups.push(HostRange {
-        first,
-        last: i64::MAX,
+    groups.push(HostGroup {
+        range: HostRange {
+            first,
+            last: i64::MAX,
+        },
+        host_ids,
     });
     groups
 }
@@ -176,34 +245,57 @@ async fn attribute_hours(
     card: &RateCard,
     hosts: &[HostRow],
     lines: &[StoredCostLine],
-    group: HostRange,
+    group: &HostGroup,
     from: i64,
     to: i64,
 ) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>), StoreError> {
-    let windows = store.attribution_windows_of_hosts(from, to, group).await?;
-    let processes = store.process_windows_of_hosts(from, to, group).await?;
-    let group_lines: Vec<StoredCostLine>;
-    let lines = if group == HostRange::ALL {
-        lines
-    } else {
-        let host_of: HashMap<&str, i64> = hosts
-            .iter()
-            .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
-            .collect();
-        group_lines = lines
-            .iter()
-            .filter(
-                |l| match l.resource_key.as_deref().and_then(|k| host_of.get(k)) {
-                    Some(&host_id) => group.contains(host_id),
-                    None => group.first == i64::MIN,
-                },
-            )
-            .cloned()
-            .collect();
-        &group_lines
-    };
-    let usage = crate::recommend::usage_rows(&windows, &processes);
-    let a = attribution::attribute(hosts.to_vec(), &windows, &processes, lines, card, from, to);
+    if group.range == HostRange::ALL {
+        let windows = store.attribution_windows(from, to).await?;
+        let processes = store.process_windows(from, to).await?;
+        return Ok(attribute_read(
+            card, hosts, &windows, &processes, lines, from, to,
+        ));
+    }
+    let (windows, processes) = store
+        .attribution_inputs_of_hosts(from, to, &group.host_ids)
+        .await?;
+    let host_of: HashMap<&str, i64> = hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
+        .collect();
+    let group_lines: Vec<StoredCostLine> = lines
+        .iter()
+        .filter(
+            |l| match l.resource_key.as_deref().and_then(|k| host_of.get(k)) {
+                Some(&host_id) => group.range.contains(host_id),
+                None => group.range.first == i64::MIN,
+            },
+        )
+        .cloned()
+        .collect();
+    Ok(attribute_read(
+        card,
+        hosts,
+        &windows,
+        &processes,
+        &group_lines,
+        from,
+        to,
+    ))
+}
+
+/// Rollup rows, unattributed cost and usage of `[from, to)` from the raw data read for it.
+fn attribute_read(
+    card: &RateCard,
+    hosts: &[HostRow],
+    windows: &[AttributionWindow],
+    processes: &[StoredProcessWindow],
+    lines: &[StoredCostLine],
+    from: i64,
+    to: i64,
+) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
+    let usage = crate::recommend::usage_rows(windows, processes);
+    let a = attribution::attribute(hosts.to_vec(), windows, processes, lines, card, from, to);
     let rows = a.parts.iter().map(row_of).collect();
     let unattributed = a
         .unattributed_hours
@@ -218,7 +310,7 @@ async fn attribute_hours(
             }
         })
         .collect();
-    Ok((rows, unattributed, usage))
+    (rows, unattributed, usage)
 }
 
 fn row_of(p: &Part) -> RollupRow {

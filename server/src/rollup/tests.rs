@@ -304,7 +304,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let in_passes: Vec<i64> = passes.iter().flat_map(|p| p.hours.clone()).collect();
         assert_eq!(in_passes, hours, "{b}: every hour once, in order");
         assert!(
-            passes.iter().all(|p| p.host_groups == [HostRange::ALL]),
+            passes.iter().all(|p| p.host_groups == [HostGroup::ALL]),
             "{b}: an hour fits, every host at once"
         );
         // Passes of ~5 windows: an hour a host at a time.
@@ -313,11 +313,21 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let groups = &passes[0].host_groups;
         assert_eq!(groups.len(), 2, "{b}: one host a group: {groups:?}");
         assert_eq!(
-            (groups[0].first, groups[1].last),
+            (groups[0].range.first, groups[1].range.last),
             (i64::MIN, i64::MAX),
             "{b}: every host id covered"
         );
-        assert_eq!(groups[0].last + 1, groups[1].first, "{b}: {groups:?}");
+        assert_eq!(
+            groups[0].range.last + 1,
+            groups[1].range.first,
+            "{b}: {groups:?}"
+        );
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.host_ids.len() == 1 && g.range.contains(g.host_ids[0])),
+            "{b}: each group reads its host: {groups:?}"
+        );
         let summary = run_in_passes(s, &card, usize::MAX, 5).await.unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
@@ -432,4 +442,45 @@ fn runs_are_consecutive_and_bounded() {
         runs.iter().map(Vec::len).collect::<Vec<_>>(),
         vec![HOURS_PER_PASS, 30 - HOURS_PER_PASS, 2]
     );
+}
+
+#[test]
+fn passes_follow_where_the_windows_are() {
+    let hours: Vec<i64> = (0..24).map(|h| START + h * HOUR_MS).collect();
+    // A day in which 40 hosts of 600 windows each report only in its fourth hour.
+    let counts: Vec<(i64, i64, i64)> = (1..=40).map(|host| (hours[3], host, 600)).collect();
+    let passes = plan_passes(&hours, &counts, 5_000);
+    let heavy: Vec<&Pass> = passes.iter().filter(|p| p.hours == [hours[3]]).collect();
+    assert_eq!(heavy.len(), 1, "{passes:?}");
+    // 24,000 windows in groups of at most 5,000: 8 hosts a group, 5 groups.
+    assert_eq!(heavy[0].host_groups.len(), 5, "{:?}", heavy[0].host_groups);
+    let read: Vec<i64> = heavy[0]
+        .host_groups
+        .iter()
+        .flat_map(|g| g.host_ids.clone())
+        .collect();
+    assert_eq!(read, (1..=40).collect::<Vec<_>>(), "every host read once");
+    for g in &heavy[0].host_groups {
+        let windows: i64 = counts
+            .iter()
+            .filter(|(_, host, _)| g.range.contains(*host))
+            .map(|(_, _, n)| n)
+            .sum();
+        assert!(windows <= 5_000, "{g:?} holds {windows}");
+    }
+    let in_passes: Vec<i64> = passes.iter().flat_map(|p| p.hours.clone()).collect();
+    assert_eq!(in_passes, hours, "every hour once, in order");
+    assert!(
+        passes
+            .iter()
+            .filter(|p| p.hours != [hours[3]])
+            .all(|p| p.host_groups == [HostGroup::ALL]),
+        "empty hours need no split: {passes:?}"
+    );
+
+    // Evenly filled hours of 1,500 windows: three hours a pass, never more than the budget.
+    let even: Vec<(i64, i64, i64)> = hours.iter().map(|&h| (h, 1, 1_500)).collect();
+    let passes = plan_passes(&hours, &even, 5_000);
+    assert_eq!(passes.len(), 8, "{passes:?}");
+    assert!(passes.iter().all(|p| p.hours.len() == 3));
 }

@@ -292,25 +292,6 @@ pub struct HostRow {
     pub lifecycle: Option<String>,
 }
 
-/// Hosts by id, both ends included: the roll-up attributes a large fleet's hour a range of
-/// hosts at a time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostRange {
-    pub first: i64,
-    pub last: i64,
-}
-
-impl HostRange {
-    pub const ALL: HostRange = HostRange {
-        first: i64::MIN,
-        last: i64::MAX,
-    };
-
-    pub fn contains(self, host_id: i64) -> bool {
-        (self.first..=self.last).contains(&host_id)
-    }
-}
-
 /// A GPU window with its host, for attribution.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AttributionWindow {
@@ -465,25 +446,19 @@ pub trait Store: Send + Sync {
         &self,
         from_ms: i64,
         to_ms: i64,
-    ) -> Result<Vec<AttributionWindow>, StoreError> {
-        self.attribution_windows_of_hosts(from_ms, to_ms, HostRange::ALL)
-            .await
-    }
-    /// The same, of the hosts in `hosts` only.
-    async fn attribution_windows_of_hosts(
-        &self,
-        from_ms: i64,
-        to_ms: i64,
-        hosts: HostRange,
     ) -> Result<Vec<AttributionWindow>, StoreError>;
-    /// Process windows starting in `[from_ms, to_ms)` whose GPU window was reported by a host in
-    /// `hosts`.
-    async fn process_windows_of_hosts(
+    /// What attributing `[from_ms, to_ms)` of the hosts in `host_ids` reads, in one snapshot:
+    /// their GPU windows (by host, start, GPU) and the process windows of those GPUs in the same
+    /// time (by GPU, start, pid). Read by index, host by host and GPU by GPU, so a large fleet's
+    /// hour costs the same however many groups of hosts it is read in. Where a GPU moved hosts
+    /// within the range this holds process windows of the other host's windows too; readers
+    /// match processes to windows.
+    async fn attribution_inputs_of_hosts(
         &self,
         from_ms: i64,
         to_ms: i64,
-        hosts: HostRange,
-    ) -> Result<Vec<StoredProcessWindow>, StoreError>;
+        host_ids: &[i64],
+    ) -> Result<(Vec<AttributionWindow>, Vec<StoredProcessWindow>), StoreError>;
 
     /// Days (UTC midnights) in `[from_ms, to_ms)` already fetched from Cost Explorer.
     async fn ce_synced_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<i64>, StoreError>;
@@ -621,12 +596,13 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<UnattributedRow>, StoreError>;
-    /// How many raw GPU windows start in `[from_ms, to_ms)`, per host, by host id.
-    async fn gpu_windows_per_host(
+    /// How many raw GPU windows start in each hour of `[from_ms, to_ms)` per host, as
+    /// `(hour_ms, host_id, windows)` by hour and host id.
+    async fn gpu_windows_per_hour_and_host(
         &self,
         from_ms: i64,
         to_ms: i64,
-    ) -> Result<Vec<(i64, i64)>, StoreError>;
+    ) -> Result<Vec<(i64, i64, i64)>, StoreError>;
     /// The `limit` GPUs that cost most in the days of `[from_ms, to_ms)`, costliest first, and
     /// how many GPUs have rows there.
     async fn rollup_top_gpus(
@@ -1177,17 +1153,19 @@ macro_rules! shared_sql_impl {
                 .await?)
         }
 
-        async fn gpu_windows_per_host_sql(
+        async fn gpu_windows_per_hour_and_host_sql(
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
             to_ms: i64,
-        ) -> Result<Vec<(i64, i64)>, $crate::store::StoreError> {
+        ) -> Result<Vec<(i64, i64, i64)>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
-                "SELECT host_id, COUNT(*) FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2
-                 GROUP BY host_id ORDER BY host_id",
+                "SELECT start_ms - start_ms % $3 AS hour_ms, host_id, COUNT(*) FROM gpu_windows
+                 WHERE start_ms >= $1 AND start_ms < $2
+                 GROUP BY start_ms - start_ms % $3, host_id ORDER BY hour_ms, host_id",
             )
             .bind(from_ms)
             .bind(to_ms)
+            .bind($crate::attribution::HOUR_MS)
             .fetch_all(pool)
             .await?)
         }
@@ -1464,38 +1442,6 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
-        async fn process_windows_of_hosts_sql(
-            pool: &sqlx::Pool<$db>,
-            from_ms: i64,
-            to_ms: i64,
-            hosts: $crate::store::HostRange,
-        ) -> Result<Vec<$crate::store::StoredProcessWindow>, $crate::store::StoreError> {
-            if hosts == $crate::store::HostRange::ALL {
-                return process_windows_sql(pool, from_ms, to_ms).await;
-            }
-            // A process window belongs to the host that reported its GPU's window. The time range
-            // is repeated on `w` because planners do not carry a range across the join.
-            Ok(sqlx::query_as(
-                "SELECT p.gpu_uuid, p.start_ms, p.pid, p.process_name, p.memory_used_max_bytes,
-                        p.sm_util_avg, p.model, p.experiment, p.endpoint, p.team, p.labels_json,
-                        p.container_id, p.pod_uid
-                 FROM process_windows p
-                 JOIN gpu_windows w ON w.gpu_uuid = p.gpu_uuid AND w.start_ms = p.start_ms
-                 WHERE p.start_ms >= $1 AND p.start_ms < $2
-                   AND w.start_ms >= $1 AND w.start_ms < $2 AND w.host_id BETWEEN $3 AND $4
-                 ORDER BY p.gpu_uuid, p.start_ms, p.pid",
-            )
-            // Not a prepared statement PostgreSQL may reuse with a generic plan: that plan
-            // merge-joins on time alone, a hundred times slower than the plan for the values.
-            .persistent(false)
-            .bind(from_ms)
-            .bind(to_ms)
-            .bind(hosts.first)
-            .bind(hosts.last)
-            .fetch_all(pool)
-            .await?)
-        }
-
         async fn import_cost_lines_sql(
             pool: &sqlx::Pool<$db>,
             import: &$crate::store::NewImport,
@@ -1660,24 +1606,92 @@ macro_rules! shared_sql_impl {
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
             to_ms: i64,
-            hosts: $crate::store::HostRange,
         ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
                         w.memory_total_bytes, w.util_avg, w.energy_mj
                  FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
-                 WHERE w.start_ms >= $1 AND w.start_ms < $2 AND w.host_id BETWEEN $3 AND $4
+                 WHERE w.start_ms >= $1 AND w.start_ms < $2
                  ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
             )
-            // Planned for each call's values: a plan made for any hour and any hosts picks the
-            // wrong index (see process_windows_of_hosts_sql).
-            .persistent(false)
             .bind(from_ms)
             .bind(to_ms)
-            .bind(hosts.first)
-            .bind(hosts.last)
             .fetch_all(pool)
             .await?)
+        }
+
+        async fn attribution_inputs_of_hosts_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            host_ids: &[i64],
+        ) -> Result<
+            (
+                Vec<$crate::store::AttributionWindow>,
+                Vec<$crate::store::StoredProcessWindow>,
+            ),
+            $crate::store::StoreError,
+        > {
+            // Ids bound per statement: far below either database's limit on parameters (and
+            // a handful in tests, so that they read in several statements).
+            const IDS_PER_STATEMENT: usize = if cfg!(test) { 3 } else { 1_000 };
+            let mut tx = pool.begin().await?;
+            for setting in ROLLUP_READ_SETTINGS {
+                sqlx::query(setting).execute(&mut *tx).await?;
+            }
+            let mut windows: Vec<$crate::store::AttributionWindow> = Vec::new();
+            for ids in host_ids.chunks(IDS_PER_STATEMENT) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms,
+                            w.end_ms, w.memory_total_bytes, w.util_avg, w.energy_mj
+                     FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
+                     WHERE w.start_ms >= ",
+                );
+                q.push_bind(from_ms)
+                    .push(" AND w.start_ms < ")
+                    .push_bind(to_ms)
+                    .push(" AND w.host_id IN (");
+                let mut list = q.separated(", ");
+                for id in ids {
+                    list.push_bind(*id);
+                }
+                q.push(")");
+                // Statements differ in their number of ids and are planned for their values.
+                windows.extend(q.build_query_as().persistent(false).fetch_all(&mut *tx).await?);
+            }
+            windows.sort_by(|a, b| {
+                (a.host_id, a.start_ms, &a.gpu_uuid).cmp(&(b.host_id, b.start_ms, &b.gpu_uuid))
+            });
+            let gpus: Vec<&str> = windows
+                .iter()
+                .map(|w| w.gpu_uuid.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let mut processes: Vec<$crate::store::StoredProcessWindow> = Vec::new();
+            for uuids in gpus.chunks(IDS_PER_STATEMENT) {
+                let mut q = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes,
+                            sm_util_avg, model, experiment, endpoint, team, labels_json,
+                            container_id, pod_uid
+                     FROM process_windows WHERE start_ms >= ",
+                );
+                q.push_bind(from_ms)
+                    .push(" AND start_ms < ")
+                    .push_bind(to_ms)
+                    .push(" AND gpu_uuid IN (");
+                let mut list = q.separated(", ");
+                for uuid in uuids {
+                    list.push_bind(*uuid);
+                }
+                q.push(")");
+                processes.extend(q.build_query_as().persistent(false).fetch_all(&mut *tx).await?);
+            }
+            processes.sort_by(|a, b| {
+                (&a.gpu_uuid, a.start_ms, a.pid).cmp(&(&b.gpu_uuid, b.start_ms, b.pid))
+            });
+            tx.commit().await?;
+            Ok((windows, processes))
         }
 
         async fn ce_synced_days_sql(
@@ -2284,21 +2298,26 @@ macro_rules! store_impl {
             ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
                 hosts_sql(&self.pool).await
             }
-            async fn attribution_windows_of_hosts(
+            async fn attribution_windows(
                 &self,
                 from_ms: i64,
                 to_ms: i64,
-                hosts: $crate::store::HostRange,
             ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
-                attribution_windows_sql(&self.pool, from_ms, to_ms, hosts).await
+                attribution_windows_sql(&self.pool, from_ms, to_ms).await
             }
-            async fn process_windows_of_hosts(
+            async fn attribution_inputs_of_hosts(
                 &self,
                 from_ms: i64,
                 to_ms: i64,
-                hosts: $crate::store::HostRange,
-            ) -> Result<Vec<$crate::store::StoredProcessWindow>, $crate::store::StoreError> {
-                process_windows_of_hosts_sql(&self.pool, from_ms, to_ms, hosts).await
+                host_ids: &[i64],
+            ) -> Result<
+                (
+                    Vec<$crate::store::AttributionWindow>,
+                    Vec<$crate::store::StoredProcessWindow>,
+                ),
+                $crate::store::StoreError,
+            > {
+                attribution_inputs_of_hosts_sql(&self.pool, from_ms, to_ms, host_ids).await
             }
             async fn fleet(
                 &self,
@@ -2571,12 +2590,12 @@ macro_rules! store_impl {
             ) -> Result<Vec<$crate::store::UnattributedRow>, $crate::store::StoreError> {
                 rollup_unattributed_sql(&self.pool, from_ms, to_ms).await
             }
-            async fn gpu_windows_per_host(
+            async fn gpu_windows_per_hour_and_host(
                 &self,
                 from_ms: i64,
                 to_ms: i64,
-            ) -> Result<Vec<(i64, i64)>, $crate::store::StoreError> {
-                gpu_windows_per_host_sql(&self.pool, from_ms, to_ms).await
+            ) -> Result<Vec<(i64, i64, i64)>, $crate::store::StoreError> {
+                gpu_windows_per_hour_and_host_sql(&self.pool, from_ms, to_ms).await
             }
             async fn rollup_top_gpus(
                 &self,

@@ -12,6 +12,9 @@ use super::{shared_sql_impl, store_impl, StoreError};
 
 shared_sql_impl!(Sqlite);
 
+/// Nothing to set for the roll-up's reads (see the PostgreSQL store).
+const ROLLUP_READ_SETTINGS: &[&str] = &[];
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
 pub struct SqliteStore {

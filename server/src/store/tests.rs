@@ -760,3 +760,81 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_group_of_hosts_reads_its_windows_and_their_processes() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        // Six hosts of three GPUs, two windows each; GPU-h1-0 moves to host 5 in the second.
+        for h in 0..6 {
+            let mut r = report(&format!("b{h}"), T0, 50.0);
+            r.host.hostname = format!("gpu-{h:02}");
+            r.host.instance_id = Some(format!("i-{h}"));
+            let template = r.windows[0].clone();
+            r.windows = (0..2)
+                .map(|i| {
+                    let mut w = template.clone();
+                    w.start_ms = T0 + i * 15_000;
+                    w.end_ms = w.start_ms + 15_000;
+                    w.gpus = (0..3)
+                        .map(|g| {
+                            let mut gpu = template.gpus[0].clone();
+                            gpu.uuid = format!("GPU-h{h}-{g}");
+                            gpu.processes[0].pid = 100 + g;
+                            gpu
+                        })
+                        .collect();
+                    if h == 5 && i == 1 {
+                        w.gpus[0].uuid = "GPU-h1-0".into();
+                    }
+                    if h == 1 && i == 1 {
+                        w.gpus.remove(0);
+                    }
+                    w
+                })
+                .collect();
+            store
+                .ingest(&r, token, AgentStatus::default(), T0)
+                .await
+                .unwrap();
+        }
+        let (from, to) = (T0, T0 + 30_000);
+        let all = store.attribution_windows(from, to).await.unwrap();
+        assert_eq!(all.len(), 35, "{b}");
+        let mut ids: Vec<i64> = all.iter().map(|w| w.host_id).collect();
+        ids.dedup();
+        // Not host 1, which reported GPU-h1-0 first.
+        let chosen = vec![ids[2], ids[4], ids[5]];
+        let (windows, processes) = store
+            .attribution_inputs_of_hosts(from, to, &chosen)
+            .await
+            .unwrap();
+        let expected: Vec<_> = all
+            .iter()
+            .filter(|w| chosen.contains(&w.host_id))
+            .cloned()
+            .collect();
+        assert_eq!(windows, expected, "{b}: the group's windows, in order");
+        let gpus: BTreeSet<&str> = windows.iter().map(|w| w.gpu_uuid.as_str()).collect();
+        assert_eq!(windows.len(), 18, "{b}");
+        assert_eq!(gpus.len(), 10, "{b}: {gpus:?}");
+        let expected: Vec<_> = store
+            .process_windows(from, to)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|p| gpus.contains(p.gpu_uuid.as_str()))
+            .collect();
+        // One more than the windows: GPU-h1-0's process of its window on host 1, which readers
+        // match to no window of the group.
+        assert_eq!(processes.len(), 19, "{b}");
+        assert_eq!(processes, expected, "{b}: their GPUs' processes, in order");
+        let none = store
+            .attribution_inputs_of_hosts(from, to, &[])
+            .await
+            .unwrap();
+        assert_eq!(none, (vec![], vec![]), "{b}: no hosts, nothing read");
+    }
+}
