@@ -292,6 +292,9 @@ pub struct HostRow {
     pub lifecycle: Option<String>,
 }
 
+/// What attributing a group of hosts reads: their GPU windows and their GPUs' process windows.
+pub type AttributionInputs = (Vec<AttributionWindow>, Vec<StoredProcessWindow>);
+
 /// A GPU window with its host, for attribution.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AttributionWindow {
@@ -458,7 +461,7 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
         host_ids: &[i64],
-    ) -> Result<(Vec<AttributionWindow>, Vec<StoredProcessWindow>), StoreError>;
+    ) -> Result<AttributionInputs, StoreError>;
 
     /// Days (UTC midnights) in `[from_ms, to_ms)` already fetched from Cost Explorer.
     async fn ce_synced_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<i64>, StoreError>;
@@ -1620,18 +1623,37 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        /// `select` (ending in WHERE) for rows whose `time` column is in `[from, to)` and whose
+        /// `column` is one of `values`, each value bound.
+        fn in_time_and_list<'a, V>(
+            select: &str,
+            (time, from_ms, to_ms): (&str, i64, i64),
+            column: &str,
+            values: &'a [V],
+        ) -> sqlx::QueryBuilder<'a, $db>
+        where
+            V: Copy + 'a + sqlx::Encode<'a, $db> + sqlx::Type<$db>,
+        {
+            let mut q = sqlx::QueryBuilder::<$db>::new(select);
+            q.push(format_args!(" {time} >= "))
+                .push_bind(from_ms)
+                .push(format_args!(" AND {time} < "))
+                .push_bind(to_ms)
+                .push(format_args!(" AND {column} IN ("));
+            let mut list = q.separated(", ");
+            for v in values {
+                list.push_bind(*v);
+            }
+            q.push(")");
+            q
+        }
+
         async fn attribution_inputs_of_hosts_sql(
             pool: &sqlx::Pool<$db>,
             from_ms: i64,
             to_ms: i64,
             host_ids: &[i64],
-        ) -> Result<
-            (
-                Vec<$crate::store::AttributionWindow>,
-                Vec<$crate::store::StoredProcessWindow>,
-            ),
-            $crate::store::StoreError,
-        > {
+        ) -> Result<$crate::store::AttributionInputs, $crate::store::StoreError> {
             // Ids bound per statement: far below either database's limit on parameters (and
             // a handful in tests, so that they read in several statements).
             const IDS_PER_STATEMENT: usize = if cfg!(test) { 3 } else { 1_000 };
@@ -1641,21 +1663,14 @@ macro_rules! shared_sql_impl {
             }
             let mut windows: Vec<$crate::store::AttributionWindow> = Vec::new();
             for ids in host_ids.chunks(IDS_PER_STATEMENT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
+                let mut q = in_time_and_list(
                     "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms,
                             w.end_ms, w.memory_total_bytes, w.util_avg, w.energy_mj
-                     FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
-                     WHERE w.start_ms >= ",
+                     FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid WHERE",
+                    ("w.start_ms", from_ms, to_ms),
+                    "w.host_id",
+                    ids,
                 );
-                q.push_bind(from_ms)
-                    .push(" AND w.start_ms < ")
-                    .push_bind(to_ms)
-                    .push(" AND w.host_id IN (");
-                let mut list = q.separated(", ");
-                for id in ids {
-                    list.push_bind(*id);
-                }
-                q.push(")");
                 // Statements differ in their number of ids and are planned for their values.
                 windows.extend(q.build_query_as().persistent(false).fetch_all(&mut *tx).await?);
             }
@@ -1670,21 +1685,15 @@ macro_rules! shared_sql_impl {
                 .collect();
             let mut processes: Vec<$crate::store::StoredProcessWindow> = Vec::new();
             for uuids in gpus.chunks(IDS_PER_STATEMENT) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
+                let mut q = in_time_and_list(
                     "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes,
                             sm_util_avg, model, experiment, endpoint, team, labels_json,
                             container_id, pod_uid
-                     FROM process_windows WHERE start_ms >= ",
+                     FROM process_windows WHERE",
+                    ("start_ms", from_ms, to_ms),
+                    "gpu_uuid",
+                    uuids,
                 );
-                q.push_bind(from_ms)
-                    .push(" AND start_ms < ")
-                    .push_bind(to_ms)
-                    .push(" AND gpu_uuid IN (");
-                let mut list = q.separated(", ");
-                for uuid in uuids {
-                    list.push_bind(*uuid);
-                }
-                q.push(")");
                 processes.extend(q.build_query_as().persistent(false).fetch_all(&mut *tx).await?);
             }
             processes.sort_by(|a, b| {
@@ -2310,13 +2319,7 @@ macro_rules! store_impl {
                 from_ms: i64,
                 to_ms: i64,
                 host_ids: &[i64],
-            ) -> Result<
-                (
-                    Vec<$crate::store::AttributionWindow>,
-                    Vec<$crate::store::StoredProcessWindow>,
-                ),
-                $crate::store::StoreError,
-            > {
+            ) -> Result<$crate::store::AttributionInputs, $crate::store::StoreError> {
                 attribution_inputs_of_hosts_sql(&self.pool, from_ms, to_ms, host_ids).await
             }
             async fn fleet(
