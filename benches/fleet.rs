@@ -764,7 +764,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attribution of a month of 1,000 GPUs from raw windows.
+// Attribution from raw windows: a month of 1,000 GPUs unless told otherwise.
 
 async fn attribution(backend: &str, o: &Options) -> Result<()> {
     let gpus = o.attribution_gpus;
