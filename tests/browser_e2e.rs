@@ -2,7 +2,7 @@
 //! fleet, headless Chromium (through chromedriver) signs in, reads the monthly review, follows a
 //! model to its drill-down, and saves screenshots and a printed PDF of the review.
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them);
+//! Needs Debian's `chromium` and `chromium-driver` (`scripts/setup`, run by `scripts/test`, installs them);
 //! `GPULEDGER_CHROMIUM` and `GPULEDGER_CHROMEDRIVER` point elsewhere.
 
 mod support;
@@ -20,7 +20,7 @@ fn tool(env: &str, default: &str) -> PathBuf {
     let p = PathBuf::from(std::env::var(env).unwrap_or_else(|_| default.to_owned()));
     assert!(
         p.exists(),
-        "{} is missing: install Debian's chromium and chromium-driver (.ci/run does), or set {env}",
+        "{} is missing: install Debian's chromium and chromium-driver (scripts/setup does), or set {env}",
         p.display()
     );
     p

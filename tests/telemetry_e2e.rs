@@ -639,7 +639,7 @@ async fn metrics_pass_promtool() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool (Debian package prometheus) must be installed; .ci/run installs it");
+        .expect("promtool (Debian package prometheus) must be installed; scripts/setup (run by scripts/test) installs it");
     use std::io::Write;
     check
         .stdin
