@@ -266,24 +266,6 @@ fn read_password() -> anyhow::Result<String> {
 }
 
 /// Reads a file with a progress bar on a terminal (large billing exports take a while).
-fn read_with_progress(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let bar = indicatif::ProgressBar::new(len).with_message(path.display().to_string());
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{msg} {wide_bar} {bytes}/{total_bytes} {eta}")
-    {
-        bar.set_style(style);
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    bar.wrap_read(file)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("reading {}", path.display()))?;
-    bar.finish_and_clear();
-    Ok(bytes)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -419,19 +401,33 @@ async fn main() -> anyhow::Result<()> {
                 }
                 BillingCommand::ImportFocus { files } => {
                     for path in files {
-                        let bytes = read_with_progress(&path)?;
                         let name = path
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default();
-                        let summary = billing::import_focus(store.as_ref(), &name, bytes, now_ms())
-                            .await
-                            .with_context(|| {
-                                format!(
-                                    "{} was not imported; nothing of it was stored",
-                                    path.display()
-                                )
-                            })?;
+                        let summary = match billing::import_focus_file(
+                            store.as_ref(),
+                            &path,
+                            &name,
+                            now_ms(),
+                        )
+                        .await
+                        {
+                            Ok(s) => s,
+                            Err(billing::ImportError::Focus { error, .. }) => anyhow::bail!(
+                                "{}: {error}\n{} was not imported; nothing of it was stored",
+                                path.display(),
+                                path.display()
+                            ),
+                            Err(e) => {
+                                return Err(e).with_context(|| {
+                                    format!(
+                                        "{} was not imported; nothing of it was stored",
+                                        path.display()
+                                    )
+                                })
+                            }
+                        };
                         if summary.new {
                             println!(
                                 "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",

@@ -1,12 +1,26 @@
-//! FOCUS cost-and-usage exports (1.0 to 1.3, as AWS Data Exports, Azure and GCP write them), as
-//! CSV, gzip-compressed CSV or Parquet.
+//! FOCUS cost-and-usage exports, versions 1.0 to 1.3, from any provider (AWS Data Exports, Azure
+//! Cost Management, Google Cloud, OCI), as CSV, gzip-compressed CSV or Parquet.
 //!
-//! The whole file is parsed before anything is stored, and the first problem is reported with
-//! its line and column, so a malformed file is refused whole.
+//! Reading is driven by the header: columns are found by name, the version is told from the
+//! columns each version added, and every column the importer does not model (provider `x_`
+//! columns, other providers' own columns, FOCUS columns such as `ChargeFrequency`) is kept with
+//! the line as it came. Rows are read one at a time ([`FocusRows`]): CSV streams, Parquet is read
+//! a row group at a time, so memory does not grow with the file.
+//!
+//! Real exports bend the spec, and these are read as their producers mean them (the FOCUS
+//! project's own sample carries all of them): bare `NULL` for an empty value, timestamps without
+//! `T` or zone (UTC), `Tags` as a JSON object, a list of key/value pairs, or Azure's object
+//! without braces, `ChargeFrequency` in either case.
+//!
+//! The first problem stops the import and is reported with its line and column; the caller
+//! stores nothing of such a file.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 
+use csv::StringRecord;
 use rust_decimal::Decimal;
 
 use super::{normalize_resource_id, pricing_category, CostLine};
@@ -22,8 +36,10 @@ pub enum FocusError {
     },
     #[error("line {line}: {message}")]
     Line { line: u64, message: String },
-    #[error("the file has no {0} column: is it a FOCUS cost-and-usage export?")]
+    #[error("line 1: the file has no {0} column: is it a FOCUS cost-and-usage export?")]
     MissingColumn(String),
+    #[error("line 1: this is a FOCUS {0} file, not a cost-and-usage export: import the cost-and-usage dataset")]
+    OtherDataset(String),
     #[error("the file holds no rows")]
     Empty,
     #[error("reading the file: {0}")]
@@ -41,16 +57,92 @@ const REQUIRED: [&str; 6] = [
     "ChargeCategory",
 ];
 
-/// Opens a FOCUS file's bytes: gzip when it starts with the gzip magic number.
-pub fn decompress(bytes: Vec<u8>) -> Result<Vec<u8>, FocusError> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes.as_slice())
-            .read_to_end(&mut out)
-            .map_err(|e| FocusError::Io(format!("not a valid gzip file: {e}")))?;
-        Ok(out)
-    } else {
-        Ok(bytes)
+/// Columns only FOCUS datasets other than cost and usage carry, with the dataset's name: a
+/// contract-commitment file (FOCUS 1.3) imported by mistake is refused by name.
+const OTHER_DATASETS: [(&str, &str); 2] = [
+    ("ContractCommitmentId", "Contract Commitment"),
+    ("ContractCommitmentCost", "Contract Commitment"),
+];
+
+/// The columns [`CostLine`] models; every other column is kept in `extra_json`.
+const MODELED: [&str; 23] = [
+    "ProviderName",
+    "ServiceProviderName",
+    "Provider",
+    "Region",
+    "BillingAccountId",
+    "BillingPeriodStart",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+    "ResourceId",
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "BillingCurrency",
+    "PricingCategory",
+    "CommitmentDiscountId",
+    "CommitmentDiscountStatus",
+    "ServiceName",
+    "SkuId",
+    "RegionId",
+    "Tags",
+    // Kept, but parsed as JSON rather than as text.
+    "SkuPriceDetails",
+    // Kept normalised rather than as written.
+    "ChargeFrequency",
+];
+
+/// FOCUS versions, told apart by the columns each one added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FocusVersion {
+    V1_0,
+    V1_1,
+    V1_2,
+    V1_3,
+}
+
+impl FocusVersion {
+    /// The newest version whose added columns the header carries. A 1.0 header may be 1.0 or
+    /// any later file without its optional additions; the rules are the same for those.
+    fn of(cols: &Columns) -> Self {
+        let any = |names: &[&str]| names.iter().any(|n| cols.index.contains_key(*n));
+        if any(&[
+            "ServiceProviderName",
+            "HostProviderName",
+            "AllocatedMethodId",
+            "AllocatedResourceId",
+            "ContractApplied",
+        ]) {
+            FocusVersion::V1_3
+        } else if any(&[
+            "InvoiceId",
+            "PricingCurrency",
+            "BillingAccountType",
+            "SubAccountType",
+            "PricingCurrencyEffectiveCost",
+        ]) {
+            FocusVersion::V1_2
+        } else if any(&[
+            "SkuMeter",
+            "SkuPriceDetails",
+            "ServiceSubcategory",
+            "CapacityReservationId",
+            "CommitmentDiscountQuantity",
+        ]) {
+            FocusVersion::V1_1
+        } else {
+            FocusVersion::V1_0
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FocusVersion::V1_0 => "1.0",
+            FocusVersion::V1_1 => "1.1",
+            FocusVersion::V1_2 => "1.2",
+            FocusVersion::V1_3 => "1.3",
+        }
     }
 }
 
@@ -60,7 +152,11 @@ pub fn parse_time_ms(text: &str) -> Option<i64> {
     if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
         return Some(dt.timestamp_millis());
     }
-    let t = t.trim_end_matches('Z');
+    // `2024-09-01 00:00:00+00:00`: RFC 3339 with a space.
+    if let Ok(dt) = chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f%:z") {
+        return Some(dt.timestamp_millis());
+    }
+    let t = t.trim_end_matches('Z').trim_end_matches(" UTC");
     for fmt in [
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%d %H:%M:%S%.f",
@@ -87,23 +183,78 @@ pub fn month_start_ms(ms: i64) -> i64 {
 }
 
 struct Columns {
+    names: Vec<String>,
     index: HashMap<String, usize>,
+    /// Positions and names of the columns kept in `extra_json`.
+    extra: Vec<(usize, String)>,
+    provider: &'static str,
 }
 
-type Record = Vec<String>;
-
 impl Columns {
-    fn get<'r>(&self, record: &'r Record, name: &str) -> &'r str {
+    fn new(headers: Vec<String>) -> Result<Self, FocusError> {
+        let names: Vec<String> = headers
+            .into_iter()
+            .map(|h| h.trim().trim_start_matches('\u{feff}').to_owned())
+            .collect();
+        let index: HashMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.clone(), i))
+            .collect();
+        if let Some((_, dataset)) = OTHER_DATASETS
+            .iter()
+            .find(|(col, _)| index.contains_key(*col))
+        {
+            if !index.contains_key("ChargePeriodStart") {
+                return Err(FocusError::OtherDataset((*dataset).to_owned()));
+            }
+        }
+        for name in REQUIRED {
+            if !index.contains_key(name) {
+                return Err(FocusError::MissingColumn(name.to_owned()));
+            }
+        }
+        // `Provider` is the 1.0-preview name some exports (OCI's) still use.
+        let provider = ["ProviderName", "ServiceProviderName", "Provider"]
+            .into_iter()
+            .find(|c| index.contains_key(*c))
+            .ok_or_else(|| FocusError::MissingColumn("ProviderName".into()))?;
+        let extra = names
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_empty() && !MODELED.contains(&n.as_str()))
+            .map(|(i, n)| (i, n.clone()))
+            .collect();
+        Ok(Columns {
+            names,
+            index,
+            extra,
+            provider,
+        })
+    }
+
+    /// A cell's text; a bare `NULL` (how several providers write an empty value) is empty.
+    fn get<'r>(&self, record: &'r StringRecord, name: &str) -> &'r str {
         self.index
             .get(name)
             .and_then(|i| record.get(*i))
-            .map(|s| s.trim())
+            .map(cell)
             .unwrap_or("")
     }
-    fn opt(&self, record: &Record, name: &str) -> Option<String> {
+
+    fn opt(&self, record: &StringRecord, name: &str) -> Option<String> {
         Some(self.get(record, name))
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
+    }
+}
+
+fn cell(text: &str) -> &str {
+    let t = text.trim();
+    if t == "NULL" {
+        ""
+    } else {
+        t
     }
 }
 
@@ -115,14 +266,12 @@ fn field_err(line: u64, column: &str, message: impl Into<String>) -> FocusError 
     }
 }
 
-/// A JSON object column (`Tags`, `SkuPriceDetails`); empty means `{}`.
-fn json_object(
-    line: u64,
-    column: &str,
-    text: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, FocusError> {
+type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+/// A JSON object column such as `SkuPriceDetails`; empty means `{}`.
+fn json_object(line: u64, column: &str, text: &str) -> Result<JsonObject, FocusError> {
     if text.is_empty() {
-        return Ok(serde_json::Map::new());
+        return Ok(JsonObject::new());
     }
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Object(m)) => Ok(m),
@@ -131,95 +280,268 @@ fn json_object(
     }
 }
 
-/// Parses a whole FOCUS file, CSV or Parquet. Line numbers count the header as line 1, as an
-/// editor shows them (for Parquet: the row number + 1, as the same data would be as CSV).
-pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
-    if bytes.starts_with(b"PAR1") {
-        return super::parquet::parse(bytes);
+/// `Tags` in the forms providers write: the JSON object FOCUS names (`{"team":"ml"}`), a list
+/// of key/value pairs (`[{"key":"team","value":"ml"}]`, as BigQuery exports repeated records),
+/// or Azure's object without braces (`"team": "ml","env": "prod"`). Empty means no tags.
+pub fn tags_object(line: u64, text: &str) -> Result<JsonObject, FocusError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(JsonObject::new());
     }
-    let mut reader = csv::ReaderBuilder::new().flexible(false).from_reader(bytes);
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) if text.starts_with('"') => serde_json::from_str(&format!("{{{text}}}"))
+            .map_err(|_| field_err(line, "Tags", format!("not valid JSON: {e}")))?,
+        Err(e) => return Err(field_err(line, "Tags", format!("not valid JSON: {e}"))),
+    };
+    match value {
+        serde_json::Value::Object(m) => Ok(m),
+        serde_json::Value::Array(items) => {
+            let mut out = JsonObject::new();
+            for item in items {
+                let pair = item.as_object().and_then(|o| {
+                    let key = ["key", "Key", "name", "Name"]
+                        .iter()
+                        .find_map(|k| o.get(*k))?
+                        .as_str()?;
+                    let value = ["value", "Value"]
+                        .iter()
+                        .find_map(|k| o.get(*k))
+                        .cloned()
+                        .unwrap_or(serde_json::Value::Null);
+                    Some((key.to_owned(), value))
+                });
+                let Some((key, value)) = pair else {
+                    return Err(field_err(
+                        line,
+                        "Tags",
+                        "a list of tags must hold {\"key\": …, \"value\": …} objects",
+                    ));
+                };
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+        _ => Err(field_err(line, "Tags", "must be a JSON object of tags")),
+    }
+}
+
+/// Google's BigQuery view writes values in lower case (`usage`): the spec's spelling is kept, so
+/// `Usage` lines are found whoever wrote them.
+fn charge_category(text: &str) -> String {
+    ["Usage", "Purchase", "Tax", "Credit", "Adjustment"]
+        .into_iter()
+        .find(|c| c.eq_ignore_ascii_case(text))
+        .map_or_else(|| text.to_owned(), str::to_owned)
+}
+
+/// `Usage-based` and `Usage-Based` both occur in real exports: the spec's spelling is kept.
+fn charge_frequency(text: &str) -> String {
+    match text.to_ascii_lowercase().as_str() {
+        "usage-based" => "Usage-Based".into(),
+        "one-time" => "One-Time".into(),
+        "recurring" => "Recurring".into(),
+        _ => text.to_owned(),
+    }
+}
+
+/// An EC2-style instance type named in a charge description ("$1.624 per On Demand Linux
+/// g5.4xlarge Instance Hour"), for exports with no instance-type column.
+fn instance_type_in(description: &str) -> Option<String> {
+    description
+        .split_whitespace()
+        .find(|word| {
+            let Some((family, size)) = word.split_once('.') else {
+                return false;
+            };
+            !family.is_empty()
+                && family
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && family
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_lowercase())
+                && (size.ends_with("large")
+                    || size.starts_with("metal")
+                    || ["nano", "micro", "small", "medium"].contains(&size))
+        })
+        .map(str::to_owned)
+}
+
+/// Records as text, whatever the file format.
+type Records = Box<dyn Iterator<Item = Result<StringRecord, FocusError>> + Send>;
+
+/// A FOCUS file read one row at a time. Yields the first error and then ends; a file with a
+/// header and no row yields [`FocusError::Empty`].
+pub struct FocusRows {
+    records: Records,
+    cols: Columns,
+    version: FocusVersion,
+    line: u64,
+    done: bool,
+}
+
+impl FocusRows {
+    fn new(headers: Vec<String>, records: Records) -> Result<Self, FocusError> {
+        let cols = Columns::new(headers)?;
+        Ok(FocusRows {
+            version: FocusVersion::of(&cols),
+            records,
+            cols,
+            line: 1,
+            done: false,
+        })
+    }
+
+    pub fn version(&self) -> FocusVersion {
+        self.version
+    }
+}
+
+impl Iterator for FocusRows {
+    type Item = Result<CostLine, FocusError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let Some(record) = self.records.next() else {
+            self.done = true;
+            return (self.line == 1).then_some(Err(FocusError::Empty));
+        };
+        self.line += 1;
+        let parsed = record.and_then(|r| parse_row(self.line, &r, &self.cols));
+        self.done = parsed.is_err();
+        Some(parsed)
+    }
+}
+
+/// Opens a FOCUS file on disk: Parquet or CSV by content, gzip-compressed CSV by its magic.
+pub fn open_path(path: &Path) -> Result<FocusRows, FocusError> {
+    let io = |e: std::io::Error| FocusError::Io(e.to_string());
+    let mut file = File::open(path).map_err(io)?;
+    let mut magic = [0u8; 4];
+    let n = read_up_to(&mut file, &mut magic).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    if magic[..n] == *b"PAR1" {
+        return super::parquet::rows(file);
+    }
+    csv_rows(Box::new(file), n >= 2 && magic[..2] == [0x1f, 0x8b])
+}
+
+/// Opens a FOCUS file held in memory (tests, the demo, the fuzzer).
+pub fn open_bytes(bytes: Vec<u8>) -> Result<FocusRows, FocusError> {
+    if bytes.starts_with(b"PAR1") {
+        return super::parquet::rows(bytes::Bytes::from(bytes));
+    }
+    let gzip = bytes.starts_with(&[0x1f, 0x8b]);
+    csv_rows(Box::new(std::io::Cursor::new(bytes)), gzip)
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn csv_rows(input: Box<dyn Read + Send>, gzip: bool) -> Result<FocusRows, FocusError> {
+    let input: Box<dyn Read + Send> = if gzip {
+        Box::new(flate2::read::MultiGzDecoder::new(input))
+    } else {
+        input
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(false)
+        .from_reader(std::io::BufReader::with_capacity(1 << 16, input));
     let headers: Vec<String> = reader
         .headers()
-        .map_err(|e| FocusError::Line {
-            line: 1,
-            message: format!("unreadable header: {e}"),
-        })?
+        .map_err(|e| csv_error(1, e))?
         .iter()
         .map(str::to_owned)
         .collect();
-    let rows = reader.into_records().enumerate().map(|(i, r)| {
-        r.map(|r| r.iter().map(str::to_owned).collect())
-            .map_err(|e| FocusError::Line {
-                line: i as u64 + 2,
-                message: format!("not valid CSV: {e}"),
-            })
-    });
-    parse_records(headers, rows)
+    let records = reader
+        .into_records()
+        .enumerate()
+        .map(|(i, r)| r.map_err(|e| csv_error(i as u64 + 2, e)));
+    FocusRows::new(headers, Box::new(records))
 }
 
-/// Turns a header and its rows (as text, whatever the file format) into cost lines.
-pub fn parse_records(
-    headers: Vec<String>,
-    rows: impl Iterator<Item = Result<Record, FocusError>>,
-) -> Result<Vec<CostLine>, FocusError> {
-    let cols = Columns {
-        index: headers
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.trim().trim_start_matches('\u{feff}').to_owned(), i))
-            .collect(),
-    };
-    for name in REQUIRED {
-        if !cols.index.contains_key(name) {
-            return Err(FocusError::MissingColumn(name.to_owned()));
+fn csv_error(line: u64, e: csv::Error) -> FocusError {
+    match e.kind() {
+        csv::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::InvalidInput => {
+            FocusError::Io(format!("not a valid gzip file: {io}"))
         }
+        csv::ErrorKind::Io(io) => FocusError::Io(io.to_string()),
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => FocusError::Line {
+            line,
+            message: format!("has {len} fields where the header has {expected_len}"),
+        },
+        csv::ErrorKind::Utf8 { err, .. } => FocusError::Field {
+            line,
+            column: format!("#{}", err.field() + 1),
+            message: "is not valid UTF-8".into(),
+        },
+        _ => FocusError::Line {
+            line,
+            message: format!("not valid CSV: {e}"),
+        },
     }
-    let provider_col = ["ProviderName", "ServiceProviderName"]
-        .into_iter()
-        .find(|c| cols.index.contains_key(*c))
-        .ok_or_else(|| FocusError::MissingColumn("ProviderName".into()))?;
-    let x_columns: Vec<&str> = headers
-        .iter()
-        .map(String::as_str)
-        .filter(|h| h.starts_with("x_"))
-        .collect();
-    let mut out = Vec::new();
-    for (i, record) in rows.enumerate() {
-        let line = i as u64 + 2;
-        let record = record?;
-        // No export writes NUL, and PostgreSQL cannot store it in text: name the cell (a fuzzer
-        // found this; see fuzz/regressions/focus/).
-        if let Some(col) = record.iter().position(|cell| cell.contains('\0')) {
-            let name = headers.get(col).map_or("?", String::as_str);
-            return Err(field_err(line, name, "contains a NUL character"));
-        }
-        out.push(parse_row(line, &record, &cols, provider_col, &x_columns)?);
-    }
-    if out.is_empty() {
-        return Err(FocusError::Empty);
-    }
-    Ok(out)
 }
 
-fn amount(line: u64, cols: &Columns, r: &Record, name: &str) -> Result<Decimal, FocusError> {
+/// Parses a whole FOCUS file (CSV, gzip CSV or Parquet) held in memory.
+pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
+    open_bytes(bytes.to_vec())?.collect()
+}
+
+/// Turns a header and its rows (as text, whatever the file format) into a row reader.
+pub(super) fn rows_of(headers: Vec<String>, records: Records) -> Result<FocusRows, FocusError> {
+    FocusRows::new(headers, records)
+}
+
+fn amount(line: u64, cols: &Columns, r: &StringRecord, name: &str) -> Result<Decimal, FocusError> {
     let text = cols.get(r, name);
     parse_amount(text)
         .ok_or_else(|| field_err(line, name, format!("not a decimal number: {text:?}")))
 }
 
-fn time(line: u64, cols: &Columns, r: &Record, name: &str) -> Result<i64, FocusError> {
+/// A cost FOCUS requires on every row: empty or `NULL` is refused rather than read as zero.
+fn required_amount(
+    line: u64,
+    cols: &Columns,
+    r: &StringRecord,
+    name: &str,
+) -> Result<Decimal, FocusError> {
+    if cols.get(r, name).is_empty() {
+        return Err(field_err(
+            line,
+            name,
+            "is empty: FOCUS requires a decimal here",
+        ));
+    }
+    amount(line, cols, r, name)
+}
+
+fn time(line: u64, cols: &Columns, r: &StringRecord, name: &str) -> Result<i64, FocusError> {
     let text = cols.get(r, name);
     parse_time_ms(text)
         .ok_or_else(|| field_err(line, name, format!("not an ISO 8601 date-time: {text:?}")))
 }
 
-fn parse_row(
-    line: u64,
-    r: &Record,
-    cols: &Columns,
-    provider_col: &str,
-    x_columns: &[&str],
-) -> Result<CostLine, FocusError> {
+fn parse_row(line: u64, r: &StringRecord, cols: &Columns) -> Result<CostLine, FocusError> {
+    // No export writes NUL, and PostgreSQL cannot store it in text: name the cell (a fuzzer
+    // found this; see fuzz/regressions/focus/).
+    if let Some(col) = r.iter().position(|c| c.contains('\0')) {
+        let name = cols.names.get(col).map_or("?", String::as_str);
+        return Err(field_err(line, name, "contains a NUL character"));
+    }
     let start = time(line, cols, r, "ChargePeriodStart")?;
     let end = time(line, cols, r, "ChargePeriodEnd")?;
     if end < start {
@@ -229,8 +551,8 @@ fn parse_row(
             "is before ChargePeriodStart",
         ));
     }
-    let billed = amount(line, cols, r, "BilledCost")?;
-    let effective = amount(line, cols, r, "EffectiveCost")?;
+    let billed = required_amount(line, cols, r, "BilledCost")?;
+    let effective = required_amount(line, cols, r, "EffectiveCost")?;
     let list = amount(line, cols, r, "ListCost")?;
     let currency = cols.get(r, "BillingCurrency");
     if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
@@ -240,7 +562,7 @@ fn parse_row(
             format!("not an ISO 4217 code: {currency:?}"),
         ));
     }
-    let charge_category = cols.get(r, "ChargeCategory");
+    let charge_category = charge_category(cols.get(r, "ChargeCategory"));
     if charge_category.is_empty() {
         return Err(field_err(line, "ChargeCategory", "must not be empty"));
     }
@@ -248,20 +570,26 @@ fn parse_row(
         "" => month_start_ms(start),
         _ => time(line, cols, r, "BillingPeriodStart")?,
     };
-    let tags = json_object(line, "Tags", cols.get(r, "Tags"))?;
+    let tags = tags_object(line, cols.get(r, "Tags"))?;
     let sku_details = json_object(line, "SkuPriceDetails", cols.get(r, "SkuPriceDetails"))?;
-    let mut extra: BTreeMap<String, String> = x_columns
+    let mut extra: BTreeMap<&str, String> = cols
+        .extra
         .iter()
-        .map(|c| (c.to_string(), cols.get(r, c).to_owned()))
-        .filter(|(_, v)| !v.is_empty())
+        .filter_map(|(i, name)| {
+            let v = cell(r.get(*i)?);
+            (!v.is_empty()).then(|| (name.as_str(), v.to_owned()))
+        })
         .collect();
+    if let Some(freq) = cols.opt(r, "ChargeFrequency") {
+        extra.insert("ChargeFrequency", charge_frequency(&freq));
+    }
     if !sku_details.is_empty() {
         extra.insert(
-            "SkuPriceDetails".into(),
+            "SkuPriceDetails",
             serde_json::Value::Object(sku_details.clone()).to_string(),
         );
     }
-    // The instance type sits in SkuPriceDetails (AWS) or a provider column.
+    // The instance type sits in SkuPriceDetails (AWS), a provider column, or the description.
     let instance_type = sku_details
         .get("InstanceType")
         .or_else(|| sku_details.get("x_InstanceType"))
@@ -275,17 +603,18 @@ fn parse_row(
             ]
             .iter()
             .find_map(|c| cols.opt(r, c))
-        });
+        })
+        .or_else(|| instance_type_in(cols.get(r, "ChargeDescription")));
     let resource_id = cols.opt(r, "ResourceId");
     let commitment_status = cols.opt(r, "CommitmentDiscountStatus");
     Ok(CostLine {
         line_no: line,
-        provider: cols.get(r, provider_col).to_owned(),
+        provider: cols.get(r, cols.provider).to_owned(),
         billing_account_id: cols.get(r, "BillingAccountId").to_owned(),
         billing_period_start_ms,
         charge_period_start_ms: start,
         charge_period_end_ms: end,
-        charge_category: charge_category.to_owned(),
+        charge_category,
         resource_key: resource_id.as_deref().map(normalize_resource_id),
         resource_id,
         billed_cost: billed,
@@ -300,7 +629,7 @@ fn parse_row(
         commitment_discount_status: commitment_status,
         service_name: cols.opt(r, "ServiceName"),
         sku_id: cols.opt(r, "SkuId"),
-        region: cols.opt(r, "RegionId"),
+        region: cols.opt(r, "RegionId").or_else(|| cols.opt(r, "Region")),
         instance_type,
         tags_json: serde_json::Value::Object(tags).to_string(),
         extra_json: serde_json::to_string(&extra).unwrap_or_else(|_| "{}".into()),
@@ -308,124 +637,4 @@ fn parse_row(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags,x_Operation";
-
-    fn csv(rows: &[&str]) -> Vec<u8> {
-        let mut s = String::from(HEADER);
-        for r in rows {
-            s.push('\n');
-            s.push_str(r);
-        }
-        s.into_bytes()
-    }
-
-    const GOOD: &str = r#"AWS,1111,2026-05-01T00:00:00Z,2026-05-01T03:00:00Z,2026-05-01T04:00:00Z,Usage,32.7726,32.7726,32.7726,USD,Standard,,AmazonEC2,SKU1,"{""InstanceType"":""p4d.24xlarge""}",arn:aws:ec2:us-east-1:1111:instance/i-0abc,us-east-1,"{""team"":""search""}",RunInstances"#;
-
-    #[test]
-    fn parses_a_row() {
-        let lines = parse(&csv(&[GOOD])).unwrap();
-        let l = &lines[0];
-        assert_eq!(l.line_no, 2);
-        assert_eq!(l.provider, "AWS");
-        assert_eq!(l.resource_key.as_deref(), Some("i-0abc"));
-        assert_eq!(l.instance_type.as_deref(), Some("p4d.24xlarge"));
-        assert_eq!(l.pricing_category, "on_demand");
-        assert_eq!(l.effective_cost, parse_amount("32.7726").unwrap());
-        assert_eq!(l.charge_period_end_ms - l.charge_period_start_ms, 3_600_000);
-        assert!(l.tags_json.contains("search"));
-        assert!(l.extra_json.contains("x_Operation"));
-    }
-
-    #[test]
-    fn names_the_line_and_column_at_fault() {
-        let bad = GOOD.replace(",32.7726,32.7726,32.7726,", ",32.7726,abc,32.7726,");
-        let err = parse(&csv(&[GOOD, &bad])).unwrap_err();
-        assert_eq!(
-            err,
-            FocusError::Field {
-                line: 3,
-                column: "EffectiveCost".into(),
-                message: "not a decimal number: \"abc\"".into()
-            }
-        );
-        let bad_time = GOOD.replace("2026-05-01T04:00:00Z", "yesterday");
-        assert!(
-            matches!(parse(&csv(&[&bad_time])).unwrap_err(), FocusError::Field { line: 2, ref column, .. } if column == "ChargePeriodEnd")
-        );
-        let bad_tags = GOOD.replace(r#""{""team"":""search""}""#, "[1]");
-        assert!(parse(&csv(&[&bad_tags]))
-            .unwrap_err()
-            .to_string()
-            .contains("column Tags"));
-        let short = "AWS,1111";
-        assert!(matches!(
-            parse(&csv(&[short])).unwrap_err(),
-            FocusError::Line { line: 2, .. }
-        ));
-    }
-
-    #[test]
-    fn refuses_what_is_not_focus() {
-        assert_eq!(
-            parse(b"a,b\n1,2").unwrap_err(),
-            FocusError::MissingColumn("ChargePeriodStart".into())
-        );
-        assert_eq!(parse(HEADER.as_bytes()).unwrap_err(), FocusError::Empty);
-    }
-
-    #[test]
-    fn a_nul_in_a_cell_is_refused_with_its_line_and_column() {
-        let bad = GOOD.replace("i-0abc", "i-0\0abc");
-        match parse(&csv(&[GOOD, &bad])) {
-            Err(FocusError::Field { line, column, .. }) => {
-                assert_eq!((line, column.as_str()), (3, "ResourceId"));
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// A corrupt Parquet file the fuzzer found made the parquet crate panic.
-    #[test]
-    fn a_corrupt_parquet_file_is_an_error_not_a_panic() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fuzz/regressions/focus/parquet-bit-util-panic"
-        );
-        let bytes = std::fs::read(path).unwrap();
-        assert!(bytes.starts_with(b"PAR1"));
-        assert!(matches!(parse(&bytes), Err(FocusError::Io(_))));
-    }
-
-    #[test]
-    fn gzip_is_detected() {
-        use std::io::Write;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(&csv(&[GOOD])).unwrap();
-        let gz = enc.finish().unwrap();
-        assert_eq!(parse(&decompress(gz).unwrap()).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn time_formats() {
-        assert_eq!(
-            parse_time_ms("2026-05-01T00:00:00Z"),
-            Some(1_777_593_600_000)
-        );
-        assert_eq!(
-            parse_time_ms("2026-05-01 00:00:00"),
-            Some(1_777_593_600_000)
-        );
-        assert_eq!(
-            parse_time_ms("2026-05-01T02:00:00+02:00"),
-            Some(1_777_593_600_000)
-        );
-        assert_eq!(parse_time_ms("2026-05-01"), Some(1_777_593_600_000));
-        assert_eq!(
-            month_start_ms(1_777_593_600_000 + 86_400_000 * 12),
-            1_777_593_600_000
-        );
-    }
-}
+pub(crate) mod tests;

@@ -6,6 +6,8 @@ pub mod focus;
 mod parquet;
 pub mod ratecard;
 
+use std::path::Path;
+
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
@@ -81,42 +83,86 @@ pub struct ImportSummary {
     pub import_id: i64,
     /// False when this exact file had been imported before: nothing changed.
     pub new: bool,
-    pub rows: usize,
+    pub rows: u64,
     pub billed_total: Decimal,
     pub effective_total: Decimal,
     /// Lines of earlier imports for the same billing periods that this one replaced.
     pub replaced_lines: u64,
 }
 
+/// Parsed lines on their way to storage, in chunks, with the first parse error last.
+pub type LineChunks = tokio::sync::mpsc::Receiver<Result<Vec<CostLine>, focus::FocusError>>;
+
+/// Lines a chunk; a few chunks in flight bound memory whatever the file's size.
+const CHUNK_LINES: usize = 1_000;
+
+/// Reads `lines` on a blocking thread and hands them over in chunks, so parsing (CPU) and
+/// storing (the database) run side by side and memory stays bounded. Stops at the first
+/// error, which is handed over last, or as soon as the receiver is gone.
+pub fn chunks_of<I>(lines: I) -> LineChunks
+where
+    I: IntoIterator<Item = Result<CostLine, focus::FocusError>> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::task::spawn_blocking(move || {
+        let mut chunk = Vec::with_capacity(CHUNK_LINES);
+        for line in lines {
+            match line {
+                Ok(l) => chunk.push(l),
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+            if chunk.len() == CHUNK_LINES {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_LINES));
+                if tx.blocking_send(Ok(full)).is_err() {
+                    return;
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            let _ = tx.blocking_send(Ok(chunk));
+        }
+    });
+    rx
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Stores parsed lines in one transaction: all of them, or (on any error) none.
-pub async fn store_lines(
+/// The SHA-256 of a file, read in blocks.
+fn sha256_of_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Stores lines in one transaction: all of them, or (on any error) none.
+async fn store_chunks(
     store: &dyn Store,
     source: &str,
     name: &str,
     content_sha256: String,
-    lines: Vec<CostLine>,
+    mut lines: LineChunks,
     now_ms: i64,
 ) -> Result<ImportSummary, StoreError> {
-    let billed_total: Decimal = lines.iter().map(|l| l.billed_cost).sum();
-    let effective_total: Decimal = lines.iter().map(|l| l.effective_cost).sum();
     let import = NewImport {
         source: source.to_owned(),
         name: name.to_owned(),
         content_sha256,
         imported_ms: now_ms,
-        billed_total,
-        effective_total,
     };
-    let rows = lines.len();
-    let outcome = store.import_cost_lines(&import, &lines).await?;
+    let outcome = store.import_cost_lines(&import, &mut lines).await?;
     Ok(match outcome {
         ImportOutcome::Imported {
             import_id,
             replaced_lines,
+            rows,
+            billed_total,
+            effective_total,
         } => ImportSummary {
             import_id,
             new: true,
@@ -128,23 +174,77 @@ pub async fn store_lines(
         ImportOutcome::AlreadyImported { import_id } => ImportSummary {
             import_id,
             new: false,
-            rows,
-            billed_total,
-            effective_total,
+            rows: 0,
+            billed_total: Decimal::ZERO,
+            effective_total: Decimal::ZERO,
             replaced_lines: 0,
         },
     })
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    #[error("{0}")]
-    Focus(#[from] focus::FocusError),
-    #[error("{0}")]
-    Store(#[from] StoreError),
+/// Stores lines already in memory (Cost Explorer answers, tests) in one transaction.
+pub async fn store_lines(
+    store: &dyn Store,
+    source: &str,
+    name: &str,
+    content_sha256: String,
+    lines: Vec<CostLine>,
+    now_ms: i64,
+) -> Result<ImportSummary, StoreError> {
+    let chunks = chunks_of(lines.into_iter().map(Ok));
+    store_chunks(store, source, name, content_sha256, chunks, now_ms).await
 }
 
-/// Imports one FOCUS file (CSV, CSV.gz or Parquet) given its bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file is refused; nothing of it was stored.
+    #[error("{file}: {error}")]
+    Focus {
+        file: String,
+        error: focus::FocusError,
+    },
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl ImportError {
+    fn of(file: &str, e: StoreError) -> Self {
+        match e {
+            StoreError::Rejected(error) => ImportError::Focus {
+                file: file.to_owned(),
+                error,
+            },
+            e => ImportError::Store(e),
+        }
+    }
+}
+
+/// Imports one FOCUS file on disk (CSV, CSV.gz or Parquet), streaming: memory stays bounded
+/// whatever the file's size. `name` is what the billing page calls it.
+pub async fn import_focus_file(
+    store: &dyn Store,
+    path: &Path,
+    name: &str,
+    now_ms: i64,
+) -> Result<ImportSummary, ImportError> {
+    let refused = |error| ImportError::Focus {
+        file: name.to_owned(),
+        error,
+    };
+    let owned = path.to_owned();
+    let opened = tokio::task::spawn_blocking(move || {
+        let sha = sha256_of_file(&owned).map_err(|e| focus::FocusError::Io(e.to_string()))?;
+        Ok::<_, focus::FocusError>((sha, focus::open_path(&owned)?))
+    })
+    .await
+    .map_err(|e| refused(focus::FocusError::Io(e.to_string())))?;
+    let (sha, rows) = opened.map_err(refused)?;
+    store_chunks(store, "focus", name, sha, chunks_of(rows), now_ms)
+        .await
+        .map_err(|e| ImportError::of(name, e))
+}
+
+/// Imports one FOCUS file held in memory (the demo, small uploads).
 pub async fn import_focus(
     store: &dyn Store,
     name: &str,
@@ -152,14 +252,90 @@ pub async fn import_focus(
     now_ms: i64,
 ) -> Result<ImportSummary, ImportError> {
     let sha = sha256_hex(&bytes);
-    let csv = focus::decompress(bytes)?;
-    let lines = focus::parse(&csv)?;
-    Ok(store_lines(store, "focus", name, sha, lines, now_ms).await?)
+    let rows = focus::open_bytes(bytes).map_err(|error| ImportError::Focus {
+        file: name.to_owned(),
+        error,
+    })?;
+    store_chunks(store, "focus", name, sha, chunks_of(rows), now_ms)
+        .await
+        .map_err(|e| ImportError::of(name, e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support;
+    use std::str::FromStr;
+
+    /// The FOCUS project's real sample through the whole import, on both databases: totals to
+    /// the last decimal of the file; a copy broken near its end is refused by file, line and
+    /// column, and nothing of it is stored.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_real_focus_sample_imports_whole_and_a_broken_copy_not_at_all() {
+        let sample = focus::tests::shared_sample_path();
+        let text = std::fs::read_to_string(&sample).unwrap();
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let headers = reader.headers().unwrap().clone();
+        let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+        let (billed_col, effective_col) = (col("BilledCost"), col("EffectiveCost"));
+        let (mut billed, mut effective) = (Decimal::ZERO, Decimal::ZERO);
+        for r in reader.records() {
+            let r = r.unwrap();
+            billed += Decimal::from_str(&r[billed_col]).unwrap();
+            effective += Decimal::from_str(&r[effective_col]).unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let broken = dir.path().join("broken.csv");
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines[899] = lines[899].replacen(",\"USD\",", ",\"US Dollars\",", 1);
+        std::fs::write(&broken, lines.join("\n")).unwrap();
+
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let b = db.backend;
+            let s = import_focus_file(store.as_ref(), &sample, "focus_sample.csv", 1)
+                .await
+                .unwrap();
+            assert!(s.new, "{b}");
+            assert_eq!(s.rows, 1000, "{b}");
+            assert_eq!(
+                (s.billed_total, s.effective_total),
+                (billed, effective),
+                "{b}"
+            );
+            let imports = store.billing_imports().await.unwrap();
+            assert_eq!(imports.len(), 1, "{b}");
+            assert_eq!(
+                Decimal::from_str(&imports[0].billed_total).unwrap(),
+                billed,
+                "{b}"
+            );
+            assert_eq!(imports[0].row_count, 1000, "{b}");
+            assert_eq!(imports[0].current_lines, 1000, "{b}");
+
+            match import_focus_file(store.as_ref(), &broken, "broken.csv", 2).await {
+                Err(ImportError::Focus { file, error }) => {
+                    assert_eq!(file, "broken.csv", "{b}");
+                    assert_eq!(
+                        error.to_string(),
+                        "line 900, column BillingCurrency: not an ISO 4217 code: \"US Dollars\"",
+                        "{b}"
+                    );
+                }
+                other => panic!("{b}: {other:?}"),
+            }
+            let imports = store.billing_imports().await.unwrap();
+            assert_eq!(
+                imports.len(),
+                1,
+                "{b}: nothing of the broken file is stored"
+            );
+            assert_eq!(
+                imports[0].current_lines, 1000,
+                "{b}: nor did it replace anything"
+            );
+        }
+    }
 
     #[test]
     fn resource_ids_normalise_for_joining() {

@@ -1,13 +1,16 @@
 //! FOCUS exports as Parquet (the default of AWS Data Exports): each value is turned into the
 //! text the CSV export would hold, then parsed like CSV, so both formats follow one set of rules.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use csv::StringRecord;
 use parquet::data_type::Decimal as ParquetDecimal;
-use parquet::file::reader::{FileReader, SerializedFileReader};
-use parquet::record::Field;
+use parquet::file::reader::{ChunkReader, FileReader, SerializedFileReader};
+use parquet::record::reader::RowIter;
+use parquet::record::{Field, Row};
 use rust_decimal::Decimal;
 
-use super::focus::{parse_records, FocusError};
-use super::CostLine;
+use super::focus::{rows_of, FocusError, FocusRows};
 
 fn ms_to_rfc3339(ms: i64) -> String {
     crate::allocation::rfc3339(ms)
@@ -60,19 +63,14 @@ fn text(field: &Field) -> Result<String, String> {
     })
 }
 
-/// Parses a Parquet FOCUS export. The parquet crate asserts on some corrupt files instead of
-/// returning an error (a fuzzer found one: `fuzz/regressions/focus/`); such a panic is caught
-/// here and answered like any unreadable file, so a bad upload never takes a request down.
-pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
-    std::panic::catch_unwind(|| parse_unguarded(bytes)).unwrap_or_else(|_| {
-        Err(FocusError::Io(
-            "not a readable Parquet file: it is corrupt".into(),
-        ))
-    })
-}
-
-fn parse_unguarded(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
-    let reader = SerializedFileReader::new(bytes::Bytes::copy_from_slice(bytes))
+/// Reads a Parquet FOCUS export a row group at a time. The parquet crate asserts on some
+/// corrupt files instead of returning an error (a fuzzer found one: `fuzz/regressions/focus/`);
+/// such a panic is caught here and answered like any unreadable file, so a bad upload never
+/// takes a request down.
+pub fn rows<R: ChunkReader + 'static>(input: R) -> Result<FocusRows, FocusError> {
+    let corrupt = move || FocusError::Io("not a readable Parquet file: it is corrupt".into());
+    let reader = catch_unwind(AssertUnwindSafe(|| SerializedFileReader::new(input)))
+        .map_err(|_| corrupt())?
         .map_err(|e| FocusError::Io(format!("not a readable Parquet file: {e}")))?;
     let headers: Vec<String> = reader
         .metadata()
@@ -83,26 +81,37 @@ fn parse_unguarded(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
         .iter()
         .map(|f| f.name().to_owned())
         .collect();
-    let rows = reader
-        .get_row_iter(None)
-        .map_err(|e| FocusError::Io(format!("reading Parquet rows: {e}")))?;
     let width = headers.len();
-    let records = rows.enumerate().map(move |(i, row)| {
-        let line = i as u64 + 2;
-        let row = row.map_err(|e| FocusError::Line {
-            line,
-            message: format!("unreadable Parquet row: {e}"),
-        })?;
-        let mut record = vec![String::new(); width];
-        for (j, (name, field)) in row.get_column_iter().enumerate() {
-            record[j.min(width.saturating_sub(1))] =
-                text(field).map_err(|message| FocusError::Field {
-                    line,
-                    column: name.clone(),
-                    message,
-                })?;
-        }
-        Ok(record)
+    let mut rows = RowIter::from_file_into(Box::new(reader));
+    let mut line = 1u64;
+    let records = std::iter::from_fn(move || {
+        let row = match catch_unwind(AssertUnwindSafe(|| rows.next())) {
+            Ok(row) => row?,
+            Err(_) => return Some(Err(corrupt())),
+        };
+        line += 1;
+        Some(record(line, width, row))
     });
-    parse_records(headers, records)
+    rows_of(headers, Box::new(records))
+}
+
+fn record(
+    line: u64,
+    width: usize,
+    row: Result<Row, parquet::errors::ParquetError>,
+) -> Result<StringRecord, FocusError> {
+    let row = row.map_err(|e| FocusError::Line {
+        line,
+        message: format!("unreadable Parquet row: {e}"),
+    })?;
+    let mut cells = vec![String::new(); width];
+    for (j, (name, field)) in row.get_column_iter().enumerate() {
+        cells[j.min(width.saturating_sub(1))] =
+            text(field).map_err(|message| FocusError::Field {
+                line,
+                column: name.clone(),
+                message,
+            })?;
+    }
+    Ok(StringRecord::from(cells))
 }

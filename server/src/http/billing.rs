@@ -96,12 +96,39 @@ async fn upload(
     mut form: Multipart,
 ) -> Response {
     let mut csrf = String::new();
-    let mut file: Option<(String, Vec<u8>)> = None;
+    // The file goes to a temporary file as it arrives, so a bill of any size is read from disk
+    // in bounded memory.
+    let mut file: Option<(String, tempfile::NamedTempFile)> = None;
     loop {
         match form.next_field().await {
-            Ok(Some(field)) => {
+            Ok(Some(mut field)) => {
                 let name = field.name().unwrap_or("").to_owned();
                 let file_name = field.file_name().unwrap_or("upload").to_owned();
+                if name == "file" {
+                    match spool(&mut field).await {
+                        Ok(Some(tmp)) => file = Some((file_name, tmp)),
+                        Ok(None) => {}
+                        Err(Spool::Upload(e)) => {
+                            return render(
+                                &state,
+                                &user,
+                                e.status(),
+                                None,
+                                Some(format!("The upload failed: {}", e.body_text())),
+                            )
+                            .await
+                        }
+                        Err(Spool::Disk(e)) => {
+                            tracing::error!(error = %e, "billing upload: writing a temporary file");
+                            return error_page(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "The upload could not be kept",
+                                "The server could not write a temporary file. Nothing was stored.",
+                            );
+                        }
+                    }
+                    continue;
+                }
                 let bytes = match field.bytes().await {
                     Ok(b) => b,
                     Err(e) => {
@@ -115,10 +142,8 @@ async fn upload(
                         .await
                     }
                 };
-                match name.as_str() {
-                    "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
-                    "file" => file = Some((file_name, bytes.to_vec())),
-                    _ => {}
+                if name == "csrf" {
+                    csrf = String::from_utf8_lossy(&bytes).into_owned();
                 }
             }
             Ok(None) => break,
@@ -137,7 +162,7 @@ async fn upload(
     if !user.csrf_ok(&csrf) {
         return crate::session::csrf_rejected();
     }
-    let Some((name, bytes)) = file.filter(|(_, b)| !b.is_empty()) else {
+    let Some((name, tmp)) = file else {
         return render(
             &state,
             &user,
@@ -147,7 +172,7 @@ async fn upload(
         )
         .await;
     };
-    match billing::import_focus(state.store.as_ref(), &name, bytes, now_ms()).await {
+    match billing::import_focus_file(state.store.as_ref(), tmp.path(), &name, now_ms()).await {
         Ok(s) if s.new => {
             let notice = format!(
                 "{name}: imported {} rows (billed {}, effective {}); replaced {} older rows.",
@@ -165,14 +190,14 @@ async fn upload(
             )
             .await
         }
-        Err(ImportError::Focus(e)) => {
+        Err(ImportError::Focus { error, .. }) => {
             render(
                 &state,
                 &user,
                 StatusCode::UNPROCESSABLE_ENTITY,
                 None,
                 Some(format!(
-                    "{name} was not imported, and nothing of it was stored: {e}"
+                    "{name} was not imported, and nothing of it was stored: {error}"
                 )),
             )
             .await
@@ -186,4 +211,25 @@ async fn upload(
             )
         }
     }
+}
+
+enum Spool {
+    Upload(axum::extract::multipart::MultipartError),
+    Disk(std::io::Error),
+}
+
+/// Writes an upload's file field to a temporary file; `None` when the field is empty.
+async fn spool(
+    field: &mut axum::extract::multipart::Field<'_>,
+) -> Result<Option<tempfile::NamedTempFile>, Spool> {
+    use tokio::io::AsyncWriteExt;
+    let tmp = tempfile::NamedTempFile::new().map_err(Spool::Disk)?;
+    let mut out = tokio::fs::File::from_std(tmp.reopen().map_err(Spool::Disk)?);
+    let mut len = 0usize;
+    while let Some(chunk) = field.chunk().await.map_err(Spool::Upload)? {
+        len += chunk.len();
+        out.write_all(&chunk).await.map_err(Spool::Disk)?;
+    }
+    out.flush().await.map_err(Spool::Disk)?;
+    Ok((len > 0).then_some(tmp))
 }

@@ -9,7 +9,7 @@ use rust_decimal::Decimal;
 use super::*;
 use crate::billing::focus;
 use crate::recommend::{recommend, Evidence, Options, Recommendations};
-use crate::store::{AgentStatus, NewImport};
+use crate::store::AgentStatus;
 use crate::test_support;
 
 /// Three hours before a UTC midnight, so the data spans two days.
@@ -109,19 +109,7 @@ async fn import_bill(store: &dyn Store, name: &str, scale: &str) {
         iso(DAY0 + HOUR_MS)
     ));
     let lines = focus::parse(csv.as_bytes()).unwrap();
-    let total: Decimal = lines.iter().map(|l| l.effective_cost).sum();
-    store
-        .import_cost_lines(
-            &NewImport {
-                source: "focus".into(),
-                name: name.into(),
-                content_sha256: format!("sha-{name}"),
-                imported_ms: DAY0,
-                billed_total: total,
-                effective_total: total,
-            },
-            &lines,
-        )
+    crate::billing::store_lines(store, "focus", name, format!("sha-{name}"), lines, DAY0)
         .await
         .unwrap();
 }

@@ -31,6 +31,9 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("{0}")]
     Invalid(String),
+    /// A bill's lines were refused while being stored: nothing of the import was kept.
+    #[error(transparent)]
+    Rejected(#[from] crate::billing::focus::FocusError),
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -236,8 +239,6 @@ pub struct NewImport {
     pub name: String,
     pub content_sha256: String,
     pub imported_ms: i64,
-    pub billed_total: rust_decimal::Decimal,
-    pub effective_total: rust_decimal::Decimal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,11 +246,12 @@ pub enum ImportOutcome {
     Imported {
         import_id: i64,
         replaced_lines: u64,
+        rows: u64,
+        billed_total: rust_decimal::Decimal,
+        effective_total: rust_decimal::Decimal,
     },
     /// The same content was imported before; nothing changed.
-    AlreadyImported {
-        import_id: i64,
-    },
+    AlreadyImported { import_id: i64 },
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -432,12 +434,14 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<StoredProcessWindow>, StoreError>;
     async fn batch_count(&self) -> Result<i64, StoreError>;
 
-    /// Stores a bill's lines in one transaction, replacing the lines earlier imports held for
-    /// the same (provider, billing account, billing period). The same content imports once.
+    /// Stores a bill's lines, read from `lines` as they are parsed, in one transaction,
+    /// replacing the lines earlier imports held for the same (provider, billing account,
+    /// billing period). The same content imports once. A parse error from `lines` rolls the
+    /// whole import back and comes back as [`StoreError::Rejected`].
     async fn import_cost_lines(
         &self,
         import: &NewImport,
-        lines: &[crate::billing::CostLine],
+        lines: &mut crate::billing::LineChunks,
     ) -> Result<ImportOutcome, StoreError>;
     async fn billing_imports(&self) -> Result<Vec<BillingImportRow>, StoreError>;
     /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
@@ -1448,7 +1452,7 @@ macro_rules! shared_sql_impl {
         async fn import_cost_lines_sql(
             pool: &sqlx::Pool<$db>,
             import: &$crate::store::NewImport,
-            lines: &[$crate::billing::CostLine],
+            lines: &mut $crate::billing::LineChunks,
         ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
             use $crate::money::to_text;
             let mut tx = pool.begin().await?;
@@ -1460,40 +1464,94 @@ macro_rules! shared_sql_impl {
             if let Some((import_id,)) = existing {
                 return Ok($crate::store::ImportOutcome::AlreadyImported { import_id });
             }
+            // Counts and totals are known once the last line is read: written at the end.
             let (import_id,): (i64,) = sqlx::query_as(
                 "INSERT INTO billing_imports (source, name, content_sha256, imported_ms, row_count,
                                               billed_total, effective_total)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                 VALUES ($1, $2, $3, $4, 0, '0', '0') RETURNING id",
             )
             .bind(&import.source)
             .bind(&import.name)
             .bind(&import.content_sha256)
             .bind(import.imported_ms)
-            .bind(lines.len() as i64)
-            .bind(to_text(import.billed_total))
-            .bind(to_text(import.effective_total))
             .fetch_one(&mut *tx)
             .await?;
 
-            // A newer export of a billing period replaces what earlier imports said about it.
-            let periods: std::collections::BTreeSet<(&str, &str, i64)> = lines
-                .iter()
-                .map(|l| (l.provider.as_str(), l.billing_account_id.as_str(), l.billing_period_start_ms))
-                .collect();
+            let mut rows = 0u64;
+            let mut billed_total = rust_decimal::Decimal::ZERO;
+            let mut effective_total = rust_decimal::Decimal::ZERO;
+            let mut periods: std::collections::BTreeSet<(String, String, i64)> =
+                Default::default();
+            // Distinct charge periods: a month of hourly lines has a few hundred.
+            let mut spans: std::collections::HashSet<(i64, i64)> = Default::default();
+            while let Some(chunk) = lines.recv().await {
+                let chunk = chunk?;
+                for l in &chunk {
+                    billed_total += l.billed_cost;
+                    effective_total += l.effective_cost;
+                    spans.insert((l.charge_period_start_ms, l.charge_period_end_ms));
+                    if !periods.iter().any(|(p, a, s)| {
+                        *s == l.billing_period_start_ms && p == &l.provider && a == &l.billing_account_id
+                    }) {
+                        periods.insert((
+                            l.provider.clone(),
+                            l.billing_account_id.clone(),
+                            l.billing_period_start_ms,
+                        ));
+                    }
+                }
+                rows += chunk.len() as u64;
+                // Multi-row inserts: 23 parameters a row stays under both backends' limits.
+                for part in chunk.chunks(500) {
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO cost_lines (import_id, line_no, provider, billing_account_id,
+                            billing_period_start_ms, charge_period_start_ms, charge_period_end_ms,
+                            charge_category, resource_id, resource_key, billed_cost, effective_cost,
+                            list_cost, currency, pricing_category, commitment_discount_id,
+                            commitment_discount_status, service_name, sku_id, region, instance_type,
+                            tags_json, extra_json) ",
+                    );
+                    q.push_values(part, |mut b, l| {
+                        b.push_bind(import_id)
+                            .push_bind(l.line_no as i64)
+                            .push_bind(&l.provider)
+                            .push_bind(&l.billing_account_id)
+                            .push_bind(l.billing_period_start_ms)
+                            .push_bind(l.charge_period_start_ms)
+                            .push_bind(l.charge_period_end_ms)
+                            .push_bind(&l.charge_category)
+                            .push_bind(&l.resource_id)
+                            .push_bind(&l.resource_key)
+                            .push_bind(to_text(l.billed_cost))
+                            .push_bind(to_text(l.effective_cost))
+                            .push_bind(to_text(l.list_cost))
+                            .push_bind(&l.currency)
+                            .push_bind(&l.pricing_category)
+                            .push_bind(&l.commitment_discount_id)
+                            .push_bind(&l.commitment_discount_status)
+                            .push_bind(&l.service_name)
+                            .push_bind(&l.sku_id)
+                            .push_bind(&l.region)
+                            .push_bind(&l.instance_type)
+                            .push_bind(&l.tags_json)
+                            .push_bind(&l.extra_json);
+                    });
+                    q.build().execute(&mut *tx).await?;
+                }
+            }
+
+            // A newer export of a billing period replaces what earlier imports said about it;
+            // the hours whose attribution changes are those of the new lines and replaced ones.
+            let mut spans: Vec<(i64, i64)> = spans.into_iter().collect();
             let mut replaced_lines = 0u64;
-            // The hours whose attribution changes: those of the new lines and of replaced ones.
-            let mut spans: Vec<(i64, i64)> = lines
-                .iter()
-                .map(|l| (l.charge_period_start_ms, l.charge_period_end_ms))
-                .collect();
             for (provider, account, period) in &periods {
                 let old: (Option<i64>, Option<i64>) = sqlx::query_as(
                     "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
                      WHERE provider = $1 AND billing_account_id = $2
                        AND billing_period_start_ms = $3 AND import_id <> $4",
                 )
-                .bind(*provider)
-                .bind(*account)
+                .bind(provider)
+                .bind(account)
                 .bind(*period)
                 .bind(import_id)
                 .fetch_one(&mut *tx)
@@ -1501,64 +1559,37 @@ macro_rules! shared_sql_impl {
                 if let (Some(a), Some(b)) = old {
                     spans.push((a, b));
                 }
-            }
-            let hours = $crate::store::hours_of_spans(&spans);
-            mark_dirty_sql(&mut tx, &hours, $crate::store::BILLING_MARK_HOST).await?;
-            for (provider, account, period) in periods {
                 replaced_lines += sqlx::query(
                     "DELETE FROM cost_lines WHERE provider = $1 AND billing_account_id = $2
                        AND billing_period_start_ms = $3 AND import_id <> $4",
                 )
                 .bind(provider)
                 .bind(account)
-                .bind(period)
+                .bind(*period)
                 .bind(import_id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
             }
-
-            // Multi-row inserts: 22 parameters a row stays under both backends' limits.
-            for chunk in lines.chunks(500) {
-                let mut q = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO cost_lines (import_id, line_no, provider, billing_account_id,
-                        billing_period_start_ms, charge_period_start_ms, charge_period_end_ms,
-                        charge_category, resource_id, resource_key, billed_cost, effective_cost,
-                        list_cost, currency, pricing_category, commitment_discount_id,
-                        commitment_discount_status, service_name, sku_id, region, instance_type,
-                        tags_json, extra_json) ",
-                );
-                q.push_values(chunk, |mut b, l| {
-                    b.push_bind(import_id)
-                        .push_bind(l.line_no as i64)
-                        .push_bind(l.provider.clone())
-                        .push_bind(l.billing_account_id.clone())
-                        .push_bind(l.billing_period_start_ms)
-                        .push_bind(l.charge_period_start_ms)
-                        .push_bind(l.charge_period_end_ms)
-                        .push_bind(l.charge_category.clone())
-                        .push_bind(l.resource_id.clone())
-                        .push_bind(l.resource_key.clone())
-                        .push_bind(to_text(l.billed_cost))
-                        .push_bind(to_text(l.effective_cost))
-                        .push_bind(to_text(l.list_cost))
-                        .push_bind(l.currency.clone())
-                        .push_bind(l.pricing_category.clone())
-                        .push_bind(l.commitment_discount_id.clone())
-                        .push_bind(l.commitment_discount_status.clone())
-                        .push_bind(l.service_name.clone())
-                        .push_bind(l.sku_id.clone())
-                        .push_bind(l.region.clone())
-                        .push_bind(l.instance_type.clone())
-                        .push_bind(l.tags_json.clone())
-                        .push_bind(l.extra_json.clone());
-                });
-                q.build().execute(&mut *tx).await?;
-            }
+            let hours = $crate::store::hours_of_spans(&spans);
+            mark_dirty_sql(&mut tx, &hours, $crate::store::BILLING_MARK_HOST).await?;
+            sqlx::query(
+                "UPDATE billing_imports SET row_count = $1, billed_total = $2, effective_total = $3
+                 WHERE id = $4",
+            )
+            .bind(rows as i64)
+            .bind(to_text(billed_total))
+            .bind(to_text(effective_total))
+            .bind(import_id)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             Ok($crate::store::ImportOutcome::Imported {
                 import_id,
                 replaced_lines,
+                rows,
+                billed_total,
+                effective_total,
             })
         }
 
@@ -2285,7 +2316,7 @@ macro_rules! store_impl {
             async fn import_cost_lines(
                 &self,
                 import: &$crate::store::NewImport,
-                lines: &[$crate::billing::CostLine],
+                lines: &mut $crate::billing::LineChunks,
             ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 import_cost_lines_sql(&self.pool, import, lines).await

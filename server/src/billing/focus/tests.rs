@@ -1,0 +1,322 @@
+use std::str::FromStr;
+
+use super::*;
+
+const HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags,x_Operation";
+
+fn csv(rows: &[&str]) -> Vec<u8> {
+    with_header(HEADER, rows)
+}
+
+fn with_header(header: &str, rows: &[&str]) -> Vec<u8> {
+    let mut s = String::from(header);
+    for r in rows {
+        s.push('\n');
+        s.push_str(r);
+    }
+    s.into_bytes()
+}
+
+const GOOD: &str = r#"AWS,1111,2026-05-01T00:00:00Z,2026-05-01T03:00:00Z,2026-05-01T04:00:00Z,Usage,32.7726,32.7726,32.7726,USD,Standard,,AmazonEC2,SKU1,"{""InstanceType"":""p4d.24xlarge""}",arn:aws:ec2:us-east-1:1111:instance/i-0abc,us-east-1,"{""team"":""search""}",RunInstances"#;
+
+#[test]
+fn parses_a_row() {
+    let lines = parse(&csv(&[GOOD])).unwrap();
+    let l = &lines[0];
+    assert_eq!(l.line_no, 2);
+    assert_eq!(l.provider, "AWS");
+    assert_eq!(l.resource_key.as_deref(), Some("i-0abc"));
+    assert_eq!(l.instance_type.as_deref(), Some("p4d.24xlarge"));
+    assert_eq!(l.pricing_category, "on_demand");
+    assert_eq!(l.effective_cost, parse_amount("32.7726").unwrap());
+    assert_eq!(l.charge_period_end_ms - l.charge_period_start_ms, 3_600_000);
+    assert!(l.tags_json.contains("search"));
+    assert!(l.extra_json.contains("x_Operation"));
+}
+
+#[test]
+fn names_the_line_and_column_at_fault() {
+    let bad = GOOD.replace(",32.7726,32.7726,32.7726,", ",32.7726,abc,32.7726,");
+    let err = parse(&csv(&[GOOD, &bad])).unwrap_err();
+    assert_eq!(
+        err,
+        FocusError::Field {
+            line: 3,
+            column: "EffectiveCost".into(),
+            message: "not a decimal number: \"abc\"".into()
+        }
+    );
+    let bad_time = GOOD.replace("2026-05-01T04:00:00Z", "yesterday");
+    assert!(
+        matches!(parse(&csv(&[&bad_time])).unwrap_err(), FocusError::Field { line: 2, ref column, .. } if column == "ChargePeriodEnd")
+    );
+    let bad_tags = GOOD.replace(r#""{""team"":""search""}""#, "[1]");
+    assert!(parse(&csv(&[&bad_tags]))
+        .unwrap_err()
+        .to_string()
+        .contains("column Tags"));
+    let short = "AWS,1111";
+    assert_eq!(
+        parse(&csv(&[GOOD, short])).unwrap_err(),
+        FocusError::Line {
+            line: 3,
+            message: "has 2 fields where the header has 19".into()
+        }
+    );
+    // FOCUS requires a cost on every row: NULL is not read as zero.
+    let null_cost = GOOD.replace(",32.7726,32.7726,32.7726,", ",NULL,32.7726,32.7726,");
+    assert!(matches!(
+        parse(&csv(&[&null_cost])).unwrap_err(),
+        FocusError::Field { line: 2, ref column, .. } if column == "BilledCost"
+    ));
+}
+
+#[test]
+fn refuses_what_is_not_focus() {
+    assert_eq!(
+        parse(b"a,b\n1,2").unwrap_err(),
+        FocusError::MissingColumn("ChargePeriodStart".into())
+    );
+    assert_eq!(parse(HEADER.as_bytes()).unwrap_err(), FocusError::Empty);
+    let commitments =
+        "ContractCommitmentId,ContractId,ContractCommitmentCost,BillingCurrency\nc-1,k-1,100,USD";
+    let err = parse(commitments.as_bytes()).unwrap_err();
+    assert_eq!(err, FocusError::OtherDataset("Contract Commitment".into()));
+    assert!(err.to_string().contains("not a cost-and-usage export"));
+}
+
+#[test]
+fn a_nul_in_a_cell_is_refused_with_its_line_and_column() {
+    let bad = GOOD.replace("i-0abc", "i-0\0abc");
+    match parse(&csv(&[GOOD, &bad])) {
+        Err(FocusError::Field { line, column, .. }) => {
+            assert_eq!((line, column.as_str()), (3, "ResourceId"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A corrupt Parquet file the fuzzer found made the parquet crate panic.
+#[test]
+fn a_corrupt_parquet_file_is_an_error_not_a_panic() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fuzz/regressions/focus/parquet-bit-util-panic"
+    );
+    let bytes = std::fs::read(path).unwrap();
+    assert!(bytes.starts_with(b"PAR1"));
+    assert!(matches!(parse(&bytes), Err(FocusError::Io(_))));
+}
+
+#[test]
+fn gzip_is_detected_in_memory_and_on_disk() {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(&csv(&[GOOD, GOOD])).unwrap();
+    let gz = enc.finish().unwrap();
+    assert_eq!(parse(&gz).unwrap().len(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("part-00001.csv.gz");
+    std::fs::write(&path, &gz).unwrap();
+    let lines: Vec<_> = open_path(&path).unwrap().collect::<Result<_, _>>().unwrap();
+    assert_eq!(lines.len(), 2);
+    // A truncated gzip file is an error, not a short bill.
+    std::fs::write(&path, &gz[..gz.len() - 12]).unwrap();
+    let read: Result<Vec<_>, _> = open_path(&path).unwrap().collect();
+    assert!(matches!(read, Err(FocusError::Io(_))), "{read:?}");
+}
+
+#[test]
+fn time_formats() {
+    for text in [
+        "2026-05-01T00:00:00Z",
+        "2026-05-01 00:00:00",
+        "2026-05-01T02:00:00+02:00",
+        "2026-05-01 00:00:00+00:00",
+        "2026-05-01T00:00:00.000Z",
+        "2026-05-01 00:00:00 UTC",
+        "2026-05-01T00:00",
+        "2026-05-01",
+    ] {
+        assert_eq!(parse_time_ms(text), Some(1_777_593_600_000), "{text}");
+    }
+    assert_eq!(parse_time_ms("05/01/2026"), None);
+    assert_eq!(
+        month_start_ms(1_777_593_600_000 + 86_400_000 * 12),
+        1_777_593_600_000
+    );
+}
+
+#[test]
+fn tags_in_the_forms_providers_write() {
+    let want = r#"{"env":"prod","team":"ml"}"#;
+    for text in [
+        r#"{"team": "ml", "env": "prod"}"#,
+        r#"[{"key": "team", "value": "ml"}, {"key": "env", "value": "prod"}]"#,
+        r#"[{"Key": "team", "Value": "ml"}, {"Key": "env", "Value": "prod"}]"#,
+        r#""team": "ml","env": "prod""#,
+    ] {
+        let tags = tags_object(2, text).unwrap();
+        assert_eq!(serde_json::Value::Object(tags).to_string(), want, "{text}");
+    }
+    assert!(tags_object(2, "").unwrap().is_empty());
+    assert!(tags_object(2, "team=ml").is_err());
+    assert!(tags_object(2, "[1, 2]").is_err());
+    assert!(tags_object(2, "\"just text\"").is_err());
+}
+
+#[test]
+fn instance_types_from_descriptions() {
+    assert_eq!(
+        instance_type_in("$1.624 per On Demand Linux g5.4xlarge Instance Hour").as_deref(),
+        Some("g5.4xlarge")
+    );
+    assert_eq!(
+        instance_type_in("USD 0.0 per p5.48xlarge Dedicated Usage").as_deref(),
+        Some("p5.48xlarge")
+    );
+    assert_eq!(
+        instance_type_in("$0.40 per million Amazon SQS standard requests"),
+        None
+    );
+    assert_eq!(instance_type_in("$0.008 per GB-month of 1.5 storage"), None);
+}
+
+/// The exact sum of one column of a CSV file, read independently of the importer.
+fn column_sum(text: &str, column: &str) -> Decimal {
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let idx = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == column)
+        .unwrap();
+    reader
+        .records()
+        .map(|r| r.unwrap()[idx].to_owned())
+        .filter(|v| v != "NULL" && !v.is_empty())
+        .map(|v| Decimal::from_str(&v).unwrap())
+        .sum()
+}
+
+pub(crate) fn shared_sample_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/focus-samples/focus10_sample_aws_azure_oci.csv")
+}
+
+/// The FOCUS project's own sample: anonymized real AWS, Azure and OCI data, with every trait of
+/// real exports (bare NULLs, zone-less timestamps, an extra `Id` column, mixed-case frequencies).
+#[test]
+fn the_focus_projects_real_sample_reads_whole() {
+    let path = shared_sample_path();
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (../shared beside the repo)", path.display()));
+    let rows = open_path(&path).unwrap();
+    assert_eq!(rows.version(), FocusVersion::V1_0);
+    let lines: Vec<CostLine> = rows.collect::<Result<_, _>>().unwrap();
+    assert_eq!(lines.len(), 1000);
+    let billed: Decimal = lines.iter().map(|l| l.billed_cost).sum();
+    let effective: Decimal = lines.iter().map(|l| l.effective_cost).sum();
+    assert_eq!(billed, column_sum(&text, "BilledCost"));
+    assert_eq!(effective, column_sum(&text, "EffectiveCost"));
+    assert_eq!(billed, Decimal::from_str("20.52022672899").unwrap());
+
+    let providers: std::collections::BTreeSet<&str> =
+        lines.iter().map(|l| l.provider.as_str()).collect();
+    assert_eq!(
+        providers.into_iter().collect::<Vec<_>>(),
+        ["AWS", "Microsoft", "Oracle"]
+    );
+    // Bare NULL is no value: no resource id, no tags, not the string "NULL".
+    assert!(lines
+        .iter()
+        .all(|l| l.resource_id.as_deref() != Some("NULL") && l.tags_json != "\"NULL\""));
+    // ... while a tag whose value holds the text NULL (an Azure row does) keeps it.
+    assert!(lines
+        .iter()
+        .any(|l| l.tags_json.contains(r#""test":",NULL,NULL,""#)));
+    assert_eq!(lines.iter().filter(|l| l.resource_id.is_none()).count(), 75);
+    assert_eq!(lines.iter().filter(|l| l.tags_json == "{}").count(), 289);
+    // The GPU rows: g5.4xlarge, told by the description since 1.0 has no instance-type column.
+    let gpu: Vec<&CostLine> = lines
+        .iter()
+        .filter(|l| l.instance_type.as_deref() == Some("g5.4xlarge"))
+        .collect();
+    assert!(!gpu.is_empty());
+    assert!(gpu.iter().all(|l| l.resource_key.is_some()));
+    // Columns the importer does not model are kept, the frequency in the spec's spelling.
+    let extra: serde_json::Value = serde_json::from_str(&lines[0].extra_json).unwrap();
+    assert_eq!(extra["Id"], "11472");
+    assert_eq!(extra["ChargeFrequency"], "Usage-Based");
+    assert!(
+        extra.get("ChargeClass").is_none(),
+        "NULL cells are not kept"
+    );
+    assert!(lines.iter().all(|l| {
+        let e: serde_json::Value = serde_json::from_str(&l.extra_json).unwrap();
+        e["ChargeFrequency"] != "Usage-based"
+    }));
+    // Dates without a zone are UTC: September 2024.
+    assert!(lines
+        .iter()
+        .filter(|l| l.provider == "AWS")
+        .all(|l| l.billing_period_start_ms == 1_725_148_800_000));
+}
+
+/// Small exports in the shapes each provider and version documents (see docs/billing.md).
+#[test]
+fn each_providers_shape_and_version() {
+    // Azure, FOCUS 1.0: x_ columns, tags as an object without braces, `T…Z` dates.
+    let azure = with_header(
+        "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,PricingCategory,ProviderName,ResourceId,ServiceName,Tags,x_SkuMeterSubcategory,x_ResourceGroupName",
+        &[r#"3.06,/providers/Microsoft.Billing/billingAccounts/123,USD,2024-09-01T00:00:00Z,Usage,2024-09-02T00:00:00Z,2024-09-01T00:00:00Z,2.50,3.06,Standard,Microsoft,/subscriptions/s/resourceGroups/ml/providers/Microsoft.Compute/virtualMachines/gpu-vm-1,Virtual Machines,"""team"": ""ml"",""project"": ""llm""",NC24ads A100 v4,ml"#],
+    );
+    let rows = open_bytes(azure).unwrap();
+    assert_eq!(rows.version(), FocusVersion::V1_0);
+    let l = rows.collect::<Result<Vec<_>, _>>().unwrap().remove(0);
+    assert_eq!(l.resource_key.as_deref(), Some("gpu-vm-1"));
+    assert_eq!(l.instance_type.as_deref(), Some("NC24ads A100 v4"));
+    assert_eq!(l.tags_json, r#"{"project":"llm","team":"ml"}"#);
+    assert!(l.extra_json.contains(r#""x_ResourceGroupName":"ml""#));
+
+    // Google Cloud, FOCUS 1.2: tags as a list of key/value records, zone-less timestamps.
+    let gcp = with_header(
+        "BilledCost,BillingAccountId,BillingAccountType,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,PricingCategory,ProviderName,ResourceId,ServiceName,Tags,InvoiceId",
+        &[r#"11.20,0123-4567-89AB,Billing Account,USD,2024-09-01 00:00:00,Usage,2024-09-01 01:00:00,2024-09-01 00:00:00,11.20,11.20,Standard,Google Cloud,//compute.googleapis.com/projects/p/zones/us-central1-a/instances/a3-node-7,Compute Engine,"[{""key"":""team"",""value"":""vision""}]",INV-1"#],
+    );
+    let rows = open_bytes(gcp).unwrap();
+    assert_eq!(rows.version(), FocusVersion::V1_2);
+    let l = rows.collect::<Result<Vec<_>, _>>().unwrap().remove(0);
+    assert_eq!(l.resource_key.as_deref(), Some("a3-node-7"));
+    assert_eq!(l.tags_json, r#"{"team":"vision"}"#);
+    assert!(l
+        .extra_json
+        .contains(r#""BillingAccountType":"Billing Account""#));
+
+    // OCI: 1.0-preview names (Provider, Region), its own `oci_` columns kept like `x_` ones,
+    // Azure-1.0-style dates without seconds, a lower-case charge category.
+    let oci = with_header(
+        "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,PricingCategory,Provider,Region,ResourceId,Tags,oci_ReferenceNumber",
+        &["4.00,ocid1.tenancy.oc1..aaa,USD,2024-09-01T00:00Z,usage,2024-09-01T01:00Z,2024-09-01T00:00Z,4.00,4.00,,Oracle,us-ashburn-1,ocid1.instance.oc1.iad.bm-gpu,,ref-9"],
+    );
+    let l = parse(&oci).unwrap().remove(0);
+    assert_eq!(l.provider, "Oracle");
+    assert_eq!(l.region.as_deref(), Some("us-ashburn-1"));
+    assert_eq!(l.charge_category, "Usage");
+    assert_eq!(l.pricing_category, "other");
+    assert!(l.extra_json.contains(r#""oci_ReferenceNumber":"ref-9""#));
+
+    // FOCUS 1.3: the provider is ServiceProviderName.
+    let v13 = with_header(
+        "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,HostProviderName,ResourceId",
+        &["1.00,a,EUR,2025-01-01T00:00:00Z,Usage,2025-01-01T01:00:00Z,2025-01-01T00:00:00Z,1.00,1.00,Nebius,Nebius,vm-1"],
+    );
+    let rows = open_bytes(v13).unwrap();
+    assert_eq!(rows.version(), FocusVersion::V1_3);
+    let l = rows.collect::<Result<Vec<_>, _>>().unwrap().remove(0);
+    assert_eq!(
+        (l.provider.as_str(), l.currency.as_str()),
+        ("Nebius", "EUR")
+    );
+    assert!(l.extra_json.contains(r#""HostProviderName":"Nebius""#));
+}
