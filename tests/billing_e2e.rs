@@ -561,3 +561,146 @@ async fn a_parquet_export_imports_with_exact_totals() {
         );
     }
 }
+
+/// A period delivered as an AWS Data Exports run: two gzip parts and a manifest, laid out as
+/// `aws s3 sync` leaves them. The run imports whole; a later run with one file replaces both
+/// parts; plain files add parts or replace their namesake; a run with a broken part changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
+    use std::io::Write;
+    let root = tempfile::tempdir().unwrap();
+    let db = test_support::sqlite();
+    let write_run = |run: &str, parts: &[&[String]]| {
+        let export = root.path().join(run).join("gpu-focus");
+        let data = export.join("data/BILLING_PERIOD=2026-05");
+        let meta = export.join("metadata/BILLING_PERIOD=2026-05");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&meta).unwrap();
+        let mut uris = Vec::new();
+        for (i, rows) in parts.iter().enumerate() {
+            let name = format!("gpu-focus-{:05}.csv.gz", i + 1);
+            let mut enc = flate2::write::GzEncoder::new(
+                std::fs::File::create(data.join(&name)).unwrap(),
+                flate2::Compression::fast(),
+            );
+            writeln!(enc, "{HEADER}").unwrap();
+            for r in rows.iter() {
+                writeln!(enc, "{r}").unwrap();
+            }
+            enc.finish().unwrap();
+            uris.push(format!(
+                "\"s3://billing-bucket/exports/gpu-focus/data/BILLING_PERIOD=2026-05/{name}\""
+            ));
+        }
+        let manifest = meta.join("gpu-focus-Manifest.json");
+        std::fs::write(
+            &manifest,
+            format!(
+                "{{\"executionId\":\"{run}\",\"dataFiles\":[{}],\"columns\":[]}}",
+                uris.join(",")
+            ),
+        )
+        .unwrap();
+        manifest
+    };
+    let run1 = write_run(
+        "run-1",
+        &[
+            &[bill_row("i-0aaa", 0, "10"), bill_row("i-0aaa", 1, "20")],
+            &[bill_row("i-0bbb", 0, "5")],
+        ],
+    );
+    let out = server_run(
+        &db.url,
+        &[
+            "billing",
+            "import-focus",
+            "--manifest",
+            run1.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.matches("imported").count(), 2, "{out}");
+    let store = db.open().await;
+    let in_force = |store: std::sync::Arc<dyn gpuledger_server::store::Store>| async move {
+        let mut costs: Vec<String> = store
+            .cost_lines(0, i64::MAX / 2)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.effective_cost)
+            .collect();
+        costs.sort();
+        costs
+    };
+    assert_eq!(in_force(store.clone()).await, ["10", "20", "5"]);
+
+    // A run with a broken second part: refused, naming the part, and nothing changes.
+    let broken = write_run(
+        "run-2",
+        &[
+            &[bill_row("i-0aaa", 0, "11")],
+            &[bill_row("i-0bbb", 0, "x")],
+        ],
+    );
+    let out = server_cmd(&db.url)
+        .args(["billing", "import-focus", "--manifest"])
+        .arg(&broken)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gpu-focus-00002.csv.gz: line 2, column BilledCost"),
+        "{err}"
+    );
+    assert!(
+        err.contains("none of the files given together was imported"),
+        "{err}"
+    );
+    assert_eq!(in_force(store.clone()).await, ["10", "20", "5"]);
+
+    // The corrected run, now one file: it replaces both parts of May.
+    let run3 = write_run("run-3", &[&[bill_row("i-0aaa", 0, "31")]]);
+    let out = server_run(
+        &db.url,
+        &[
+            "billing",
+            "import-focus",
+            "--manifest",
+            run3.to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("replaced 3 older rows"), "{out}");
+    assert_eq!(in_force(store.clone()).await, ["31"]);
+    let periods = store.billing_file_periods().await.unwrap();
+    let live: Vec<_> = periods.iter().filter(|p| p.replaced_ms.is_none()).collect();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].delivery.as_deref(), Some("run-3"));
+
+    // Plain files: a new name adds a part; the same name again replaces that part only.
+    let dir = root.path().join("plain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let extra = dir.join("credits.csv");
+    std::fs::write(
+        &extra,
+        format!("{HEADER}\n{}\n", bill_row("i-0ccc", 0, "-2")),
+    )
+    .unwrap();
+    server_run(
+        &db.url,
+        &["billing", "import-focus", extra.to_str().unwrap()],
+    );
+    assert_eq!(in_force(store.clone()).await, ["-2", "31"]);
+    std::fs::write(
+        &extra,
+        format!("{HEADER}\n{}\n", bill_row("i-0ccc", 0, "-3")),
+    )
+    .unwrap();
+    let out = server_run(
+        &db.url,
+        &["billing", "import-focus", extra.to_str().unwrap()],
+    );
+    assert!(out.contains("replaced 1 older rows"), "{out}");
+    assert_eq!(in_force(store.clone()).await, ["-3", "31"]);
+}

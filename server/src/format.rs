@@ -37,6 +37,20 @@ pub fn thousands(n: i64) -> String {
 
 /// Dollars to the cent with thousands separators, as a finance lead reads them: `$181,024.68`.
 pub fn usd(amount: rust_decimal::Decimal) -> String {
+    money(amount, "USD")
+}
+
+/// An amount in its bill's currency, to the cent with thousands separators: `$181,024.68`,
+/// `€1,250.00`, `1,250.00 CHF` (a symbol only where it names one currency).
+pub fn money(amount: rust_decimal::Decimal, currency: &str) -> String {
+    let symbol = match currency {
+        "USD" => Some("$"),
+        "EUR" => Some("€"),
+        "GBP" => Some("£"),
+        "JPY" => Some("¥"),
+        "INR" => Some("₹"),
+        _ => None,
+    };
     let cents = crate::money::cents(amount);
     let text = format!("{:.2}", cents.abs());
     let (whole, frac) = text.split_once('.').unwrap_or((&text, "00"));
@@ -52,7 +66,10 @@ pub fn usd(amount: rust_decimal::Decimal) -> String {
     } else {
         ""
     };
-    format!("{sign}${grouped}.{frac}")
+    match symbol {
+        Some(symbol) => format!("{sign}{symbol}{grouped}.{frac}"),
+        None => format!("{sign}{grouped}.{frac} {currency}"),
+    }
 }
 
 #[cfg(test)]
@@ -68,6 +85,8 @@ mod tests {
         assert_eq!(ago(7_200_000), "2 h ago");
         let d = |s: &str| crate::money::parse_amount(s).unwrap();
         assert_eq!(usd(d("181024.675")), "$181,024.68");
+        assert_eq!(money(d("1250"), "EUR"), "€1,250.00");
+        assert_eq!(money(d("-1250.5"), "CHF"), "−1,250.50 CHF");
         assert_eq!(usd(d("0")), "$0.00");
         assert_eq!(usd(d("999.999")), "$1,000.00");
         assert_eq!(usd(d("-1234.5")), "−$1,234.50");

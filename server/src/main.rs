@@ -110,11 +110,22 @@ struct ServeArgs {
 
 #[derive(Subcommand, Debug)]
 enum BillingCommand {
-    /// Import FOCUS cost-and-usage exports (CSV, CSV.gz or Parquet). Importing the same file again
-    /// changes nothing; a newer export of the same billing period replaces the older.
+    /// Import FOCUS cost-and-usage exports (CSV, CSV.gz or Parquet). Importing the same file
+    /// again changes nothing. A file replaces an earlier file of the same name in the billing
+    /// periods it covers (the same part delivered again) and adds to them otherwise (part 2 of
+    /// a multi-part export).
     ImportFocus {
-        #[arg(required = true)]
+        #[arg(required_unless_present = "manifest")]
         files: Vec<std::path::PathBuf>,
+        /// The files given are the whole of the billing periods they cover: every earlier file
+        /// of those periods is replaced, all in one transaction.
+        #[arg(long)]
+        whole_periods: bool,
+        /// An export run's manifest (AWS Data Exports `…-Manifest.json`, AWS CUR, Azure
+        /// `manifest.json`): the files it lists are imported as the whole of their periods, in
+        /// one transaction.
+        #[arg(long, conflicts_with_all = ["files", "whole_periods"])]
+        manifest: Option<std::path::PathBuf>,
     },
     /// Fetch EC2 costs from AWS Cost Explorer for [--from, --to): per instance for the last
     /// 14 days, by instance type and --tag-key before that. Credentials come from the
@@ -399,46 +410,77 @@ async fn main() -> anyhow::Result<()> {
                         None => println!("Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; no EC2 cost", s.fetched_days, s.skipped_days),
                     }
                 }
-                BillingCommand::ImportFocus { files } => {
-                    for path in files {
-                        let name = path
+                BillingCommand::ImportFocus {
+                    files,
+                    whole_periods,
+                    manifest,
+                } => {
+                    let (delivery, files) = match &manifest {
+                        Some(m) => {
+                            let m = billing::manifest::read(m).map_err(anyhow::Error::msg)?;
+                            (Some(m.delivery), m.files)
+                        }
+                        None => (None, files),
+                    };
+                    let bill_file = |path: &std::path::PathBuf| billing::BillFile::FocusPath {
+                        name: path
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
-                            .unwrap_or_default();
-                        let summary = match billing::import_focus_file(
+                            .unwrap_or_default(),
+                        path: path.clone(),
+                    };
+                    // One transaction for a whole delivery; otherwise one per file.
+                    let batches: Vec<Vec<&std::path::PathBuf>> =
+                        if manifest.is_some() || whole_periods {
+                            vec![files.iter().collect()]
+                        } else {
+                            files.iter().map(|f| vec![f]).collect()
+                        };
+                    let replaces = if manifest.is_some() || whole_periods {
+                        store::Replaces::WholePeriods
+                    } else {
+                        store::Replaces::SameName
+                    };
+                    for batch in batches {
+                        let summaries = match billing::import_files(
                             store.as_ref(),
-                            &path,
-                            &name,
+                            replaces,
+                            delivery.clone(),
+                            batch.iter().map(|p| bill_file(p)).collect(),
                             now_ms(),
                         )
                         .await
                         {
                             Ok(s) => s,
-                            Err(billing::ImportError::Focus { error, .. }) => anyhow::bail!(
-                                "{}: {error}\n{} was not imported; nothing of it was stored",
-                                path.display(),
-                                path.display()
-                            ),
-                            Err(e) => {
-                                return Err(e).with_context(|| {
-                                    format!(
-                                        "{} was not imported; nothing of it was stored",
-                                        path.display()
-                                    )
-                                })
+                            Err(billing::ImportError::Focus { file, error }) => {
+                                let path = batch
+                                    .iter()
+                                    .find(|p| {
+                                        p.file_name().is_some_and(|n| n.to_string_lossy() == file)
+                                    })
+                                    .map_or(file.clone(), |p| p.display().to_string());
+                                let what = if batch.len() > 1 {
+                                    "none of the files given together was imported"
+                                } else {
+                                    "it was not imported; nothing of it was stored"
+                                };
+                                anyhow::bail!("{path}: {error}\n{what}")
                             }
+                            Err(e) => return Err(e).context("nothing of the import was stored"),
                         };
-                        if summary.new {
-                            println!(
-                                "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",
-                                path.display(), summary.rows, summary.billed_total, summary.effective_total, summary.replaced_lines
-                            );
-                        } else {
-                            println!(
-                                "{}: already imported (import {}); nothing changed",
-                                path.display(),
-                                summary.import_id
-                            );
+                        for (path, summary) in batch.iter().zip(summaries) {
+                            if summary.new {
+                                println!(
+                                    "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",
+                                    path.display(), summary.rows, summary.billed_total, summary.effective_total, summary.replaced_lines
+                                );
+                            } else {
+                                println!(
+                                    "{}: already imported (import {}); nothing changed",
+                                    path.display(),
+                                    summary.import_id
+                                );
+                            }
                         }
                     }
                 }

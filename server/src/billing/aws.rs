@@ -444,6 +444,8 @@ pub enum SyncError {
     CostExplorer(#[from] CeError),
     #[error("{0}")]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Import(#[from] super::ImportError),
     #[error("--to must be after --from")]
     EmptyRange,
 }

@@ -3,15 +3,17 @@
 
 pub mod aws;
 pub mod focus;
+pub mod manifest;
 mod parquet;
+pub mod periods;
 pub mod ratecard;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
-use crate::store::{ImportOutcome, NewImport, Store, StoreError};
+use crate::store::{ImportOutcome, NewImport, Replaces, Store, StoreError};
 
 /// One line of a bill: what one resource cost over one charge period.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +95,9 @@ pub struct ImportSummary {
 /// Parsed lines on their way to storage, in chunks, with the first parse error last.
 pub type LineChunks = tokio::sync::mpsc::Receiver<Result<Vec<CostLine>, focus::FocusError>>;
 
+/// The files of one delivery on their way to storage, each with its lines, one file at a time.
+pub type BillFiles = tokio::sync::mpsc::Receiver<(NewImport, LineChunks)>;
+
 /// Lines a chunk; a few chunks in flight bound memory whatever the file's size.
 const CHUNK_LINES: usize = 1_000;
 
@@ -140,64 +145,70 @@ fn sha256_of_file(path: &Path) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// Stores lines in one transaction: all of them, or (on any error) none.
-async fn store_chunks(
-    store: &dyn Store,
-    source: &str,
-    name: &str,
-    content_sha256: String,
-    mut lines: LineChunks,
-    now_ms: i64,
-) -> Result<ImportSummary, StoreError> {
-    let import = NewImport {
-        source: source.to_owned(),
-        name: name.to_owned(),
-        content_sha256,
-        imported_ms: now_ms,
-    };
-    let outcome = store.import_cost_lines(&import, &mut lines).await?;
-    Ok(match outcome {
-        ImportOutcome::Imported {
-            import_id,
-            replaced_lines,
-            rows,
-            billed_total,
-            effective_total,
-        } => ImportSummary {
-            import_id,
-            new: true,
-            rows,
-            billed_total,
-            effective_total,
-            replaced_lines,
-        },
-        ImportOutcome::AlreadyImported { import_id } => ImportSummary {
-            import_id,
-            new: false,
-            rows: 0,
-            billed_total: Decimal::ZERO,
-            effective_total: Decimal::ZERO,
-            replaced_lines: 0,
-        },
-    })
+/// One file of a bill to import.
+pub enum BillFile {
+    /// A FOCUS export on disk (CSV, CSV.gz or Parquet), read as a stream.
+    FocusPath { path: PathBuf, name: String },
+    /// A FOCUS export in memory (the demo).
+    FocusBytes { name: String, bytes: Vec<u8> },
+    /// Lines already parsed (Cost Explorer answers, tests), named by the hash given.
+    Lines {
+        source: String,
+        name: String,
+        content_sha256: String,
+        lines: Vec<CostLine>,
+    },
 }
 
-/// Stores lines already in memory (Cost Explorer answers, tests) in one transaction.
-pub async fn store_lines(
-    store: &dyn Store,
-    source: &str,
-    name: &str,
-    content_sha256: String,
-    lines: Vec<CostLine>,
-    now_ms: i64,
-) -> Result<ImportSummary, StoreError> {
-    let chunks = chunks_of(lines.into_iter().map(Ok));
-    store_chunks(store, source, name, content_sha256, chunks, now_ms).await
+impl BillFile {
+    /// Its import record and its lines, parsing on a blocking thread. A file that cannot be
+    /// opened hands over its error as its lines, so it is refused like any bad row.
+    async fn open(self, now_ms: i64, delivery: Option<String>) -> (NewImport, LineChunks) {
+        let import = |source: &str, name: String, content_sha256: String| NewImport {
+            source: source.to_owned(),
+            name,
+            content_sha256,
+            imported_ms: now_ms,
+            delivery: delivery.clone(),
+        };
+        let failed = |e: focus::FocusError| chunks_of(std::iter::once(Err(e)));
+        match self {
+            BillFile::FocusPath { path, name } => {
+                let opened = tokio::task::spawn_blocking(move || {
+                    let sha =
+                        sha256_of_file(&path).map_err(|e| focus::FocusError::Io(e.to_string()))?;
+                    Ok::<_, focus::FocusError>((sha, focus::open_path(&path)?))
+                })
+                .await
+                .unwrap_or_else(|e| Err(focus::FocusError::Io(e.to_string())));
+                match opened {
+                    Ok((sha, rows)) => (import("focus", name, sha), chunks_of(rows)),
+                    Err(e) => (import("focus", name, String::new()), failed(e)),
+                }
+            }
+            BillFile::FocusBytes { name, bytes } => {
+                let sha = sha256_hex(&bytes);
+                match focus::open_bytes(bytes) {
+                    Ok(rows) => (import("focus", name, sha), chunks_of(rows)),
+                    Err(e) => (import("focus", name, sha), failed(e)),
+                }
+            }
+            BillFile::Lines {
+                source,
+                name,
+                content_sha256,
+                lines,
+            } => (
+                import(&source, name, content_sha256),
+                chunks_of(lines.into_iter().map(Ok)),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    /// The file is refused; nothing of it was stored.
+    /// A file is refused; nothing of the delivery was stored.
     #[error("{file}: {error}")]
     Focus {
         file: String,
@@ -207,58 +218,129 @@ pub enum ImportError {
     Store(StoreError),
 }
 
-impl ImportError {
-    fn of(file: &str, e: StoreError) -> Self {
+impl From<StoreError> for ImportError {
+    fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Rejected(error) => ImportError::Focus {
-                file: file.to_owned(),
-                error,
-            },
+            StoreError::Rejected { file, error } => ImportError::Focus { file, error },
             e => ImportError::Store(e),
         }
     }
 }
 
-/// Imports one FOCUS file on disk (CSV, CSV.gz or Parquet), streaming: memory stays bounded
-/// whatever the file's size. `name` is what the billing page calls it.
+/// Imports the files of one delivery in one transaction: all of them, or (on any error) none.
+/// Each file is parsed while the one before it is stored; memory stays bounded whatever their
+/// size. `replaces` says which earlier files of the same periods they replace.
+pub async fn import_files(
+    store: &dyn Store,
+    replaces: Replaces,
+    delivery: Option<String>,
+    files: Vec<BillFile>,
+    now_ms: i64,
+) -> Result<Vec<ImportSummary>, ImportError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for file in files {
+            if tx
+                .send(file.open(now_ms, delivery.clone()).await)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let outcomes = store.import_bill(replaces, &mut rx).await?;
+    Ok(outcomes.into_iter().map(ImportSummary::from).collect())
+}
+
+impl From<ImportOutcome> for ImportSummary {
+    fn from(outcome: ImportOutcome) -> Self {
+        match outcome {
+            ImportOutcome::Imported {
+                import_id,
+                replaced_lines,
+                rows,
+                billed_total,
+                effective_total,
+            } => ImportSummary {
+                import_id,
+                new: true,
+                rows,
+                billed_total,
+                effective_total,
+                replaced_lines,
+            },
+            ImportOutcome::AlreadyImported { import_id } => ImportSummary {
+                import_id,
+                new: false,
+                rows: 0,
+                billed_total: Decimal::ZERO,
+                effective_total: Decimal::ZERO,
+                replaced_lines: 0,
+            },
+        }
+    }
+}
+
+async fn import_one(
+    store: &dyn Store,
+    replaces: Replaces,
+    file: BillFile,
+    now_ms: i64,
+) -> Result<ImportSummary, ImportError> {
+    import_files(store, replaces, None, vec![file], now_ms)
+        .await?
+        .pop()
+        .ok_or_else(|| ImportError::Store(StoreError::Invalid("no file was imported".into())))
+}
+
+/// Stores lines that are the whole of their billing periods (a Cost Explorer sync), replacing
+/// whatever earlier imports said about those periods.
+pub async fn store_lines(
+    store: &dyn Store,
+    source: &str,
+    name: &str,
+    content_sha256: String,
+    lines: Vec<CostLine>,
+    now_ms: i64,
+) -> Result<ImportSummary, ImportError> {
+    let file = BillFile::Lines {
+        source: source.to_owned(),
+        name: name.to_owned(),
+        content_sha256,
+        lines,
+    };
+    import_one(store, Replaces::WholePeriods, file, now_ms).await
+}
+
+/// Imports one FOCUS file on disk (CSV, CSV.gz or Parquet), streaming. It replaces an earlier
+/// file of the same name in the periods it covers, and adds to them otherwise (part 2 of a
+/// multi-part export). `name` is what the billing page calls it.
 pub async fn import_focus_file(
     store: &dyn Store,
     path: &Path,
     name: &str,
     now_ms: i64,
 ) -> Result<ImportSummary, ImportError> {
-    let refused = |error| ImportError::Focus {
-        file: name.to_owned(),
-        error,
+    let file = BillFile::FocusPath {
+        path: path.to_owned(),
+        name: name.to_owned(),
     };
-    let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || {
-        let sha = sha256_of_file(&owned).map_err(|e| focus::FocusError::Io(e.to_string()))?;
-        Ok::<_, focus::FocusError>((sha, focus::open_path(&owned)?))
-    })
-    .await
-    .map_err(|e| refused(focus::FocusError::Io(e.to_string())))?;
-    let (sha, rows) = opened.map_err(refused)?;
-    store_chunks(store, "focus", name, sha, chunks_of(rows), now_ms)
-        .await
-        .map_err(|e| ImportError::of(name, e))
+    import_one(store, Replaces::SameName, file, now_ms).await
 }
 
-/// Imports one FOCUS file held in memory (the demo, small uploads).
+/// Imports one FOCUS file held in memory (the demo), like [`import_focus_file`].
 pub async fn import_focus(
     store: &dyn Store,
     name: &str,
     bytes: Vec<u8>,
     now_ms: i64,
 ) -> Result<ImportSummary, ImportError> {
-    let sha = sha256_hex(&bytes);
-    let rows = focus::open_bytes(bytes).map_err(|error| ImportError::Focus {
-        file: name.to_owned(),
-        error,
-    })?;
-    store_chunks(store, "focus", name, sha, chunks_of(rows), now_ms)
-        .await
-        .map_err(|e| ImportError::of(name, e))
+    let file = BillFile::FocusBytes {
+        name: name.to_owned(),
+        bytes,
+    };
+    import_one(store, Replaces::SameName, file, now_ms).await
 }
 
 #[cfg(test)]

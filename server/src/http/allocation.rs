@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/allocation", get(get_allocation))
         .route("/api/v1/billing/imports", get(get_imports))
+        .route("/api/v1/billing/periods", get(get_periods))
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,6 +217,71 @@ async fn get_imports(
                 current_rows: r.current_lines,
                 billed_total: r.billed_total,
                 effective_total: r.effective_total,
+            })
+            .collect(),
+    ))
+}
+
+#[derive(Serialize)]
+struct PeriodJson {
+    provider: String,
+    billing_account_id: String,
+    billing_period_start: String,
+    currency: String,
+    /// Over the files in force.
+    rows: i64,
+    billed_total: String,
+    effective_total: String,
+    files: Vec<PeriodFileJson>,
+}
+
+#[derive(Serialize)]
+struct PeriodFileJson {
+    import_id: i64,
+    name: String,
+    source: String,
+    delivery: Option<String>,
+    imported_at: String,
+    rows: i64,
+    billed_total: Option<String>,
+    effective_total: Option<String>,
+    replaced_at: Option<String>,
+    replaced_by: Option<i64>,
+}
+
+/// `GET /api/v1/billing/periods`: each billing period with the files that make it up.
+async fn get_periods(
+    State(state): State<AppState>,
+    _user: SignedIn,
+) -> Result<Json<Vec<PeriodJson>>, ApiError> {
+    let rows = state.store.billing_file_periods().await?;
+    Ok(Json(
+        crate::billing::periods::periods_of(rows)
+            .into_iter()
+            .map(|p| PeriodJson {
+                provider: p.provider,
+                billing_account_id: p.billing_account_id,
+                billing_period_start: allocation::rfc3339(p.period_start_ms),
+                currency: p.currency,
+                rows: p.rows,
+                billed_total: crate::money::to_text(p.billed_total),
+                effective_total: crate::money::to_text(p.effective_total),
+                files: p
+                    .files
+                    .into_iter()
+                    .map(|f| PeriodFileJson {
+                        import_id: f.import_id,
+                        name: f.name,
+                        source: f.source,
+                        delivery: f.delivery,
+                        imported_at: allocation::rfc3339(f.imported_ms),
+                        rows: f.row_count,
+                        billed_total: f.billed_total,
+                        effective_total: f.effective_total,
+                        replaced_at: f.replaced_ms.map(allocation::rfc3339),
+                        replaced_by: f.replaced_by,
+                    })
+                    .collect(),
             })
             .collect(),
     ))

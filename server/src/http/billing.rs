@@ -10,11 +10,16 @@ use axum::Router;
 
 use super::page::{error_page, render_with_status, Chrome};
 use super::AppState;
-use crate::allocation::rfc3339;
-use crate::billing::{self, ImportError};
-use crate::now_ms;
+use std::collections::HashMap;
+
+use rust_decimal::Decimal;
+
+use crate::billing::periods::{periods_of, BillingPeriod};
+use crate::billing::{self, BillFile, ImportError};
+use crate::money::from_text;
 use crate::session::{AdminOnly, SignedIn};
-use crate::store::BillingImportRow;
+use crate::store::Replaces;
+use crate::{format, now_ms};
 
 pub fn router(max_upload_bytes: usize) -> Router<AppState> {
     Router::new().route("/billing", get(billing_page)).route(
@@ -23,14 +28,25 @@ pub fn router(max_upload_bytes: usize) -> Router<AppState> {
     )
 }
 
-pub struct ImportView {
+/// One billing period as the page shows it.
+pub struct PeriodView {
+    pub title: String,
+    pub summary: String,
+    pub rows: String,
+    pub billed: String,
+    pub effective: String,
+    pub files: Vec<FileView>,
+}
+
+pub struct FileView {
     pub name: String,
     pub source: String,
     pub imported_at: String,
-    pub rows: i64,
-    pub current_rows: i64,
-    pub billed_total: String,
-    pub effective_total: String,
+    pub rows: String,
+    pub billed: String,
+    pub effective: String,
+    pub status: String,
+    pub in_force: bool,
 }
 
 #[derive(Template)]
@@ -39,21 +55,93 @@ struct BillingPage {
     chrome: Option<Chrome>,
     is_admin: bool,
     csrf: String,
-    imports: Vec<ImportView>,
+    periods: Vec<PeriodView>,
     notice: Option<String>,
     error: Option<String>,
 }
 
-fn view(r: BillingImportRow) -> ImportView {
-    ImportView {
-        name: r.name,
-        source: r.source,
-        imported_at: rfc3339(r.imported_ms),
-        rows: r.row_count,
-        current_rows: r.current_lines,
-        billed_total: r.billed_total,
-        effective_total: r.effective_total,
+/// `September 2024` for a calendar month's bill; the day for a daily one (Cost Explorer).
+fn period_label(start_ms: i64) -> String {
+    use chrono::Datelike;
+    match chrono::DateTime::from_timestamp_millis(start_ms) {
+        Some(d) if d.day() == 1 && d.timestamp() % 86_400 == 0 => d.format("%B %Y").to_string(),
+        Some(d) => d.format("%Y-%m-%d").to_string(),
+        None => start_ms.to_string(),
     }
+}
+
+fn minute(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%Y-%m-%d %H:%M UTC").to_string(),
+    )
+}
+
+fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
+    let names: HashMap<i64, String> = periods
+        .iter()
+        .flat_map(|p| p.files.iter().map(|f| (f.import_id, f.name.clone())))
+        .collect();
+    periods
+        .into_iter()
+        .map(|p| {
+            let money = |d: Decimal| format::money(d, &p.currency);
+            let text_money = |t: &Option<String>| {
+                t.as_deref()
+                    .map_or_else(|| "—".to_owned(), |t| money(from_text(t)))
+            };
+            let in_force = p.files.iter().filter(|f| f.replaced_ms.is_none()).count();
+            let files = p
+                .files
+                .iter()
+                .map(|f| FileView {
+                    name: f.name.clone(),
+                    source: match &f.delivery {
+                        Some(d) => format!("{} (run {d})", f.source),
+                        None => f.source.clone(),
+                    },
+                    imported_at: minute(f.imported_ms),
+                    rows: format::thousands(f.row_count),
+                    billed: text_money(&f.billed_total),
+                    effective: text_money(&f.effective_total),
+                    status: match (f.replaced_ms, f.replaced_by) {
+                        (None, _) => "in force".into(),
+                        (Some(at), Some(by)) => format!(
+                            "replaced {} by {}",
+                            minute(at),
+                            names
+                                .get(&by)
+                                .map_or_else(|| format!("import {by}"), Clone::clone)
+                        ),
+                        (Some(at), None) => format!("replaced {}", minute(at)),
+                    },
+                    in_force: f.replaced_ms.is_none(),
+                })
+                .collect();
+            PeriodView {
+                title: format!(
+                    "{} · {} · billing account {} · {}",
+                    period_label(p.period_start_ms),
+                    p.provider,
+                    p.billing_account_id,
+                    p.currency
+                ),
+                summary: format!(
+                    "{} of {} {} in force: {} rows, billed {}, effective {}.",
+                    in_force,
+                    p.files.len(),
+                    if p.files.len() == 1 { "file" } else { "files" },
+                    format::thousands(p.rows),
+                    money(p.billed_total),
+                    money(p.effective_total)
+                ),
+                rows: format::thousands(p.rows),
+                billed: money(p.billed_total),
+                effective: money(p.effective_total),
+                files,
+            }
+        })
+        .collect()
 }
 
 async fn render(
@@ -63,14 +151,14 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Response {
-    match state.store.billing_imports().await {
+    match state.store.billing_file_periods().await {
         Ok(rows) => render_with_status(
             status,
             &BillingPage {
                 chrome: Some(Chrome::from(user)),
                 is_admin: user.is_admin(),
                 csrf: user.csrf.clone(),
-                imports: rows.into_iter().map(view).collect(),
+                periods: views(periods_of(rows)),
                 notice,
                 error,
             },
@@ -96,6 +184,7 @@ async fn upload(
     mut form: Multipart,
 ) -> Response {
     let mut csrf = String::new();
+    let mut whole_periods = false;
     // The file goes to a temporary file as it arrives, so a bill of any size is read from disk
     // in bounded memory.
     let mut file: Option<(String, tempfile::NamedTempFile)> = None;
@@ -142,8 +231,10 @@ async fn upload(
                         .await
                     }
                 };
-                if name == "csrf" {
-                    csrf = String::from_utf8_lossy(&bytes).into_owned();
+                match name.as_str() {
+                    "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
+                    "whole_periods" => whole_periods = !bytes.is_empty(),
+                    _ => {}
                 }
             }
             Ok(None) => break,
@@ -172,8 +263,21 @@ async fn upload(
         )
         .await;
     };
-    match billing::import_focus_file(state.store.as_ref(), tmp.path(), &name, now_ms()).await {
-        Ok(s) if s.new => {
+    let replaces = if whole_periods {
+        Replaces::WholePeriods
+    } else {
+        Replaces::SameName
+    };
+    let file = BillFile::FocusPath {
+        path: tmp.path().to_owned(),
+        name: name.clone(),
+    };
+    let imported =
+        billing::import_files(state.store.as_ref(), replaces, None, vec![file], now_ms())
+            .await
+            .map(|mut s| s.pop());
+    match imported {
+        Ok(Some(s)) if s.new => {
             let notice = format!(
                 "{name}: imported {} rows (billed {}, effective {}); replaced {} older rows.",
                 s.rows, s.billed_total, s.effective_total, s.replaced_lines

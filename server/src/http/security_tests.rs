@@ -45,6 +45,7 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/review/{month}", Access::Viewer),
     ("GET", "/api/v1/allocation", Access::Viewer),
     ("GET", "/api/v1/billing/imports", Access::Viewer),
+    ("GET", "/api/v1/billing/periods", Access::Viewer),
     ("GET", "/api/v1/incidents", Access::Viewer),
     ("GET", "/api/v1/recommendations", Access::Viewer),
     ("POST", "/logout", Access::Viewer),

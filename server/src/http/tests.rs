@@ -520,13 +520,25 @@ async fn sign_in_sets_a_hardened_cookie_and_checks_the_form_token() {
 }
 
 fn multipart(csrf: &str, file: &[u8]) -> (String, Vec<u8>) {
+    multipart_named(csrf, "bill.csv", &[], file)
+}
+
+/// A form upload as a browser sends it: the form token, other fields, then the file.
+fn multipart_named(
+    csrf: &str,
+    file_name: &str,
+    fields: &[(&str, &str)],
+    file: &[u8],
+) -> (String, Vec<u8>) {
     let boundary = "gpl-test-boundary";
     let mut body = Vec::new();
-    body.extend_from_slice(
-        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"csrf\"\r\n\r\n{csrf}\r\n")
-            .as_bytes(),
-    );
-    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bill.csv\"\r\nContent-Type: text/csv\r\n\r\n").as_bytes());
+    for (name, value) in [("csrf", csrf)].iter().chain(fields) {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .as_bytes(),
+        );
+    }
+    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: text/csv\r\n\r\n").as_bytes());
     body.extend_from_slice(file);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     (format!("multipart/form-data; boundary={boundary}"), body)
@@ -584,8 +596,79 @@ async fn only_admins_upload_bills_and_only_with_the_form_token() {
             (imports.len(), imports[0].effective_total.as_str()),
             (1, "1.25")
         );
-        let (_, page) = upload(admin, admin_csrf, BILL.as_bytes().to_vec()).await;
+        let (_, page) = upload(admin.clone(), admin_csrf.clone(), BILL.as_bytes().to_vec()).await;
         assert!(page.contains("was imported before; nothing changed"));
+    }
+}
+
+/// May delivered in two parts, then again as one file that is the whole period: the billing
+/// page and the periods API show which files make up the period and which were replaced.
+#[tokio::test]
+async fn the_billing_page_shows_the_files_of_each_period() {
+    for (api, _db) in apis().await {
+        let (admin, csrf) = api.session("admin").await;
+        let upload =
+            |name: &'static str, fields: &'static [(&'static str, &'static str)], file: String| {
+                let app = api.app.clone();
+                let (admin, csrf) = (admin.clone(), csrf.clone());
+                async move {
+                    let (ct, body) = multipart_named(&csrf, name, fields, file.as_bytes());
+                    let req = Request::post("/billing/import")
+                        .header("content-type", ct)
+                        .header("cookie", admin)
+                        .body(Body::from(body))
+                        .unwrap();
+                    let resp = app.oneshot(req).await.unwrap();
+                    let status = resp.status();
+                    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                        .await
+                        .unwrap();
+                    (status, String::from_utf8_lossy(&body).into_owned())
+                }
+            };
+        let b = api.backend;
+        let (status, _) = upload("may-00001.csv", &[], BILL.to_owned()).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let part2 = BILL.replace("1.5,1.25,1.5", "1234.5,1000,1234.5");
+        let (_, page) = upload("may-00002.csv", &[], part2).await;
+        assert!(
+            page.contains("replaced 0 older rows"),
+            "{b}: part 2 adds to part 1"
+        );
+        assert!(
+            page.contains("May 2026 · AWS · billing account 1 · USD"),
+            "{b}: {page}"
+        );
+        assert!(
+            page.contains("2 of 2 files in force: 2 rows, billed $1,236.00, effective $1,001.25."),
+            "{b}: {page}"
+        );
+
+        let whole = BILL.replace("1.5,1.25,1.5", "7,7,7");
+        let (_, page) = upload("may-final.csv", &[("whole_periods", "1")], whole).await;
+        assert!(page.contains("replaced 2 older rows"), "{b}: {page}");
+        assert!(
+            page.contains("1 of 3 files in force: 1 rows, billed $7.00, effective $7.00."),
+            "{b}: {page}"
+        );
+        assert_eq!(page.matches("by may-final.csv").count(), 2, "{b}: {page}");
+
+        let (status, body) = api.get_as("/api/v1/billing/periods", Some(&admin)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let periods: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(periods.as_array().unwrap().len(), 1, "{b}");
+        assert_eq!(periods[0]["billed_total"], "7", "{b}");
+        assert_eq!(
+            periods[0]["billing_period_start"], "2026-05-01T00:00:00Z",
+            "{b}"
+        );
+        let files = periods[0]["files"].as_array().unwrap();
+        assert_eq!(files.len(), 3, "{b}");
+        assert!(
+            files[0]["replaced_at"].is_string() && files[2]["replaced_at"].is_null(),
+            "{b}"
+        );
+        assert_eq!(files[0]["replaced_by"], files[2]["import_id"], "{b}");
     }
 }
 

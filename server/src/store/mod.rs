@@ -31,9 +31,12 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("{0}")]
     Invalid(String),
-    /// A bill's lines were refused while being stored: nothing of the import was kept.
-    #[error(transparent)]
-    Rejected(#[from] crate::billing::focus::FocusError),
+    /// A bill file was refused while being stored: nothing of the import was kept.
+    #[error("{file}: {error}")]
+    Rejected {
+        file: String,
+        error: crate::billing::focus::FocusError,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -239,6 +242,59 @@ pub struct NewImport {
     pub name: String,
     pub content_sha256: String,
     pub imported_ms: i64,
+    /// The export run the file came in (a manifest's execution or assembly id), if known.
+    pub delivery: Option<String>,
+}
+
+/// One file's lines in one billing period.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PeriodTotals {
+    pub rows: u64,
+    pub billed: rust_decimal::Decimal,
+    pub effective: rust_decimal::Decimal,
+}
+
+impl PeriodTotals {
+    fn add(&mut self, l: &crate::billing::CostLine) {
+        self.rows += 1;
+        self.billed += l.billed_cost;
+        self.effective += l.effective_cost;
+    }
+}
+
+/// A file's (provider, billing account, billing period, currency)s with its lines in each: a
+/// file covers a handful, so a list beats a map.
+pub type FilePeriods = Vec<((String, String, i64, String), PeriodTotals)>;
+
+/// Which earlier files a newly imported bill replaces, in the (provider, billing account,
+/// billing period) triples its lines cover. Files never replace other periods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaces {
+    /// An earlier file of the same name and source: the same part delivered again. A file of
+    /// another name adds to the period (part 2 of a multi-part export, an incremental report).
+    SameName,
+    /// Every earlier file: the files imported together are the whole of their periods (an
+    /// export run's manifest, a Cost Explorer sync, `--whole-periods`).
+    WholePeriods,
+}
+
+/// One file's share of one billing period, for the billing page.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillingFilePeriodRow {
+    pub import_id: i64,
+    pub name: String,
+    pub source: String,
+    pub imported_ms: i64,
+    pub delivery: Option<String>,
+    pub provider: String,
+    pub billing_account_id: String,
+    pub billing_period_start_ms: i64,
+    pub currency: String,
+    pub row_count: i64,
+    pub billed_total: Option<String>,
+    pub effective_total: Option<String>,
+    pub replaced_ms: Option<i64>,
+    pub replaced_by: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -434,15 +490,17 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<StoredProcessWindow>, StoreError>;
     async fn batch_count(&self) -> Result<i64, StoreError>;
 
-    /// Stores a bill's lines, read from `lines` as they are parsed, in one transaction,
-    /// replacing the lines earlier imports held for the same (provider, billing account,
-    /// billing period). The same content imports once. A parse error from `lines` rolls the
-    /// whole import back and comes back as [`StoreError::Rejected`].
-    async fn import_cost_lines(
+    /// Stores the files of one delivery, each file's lines read as they are parsed, in one
+    /// transaction, then replaces what `replaces` names in the periods they cover. A file whose
+    /// content was imported before changes nothing (but counts as part of the delivery). A
+    /// parse error rolls everything back and comes back as [`StoreError::Rejected`].
+    async fn import_bill(
         &self,
-        import: &NewImport,
-        lines: &mut crate::billing::LineChunks,
-    ) -> Result<ImportOutcome, StoreError>;
+        replaces: Replaces,
+        files: &mut crate::billing::BillFiles,
+    ) -> Result<Vec<ImportOutcome>, StoreError>;
+    /// Every file's share of every billing period, by provider, account and period.
+    async fn billing_file_periods(&self) -> Result<Vec<BillingFilePeriodRow>, StoreError>;
     async fn billing_imports(&self) -> Result<Vec<BillingImportRow>, StoreError>;
     /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
     async fn cost_lines(&self, from_ms: i64, to_ms: i64)
@@ -1449,58 +1507,88 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
-        async fn import_cost_lines_sql(
-            pool: &sqlx::Pool<$db>,
-            import: &$crate::store::NewImport,
-            lines: &mut $crate::billing::LineChunks,
-        ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
-            use $crate::money::to_text;
-            let mut tx = pool.begin().await?;
-            let existing: Option<(i64,)> =
-                sqlx::query_as("SELECT id FROM billing_imports WHERE content_sha256 = $1")
-                    .bind(&import.content_sha256)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if let Some((import_id,)) = existing {
-                return Ok($crate::store::ImportOutcome::AlreadyImported { import_id });
-            }
-            // Counts and totals are known once the last line is read: written at the end.
-            let (import_id,): (i64,) = sqlx::query_as(
-                "INSERT INTO billing_imports (source, name, content_sha256, imported_ms, row_count,
-                                              billed_total, effective_total)
-                 VALUES ($1, $2, $3, $4, 0, '0', '0') RETURNING id",
+        /// Sums, once, the per-period totals of files imported before `billing_file_periods`
+        /// existed (its migration could count their lines but not sum decimal text exactly).
+        async fn backfill_file_period_totals(
+            tx: &mut sqlx::Transaction<'_, $db>,
+        ) -> Result<(), $crate::store::StoreError> {
+            use $crate::money::{from_text, to_text};
+            let missing: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
+                "SELECT import_id, provider, billing_account_id, billing_period_start_ms, currency
+                 FROM billing_file_periods WHERE billed_total IS NULL",
             )
-            .bind(&import.source)
-            .bind(&import.name)
-            .bind(&import.content_sha256)
-            .bind(import.imported_ms)
-            .fetch_one(&mut *tx)
+            .fetch_all(&mut **tx)
             .await?;
+            for (import_id, provider, account, period, currency) in missing {
+                let amounts: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT billed_cost, effective_cost FROM cost_lines
+                     WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                       AND billing_period_start_ms = $4 AND currency = $5",
+                )
+                .bind(import_id)
+                .bind(&provider)
+                .bind(&account)
+                .bind(period)
+                .bind(&currency)
+                .fetch_all(&mut **tx)
+                .await?;
+                let billed: rust_decimal::Decimal = amounts.iter().map(|a| from_text(&a.0)).sum();
+                let effective: rust_decimal::Decimal =
+                    amounts.iter().map(|a| from_text(&a.1)).sum();
+                sqlx::query(
+                    "UPDATE billing_file_periods SET billed_total = $1, effective_total = $2
+                     WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
+                       AND billing_period_start_ms = $6 AND currency = $7",
+                )
+                .bind(to_text(billed))
+                .bind(to_text(effective))
+                .bind(import_id)
+                .bind(&provider)
+                .bind(&account)
+                .bind(period)
+                .bind(&currency)
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(())
+        }
 
-            let mut rows = 0u64;
-            let mut billed_total = rust_decimal::Decimal::ZERO;
-            let mut effective_total = rust_decimal::Decimal::ZERO;
-            let mut periods: std::collections::BTreeSet<(String, String, i64)> =
-                Default::default();
-            // Distinct charge periods: a month of hourly lines has a few hundred.
-            let mut spans: std::collections::HashSet<(i64, i64)> = Default::default();
+        /// Inserts one file's lines as they arrive; returns its per-period counts and totals.
+        async fn insert_bill_file(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            import_id: i64,
+            file: &str,
+            lines: &mut $crate::billing::LineChunks,
+            spans: &mut std::collections::HashSet<(i64, i64)>,
+        ) -> Result<$crate::store::FilePeriods, $crate::store::StoreError> {
+            use $crate::money::to_text;
+            let mut periods = $crate::store::FilePeriods::new();
             while let Some(chunk) = lines.recv().await {
-                let chunk = chunk?;
+                let chunk = chunk.map_err(|error| $crate::store::StoreError::Rejected {
+                    file: file.to_owned(),
+                    error,
+                })?;
                 for l in &chunk {
-                    billed_total += l.billed_cost;
-                    effective_total += l.effective_cost;
+                    // Distinct charge periods: a month of hourly lines has a few hundred.
                     spans.insert((l.charge_period_start_ms, l.charge_period_end_ms));
-                    if !periods.iter().any(|(p, a, s)| {
-                        *s == l.billing_period_start_ms && p == &l.provider && a == &l.billing_account_id
+                    let key = (
+                        l.provider.as_str(),
+                        l.billing_account_id.as_str(),
+                        l.billing_period_start_ms,
+                        l.currency.as_str(),
+                    );
+                    match periods.iter_mut().find(|(p, _)| {
+                        (p.0.as_str(), p.1.as_str(), p.2, p.3.as_str()) == key
                     }) {
-                        periods.insert((
-                            l.provider.clone(),
-                            l.billing_account_id.clone(),
-                            l.billing_period_start_ms,
-                        ));
+                        Some((_, t)) => t.add(l),
+                        None => {
+                            let mut t = $crate::store::PeriodTotals::default();
+                            t.add(l);
+                            let key = (key.0.to_owned(), key.1.to_owned(), key.2, key.3.to_owned());
+                            periods.push((key, t));
+                        }
                     }
                 }
-                rows += chunk.len() as u64;
                 // Multi-row inserts: 23 parameters a row stays under both backends' limits.
                 for part in chunk.chunks(500) {
                     let mut q = sqlx::QueryBuilder::<$db>::new(
@@ -1536,61 +1624,220 @@ macro_rules! shared_sql_impl {
                             .push_bind(&l.tags_json)
                             .push_bind(&l.extra_json);
                     });
-                    q.build().execute(&mut *tx).await?;
+                    q.build().execute(&mut **tx).await?;
                 }
             }
-
-            // A newer export of a billing period replaces what earlier imports said about it;
-            // the hours whose attribution changes are those of the new lines and replaced ones.
-            let mut spans: Vec<(i64, i64)> = spans.into_iter().collect();
-            let mut replaced_lines = 0u64;
-            for (provider, account, period) in &periods {
-                let old: (Option<i64>, Option<i64>) = sqlx::query_as(
-                    "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
-                     WHERE provider = $1 AND billing_account_id = $2
-                       AND billing_period_start_ms = $3 AND import_id <> $4",
+            for ((provider, account, period, currency), t) in &periods {
+                sqlx::query(
+                    "INSERT INTO billing_file_periods (import_id, provider, billing_account_id,
+                         billing_period_start_ms, currency, row_count, billed_total,
+                         effective_total)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
+                .bind(import_id)
                 .bind(provider)
                 .bind(account)
                 .bind(*period)
+                .bind(currency)
+                .bind(t.rows as i64)
+                .bind(to_text(t.billed))
+                .bind(to_text(t.effective))
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(periods)
+        }
+
+        async fn import_bill_sql(
+            pool: &sqlx::Pool<$db>,
+            replaces: $crate::store::Replaces,
+            files: &mut $crate::billing::BillFiles,
+        ) -> Result<Vec<$crate::store::ImportOutcome>, $crate::store::StoreError> {
+            use $crate::money::to_text;
+            use $crate::store::{ImportOutcome, Replaces};
+            type Period = (String, String, i64);
+            let mut tx = pool.begin().await?;
+            backfill_file_period_totals(&mut tx).await?;
+            let mut outcomes: Vec<ImportOutcome> = Vec::new();
+            // The delivery's files (new, or imported before with the same content), with the
+            // name, source and periods of each; the charge periods of new lines.
+            let mut delivery: Vec<(i64, String, String, Vec<Period>)> = Vec::new();
+            let mut spans: std::collections::HashSet<(i64, i64)> = Default::default();
+            let mut now_ms = 0;
+            while let Some((import, mut lines)) = files.recv().await {
+                now_ms = now_ms.max(import.imported_ms);
+                let existing: Option<(i64,)> =
+                    sqlx::query_as("SELECT id FROM billing_imports WHERE content_sha256 = $1")
+                        .bind(&import.content_sha256)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if let Some((import_id,)) = existing {
+                    // Dropping `lines` stops its parser.
+                    let periods: Vec<Period> = sqlx::query_as(
+                        "SELECT DISTINCT provider, billing_account_id, billing_period_start_ms
+                         FROM billing_file_periods WHERE import_id = $1 AND replaced_ms IS NULL",
+                    )
+                    .bind(import_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    delivery.push((import_id, import.name.clone(), import.source.clone(), periods));
+                    outcomes.push(ImportOutcome::AlreadyImported { import_id });
+                    continue;
+                }
+                // Counts and totals are known once the last line is read: written at the end.
+                let (import_id,): (i64,) = sqlx::query_as(
+                    "INSERT INTO billing_imports (source, name, content_sha256, imported_ms,
+                         row_count, billed_total, effective_total, delivery)
+                     VALUES ($1, $2, $3, $4, 0, '0', '0', $5) RETURNING id",
+                )
+                .bind(&import.source)
+                .bind(&import.name)
+                .bind(&import.content_sha256)
+                .bind(import.imported_ms)
+                .bind(&import.delivery)
+                .fetch_one(&mut *tx)
+                .await?;
+                let periods = insert_bill_file(&mut tx, import_id, &import.name, &mut lines, &mut spans).await?;
+                let mut total = $crate::store::PeriodTotals::default();
+                for (_, t) in &periods {
+                    total.rows += t.rows;
+                    total.billed += t.billed;
+                    total.effective += t.effective;
+                }
+                sqlx::query(
+                    "UPDATE billing_imports SET row_count = $1, billed_total = $2,
+                         effective_total = $3
+                     WHERE id = $4",
+                )
+                .bind(total.rows as i64)
+                .bind(to_text(total.billed))
+                .bind(to_text(total.effective))
                 .bind(import_id)
+                .execute(&mut *tx)
+                .await?;
+                let mut covered: Vec<Period> = periods.into_iter().map(|(p, _)| (p.0, p.1, p.2)).collect();
+                covered.sort();
+                covered.dedup();
+                delivery.push((import_id, import.name.clone(), import.source.clone(), covered));
+                outcomes.push(ImportOutcome::Imported {
+                    import_id,
+                    replaced_lines: 0,
+                    rows: total.rows,
+                    billed_total: total.billed,
+                    effective_total: total.effective,
+                });
+            }
+
+            // What each file of the delivery replaces, period by period.
+            let ours: std::collections::HashSet<i64> = delivery.iter().map(|d| d.0).collect();
+            let mut victims: Vec<(i64, Period, i64)> = Vec::new();
+            let mut seen: std::collections::HashSet<(i64, Period)> = Default::default();
+            for (by, name, source, periods) in &delivery {
+                for (provider, account, period) in periods {
+                    let rows: Vec<(i64, String, String)> = sqlx::query_as(
+                        "SELECT DISTINCT p.import_id, i.name, i.source
+                         FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
+                         WHERE p.provider = $1 AND p.billing_account_id = $2
+                           AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
+                    )
+                    .bind(provider)
+                    .bind(account)
+                    .bind(*period)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    for (victim, victim_name, victim_source) in rows {
+                        let replaced = !ours.contains(&victim)
+                            && match replaces {
+                                Replaces::WholePeriods => true,
+                                Replaces::SameName => {
+                                    &victim_name == name && &victim_source == source
+                                }
+                            };
+                        let key = (victim, (provider.clone(), account.clone(), *period));
+                        if replaced && seen.insert(key.clone()) {
+                            victims.push((key.0, key.1, *by));
+                        }
+                    }
+                }
+            }
+            for (victim, (provider, account, period), by) in victims {
+                let old: (Option<i64>, Option<i64>) = sqlx::query_as(
+                    "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
+                     WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                       AND billing_period_start_ms = $4",
+                )
+                .bind(victim)
+                .bind(&provider)
+                .bind(&account)
+                .bind(period)
                 .fetch_one(&mut *tx)
                 .await?;
                 if let (Some(a), Some(b)) = old {
-                    spans.push((a, b));
+                    spans.insert((a, b));
                 }
-                replaced_lines += sqlx::query(
-                    "DELETE FROM cost_lines WHERE provider = $1 AND billing_account_id = $2
-                       AND billing_period_start_ms = $3 AND import_id <> $4",
+                let deleted = sqlx::query(
+                    "DELETE FROM cost_lines
+                     WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                       AND billing_period_start_ms = $4",
                 )
-                .bind(provider)
-                .bind(account)
-                .bind(*period)
-                .bind(import_id)
+                .bind(victim)
+                .bind(&provider)
+                .bind(&account)
+                .bind(period)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                sqlx::query(
+                    "UPDATE billing_file_periods SET replaced_ms = $1, replaced_by = $2
+                     WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
+                       AND billing_period_start_ms = $6",
+                )
+                .bind(now_ms)
+                .bind(by)
+                .bind(victim)
+                .bind(&provider)
+                .bind(&account)
+                .bind(period)
+                .execute(&mut *tx)
+                .await?;
+                for o in outcomes.iter_mut() {
+                    if let ImportOutcome::Imported {
+                        import_id,
+                        replaced_lines,
+                        ..
+                    } = o
+                    {
+                        if *import_id == by {
+                            *replaced_lines += deleted;
+                        }
+                    }
+                }
             }
+            // The hours whose attribution changes: those of new lines and of replaced ones.
+            let spans: Vec<(i64, i64)> = spans.into_iter().collect();
             let hours = $crate::store::hours_of_spans(&spans);
             mark_dirty_sql(&mut tx, &hours, $crate::store::BILLING_MARK_HOST).await?;
-            sqlx::query(
-                "UPDATE billing_imports SET row_count = $1, billed_total = $2, effective_total = $3
-                 WHERE id = $4",
+            tx.commit().await?;
+            Ok(outcomes)
+        }
+
+        async fn billing_file_periods_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::BillingFilePeriodRow>, $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            backfill_file_period_totals(&mut tx).await?;
+            let rows = sqlx::query_as(
+                "SELECT p.import_id, i.name, i.source, i.imported_ms, i.delivery, p.provider,
+                        p.billing_account_id, p.billing_period_start_ms, p.currency, p.row_count,
+                        p.billed_total, p.effective_total, p.replaced_ms, p.replaced_by
+                 FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
+                 ORDER BY p.billing_period_start_ms DESC, p.provider, p.billing_account_id,
+                          i.imported_ms, i.id",
             )
-            .bind(rows as i64)
-            .bind(to_text(billed_total))
-            .bind(to_text(effective_total))
-            .bind(import_id)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
             tx.commit().await?;
-            Ok($crate::store::ImportOutcome::Imported {
-                import_id,
-                replaced_lines,
-                rows,
-                billed_total,
-                effective_total,
-            })
+            Ok(rows)
         }
 
         async fn billing_imports_sql(
@@ -2313,13 +2560,19 @@ macro_rules! store_impl {
                 // all of it or (a repeat) none of it.
                 ingest_report(&self.pool, report, token_id, agent, now_ms).await
             }
-            async fn import_cost_lines(
+            async fn import_bill(
                 &self,
-                import: &$crate::store::NewImport,
-                lines: &mut $crate::billing::LineChunks,
-            ) -> Result<$crate::store::ImportOutcome, $crate::store::StoreError> {
+                replaces: $crate::store::Replaces,
+                files: &mut $crate::billing::BillFiles,
+            ) -> Result<Vec<$crate::store::ImportOutcome>, $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
-                import_cost_lines_sql(&self.pool, import, lines).await
+                import_bill_sql(&self.pool, replaces, files).await
+            }
+            async fn billing_file_periods(
+                &self,
+            ) -> Result<Vec<$crate::store::BillingFilePeriodRow>, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                billing_file_periods_sql(&self.pool).await
             }
             async fn billing_imports(
                 &self,

@@ -553,6 +553,179 @@ async fn bills_import_once_and_a_newer_export_replaces_its_period() {
     }
 }
 
+/// Runs one statement on a test database, whichever backend it is.
+async fn execute_sql(db: &test_support::TestDb, sql: &str) {
+    if db.backend == "postgres" {
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query(sql).execute(&mut c).await.unwrap();
+    } else {
+        let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+        sqlx::query(sql).execute(&mut c).await.unwrap();
+    }
+}
+
+fn bill_file(
+    name: &str,
+    sha: &str,
+    lines: Vec<crate::billing::CostLine>,
+) -> crate::billing::BillFile {
+    crate::billing::BillFile::Lines {
+        source: "focus".into(),
+        name: name.into(),
+        content_sha256: sha.into(),
+        lines,
+    }
+}
+
+/// A period in several files: part 2 adds to part 1, a corrected part 1 replaces only part 1,
+/// a whole delivery replaces every earlier file, a delivery with a bad file changes nothing,
+/// and the billing page's per-file, per-period rows say all of it.
+#[tokio::test]
+async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again() {
+    use super::Replaces::{SameName, WholePeriods};
+    use crate::billing::{focus::FocusError, import_files};
+    const MAY: i64 = 1_777_593_600_000;
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let s = store.as_ref();
+        let b = db.backend;
+        let in_force = |lines: Vec<super::StoredCostLine>| {
+            let mut costs: Vec<String> = lines.into_iter().map(|l| l.effective_cost).collect();
+            costs.sort();
+            costs
+        };
+        let part1 = bill_file(
+            "exp-00001.csv",
+            "sha-p1",
+            vec![cost_line(0, MAY, "10"), cost_line(1, MAY, "20")],
+        );
+        let part2 = bill_file("exp-00002.csv", "sha-p2", vec![cost_line(0, MAY, "5")]);
+        let got = import_files(s, SameName, None, vec![part1], T0)
+            .await
+            .unwrap();
+        assert_eq!((got[0].rows, got[0].replaced_lines), (2, 0), "{b}");
+        let got = import_files(s, SameName, None, vec![part2], T0 + 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            got[0].replaced_lines, 0,
+            "{b}: part 2 never replaces part 1"
+        );
+        let may = || s.cost_lines(MAY, MAY + 10 * 3_600_000);
+        assert_eq!(in_force(may().await.unwrap()), ["10", "20", "5"], "{b}");
+
+        // The same file again is a no-op.
+        let again = bill_file(
+            "exp-00001.csv",
+            "sha-p1",
+            vec![cost_line(0, MAY, "10"), cost_line(1, MAY, "20")],
+        );
+        let got = import_files(s, SameName, None, vec![again], T0 + 2)
+            .await
+            .unwrap();
+        assert!(!got[0].new, "{b}");
+
+        // Part 1 corrected: replaces part 1, keeps part 2.
+        let fixed = bill_file("exp-00001.csv", "sha-p1b", vec![cost_line(0, MAY, "11")]);
+        let got = import_files(s, SameName, None, vec![fixed], T0 + 3)
+            .await
+            .unwrap();
+        assert_eq!(got[0].replaced_lines, 2, "{b}");
+        let fixed_id = got[0].import_id;
+        assert_eq!(in_force(may().await.unwrap()), ["11", "5"], "{b}");
+
+        // A delivery with a bad file stores nothing and replaces nothing.
+        let good = bill_file("run2-00001.csv", "sha-r1", vec![cost_line(0, MAY, "1")]);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Err(FocusError::Line {
+            line: 7,
+            message: "broken".into(),
+        }))
+        .await
+        .unwrap();
+        drop(tx);
+        let bad_lines = rx;
+        let (ftx, mut files) = tokio::sync::mpsc::channel(2);
+        let good_open = match good {
+            crate::billing::BillFile::Lines { lines, .. } => {
+                crate::billing::chunks_of(lines.into_iter().map(Ok))
+            }
+            _ => unreachable!(),
+        };
+        let import = |name: &str, sha: &str| super::NewImport {
+            source: "focus".into(),
+            name: name.into(),
+            content_sha256: sha.into(),
+            imported_ms: T0 + 4,
+            delivery: Some("run-2".into()),
+        };
+        ftx.send((import("run2-00001.csv", "sha-r1"), good_open))
+            .await
+            .unwrap();
+        ftx.send((import("run2-00002.csv", "sha-r2"), bad_lines))
+            .await
+            .unwrap();
+        drop(ftx);
+        match s.import_bill(WholePeriods, &mut files).await {
+            Err(StoreError::Rejected { file, .. }) => assert_eq!(file, "run2-00002.csv", "{b}"),
+            other => panic!("{b}: {other:?}"),
+        }
+        assert_eq!(in_force(may().await.unwrap()), ["11", "5"], "{b}");
+        assert_eq!(s.billing_imports().await.unwrap().len(), 3, "{b}");
+
+        // The whole delivery: every earlier file of May is replaced.
+        let run2 = vec![
+            bill_file("run2-00001.csv", "sha-r1", vec![cost_line(0, MAY, "1")]),
+            bill_file("run2-00002.csv", "sha-r2", vec![cost_line(0, MAY, "2")]),
+        ];
+        let got = import_files(s, WholePeriods, Some("run-2".into()), run2, T0 + 5)
+            .await
+            .unwrap();
+        assert_eq!(got.iter().map(|g| g.replaced_lines).sum::<u64>(), 2, "{b}");
+        assert_eq!(in_force(may().await.unwrap()), ["1", "2"], "{b}");
+
+        let periods = s.billing_file_periods().await.unwrap();
+        let row = |name: &str, sha_new: bool| {
+            periods
+                .iter()
+                .filter(|p| p.name == name)
+                .find(|p| (p.import_id == fixed_id) == sha_new)
+                .cloned()
+                .unwrap_or_else(|| panic!("{b}: no row for {name}"))
+        };
+        let first = row("exp-00001.csv", false);
+        assert_eq!(first.replaced_by, Some(fixed_id), "{b}");
+        assert_eq!(first.replaced_ms, Some(T0 + 3), "{b}");
+        assert_eq!(
+            (first.row_count, first.billed_total.as_deref()),
+            (2, Some("30")),
+            "{b}"
+        );
+        assert_eq!(row("exp-00001.csv", true).replaced_ms, Some(T0 + 5), "{b}");
+        let run = row("run2-00002.csv", false);
+        assert_eq!(
+            (run.replaced_ms, run.delivery.as_deref()),
+            (None, Some("run-2")),
+            "{b}"
+        );
+        assert_eq!(
+            periods.iter().filter(|p| p.replaced_ms.is_none()).count(),
+            2,
+            "{b}"
+        );
+
+        // Files imported before per-period totals existed are summed once, on first read.
+        execute_sql(
+            &db,
+            "UPDATE billing_file_periods SET billed_total = NULL, effective_total = NULL",
+        )
+        .await;
+        let again = s.billing_file_periods().await.unwrap();
+        let run = again.iter().find(|p| p.name == "run2-00002.csv").unwrap();
+        assert_eq!(run.billed_total.as_deref(), Some("2"), "{b}");
+    }
+}
+
 #[tokio::test]
 async fn hosts_carry_a_normalised_instance_key() {
     for db in test_support::both().await {
