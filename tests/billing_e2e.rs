@@ -704,3 +704,126 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
     assert!(out.contains("replaced 1 older rows"), "{out}");
     assert_eq!(in_force(store.clone()).await, ["-3", "31"]);
 }
+
+/// The demo fleet's previous month (a month of rollups and a full FOCUS 1.2 bill), exported as
+/// FOCUS CSV and Parquet by the real server: the FinOps Foundation's validator passes both
+/// (scripts/focus-validate), every bill line's rows add up to it exactly, and the export's
+/// totals are the bill's over the month. On SQLite and PostgreSQL.
+async fn focus_export_passes_the_validator(db: TestDb) {
+    let store = db.open().await;
+    let card = gpuledger_server::billing::ratecard::RateCard::default_card();
+    let token = create_token(&db.url, "demo");
+    let token_id = store
+        .active_token(&gpuledger_server::auth::hash_token(&token))
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    let now = gpuledger_server::now_ms();
+    gpuledger_server::demo::seed(store.as_ref(), &card, token_id, now)
+        .await
+        .unwrap();
+    let this_month = gpuledger_server::billing::focus::month_start_ms(now);
+    let last_month = gpuledger_server::billing::focus::month_start_ms(this_month - 1);
+    let server = start_server(&db.url, free_port()).await;
+    let viewer = signed_in(&server, "viewer").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (from, to) = (iso(last_month), iso(this_month));
+    let mut files = Vec::new();
+    for (format, name) in [("focus", "month.csv"), ("focus-parquet", "month.parquet")] {
+        let url = format!(
+            "{}/api/v1/allocation?from={from}&to={to}&format={format}",
+            server.url
+        );
+        let resp = viewer.get(&url).send().await.unwrap();
+        assert!(resp.status().is_success(), "{url}: {}", resp.status());
+        let path = dir.path().join(name);
+        std::fs::write(&path, resp.bytes().await.unwrap()).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = std::process::Command::new(root.join("scripts/focus-validate"))
+            .arg(&path)
+            .arg(root.join("../shared/focus-samples/allocated_method_details.schema.json"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: {name}: {text}{}",
+            db.backend,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("0 errored"), "{}: {text}", db.backend);
+        assert!(
+            text.contains("split rows checked"),
+            "{}: {text}",
+            db.backend
+        );
+        files.push(path);
+    }
+
+    // The CSV adds up to the bill over the month, and a split line's rows to the line.
+    let mut reader = csv::Reader::from_path(&files[0]).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let (billed, effective, method) = (
+        col("BilledCost"),
+        col("EffectiveCost"),
+        col("AllocatedMethodId"),
+    );
+    let (resource, start) = (col("ResourceId"), col("ChargePeriodStart"));
+    let mut totals = (Decimal::ZERO, Decimal::ZERO);
+    let mut split_rows = 0;
+    let mut by_line_hour: BTreeMap<(String, String), Decimal> = BTreeMap::new();
+    for r in reader.records() {
+        let r = r.unwrap();
+        totals.0 += d(&r[billed]);
+        totals.1 += d(&r[effective]);
+        if !r[method].is_empty() {
+            split_rows += 1;
+            *by_line_hour
+                .entry((r[resource].to_owned(), r[start].to_owned()))
+                .or_default() += d(&r[effective]);
+        }
+    }
+    let lines = store.bill_lines(last_month, this_month).await.unwrap();
+    let bill_effective: Decimal = lines
+        .iter()
+        .map(|l| {
+            let e = d(&l.effective_cost);
+            let (s, end) = (l.charge_period_start_ms, l.charge_period_end_ms);
+            // Only the part of the month (the demo's lines are inside it).
+            assert!(s >= last_month && end <= this_month, "{}", db.backend);
+            e
+        })
+        .sum();
+    let bill_billed: Decimal = lines.iter().map(|l| d(&l.billed_cost)).sum();
+    assert_eq!(totals, (bill_billed, bill_effective), "{}", db.backend);
+    assert!(
+        split_rows > lines.len(),
+        "{}: GPU lines are split",
+        db.backend
+    );
+    // Every hourly GPU line is split into rows that add up to it exactly.
+    for l in lines.iter().filter(|l| {
+        l.charge_period_end_ms - l.charge_period_start_ms == 3_600_000
+            && l.service_name.as_deref() == Some("Amazon Elastic Compute Cloud")
+    }) {
+        let key = (
+            l.resource_id.clone().unwrap_or_default(),
+            iso(l.charge_period_start_ms),
+        );
+        if let Some(sum) = by_line_hour.get(&key) {
+            assert_eq!(*sum, d(&l.effective_cost), "{}: {key:?}", db.backend);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn focus_export_passes_the_validator_sqlite() {
+    focus_export_passes_the_validator(test_support::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn focus_export_passes_the_validator_postgres() {
+    focus_export_passes_the_validator(test_support::postgres().await).await;
+}

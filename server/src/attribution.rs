@@ -133,8 +133,25 @@ pub fn hour_floor(ms: i64) -> i64 {
 
 /// Spreads each cost line over the hours of its charge period in `[from_ms, to_ms)`, exactly.
 pub(crate) fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, Decimal)> {
-    let amount = from_text(&line.effective_cost);
-    let (start, end) = (line.charge_period_start_ms, line.charge_period_end_ms);
+    spread_over_hours(
+        from_text(&line.effective_cost),
+        line.charge_period_start_ms,
+        line.charge_period_end_ms,
+        from_ms,
+        to_ms,
+    )
+}
+
+/// Spreads an amount charged over `[start, end)` across its hours by overlap, exactly, and keeps
+/// the hours in `[from_ms, to_ms)`. The same split whatever the range asked for, so a line's
+/// hours add up to the line.
+pub(crate) fn spread_over_hours(
+    amount: Decimal,
+    start: i64,
+    end: i64,
+    from_ms: i64,
+    to_ms: i64,
+) -> Vec<(i64, Decimal)> {
     if end <= start {
         // A point-in-time charge: all of it in its hour.
         return if (from_ms..to_ms).contains(&start) {
@@ -157,6 +174,14 @@ pub(crate) fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec
         .zip(hours)
         .filter(|(_, h)| *h >= hour_floor(from_ms) && *h < to_ms)
         .map(|(a, h)| (h, a))
+        .collect()
+}
+
+/// Which host a bill line belongs to, by normalised instance id.
+pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
+    hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
         .collect()
 }
 
@@ -396,10 +421,7 @@ pub fn attribute(
     from_ms: i64,
     to_ms: i64,
 ) -> Attribution {
-    let by_key: HashMap<&str, i64> = hosts
-        .iter()
-        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
-        .collect();
+    let by_key = hosts_by_instance_key(&hosts);
     // Bill items per (host, hour).
     let mut billed: BTreeMap<(i64, i64), Vec<CostItem>> = BTreeMap::new();
     let mut unattributed_hours: BTreeMap<(i64, String), Decimal> = BTreeMap::new();

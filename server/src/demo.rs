@@ -219,42 +219,112 @@ fn instance_id(spec: &HostSpec) -> String {
     )
 }
 
-/// A FOCUS 1.2 export as AWS Data Exports writes it: every GPU host-hour up to `billed_until`,
-/// plus storage lines that are not GPU hosts.
+/// One demo bill line: what differs between lines; the rest is the same for the whole bill.
+struct DemoLine<'a> {
+    start: i64,
+    len: i64,
+    billed: Decimal,
+    effective: Decimal,
+    list_unit: Decimal,
+    pricing: &'a str,
+    commitment: Option<&'a str>,
+    service: (&'a str, &'a str, &'a str),
+    sku: &'a str,
+    details: String,
+    resource: (String, String, &'a str),
+    description: String,
+    unit: &'a str,
+}
+
+/// A FOCUS 1.2 export as AWS Data Exports writes it ("FOCUS 1.2 with AWS columns"): every GPU
+/// host-hour up to `billed_until`, plus storage lines that are not GPU hosts, with every
+/// column FOCUS 1.2 defines filled as AWS fills it.
 fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
-    let mut out = String::from("ProviderName,PublisherName,BillingAccountId,BillingPeriodStart,BillingPeriodEnd,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountId,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags\n");
     let iso = crate::allocation::rfc3339;
     let month_end = |ms: i64| crate::allocation::this_month(ms).1;
-    let mut row = |t: i64,
-                   len: i64,
-                   billed: Decimal,
-                   effective: Decimal,
-                   list: Decimal,
-                   pricing: &str,
-                   status: Option<&str>,
-                   service: &str,
-                   sku: &str,
-                   details: &str,
-                   resource: &str| {
-        let period = month_start_ms(t);
-        let commitment = if status.is_some() {
-            "arn:aws:savingsplans::111122223333:savingsplan/demo-sp"
-        } else {
-            ""
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let columns: Vec<&str> = crate::focus_export::COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| !c.starts_with("Allocated"))
+        .chain(["x_ServiceCode", "x_UsageType"])
+        .collect();
+    let _ = w.write_record(&columns);
+    let mut row = |l: DemoLine| {
+        let period = month_start_ms(l.start);
+        let quantity = Decimal::from(l.len / HOUR_MS);
+        let list = l.list_unit * quantity;
+        let text = |d: Decimal| crate::money::to_text(d);
+        let used = l.commitment.is_some();
+        let value = |col: &str| -> String {
+            match col {
+                "AvailabilityZone" => "us-east-1a".into(),
+                "BilledCost" => text(l.billed),
+                "BillingAccountId" => "111122223333".into(),
+                "BillingAccountName" => "gpuledger-demo-payer".into(),
+                "BillingAccountType" => "Billing Account".into(),
+                "BillingCurrency" | "PricingCurrency" => "USD".into(),
+                "BillingPeriodEnd" => iso(month_end(l.start)),
+                "BillingPeriodStart" => iso(period),
+                "ChargeCategory" => "Usage".into(),
+                "ChargeDescription" => l.description.clone(),
+                "ChargeFrequency" => "Usage-Based".into(),
+                "ChargePeriodEnd" => iso(l.start + l.len),
+                "ChargePeriodStart" => iso(l.start),
+                "CommitmentDiscountCategory" if used => "Spend".into(),
+                "CommitmentDiscountId" => l.commitment.unwrap_or_default().into(),
+                "CommitmentDiscountName" if used => "demo-compute-savings-plan".into(),
+                "CommitmentDiscountQuantity" if used => text(l.effective),
+                "CommitmentDiscountStatus" if used => "Used".into(),
+                "CommitmentDiscountType" if used => "Compute Savings Plan".into(),
+                "CommitmentDiscountUnit" if used => "USD".into(),
+                "ConsumedQuantity" | "PricingQuantity" => text(quantity),
+                "ConsumedUnit" | "PricingUnit" => l.unit.into(),
+                "ContractedCost" | "PricingCurrencyEffectiveCost" if used => text(l.effective),
+                "ContractedCost" => text(list),
+                "ContractedUnitPrice" | "PricingCurrencyContractedUnitPrice" if used => {
+                    text(l.effective / quantity.max(Decimal::ONE))
+                }
+                "ContractedUnitPrice" | "PricingCurrencyContractedUnitPrice" => text(l.list_unit),
+                "PricingCurrencyEffectiveCost" | "EffectiveCost" => text(l.effective),
+                // Bought from AWS itself, not through a marketplace: AWS issues the invoice. No
+                // invoice id: the simulated months are not invoiced.
+                "InvoiceIssuerName" | "PublisherName" => "AWS".into(),
+                "ListCost" => text(list),
+                "ListUnitPrice" | "PricingCurrencyListUnitPrice" => text(l.list_unit),
+                "PricingCategory" => l.pricing.into(),
+                "ProviderName" => "AWS".into(),
+                "RegionId" => "us-east-1".into(),
+                "RegionName" => "US East (N. Virginia)".into(),
+                "ResourceId" => l.resource.0.clone(),
+                "ResourceName" => l.resource.1.clone(),
+                "ResourceType" => l.resource.2.into(),
+                "ServiceCategory" => l.service.0.into(),
+                "ServiceName" => l.service.1.into(),
+                "ServiceSubcategory" => l.service.2.into(),
+                "SkuId" => l.sku.into(),
+                "SkuMeter" => "Usage".into(),
+                "SkuPriceDetails" => l.details.clone(),
+                "SkuPriceId" => format!("{}.JRTCKXETXF.6YS6EN2CT7", l.sku),
+                "SubAccountId" => "444455556666".into(),
+                "SubAccountName" => "ml-platform".into(),
+                "SubAccountType" => "Linked Account".into(),
+                "Tags" => "{}".into(),
+                "x_ServiceCode" => l.service.1.replace(' ', ""),
+                "x_UsageType" => format!("USE1-{}", l.sku),
+                _ => String::new(),
+            }
         };
-        out.push_str(&format!(
-            "AWS,AWS,111122223333,{},{},{},{},Usage,{},{},{},USD,{},{},{},{},{},\"{}\",{},us-east-1,{{}}\n",
-            iso(period), iso(month_end(t)), iso(t), iso(t + len), billed, effective, list, pricing, commitment,
-            status.unwrap_or(""), service, sku, details.replace('"', "\"\""), resource
-        ));
+        let _ = w.write_record(columns.iter().map(|c| value(c)));
     };
     for spec in fleet() {
         let (hourly, pricing, status) = billed_hourly(&spec, card);
-        let list = card
+        let list_unit = card
             .instance_types
             .get(spec.instance_type)
             .map_or(Decimal::ZERO, |r| r.on_demand);
-        let billed = if status.is_some() {
+        let commitment = status.map(|_| "arn:aws:savingsplans::111122223333:savingsplan/demo-sp");
+        let billed = if commitment.is_some() {
             Decimal::ZERO
         } else {
             hourly
@@ -263,22 +333,35 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             "arn:aws:ec2:us-east-1:111122223333:instance/{}",
             instance_id(&spec)
         );
-        let details = format!("{{\"InstanceType\":\"{}\"}}", spec.instance_type);
+        let how = match pricing {
+            "Dynamic" => "Spot",
+            "Committed" => "Savings Plan covered",
+            _ => "On Demand",
+        };
         let mut t = start;
         while t + HOUR_MS <= billed_until {
-            row(
-                t,
-                HOUR_MS,
+            row(DemoLine {
+                start: t,
+                len: HOUR_MS,
                 billed,
-                hourly,
-                list,
+                effective: hourly,
+                list_unit,
                 pricing,
-                status,
-                "AmazonEC2",
-                "SKU-EC2",
-                &details,
-                &arn,
-            );
+                commitment,
+                service: (
+                    "Compute",
+                    "Amazon Elastic Compute Cloud",
+                    "Virtual Machines",
+                ),
+                sku: "DEMOEC2SKU",
+                details: format!("{{\"InstanceType\":\"{}\"}}", spec.instance_type),
+                resource: (arn.clone(), spec.hostname.clone(), "Instance"),
+                description: format!(
+                    "${hourly} per {how} Linux {} Instance Hour",
+                    spec.instance_type
+                ),
+                unit: "Hours",
+            });
             t += HOUR_MS;
         }
     }
@@ -286,22 +369,30 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
     let mut t = start;
     while t + 24 * HOUR_MS <= billed_until {
         let cost = Decimal::new(411_237, 4);
-        row(
-            t,
-            24 * HOUR_MS,
-            cost,
-            cost,
-            cost,
-            "Standard",
-            None,
-            "AmazonS3",
-            "SKU-S3",
-            "{}",
-            "arn:aws:s3:::demo-datasets",
-        );
+        row(DemoLine {
+            start: t,
+            len: 24 * HOUR_MS,
+            billed: cost,
+            effective: cost,
+            list_unit: cost / Decimal::from(24),
+            pricing: "Standard",
+            commitment: None,
+            service: ("Storage", "Amazon Simple Storage Service", "Object Storage"),
+            sku: "DEMOS3SKU",
+            details: "{}".into(),
+            resource: (
+                "arn:aws:s3:::demo-datasets".into(),
+                "demo-datasets".into(),
+                "Bucket",
+            ),
+            description: "$0.023 per GB-Mo for storage used in US East (N. Virginia)".into(),
+            unit: "Hours",
+        });
         t += 24 * HOUR_MS;
     }
-    out
+    w.into_inner()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
 }
 
 /// Fills `store` with the simulated fleet from the first day of the previous month until now,

@@ -8,6 +8,7 @@ pub mod billing;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod focus_export;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;

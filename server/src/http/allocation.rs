@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
+use crate::focus_export::Format;
 use crate::now_ms;
 use crate::session::SignedIn;
 use crate::store::RollupGrain;
@@ -132,20 +133,25 @@ async fn get_allocation(
     )?;
     let step: Step = choice("step", q.step.as_deref(), "day", "hour, day, month")?;
     let format = q.format.as_deref().unwrap_or("json");
-    if !["json", "csv", "focus"].contains(&format) {
-        return Err(bad("format", "must be json, csv or focus"));
+    if !["json", "csv", "focus", "focus-parquet"].contains(&format) {
+        return Err(bad("format", "must be json, csv, focus or focus-parquet"));
     }
     // Hourly rows when hours are asked for (FOCUS rows are hourly charge periods); days
     // otherwise: a month is ~30 rows a GPU instead of ~720.
     // Rows per host unless single GPUs are asked for.
     let per_gpu = by == GroupBy::Gpu || q.gpu.is_some();
-    let grain_for = |step| match (step, format) {
-        (Step::Hour, _) | (_, "focus") => RollupGrain::Hour,
+    let grain_for = |step| match step {
+        Step::Hour => RollupGrain::Hour,
         _ if per_gpu => RollupGrain::Day,
         _ => RollupGrain::HostDay,
     };
-    let loaded = rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?;
     let filters = q.filters();
+    match format {
+        "focus" => return Ok(focus_response(state, from, to, filters, Format::Csv)),
+        "focus-parquet" => return Ok(focus_response(state, from, to, filters, Format::Parquet)),
+        _ => {}
+    }
+    let loaded = rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?;
     // No filter: the parts as loaded, not a copy.
     let attributed = if filters.is_empty() {
         loaded
@@ -153,11 +159,6 @@ async fn get_allocation(
         allocation::filtered(&loaded, &filters)
     };
     match format {
-        "focus" => {
-            let body = allocation::to_focus_csv(&attributed)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            Ok(csv_response(body, "gpuledger-allocation-focus-1.3.csv"))
-        }
         "csv" => {
             let rows = allocation::group(&attributed, by, step);
             let body = allocation::to_csv(&rows).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -173,6 +174,55 @@ async fn get_allocation(
         })
         .into_response()),
     }
+}
+
+/// The FOCUS export, streamed: written a day at a time by a task as the client reads it. A
+/// failure half-way ends the download early (the client sees a cut body), and is logged.
+fn focus_response(
+    state: AppState,
+    from: i64,
+    to: i64,
+    filters: Vec<(GroupBy, String)>,
+    format: Format,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    tokio::spawn(async move {
+        // Each send waits for the client to take the day before: memory stays at a day or two.
+        let result = crate::focus_export::write_export(
+            state.store.as_ref(),
+            from,
+            to,
+            &filters,
+            format,
+            &tx,
+        )
+        .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "FOCUS export");
+            let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+        }
+    });
+    let body = axum::body::Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }));
+    let (content_type, file) = match format {
+        Format::Csv => ("text/csv; charset=utf-8", "gpuledger-allocation-focus.csv"),
+        Format::Parquet => (
+            "application/vnd.apache.parquet",
+            "gpuledger-allocation-focus.parquet",
+        ),
+    };
+    (
+        [
+            (header::CONTENT_TYPE, content_type.to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 pub(super) fn csv_response(body: String, filename: &str) -> Response {

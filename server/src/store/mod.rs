@@ -337,6 +337,31 @@ pub struct StoredCostLine {
     pub instance_type: Option<String>,
 }
 
+/// A stored cost line with every column it came with, for the FOCUS export.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillLine {
+    pub provider: String,
+    pub billing_account_id: String,
+    pub billing_period_start_ms: i64,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub charge_category: String,
+    pub resource_id: Option<String>,
+    pub resource_key: Option<String>,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub list_cost: String,
+    pub currency: String,
+    pub pricing_category: String,
+    pub commitment_discount_id: Option<String>,
+    pub commitment_discount_status: Option<String>,
+    pub service_name: Option<String>,
+    pub sku_id: Option<String>,
+    pub region: Option<String>,
+    pub tags_json: String,
+    pub extra_json: String,
+}
+
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct HostRow {
     pub id: i64,
@@ -505,6 +530,8 @@ pub trait Store: Send + Sync {
     /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
     async fn cost_lines(&self, from_ms: i64, to_ms: i64)
         -> Result<Vec<StoredCostLine>, StoreError>;
+    /// The same lines as [`Store::cost_lines`], with every column, for the FOCUS export.
+    async fn bill_lines(&self, from_ms: i64, to_ms: i64) -> Result<Vec<BillLine>, StoreError>;
     async fn hosts(&self) -> Result<Vec<HostRow>, StoreError>;
     /// GPU windows starting in `[from_ms, to_ms)` with their host and GPU model.
     async fn attribution_windows(
@@ -1871,6 +1898,27 @@ macro_rules! shared_sql_impl {
             .await?)
         }
 
+        async fn bill_lines_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+        ) -> Result<Vec<$crate::store::BillLine>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT provider, billing_account_id, billing_period_start_ms,
+                        charge_period_start_ms, charge_period_end_ms, charge_category, resource_id,
+                        resource_key, billed_cost, effective_cost, list_cost, currency,
+                        pricing_category, commitment_discount_id, commitment_discount_status,
+                        service_name, sku_id, region, tags_json, extra_json
+                 FROM cost_lines
+                 WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
+                 ORDER BY charge_period_start_ms, id",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
         async fn hosts_sql(
             pool: &sqlx::Pool<$db>,
         ) -> Result<Vec<$crate::store::HostRow>, $crate::store::StoreError> {
@@ -2585,6 +2633,13 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::StoredCostLine>, $crate::store::StoreError> {
                 cost_lines_sql(&self.pool, from_ms, to_ms).await
+            }
+            async fn bill_lines(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<Vec<$crate::store::BillLine>, $crate::store::StoreError> {
+                bill_lines_sql(&self.pool, from_ms, to_ms).await
             }
             async fn hosts(
                 &self,

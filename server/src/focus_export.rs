@@ -1,0 +1,758 @@
+//! `GET /api/v1/allocation?format=focus`: the imported bill, as FOCUS, with every line of a GPU
+//! host split by how its hours were attributed, for a finance tool to load.
+//!
+//! Each output row is one bill line's share of one host-hour's part (GPU, owner, kind): it
+//! carries every column of the line it splits (billing account and period, provider,
+//! publisher, invoice issuer, service, charge category, class and frequency, SKU, region, tags,
+//! the `x_` columns as they came), its costs and quantities split the same way as its
+//! effective cost, exactly (the rows of a line-hour add up to it to the last decimal), and the
+//! FOCUS 1.3 `Allocated*` columns saying where it went and how. Lines that belong to no GPU
+//! host (storage, network) and GPU-host hours not yet attributed come as they are, so the
+//! export adds up to the bill over the range. Rate-card estimates are no bill: they are not in
+//! it.
+//!
+//! The range is read a day at a time (that day's hourly rollups and bill lines) and written as
+//! it goes, so memory does not grow with the range.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rust_decimal::Decimal;
+use serde_json::{Map, Value};
+
+use crate::allocation::{self, rfc3339, GroupBy};
+use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part, HOUR_MS};
+use crate::money::{from_text, parse_amount, split_exact, to_text};
+use crate::rollup;
+use crate::store::{BillLine, RollupGrain, Store, StoreError};
+
+/// FOCUS 1.2's columns, then the 1.3 columns that describe a split.
+pub const COLUMNS: [&str; 62] = [
+    "AvailabilityZone",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingAccountType",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountQuantity",
+    "CommitmentDiscountStatus",
+    "CommitmentDiscountType",
+    "CommitmentDiscountUnit",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceId",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingCurrency",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "RegionId",
+    "RegionName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "ServiceSubcategory",
+    "SkuId",
+    "SkuMeter",
+    "SkuPriceDetails",
+    "SkuPriceId",
+    "SubAccountId",
+    "SubAccountName",
+    "SubAccountType",
+    "Tags",
+    "AllocatedMethodId",
+    "AllocatedMethodDetails",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+];
+
+/// Amounts split with the line: costs and the quantities they are priced on.
+const SPLIT: [&str; 8] = [
+    "BilledCost",
+    "EffectiveCost",
+    "ListCost",
+    "ContractedCost",
+    "PricingCurrencyEffectiveCost",
+    "PricingQuantity",
+    "ConsumedQuantity",
+    "CommitmentDiscountQuantity",
+];
+
+/// gpuledger's columns after the FOCUS ones.
+pub const EXTRA_COLUMNS: [&str; 3] = ["x_GpuledgerKind", "x_GpuledgerHost", "x_GpuHours"];
+
+pub const METHOD_ID: &str = "gpuledger-gpu-share-v2";
+
+/// How a host-hour is split, as FOCUS 1.3's AllocatedMethodDetails object: its `Elements` carry
+/// each row's ratio of the line-hour (filled per row).
+fn method_details(ratio: Decimal, gpu_hours: f64) -> String {
+    serde_json::json!({
+        "Elements": [{
+            "AllocatedRatio": ratio.round_dp(12).normalize().to_string().parse::<f64>().unwrap_or(0.0),
+            "UsageUnit": "GPU-Hours",
+            "UsageQuantity": (gpu_hours * 1e6).round() / 1e6,
+            "x_Method": "the host's cost equally over its GPUs (MIG instances by size), over time by reported windows, among processes by SM utilization (else memory); idle and held-idle time kept as such",
+        }]
+    })
+    .to_string()
+}
+
+fn focus_pricing(category: &str) -> &'static str {
+    match category {
+        "on_demand" => "Standard",
+        "spot" => "Dynamic",
+        "committed" => "Committed",
+        _ => "Other",
+    }
+}
+
+/// The first day of the month after `ms`'s, for a missing BillingPeriodEnd.
+fn next_month_ms(ms: i64) -> i64 {
+    allocation::this_month(ms).1
+}
+
+/// One output row's cells, by column.
+type Row = BTreeMap<&'static str, String>;
+
+/// The columns a line brings, whatever its share: what it was imported with.
+fn line_cells(line: &BillLine) -> Row {
+    let mut row = Row::new();
+    let extra: Map<String, Value> = serde_json::from_str(&line.extra_json).unwrap_or_default();
+    for col in COLUMNS {
+        if let Some(Value::String(v)) = extra.get(col) {
+            row.insert(col, v.clone());
+        }
+    }
+    let mut set = |col: &'static str, v: Option<String>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            row.insert(col, v);
+        }
+    };
+    set("ProviderName", Some(line.provider.clone()));
+    set("BillingAccountId", Some(line.billing_account_id.clone()));
+    set(
+        "BillingPeriodStart",
+        Some(rfc3339(line.billing_period_start_ms)),
+    );
+    set("ChargeCategory", Some(line.charge_category.clone()));
+    set("ResourceId", line.resource_id.clone());
+    set("BillingCurrency", Some(line.currency.clone()));
+    set(
+        "PricingCategory",
+        Some(focus_pricing(&line.pricing_category).to_owned()),
+    );
+    set("CommitmentDiscountId", line.commitment_discount_id.clone());
+    set(
+        "CommitmentDiscountStatus",
+        line.commitment_discount_status.clone(),
+    );
+    set("ServiceName", line.service_name.clone());
+    set("SkuId", line.sku_id.clone());
+    set("RegionId", line.region.clone());
+    if line.tags_json != "{}" {
+        set("Tags", Some(line.tags_json.clone()));
+    }
+    // Dates as FOCUS writes them, whatever the import read.
+    for col in ["BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd"] {
+        if let Some(ms) = row
+            .get(col)
+            .and_then(|t| crate::billing::focus::parse_time_ms(t))
+        {
+            row.insert(col, rfc3339(ms));
+        }
+    }
+    row.entry("BillingPeriodEnd")
+        .or_insert_with(|| rfc3339(next_month_ms(line.billing_period_start_ms)));
+    // Publisher and invoice issuer are the provider unless the bill says otherwise.
+    for col in ["PublisherName", "InvoiceIssuerName"] {
+        row.entry(col).or_insert_with(|| line.provider.clone());
+    }
+    row
+}
+
+/// A line's amounts (costs, quantities) as exact decimals, by column.
+fn line_amounts(line: &BillLine, cells: &Row) -> Vec<(&'static str, Decimal)> {
+    SPLIT
+        .iter()
+        .filter_map(|col| {
+            let v = match *col {
+                "BilledCost" => Some(from_text(&line.billed_cost)),
+                "EffectiveCost" => Some(from_text(&line.effective_cost)),
+                "ListCost" => Some(from_text(&line.list_cost)),
+                other => cells.get(other).and_then(|t| parse_amount(t)),
+            };
+            v.map(|v| (*col, v))
+        })
+        .collect()
+}
+
+/// The hour's charge period: the hour, within the line's own period.
+fn hour_period(line: &BillLine, hour: i64) -> (i64, i64) {
+    let start = hour.max(line.charge_period_start_ms);
+    let end = (hour + HOUR_MS).min(line.charge_period_end_ms).max(start);
+    (start, end)
+}
+
+/// Where the export's bytes go, a day at a time; a closed receiver (the client left) stops it.
+pub type Chunks = tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>;
+
+/// The two shapes of the export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    /// Typed columns: decimals as DECIMAL(38,18), dates as UTC timestamps, ids as strings (a
+    /// numeric account id stays text, which CSV cannot say).
+    Parquet,
+}
+
+/// Writes the FOCUS rows of `[from_ms, to_ms)`, a day at a time, sending the bytes ready after
+/// each day to `out` (which waits while the reader is behind). `filters` (the allocation API's)
+/// keep only matching split rows; with a filter, lines that belong to no GPU host are left
+/// out.
+pub async fn write_export(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    filters: &[(GroupBy, String)],
+    format: Format,
+    out: &Chunks,
+) -> Result<(), ExportError> {
+    let mut sink: Box<dyn Sink + Send> = match format {
+        Format::Csv => Box::new(CsvSink::new()?),
+        Format::Parquet => Box::new(ParquetSink::new()?),
+    };
+    let hosts = store.hosts().await?;
+    let by_key = hosts_by_instance_key(&hosts);
+    let mut day = from_ms;
+    while day < to_ms {
+        let day_end = (day + 24 * HOUR_MS).min(to_ms);
+        let loaded = rollup::load(store, day, day_end, RollupGrain::Hour).await?;
+        let attribution = if filters.is_empty() {
+            loaded
+        } else {
+            allocation::filtered(&loaded, filters)
+        };
+        let lines = store.bill_lines(day, day_end).await?;
+        write_day(
+            sink.as_mut(),
+            &attribution,
+            &lines,
+            &by_key,
+            (from_ms, to_ms, day, day_end),
+            !filters.is_empty(),
+        )?;
+        let ready = sink.take()?;
+        if !ready.is_empty() && out.send(Ok(ready)).await.is_err() {
+            return Ok(());
+        }
+        day = day_end;
+    }
+    let _ = out.send(Ok(sink.finish()?)).await;
+    Ok(())
+}
+
+/// Where rows go: each format buffers a little and hands over whole bytes.
+trait Sink {
+    fn row(&mut self, row: Row, extra: [String; 3]) -> Result<(), ExportError>;
+    /// The bytes complete so far.
+    fn take(&mut self) -> Result<Vec<u8>, ExportError>;
+    /// The rest, the file's end included.
+    fn finish(self: Box<Self>) -> Result<Vec<u8>, ExportError>;
+}
+
+struct CsvSink(csv::Writer<SharedBuf>, SharedBuf);
+
+impl CsvSink {
+    fn new() -> Result<Self, ExportError> {
+        let buf = SharedBuf::default();
+        let mut w = csv::Writer::from_writer(buf.clone());
+        w.write_record(COLUMNS.iter().chain(EXTRA_COLUMNS.iter()))?;
+        Ok(CsvSink(w, buf))
+    }
+}
+
+impl Sink for CsvSink {
+    fn row(&mut self, row: Row, extra: [String; 3]) -> Result<(), ExportError> {
+        let cells = COLUMNS
+            .iter()
+            .map(|c| row.get(c).map_or("", String::as_str).to_owned())
+            .chain(extra);
+        Ok(self.0.write_record(cells)?)
+    }
+    fn take(&mut self) -> Result<Vec<u8>, ExportError> {
+        self.0.flush().map_err(csv::Error::from)?;
+        Ok(self.1.take())
+    }
+    fn finish(mut self: Box<Self>) -> Result<Vec<u8>, ExportError> {
+        self.take()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("writing CSV: {0}")]
+    Csv(#[from] csv::Error),
+    #[error("writing Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+}
+
+/// The whole export in memory (tests, small ranges).
+pub async fn to_bytes(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    filters: &[(GroupBy, String)],
+    format: Format,
+) -> Result<Vec<u8>, ExportError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let collect = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(Ok(chunk)) = rx.recv().await {
+            all.extend(chunk);
+        }
+        all
+    });
+    write_export(store, from_ms, to_ms, filters, format, &tx).await?;
+    drop(tx);
+    Ok(collect.await.unwrap_or_default())
+}
+
+/// The parts of each (host, hour, pricing category, currency), billed only.
+type HourParts<'a> = HashMap<(i64, i64, &'a str, &'a str), Vec<&'a Part>>;
+
+fn write_day(
+    w: &mut dyn Sink,
+    attribution: &Attribution,
+    lines: &[BillLine],
+    by_key: &HashMap<&str, i64>,
+    (from_ms, to_ms, day, day_end): (i64, i64, i64, i64),
+    filtered: bool,
+) -> Result<(), ExportError> {
+    let mut parts: HourParts = HashMap::new();
+    for p in attribution.parts.iter().filter(|p| !p.estimated) {
+        parts
+            .entry((
+                p.host_id,
+                p.hour_ms,
+                p.pricing_category.as_str(),
+                p.currency.as_str(),
+            ))
+            .or_default()
+            .push(p);
+    }
+    // How many lines share each host-hour and category: a lone line takes the parts' own
+    // amounts, which then equal the rollups exactly.
+    let mut sharing: HashMap<(i64, i64, &str, &str), usize> = HashMap::new();
+    let host_of = |l: &BillLine| {
+        l.resource_key
+            .as_deref()
+            .and_then(|k| by_key.get(k).copied())
+    };
+    for l in lines {
+        if let Some(host) = host_of(l) {
+            for (hour, _) in spread_over_hours(
+                Decimal::ONE,
+                l.charge_period_start_ms,
+                l.charge_period_end_ms,
+                day,
+                day_end,
+            ) {
+                *sharing
+                    .entry((host, hour, l.pricing_category.as_str(), l.currency.as_str()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    for line in lines {
+        let cells = line_cells(line);
+        let amounts = line_amounts(line, &cells);
+        let spread: Vec<(&str, Vec<(i64, Decimal)>)> = amounts
+            .iter()
+            .map(|(col, v)| {
+                (
+                    *col,
+                    spread_over_hours(
+                        *v,
+                        line.charge_period_start_ms,
+                        line.charge_period_end_ms,
+                        day,
+                        day_end,
+                    ),
+                )
+            })
+            .collect();
+        let hours: Vec<i64> = spread
+            .iter()
+            .find(|(c, _)| *c == "EffectiveCost")
+            .map(|(_, h)| h.iter().map(|(h, _)| *h).collect())
+            .unwrap_or_default();
+        let host = host_of(line);
+        if host.is_none() {
+            // Not a GPU host's line: once, in the day its part of the range starts.
+            let first = line.charge_period_start_ms.max(from_ms);
+            if filtered || first < day || first >= day_end {
+                continue;
+            }
+            // Its part of the range, whole.
+            let whole: Vec<(&str, Decimal)> = amounts
+                .iter()
+                .map(|(col, v)| {
+                    let in_range = spread_over_hours(
+                        *v,
+                        line.charge_period_start_ms,
+                        line.charge_period_end_ms,
+                        from_ms,
+                        to_ms,
+                    );
+                    (*col, in_range.into_iter().map(|(_, v)| v).sum())
+                })
+                .collect();
+            let mut row = cells.clone();
+            row.insert("ChargePeriodStart", rfc3339(first));
+            row.insert(
+                "ChargePeriodEnd",
+                rfc3339(line.charge_period_end_ms.min(to_ms).max(first)),
+            );
+            for (col, v) in whole {
+                row.insert(col, to_text(v));
+            }
+            w.row(row, [String::new(), String::new(), String::new()])?;
+            continue;
+        }
+        let host = host.unwrap_or_default();
+        for (i, hour) in hours.iter().enumerate() {
+            let at = |col: &str| {
+                spread
+                    .iter()
+                    .find(|(c, _)| *c == col)
+                    .and_then(|(_, h)| h.get(i))
+                    .map_or(Decimal::ZERO, |(_, v)| *v)
+            };
+            let mut base = cells.clone();
+            let (start, end) = hour_period(line, *hour);
+            base.insert("ChargePeriodStart", rfc3339(start));
+            base.insert("ChargePeriodEnd", rfc3339(end));
+            let key = (
+                host,
+                *hour,
+                line.pricing_category.as_str(),
+                line.currency.as_str(),
+            );
+            let Some(hour_parts) = parts.get(&key).filter(|p| !p.is_empty()) else {
+                // Not attributed (yet): the line-hour as it is.
+                if filtered {
+                    continue;
+                }
+                for (col, _) in &amounts {
+                    base.insert(col, to_text(at(col)));
+                }
+                let host_name = attribution
+                    .hosts
+                    .get(&host)
+                    .map(|h| h.hostname.clone())
+                    .unwrap_or_default();
+                w.row(base, [String::new(), host_name, String::new()])?;
+                continue;
+            };
+            let effective = at("EffectiveCost");
+            let total: Decimal = hour_parts.iter().map(|p| p.cost).sum();
+            let mut weights: Vec<f64> = hour_parts
+                .iter()
+                .map(|p| rust_decimal::prelude::ToPrimitive::to_f64(&p.cost).unwrap_or(0.0))
+                .collect();
+            if weights.iter().all(|w| *w <= 0.0) {
+                weights = hour_parts.iter().map(|p| p.gpu_seconds.max(0.0)).collect();
+            }
+            let alone = sharing.get(&key).copied() == Some(1) && total == effective;
+            let mut split: Vec<(&str, Vec<Decimal>)> = amounts
+                .iter()
+                .map(|(col, _)| (*col, split_exact(at(col), &weights)))
+                .collect();
+            if alone {
+                if let Some((_, v)) = split.iter_mut().find(|(c, _)| *c == "EffectiveCost") {
+                    *v = hour_parts.iter().map(|p| p.cost).collect();
+                }
+            }
+            for (j, part) in hour_parts.iter().enumerate() {
+                let mut row = base.clone();
+                for (col, values) in &split {
+                    row.insert(col, to_text(values.get(j).copied().unwrap_or_default()));
+                }
+                let ratio = if effective.is_zero() {
+                    Decimal::ZERO
+                } else {
+                    split
+                        .iter()
+                        .find(|(c, _)| *c == "EffectiveCost")
+                        .and_then(|(_, v)| v.get(j))
+                        .map_or(Decimal::ZERO, |v| *v / effective)
+                };
+                let gpu = part.gpu_uuid.clone().unwrap_or_default();
+                let mut tags = Map::new();
+                for (k, v) in [
+                    ("model", &part.owner.model),
+                    ("experiment", &part.owner.experiment),
+                    ("endpoint", &part.owner.endpoint),
+                    ("team", &part.owner.team),
+                ] {
+                    if let Some(v) = v {
+                        tags.insert(k.into(), Value::String(v.clone()));
+                    }
+                }
+                tags.insert("gpuledger/kind".into(), part.kind.as_str().into());
+                row.insert("AllocatedMethodId", METHOD_ID.to_owned());
+                row.insert(
+                    "AllocatedMethodDetails",
+                    method_details(ratio, part.gpu_seconds / 3600.0),
+                );
+                if !gpu.is_empty() {
+                    row.insert("AllocatedResourceId", gpu.clone());
+                    row.insert(
+                        "AllocatedResourceName",
+                        format!("{gpu} ({})", part.kind.as_str()),
+                    );
+                }
+                row.insert("AllocatedTags", Value::Object(tags).to_string());
+                let host_name = attribution
+                    .hosts
+                    .get(&host)
+                    .map(|h| h.hostname.clone())
+                    .unwrap_or_default();
+                w.row(
+                    row,
+                    [
+                        part.kind.as_str().to_owned(),
+                        host_name,
+                        format!("{:.6}", part.gpu_seconds / 3600.0),
+                    ],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// FOCUS 1.2's decimal columns (TypeDecimal): DECIMAL(38,18) in Parquet.
+const DECIMAL_COLUMNS: [&str; 12] = [
+    "BilledCost",
+    "CommitmentDiscountQuantity",
+    "ConsumedQuantity",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "PricingQuantity",
+];
+
+/// FOCUS 1.2's date-time columns: UTC timestamps in Parquet.
+const TIME_COLUMNS: [&str; 4] = [
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+];
+
+/// Rows a Parquet row group: a few megabytes of cells at most.
+const ROW_GROUP_ROWS: usize = 4_096;
+
+/// A `Write` whose bytes the sink takes out between row groups.
+#[derive(Clone, Default)]
+struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("export buffer poisoned"))?
+            .extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedBuf {
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    }
+}
+
+struct ParquetSink {
+    writer: parquet::file::writer::SerializedFileWriter<SharedBuf>,
+    buf: SharedBuf,
+    rows: Vec<(Row, [String; 3])>,
+}
+
+fn parquet_schema() -> String {
+    let mut fields = String::new();
+    for c in COLUMNS {
+        let field = if DECIMAL_COLUMNS.contains(&c) {
+            format!("OPTIONAL FIXED_LEN_BYTE_ARRAY (16) {c} (DECIMAL(38,18));")
+        } else if TIME_COLUMNS.contains(&c) {
+            format!("OPTIONAL INT64 {c} (TIMESTAMP(MILLIS,true));")
+        } else {
+            format!("OPTIONAL BYTE_ARRAY {c} (UTF8);")
+        };
+        fields.push_str(&field);
+    }
+    fields.push_str("OPTIONAL BYTE_ARRAY x_GpuledgerKind (UTF8);");
+    fields.push_str("OPTIONAL BYTE_ARRAY x_GpuledgerHost (UTF8);");
+    fields.push_str("OPTIONAL DOUBLE x_GpuHours;");
+    format!("message focus {{ {fields} }}")
+}
+
+/// An exact decimal as DECIMAL(38,18)'s 16 big-endian bytes.
+fn decimal_bytes(text: &str) -> Option<parquet::data_type::FixedLenByteArray> {
+    let mut d = parse_amount(text)?;
+    d.rescale(18);
+    Some(d.mantissa().to_be_bytes().to_vec().into())
+}
+
+impl ParquetSink {
+    fn new() -> Result<Self, ExportError> {
+        use parquet::file::properties::WriterProperties;
+        let schema = std::sync::Arc::new(parquet::schema::parser::parse_message_type(
+            &parquet_schema(),
+        )?);
+        let props = WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::SNAPPY)
+            .set_created_by("gpuledger".into())
+            .build();
+        let buf = SharedBuf::default();
+        let writer = parquet::file::writer::SerializedFileWriter::new(
+            buf.clone(),
+            schema,
+            std::sync::Arc::new(props),
+        )?;
+        Ok(ParquetSink {
+            writer,
+            buf,
+            rows: Vec::with_capacity(ROW_GROUP_ROWS),
+        })
+    }
+
+    /// Writes the buffered rows as one row group, column by column.
+    fn flush_group(&mut self) -> Result<(), ExportError> {
+        use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let mut group = self.writer.next_row_group()?;
+        let mut index = 0;
+        while let Some(mut column) = group.next_column()? {
+            let name = COLUMNS.get(index).copied();
+            let cell = |r: &(Row, [String; 3])| -> Option<String> {
+                match name {
+                    Some(n) => r.0.get(n).filter(|v| !v.is_empty()).cloned(),
+                    None => Some(r.1[index - COLUMNS.len()].clone()).filter(|v| !v.is_empty()),
+                }
+            };
+            let mut defs = Vec::with_capacity(rows.len());
+            match name {
+                Some(n) if DECIMAL_COLUMNS.contains(&n) => {
+                    let values: Vec<_> = rows
+                        .iter()
+                        .map(|r| cell(r).and_then(|t| decimal_bytes(&t)))
+                        .inspect(|v| defs.push(i16::from(v.is_some())))
+                        .flatten()
+                        .collect();
+                    column
+                        .typed::<parquet::data_type::FixedLenByteArrayType>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+                Some(n) if TIME_COLUMNS.contains(&n) => {
+                    let values: Vec<i64> = rows
+                        .iter()
+                        .map(|r| cell(r).and_then(|t| crate::billing::focus::parse_time_ms(&t)))
+                        .inspect(|v| defs.push(i16::from(v.is_some())))
+                        .flatten()
+                        .collect();
+                    column
+                        .typed::<Int64Type>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+                None if index == COLUMNS.len() + 2 => {
+                    let values: Vec<f64> = rows
+                        .iter()
+                        .map(|r| cell(r).and_then(|t| t.parse().ok()))
+                        .inspect(|v| defs.push(i16::from(v.is_some())))
+                        .flatten()
+                        .collect();
+                    column
+                        .typed::<DoubleType>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+                _ => {
+                    let values: Vec<ByteArray> = rows
+                        .iter()
+                        .map(|r| cell(r).map(|t| ByteArray::from(t.into_bytes())))
+                        .inspect(|v| defs.push(i16::from(v.is_some())))
+                        .flatten()
+                        .collect();
+                    column
+                        .typed::<ByteArrayType>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+            }
+            column.close()?;
+            index += 1;
+        }
+        group.close()?;
+        Ok(())
+    }
+}
+
+impl Sink for ParquetSink {
+    fn row(&mut self, row: Row, extra: [String; 3]) -> Result<(), ExportError> {
+        self.rows.push((row, extra));
+        if self.rows.len() >= ROW_GROUP_ROWS {
+            self.flush_group()?;
+        }
+        Ok(())
+    }
+    fn take(&mut self) -> Result<Vec<u8>, ExportError> {
+        Ok(self.buf.take())
+    }
+    fn finish(mut self: Box<Self>) -> Result<Vec<u8>, ExportError> {
+        self.flush_group()?;
+        let buf = self.buf.clone();
+        self.writer.close()?;
+        Ok(buf.take())
+    }
+}
