@@ -415,11 +415,27 @@ async fn split_to_the_cent(db: TestDb) {
         assert!(headers.iter().any(|h| h == col), "{col}");
     }
     let cost_idx = headers.iter().position(|h| h == "EffectiveCost").unwrap();
-    let focus_sum: Decimal = reader.records().map(|r| d(&r.unwrap()[cost_idx])).sum();
+    let method_idx = headers
+        .iter()
+        .position(|h| h == "AllocatedMethodId")
+        .unwrap();
+    let (mut focus_sum, mut split_sum) = (Decimal::ZERO, Decimal::ZERO);
+    for r in reader.records() {
+        let r = r.unwrap();
+        focus_sum += d(&r[cost_idx]);
+        if !r[method_idx].is_empty() {
+            split_sum += d(&r[cost_idx]);
+        }
+    }
     assert_eq!(
         focus_sum,
+        d("37.7726"),
+        "{label}: the FOCUS export sums to the bill, S3 line included"
+    );
+    assert_eq!(
+        split_sum,
         d("32.7726"),
-        "{label}: the FOCUS export sums to the bill"
+        "{label}: the GPU host's line is the one split"
     );
 
     // A bad parameter is named.

@@ -128,6 +128,11 @@ mod tests {
             let lines = crate::billing::focus::parse(&bytes).unwrap();
             assert_eq!(lines.len(), 2, "{file}");
         }
+        for (file, rows) in [("real-export-traits.csv", 3), ("focus-1.3.csv", 1)] {
+            let bytes = std::fs::read(seeds.join("focus").join(file)).unwrap();
+            let lines = crate::billing::focus::parse(&bytes).unwrap();
+            assert_eq!(lines.len(), rows, "{file}");
+        }
     }
 
     #[test]

@@ -42,6 +42,18 @@ pub enum FocusError {
     OtherDataset(String),
     #[error("the file holds no rows")]
     Empty,
+    #[error(
+        "{repeated} of its first {sampled} lines are already in force from {other}: it looks like \
+         a new export of the same billing period, not another part of it, and importing it as \
+         a part would count the period twice. To replace the period, import it with \
+         --whole-periods (on the billing page: \"the whole of its billing periods\"), or under \
+         the name of the file it corrects"
+    )]
+    RepeatsFile {
+        other: String,
+        repeated: u64,
+        sampled: u64,
+    },
     #[error("reading the file: {0}")]
     Io(String),
 }

@@ -246,6 +246,9 @@ pub struct NewImport {
     pub delivery: Option<String>,
 }
 
+/// How many of a new file's first lines are compared with the files already in force.
+pub const REPEAT_SAMPLE_LINES: u32 = 1_000;
+
 /// One file's lines in one billing period.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PeriodTotals {
@@ -1836,6 +1839,64 @@ macro_rules! shared_sql_impl {
                     {
                         if *import_id == by {
                             *replaced_lines += deleted;
+                        }
+                    }
+                }
+            }
+            // A file of another name adds to its periods; one that repeats most of what another
+            // file in force says is a new export of the same period imported as a part, which
+            // would count the period twice: refused, saying how to import it.
+            if replaces == Replaces::SameName {
+                for o in &outcomes {
+                    let ImportOutcome::Imported { import_id, rows, .. } = o else {
+                        continue;
+                    };
+                    let mut q = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT o.import_id, i.name, COUNT(DISTINCT n.id)
+                         FROM cost_lines n
+                         JOIN cost_lines o
+                           ON o.charge_period_start_ms = n.charge_period_start_ms
+                          AND o.charge_period_end_ms = n.charge_period_end_ms
+                          AND o.provider = n.provider
+                          AND o.billing_account_id = n.billing_account_id
+                          AND o.billing_period_start_ms = n.billing_period_start_ms
+                          AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
+                          AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
+                          AND o.charge_category = n.charge_category
+                          AND o.billed_cost = n.billed_cost
+                          AND o.effective_cost = n.effective_cost
+                          AND o.tags_json = n.tags_json
+                          AND o.extra_json = n.extra_json
+                         JOIN billing_imports i ON i.id = o.import_id
+                         WHERE n.import_id = ",
+                    );
+                    q.push_bind(*import_id)
+                        .push(" AND n.line_no <= ")
+                        .push_bind(i64::from($crate::store::REPEAT_SAMPLE_LINES) + 1)
+                        .push(" AND o.import_id NOT IN (");
+                    let mut ids = q.separated(", ");
+                    for id in &ours {
+                        ids.push_bind(*id);
+                    }
+                    q.push(") GROUP BY o.import_id, i.name ORDER BY 3 DESC, 1 LIMIT 1");
+                    let repeat: Option<(i64, String, i64)> =
+                        q.build_query_as().fetch_optional(&mut *tx).await?;
+                    let sampled = (*rows).min(u64::from($crate::store::REPEAT_SAMPLE_LINES));
+                    if let Some((_, other, repeated)) = repeat {
+                        if repeated > 0 && (repeated as u64) * 2 >= sampled {
+                            let name = delivery
+                                .iter()
+                                .find(|d| d.0 == *import_id)
+                                .map(|d| d.1.clone())
+                                .unwrap_or_default();
+                            return Err($crate::store::StoreError::Rejected {
+                                file: name,
+                                error: $crate::billing::focus::FocusError::RepeatsFile {
+                                    other,
+                                    repeated: repeated as u64,
+                                    sampled,
+                                },
+                            });
                         }
                     }
                 }

@@ -634,6 +634,29 @@ async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again(
         let fixed_id = got[0].import_id;
         assert_eq!(in_force(may().await.unwrap()), ["11", "5"], "{b}");
 
+        // The same lines under another name: a new export of May taken for a part, refused.
+        let renamed = bill_file("may-again.csv", "sha-again", vec![cost_line(0, MAY, "11")]);
+        match import_files(s, SameName, None, vec![renamed], T0 + 4).await {
+            Err(crate::billing::ImportError::Focus {
+                file,
+                error:
+                    FocusError::RepeatsFile {
+                        other,
+                        repeated,
+                        sampled,
+                    },
+            }) => {
+                assert_eq!(
+                    (file.as_str(), other.as_str()),
+                    ("may-again.csv", "exp-00001.csv"),
+                    "{b}"
+                );
+                assert_eq!((repeated, sampled), (1, 1), "{b}");
+            }
+            other => panic!("{b}: {other:?}"),
+        }
+        assert_eq!(in_force(may().await.unwrap()), ["11", "5"], "{b}");
+
         // A delivery with a bad file stores nothing and replaces nothing.
         let good = bill_file("run2-00001.csv", "sha-r1", vec![cost_line(0, MAY, "1")]);
         let (tx, rx) = tokio::sync::mpsc::channel(1);
