@@ -26,3 +26,8 @@ INSERT INTO billing_file_periods (import_id, provider, billing_account_id, billi
 SELECT import_id, provider, billing_account_id, billing_period_start_ms, currency, COUNT(*)
 FROM cost_lines
 GROUP BY import_id, provider, billing_account_id, billing_period_start_ms, currency;
+
+-- Lines by file and hour: a new file's first lines are compared with the files already in force
+-- for its periods (a new export taken for a part would count the period twice).
+DROP INDEX cost_lines_by_import;
+CREATE INDEX cost_lines_by_import ON cost_lines (import_id, charge_period_start_ms);

@@ -197,16 +197,7 @@ async fn upload(
                     match spool(&mut field).await {
                         Ok(Some(tmp)) => file = Some((file_name, tmp)),
                         Ok(None) => {}
-                        Err(Spool::Upload(e)) => {
-                            return render(
-                                &state,
-                                &user,
-                                e.status(),
-                                None,
-                                Some(format!("The upload failed: {}", e.body_text())),
-                            )
-                            .await
-                        }
+                        Err(Spool::Upload(e)) => return upload_failed(&state, &user, e).await,
                         Err(Spool::Disk(e)) => {
                             tracing::error!(error = %e, "billing upload: writing a temporary file");
                             return error_page(
@@ -220,16 +211,7 @@ async fn upload(
                 }
                 let bytes = match field.bytes().await {
                     Ok(b) => b,
-                    Err(e) => {
-                        return render(
-                            &state,
-                            &user,
-                            e.status(),
-                            None,
-                            Some(format!("The upload failed: {}", e.body_text())),
-                        )
-                        .await
-                    }
+                    Err(e) => return upload_failed(&state, &user, e).await,
                 };
                 match name.as_str() {
                     "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
@@ -238,16 +220,7 @@ async fn upload(
                 }
             }
             Ok(None) => break,
-            Err(e) => {
-                return render(
-                    &state,
-                    &user,
-                    e.status(),
-                    None,
-                    Some(format!("The upload failed: {}", e.body_text())),
-                )
-                .await
-            }
+            Err(e) => return upload_failed(&state, &user, e).await,
         }
     }
     if !user.csrf_ok(&csrf) {
@@ -315,6 +288,15 @@ async fn upload(
             )
         }
     }
+}
+
+async fn upload_failed(
+    state: &AppState,
+    user: &SignedIn,
+    e: axum::extract::multipart::MultipartError,
+) -> Response {
+    let message = format!("The upload failed: {}", e.body_text());
+    render(state, user, e.status(), None, Some(message)).await
 }
 
 enum Spool {

@@ -833,6 +833,17 @@ pub(crate) fn to_i64(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
+/// The cost lines a range `[$1, $2)` reads: attribution and the FOCUS export read the same
+/// ones, so the export adds up to what was attributed.
+macro_rules! cost_lines_in_range_sql {
+    () => {
+        "FROM cost_lines
+         WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
+         ORDER BY charge_period_start_ms, id"
+    };
+}
+pub(crate) use cost_lines_in_range_sql;
+
 /// SQL both backends' ingest runs, as literals so `concat!` can build larger statements.
 /// The host upsert: `$1..$12` as [`bind_host!`] binds them; each backend adds its `RETURNING id`.
 macro_rules! host_upsert_sql {
@@ -1847,50 +1858,59 @@ macro_rules! shared_sql_impl {
             // file in force says is a new export of the same period imported as a part, which
             // would count the period twice: refused, saying how to import it.
             if replaces == Replaces::SameName {
-                for o in &outcomes {
-                    let ImportOutcome::Imported { import_id, rows, .. } = o else {
+                for (import_id, name, _, periods) in &delivery {
+                    let Some(ImportOutcome::Imported { rows, .. }) = outcomes.iter().find(|o| {
+                        matches!(o, ImportOutcome::Imported { import_id: id, .. } if id == import_id)
+                    }) else {
                         continue;
                     };
-                    let mut q = sqlx::QueryBuilder::<$db>::new(
-                        "SELECT o.import_id, i.name, COUNT(DISTINCT n.id)
-                         FROM cost_lines n
-                         JOIN cost_lines o
-                           ON o.charge_period_start_ms = n.charge_period_start_ms
-                          AND o.charge_period_end_ms = n.charge_period_end_ms
-                          AND o.provider = n.provider
-                          AND o.billing_account_id = n.billing_account_id
-                          AND o.billing_period_start_ms = n.billing_period_start_ms
-                          AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
-                          AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
-                          AND o.charge_category = n.charge_category
-                          AND o.billed_cost = n.billed_cost
-                          AND o.effective_cost = n.effective_cost
-                          AND o.tags_json = n.tags_json
-                          AND o.extra_json = n.extra_json
-                         JOIN billing_imports i ON i.id = o.import_id
-                         WHERE n.import_id = ",
-                    );
-                    q.push_bind(*import_id)
-                        .push(" AND n.line_no <= ")
-                        .push_bind(i64::from($crate::store::REPEAT_SAMPLE_LINES) + 1)
-                        .push(" AND o.import_id NOT IN (");
-                    let mut ids = q.separated(", ");
-                    for id in &ours {
-                        ids.push_bind(*id);
-                    }
-                    q.push(") GROUP BY o.import_id, i.name ORDER BY 3 DESC, 1 LIMIT 1");
-                    let repeat: Option<(i64, String, i64)> =
-                        q.build_query_as().fetch_optional(&mut *tx).await?;
                     let sampled = (*rows).min(u64::from($crate::store::REPEAT_SAMPLE_LINES));
-                    if let Some((_, other, repeated)) = repeat {
+                    // Only files in force for the same periods can be repeated: usually none.
+                    let mut others: Vec<(i64, String)> = Vec::new();
+                    for (provider, account, period) in periods {
+                        let found: Vec<(i64, String)> = sqlx::query_as(
+                            "SELECT DISTINCT p.import_id, i.name
+                             FROM billing_file_periods p
+                             JOIN billing_imports i ON i.id = p.import_id
+                             WHERE p.provider = $1 AND p.billing_account_id = $2
+                               AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
+                        )
+                        .bind(provider)
+                        .bind(account)
+                        .bind(*period)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                        others.extend(found.into_iter().filter(|(id, _)| !ours.contains(id)));
+                    }
+                    others.sort();
+                    others.dedup();
+                    for (other_id, other) in others {
+                        // By the (import, charge period) index: a few lookups a sampled line.
+                        let (repeated,): (i64,) = sqlx::query_as(
+                            "SELECT COUNT(*) FROM cost_lines n
+                             WHERE n.import_id = $1 AND n.line_no <= $2 AND EXISTS (
+                               SELECT 1 FROM cost_lines o
+                               WHERE o.import_id = $3
+                                 AND o.charge_period_start_ms = n.charge_period_start_ms
+                                 AND o.charge_period_end_ms = n.charge_period_end_ms
+                                 AND o.provider = n.provider
+                                 AND o.billing_account_id = n.billing_account_id
+                                 AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
+                                 AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
+                                 AND o.charge_category = n.charge_category
+                                 AND o.billed_cost = n.billed_cost
+                                 AND o.effective_cost = n.effective_cost
+                                 AND o.tags_json = n.tags_json
+                                 AND o.extra_json = n.extra_json)",
+                        )
+                        .bind(*import_id)
+                        .bind(i64::from($crate::store::REPEAT_SAMPLE_LINES) + 1)
+                        .bind(other_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
                         if repeated > 0 && (repeated as u64) * 2 >= sampled {
-                            let name = delivery
-                                .iter()
-                                .find(|d| d.0 == *import_id)
-                                .map(|d| d.1.clone())
-                                .unwrap_or_default();
                             return Err($crate::store::StoreError::Rejected {
-                                file: name,
+                                file: name.clone(),
                                 error: $crate::billing::focus::FocusError::RepeatsFile {
                                     other,
                                     repeated: repeated as u64,
@@ -1946,13 +1966,11 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::StoredCostLine>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(
+            Ok(sqlx::query_as(concat!(
                 "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
-                        billed_cost, effective_cost, currency, pricing_category, instance_type
-                 FROM cost_lines
-                 WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
-                 ORDER BY charge_period_start_ms, id",
-            )
+                        billed_cost, effective_cost, currency, pricing_category, instance_type ",
+                $crate::store::cost_lines_in_range_sql!()
+            ))
             .bind(from_ms)
             .bind(to_ms)
             .fetch_all(pool)
@@ -1964,16 +1982,14 @@ macro_rules! shared_sql_impl {
             from_ms: i64,
             to_ms: i64,
         ) -> Result<Vec<$crate::store::BillLine>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(
+            Ok(sqlx::query_as(concat!(
                 "SELECT provider, billing_account_id, billing_period_start_ms,
                         charge_period_start_ms, charge_period_end_ms, charge_category, resource_id,
                         resource_key, billed_cost, effective_cost, list_cost, currency,
                         pricing_category, commitment_discount_id, commitment_discount_status,
-                        service_name, sku_id, region, tags_json, extra_json
-                 FROM cost_lines
-                 WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
-                 ORDER BY charge_period_start_ms, id",
-            )
+                        service_name, sku_id, region, tags_json, extra_json ",
+                $crate::store::cost_lines_in_range_sql!()
+            ))
             .bind(from_ms)
             .bind(to_ms)
             .fetch_all(pool)
