@@ -1047,10 +1047,11 @@ async fn export(backend: &str, gpus: i64) -> Result<()> {
         "export: a month of {gpus} GPUs, {bill_lines} hourly bill lines (seeded in {:.0} s)",
         seeding.elapsed().as_secs_f64()
     );
-    let server = start_server(&db.url, free_port()).await;
-    let viewer = signed_in(&server, "viewer").await;
-    let pid = server.proc.pid();
     for format in ["focus", "focus-parquet"] {
+        // A server of its own for each format, so idle is idle.
+        let server = start_server(&db.url, free_port()).await;
+        let viewer = signed_in(&server, "viewer").await;
+        let pid = server.proc.pid();
         let url = format!(
             "{}/api/v1/allocation?from={MONTH}-01&to=2026-11-01&format={format}",
             server.url

@@ -258,14 +258,19 @@ pub async fn write_export(
             allocation::filtered(&loaded, filters)
         };
         let lines = store.bill_lines(day, day_end).await?;
-        write_day(
+        let open = write_day(
             sink.as_mut(),
+            out,
             &attribution,
             &lines,
             &by_key,
             (from_ms, to_ms, day, day_end),
             !filters.is_empty(),
-        )?;
+        )
+        .await?;
+        if !open {
+            return Ok(());
+        }
         let ready = sink.take()?;
         if !ready.is_empty() && out.send(Ok(ready)).await.is_err() {
             return Ok(());
@@ -281,6 +286,8 @@ trait Sink {
     fn row(&mut self, row: Row, extra: [String; 3]) -> Result<(), ExportError>;
     /// The bytes complete so far.
     fn take(&mut self) -> Result<Vec<u8>, ExportError>;
+    /// How many bytes [`Sink::take`] would hand over now.
+    fn pending(&mut self) -> Result<usize, ExportError>;
     /// The rest, the file's end included.
     fn finish(self: Box<Self>) -> Result<Vec<u8>, ExportError>;
 }
@@ -307,6 +314,10 @@ impl Sink for CsvSink {
     fn take(&mut self) -> Result<Vec<u8>, ExportError> {
         self.0.flush().map_err(csv::Error::from)?;
         Ok(self.1.take())
+    }
+    fn pending(&mut self) -> Result<usize, ExportError> {
+        self.0.flush().map_err(csv::Error::from)?;
+        Ok(self.1.len())
     }
     fn finish(mut self: Box<Self>) -> Result<Vec<u8>, ExportError> {
         self.take()
@@ -347,14 +358,19 @@ pub async fn to_bytes(
 /// The parts of each (host, hour, pricing category, currency), billed only.
 type HourParts<'a> = HashMap<(i64, i64, &'a str, &'a str), Vec<&'a Part>>;
 
-fn write_day(
-    w: &mut dyn Sink,
+/// Bytes handed to the client at a time: a day of a large fleet is tens of megabytes.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// Writes a day's rows; false when the client has gone.
+async fn write_day(
+    w: &mut (dyn Sink + Send),
+    out: &Chunks,
     attribution: &Attribution,
     lines: &[BillLine],
     by_key: &HashMap<&str, i64>,
     (from_ms, to_ms, day, day_end): (i64, i64, i64, i64),
     filtered: bool,
-) -> Result<(), ExportError> {
+) -> Result<bool, ExportError> {
     let mut parts: HourParts = HashMap::new();
     for p in attribution.parts.iter().filter(|p| !p.estimated) {
         parts
@@ -391,6 +407,9 @@ fn write_day(
         }
     }
     for line in lines {
+        if w.pending()? >= CHUNK_BYTES && out.send(Ok(w.take()?)).await.is_err() {
+            return Ok(false);
+        }
         let cells = line_cells(line);
         let amounts = line_amounts(line, &cells);
         let spread: Vec<(&str, Vec<(i64, Decimal)>)> = amounts
@@ -556,7 +575,7 @@ fn write_day(
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// FOCUS 1.2's decimal columns (TypeDecimal): DECIMAL(38,18) in Parquet.
@@ -584,7 +603,7 @@ const TIME_COLUMNS: [&str; 4] = [
 ];
 
 /// Rows a Parquet row group: a few megabytes of cells at most.
-const ROW_GROUP_ROWS: usize = 4_096;
+const ROW_GROUP_ROWS: usize = 2_048;
 
 /// A `Write` whose bytes the sink takes out between row groups.
 #[derive(Clone, Default)]
@@ -610,12 +629,16 @@ impl SharedBuf {
             .map(|mut b| std::mem::take(&mut *b))
             .unwrap_or_default()
     }
+    fn len(&self) -> usize {
+        self.0.lock().map_or(0, |b| b.len())
+    }
 }
 
 struct ParquetSink {
     writer: parquet::file::writer::SerializedFileWriter<SharedBuf>,
     buf: SharedBuf,
-    rows: Vec<(Row, [String; 3])>,
+    /// Buffered rows, a cell per column in file order (FOCUS's, then gpuledger's).
+    rows: Vec<Vec<Option<String>>>,
 }
 
 fn parquet_schema() -> String {
@@ -649,8 +672,14 @@ impl ParquetSink {
         let schema = std::sync::Arc::new(parquet::schema::parser::parse_message_type(
             &parquet_schema(),
         )?);
+        // Statistics per row group only, and short: the footer holds them for every row group
+        // of the file, and long text (descriptions, JSON) would make it tens of megabytes.
         let props = WriterProperties::builder()
             .set_compression(parquet::basic::Compression::SNAPPY)
+            .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Chunk)
+            .set_statistics_truncate_length(Some(32))
+            .set_column_index_truncate_length(Some(32))
+            .set_offset_index_disabled(true)
             .set_created_by("gpuledger".into())
             .build();
         let buf = SharedBuf::default();
@@ -677,12 +706,8 @@ impl ParquetSink {
         let mut index = 0;
         while let Some(mut column) = group.next_column()? {
             let name = COLUMNS.get(index).copied();
-            let cell = |r: &(Row, [String; 3])| -> Option<String> {
-                match name {
-                    Some(n) => r.0.get(n).filter(|v| !v.is_empty()).cloned(),
-                    None => Some(r.1[index - COLUMNS.len()].clone()).filter(|v| !v.is_empty()),
-                }
-            };
+            let cell =
+                |r: &Vec<Option<String>>| -> Option<String> { r.get(index).cloned().flatten() };
             let mut defs = Vec::with_capacity(rows.len());
             match name {
                 Some(n) if DECIMAL_COLUMNS.contains(&n) => {
@@ -740,7 +765,14 @@ impl ParquetSink {
 
 impl Sink for ParquetSink {
     fn row(&mut self, row: Row, extra: [String; 3]) -> Result<(), ExportError> {
-        self.rows.push((row, extra));
+        let mut row = row;
+        let cells = COLUMNS
+            .iter()
+            .map(|c| row.remove(c))
+            .chain(extra.into_iter().map(Some))
+            .map(|v| v.filter(|v| !v.is_empty()))
+            .collect();
+        self.rows.push(cells);
         if self.rows.len() >= ROW_GROUP_ROWS {
             self.flush_group()?;
         }
@@ -748,6 +780,9 @@ impl Sink for ParquetSink {
     }
     fn take(&mut self) -> Result<Vec<u8>, ExportError> {
         Ok(self.buf.take())
+    }
+    fn pending(&mut self) -> Result<usize, ExportError> {
+        Ok(self.buf.len())
     }
     fn finish(mut self: Box<Self>) -> Result<Vec<u8>, ExportError> {
         self.flush_group()?;
