@@ -260,6 +260,20 @@ async fn wait_usage(child: std::process::Child) -> Result<Usage> {
     .await?
 }
 
+/// Runs a server command on `db` as a child process: what it used, and its wall time.
+async fn timed_server_run(db: &Db, args: &[&str]) -> Result<(Usage, f64)> {
+    let started = Instant::now();
+    let child = Command::new(artifact("gpuledger-server"))
+        .env("GPULEDGER_DATABASE_URL", &db.url)
+        .env("GPULEDGER_LOG", "warn")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let usage = wait_usage(child).await?;
+    Ok((usage, started.elapsed().as_secs_f64()))
+}
+
 /// CPU seconds spent so far: by the whole machine (busy time from `/proc/stat`), by this
 /// benchmark process (the simulated agents or the straight-insert writers) and, when named, by a
 /// child process (the server). What the machine spent beyond the two is the database's.
@@ -836,16 +850,11 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
         o.attribution_window_secs,
         seeding.elapsed().as_secs_f64()
     );
-    let started = Instant::now();
-    let child = Command::new(artifact("gpuledger-server"))
-        .env("GPULEDGER_DATABASE_URL", &db.url)
-        .env("GPULEDGER_LOG", "warn")
-        .args(["rollup", "--from", "2026-10-01", "--to", "2026-11-01"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()?;
-    let usage = wait_usage(child).await?;
-    let wall = started.elapsed().as_secs_f64();
+    let (usage, wall) = timed_server_run(
+        &db,
+        &["rollup", "--from", "2026-10-01", "--to", "2026-11-01"],
+    )
+    .await?;
     if !usage.success {
         bail!("gpuledger-server rollup failed");
     }
@@ -951,17 +960,8 @@ async fn import(backend: &str, o: &Options) -> Result<()> {
     println!("  csv crate reading the CSV alone:   {floor:>8.0} rows/s");
     for path in [&csv_path, &gz_path, &parquet_path] {
         let db = fresh_db(backend).await?;
-        let started = Instant::now();
-        let child = Command::new(artifact("gpuledger-server"))
-            .env("GPULEDGER_DATABASE_URL", &db.url)
-            .env("GPULEDGER_LOG", "warn")
-            .args(["billing", "import-focus"])
-            .arg(path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let usage = wait_usage(child).await?;
-        let wall = started.elapsed().as_secs_f64();
+        let file = path.to_string_lossy();
+        let (usage, wall) = timed_server_run(&db, &["billing", "import-focus", &file]).await?;
         if !usage.success {
             bail!("importing {} failed", path.display());
         }

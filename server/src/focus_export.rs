@@ -334,27 +334,6 @@ pub enum ExportError {
     Parquet(#[from] parquet::errors::ParquetError),
 }
 
-/// The whole export in memory (tests, small ranges).
-pub async fn to_bytes(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-    filters: &[(GroupBy, String)],
-    format: Format,
-) -> Result<Vec<u8>, ExportError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let collect = tokio::spawn(async move {
-        let mut all = Vec::new();
-        while let Some(Ok(chunk)) = rx.recv().await {
-            all.extend(chunk);
-        }
-        all
-    });
-    write_export(store, from_ms, to_ms, filters, format, &tx).await?;
-    drop(tx);
-    Ok(collect.await.unwrap_or_default())
-}
-
 /// The parts of each (host, hour, pricing category, currency), billed only.
 type HourParts<'a> = HashMap<(i64, i64, &'a str, &'a str), Vec<&'a Part>>;
 
@@ -466,6 +445,11 @@ async fn write_day(
             continue;
         }
         let host = host.unwrap_or_default();
+        let host_name = attribution
+            .hosts
+            .get(&host)
+            .map(|h| h.hostname.clone())
+            .unwrap_or_default();
         for (i, hour) in hours.iter().enumerate() {
             let at = |col: &str| {
                 spread
@@ -492,12 +476,7 @@ async fn write_day(
                 for (col, _) in &amounts {
                     base.insert(col, to_text(at(col)));
                 }
-                let host_name = attribution
-                    .hosts
-                    .get(&host)
-                    .map(|h| h.hostname.clone())
-                    .unwrap_or_default();
-                w.row(base, [String::new(), host_name, String::new()])?;
+                w.row(base, [String::new(), host_name.clone(), String::new()])?;
                 continue;
             };
             let effective = at("EffectiveCost");
@@ -559,16 +538,11 @@ async fn write_day(
                     );
                 }
                 row.insert("AllocatedTags", Value::Object(tags).to_string());
-                let host_name = attribution
-                    .hosts
-                    .get(&host)
-                    .map(|h| h.hostname.clone())
-                    .unwrap_or_default();
                 w.row(
                     row,
                     [
                         part.kind.as_str().to_owned(),
-                        host_name,
+                        host_name.clone(),
                         format!("{:.6}", part.gpu_seconds / 3600.0),
                     ],
                 )?;

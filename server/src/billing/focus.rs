@@ -382,7 +382,7 @@ fn instance_type_in(description: &str) -> Option<String> {
 }
 
 /// Records as text, whatever the file format.
-type Records = Box<dyn Iterator<Item = Result<StringRecord, FocusError>> + Send>;
+pub(super) type Records = Box<dyn Iterator<Item = Result<StringRecord, FocusError>> + Send>;
 
 /// A FOCUS file read one row at a time. Yields the first error and then ends; a file with a
 /// header and no row yields [`FocusError::Empty`].
@@ -395,7 +395,8 @@ pub struct FocusRows {
 }
 
 impl FocusRows {
-    fn new(headers: Vec<String>, records: Records) -> Result<Self, FocusError> {
+    /// A row reader over a header and its rows (as text, whatever the file format).
+    pub(super) fn new(headers: Vec<String>, records: Records) -> Result<Self, FocusError> {
         let cols = Columns::new(headers)?;
         Ok(FocusRows {
             version: FocusVersion::of(&cols),
@@ -511,11 +512,6 @@ fn csv_error(line: u64, e: csv::Error) -> FocusError {
 /// Parses a whole FOCUS file (CSV, gzip CSV or Parquet) held in memory.
 pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
     open_bytes(bytes.to_vec())?.collect()
-}
-
-/// Turns a header and its rows (as text, whatever the file format) into a row reader.
-pub(super) fn rows_of(headers: Vec<String>, records: Records) -> Result<FocusRows, FocusError> {
-    FocusRows::new(headers, records)
 }
 
 fn amount(line: u64, cols: &Columns, r: &StringRecord, name: &str) -> Result<Decimal, FocusError> {

@@ -10,7 +10,7 @@ use parquet::record::reader::RowIter;
 use parquet::record::{Field, Row};
 use rust_decimal::Decimal;
 
-use super::focus::{rows_of, FocusError, FocusRows};
+use super::focus::{FocusError, FocusRows};
 
 fn ms_to_rfc3339(ms: i64) -> String {
     crate::allocation::rfc3339(ms)
@@ -92,7 +92,7 @@ pub fn rows<R: ChunkReader + 'static>(input: R) -> Result<FocusRows, FocusError>
         line += 1;
         Some(record(line, width, row))
     });
-    rows_of(headers, Box::new(records))
+    FocusRows::new(headers, Box::new(records))
 }
 
 fn record(
