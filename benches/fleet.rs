@@ -449,7 +449,7 @@ async fn ingest_round(backend: &str, reports_per_agent: i64) -> Result<IngestRou
     let raw_s = raw_inserts(&db, reports_per_agent).await?;
     let raw_cpu = CpuClock::now(None).per_report(&raw_cpu, reports, "", "writers");
 
-    let token = create_token(&db.url, "bench");
+    let token = create_token(&db.url, "bench", "http-*");
     let mut server = start_server(&db.url, free_port()).await;
     let client = reqwest::Client::new();
     let server_pid = server.proc.pid();
@@ -1102,7 +1102,7 @@ async fn export(backend: &str, gpus: i64) -> Result<()> {
 async fn agent(o: &Options) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let db = fresh_db("sqlite").await?;
-    let token = create_token(&db.url, "bench-agent");
+    let token = create_token(&db.url, "bench-agent", "bench");
     let mut server = start_server(&db.url, free_port()).await;
     // Real processes for the agent to read labels of; they outlive the run.
     let mut sleepers = Vec::new();

@@ -265,7 +265,7 @@ fn rows_by_key(body: &Value) -> BTreeMap<String, Value> {
 async fn split_to_the_cent(db: TestDb) {
     let label = db.backend;
     let dir = tempfile::tempdir().unwrap();
-    let token = create_token(&db.url, "agent");
+    let token = create_token(&db.url, "agent", "train");
     let server = start_server(&db.url, free_port()).await;
     let viewer = signed_in(&server, "viewer").await;
     let client = viewer.clone();
@@ -465,7 +465,7 @@ async fn known_fleet_splits_to_the_cent_postgres() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hosts_without_a_bill_get_rate_card_estimates() {
     let db = test_support::sqlite();
-    let token = create_token(&db.url, "agent");
+    let token = create_token(&db.url, "agent", "train");
     let server = start_server(&db.url, free_port()).await;
     let viewer = signed_in(&server, "viewer").await;
     let client = viewer.clone();
@@ -728,15 +728,8 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
 async fn focus_export_passes_the_validator(db: TestDb) {
     let store = db.open().await;
     let card = gpuledger_server::billing::ratecard::RateCard::default_card();
-    let token = create_token(&db.url, "demo");
-    let token_id = store
-        .active_token(&gpuledger_server::auth::hash_token(&token))
-        .await
-        .unwrap()
-        .unwrap()
-        .id;
     let now = gpuledger_server::now_ms();
-    gpuledger_server::demo::seed(store.as_ref(), &card, token_id, now)
+    gpuledger_server::demo::seed(store.as_ref(), &card, now)
         .await
         .unwrap();
     let this_month = gpuledger_server::billing::focus::month_start_ms(now);

@@ -67,7 +67,7 @@ async fn synthetic_agent(url: String, token: String, host: String, batches: usiz
             agent_version: "load".into(),
             host: HostInfo {
                 hostname: host.clone(),
-                cluster: "load".into(),
+                cluster: "faults".into(),
                 ..Default::default()
             },
             windows: vec![Window {
@@ -109,7 +109,7 @@ async fn synthetic_agent(url: String, token: String, host: String, batches: usiz
 async fn server_killed_mid_ingest(db: TestDb) {
     let label = db.backend;
     let dir = tempfile::tempdir().unwrap();
-    let token = create_token(&db.url, "faults");
+    let token = create_token(&db.url, "faults", "faults");
     let port = free_port();
     let mut server = start_server(&db.url, port).await;
     let url = server.url.clone();
@@ -237,7 +237,7 @@ async fn server_killed_mid_ingest_loses_and_duplicates_nothing_postgres() {
 async fn a_killed_agent_resumes_its_spool() {
     let db = test_support::sqlite();
     let dir = tempfile::tempdir().unwrap();
-    let token = create_token(&db.url, "faults");
+    let token = create_token(&db.url, "faults", "faults");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let scenario = scenario(dir.path(), "GPU-restarted-0");
@@ -461,7 +461,7 @@ impl Drop for OwnPostgres {
 async fn postgres_down_for_a_minute_loses_nothing() {
     let pg = OwnPostgres::start();
     let dir = tempfile::tempdir().unwrap();
-    let token = create_token(&pg.url, "faults");
+    let token = create_token(&pg.url, "faults", "faults");
     let server = start_server(&pg.url, free_port()).await;
     let scenario = scenario(dir.path(), "GPU-pgdown-0");
     let spool = dir.path().join("spool");
@@ -539,7 +539,7 @@ async fn postgres_down_for_a_minute_loses_nothing() {
 async fn a_full_spool_disk_drops_the_oldest_and_the_agent_keeps_running() {
     let db = test_support::sqlite();
     let dir = tempfile::tempdir().unwrap();
-    let token = create_token(&db.url, "faults");
+    let token = create_token(&db.url, "faults", "faults");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let scenario = scenario(dir.path(), "GPU-diskfull-0");

@@ -51,7 +51,7 @@ async fn five_hundred_agents_for_ten_minutes() {
         Ok("sqlite") => test_support::sqlite(),
         _ => test_support::postgres().await,
     };
-    let token = create_token(&db.url, "load");
+    let token = create_token(&db.url, "load", "load-*");
     let server = start_server(&db.url, free_port()).await;
     let pid = server.proc.pid();
     let errors = Arc::new(AtomicU64::new(0));

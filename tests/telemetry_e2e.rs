@@ -265,7 +265,7 @@ async fn round_trip(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
     let fleet = processes();
     let scenario = write_scenario(dir.path(), &fleet);
-    let token = create_token(&db.url, "e2e");
+    let token = create_token(&db.url, "e2e", "e2e");
     let server = start_server(&db.url, free_port()).await;
     let spool = dir.path().join("spool");
     let mut agent = start_agent(&AgentOptions {
@@ -320,7 +320,7 @@ async fn outage(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
     let fleet = processes();
     let scenario = write_scenario(dir.path(), &fleet);
-    let token = create_token(&db.url, "e2e");
+    let token = create_token(&db.url, "e2e", "e2e");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let spool = dir.path().join("spool");
@@ -468,7 +468,7 @@ async fn documented_curl_example_is_accepted() {
         .collect::<Vec<_>>()
         .join("\n");
     let db = test_support::sqlite();
-    let token = create_token(&db.url, "docs");
+    let token = create_token(&db.url, "docs", "train-east");
     let server = start_server(&db.url, free_port()).await;
     let out = std::process::Command::new("bash")
         .arg("-c")
@@ -520,7 +520,7 @@ async fn sigterm_flushes_the_open_window() {
     let dir = tempfile::tempdir().unwrap();
     let fleet = processes();
     let scenario = write_scenario(dir.path(), &fleet);
-    let token = create_token(&db.url, "e2e");
+    let token = create_token(&db.url, "e2e", "e2e");
     let server = start_server(&db.url, free_port()).await;
     let spool = dir.path().join("spool");
     let mut agent = start_agent(&AgentOptions {
@@ -546,11 +546,13 @@ async fn sigterm_flushes_the_open_window() {
     spool_is_drained(&spool, "sqlite");
 }
 
-/// Tokens through the command line: list shows them without secrets; a revoked one gets 401.
+/// Tokens through the command line: list shows them with their scope and without secrets; a
+/// token for every cluster is refused; a rotated token's old secret works for the overlap; a
+/// revoked token gets 401.
 #[tokio::test(flavor = "multi_thread")]
 async fn token_cli_create_list_revoke() {
     let db = test_support::sqlite();
-    let token = create_token(&db.url, "rack-7");
+    let token = create_token(&db.url, "rack-7", "rack");
     let server = start_server(&db.url, free_port()).await;
     let list = server_cmd(&db.url)
         .args(["token", "list"])
@@ -560,27 +562,72 @@ async fn token_cli_create_list_revoke() {
     assert!(listing.contains("rack-7\tactive"), "{listing}");
     assert!(!listing.contains(&token), "secrets are never listed");
 
-    let post = || async {
-        reqwest::Client::new()
-            .post(format!("{}/api/v1/reports", server.url))
-            .bearer_auth(&token)
-            .body("{}")
-            .send()
-            .await
-            .unwrap()
-            .status()
+    let reports_url = format!("{}/api/v1/reports", server.url);
+    let post = |secret: String| {
+        let url = reports_url.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(secret)
+                .body("{}")
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
     };
     assert_eq!(
-        post().await,
+        post(token.clone()).await,
         reqwest::StatusCode::BAD_REQUEST,
         "authenticated, then refused as malformed"
+    );
+    let unscoped = server_cmd(&db.url)
+        .args(["token", "create", "--name", "all", "--cluster", "*"])
+        .output()
+        .unwrap();
+    assert!(
+        !unscoped.status.success(),
+        "a token for every cluster is refused"
+    );
+    assert!(String::from_utf8_lossy(&unscoped.stderr).contains("matches every name"));
+    let rotate = server_cmd(&db.url)
+        .args(["token", "rotate", "rack-7", "--overlap", "1h"])
+        .output()
+        .unwrap();
+    assert!(
+        rotate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rotate.stderr)
+    );
+    let rotated = String::from_utf8(rotate.stdout).unwrap().trim().to_owned();
+    assert!(rotated.starts_with("gpl_") && rotated != token);
+    for secret in [&token, &rotated] {
+        assert_eq!(
+            post(secret.clone()).await,
+            reqwest::StatusCode::BAD_REQUEST,
+            "the old secret works during the overlap, the new one from now on"
+        );
+    }
+    let list = server_cmd(&db.url)
+        .args(["token", "list"])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listing.contains("rack-7\tactive\tcluster rack"),
+        "{listing}"
     );
     let revoke = server_cmd(&db.url)
         .args(["token", "revoke", "rack-7"])
         .output()
         .unwrap();
     assert!(revoke.status.success());
-    assert_eq!(post().await, reqwest::StatusCode::UNAUTHORIZED);
+    for secret in [&token, &rotated] {
+        assert_eq!(
+            post(secret.clone()).await,
+            reqwest::StatusCode::UNAUTHORIZED
+        );
+    }
     let again = server_cmd(&db.url)
         .args(["token", "revoke", "rack-7"])
         .output()
@@ -593,7 +640,7 @@ async fn token_cli_create_list_revoke() {
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_pass_promtool() {
     let db = test_support::sqlite();
-    let token = create_token(&db.url, "m");
+    let token = create_token(&db.url, "m", "default");
     let server = start_server(&db.url, free_port()).await;
     let client = reqwest::Client::new();
     // A rejected and an accepted report, so labelled series exist.

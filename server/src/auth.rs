@@ -1,14 +1,16 @@
-//! Agent tokens: random, shown once at creation, stored only as a SHA-256 hash.
+//! Agent tokens: random, shown once at creation, stored only as a SHA-256 hash, and scoped to
+//! what they may report (a cluster, optionally a host-name pattern).
 //!
 //! A plain hash is right here (unlike passwords): tokens are 190 bits of randomness, so there is
 //! nothing to brute-force, and a fast hash keeps per-request checks cheap.
 
 use axum::http::HeaderMap;
+use gpuledger_proto::HostInfo;
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
-use crate::store::{Store, TokenRow};
+use crate::store::{Refusal, RefusalKind, Store, TokenRow};
 
 const PREFIX: &str = "gpl_";
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -38,12 +40,135 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The active token presented in `Authorization: Bearer`, or 401.
-pub async fn require_agent(store: &dyn Store, headers: &HeaderMap) -> Result<TokenRow, ApiError> {
+pub async fn require_agent(
+    store: &dyn Store,
+    headers: &HeaderMap,
+    now_ms: i64,
+) -> Result<TokenRow, ApiError> {
     let token = bearer(headers).ok_or(ApiError::Unauthorized)?;
     store
-        .active_token(&hash_token(token))
+        .active_token(&hash_token(token), now_ms)
         .await?
         .ok_or(ApiError::Unauthorized)
+}
+
+/// What a token may report: clusters whose name matches `cluster` (a name, or a glob pattern
+/// such as `train-*`), and of those the hosts whose name matches `hosts`, if given.
+#[derive(Debug, Clone)]
+pub struct TokenScope {
+    cluster: glob::Pattern,
+    hosts: Option<glob::Pattern>,
+}
+
+impl TokenScope {
+    /// Checks a scope as an admin gives it; the error says what to change.
+    pub fn parse(cluster: &str, hosts: Option<&str>) -> Result<TokenScope, String> {
+        let cluster = pattern("cluster", cluster)?;
+        let hosts = hosts.map(|h| pattern("host pattern", h)).transpose()?;
+        Ok(TokenScope { cluster, hosts })
+    }
+
+    /// The scope of a stored token; `None` for a token made before scopes existed.
+    pub fn of(token: &TokenRow) -> Result<Option<TokenScope>, String> {
+        token
+            .cluster
+            .as_deref()
+            .map(|c| TokenScope::parse(c, token.host_pattern.as_deref()))
+            .transpose()
+    }
+
+    pub fn permits_cluster(&self, cluster: &str) -> bool {
+        self.cluster.matches(cluster)
+    }
+
+    pub fn permits_host(&self, hostname: &str) -> bool {
+        self.hosts.as_ref().is_none_or(|p| p.matches(hostname))
+    }
+
+    /// Whether a report from this host is in scope, naming the field that is not.
+    pub fn check(&self, host: &HostInfo) -> Result<(), Refusal> {
+        if !self.permits_cluster(&host.cluster) {
+            return Err(Refusal {
+                kind: RefusalKind::ClusterOutOfScope,
+                field: "host.cluster".into(),
+                message: format!(
+                    "this token may report cluster {:?}, not {:?}",
+                    self.cluster.as_str(),
+                    host.cluster
+                ),
+            });
+        }
+        if !self.permits_host(&host.hostname) {
+            return Err(Refusal {
+                kind: RefusalKind::HostOutOfScope,
+                field: "host.hostname".into(),
+                message: format!(
+                    "this token may report hosts matching {:?}, not {:?}",
+                    self.hosts.as_ref().map(glob::Pattern::as_str).unwrap_or(""),
+                    host.hostname
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A name or glob pattern of a scope. A pattern that matches every name is refused: it would be
+/// no scope at all.
+fn pattern(what: &str, text: &str) -> Result<glob::Pattern, String> {
+    if text.trim().is_empty() {
+        return Err(format!("the {what} must not be empty"));
+    }
+    if text.trim() != text || text.chars().any(char::is_control) {
+        return Err(format!(
+            "the {what} {text:?} has surrounding spaces or control characters, which no name has"
+        ));
+    }
+    if text.chars().all(|c| c == '*') {
+        return Err(format!(
+            "the {what} {text:?} matches every name; name a cluster or a pattern of some"
+        ));
+    }
+    glob::Pattern::new(text).map_err(|e| format!("the {what} {text:?} is not a valid pattern: {e}"))
+}
+
+/// Whether a token may report this host: its scope, or for a token made before scopes existed,
+/// the clusters it reported before (one that never reported takes the first cluster it reports).
+pub async fn authorize_report(
+    store: &dyn Store,
+    token: &TokenRow,
+    host: &HostInfo,
+) -> Result<Result<(), Refusal>, ApiError> {
+    match TokenScope::of(token) {
+        Ok(Some(scope)) => Ok(scope.check(host)),
+        Ok(None) => {
+            let clusters = store.token_clusters(token.id).await?;
+            if clusters.contains(&host.cluster) {
+                return Ok(Ok(()));
+            }
+            if clusters.is_empty() && store.adopt_token_cluster(token.id, &host.cluster).await? {
+                return Ok(Ok(()));
+            }
+            Ok(Err(Refusal {
+                kind: RefusalKind::ClusterOutOfScope,
+                field: "host.cluster".into(),
+                message: format!(
+                    "this token, made before tokens had scopes, may report the clusters it \
+                     reported before ({}), not {:?}; make a token for that cluster with \
+                     `token create --cluster`",
+                    clusters.join(", "),
+                    host.cluster
+                ),
+            }))
+        }
+        // A scope stored by an older version that this one cannot read: refuse rather than
+        // guess.
+        Err(e) => Ok(Err(Refusal {
+            kind: RefusalKind::ClusterOutOfScope,
+            field: "host.cluster".into(),
+            message: format!("this token's scope cannot be read ({e}); an admin must replace it"),
+        })),
+    }
 }
 
 #[cfg(test)]
@@ -59,6 +184,49 @@ mod tests {
         assert_eq!(hash_token(&a), hash_token(&a));
         assert_ne!(hash_token(&a), hash_token(&b));
         assert_eq!(hash_token(&a).len(), 64);
+    }
+
+    fn host(cluster: &str, hostname: &str) -> HostInfo {
+        HostInfo {
+            hostname: hostname.into(),
+            cluster: cluster.into(),
+            ..HostInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_scope_names_the_field_a_report_breaks() {
+        let scope = TokenScope::parse("train", Some("gpu-node-*")).unwrap();
+        assert_eq!(scope.check(&host("train", "gpu-node-7")), Ok(()));
+        let wrong_cluster = scope.check(&host("infer", "gpu-node-7")).unwrap_err();
+        assert_eq!(wrong_cluster.kind, RefusalKind::ClusterOutOfScope);
+        assert_eq!(wrong_cluster.field, "host.cluster");
+        let wrong_host = scope.check(&host("train", "login-1")).unwrap_err();
+        assert_eq!(wrong_host.kind, RefusalKind::HostOutOfScope);
+        assert_eq!(wrong_host.field, "host.hostname");
+        assert!(
+            wrong_host.message.contains("gpu-node-*"),
+            "{}",
+            wrong_host.message
+        );
+
+        let clusters = TokenScope::parse("train-*", None).unwrap();
+        assert!(clusters.permits_cluster("train-a") && !clusters.permits_cluster("infer"));
+        assert!(clusters.permits_host("anything"));
+    }
+
+    #[test]
+    fn scopes_that_are_no_scope_are_refused() {
+        for (cluster, hosts, says) in [
+            ("", None, "must not be empty"),
+            ("*", None, "matches every name"),
+            ("train", Some("**"), "matches every name"),
+            ("train", Some(" gpu-*"), "surrounding spaces"),
+            ("train", Some("gpu-[1-"), "not a valid pattern"),
+        ] {
+            let err = TokenScope::parse(cluster, hosts).unwrap_err();
+            assert!(err.contains(says), "{cluster:?} {hosts:?}: {err}");
+        }
     }
 
     #[test]

@@ -397,13 +397,10 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
 
 /// Fills `store` with the simulated fleet from the first day of the previous month until now,
 /// in one-hour windows sent as agents send reports, and imports its FOCUS bill (the last two
-/// days not billed yet, so they show as estimates). Returns how many reports went in.
-pub async fn seed(
-    store: &dyn Store,
-    card: &RateCard,
-    token_id: i64,
-    now_ms: i64,
-) -> Result<usize, DemoError> {
+/// days not billed yet, so they show as estimates). Each cluster's agents report with their own
+/// token (`demo-CLUSTER`), scoped to that cluster as a real fleet's would be. Returns how many
+/// reports went in.
+pub async fn seed(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<usize, DemoError> {
     let this_month = month_start_ms(now_ms);
     let start = month_start_ms(this_month - 1);
     let end = now_ms - now_ms % 60_000;
@@ -413,7 +410,28 @@ pub async fn seed(
         ..Limits::default()
     };
     let mut batches = 0;
+    let mut tokens: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
     for spec in fleet() {
+        let token_id = match tokens.get(spec.cluster) {
+            Some(&id) => id,
+            None => {
+                let name = format!("demo-{}", spec.cluster);
+                let hash = crate::auth::hash_token(&crate::auth::generate_token());
+                store
+                    .create_token(
+                        &crate::store::NewToken::for_cluster(&name, &hash, spec.cluster),
+                        now_ms,
+                    )
+                    .await?;
+                let id = store
+                    .token_by_name(&name)
+                    .await?
+                    .ok_or_else(|| DemoError::Invalid(format!("token {name} was not stored")))?
+                    .id;
+                tokens.insert(spec.cluster, id);
+                id
+            }
+        };
         let host = HostInfo {
             hostname: spec.hostname.clone(),
             cluster: spec.cluster.into(),
@@ -465,9 +483,15 @@ pub async fn seed(
             };
             validate::validate(&report, now_ms, &limits)
                 .map_err(|e| DemoError::Invalid(e.to_string()))?;
-            store
+            let outcome = store
                 .ingest(&report, token_id, AgentStatus::default(), now_ms)
                 .await?;
+            if outcome != crate::store::IngestOutcome::Stored {
+                return Err(DemoError::Invalid(format!(
+                    "report {} was not stored: {outcome:?}",
+                    report.batch_id
+                )));
+            }
             batches += 1;
         }
         if !requests.is_empty() {
@@ -510,10 +534,9 @@ mod tests {
     async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         let db = crate::test_support::sqlite();
         let store = db.open().await;
-        store.create_token("demo", "h", 0).await.unwrap();
         let card = RateCard::default_card();
         let now = 1_795_300_000_000; // 2026-11-22
-        let reports = seed(store.as_ref(), &card, 1, now).await.unwrap();
+        let reports = seed(store.as_ref(), &card, now).await.unwrap();
         assert!(reports > 500, "{reports}");
         let imports = store.billing_imports().await.unwrap();
         assert_eq!(imports.len(), 1);

@@ -30,6 +30,9 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Internal(String),
+    /// A report refused because of who sent it (403) or what was already stored (409).
+    #[error("{}", .0.message)]
+    Refused(crate::store::Refusal),
 }
 
 impl ApiError {
@@ -50,6 +53,10 @@ impl ApiError {
             ApiError::Store(StoreError::Database(e)) if is_unavailable(e) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
             }
+            ApiError::Refused(r) if r.kind.is_forbidden() => {
+                (StatusCode::FORBIDDEN, "forbidden", Some(r.field.clone()))
+            }
+            ApiError::Refused(r) => (StatusCode::CONFLICT, "conflict", Some(r.field.clone())),
             ApiError::Store(_) | ApiError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
             }

@@ -4,7 +4,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gpuledger_server::billing::{self, ratecard::RateCard};
-use gpuledger_server::{auth, demo, now_ms, serve, session, store, AppState};
+use gpuledger_server::{agent_tokens, auth, demo, now_ms, serve, session, store, AppState};
 
 /// gpuledger server: GPU cost observability. Ingests agent reports and shows the fleet.
 ///
@@ -94,8 +94,9 @@ struct ServeArgs {
     /// Mark session cookies Secure: set this when users reach the server over HTTPS.
     #[arg(long, env = "GPULEDGER_SECURE_COOKIES")]
     secure_cookies: bool,
-    /// Behind a proxy or load balancer: count failed sign-ins per the client address it
-    /// appends to X-Forwarded-For instead of per connection (the balancer's address).
+    /// Behind a proxy or load balancer: count failed sign-ins, and record where agent tokens
+    /// are used from, per the client address it appends to X-Forwarded-For instead of per
+    /// connection (the balancer's address).
     #[arg(long, env = "GPULEDGER_TRUST_FORWARDED_FOR")]
     trust_forwarded_for: bool,
     /// Largest bill accepted through the upload form, in bytes.
@@ -184,15 +185,37 @@ enum UserCommand {
 
 #[derive(Subcommand, Debug)]
 enum TokenCommand {
-    /// Create a token and print it (it is shown only this once).
+    /// Create an agent token for a cluster and print it (it is shown only this once).
     Create {
         #[arg(long, env = "GPULEDGER_TOKEN_NAME")]
         name: String,
+        /// The cluster its agents report (a name, or a pattern such as `train-*`).
+        #[arg(long)]
+        cluster: String,
+        /// Only hosts whose name matches this pattern (`gpu-node-*`).
+        #[arg(long)]
+        hosts: Option<String>,
+        /// Stop working after this long (`90days`); by default it works until revoked.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires_in: Option<std::time::Duration>,
     },
-    /// List tokens (names and dates; never the secrets).
+    /// List tokens with their scope, state and last use (never the secrets).
     List,
-    /// Revoke a token by name; agents using it get 401 from then on.
+    /// Revoke a token by name; agents using it get 401 from then on, and its hosts are free
+    /// for the next token in scope that reports them.
     Revoke { name: String },
+    /// Give a token a new secret and print it; the old one keeps working for `--overlap`.
+    Rotate {
+        name: String,
+        #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+        overlap: std::time::Duration,
+    },
+    /// Move a host (CLUSTER/HOSTNAME) to another token, after its agent's token changed.
+    Rebind {
+        host: String,
+        #[arg(long)]
+        to: String,
+    },
 }
 
 async fn shutdown_signal() {
@@ -299,31 +322,64 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
-                TokenCommand::Create { name } => {
-                    let token = auth::generate_token();
-                    store
-                        .create_token(&name, &auth::hash_token(&token), now_ms())
-                        .await?;
-                    println!("{token}");
-                    eprintln!("token {name:?} created; it is shown only once.");
+                TokenCommand::Create {
+                    name,
+                    cluster,
+                    hosts,
+                    expires_in,
+                } => {
+                    let request = agent_tokens::TokenRequest {
+                        name,
+                        cluster,
+                        hosts,
+                        expires_in,
+                    };
+                    let issued = agent_tokens::create(store.as_ref(), &request, now_ms()).await?;
+                    println!("{}", issued.secret);
+                    eprintln!(
+                        "token {:?} created for {}; it is shown only once.",
+                        issued.token.name,
+                        agent_tokens::scope_text(&issued.token)
+                    );
                 }
                 TokenCommand::List => {
-                    for t in store.list_tokens().await? {
-                        let state = match t.revoked_ms {
-                            Some(_) => "revoked",
-                            None => "active",
-                        };
-                        let created = chrono::DateTime::from_timestamp_millis(t.created_ms)
+                    let now = now_ms();
+                    let when = |ms: Option<i64>| {
+                        ms.and_then(chrono::DateTime::from_timestamp_millis)
                             .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
-                            .unwrap_or_default();
-                        println!("{}\t{state}\tcreated {created}", t.name);
+                            .unwrap_or_else(|| "never".to_owned())
+                    };
+                    println!("NAME\tSTATE\tSCOPE\tCREATED\tEXPIRES\tLAST USED\tLAST ADDRESS");
+                    for t in store.list_tokens().await? {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            t.name,
+                            agent_tokens::state(&t, now),
+                            agent_tokens::scope_text(&t),
+                            when(Some(t.created_ms)),
+                            when(t.expires_ms),
+                            when(t.last_used_ms),
+                            t.last_address.as_deref().unwrap_or("-"),
+                        );
                     }
                 }
                 TokenCommand::Revoke { name } => {
-                    if !store.revoke_token(&name, now_ms()).await? {
-                        anyhow::bail!("no active token named {name:?}");
-                    }
+                    agent_tokens::revoke(store.as_ref(), &name, now_ms()).await?;
                     println!("token {name:?} revoked");
+                }
+                TokenCommand::Rotate { name, overlap } => {
+                    let issued =
+                        agent_tokens::rotate(store.as_ref(), &name, overlap, now_ms()).await?;
+                    println!("{}", issued.secret);
+                    eprintln!(
+                        "token {name:?} has a new secret, shown only once; the old one works \
+                         until {}.",
+                        humantime::format_duration(overlap)
+                    );
+                }
+                TokenCommand::Rebind { host, to } => {
+                    agent_tokens::rebind(store.as_ref(), &host, &to, now_ms()).await?;
+                    println!("host {host} now reports with token {to:?}");
                 }
             }
             Ok(())
@@ -495,18 +551,9 @@ async fn main() -> anyhow::Result<()> {
                 let _ = std::fs::remove_file(format!("{demo_db}{suffix}"));
             }
             let store = store::connect(&format!("sqlite://{demo_db}")).await?;
-            let token = auth::generate_token();
-            store
-                .create_token("demo", &auth::hash_token(&token), now_ms())
-                .await?;
-            let token_id = store
-                .active_token(&auth::hash_token(&token))
-                .await?
-                .map(|t| t.id)
-                .context("the demo token was not stored")?;
             let card = rate_card_from(args.rate_card.as_deref())?;
             eprintln!("demo: simulating last month and this one (takes a few seconds)...");
-            let batches = demo::seed(store.as_ref(), &card, token_id, now_ms()).await?;
+            let batches = demo::seed(store.as_ref(), &card, now_ms()).await?;
             let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();
             store
                 .create_user(
@@ -517,7 +564,20 @@ async fn main() -> anyhow::Result<()> {
                 )
                 .await?;
             eprintln!("demo: simulated this month and the last for a fleet in {demo_db} ({batches} reports, with its FOCUS bill)");
-            eprintln!("demo: agent token for trying ingest yourself: {token}");
+            let sandbox = agent_tokens::create(
+                store.as_ref(),
+                &agent_tokens::TokenRequest {
+                    name: "sandbox".into(),
+                    cluster: "sandbox".into(),
+                    ..Default::default()
+                },
+                now_ms(),
+            )
+            .await?;
+            eprintln!(
+                "demo: agent token for trying ingest yourself (cluster \"sandbox\"): {}",
+                sandbox.secret
+            );
             println!("demo: sign in as  demo / {password}");
             run_server(state_for(store, &args)?, &args).await
         }

@@ -96,9 +96,10 @@ pub fn server_cmd(db_url: &str) -> Command {
     cmd
 }
 
-pub fn create_token(db_url: &str, name: &str) -> String {
+/// An agent token for `cluster` (a name or pattern) through the command line.
+pub fn create_token(db_url: &str, name: &str, cluster: &str) -> String {
     let out = server_cmd(db_url)
-        .args(["token", "create", "--name", name])
+        .args(["token", "create", "--name", name, "--cluster", cluster])
         .output()
         .expect("run token create");
     assert!(

@@ -60,10 +60,23 @@ pub struct ClusterView {
     pub hosts: Vec<HostView>,
 }
 
+/// Reports refused for one token, host and reason.
+pub struct RefusedView {
+    pub token: String,
+    pub host: String,
+    pub message: String,
+    pub attempts: i64,
+    pub last: String,
+}
+
+/// How far back the page lists refused reports.
+const REFUSED_SHOWN_MS: i64 = 7 * 24 * 3_600_000;
+
 #[derive(Template)]
 #[template(path = "fleet.html")]
 pub struct FleetPage {
     pub chrome: Option<Chrome>,
+    pub refused: Vec<RefusedView>,
     pub clusters: Vec<ClusterView>,
     pub total_hosts: usize,
     pub total_gpus: usize,
@@ -155,6 +168,7 @@ pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> Fle
     }
     FleetPage {
         chrome: None,
+        refused: Vec::new(),
         clusters,
         total_hosts,
         total_gpus,
@@ -165,12 +179,27 @@ async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
     let loaded = async {
         let rows = state.store.fleet().await?;
         let processes = state.store.fleet_processes().await?;
-        Ok::<_, crate::store::StoreError>((rows, processes))
+        let refused = state
+            .store
+            .ingest_refusals(now_ms() - REFUSED_SHOWN_MS)
+            .await?;
+        Ok::<_, crate::store::StoreError>((rows, processes, refused))
     }
     .await;
     match loaded {
-        Ok((rows, processes)) => {
-            let mut page = build(rows, processes, now_ms());
+        Ok((rows, processes, refused)) => {
+            let now = now_ms();
+            let mut page = build(rows, processes, now);
+            page.refused = refused
+                .into_iter()
+                .map(|r| RefusedView {
+                    token: r.token,
+                    host: format!("{}/{}", r.cluster, r.hostname),
+                    message: r.message,
+                    attempts: r.attempts,
+                    last: ago(now - r.last_ms),
+                })
+                .collect();
             page.chrome = Some(Chrome::from(&user));
             page::render(&page)
         }

@@ -10,9 +10,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL_DROPPED_HEADER};
 
+use super::login::{client_key, Peer};
 use super::AppState;
 use crate::error::ApiError;
-use crate::store::{AgentStatus, IngestOutcome};
+use crate::store::{AgentStatus, IngestOutcome, Refusal, TokenRow};
 use crate::{auth, now_ms, validate};
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
@@ -23,11 +24,12 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
 
 async fn post_report(
     State(state): State<AppState>,
+    peer: Peer,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<IngestAck>, ApiError> {
     let started = Instant::now();
-    let result = ingest(&state, &headers, body).await;
+    let result = ingest(&state, &headers, peer, body).await;
     state
         .metrics
         .batch_seconds
@@ -40,6 +42,7 @@ async fn post_report(
             state.metrics.reports_accepted.inc();
             state.metrics.windows_stored.inc_by(ack.windows as u64);
         }
+        Err(ApiError::Refused(r)) => state.metrics.reject(r.kind.reason()),
         Err(e) => state.metrics.reject(e.code()),
     }
     result.map(Json)
@@ -84,16 +87,37 @@ pub(crate) fn body_error(rejection: BytesRejection, max_body_bytes: usize) -> Ap
 async fn ingest(
     state: &AppState,
     headers: &HeaderMap,
+    peer: Peer,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<IngestAck, ApiError> {
-    let token = auth::require_agent(state.store.as_ref(), headers).await?;
+    let now = now_ms();
+    let token = auth::require_agent(state.store.as_ref(), headers, now).await?;
+    // Last use, at most once a minute per token: many hosts share one token, and a write per
+    // report to one row would make them queue for it.
+    if token.last_used_ms.is_none_or(|t| now - t >= TOUCH_EVERY_MS) {
+        let address = client_key(headers, peer.0, state.trust_forwarded_for);
+        state
+            .store
+            .touch_token(token.id, now, Some(address.as_str()))
+            .await?;
+    }
     let body = body.map_err(|r| body_error(r, state.max_body_bytes))?;
     let report = decode(&body)?;
-    let now = now_ms();
     validate::validate(&report, now, &state.limits)?;
+    if let Err(refusal) = auth::authorize_report(state.store.as_ref(), &token, &report.host).await?
+    {
+        return Err(refused(state, &token, &report.host, refusal, now).await);
+    }
     let agent = AgentStatus {
         spool_depth: header_i64(headers, SPOOL_DEPTH_HEADER),
         spool_dropped: header_i64(headers, SPOOL_DROPPED_HEADER),
+    };
+    let status = match state.store.ingest(&report, token.id, agent, now).await? {
+        IngestOutcome::Stored => "stored",
+        IngestOutcome::Duplicate => "duplicate",
+        IngestOutcome::Refused(refusal) => {
+            return Err(refused(state, &token, &report.host, refusal, now).await)
+        }
     };
     state.metrics.set_agent_spool(
         &report.host.cluster,
@@ -101,14 +125,37 @@ async fn ingest(
         agent.spool_depth,
         agent.spool_dropped,
     );
-    let outcome = state.store.ingest(&report, token.id, agent, now).await?;
     Ok(IngestAck {
         batch_id: report.batch_id,
-        status: match outcome {
-            IngestOutcome::Stored => "stored",
-            IngestOutcome::Duplicate => "duplicate",
-        }
-        .to_owned(),
+        status: status.to_owned(),
         windows: report.windows.len(),
     })
+}
+
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// Keeps a refused report on record for the fleet page, then answers it.
+async fn refused(
+    state: &AppState,
+    token: &TokenRow,
+    host: &gpuledger_proto::HostInfo,
+    refusal: Refusal,
+    now: i64,
+) -> ApiError {
+    tracing::warn!(
+        token = %token.name,
+        cluster = %host.cluster,
+        host = %host.hostname,
+        reason = refusal.kind.reason(),
+        "report refused: {}",
+        refusal.message
+    );
+    if let Err(e) = state
+        .store
+        .record_refusal(token.id, &host.cluster, &host.hostname, &refusal, now)
+        .await
+    {
+        tracing::error!(error = %e, "could not record a refused report");
+    }
+    ApiError::Refused(refusal)
 }

@@ -106,7 +106,7 @@ struct LoginForm {
 /// load balancer every peer is the balancer, so without that every person would share one count.
 /// The connection's peer address when the server was started with connect info (not in
 /// router-only tests).
-pub struct Peer(Option<SocketAddr>);
+pub struct Peer(pub(crate) Option<SocketAddr>);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
     type Rejection = std::convert::Infallible;
@@ -124,7 +124,11 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
     }
 }
 
-fn client_key(headers: &HeaderMap, peer: Option<SocketAddr>, trust_forwarded_for: bool) -> String {
+pub(crate) fn client_key(
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+    trust_forwarded_for: bool,
+) -> String {
     if trust_forwarded_for {
         let forwarded = headers
             .get_all("x-forwarded-for")

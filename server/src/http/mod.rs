@@ -18,6 +18,7 @@ mod review_tests;
 mod security_tests;
 #[cfg(test)]
 mod tests;
+mod tokens;
 pub(crate) mod usage;
 
 use std::sync::Arc;
@@ -74,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .merge(recommendations::router())
         .merge(review::router())
         .merge(billing::router(state.max_upload_bytes))
+        .merge(tokens::router())
         .merge(allocation::router())
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())

@@ -52,6 +52,11 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/snoozes", Access::Admin),
     ("POST", "/alerts/test", Access::Admin),
     ("POST", "/billing/import", Access::Admin),
+    ("GET", "/tokens", Access::Admin),
+    ("POST", "/tokens", Access::Admin),
+    ("POST", "/tokens/rotate", Access::Admin),
+    ("POST", "/tokens/revoke", Access::Admin),
+    ("POST", "/tokens/rebind", Access::Admin),
 ];
 
 /// A concrete address for a route pattern.
@@ -207,6 +212,7 @@ async fn every_route_admits_exactly_its_audience() {
         assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
         assert!(api.store.slack_history(10).await.unwrap().is_empty());
         assert!(api.store.billing_imports().await.unwrap().is_empty());
+        assert_eq!(api.store.list_tokens().await.unwrap().len(), 1);
         let (status, _, _) = call(
             &api,
             "POST",
@@ -401,5 +407,277 @@ async fn repeated_wrong_passwords_pause_sign_in() {
             sign_in(&api, "dee", right).await.0,
             StatusCode::TOO_MANY_REQUESTS
         );
+    }
+}
+
+/// A token with its secret, made the way an admin makes one.
+async fn agent_token(api: &Api, name: &str, cluster: &str, hosts: Option<&str>) -> String {
+    let request = crate::agent_tokens::TokenRequest {
+        name: name.into(),
+        cluster: cluster.into(),
+        hosts: hosts.map(str::to_owned),
+        expires_in: None,
+    };
+    crate::agent_tokens::create(api.store.as_ref(), &request, now_ms())
+        .await
+        .unwrap()
+        .secret
+}
+
+/// The rogue agent: tokens out of scope, or another token's host or GPU, are refused with 403
+/// naming the field; a changed repeat or a window already stored is 409; nothing of any of it is
+/// stored, the real agent's window is, the refusals are counted in /metrics and shown on the
+/// fleet page, and an admin's move of the host lets the new token report it.
+#[tokio::test]
+async fn a_rogue_agent_token_cannot_rewrite_another_hosts_costs() {
+    use super::tests::report;
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        // Made before any host of c1 reported: a pattern is checked against the hosts known.
+        let other_hosts = agent_token(&api, "rogue-hosts", "c1", Some("rogue-*")).await;
+        let real = report("real-1");
+        let (status, _) = api
+            .post(Some(&api.token), serde_json::to_vec(&real).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+
+        let mut rogue_report = report("rogue-1");
+        rogue_report.windows[0].gpus[0].util_avg = Some(100.0);
+        rogue_report.windows[0].gpus[0].util_max = Some(100.0);
+        rogue_report.windows[0].gpus[0].processes[0]
+            .labels
+            .insert("team".into(), "evil".into());
+        let body = |r: &gpuledger_proto::Report| serde_json::to_vec(r).unwrap();
+        let refused = |status: StatusCode, resp: &[u8], want: StatusCode, field: &str| {
+            assert_eq!(status, want, "{b}: {}", String::from_utf8_lossy(resp));
+            assert_eq!(error_of(resp).field.as_deref(), Some(field), "{b}");
+        };
+
+        let other_cluster = agent_token(&api, "scratch", "scratch", None).await;
+        let (status, resp) = api.post(Some(&other_cluster), body(&rogue_report)).await;
+        refused(status, &resp, StatusCode::FORBIDDEN, "host.cluster");
+
+        let (status, resp) = api.post(Some(&other_hosts), body(&rogue_report)).await;
+        refused(status, &resp, StatusCode::FORBIDDEN, "host.hostname");
+
+        let same_cluster = agent_token(&api, "rack-2", "c1", None).await;
+        let (status, resp) = api.post(Some(&same_cluster), body(&rogue_report)).await;
+        refused(status, &resp, StatusCode::FORBIDDEN, "host.hostname");
+        assert!(
+            error_of(&resp).message.contains("token rebind"),
+            "{b}: the refusal says how to move the host"
+        );
+        let mut stolen_gpu = rogue_report.clone();
+        stolen_gpu.batch_id = "rogue-2".into();
+        stolen_gpu.host.hostname = "h2".into();
+        let (status, resp) = api.post(Some(&same_cluster), body(&stolen_gpu)).await;
+        refused(
+            status,
+            &resp,
+            StatusCode::FORBIDDEN,
+            "windows[0].gpus[0].uuid",
+        );
+
+        // The real agent: a retry is a duplicate, a changed retry or a rewritten window is 409.
+        let (status, resp) = api.post(Some(&api.token), body(&real)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(String::from_utf8_lossy(&resp).contains("duplicate"), "{b}");
+        let mut changed = real.clone();
+        changed.windows[0].gpus[0].util_avg = Some(40.0);
+        let (status, resp) = api.post(Some(&api.token), body(&changed)).await;
+        refused(status, &resp, StatusCode::CONFLICT, "batch_id");
+        changed.batch_id = "real-2".into();
+        let (status, resp) = api.post(Some(&api.token), body(&changed)).await;
+        refused(status, &resp, StatusCode::CONFLICT, "windows[0].gpus[0]");
+
+        let windows = api.store.gpu_windows(0, i64::MAX).await.unwrap();
+        assert_eq!(windows.len(), 1, "{b}");
+        assert_eq!(
+            windows[0].util_avg,
+            Some(33.0),
+            "{b}: the real agent's window stands"
+        );
+        let processes = api.store.process_windows(0, i64::MAX).await.unwrap();
+        assert!(
+            !processes[0].labels_json.contains("evil"),
+            "{b}: {}",
+            processes[0].labels_json
+        );
+        assert_eq!(api.store.hosts().await.unwrap().len(), 1, "{b}");
+
+        let (_, metrics) = api.get("/metrics").await;
+        for (reason, count) in [
+            ("cluster_out_of_scope", 1),
+            ("host_out_of_scope", 1),
+            ("host_of_another_token", 1),
+            ("gpu_of_another_token", 1),
+            ("batch_reused", 1),
+            ("window_stored", 1),
+        ] {
+            let line = format!("reports_rejected_total{{reason=\"{reason}\"}} {count}");
+            assert!(metrics.contains(&line), "{b}: {line} in\n{metrics}");
+        }
+
+        let (viewer, _) = api.session("viewer").await;
+        let (status, fleet) = api.get_as("/", Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(fleet.contains("Refused reports"), "{b}");
+        assert!(fleet.contains("rack-2") && fleet.contains("c1/h1"), "{b}");
+        assert!(fleet.contains("scratch"), "{b}");
+
+        // An admin moves h1 to rack-2: from then on rack-2 reports it.
+        let (admin, csrf) = api.session("admin").await;
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/rebind",
+                &admin,
+                &format!("csrf={csrf}&host=c1%2Fh1&token=rack-2"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        assert!(page.contains("now reports with token"), "{b}");
+        let mut next = report("rack-2-1");
+        next.windows[0].start_ms += 15_000;
+        next.windows[0].end_ms += 15_000;
+        let (status, resp) = api.post(Some(&same_cluster), body(&next)).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        let (_, fleet) = api.get_as("/", Some(&viewer)).await;
+        assert!(
+            !fleet.contains("rack-2</td><td>c1/h1"),
+            "{b}: the move settles rack-2's refusals for h1"
+        );
+    }
+}
+
+/// The tokens page: an admin creates a token (the secret shown once, never cached), is told
+/// what is wrong with a scope that is no scope, rotates and revokes; nothing changes on error.
+#[tokio::test]
+async fn admins_manage_tokens_on_the_tokens_page() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (admin, csrf) = api.session("admin").await;
+        let (status, page) = api.get_as("/tokens", Some(&admin)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(page.contains("cluster c1"), "{b}: the scope is listed");
+
+        let (status, headers, page) = api
+            .post_form(
+                "/tokens",
+                &admin,
+                &format!("csrf={csrf}&name=rack-9&cluster=c1&hosts=gpu-*&expires_days=90"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        assert_eq!(headers["cache-control"], "no-store", "{b}");
+        let secret = page
+            .split("<code>")
+            .filter_map(|p| p.split("</code>").next())
+            .find(|c| c.starts_with("gpl_"))
+            .unwrap_or_else(|| panic!("{b}: no secret shown in {page}"))
+            .to_owned();
+        let token = api
+            .store
+            .active_token(&crate::auth::hash_token(&secret), now_ms())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (token.cluster.as_deref(), token.host_pattern.as_deref()),
+            (Some("c1"), Some("gpu-*")),
+            "{b}"
+        );
+        assert!(token.expires_ms.is_some(), "{b}");
+        let (_, again) = api.get_as("/tokens", Some(&admin)).await;
+        assert!(
+            !again.contains(&secret),
+            "{b}: the secret is shown only once"
+        );
+
+        let (status, _) = api
+            .post(
+                Some(&api.token),
+                serde_json::to_vec(&super::tests::report("b1")).unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        for (form, says) in [
+            ("name=all&cluster=*", "matches every name"),
+            ("name=rack-9&cluster=c1", "already exists"),
+            (
+                "name=x&cluster=c1&hosts=nomatch-*",
+                "matches none of the 1 hosts",
+            ),
+            ("name=x&cluster=c1&expires_days=0", "whole number of days"),
+            ("name=x&cluster=c1&hosts=gpu-%5B1-", "not a valid pattern"),
+        ] {
+            let (status, _, page) = api
+                .post_form("/tokens", &admin, &format!("csrf={csrf}&{form}"))
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{b}: {form}");
+            assert!(
+                page.contains("Nothing was changed") && page.contains(says),
+                "{b}: {form}: {page}"
+            );
+        }
+        let names: Vec<String> = api
+            .store
+            .list_tokens()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["agent", "rack-9"], "{b}");
+
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/rotate",
+                &admin,
+                &format!("csrf={csrf}&name=rack-9&overlap_hours=2"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        assert!(page.contains("old one works until"), "{b}");
+        let now = now_ms();
+        let hash = crate::auth::hash_token(&secret);
+        assert!(api.store.active_token(&hash, now).await.unwrap().is_some());
+        assert!(api
+            .store
+            .active_token(&hash, now + 3 * 3_600_000)
+            .await
+            .unwrap()
+            .is_none());
+
+        let (status, _, _) = api
+            .post_form(
+                "/tokens/revoke",
+                &admin,
+                &format!("csrf={csrf}&name=rack-9"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{b}");
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/revoke",
+                &admin,
+                &format!("csrf={csrf}&name=rack-9"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(page.contains("no active token"), "{b}");
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/rebind",
+                &admin,
+                &format!("csrf={csrf}&host=c1%2Fh1&token=nobody"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(page.contains("no token named"), "{b}");
     }
 }

@@ -10,7 +10,7 @@ use tower::ServiceExt;
 
 use super::{router, AppState};
 use crate::auth::{generate_token, hash_token};
-use crate::store::Store;
+use crate::store::{NewToken, Store};
 use crate::{now_ms, test_support};
 
 pub(super) struct Api {
@@ -26,7 +26,10 @@ pub(super) async fn apis() -> Vec<(Api, test_support::TestDb)> {
         let store = db.open().await;
         let token = generate_token();
         store
-            .create_token("agent", &hash_token(&token), now_ms())
+            .create_token(
+                &NewToken::for_cluster("agent", &hash_token(&token), "c1"),
+                now_ms(),
+            )
             .await
             .unwrap();
         let mut state = AppState::new(store.clone());

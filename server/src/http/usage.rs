@@ -125,7 +125,7 @@ async fn post_usage(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UsageAck>, ApiError> {
-    let token = auth::require_agent(state.store.as_ref(), &headers).await?;
+    let token = auth::require_agent(state.store.as_ref(), &headers, now_ms()).await?;
     let body = body.map_err(|r| super::ingest::body_error(r, state.max_body_bytes))?;
     let now = now_ms();
     let (source, counts) = parse(

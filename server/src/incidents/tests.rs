@@ -153,7 +153,10 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store.create_token("agent", "h", T).await.unwrap();
+        store
+            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
+            .await
+            .unwrap();
         let (rx, url) = receiver().await;
         let cfg = config(&url, Duration::from_secs(10 * 60));
         let card = RateCard::default_card();
@@ -392,7 +395,10 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store.create_token("agent", "h", T).await.unwrap();
+        store
+            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
+            .await
+            .unwrap();
         let (rx, url) = receiver().await;
         let mut cfg = config(&url, Duration::from_secs(3600));
         cfg.slack.routes[0].team = Some("research".into());

@@ -271,8 +271,10 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let store = db.open().await;
         let b = db.backend;
         let s = store.as_ref();
-        s.create_token("t", "h", START).await.unwrap();
-        let token = s.active_token("h").await.unwrap().unwrap().id;
+        s.create_token(&crate::store::NewToken::for_cluster("t", "h", "c?*"), START)
+            .await
+            .unwrap();
+        let token = s.active_token("h", START).await.unwrap().unwrap().id;
         let status = AgentStatus::default();
         // 30 hours of host a (billed) and host b (rate card), with a gap in host b's data.
         let a = report("a-1", "a", "i-aaa", START, 90, "llama");

@@ -10,6 +10,7 @@ mod report_rows;
 mod sqlite;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ use gpuledger_proto::Report;
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub(crate) use tokens::{token_active_sql, token_columns_sql, token_sql_impl};
+pub use tokens::{NewToken, Refusal, RefusalKind, RefusalRow, TokenRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -39,14 +42,6 @@ pub enum StoreError {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct TokenRow {
-    pub id: i64,
-    pub name: String,
-    pub created_ms: i64,
-    pub revoked_ms: Option<i64>,
-}
-
 /// What the agent said about itself beside the report (spool headers).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AgentStatus {
@@ -54,11 +49,13 @@ pub struct AgentStatus {
     pub spool_dropped: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
     Stored,
-    /// This batch id was stored before; nothing changed.
+    /// This batch was stored before, from the same token with the same content; nothing changed.
     Duplicate,
+    /// Refused because of who sent it or what was already stored; nothing was stored.
+    Refused(Refusal),
 }
 
 /// One GPU on the fleet page, with its host.
@@ -486,12 +483,53 @@ pub trait Store: Send + Sync {
     fn backend(&self) -> &'static str;
     async fn ping(&self) -> Result<(), StoreError>;
 
-    async fn create_token(&self, name: &str, hash: &str, now_ms: i64) -> Result<(), StoreError>;
+    async fn create_token(&self, token: &NewToken<'_>, now_ms: i64) -> Result<(), StoreError>;
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
+    async fn token_by_name(&self, name: &str) -> Result<Option<TokenRow>, StoreError>;
     /// Returns whether an active token by that name was revoked.
     async fn revoke_token(&self, name: &str, now_ms: i64) -> Result<bool, StoreError>;
-    /// An active (not revoked) token with this hash.
-    async fn active_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
+    /// Gives an active token a new secret; the old one keeps working until
+    /// `old_valid_until_ms`. Returns whether an active token by that name was found.
+    async fn rotate_token(
+        &self,
+        name: &str,
+        new_hash: &str,
+        old_valid_until_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// The active (neither revoked nor expired) token with this secret's hash, or the previous
+    /// secret's during its overlap.
+    async fn active_token(&self, hash: &str, now_ms: i64) -> Result<Option<TokenRow>, StoreError>;
+    /// Records that a token was used, and from where.
+    async fn touch_token(
+        &self,
+        token_id: i64,
+        now_ms: i64,
+        address: Option<&str>,
+    ) -> Result<(), StoreError>;
+    /// The clusters of the hosts bound to a token.
+    async fn token_clusters(&self, token_id: i64) -> Result<Vec<String>, StoreError>;
+    /// Scopes a token made before scopes existed, which never reported, to the first cluster
+    /// it reports. Returns whether it did.
+    async fn adopt_token_cluster(&self, token_id: i64, cluster: &str) -> Result<bool, StoreError>;
+    /// Binds a host to a token. Returns whether the host exists.
+    async fn rebind_host(
+        &self,
+        cluster: &str,
+        hostname: &str,
+        token_id: i64,
+    ) -> Result<bool, StoreError>;
+    /// Counts a refused report for the fleet page.
+    async fn record_refusal(
+        &self,
+        token_id: i64,
+        cluster: &str,
+        hostname: &str,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Refused reports seen since `since_ms`, newest first.
+    async fn ingest_refusals(&self, since_ms: i64) -> Result<Vec<RefusalRow>, StoreError>;
 
     /// Stores a validated report in one transaction, at most once per batch id.
     async fn ingest(
@@ -845,14 +883,23 @@ macro_rules! cost_lines_in_range_sql {
 pub(crate) use cost_lines_in_range_sql;
 
 /// SQL both backends' ingest runs, as literals so `concat!` can build larger statements.
-/// The host upsert: `$1..$12` as [`bind_host!`] binds them; each backend adds its `RETURNING id`.
-macro_rules! host_upsert_sql {
+/// The host upsert's columns: `$1..$12` as [`bind_host!`] binds them, then the token's id.
+macro_rules! host_columns_sql {
     () => {
         "INSERT INTO hosts (cluster, hostname, provider, instance_id, instance_type, region,
                             agent_version, last_report_ms, spool_depth, spool_dropped,
-                            instance_key, lifecycle)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (cluster, hostname) DO UPDATE SET
+                            instance_key, lifecycle, token_id) "
+    };
+}
+pub(crate) use host_columns_sql;
+
+/// What a report changes on a known host. The host is updated only for the token it is bound
+/// to, or for any token once that one is revoked or expired (the new one takes the host); else
+/// nothing is written and the caller finds out why (`ingest_refusal_sql`). `$8` is now.
+macro_rules! host_on_conflict_sql {
+    () => {
+        concat!(
+            "ON CONFLICT (cluster, hostname) DO UPDATE SET
             provider = COALESCE(excluded.provider, hosts.provider),
             instance_id = COALESCE(excluded.instance_id, hosts.instance_id),
             instance_key = COALESCE(excluded.instance_key, hosts.instance_key),
@@ -863,12 +910,18 @@ macro_rules! host_upsert_sql {
             last_report_ms = CASE WHEN excluded.last_report_ms > hosts.last_report_ms
                                   THEN excluded.last_report_ms ELSE hosts.last_report_ms END,
             spool_depth = COALESCE(excluded.spool_depth, hosts.spool_depth),
-            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped)"
+            spool_dropped = COALESCE(excluded.spool_dropped, hosts.spool_dropped),
+            token_id = excluded.token_id
+         WHERE (hosts.token_id IS NULL OR hosts.token_id = excluded.token_id
+                OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = hosts.token_id AND ",
+            $crate::store::token_active_sql!("t", "$8"),
+            "))"
+        )
     };
 }
-pub(crate) use host_upsert_sql;
+pub(crate) use host_on_conflict_sql;
 
-/// Binds [`host_upsert_sql!`]'s `$1..$12` for a report.
+/// Binds [`host_columns_sql!`]'s `$1..$12` for a report.
 macro_rules! bind_host {
     ($query:expr, $report:expr, $agent:expr, $now_ms:expr) => {{
         let h = &$report.host;
@@ -925,65 +978,6 @@ pub(crate) use dirty_mark_on_conflict_sql;
 /// executor types differ per database while the statements do not.
 macro_rules! shared_sql_impl {
     ($db:ty) => {
-        async fn create_token_sql(
-            pool: &sqlx::Pool<$db>,
-            name: &str,
-            hash: &str,
-            now_ms: i64,
-        ) -> Result<(), $crate::store::StoreError> {
-            let result = sqlx::query(
-                "INSERT INTO api_tokens (name, token_hash, created_ms) VALUES ($1, $2, $3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(name)
-            .bind(hash)
-            .bind(now_ms)
-            .execute(pool)
-            .await?;
-            if result.rows_affected() == 0 {
-                return Err($crate::store::StoreError::Conflict(format!("token {name:?}")));
-            }
-            Ok(())
-        }
-
-        async fn list_tokens_sql(
-            pool: &sqlx::Pool<$db>,
-        ) -> Result<Vec<$crate::store::TokenRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(
-                "SELECT id, name, created_ms, revoked_ms FROM api_tokens ORDER BY name",
-            )
-            .fetch_all(pool)
-            .await?)
-        }
-
-        async fn revoke_token_sql(
-            pool: &sqlx::Pool<$db>,
-            name: &str,
-            now_ms: i64,
-        ) -> Result<bool, $crate::store::StoreError> {
-            let result = sqlx::query(
-                "UPDATE api_tokens SET revoked_ms = $2 WHERE name = $1 AND revoked_ms IS NULL",
-            )
-            .bind(name)
-            .bind(now_ms)
-            .execute(pool)
-            .await?;
-            Ok(result.rows_affected() > 0)
-        }
-
-        async fn active_token_sql(
-            pool: &sqlx::Pool<$db>,
-            hash: &str,
-        ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(
-                "SELECT id, name, created_ms, revoked_ms FROM api_tokens
-                 WHERE token_hash = $1 AND revoked_ms IS NULL",
-            )
-            .bind(hash)
-            .fetch_optional(pool)
-            .await?)
-        }
-
         async fn mark_dirty_sql(
             tx: &mut sqlx::Transaction<'_, $db>,
             hours: &[i64],
@@ -2649,29 +2643,96 @@ macro_rules! store_impl {
             }
             async fn create_token(
                 &self,
-                name: &str,
-                hash: &str,
+                token: &$crate::store::NewToken<'_>,
                 now_ms: i64,
             ) -> Result<(), $crate::store::StoreError> {
-                create_token_sql(&self.pool, name, hash, now_ms).await
+                let _writer = self.write_guard().await;
+                create_token_sql(&self.pool, token, now_ms).await
             }
             async fn list_tokens(
                 &self,
             ) -> Result<Vec<$crate::store::TokenRow>, $crate::store::StoreError> {
                 list_tokens_sql(&self.pool).await
             }
+            async fn token_by_name(
+                &self,
+                name: &str,
+            ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
+                token_by_name_sql(&self.pool, name).await
+            }
             async fn revoke_token(
                 &self,
                 name: &str,
                 now_ms: i64,
             ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
                 revoke_token_sql(&self.pool, name, now_ms).await
+            }
+            async fn rotate_token(
+                &self,
+                name: &str,
+                new_hash: &str,
+                old_valid_until_ms: i64,
+                now_ms: i64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                rotate_token_sql(&self.pool, name, new_hash, old_valid_until_ms, now_ms).await
             }
             async fn active_token(
                 &self,
                 hash: &str,
+                now_ms: i64,
             ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
-                active_token_sql(&self.pool, hash).await
+                active_token_sql(&self.pool, hash, now_ms).await
+            }
+            async fn touch_token(
+                &self,
+                token_id: i64,
+                now_ms: i64,
+                address: Option<&str>,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                touch_token_sql(&self.pool, token_id, now_ms, address).await
+            }
+            async fn token_clusters(
+                &self,
+                token_id: i64,
+            ) -> Result<Vec<String>, $crate::store::StoreError> {
+                token_clusters_sql(&self.pool, token_id).await
+            }
+            async fn adopt_token_cluster(
+                &self,
+                token_id: i64,
+                cluster: &str,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                adopt_token_cluster_sql(&self.pool, token_id, cluster).await
+            }
+            async fn rebind_host(
+                &self,
+                cluster: &str,
+                hostname: &str,
+                token_id: i64,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                rebind_host_sql(&self.pool, cluster, hostname, token_id).await
+            }
+            async fn record_refusal(
+                &self,
+                token_id: i64,
+                cluster: &str,
+                hostname: &str,
+                refusal: &$crate::store::Refusal,
+                now_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                record_refusal_sql(&self.pool, token_id, cluster, hostname, refusal, now_ms).await
+            }
+            async fn ingest_refusals(
+                &self,
+                since_ms: i64,
+            ) -> Result<Vec<$crate::store::RefusalRow>, $crate::store::StoreError> {
+                ingest_refusals_sql(&self.pool, since_ms).await
             }
             async fn ingest(
                 &self,
@@ -2680,10 +2741,11 @@ macro_rules! store_impl {
                 agent: $crate::store::AgentStatus,
                 now_ms: i64,
             ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
+                let digest = $crate::store::report_rows::content_sha256(report)?;
                 let _writer = self.write_guard().await;
                 // Each backend stores a report its own way (see ingest_report in its module),
-                // all of it or (a repeat) none of it.
-                ingest_report(&self.pool, report, token_id, agent, now_ms).await
+                // all of it or (a repeat, a refusal) none of it.
+                ingest_report(&self.pool, report, token_id, &digest, agent, now_ms).await
             }
             async fn import_bill(
                 &self,

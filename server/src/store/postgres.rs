@@ -6,9 +6,10 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
-use super::{shared_sql_impl, store_impl, StoreError};
+use super::{shared_sql_impl, store_impl, token_sql_impl, StoreError};
 
 shared_sql_impl!(Postgres);
+token_sql_impl!(Postgres);
 
 /// Set for the roll-up's reads of a group of hosts. Parallel workers would take the cores that
 /// serve ingest, and the parallel scan of the hour's time index they make look cheap reads every
@@ -49,12 +50,18 @@ impl PostgresStore {
 /// only if the claim succeeded, insert every window from column arrays (`UNNEST`), record GPUs
 /// that are new or changed and mark the hours to roll up. One statement is one transaction, so no
 /// BEGIN or COMMIT either: one round trip instead of one per table and two more, since on a busy
-/// server PostgreSQL's per-statement work is what ingest spends its CPU on. A repeat changes
-/// nothing: the host is only touched when the batch id is new.
+/// server PostgreSQL's per-statement work is what ingest spends its CPU on.
+///
+/// The host is written only when the batch id is new, none of the report's GPUs sits on a host
+/// of another active token, and the host itself is this token's (or free): otherwise nothing is
+/// written and `ingest_refusal_sql` says why, a repeat or a refusal. A window another batch
+/// already stored makes the `guard` CTE violate `ingest_window_already_stored`, which undoes the
+/// whole statement; only then is the stored window looked up, to name it.
 async fn ingest_report(
     pool: &Pool<Postgres>,
     report: &gpuledger_proto::Report,
     token_id: i64,
+    content_sha256: &str,
     agent: super::AgentStatus,
     now_ms: i64,
 ) -> Result<super::IngestOutcome, StoreError> {
@@ -62,13 +69,24 @@ async fn ingest_report(
     let (g, p, l) = (&rows.gpus, &rows.processes, &rows.identities);
     let query = sqlx::query_as(concat!(
         "WITH h AS (",
-        super::host_upsert_sql!(),
+        super::host_columns_sql!(),
+        "SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::int8,
+                $9::int8, $10::int8, $11::text, $12::text, $14::int8
+         WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = $13)
+           AND NOT EXISTS (
+               SELECT 1 FROM gpus x JOIN hosts y ON y.id = x.host_id
+               JOIN api_tokens t ON t.id = y.token_id
+               WHERE x.uuid = ANY($42::text[]) AND y.token_id <> $14 AND ",
+        super::token_active_sql!("t", "$8"),
+        ")
+         ",
+        super::host_on_conflict_sql!(),
         "
-            WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = $13)
             RETURNING id
          ), b AS (
-            INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
-            SELECT $13, h.id, $14, $8, $15 FROM h
+            INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows,
+                                          content_sha256)
+            SELECT $13, h.id, $14, $8, $15, $48 FROM h
             ON CONFLICT DO NOTHING
             RETURNING host_id
          ), gw AS (
@@ -85,6 +103,7 @@ async fn ingest_report(
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
                    temperature_max_c, energy_mj)
             ON CONFLICT DO NOTHING
+            RETURNING 1
          ), pw AS (
             INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
@@ -99,6 +118,12 @@ async fn ingest_report(
                    sm_util_avg, model, experiment, endpoint, team, labels_json, container_id,
                    pod_uid)
             ON CONFLICT DO NOTHING
+            RETURNING 1
+         ), guard AS (
+            INSERT INTO ingest_window_guard (windows_all_new)
+            SELECT false
+            WHERE (SELECT COUNT(*) FROM gw) + (SELECT COUNT(*) FROM pw)
+                  <> (SELECT COUNT(*) FROM b) * $49
          ), g AS (
             INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
             SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes
@@ -122,7 +147,7 @@ async fn ingest_report(
          )
          SELECT COUNT(*) FROM b"
     ));
-    let (stored,): (i64,) = super::bind_host!(query, report, agent, now_ms)
+    let stored: Result<(i64,), sqlx::Error> = super::bind_host!(query, report, agent, now_ms)
         .bind(&report.batch_id)
         .bind(token_id)
         .bind(report.windows.len() as i64)
@@ -162,11 +187,35 @@ async fn ingest_report(
         )
         .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
         .bind(&rows.hours)
+        .bind(content_sha256)
+        .bind((g.uuid.len() + p.gpu_uuid.len()) as i64)
         .fetch_one(pool)
-        .await?;
-    Ok(if stored > 0 {
-        super::IngestOutcome::Stored
-    } else {
-        super::IngestOutcome::Duplicate
-    })
+        .await;
+    let stored = match stored {
+        Ok((stored,)) => stored,
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some(WINDOW_GUARD) => {
+            let mut conn = pool.acquire().await?;
+            return match window_conflict_sql(&mut conn, report).await? {
+                Some(refusal) => Ok(super::IngestOutcome::Refused(refusal)),
+                None => Err(StoreError::Invalid(
+                    "a process window of this report was already stored".into(),
+                )),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if stored > 0 {
+        return Ok(super::IngestOutcome::Stored);
+    }
+    let mut conn = pool.acquire().await?;
+    ingest_refusal_sql(&mut conn, report, token_id, content_sha256, now_ms)
+        .await?
+        .ok_or_else(|| {
+            // Only a race leaves nothing to name: another token took the host or a GPU between
+            // the statement and the look-up, and has since lost it. The agent retries.
+            StoreError::Invalid("the report was neither stored nor refused; retry".into())
+        })
 }
+
+/// The constraint the ingest statement violates when a window was already stored.
+const WINDOW_GUARD: &str = "ingest_window_already_stored";

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use gpuledger_proto::Report;
+use sha2::{Digest, Sha256};
 
 use super::{to_i64, StoreError};
 
@@ -138,4 +139,12 @@ impl ReportRows {
             .collect();
         Ok(rows)
     }
+}
+
+/// What a retried batch must repeat exactly to be a duplicate: the SHA-256 of the report as
+/// decoded (so a re-encoding of the same content matches; labels are ordered maps).
+pub(crate) fn content_sha256(report: &Report) -> Result<String, StoreError> {
+    let bytes = serde_json::to_vec(report)
+        .map_err(|e| StoreError::Invalid(format!("report cannot be encoded: {e}")))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
 }

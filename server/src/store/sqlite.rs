@@ -8,9 +8,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Pool, Sqlite};
 use tokio::sync::Mutex;
 
-use super::{shared_sql_impl, store_impl, StoreError};
+use super::{shared_sql_impl, store_impl, token_sql_impl, StoreError};
 
 shared_sql_impl!(Sqlite);
+token_sql_impl!(Sqlite);
 
 /// Nothing to set for the roll-up's reads (see the PostgreSQL store).
 const ROLLUP_READ_SETTINGS: &[&str] = &[];
@@ -62,7 +63,8 @@ async fn insert_report_rows(
     host_id: i64,
     batch_id: &str,
     rows: &super::report_rows::ReportRows,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
+    let mut inserted = 0;
     let g = &rows.gpus;
     let indexes: Vec<usize> = (0..g.uuid.len()).collect();
     for chunk in indexes.chunks(ROWS_PER_STATEMENT) {
@@ -88,7 +90,7 @@ async fn insert_report_rows(
                 .push_bind(g.energy_mj[i]);
         });
         q.push(" ON CONFLICT DO NOTHING");
-        q.build().execute(&mut **tx).await?;
+        inserted += q.build().execute(&mut **tx).await?.rows_affected();
     }
     let p = &rows.processes;
     let indexes: Vec<usize> = (0..p.gpu_uuid.len()).collect();
@@ -115,63 +117,88 @@ async fn insert_report_rows(
                 .push_bind(&p.pod_uid[i]);
         });
         q.push(" ON CONFLICT DO NOTHING");
-        q.build().execute(&mut **tx).await?;
+        inserted += q.build().execute(&mut **tx).await?.rows_affected();
     }
-    Ok(())
+    Ok(inserted)
 }
 
-/// A report in one transaction: all of it is stored, or (a repeat) none of it.
+/// A report in one transaction: all of it is stored, or (a repeat, a refusal) none of it.
 async fn ingest_report(
     pool: &sqlx::Pool<Sqlite>,
     report: &gpuledger_proto::Report,
     token_id: i64,
+    content_sha256: &str,
     agent: crate::store::AgentStatus,
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
     let mut tx = pool.begin().await?;
-    let outcome = ingest_report_tx(&mut tx, report, token_id, agent, now_ms).await?;
+    let outcome =
+        ingest_report_tx(&mut tx, report, token_id, content_sha256, agent, now_ms).await?;
     match outcome {
         crate::store::IngestOutcome::Stored => tx.commit().await?,
-        crate::store::IngestOutcome::Duplicate => tx.rollback().await?,
+        _ => tx.rollback().await?,
     }
     Ok(outcome)
 }
 
 /// A report in a handful of statements; SQLite runs in-process, so their number costs little.
+/// Who may report the host and whether the batch is new are asked first: the caller holds the
+/// only writer, so the answer still holds when the rows are written.
 async fn ingest_report_tx(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     report: &gpuledger_proto::Report,
     token_id: i64,
+    content_sha256: &str,
     agent: crate::store::AgentStatus,
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
-    let (host_id,): (i64,) = super::bind_host!(
-        sqlx::query_as(concat!(super::host_upsert_sql!(), " RETURNING id")),
+    if let Some(outcome) = ingest_refusal_sql(tx, report, token_id, content_sha256, now_ms).await? {
+        return Ok(outcome);
+    }
+    let host: Option<(i64,)> = super::bind_host!(
+        sqlx::query_as(concat!(
+            super::host_columns_sql!(),
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ",
+            super::host_on_conflict_sql!(),
+            " RETURNING id"
+        )),
         report,
         agent,
         now_ms
     )
-    .fetch_one(&mut **tx)
+    .bind(token_id)
+    .fetch_optional(&mut **tx)
     .await?;
+    let Some((host_id,)) = host else {
+        return Err(StoreError::Invalid(
+            "the host was claimed by another token while this report was checked".into(),
+        ));
+    };
 
-    let inserted = sqlx::query(
-        "INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+    sqlx::query(
+        "INSERT INTO ingested_batches
+            (batch_id, host_id, token_id, received_ms, windows, content_sha256)
+         VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(&report.batch_id)
     .bind(host_id)
     .bind(token_id)
     .bind(now_ms)
     .bind(report.windows.len() as i64)
+    .bind(content_sha256)
     .execute(&mut **tx)
     .await?;
-    if inserted.rows_affected() == 0 {
-        return Ok(crate::store::IngestOutcome::Duplicate);
-    }
 
     // Bulk: a statement per table, not one per row (each backend binds its own way).
     let rows = crate::store::report_rows::ReportRows::of(report)?;
-    insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
+    let inserted = insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
+    if inserted < (rows.gpus.uuid.len() + rows.processes.gpu_uuid.len()) as u64 {
+        // A window another batch stored: refuse the whole report rather than keep part of it.
+        let refusal = window_conflict_sql(tx, report).await?.ok_or_else(|| {
+            StoreError::Invalid("a process window of this report was already stored".into())
+        })?;
+        return Ok(crate::store::IngestOutcome::Refused(refusal));
+    }
     upsert_gpus(tx, host_id, &rows.identities).await?;
     mark_dirty_sql(tx, &rows.hours, host_id).await?;
     Ok(crate::store::IngestOutcome::Stored)

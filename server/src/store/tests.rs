@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use sqlx::Connection;
 
-use super::{AgentStatus, IngestOutcome, Store, StoreError};
+use super::{AgentStatus, IngestOutcome, NewToken, Refusal, RefusalKind, Store, StoreError};
 use crate::test_support;
 
 const T0: i64 = 1_800_000_000_000;
@@ -59,8 +59,11 @@ fn report(batch: &str, start_ms: i64, util: f64) -> Report {
 }
 
 async fn with_token(store: &dyn Store) -> i64 {
-    store.create_token("agent", "hash-1", T0).await.unwrap();
-    store.active_token("hash-1").await.unwrap().unwrap().id
+    store
+        .create_token(&NewToken::for_cluster("agent", "hash-1", "train"), T0)
+        .await
+        .unwrap();
+    store.active_token("hash-1", T0).await.unwrap().unwrap().id
 }
 
 #[tokio::test]
@@ -68,28 +71,44 @@ async fn tokens_create_find_revoke() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store.create_token("a", "h-a", T0).await.unwrap();
-        store.create_token("b", "h-b", T0 + 1).await.unwrap();
+        store
+            .create_token(&NewToken::for_cluster("a", "h-a", "train"), T0)
+            .await
+            .unwrap();
+        store
+            .create_token(&NewToken::for_cluster("b", "h-b", "train"), T0 + 1)
+            .await
+            .unwrap();
         assert!(
             matches!(
-                store.create_token("a", "h-other", T0).await,
+                store
+                    .create_token(&NewToken::for_cluster("a", "h-other", "train"), T0)
+                    .await,
                 Err(StoreError::Conflict(_))
             ),
             "{b}: a second token with the same name is a conflict"
         );
         assert_eq!(
-            store.active_token("h-a").await.unwrap().unwrap().name,
+            store
+                .active_token("h-a", T0 + 1)
+                .await
+                .unwrap()
+                .unwrap()
+                .name,
             "a",
             "{b}"
         );
-        assert!(store.active_token("nope").await.unwrap().is_none(), "{b}");
+        assert!(
+            store.active_token("nope", T0).await.unwrap().is_none(),
+            "{b}"
+        );
         assert!(store.revoke_token("a", T0 + 2).await.unwrap(), "{b}");
         assert!(
             !store.revoke_token("a", T0 + 3).await.unwrap(),
             "{b}: already revoked"
         );
         assert!(
-            store.active_token("h-a").await.unwrap().is_none(),
+            store.active_token("h-a", T0 + 1).await.unwrap().is_none(),
             "{b}: revoked tokens do not authenticate"
         );
         let list = store.list_tokens().await.unwrap();
@@ -290,6 +309,8 @@ async fn late_windows_do_not_replace_the_latest_state() {
 
 /// A repeat is refused whole: it does not even touch the host's row (PostgreSQL stores a report
 /// in one statement without a transaction to roll back, so the statement itself must hold back).
+/// A retry with the same content is a duplicate; the same batch id with other content, or from
+/// another token, is refused naming `batch_id`.
 #[tokio::test]
 async fn a_repeat_changes_nothing_not_even_the_host() {
     for db in test_support::both().await {
@@ -302,25 +323,52 @@ async fn a_repeat_changes_nothing_not_even_the_host() {
             spool_dropped: Some(0),
         };
         store.ingest(&r, token, first, T0 + 20_000).await.unwrap();
-        let mut again = r.clone();
-        again.agent_version = "9.9.9".into();
         let later = AgentStatus {
             spool_depth: Some(7),
             spool_dropped: Some(1),
         };
         assert_eq!(
-            store
-                .ingest(&again, token, later, T0 + 90_000)
-                .await
-                .unwrap(),
+            store.ingest(&r, token, later, T0 + 90_000).await.unwrap(),
             IngestOutcome::Duplicate,
-            "{b}"
+            "{b}: the same content again"
+        );
+        let mut changed = r.clone();
+        changed.windows[0].gpus[0].util_avg = Some(1.0);
+        let IngestOutcome::Refused(refusal) = store
+            .ingest(&changed, token, later, T0 + 90_000)
+            .await
+            .unwrap()
+        else {
+            panic!("{b}: other content under a stored batch id must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::BatchReused, "{b}");
+        assert_eq!(refusal.field, "batch_id", "{b}");
+        store
+            .create_token(&NewToken::for_cluster("other", "hash-2", "train"), T0)
+            .await
+            .unwrap();
+        let other = store.active_token("hash-2", T0).await.unwrap().unwrap().id;
+        assert!(
+            matches!(
+                store.ingest(&r, other, later, T0 + 90_000).await.unwrap(),
+                IngestOutcome::Refused(Refusal {
+                    kind: RefusalKind::BatchReused,
+                    ..
+                })
+            ),
+            "{b}: another token's repeat of a batch is not a duplicate"
         );
         let fleet = store.fleet().await.unwrap();
         assert_eq!(
             (fleet[0].spool_depth, fleet[0].last_report_ms),
             (Some(3), T0 + 20_000),
             "{b}: the host row is as the first report left it"
+        );
+        let windows = store.gpu_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(
+            windows[0].util_avg,
+            Some(80.0),
+            "{b}: the stored window is kept"
         );
     }
 }
@@ -1032,5 +1080,367 @@ async fn a_group_of_hosts_reads_its_windows_and_their_processes() {
             .await
             .unwrap();
         assert_eq!(none, (vec![], vec![]), "{b}: no hosts, nothing read");
+    }
+}
+
+async fn token_for(store: &dyn Store, name: &str, hash: &str, now: i64) -> i64 {
+    store
+        .create_token(&NewToken::for_cluster(name, hash, "train"), now)
+        .await
+        .unwrap();
+    store.active_token(hash, now).await.unwrap().unwrap().id
+}
+
+/// The rogue-agent case in storage: a host, and each of its GPUs, belong to the first token
+/// that reports them. Another token's report for the host or one of its GPUs is refused whole
+/// (nothing of it stored, the first token's data untouched) until an admin moves the host; a
+/// host whose token was revoked is free for the next token.
+#[tokio::test]
+async fn a_host_and_its_gpus_belong_to_the_first_token_that_reports_them() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let status = AgentStatus::default();
+        let real = token_for(s, "rack-1", "hash-real", T0).await;
+        let rogue = token_for(s, "rogue", "hash-rogue", T0).await;
+        let now = T0 + 600_000;
+        let first = report("real-1", T0, 0.0);
+        assert_eq!(
+            s.ingest(&first, real, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+
+        // The same host, the next window, from the rogue token.
+        let mut same_host = report("rogue-1", T0 + 15_000, 100.0);
+        same_host.windows[0].gpus[0].processes[0]
+            .labels
+            .insert("team".into(), "evil".into());
+        let IngestOutcome::Refused(refusal) =
+            s.ingest(&same_host, rogue, status, now).await.unwrap()
+        else {
+            panic!("{b}: another token's report for a bound host must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::HostOfAnotherToken, "{b}");
+        assert_eq!(refusal.field, "host.hostname", "{b}");
+        assert!(
+            refusal.message.contains("\"rack-1\""),
+            "{b}: {}",
+            refusal.message
+        );
+
+        // Its own host name, but the real host's GPU.
+        let mut stolen_gpu = report("rogue-2", T0 + 15_000, 100.0);
+        stolen_gpu.host.hostname = "rogue-host".into();
+        let IngestOutcome::Refused(refusal) =
+            s.ingest(&stolen_gpu, rogue, status, now).await.unwrap()
+        else {
+            panic!("{b}: another token's report for a bound GPU must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::GpuOfAnotherToken, "{b}");
+        assert_eq!(refusal.field, "windows[0].gpus[0].uuid", "{b}");
+        assert_eq!(
+            s.batch_count().await.unwrap(),
+            1,
+            "{b}: nothing of either was stored"
+        );
+        let hosts = s.hosts().await.unwrap();
+        assert_eq!(
+            hosts.len(),
+            1,
+            "{b}: the rogue's host was not created either"
+        );
+        let windows = s.gpu_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(windows.len(), 1, "{b}");
+        assert_eq!(windows[0].util_avg, Some(0.0), "{b}");
+
+        // The real agent goes on.
+        let next = report("real-2", T0 + 15_000, 5.0);
+        assert_eq!(
+            s.ingest(&next, real, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+
+        // An admin moves the host: from then on the other token reports it, and the first not.
+        assert!(
+            s.rebind_host("train", "gpu-01", rogue).await.unwrap(),
+            "{b}"
+        );
+        assert!(!s.rebind_host("train", "nope", rogue).await.unwrap(), "{b}");
+        let moved = report("rogue-3", T0 + 30_000, 50.0);
+        assert_eq!(
+            s.ingest(&moved, rogue, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+        let back = report("real-3", T0 + 45_000, 5.0);
+        assert!(
+            matches!(
+                s.ingest(&back, real, status, now).await.unwrap(),
+                IngestOutcome::Refused(_)
+            ),
+            "{b}"
+        );
+
+        // Revoking the holder frees the host for the next token that reports it.
+        assert!(s.revoke_token("rogue", now).await.unwrap());
+        assert_eq!(
+            s.ingest(&back, real, status, now + 1).await.unwrap(),
+            IngestOutcome::Stored
+        );
+        assert_eq!(
+            s.token_clusters(real).await.unwrap(),
+            vec!["train".to_owned()]
+        );
+    }
+}
+
+/// A window another batch already stored is never overwritten and never answered "stored":
+/// the whole report is refused naming the window, even when its other windows are new.
+#[tokio::test]
+async fn a_window_already_stored_is_refused_not_dropped() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let status = AgentStatus::default();
+        let token = token_for(s, "rack-1", "hash-1", T0).await;
+        let now = T0 + 600_000;
+        s.ingest(&report("b-1", T0, 10.0), token, status, now)
+            .await
+            .unwrap();
+        let mut overlapping = report("b-2", T0 + 15_000, 90.0);
+        let mut old = report("b-2", T0, 90.0).windows.remove(0);
+        old.gpus[0].util_avg = Some(90.0);
+        overlapping.windows.push(old);
+        let IngestOutcome::Refused(refusal) =
+            s.ingest(&overlapping, token, status, now).await.unwrap()
+        else {
+            panic!("{b}: a report repeating a stored window under a new batch id must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::WindowStored, "{b}");
+        assert_eq!(refusal.field, "windows[1].gpus[0]", "{b}");
+        assert!(
+            refusal.message.contains("\"b-1\""),
+            "{b}: {}",
+            refusal.message
+        );
+        let windows = s.gpu_windows(T0, T0 + 60_000).await.unwrap();
+        assert_eq!(
+            windows.len(),
+            1,
+            "{b}: the new window was not stored either"
+        );
+        assert_eq!(
+            windows[0].util_avg,
+            Some(10.0),
+            "{b}: the stored one is untouched"
+        );
+        assert_eq!(s.batch_count().await.unwrap(), 1, "{b}");
+        // The batch id was not used up: the agent can send the new window alone under it.
+        let alone = report("b-2", T0 + 15_000, 90.0);
+        assert_eq!(
+            s.ingest(&alone, token, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+    }
+}
+
+/// Rotation keeps the old secret working for the overlap only; expiry ends a token; last use is
+/// kept; refused reports are counted per token, host and reason.
+#[tokio::test]
+async fn tokens_rotate_expire_and_keep_their_refusals() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        token_for(s, "rack-1", "old", T0).await;
+        assert!(s
+            .rotate_token("rack-1", "new", T0 + 1_000, T0)
+            .await
+            .unwrap());
+        assert!(!s.rotate_token("nope", "x", T0 + 1_000, T0).await.unwrap());
+        assert!(
+            s.active_token("new", T0 + 5_000).await.unwrap().is_some(),
+            "{b}"
+        );
+        assert!(
+            s.active_token("old", T0 + 999).await.unwrap().is_some(),
+            "{b}: overlap"
+        );
+        assert!(
+            s.active_token("old", T0 + 1_000).await.unwrap().is_none(),
+            "{b}: overlap over"
+        );
+
+        s.create_token(
+            &NewToken {
+                expires_ms: Some(T0 + 10_000),
+                host_pattern: Some("gpu-*"),
+                ..NewToken::for_cluster("short", "short-hash", "train")
+            },
+            T0,
+        )
+        .await
+        .unwrap();
+        let short = s
+            .active_token("short-hash", T0 + 9_999)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(short.host_pattern.as_deref(), Some("gpu-*"), "{b}");
+        assert!(
+            s.active_token("short-hash", T0 + 10_000)
+                .await
+                .unwrap()
+                .is_none(),
+            "{b}"
+        );
+        assert!(
+            !s.rotate_token("short", "x", T0 + 20_000, T0 + 10_000)
+                .await
+                .unwrap(),
+            "{b}: an expired token cannot be rotated back to life"
+        );
+
+        s.touch_token(short.id, T0 + 5, Some("10.0.0.7"))
+            .await
+            .unwrap();
+        s.touch_token(short.id, T0 + 4, None).await.unwrap();
+        let listed = s.token_by_name("short").await.unwrap().unwrap();
+        assert_eq!(
+            (listed.last_used_ms, listed.last_address.as_deref()),
+            (Some(T0 + 5), Some("10.0.0.7")),
+            "{b}: last use only moves forward"
+        );
+
+        let refusal = Refusal {
+            kind: RefusalKind::ClusterOutOfScope,
+            field: "host.cluster".into(),
+            message: "not this cluster".into(),
+        };
+        for at in [T0 + 100, T0 + 200] {
+            s.record_refusal(short.id, "infer", "gpu-9", &refusal, at)
+                .await
+                .unwrap();
+        }
+        let rows = s.ingest_refusals(T0).await.unwrap();
+        assert_eq!(rows.len(), 1, "{b}");
+        assert_eq!(
+            (
+                rows[0].token.as_str(),
+                rows[0].reason.as_str(),
+                rows[0].attempts
+            ),
+            ("short", "cluster_out_of_scope", 2),
+            "{b}"
+        );
+        assert_eq!(
+            (rows[0].first_ms, rows[0].last_ms),
+            (T0 + 100, T0 + 200),
+            "{b}"
+        );
+        assert!(s.ingest_refusals(T0 + 201).await.unwrap().is_empty(), "{b}");
+    }
+}
+
+/// A database as it was before migration 0014: migrations 0001–0013 only, from a copy of this
+/// backend's folder.
+async fn migrations_before_scopes(backend: &str) -> (tempfile::TempDir, sqlx::migrate::Migrator) {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(backend);
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.as_str() < "0014" {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    (dir, migrator)
+}
+
+/// What the old schema held: t1 reported cluster a, t2 clusters b and c, t3 nothing yet.
+const BEFORE_SCOPES: &[&str] = &[
+    "INSERT INTO api_tokens (id, name, token_hash, created_ms) VALUES
+        (1, 't1', 'h1', 0), (2, 't2', 'h2', 0), (3, 't3', 'h3', 0)",
+    "INSERT INTO hosts (id, cluster, hostname, last_report_ms) VALUES
+        (1, 'a', 'x', 0), (2, 'b', 'y', 0), (3, 'c', 'z', 0)",
+    "INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows) VALUES
+        ('b1', 1, 1, 10, 1), ('b2', 2, 2, 10, 1), ('b3', 3, 2, 10, 1), ('b4', 1, 2, 20, 1)",
+];
+
+/// Migration 0014 on a database with tokens made before scopes: hosts are bound to the token of
+/// their first batch; a token of one cluster is scoped to it; one of several clusters keeps
+/// reporting those only; one that never reported takes the first cluster it reports.
+#[tokio::test]
+async fn tokens_made_before_scopes_keep_reporting_what_they_reported() {
+    use gpuledger_proto::HostInfo;
+    for db in test_support::both().await {
+        let b = db.backend;
+        let (_dir, migrator) = migrations_before_scopes(b).await;
+        if b == "sqlite" {
+            use sqlx::sqlite::SqliteConnectOptions;
+            let options = std::str::FromStr::from_str(&db.url)
+                .map(|o: SqliteConnectOptions| o.create_if_missing(true));
+            let pool = sqlx::SqlitePool::connect_with(options.unwrap())
+                .await
+                .unwrap();
+            migrator.run(&pool).await.unwrap();
+            for sql in BEFORE_SCOPES {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        } else {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+            for sql in BEFORE_SCOPES {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+        let store = db.open().await;
+        let s = store.as_ref();
+        let tokens = s.list_tokens().await.unwrap();
+        let scopes: Vec<Option<&str>> = tokens.iter().map(|t| t.cluster.as_deref()).collect();
+        assert_eq!(scopes, [Some("a"), None, None], "{b}");
+        assert_eq!(s.token_clusters(1).await.unwrap(), ["a"], "{b}");
+        assert_eq!(
+            s.token_clusters(2).await.unwrap(),
+            ["b", "c"],
+            "{b}: host x stays t1's"
+        );
+
+        let host = |cluster: &str| HostInfo {
+            cluster: cluster.into(),
+            hostname: "new".into(),
+            ..HostInfo::default()
+        };
+        let allowed = |t: &crate::store::TokenRow, cluster: &str| {
+            let store = store.clone();
+            let (t, h) = (t.clone(), host(cluster));
+            async move {
+                crate::auth::authorize_report(store.as_ref(), &t, &h)
+                    .await
+                    .unwrap()
+                    .is_ok()
+            }
+        };
+        assert!(
+            allowed(&tokens[0], "a").await && !allowed(&tokens[0], "b").await,
+            "{b}"
+        );
+        assert!(
+            allowed(&tokens[1], "c").await && !allowed(&tokens[1], "a").await,
+            "{b}"
+        );
+        assert!(
+            allowed(&tokens[2], "d").await,
+            "{b}: t3 takes its first cluster"
+        );
+        let t3 = s.token_by_name("t3").await.unwrap().unwrap();
+        assert_eq!(t3.cluster.as_deref(), Some("d"), "{b}");
+        assert!(!allowed(&t3, "a").await, "{b}: and only that one");
     }
 }

@@ -1,0 +1,196 @@
+//! Managing agent tokens, for the CLI and the admin page alike: create one for a scope, list,
+//! rotate with an overlap, revoke, and move a host to another token. Every check happens before
+//! anything is written, so a refused request changes nothing.
+
+use std::time::Duration;
+
+use crate::auth::{self, TokenScope};
+use crate::store::{NewToken, Store, StoreError, TokenRow};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenAdminError {
+    /// What the admin asked for cannot be done; the message says what to change.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(message: impl Into<String>) -> TokenAdminError {
+    TokenAdminError::Invalid(message.into())
+}
+
+/// A token as the admin asks for it.
+#[derive(Debug, Clone, Default)]
+pub struct TokenRequest {
+    pub name: String,
+    pub cluster: String,
+    pub hosts: Option<String>,
+    /// How long it works; `None` until revoked.
+    pub expires_in: Option<Duration>,
+}
+
+/// A new secret, shown only once.
+#[derive(Debug)]
+pub struct Issued {
+    pub secret: String,
+    pub token: TokenRow,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Creates a token for a scope. A host pattern that matches none of the hosts the scope's
+/// clusters already have is refused: it is almost surely a typo, and the agents it was meant
+/// for would all be refused.
+pub async fn create(
+    store: &dyn Store,
+    request: &TokenRequest,
+    now_ms: i64,
+) -> Result<Issued, TokenAdminError> {
+    let name = request.name.trim();
+    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(invalid(
+            "a token needs a name of 1 to 128 characters without control characters",
+        ));
+    }
+    let scope = TokenScope::parse(&request.cluster, request.hosts.as_deref()).map_err(invalid)?;
+    if let Some(pattern) = request.hosts.as_deref() {
+        let known: Vec<String> = store
+            .hosts()
+            .await?
+            .into_iter()
+            .filter(|h| scope.permits_cluster(&h.cluster))
+            .map(|h| h.hostname)
+            .collect();
+        if !known.is_empty() && !known.iter().any(|h| scope.permits_host(h)) {
+            let some: Vec<&str> = known.iter().take(5).map(String::as_str).collect();
+            return Err(invalid(format!(
+                "the host pattern {pattern:?} matches none of the {} hosts cluster {:?} has \
+                 (such as {}); check the pattern",
+                known.len(),
+                request.cluster,
+                some.join(", ")
+            )));
+        }
+    }
+    if request.expires_in.is_some_and(|d| d.is_zero()) {
+        return Err(invalid("a token that expires at once would never work"));
+    }
+    let secret = auth::generate_token();
+    let hash = auth::hash_token(&secret);
+    store
+        .create_token(
+            &NewToken {
+                name,
+                hash: &hash,
+                cluster: &request.cluster,
+                host_pattern: request.hosts.as_deref(),
+                expires_ms: request.expires_in.map(|d| now_ms.saturating_add(millis(d))),
+            },
+            now_ms,
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => invalid(format!("a token named {name:?} already exists")),
+            e => e.into(),
+        })?;
+    let token = store
+        .token_by_name(name)
+        .await?
+        .ok_or_else(|| invalid(format!("token {name:?} was not stored")))?;
+    Ok(Issued { secret, token })
+}
+
+/// Gives a token a new secret. The old one keeps working for `overlap`, so agents can be given
+/// the new one without a gap.
+pub async fn rotate(
+    store: &dyn Store,
+    name: &str,
+    overlap: Duration,
+    now_ms: i64,
+) -> Result<Issued, TokenAdminError> {
+    let secret = auth::generate_token();
+    let until = now_ms.saturating_add(millis(overlap));
+    if !store
+        .rotate_token(name, &auth::hash_token(&secret), until, now_ms)
+        .await?
+    {
+        return Err(invalid(format!(
+            "no active token named {name:?} (a revoked or expired token cannot be rotated)"
+        )));
+    }
+    let token = store
+        .token_by_name(name)
+        .await?
+        .ok_or_else(|| invalid(format!("token {name:?} disappeared")))?;
+    Ok(Issued { secret, token })
+}
+
+pub async fn revoke(store: &dyn Store, name: &str, now_ms: i64) -> Result<(), TokenAdminError> {
+    if store.revoke_token(name, now_ms).await? {
+        Ok(())
+    } else {
+        Err(invalid(format!("no active token named {name:?}")))
+    }
+}
+
+/// Moves a host (`CLUSTER/HOSTNAME`) to another token, which must be active and have the host
+/// in its scope.
+pub async fn rebind(
+    store: &dyn Store,
+    host: &str,
+    token_name: &str,
+    now_ms: i64,
+) -> Result<(), TokenAdminError> {
+    let Some((cluster, hostname)) = host.split_once('/') else {
+        return Err(invalid(format!(
+            "name the host as CLUSTER/HOSTNAME, not {host:?}"
+        )));
+    };
+    let token = store
+        .token_by_name(token_name)
+        .await?
+        .ok_or_else(|| invalid(format!("no token named {token_name:?}")))?;
+    if !token.is_active(now_ms) {
+        return Err(invalid(format!(
+            "token {token_name:?} is revoked or expired; a host can move only to an active token"
+        )));
+    }
+    if let Some(scope) = TokenScope::of(&token).map_err(invalid)? {
+        let host_info = gpuledger_proto::HostInfo {
+            cluster: cluster.to_owned(),
+            hostname: hostname.to_owned(),
+            ..Default::default()
+        };
+        if let Err(refusal) = scope.check(&host_info) {
+            return Err(invalid(format!(
+                "token {token_name:?} may not report {host}: {}",
+                refusal.message
+            )));
+        }
+    }
+    if !store.rebind_host(cluster, hostname, token.id).await? {
+        return Err(invalid(format!("no host {host} has reported yet")));
+    }
+    Ok(())
+}
+
+/// A token's state in words, for listings.
+pub fn state(token: &TokenRow, now_ms: i64) -> &'static str {
+    match (token.revoked_ms, token.expires_ms) {
+        (Some(_), _) => "revoked",
+        (None, Some(e)) if e <= now_ms => "expired",
+        _ => "active",
+    }
+}
+
+/// A token's scope in words, for listings.
+pub fn scope_text(token: &TokenRow) -> String {
+    match (&token.cluster, &token.host_pattern) {
+        (None, _) => "clusters it reported before (made before scopes)".to_owned(),
+        (Some(c), None) => format!("cluster {c}"),
+        (Some(c), Some(h)) => format!("cluster {c}, hosts {h}"),
+    }
+}

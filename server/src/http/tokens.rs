@@ -1,0 +1,308 @@
+//! Agent tokens for admins (`/tokens`): each token's scope, state and last use, and forms to
+//! create, rotate and revoke tokens and to move a host to another token. The same operations as
+//! `gpuledger-server token ...` (both go through [`crate::agent_tokens`]). A new secret is shown
+//! once, on the page that answers the form, and never stored in clear.
+
+use std::time::Duration;
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+
+use super::page::{error_page, render_with_status, Chrome};
+use super::AppState;
+use crate::agent_tokens::{self, TokenAdminError, TokenRequest};
+use crate::format::ago;
+use crate::now_ms;
+use crate::session::{csrf_rejected, AdminOnly};
+use crate::store::TokenRow;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/tokens", get(tokens_page).post(create))
+        .route("/tokens/rotate", post(rotate))
+        .route("/tokens/revoke", post(revoke))
+        .route("/tokens/rebind", post(rebind))
+}
+
+struct TokenView {
+    name: String,
+    state: &'static str,
+    scope: String,
+    created: String,
+    expires: String,
+    last_used: String,
+    last_address: String,
+    old_secret_until: String,
+}
+
+fn when(ms: Option<i64>) -> String {
+    ms.and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|| "—".to_owned())
+}
+
+fn view(t: &TokenRow, now: i64) -> TokenView {
+    TokenView {
+        name: t.name.clone(),
+        state: agent_tokens::state(t, now),
+        scope: agent_tokens::scope_text(t),
+        created: when(Some(t.created_ms)),
+        expires: t.expires_ms.map_or("never".to_owned(), |e| when(Some(e))),
+        last_used: t.last_used_ms.map_or("never".to_owned(), |u| ago(now - u)),
+        last_address: t.last_address.clone().unwrap_or_else(|| "—".to_owned()),
+        old_secret_until: t
+            .previous_expires_ms
+            .filter(|&e| e > now)
+            .map_or(String::new(), |e| when(Some(e))),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "tokens.html")]
+struct TokensPage {
+    chrome: Option<Chrome>,
+    csrf: String,
+    tokens: Vec<TokenView>,
+    /// A secret just made: (token name, secret).
+    issued: Option<(String, String)>,
+    /// What went wrong with the last form, in words.
+    problem: Option<String>,
+    done: Option<String>,
+}
+
+async fn page(
+    state: &AppState,
+    user: &crate::session::SignedIn,
+    status: StatusCode,
+    issued: Option<(String, String)>,
+    problem: Option<String>,
+    done: Option<String>,
+) -> Response {
+    let now = now_ms();
+    let tokens = match state.store.list_tokens().await {
+        Ok(t) => t.iter().map(|t| view(t, now)).collect(),
+        Err(e) => {
+            tracing::error!(error = %e, "tokens page: storage failed");
+            return error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Tokens cannot be read right now. Try again in a minute.",
+            );
+        }
+    };
+    let secret_shown = issued.is_some();
+    let mut resp = render_with_status(
+        status,
+        &TokensPage {
+            chrome: Some(Chrome::from(user)),
+            csrf: user.csrf.clone(),
+            tokens,
+            issued,
+            problem,
+            done,
+        },
+    );
+    if secret_shown {
+        // The secret must not stay in any cache.
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
+}
+
+async fn tokens_page(State(state): State<AppState>, AdminOnly(user): AdminOnly) -> Response {
+    page(&state, &user, StatusCode::OK, None, None, None).await
+}
+
+/// What a refused form shows: the admin's mistake with a 400, storage trouble with a 503.
+async fn answer_error(
+    state: &AppState,
+    user: &crate::session::SignedIn,
+    e: TokenAdminError,
+) -> Response {
+    match e {
+        TokenAdminError::Invalid(message) => {
+            page(
+                state,
+                user,
+                StatusCode::BAD_REQUEST,
+                None,
+                Some(message),
+                None,
+            )
+            .await
+        }
+        TokenAdminError::Store(e) => {
+            tracing::error!(error = %e, "tokens: storage failed");
+            error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Nothing was changed. Try again in a minute.",
+            )
+        }
+    }
+}
+
+fn days(text: &str, what: &str) -> Result<Option<Duration>, TokenAdminError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<u32>() {
+        Ok(d) if (1..=3650).contains(&d) => Ok(Some(Duration::from_secs(u64::from(d) * 86_400))),
+        _ => Err(TokenAdminError::Invalid(format!(
+            "{what} must be a whole number of days from 1 to 3650, not {text:?}"
+        ))),
+    }
+}
+
+fn hours(text: &str) -> Result<Duration, TokenAdminError> {
+    match text.trim().parse::<u32>() {
+        Ok(h) if h <= 24 * 30 => Ok(Duration::from_secs(u64::from(h) * 3_600)),
+        _ => Err(TokenAdminError::Invalid(format!(
+            "the overlap must be a whole number of hours from 0 to 720, not {text:?}"
+        ))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateForm {
+    csrf: String,
+    name: String,
+    cluster: String,
+    #[serde(default)]
+    hosts: String,
+    #[serde(default)]
+    expires_days: String,
+}
+
+async fn create(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<CreateForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    let result = async {
+        let request = TokenRequest {
+            name: form.name.trim().to_owned(),
+            cluster: form.cluster.clone(),
+            hosts: Some(form.hosts.clone()).filter(|h| !h.trim().is_empty()),
+            expires_in: days(&form.expires_days, "the lifetime")?,
+        };
+        agent_tokens::create(state.store.as_ref(), &request, now_ms()).await
+    }
+    .await;
+    match result {
+        Ok(issued) => {
+            let scope = agent_tokens::scope_text(&issued.token);
+            let name = issued.token.name;
+            let done = format!("Token {name:?} created for {scope}.");
+            page(
+                &state,
+                &user,
+                StatusCode::OK,
+                Some((name, issued.secret)),
+                None,
+                Some(done),
+            )
+            .await
+        }
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RotateForm {
+    csrf: String,
+    name: String,
+    overlap_hours: String,
+}
+
+async fn rotate(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<RotateForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    let result = async {
+        let overlap = hours(&form.overlap_hours)?;
+        agent_tokens::rotate(state.store.as_ref(), &form.name, overlap, now_ms()).await
+    }
+    .await;
+    match result {
+        Ok(issued) => {
+            let name = issued.token.name;
+            let done = format!(
+                "Token {name:?} has a new secret; the old one works until {}.",
+                when(issued.token.previous_expires_ms)
+            );
+            page(
+                &state,
+                &user,
+                StatusCode::OK,
+                Some((name, issued.secret)),
+                None,
+                Some(done),
+            )
+            .await
+        }
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct NameForm {
+    csrf: String,
+    name: String,
+}
+
+async fn revoke(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<NameForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    match agent_tokens::revoke(state.store.as_ref(), &form.name, now_ms()).await {
+        Ok(()) => Redirect::to("/tokens").into_response(),
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RebindForm {
+    csrf: String,
+    host: String,
+    token: String,
+}
+
+async fn rebind(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    Form(form): Form<RebindForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return csrf_rejected();
+    }
+    let host = form.host.trim();
+    match agent_tokens::rebind(state.store.as_ref(), host, form.token.trim(), now_ms()).await {
+        Ok(()) => {
+            let done = format!(
+                "Host {host} now reports with token {:?}.",
+                form.token.trim()
+            );
+            page(&state, &user, StatusCode::OK, None, None, Some(done)).await
+        }
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}

@@ -1,0 +1,515 @@
+//! Agent tokens and which hosts each may report: the storage side of the scope rules in
+//! [`crate::auth`]. A host is bound to the first active token that reports it
+//! (`hosts.token_id`); a report from another token for that host, or for one of its GPUs, is
+//! refused until an admin moves the host ([`rebind_host`](token_sql_impl)). A host whose token
+//! was revoked or has expired is free again: the next token in scope that reports it takes it.
+
+/// An agent token as listed: never its secret.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct TokenRow {
+    pub id: i64,
+    pub name: String,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+    /// The cluster (or cluster pattern) it may report; `None` only for a token made before
+    /// scopes existed (docs/security.md, "Agent tokens").
+    pub cluster: Option<String>,
+    /// The host names it may report, as a glob pattern; `None` for every host of its cluster.
+    pub host_pattern: Option<String>,
+    pub expires_ms: Option<i64>,
+    pub last_used_ms: Option<i64>,
+    pub last_address: Option<String>,
+    /// Until when the secret replaced by the last rotation still works.
+    pub previous_expires_ms: Option<i64>,
+}
+
+impl TokenRow {
+    pub fn is_active(&self, now_ms: i64) -> bool {
+        self.revoked_ms.is_none() && self.expires_ms.is_none_or(|e| e > now_ms)
+    }
+}
+
+/// A token to create. The scope is required: a token that may report anything would let one
+/// leaked secret rewrite every host's costs.
+#[derive(Debug, Clone, Copy)]
+pub struct NewToken<'a> {
+    pub name: &'a str,
+    pub hash: &'a str,
+    pub cluster: &'a str,
+    pub host_pattern: Option<&'a str>,
+    pub expires_ms: Option<i64>,
+}
+
+impl<'a> NewToken<'a> {
+    /// A token for every host of one cluster, never expiring.
+    pub fn for_cluster(name: &'a str, hash: &'a str, cluster: &'a str) -> Self {
+        NewToken {
+            name,
+            hash,
+            cluster,
+            host_pattern: None,
+            expires_ms: None,
+        }
+    }
+}
+
+/// Why a report was refused because of who sent it or what was already stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// The report's cluster is outside the token's scope.
+    ClusterOutOfScope,
+    /// The report's host name is outside the token's host pattern.
+    HostOutOfScope,
+    /// The host reports with another active token.
+    HostOfAnotherToken,
+    /// One of the report's GPUs sits on a host of another active token.
+    GpuOfAnotherToken,
+    /// The batch id was stored before with other content, or by another token.
+    BatchReused,
+    /// A window of the report was already stored by another batch.
+    WindowStored,
+}
+
+impl RefusalKind {
+    /// The label in metrics and on the fleet page.
+    pub fn reason(self) -> &'static str {
+        match self {
+            RefusalKind::ClusterOutOfScope => "cluster_out_of_scope",
+            RefusalKind::HostOutOfScope => "host_out_of_scope",
+            RefusalKind::HostOfAnotherToken => "host_of_another_token",
+            RefusalKind::GpuOfAnotherToken => "gpu_of_another_token",
+            RefusalKind::BatchReused => "batch_reused",
+            RefusalKind::WindowStored => "window_stored",
+        }
+    }
+
+    pub const ALL: [RefusalKind; 6] = [
+        RefusalKind::ClusterOutOfScope,
+        RefusalKind::HostOutOfScope,
+        RefusalKind::HostOfAnotherToken,
+        RefusalKind::GpuOfAnotherToken,
+        RefusalKind::BatchReused,
+        RefusalKind::WindowStored,
+    ];
+
+    /// Who sent it is the problem (403), as opposed to what it says (409).
+    pub fn is_forbidden(self) -> bool {
+        !matches!(self, RefusalKind::BatchReused | RefusalKind::WindowStored)
+    }
+}
+
+/// A refused report: nothing of it was stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    /// The report field at fault, as validation names fields (`windows[0].gpus[1].uuid`).
+    pub field: String,
+    pub message: String,
+}
+
+/// Refused reports of one token for one host and reason, for the fleet page.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct RefusalRow {
+    pub token: String,
+    pub cluster: String,
+    pub hostname: String,
+    pub reason: String,
+    pub message: String,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    pub attempts: i64,
+}
+
+/// "This token is active at `$now`" for a token row aliased `$t`, as SQL.
+macro_rules! token_active_sql {
+    ($t:literal, $now:literal) => {
+        concat!(
+            $t,
+            ".revoked_ms IS NULL AND (",
+            $t,
+            ".expires_ms IS NULL OR ",
+            $t,
+            ".expires_ms > ",
+            $now,
+            ")"
+        )
+    };
+}
+pub(crate) use token_active_sql;
+
+/// The columns a token is listed with.
+macro_rules! token_columns_sql {
+    () => {
+        "id, name, created_ms, revoked_ms, cluster, host_pattern, expires_ms, last_used_ms,
+         last_address, previous_expires_ms"
+    };
+}
+pub(crate) use token_columns_sql;
+
+/// The token statements both backends share (see `shared_sql_impl!` for why a macro).
+macro_rules! token_sql_impl {
+    ($db:ty) => {
+        async fn create_token_sql(
+            pool: &sqlx::Pool<$db>,
+            token: &$crate::store::NewToken<'_>,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            let result = sqlx::query(
+                "INSERT INTO api_tokens (name, token_hash, created_ms, cluster, host_pattern,
+                                         expires_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(token.name)
+            .bind(token.hash)
+            .bind(now_ms)
+            .bind(token.cluster)
+            .bind(token.host_pattern)
+            .bind(token.expires_ms)
+            .execute(pool)
+            .await?;
+            if result.rows_affected() == 0 {
+                return Err($crate::store::StoreError::Conflict(format!(
+                    "token {:?}",
+                    token.name
+                )));
+            }
+            Ok(())
+        }
+
+        async fn list_tokens_sql(
+            pool: &sqlx::Pool<$db>,
+        ) -> Result<Vec<$crate::store::TokenRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(concat!(
+                "SELECT ",
+                $crate::store::token_columns_sql!(),
+                " FROM api_tokens ORDER BY name"
+            ))
+            .fetch_all(pool)
+            .await?)
+        }
+
+        async fn token_by_name_sql(
+            pool: &sqlx::Pool<$db>,
+            name: &str,
+        ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(concat!(
+                "SELECT ",
+                $crate::store::token_columns_sql!(),
+                " FROM api_tokens WHERE name = $1"
+            ))
+            .bind(name)
+            .fetch_optional(pool)
+            .await?)
+        }
+
+        async fn revoke_token_sql(
+            pool: &sqlx::Pool<$db>,
+            name: &str,
+            now_ms: i64,
+        ) -> Result<bool, $crate::store::StoreError> {
+            let result = sqlx::query(
+                "UPDATE api_tokens SET revoked_ms = $2 WHERE name = $1 AND revoked_ms IS NULL",
+            )
+            .bind(name)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(result.rows_affected() > 0)
+        }
+
+        async fn rotate_token_sql(
+            pool: &sqlx::Pool<$db>,
+            name: &str,
+            new_hash: &str,
+            old_valid_until_ms: i64,
+            now_ms: i64,
+        ) -> Result<bool, $crate::store::StoreError> {
+            let result = sqlx::query(concat!(
+                "UPDATE api_tokens
+                 SET previous_token_hash = token_hash, previous_expires_ms = $3,
+                     token_hash = $2
+                 WHERE name = $1 AND ",
+                $crate::store::token_active_sql!("api_tokens", "$4")
+            ))
+            .bind(name)
+            .bind(new_hash)
+            .bind(old_valid_until_ms)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(result.rows_affected() > 0)
+        }
+
+        async fn active_token_sql(
+            pool: &sqlx::Pool<$db>,
+            hash: &str,
+            now_ms: i64,
+        ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(concat!(
+                "SELECT ",
+                $crate::store::token_columns_sql!(),
+                " FROM api_tokens t
+                 WHERE (t.token_hash = $1 OR (t.previous_token_hash = $1
+                                              AND t.previous_expires_ms > $2))
+                   AND ",
+                $crate::store::token_active_sql!("t", "$2")
+            ))
+            .bind(hash)
+            .bind(now_ms)
+            .fetch_optional(pool)
+            .await?)
+        }
+
+        async fn touch_token_sql(
+            pool: &sqlx::Pool<$db>,
+            token_id: i64,
+            now_ms: i64,
+            address: Option<&str>,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "UPDATE api_tokens SET last_used_ms = $2, last_address = COALESCE($3, last_address)
+                 WHERE id = $1 AND (last_used_ms IS NULL OR last_used_ms < $2)",
+            )
+            .bind(token_id)
+            .bind(now_ms)
+            .bind(address)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn token_clusters_sql(
+            pool: &sqlx::Pool<$db>,
+            token_id: i64,
+        ) -> Result<Vec<String>, $crate::store::StoreError> {
+            let rows: Vec<(String,)> = sqlx::query_as(
+                "SELECT DISTINCT cluster FROM hosts WHERE token_id = $1 ORDER BY cluster",
+            )
+            .bind(token_id)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(|(c,)| c).collect())
+        }
+
+        async fn adopt_token_cluster_sql(
+            pool: &sqlx::Pool<$db>,
+            token_id: i64,
+            cluster: &str,
+        ) -> Result<bool, $crate::store::StoreError> {
+            let result = sqlx::query(
+                "UPDATE api_tokens SET cluster = $2
+                 WHERE id = $1 AND cluster IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM hosts WHERE token_id = $1)",
+            )
+            .bind(token_id)
+            .bind(cluster)
+            .execute(pool)
+            .await?;
+            Ok(result.rows_affected() > 0)
+        }
+
+        async fn rebind_host_sql(
+            pool: &sqlx::Pool<$db>,
+            cluster: &str,
+            hostname: &str,
+            token_id: i64,
+        ) -> Result<bool, $crate::store::StoreError> {
+            let mut tx = pool.begin().await?;
+            let moved =
+                sqlx::query("UPDATE hosts SET token_id = $3 WHERE cluster = $1 AND hostname = $2")
+                    .bind(cluster)
+                    .bind(hostname)
+                    .bind(token_id)
+                    .execute(&mut *tx)
+                    .await?;
+            if moved.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            // What the move settles is no longer a refusal to look at.
+            sqlx::query(
+                "DELETE FROM ingest_refusals
+                 WHERE cluster = $1 AND hostname = $2 AND token_id = $3",
+            )
+            .bind(cluster)
+            .bind(hostname)
+            .bind(token_id)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        }
+
+        async fn record_refusal_sql(
+            pool: &sqlx::Pool<$db>,
+            token_id: i64,
+            cluster: &str,
+            hostname: &str,
+            refusal: &$crate::store::Refusal,
+            now_ms: i64,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query(
+                "INSERT INTO ingest_refusals
+                    (token_id, cluster, hostname, reason, message, first_ms, last_ms, attempts)
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, 1)
+                 ON CONFLICT (token_id, cluster, hostname, reason) DO UPDATE SET
+                    message = excluded.message,
+                    last_ms = excluded.last_ms,
+                    attempts = ingest_refusals.attempts + 1",
+            )
+            .bind(token_id)
+            .bind(cluster)
+            .bind(hostname)
+            .bind(refusal.kind.reason())
+            .bind(&refusal.message)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        }
+
+        async fn ingest_refusals_sql(
+            pool: &sqlx::Pool<$db>,
+            since_ms: i64,
+        ) -> Result<Vec<$crate::store::RefusalRow>, $crate::store::StoreError> {
+            Ok(sqlx::query_as(
+                "SELECT t.name AS token, r.cluster, r.hostname, r.reason, r.message, r.first_ms,
+                        r.last_ms, r.attempts
+                 FROM ingest_refusals r JOIN api_tokens t ON t.id = r.token_id
+                 WHERE r.last_ms >= $1
+                 ORDER BY r.last_ms DESC, t.name, r.cluster, r.hostname",
+            )
+            .bind(since_ms)
+            .fetch_all(pool)
+            .await?)
+        }
+
+        /// Why a report that stored nothing was not stored: a repeat of a batch (duplicate, or
+        /// a reused batch id), or a host or GPU of another active token. `None` when none of
+        /// these holds. SQLite asks before writing; PostgreSQL after its one statement wrote
+        /// nothing.
+        async fn ingest_refusal_sql(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            report: &gpuledger_proto::Report,
+            token_id: i64,
+            content_sha256: &str,
+            now_ms: i64,
+        ) -> Result<Option<$crate::store::IngestOutcome>, $crate::store::StoreError> {
+            use $crate::store::{IngestOutcome, Refusal, RefusalKind};
+            let batch: Option<(i64, Option<String>)> = sqlx::query_as(
+                "SELECT token_id, content_sha256 FROM ingested_batches WHERE batch_id = $1",
+            )
+            .bind(&report.batch_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some((by, digest)) = batch {
+                // A batch stored before digests were kept repeats as it always did.
+                if by == token_id && digest.as_deref().is_none_or(|d| d == content_sha256) {
+                    return Ok(Some(IngestOutcome::Duplicate));
+                }
+                let message = if by == token_id {
+                    "this batch id was already stored with other content; a batch id names \
+                     one batch for good"
+                } else {
+                    "this batch id was already stored from another token"
+                };
+                return Ok(Some(IngestOutcome::Refused(Refusal {
+                    kind: RefusalKind::BatchReused,
+                    field: "batch_id".into(),
+                    message: message.into(),
+                })));
+            }
+            let host_token: Option<(String,)> = sqlx::query_as(concat!(
+                "SELECT t.name FROM hosts h JOIN api_tokens t ON t.id = h.token_id
+                 WHERE h.cluster = $1 AND h.hostname = $2 AND h.token_id <> $3 AND ",
+                $crate::store::token_active_sql!("t", "$4")
+            ))
+            .bind(&report.host.cluster)
+            .bind(&report.host.hostname)
+            .bind(token_id)
+            .bind(now_ms)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if let Some((owner,)) = host_token {
+                return Ok(Some(IngestOutcome::Refused(Refusal {
+                    kind: RefusalKind::HostOfAnotherToken,
+                    field: "host.hostname".into(),
+                    message: format!(
+                        "host {}/{} reports with token {owner:?}; an admin moves a host to \
+                         another token with `token rebind`",
+                        report.host.cluster, report.host.hostname
+                    ),
+                })));
+            }
+            // Each GPU once, named at its first window.
+            let mut seen = std::collections::HashSet::new();
+            for (w, window) in report.windows.iter().enumerate() {
+                for (g, gpu) in window.gpus.iter().enumerate() {
+                    if !seen.insert(gpu.uuid.as_str()) {
+                        continue;
+                    }
+                    let held: Option<(String, String, String)> = sqlx::query_as(concat!(
+                        "SELECT h.cluster, h.hostname, t.name
+                         FROM gpus x JOIN hosts h ON h.id = x.host_id
+                         JOIN api_tokens t ON t.id = h.token_id
+                         WHERE x.uuid = $1 AND h.token_id <> $2 AND ",
+                        $crate::store::token_active_sql!("t", "$3")
+                    ))
+                    .bind(&gpu.uuid)
+                    .bind(token_id)
+                    .bind(now_ms)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                    if let Some((cluster, hostname, owner)) = held {
+                        return Ok(Some(IngestOutcome::Refused(Refusal {
+                            kind: RefusalKind::GpuOfAnotherToken,
+                            field: format!("windows[{w}].gpus[{g}].uuid"),
+                            message: format!(
+                                "GPU {} belongs to host {cluster}/{hostname}, which reports \
+                                 with token {owner:?}; an admin moves a host to another token \
+                                 with `token rebind`",
+                                gpu.uuid
+                            ),
+                        })));
+                    }
+                }
+            }
+            Ok(None)
+        }
+
+        /// The first window of the report that another batch already stored, as a refusal
+        /// (SQLite asks inside its transaction, where this report's own rows are visible).
+        async fn window_conflict_sql(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            report: &gpuledger_proto::Report,
+        ) -> Result<Option<$crate::store::Refusal>, $crate::store::StoreError> {
+            for (w, window) in report.windows.iter().enumerate() {
+                for (g, gpu) in window.gpus.iter().enumerate() {
+                    let stored: Option<(String,)> = sqlx::query_as(
+                        "SELECT batch_id FROM gpu_windows
+                         WHERE gpu_uuid = $1 AND start_ms = $2 AND batch_id <> $3",
+                    )
+                    .bind(&gpu.uuid)
+                    .bind(window.start_ms)
+                    .bind(&report.batch_id)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                    if let Some((batch,)) = stored {
+                        return Ok(Some($crate::store::Refusal {
+                            kind: $crate::store::RefusalKind::WindowStored,
+                            field: format!("windows[{w}].gpus[{g}]"),
+                            message: format!(
+                                "GPU {}'s window starting at {} ms was already stored by batch \
+                                 {batch:?}; a window is stored once and never overwritten",
+                                gpu.uuid, window.start_ms
+                            ),
+                        }));
+                    }
+                }
+            }
+            Ok(None)
+        }
+    };
+}
+pub(crate) use token_sql_impl;
