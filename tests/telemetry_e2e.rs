@@ -702,3 +702,91 @@ async fn metrics_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The rogue agent of the scoped-tokens issue, over real HTTP against the real server: a token
+/// made for another cluster posts a window for `train-east/gpu-node-7` at 100 % with
+/// `team=evil`, then the real agent posts the same host, GPU and window at 0 % with `team=ml`.
+/// The rogue is refused (403, `host.cluster`), the real window is stored, a rogue token of the
+/// same cluster is refused for the bound host, the fleet page shows the refused attempts, and
+/// `token list` shows where each token was last used from.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rogue_token_cannot_rewrite_a_hosts_costs() {
+    for db in [test_support::sqlite(), test_support::postgres().await] {
+        let real = create_token(&db.url, "rack-1", "train-east");
+        let rogue = create_token(&db.url, "rogue", "scratch");
+        let server = start_server(&db.url, free_port()).await;
+        let client = reqwest::Client::new();
+        let now = gpuledger_server::now_ms();
+        let window = |batch: &str, util: f64, team: &str| {
+            json!({
+                "batch_id": batch,
+                "agent_version": "0.1.0",
+                "host": {"hostname": "gpu-node-7", "cluster": "train-east"},
+                "windows": [{
+                    "start_ms": now - 15_000, "end_ms": now, "samples": 15,
+                    "gpus": [{
+                        "uuid": "GPU-real-0", "index": 0, "name": "NVIDIA H100 80GB HBM3",
+                        "util_avg": util, "util_max": util,
+                        "processes": [{"pid": 7, "labels": {"team": team}}]
+                    }]
+                }]
+            })
+        };
+        let post = |token: String, body: serde_json::Value| {
+            let (client, url) = (client.clone(), format!("{}/api/v1/reports", server.url));
+            async move {
+                let resp = client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status();
+                (status, resp.json::<serde_json::Value>().await.unwrap())
+            }
+        };
+        let (status, body) = post(rogue.clone(), window("rogue-1", 100.0, "evil")).await;
+        assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["field"], "host.cluster", "{body}");
+        let (status, body) = post(real.clone(), window("real-1", 0.0, "ml")).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "stored", "{body}");
+
+        // A second token for the same cluster cannot take the bound host either.
+        let rogue_same = create_token(&db.url, "rogue-2", "train-east");
+        let (status, body) = post(rogue_same, window("rogue-2", 100.0, "evil")).await;
+        assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(body["field"], "host.hostname", "{body}");
+
+        let store = db.open().await;
+        let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+        assert_eq!(windows.len(), 1, "{}", db.backend);
+        assert_eq!(windows[0].util_avg, Some(0.0), "{}", db.backend);
+        let processes = store.process_windows(0, i64::MAX).await.unwrap();
+        assert!(
+            processes[0].labels_json.contains("\"ml\""),
+            "{}",
+            db.backend
+        );
+
+        let viewer = signed_in(&server, "viewer").await;
+        let fleet = viewer
+            .get(format!("{}/", server.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(fleet.contains("Refused reports"), "{fleet}");
+        assert!(fleet.contains("rogue") && fleet.contains("train-east/gpu-node-7"));
+        let list = server_cmd(&db.url)
+            .args(["token", "list"])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&list.stdout);
+        let rack = listing.lines().find(|l| l.starts_with("rack-1\t")).unwrap();
+        assert!(rack.ends_with("\t127.0.0.1"), "{listing}");
+    }
+}

@@ -503,9 +503,12 @@ pub async fn seed(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<usi
                 limits.max_clock_skew_ms,
             )
             .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
-            store
+            if let Some(refusal) = store
                 .upsert_usage(&source, &counts, token_id, now_ms)
-                .await?;
+                .await?
+            {
+                return Err(DemoError::Invalid(refusal.message));
+            }
         }
     }
     let billed_until = (end - 2 * 24 * HOUR_MS) - (end - 2 * 24 * HOUR_MS).rem_euclid(HOUR_MS);

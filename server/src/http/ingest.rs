@@ -106,7 +106,8 @@ async fn ingest(
     validate::validate(&report, now, &state.limits)?;
     if let Err(refusal) = auth::authorize_report(state.store.as_ref(), &token, &report.host).await?
     {
-        return Err(refused(state, &token, &report.host, refusal, now).await);
+        let host = &report.host;
+        return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
     }
     let agent = AgentStatus {
         spool_depth: header_i64(headers, SPOOL_DEPTH_HEADER),
@@ -116,7 +117,8 @@ async fn ingest(
         IngestOutcome::Stored => "stored",
         IngestOutcome::Duplicate => "duplicate",
         IngestOutcome::Refused(refusal) => {
-            return Err(refused(state, &token, &report.host, refusal, now).await)
+            let host = &report.host;
+            return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
         }
     };
     state.metrics.set_agent_spool(
@@ -134,25 +136,27 @@ async fn ingest(
 
 const TOUCH_EVERY_MS: i64 = 60_000;
 
-/// Keeps a refused report on record for the fleet page, then answers it.
-async fn refused(
+/// Keeps a refused report on record for the fleet page (where it came from: a host of a
+/// cluster, or a source of request counts), then answers it.
+pub(crate) async fn refused(
     state: &AppState,
     token: &TokenRow,
-    host: &gpuledger_proto::HostInfo,
+    cluster: &str,
+    hostname: &str,
     refusal: Refusal,
     now: i64,
 ) -> ApiError {
     tracing::warn!(
         token = %token.name,
-        cluster = %host.cluster,
-        host = %host.hostname,
+        cluster = %cluster,
+        host = %hostname,
         reason = refusal.kind.reason(),
         "report refused: {}",
         refusal.message
     );
     if let Err(e) = state
         .store
-        .record_refusal(token.id, &host.cluster, &host.hostname, &refusal, now)
+        .record_refusal(token.id, cluster, hostname, &refusal, now)
         .await
     {
         tracing::error!(error = %e, "could not record a refused report");

@@ -176,6 +176,14 @@ async fn every_route_admits_exactly_its_audience() {
                         call(&api, method, &path, Some(&admin), None, "{}").await;
                     assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: {method} {path}");
                     assert_eq!(error_of(body.as_bytes()).error, "unauthorized");
+                    if path == gpuledger_proto::REPORTS_PATH {
+                        // A rogue agent: a valid token, a valid report, another cluster.
+                        let rogue = agent_token(&api, "rogue", "elsewhere", None).await;
+                        let report = serde_json::to_vec(&super::tests::report("rogue")).unwrap();
+                        let (status, body) = api.post(Some(&rogue), report).await;
+                        assert_eq!(status, StatusCode::FORBIDDEN, "{who}: rogue agent");
+                        assert_eq!(error_of(&body).field.as_deref(), Some("host.cluster"));
+                    }
                 }
                 Access::Viewer | Access::Admin => {
                     // Not signed in, and an agent token (which may only ingest): refused.
@@ -212,7 +220,12 @@ async fn every_route_admits_exactly_its_audience() {
         assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
         assert!(api.store.slack_history(10).await.unwrap().is_empty());
         assert!(api.store.billing_imports().await.unwrap().is_empty());
-        assert_eq!(api.store.list_tokens().await.unwrap().len(), 1);
+        assert_eq!(
+            api.store.list_tokens().await.unwrap().len(),
+            2,
+            "the agent's and rogue"
+        );
+        assert!(api.store.gpu_windows(0, i64::MAX).await.unwrap().is_empty());
         let (status, _, _) = call(
             &api,
             "POST",

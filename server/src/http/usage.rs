@@ -120,6 +120,9 @@ pub(crate) fn parse(
     Ok((report.source, counts))
 }
 
+/// Where refused request counts show on the fleet page, in place of a cluster.
+const USAGE_SOURCES: &str = "request counts";
+
 async fn post_usage(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -134,10 +137,16 @@ async fn post_usage(
         state.limits.retention_ms,
         state.limits.max_clock_skew_ms,
     )?;
-    state
+    if let Some(refusal) = state
         .store
         .upsert_usage(&source, &counts, token.id, now)
-        .await?;
+        .await?
+    {
+        state.metrics.reject(refusal.kind.reason());
+        return Err(
+            super::ingest::refused(&state, &token, USAGE_SOURCES, &source, refusal, now).await,
+        );
+    }
     Ok(Json(UsageAck {
         stored: counts.len(),
     }))

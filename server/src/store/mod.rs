@@ -649,14 +649,16 @@ pub trait Store: Send + Sync {
         since_ms: i64,
     ) -> Result<(i64, i64), StoreError>;
     /// Stores usage counts from `source` in one transaction; a count for the same endpoint,
-    /// source and period start replaces the earlier one.
+    /// source and period start replaces the earlier one, when it came from the same token (or
+    /// one no longer active). A count another active token sent is never replaced: the whole
+    /// post is refused, naming it.
     async fn upsert_usage(
         &self,
         source: &str,
         counts: &[UsageCount],
         token_id: i64,
         now_ms: i64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<Option<Refusal>, StoreError>;
     /// Requests per endpoint for periods starting in `[from_ms, to_ms)`, all sources summed.
     async fn usage_totals(
         &self,
@@ -2343,17 +2345,22 @@ macro_rules! shared_sql_impl {
             counts: &[$crate::store::UsageCount],
             token_id: i64,
             now_ms: i64,
-        ) -> Result<(), $crate::store::StoreError> {
+        ) -> Result<Option<$crate::store::Refusal>, $crate::store::StoreError> {
             let mut tx = pool.begin().await?;
-            for c in counts {
-                sqlx::query(
+            for (i, c) in counts.iter().enumerate() {
+                let written = sqlx::query(concat!(
                     "INSERT INTO usage_counts
                        (endpoint, source, start_ms, end_ms, requests, token_id, received_ms)
                      VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (endpoint, source, start_ms) DO UPDATE SET
                        end_ms = excluded.end_ms, requests = excluded.requests,
-                       token_id = excluded.token_id, received_ms = excluded.received_ms",
-                )
+                       token_id = excluded.token_id, received_ms = excluded.received_ms
+                     WHERE usage_counts.token_id = excluded.token_id
+                        OR NOT EXISTS (SELECT 1 FROM api_tokens t
+                                       WHERE t.id = usage_counts.token_id AND ",
+                    $crate::store::token_active_sql!("t", "$7"),
+                    ")"
+                ))
                 .bind(&c.endpoint)
                 .bind(source)
                 .bind(c.start_ms)
@@ -2363,9 +2370,22 @@ macro_rules! shared_sql_impl {
                 .bind(now_ms)
                 .execute(&mut *tx)
                 .await?;
+                if written.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    return Ok(Some($crate::store::Refusal {
+                        kind: $crate::store::RefusalKind::SourceOfAnotherToken,
+                        field: format!("counts[{i}]"),
+                        message: format!(
+                            "source {source:?}'s count for {} from {} ms came from another \
+                             token; a source's counts are replaced only by the token that sent \
+                             them",
+                            c.endpoint, c.start_ms
+                        ),
+                    }));
+                }
             }
             tx.commit().await?;
-            Ok(())
+            Ok(None)
         }
 
         async fn usage_totals_sql(
@@ -2941,7 +2961,7 @@ macro_rules! store_impl {
                 counts: &[$crate::store::UsageCount],
                 token_id: i64,
                 now_ms: i64,
-            ) -> Result<(), $crate::store::StoreError> {
+            ) -> Result<Option<$crate::store::Refusal>, $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 upsert_usage_sql(&self.pool, source, counts, token_id, now_ms).await
             }

@@ -966,6 +966,8 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
+        let owner = token_for(store.as_ref(), "owner", "owner-hash", T0).await;
+        assert_eq!(owner, 1, "{b}: the counts below come from token 1");
         store
             .upsert_usage(
                 "pod-a",
@@ -1001,6 +1003,25 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
                 .unwrap(),
             vec![("chat".to_owned(), 3_000)],
             "{b}: only periods starting in the range"
+        );
+        // Another active token may not replace pod-a's counts: the whole post is refused.
+        let rogue = token_for(store.as_ref(), "rogue", "rogue-hash", T0).await;
+        let refusal = store
+            .upsert_usage(
+                "pod-a",
+                &[count("chat", 5, 1), count("chat", 1, 999_999)],
+                rogue,
+                T0,
+            )
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{b}: another token's counts must not be replaced"));
+        assert_eq!(refusal.kind, RefusalKind::SourceOfAnotherToken, "{b}");
+        assert_eq!(refusal.field, "counts[1]", "{b}");
+        assert_eq!(
+            store.usage_totals(T0, T0 + 6 * 3_600_000).await.unwrap(),
+            vec![("chat".to_owned(), 4_000), ("embed".to_owned(), 7)],
+            "{b}: nothing of the refused post was kept"
         );
     }
 }

@@ -68,6 +68,8 @@ pub enum RefusalKind {
     BatchReused,
     /// A window of the report was already stored by another batch.
     WindowStored,
+    /// Request counts of a source another active token reports.
+    SourceOfAnotherToken,
 }
 
 impl RefusalKind {
@@ -80,17 +82,9 @@ impl RefusalKind {
             RefusalKind::GpuOfAnotherToken => "gpu_of_another_token",
             RefusalKind::BatchReused => "batch_reused",
             RefusalKind::WindowStored => "window_stored",
+            RefusalKind::SourceOfAnotherToken => "source_of_another_token",
         }
     }
-
-    pub const ALL: [RefusalKind; 6] = [
-        RefusalKind::ClusterOutOfScope,
-        RefusalKind::HostOutOfScope,
-        RefusalKind::HostOfAnotherToken,
-        RefusalKind::GpuOfAnotherToken,
-        RefusalKind::BatchReused,
-        RefusalKind::WindowStored,
-    ];
 
     /// Who sent it is the problem (403), as opposed to what it says (409).
     pub fn is_forbidden(self) -> bool {
