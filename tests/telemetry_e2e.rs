@@ -790,3 +790,88 @@ async fn a_rogue_token_cannot_rewrite_a_hosts_costs() {
         assert!(rack.ends_with("\t127.0.0.1"), "{listing}");
     }
 }
+
+/// A host given a new token keeps its data: the real agent's reports are refused (403) while the
+/// host belongs to the old token, wait in its spool, and all arrive once an admin moves the host
+/// (`token rebind`); nothing goes to the dead-letter folder.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_agent_keeps_its_windows_until_the_host_is_moved() {
+    let db = test_support::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let old = create_token(&db.url, "old", "e2e");
+    let new = create_token(&db.url, "new", "e2e");
+    let server = start_server(&db.url, free_port()).await;
+    let now = gpuledger_server::now_ms();
+    let claim = json!({
+        "batch_id": "old-1", "agent_version": "0.0.9",
+        "host": {"hostname": "gpu-host-1", "cluster": "e2e"},
+        "windows": [{"start_ms": now - 3_600_000, "end_ms": now - 3_585_000, "samples": 15,
+                     "gpus": [{"uuid": "GPU-old-card", "index": 0, "name": "NVIDIA A100"}]}]
+    });
+    let resp = reqwest::Client::new()
+        .post(format!("{}/api/v1/reports", server.url))
+        .bearer_auth(&old)
+        .json(&claim)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+
+    let spool = dir.path().join("spool");
+    let mut agent = start_agent(&AgentOptions {
+        server: &server.url,
+        token: &new,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "e2e",
+        hostname: "gpu-host-1",
+        window: "1s",
+    });
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let store = db.open().await;
+    assert_eq!(
+        store.batch_count().await.unwrap(),
+        1,
+        "the new token's reports are refused"
+    );
+    let refused = store.ingest_refusals(0).await.unwrap();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].reason, "host_of_another_token");
+    assert!(
+        refused[0].attempts >= 2,
+        "the agent kept retrying: {refused:?}"
+    );
+
+    let rebind = server_cmd(&db.url)
+        .args(["token", "rebind", "e2e/gpu-host-1", "--to", "new"])
+        .output()
+        .unwrap();
+    assert!(
+        rebind.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebind.stderr)
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let status = agent.terminate(Duration::from_secs(15));
+    assert!(status.success(), "agent exit {status:?}");
+
+    let windows = store.gpu_windows(now - 600_000, i64::MAX).await.unwrap();
+    let batches = store.batch_count().await.unwrap() - 1;
+    assert!(
+        batches >= 5,
+        "the refused windows arrived too: {batches} batches"
+    );
+    let first = windows.iter().map(|w| w.start_ms).min().unwrap();
+    assert!(
+        first < now + 3_000,
+        "the first windows, refused at first, were delivered: first at {}",
+        first - now
+    );
+    spool_is_drained(&spool, "refused then moved");
+    assert!(
+        store.ingest_refusals(0).await.unwrap().is_empty(),
+        "the move settles the refusals"
+    );
+}

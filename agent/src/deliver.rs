@@ -1,9 +1,12 @@
 //! Sending spooled batches to the server, oldest first, until each is acknowledged.
 //!
 //! Connection errors, timeouts, 429 and 5xx are retried with capped exponential backoff and full
-//! jitter (honouring `Retry-After`); any other 4xx means the server will never take the batch,
-//! so it goes to the dead-letter folder with a log line. The server is idempotent on batch id,
-//! so resending after a lost acknowledgement is safe.
+//! jitter (honouring `Retry-After`). So are 401 and 403: they refuse the token (revoked, expired,
+//! or not allowed this host), not the batch, and the same batch is taken once an admin gives the
+//! agent a token or moves the host, so the batches wait in the spool (logged as errors) rather
+//! than be set aside. Any other 4xx means the server will never take the batch, so it goes to
+//! the dead-letter folder with a log line. The server is idempotent on batch id, so resending
+//! after a lost acknowledgement is safe.
 
 use std::time::Duration;
 
@@ -55,6 +58,8 @@ pub fn classify(status: Option<StatusCode>, retry_after: Option<Duration>) -> Ou
         Some(s) if s.is_server_error() => Outcome::Retry(retry_after),
         // 408 is the server giving up on a slow upload: the batch itself is fine.
         Some(StatusCode::REQUEST_TIMEOUT) => Outcome::Retry(None),
+        // Who sends is refused, not what: an admin's fix makes the same batch acceptable.
+        Some(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Outcome::Retry(None),
         Some(s) => Outcome::Reject(format!("server answered {s}")),
     }
 }
@@ -132,6 +137,17 @@ impl Deliverer {
                     .map(Duration::from_secs);
                 let status = resp.status();
                 let outcome = classify(Some(status), retry_after);
+                if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                    let text = resp.text().await.unwrap_or_default();
+                    tracing::error!(
+                        %status,
+                        answer = %text,
+                        depth = self.spool.depth(),
+                        "the server refuses this agent's token for this host; batches wait in \
+                         the spool until an admin fixes the token or moves the host"
+                    );
+                    return outcome;
+                }
                 if let Outcome::Reject(_) = outcome {
                     let text = resp.text().await.unwrap_or_default();
                     return Outcome::Reject(format!("server answered {status}: {text}"));
@@ -239,8 +255,11 @@ mod tests {
             classify(Some(StatusCode::UNPROCESSABLE_ENTITY), None),
             Outcome::Reject(_)
         ));
+        for who in [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN] {
+            assert_eq!(classify(Some(who), None), Outcome::Retry(None), "{who}");
+        }
         assert!(matches!(
-            classify(Some(StatusCode::UNAUTHORIZED), None),
+            classify(Some(StatusCode::CONFLICT), None),
             Outcome::Reject(_)
         ));
     }
