@@ -273,7 +273,7 @@ pub fn totals(attribution: &Attribution) -> Vec<Totals> {
 }
 
 pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
         "period_start",
         "key",
@@ -304,8 +304,7 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
             r.estimated.to_string(),
         ])?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    w.into_string()
 }
 
 /// Parses a range bound: `YYYY-MM`, `YYYY-MM-DD` or RFC 3339.

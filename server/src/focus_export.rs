@@ -292,12 +292,12 @@ trait Sink {
     fn finish(self: Box<Self>) -> Result<Vec<u8>, ExportError>;
 }
 
-struct CsvSink(csv::Writer<SharedBuf>, SharedBuf);
+struct CsvSink(crate::csv_out::SafeCsv<SharedBuf>, SharedBuf);
 
 impl CsvSink {
     fn new() -> Result<Self, ExportError> {
         let buf = SharedBuf::default();
-        let mut w = csv::Writer::from_writer(buf.clone());
+        let mut w = crate::csv_out::SafeCsv::new(buf.clone());
         w.write_record(COLUMNS.iter().chain(EXTRA_COLUMNS.iter()))?;
         Ok(CsvSink(w, buf))
     }

@@ -7,6 +7,7 @@ pub mod attribution;
 pub mod auth;
 pub mod billing;
 pub mod config;
+pub mod csv_out;
 pub mod demo;
 pub mod error;
 pub mod focus_export;

@@ -201,7 +201,7 @@ fn runs_of(
 }
 
 pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
         "endpoint",
         "currency",
@@ -222,12 +222,11 @@ pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Erro
             format!("{:.4}", r.gpu_hours),
         ])?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    w.into_string()
 }
 
 pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
         "experiment",
         "model",
@@ -256,8 +255,7 @@ pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
             r.estimated.to_string(),
         ])?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    w.into_string()
 }
 
 #[cfg(test)]

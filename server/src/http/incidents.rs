@@ -345,7 +345,7 @@ async fn incidents_api(
 }
 
 fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
         "id",
         "kind",
@@ -374,6 +374,5 @@ fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
             v.estimated.to_string(),
         ])?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    w.into_string()
 }

