@@ -80,6 +80,8 @@ struct ReviewPage {
     month: String,
     previous: String,
     next: String,
+    /// The next month has begun: a link to it leads somewhere.
+    next_begun: bool,
     figures: Vec<Figure>,
     unattributed: String,
     estimated: bool,
@@ -110,6 +112,7 @@ struct DrillDownPage {
     next_href: String,
     previous: String,
     next: String,
+    next_begun: bool,
     figures: Vec<Figure>,
     tables: Vec<Table>,
     days: Vec<DayBar>,
@@ -132,6 +135,37 @@ fn month_range(month: &str) -> Option<(i64, i64)> {
 fn label(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
+}
+
+/// What a month's spend is set against. A month in progress is set against the same stretch of
+/// the previous month (its first days and hours, up to where this one has got), never against a
+/// whole month; a closed month against the whole previous month. Returns the range and whether
+/// it is a part of the previous month.
+fn comparison(from: i64, to: i64, now: i64) -> (i64, i64, bool) {
+    let (prev_from, _) = this_month(from - 1);
+    if now >= to {
+        return (prev_from, from, false);
+    }
+    let elapsed = crate::attribution::hour_floor(now.max(from)) - from;
+    ((prev_from), (prev_from + elapsed).min(from), true)
+}
+
+/// How the comparison is named on the page.
+fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) -> String {
+    let at = |ms: i64, f: &str| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map_or_else(String::new, |d| d.format(f).to_string())
+    };
+    if partial {
+        format!(
+            "month to date, against the same stretch of {} ({} to {} UTC: {total})",
+            label(prev_from),
+            at(prev_from, "%-d %b"),
+            at(prev_to, "%-d %b %H:%M"),
+        )
+    } else {
+        format!("against {}, the whole month ({total})", label(prev_from))
+    }
 }
 
 fn day_label(rfc: &str) -> String {
@@ -241,9 +275,9 @@ async fn review(
     let Some((from, to)) = month_range(&month) else {
         return no_such_month();
     };
-    let (prev_from, _) = this_month(from - 1);
     let store = state.store.as_ref();
     let now = now_ms();
+    let (prev_from, prev_to, partial) = comparison(from, to, now);
     let recs = async {
         match snapshots::review_range(from, to, now) {
             Some(range) => snapshots::get(store, &state.rate_card, range, now).await,
@@ -259,7 +293,7 @@ async fn review(
         rollup::experiment_hours(store, from, to),
         recs,
         // Only its total is shown: summed by the database.
-        rollup::attributed_costs(store, prev_from, from),
+        rollup::attributed_costs(store, prev_from, prev_to),
         store.incidents(from, to),
         store.usage_totals(from, to),
     );
@@ -277,13 +311,9 @@ async fn review(
     } else {
         let diff = total - previous_total;
         let pct = (diff / previous_total * Decimal::from(100)).round_dp(1);
-        format!(
-            "{}{} ({}{}%)",
-            if diff.is_sign_negative() { "−" } else { "+" },
-            dollars(diff.abs()),
-            if pct.is_sign_negative() { "" } else { "+" },
-            pct,
-        )
+        // One sign, written once for both figures.
+        let sign = if diff.is_sign_negative() { "−" } else { "+" };
+        format!("{sign}{} ({sign}{}%)", dollars(diff.abs()), pct.abs())
     };
     let none: &[(GroupBy, String)] = &[];
     let figures = vec![
@@ -294,7 +324,7 @@ async fn review(
         },
         Figure {
             value: change,
-            caption: format!("against {} ({})", label(prev_from), dollars(previous_total)),
+            caption: comparison_caption(prev_from, prev_to, partial, &dollars(previous_total)),
             href: format!("/review/{}", label(prev_from)),
         },
         Figure {
@@ -390,6 +420,7 @@ async fn review(
         total_saving,
         month,
         next,
+        next_begun: to <= now,
     })
     .into_response()
 }
@@ -535,6 +566,7 @@ async fn drill_down(
         review_href: format!("/review/{month}"),
         previous_href: drill(&label(prev_from)),
         next_href: drill(&next),
+        next_begun: to <= now_ms(),
         previous: label(prev_from),
         dimension: by.as_str(),
         key,
@@ -549,4 +581,50 @@ async fn drill_down(
         next,
     })
     .into_response()
+}
+
+#[cfg(test)]
+mod comparison_tests {
+    use super::*;
+
+    fn at(text: &str) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .timestamp_millis()
+    }
+
+    #[test]
+    fn a_month_in_progress_is_set_against_the_same_stretch_of_the_last() {
+        let (from, to) = (at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"));
+        let now = at("2026-11-23T14:37:00Z");
+        assert_eq!(
+            comparison(from, to, now),
+            (at("2026-10-01T00:00:00Z"), at("2026-10-23T14:00:00Z"), true)
+        );
+        // A closed month: the whole previous month.
+        assert_eq!(
+            comparison(from, to, at("2026-12-02T00:00:00Z")),
+            (
+                at("2026-10-01T00:00:00Z"),
+                at("2026-11-01T00:00:00Z"),
+                false
+            )
+        );
+        // The 30th of March goes past the end of February: all of February.
+        let (march, april) = (at("2027-03-01T00:00:00Z"), at("2027-04-01T00:00:00Z"));
+        assert_eq!(
+            comparison(march, april, at("2027-03-30T10:00:00Z")),
+            (at("2027-02-01T00:00:00Z"), at("2027-03-01T00:00:00Z"), true)
+        );
+        let caption = comparison_caption(
+            at("2026-10-01T00:00:00Z"),
+            at("2026-10-23T14:00:00Z"),
+            true,
+            "$1,000.00",
+        );
+        assert_eq!(
+            caption,
+            "month to date, against the same stretch of 2026-10 (1 Oct to 23 Oct 14:00 UTC: $1,000.00)"
+        );
+    }
 }

@@ -477,3 +477,42 @@ async fn no_csv_cell_can_start_a_formula() {
         );
     }
 }
+
+/// The month in progress is compared with the same stretch of the previous month and has no
+/// link to a month that has not begun; a closed month is compared with the whole month before.
+#[tokio::test]
+async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let (from, to) = this_month(now_ms());
+        let label = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .format("%Y-%m")
+                .to_string()
+        };
+        let (_, page) = api
+            .get_as(&format!("/review/{}", label(from)), Some(&viewer))
+            .await;
+        assert!(
+            page.contains("month to date, against the same stretch of"),
+            "{b}"
+        );
+        assert!(
+            !page.contains(&format!("href=\"/review/{}\"", label(to))),
+            "{b}"
+        );
+        let (status, page) = api
+            .get_as(&format!("/review/{}", label(from - 1)), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(page.contains("the whole month"), "{b}");
+        assert!(
+            page.contains(&format!("href=\"/review/{}\"", label(from))),
+            "{b}"
+        );
+        assert!(!page.contains("(-"), "{b}: one minus sign");
+    }
+}
