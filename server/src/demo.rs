@@ -585,5 +585,52 @@ mod tests {
         assert!(unit
             .iter()
             .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
+
+        // The review's recommendations for the previous month: on separate GPUs, each saving
+        // within what its GPUs cost over the same days, the headline their sum.
+        let range = crate::recommend::snapshots::review_range(from, to, now).unwrap();
+        let recs = crate::recommend::snapshots::get(store.as_ref(), &card, range, now)
+            .await
+            .unwrap();
+        let mut covered: Vec<(String, Decimal, Decimal)> = Vec::new();
+        for x in &recs.right_size {
+            covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+        }
+        for x in &recs.consolidation {
+            covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+        }
+        for x in &recs.spot {
+            covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+        }
+        let gpus: std::collections::BTreeSet<&str> =
+            covered.iter().map(|(g, _, _)| g.as_str()).collect();
+        assert_eq!(
+            gpus.len(),
+            covered.len(),
+            "no GPU in two recommendations: {recs:?}"
+        );
+        assert!(
+            covered.iter().all(|(_, saving, cost)| saving <= cost),
+            "{recs:?}"
+        );
+        let sum: Decimal = recs.right_size.iter().map(|x| x.saving).sum::<Decimal>()
+            + recs.consolidation.iter().map(|x| x.saving).sum::<Decimal>()
+            + recs.spot.iter().map(|x| x.saving).sum::<Decimal>();
+        assert_eq!(recs.total_saving, sum);
+        assert!(recs.total_saving > Decimal::ZERO, "{recs:?}");
+        let week = crate::rollup::load(
+            store.as_ref(),
+            range.from_ms,
+            range.to_ms,
+            crate::store::RollupGrain::HostDay,
+        )
+        .await
+        .unwrap();
+        let week_cost: Decimal = week.parts.iter().map(|p| p.cost).sum();
+        assert!(
+            recs.total_saving < week_cost,
+            "{} < {week_cost}",
+            recs.total_saving
+        );
     }
 }

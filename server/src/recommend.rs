@@ -1,11 +1,16 @@
 //! Recommendations: inference sized for peak, GPUs that could be consolidated, and training on
-//! on-demand capacity that could run on spot, each with a monthly saving in dollars.
+//! on-demand capacity that could run on spot, each with what it would have saved over the
+//! look-back.
 //!
 //! Right-sizing looks at each endpoint and each model over a look-back (default 7 days): its
-//! peak GPU memory per process, its p95 GPU utilization, the GPU it runs on and what it cost.
-//! A smaller GPU fits when peak memory plus headroom (20%) fits in it and the p95 utilization,
-//! scaled by the two GPUs' relative compute, stays under a target (80%); the cheapest fitting
-//! one is recommended, and the saving is the endpoint's monthly cost scaled by the price ratio.
+//! peak GPU memory per process, its p95 GPU utilization, the GPU (or MIG slice) it runs on and
+//! what it cost. A smaller GPU fits when peak memory plus headroom (20%) fits in it and the p95
+//! utilization, scaled by the two GPUs' relative compute, stays under a target (80%); the
+//! cheapest fitting one is recommended, and the saving is its cost scaled by the price ratio.
+//! Prices are the rate card's, per GPU of an instance type (a MIG slice: its sevenths).
+//!
+//! Savings are counted once: every recommendation names its GPUs, and where two cover the same
+//! GPU only the one that saves more is kept ([`disjoint`]), so the total adds up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -22,144 +27,120 @@ pub mod snapshots;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 pub const HOURS_PER_MONTH: i64 = 730;
 
-/// A GPU (or MIG profile) one could run on, with an approximate on-demand price per GPU-hour
-/// and dense FP16 compute for comparing utilization.
+/// A GPU (or MIG profile) one could run on: what it holds and computes, and an instance type
+/// that offers it. Its price is not here: it is the rate card's price of that instance type per
+/// GPU ([`CatalogGpu::price`]), so recommendations use the prices the bill is checked against.
 #[derive(Debug, Clone, Serialize)]
 pub struct CatalogGpu {
     pub name: &'static str,
     pub memory_gb: f64,
+    /// Dense FP16 compute, for comparing utilization.
     pub tflops: f64,
-    /// An instance type offering it, for the recommendation's wording.
     pub instance_type: &'static str,
-    pub price_per_gpu_hour: &'static str,
+    /// A MIG profile: its share of the GPU's compute, in sevenths (`3g.40gb` is 3).
+    pub mig_sevenths: Option<u32>,
 }
 
-/// Approximate public on-demand prices (AWS us-east-1 per GPU; MIG profiles as their slice of
-/// the GPU). Relative compute matters more than exactness here.
-pub const CATALOG: &[CatalogGpu] = &[
+const fn gpu(
+    name: &'static str,
+    memory_gb: f64,
+    tflops: f64,
+    instance_type: &'static str,
+) -> CatalogGpu {
     CatalogGpu {
-        name: "T4",
-        memory_gb: 16.0,
-        tflops: 65.0,
-        instance_type: "g4dn.xlarge",
-        price_per_gpu_hour: "0.526",
-    },
-    CatalogGpu {
-        name: "L4",
-        memory_gb: 24.0,
-        tflops: 121.0,
-        instance_type: "g6.xlarge",
-        price_per_gpu_hour: "0.8048",
-    },
-    CatalogGpu {
-        name: "A10G",
-        memory_gb: 24.0,
-        tflops: 125.0,
-        instance_type: "g5.xlarge",
-        price_per_gpu_hour: "1.006",
-    },
-    CatalogGpu {
-        name: "L40S",
-        memory_gb: 48.0,
-        tflops: 362.0,
-        instance_type: "g6e.xlarge",
-        price_per_gpu_hour: "1.861",
-    },
-    CatalogGpu {
-        name: "A100 40GB MIG 1g.5gb",
-        memory_gb: 5.0,
-        tflops: 312.0 / 7.0,
-        instance_type: "p4d.24xlarge (MIG)",
-        price_per_gpu_hour: "0.5852",
-    },
-    CatalogGpu {
-        name: "A100 40GB MIG 2g.10gb",
-        memory_gb: 10.0,
-        tflops: 312.0 * 2.0 / 7.0,
-        instance_type: "p4d.24xlarge (MIG)",
-        price_per_gpu_hour: "1.1705",
-    },
-    CatalogGpu {
-        name: "A100 40GB MIG 3g.20gb",
-        memory_gb: 20.0,
-        tflops: 312.0 * 3.0 / 7.0,
-        instance_type: "p4d.24xlarge (MIG)",
-        price_per_gpu_hour: "1.7557",
-    },
-    CatalogGpu {
-        name: "A100 40GB",
-        memory_gb: 40.0,
-        tflops: 312.0,
-        instance_type: "p4d.24xlarge",
-        price_per_gpu_hour: "4.0966",
-    },
-    CatalogGpu {
-        name: "A100 80GB MIG 1g.10gb",
-        memory_gb: 10.0,
-        tflops: 312.0 / 7.0,
-        instance_type: "p4de.24xlarge (MIG)",
-        price_per_gpu_hour: "0.7315",
-    },
-    CatalogGpu {
-        name: "A100 80GB MIG 3g.40gb",
-        memory_gb: 40.0,
-        tflops: 312.0 * 3.0 / 7.0,
-        instance_type: "p4de.24xlarge (MIG)",
-        price_per_gpu_hour: "2.1946",
-    },
-    CatalogGpu {
-        name: "A100 80GB",
-        memory_gb: 80.0,
-        tflops: 312.0,
-        instance_type: "p4de.24xlarge",
-        price_per_gpu_hour: "5.1207",
-    },
-    CatalogGpu {
-        name: "H100 MIG 1g.10gb",
-        memory_gb: 10.0,
-        tflops: 989.0 / 7.0,
-        instance_type: "p5.48xlarge (MIG)",
-        price_per_gpu_hour: "0.9829",
-    },
-    CatalogGpu {
-        name: "H100 MIG 3g.40gb",
-        memory_gb: 40.0,
-        tflops: 989.0 * 3.0 / 7.0,
-        instance_type: "p5.48xlarge (MIG)",
-        price_per_gpu_hour: "2.9486",
-    },
-    CatalogGpu {
-        name: "H100 80GB",
-        memory_gb: 80.0,
-        tflops: 989.0,
-        instance_type: "p5.48xlarge",
-        price_per_gpu_hour: "6.88",
-    },
-    CatalogGpu {
-        name: "H200 141GB",
-        memory_gb: 141.0,
-        tflops: 989.0,
-        instance_type: "p5e.48xlarge",
-        price_per_gpu_hour: "7.91",
-    },
-];
-
-impl CatalogGpu {
-    pub fn price(&self) -> Decimal {
-        Decimal::from_str(self.price_per_gpu_hour).unwrap_or(Decimal::ZERO)
+        name,
+        memory_gb,
+        tflops,
+        instance_type,
+        mig_sevenths: None,
     }
 }
 
-/// The catalog entry an NVML name and memory size describe.
+const fn mig(
+    name: &'static str,
+    memory_gb: f64,
+    full_tflops: f64,
+    sevenths: u32,
+    instance_type: &'static str,
+) -> CatalogGpu {
+    CatalogGpu {
+        name,
+        memory_gb,
+        tflops: full_tflops * sevenths as f64 / 7.0,
+        instance_type,
+        mig_sevenths: Some(sevenths),
+    }
+}
+
+/// GPUs and MIG profiles (NVIDIA's profile tables) with an AWS instance type offering each.
+pub const CATALOG: &[CatalogGpu] = &[
+    gpu("T4", 16.0, 65.0, "g4dn.xlarge"),
+    gpu("L4", 24.0, 121.0, "g6.xlarge"),
+    gpu("A10G", 24.0, 125.0, "g5.xlarge"),
+    gpu("L40S", 48.0, 362.0, "g6e.xlarge"),
+    mig("A100 40GB MIG 1g.5gb", 5.0, 312.0, 1, "p4d.24xlarge"),
+    mig("A100 40GB MIG 2g.10gb", 10.0, 312.0, 2, "p4d.24xlarge"),
+    mig("A100 40GB MIG 3g.20gb", 20.0, 312.0, 3, "p4d.24xlarge"),
+    gpu("A100 40GB", 40.0, 312.0, "p4d.24xlarge"),
+    mig("A100 80GB MIG 1g.10gb", 10.0, 312.0, 1, "p4de.24xlarge"),
+    mig("A100 80GB MIG 2g.20gb", 20.0, 312.0, 2, "p4de.24xlarge"),
+    mig("A100 80GB MIG 3g.40gb", 40.0, 312.0, 3, "p4de.24xlarge"),
+    gpu("A100 80GB", 80.0, 312.0, "p4de.24xlarge"),
+    mig("H100 MIG 1g.10gb", 10.0, 989.0, 1, "p5.48xlarge"),
+    mig("H100 MIG 2g.20gb", 20.0, 989.0, 2, "p5.48xlarge"),
+    mig("H100 MIG 3g.40gb", 40.0, 989.0, 3, "p5.48xlarge"),
+    gpu("H100 80GB", 80.0, 989.0, "p5.48xlarge"),
+    gpu("H200 141GB", 141.0, 989.0, "p5e.48xlarge"),
+];
+
+impl CatalogGpu {
+    /// On-demand price per GPU-hour (a MIG profile: its sevenths of one) from the rate card's
+    /// instance type; `None` where the rate card does not price that instance type.
+    pub fn price(&self, card: &RateCard) -> Option<Decimal> {
+        let rate = card.instance_types.get(self.instance_type)?;
+        if rate.gpus == 0 {
+            return None;
+        }
+        let per_gpu = rate.on_demand / Decimal::from(rate.gpus);
+        Some(match self.mig_sevenths {
+            Some(s) => per_gpu * Decimal::from(s) / Decimal::from(7),
+            None => per_gpu,
+        })
+    }
+
+    /// Where it runs, in words: the instance type, and MIG when it is a slice.
+    pub fn offered_on(&self) -> String {
+        match self.mig_sevenths {
+            Some(_) => format!("{} (MIG)", self.instance_type),
+            None => self.instance_type.to_owned(),
+        }
+    }
+}
+
+/// The catalog entry an NVML name and memory size describe: a MIG instance (NVML names it
+/// `NVIDIA A100-SXM4-80GB MIG 1g.10gb`) is its profile, not the whole GPU.
 pub fn identify(nvml_name: &str, memory_total_bytes: Option<i64>) -> Option<&'static CatalogGpu> {
     let n = nvml_name.to_ascii_uppercase();
     let mem_gb = memory_total_bytes.map(|b| b as f64 / GIB);
     let family = ["H200", "H100", "A100", "L40S", "A10G", "L4", "T4"]
         .into_iter()
         .find(|f| n.contains(f))?;
+    if n.contains(" MIG") || n.starts_with("MIG") {
+        // The profile (`1G.10GB`) and, for the A100, which of its two sizes the profile fits.
+        let profile = n
+            .split_whitespace()
+            .find(|t| t.contains("G.") && t.ends_with("GB"))?
+            .split('+')
+            .next()?
+            .to_owned();
+        return CATALOG.iter().find(|c| {
+            let upper = c.name.to_ascii_uppercase();
+            upper.starts_with(family) && upper.ends_with(&format!("MIG {profile}"))
+        });
+    }
     CATALOG
         .iter()
-        .filter(|c| c.name.starts_with(family) && !c.name.contains("MIG"))
+        .filter(|c| c.name.starts_with(family) && c.mig_sevenths.is_none())
         .min_by(|a, b| {
             let d = |c: &CatalogGpu| mem_gb.map_or(0.0, |m| (c.memory_gb - m).abs());
             d(a).total_cmp(&d(b))
@@ -183,40 +164,64 @@ impl Default for Options {
     }
 }
 
+/// Each recommendation names the GPUs it covers; no two kept recommendations share a GPU, so
+/// their savings add up without counting a GPU-hour twice. `cost` and `saving` are over the
+/// look-back, from the ledger; a saving never exceeds the cost it comes from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RightSize {
     /// `endpoint` or `model`.
     pub by: String,
     pub key: String,
     pub current_gpu: String,
-    pub gpus: usize,
+    pub gpus: Vec<String>,
     pub peak_memory_gb: f64,
     pub p95_util: f64,
     #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+    /// Serving runs all month: the look-back's rate over a 730-hour month.
+    #[serde(with = "rust_decimal::serde::str")]
     pub monthly_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_saving: Decimal,
     pub recommended_gpu: String,
     pub recommended_instance_type: String,
     pub projected_p95_util: f64,
+}
+
+/// A whole GPU busy less than the threshold: its work could share another GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Consolidation {
+    pub gpus: Vec<String>,
+    pub host: String,
+    pub avg_util: f64,
+    /// The move, in words.
+    pub action: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    /// The share of its cost its work does not need at the target utilization.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_saving: Decimal,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Consolidation {
-    pub gpu_uuid: String,
-    pub host: String,
-    pub avg_util: f64,
-    #[serde(with = "rust_decimal::serde::str")]
-    pub monthly_cost: Decimal,
-}
-
+/// Training that ran on on-demand capacity and could have run on spot: what its GPU-hours
+/// actually cost and what the rate card's spot prices for the same instance types would have
+/// saved. A run is not assumed to recur, so there is no monthly figure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpotCandidate {
     pub experiment: String,
+    pub gpus: Vec<String>,
+    pub instance_types: Vec<String>,
+    pub gpu_hours: f64,
     #[serde(with = "rust_decimal::serde::str")]
-    pub on_demand_monthly_cost: Decimal,
+    pub cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
-    pub monthly_saving: Decimal,
+    pub saving: Decimal,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -225,6 +230,9 @@ pub struct Recommendations {
     pub right_size: Vec<RightSize>,
     pub consolidation: Vec<Consolidation>,
     pub spot: Vec<SpotCandidate>,
+    /// The savings above added up over the look-back: they cover separate GPUs.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub total_saving: Decimal,
 }
 
 /// Width of a utilization band, in points: usage is kept as window counts per band.
@@ -310,6 +318,8 @@ pub struct Evidence {
     /// MIG instances: never candidates for packing GPUs together.
     pub mig_instances: BTreeSet<String>,
     pub hostnames: HashMap<i64, String>,
+    /// Each host's instance type, where the agent reported one (spot prices are per type).
+    pub instance_types: HashMap<i64, String>,
 }
 
 #[cfg(test)]
@@ -354,6 +364,11 @@ impl Evidence {
                 .iter()
                 .map(|(id, h)| (*id, h.hostname.clone()))
                 .collect(),
+            instance_types: attribution
+                .hosts
+                .iter()
+                .filter_map(|(id, h)| Some((*id, h.instance_type.clone()?)))
+                .collect(),
         }
     }
 }
@@ -393,7 +408,15 @@ pub fn recommend(
     // What each endpoint and model cost, from the attribution (the bill, exactly), and each
     // GPU's cost and time-weighted utilization.
     let mut cost: HashMap<(&str, String), Decimal> = HashMap::new();
-    let mut experiment_on_demand: BTreeMap<String, Decimal> = BTreeMap::new();
+    #[derive(Default)]
+    struct Training<'a> {
+        cost: Decimal,
+        saving: Decimal,
+        gpu_seconds: f64,
+        gpus: BTreeSet<&'a str>,
+        instance_types: BTreeSet<&'a str>,
+    }
+    let mut training: BTreeMap<&str, Training> = BTreeMap::new();
     #[derive(Default)]
     struct Gpu {
         cost: Decimal,
@@ -421,11 +444,31 @@ pub fn recommend(
         if let Some(m) = &part.owner.model {
             *cost.entry(("model", m.clone())).or_default() += part.cost;
         }
-        // Training: an experiment that serves no endpoint.
-        if let (Some(e), None) = (&part.owner.experiment, &part.owner.endpoint) {
-            if part.pricing_category == "on_demand" {
-                *experiment_on_demand.entry(e.clone()).or_default() += part.cost;
-            }
+        // Training on spot: an experiment that serves no endpoint, working (held-idle GPUs are
+        // to be released, not moved), on on-demand capacity (committed capacity is paid for
+        // either way), on an instance type the rate card has a spot price for.
+        let (Some(experiment), None, Kind::Used) =
+            (&part.owner.experiment, &part.owner.endpoint, part.kind)
+        else {
+            continue;
+        };
+        if part.pricing_category != "on_demand" {
+            continue;
+        }
+        let Some((instance_type, discount)) = evidence
+            .instance_types
+            .get(&part.host_id)
+            .and_then(|t| Some((t.as_str(), spot_discount(card, t)?)))
+        else {
+            continue;
+        };
+        let t = training.entry(experiment).or_default();
+        t.cost += part.cost;
+        t.saving += part.cost * discount;
+        t.gpu_seconds += part.gpu_seconds;
+        t.instance_types.insert(instance_type);
+        if let Some(g) = &part.gpu_uuid {
+            t.gpus.insert(g);
         }
     }
 
@@ -437,93 +480,166 @@ pub fn recommend(
         let Some(current) = identify(name, *mem) else {
             continue;
         };
+        let Some(current_price) = current.price(card).filter(|p| !p.is_zero()) else {
+            continue;
+        };
         let need_gb = u.peak_bytes as f64 / GIB * (1.0 + options.headroom);
         let p95_util = p95_of_bands(&u.bands);
         let best = CATALOG
             .iter()
-            .filter(|c| c.memory_gb >= need_gb && c.price() < current.price())
-            .map(|c| (c, p95_util * current.tflops / c.tflops))
-            .filter(|(_, projected)| *projected <= options.target_util)
-            .min_by(|a, b| a.0.price().cmp(&b.0.price()));
-        let Some((rec, projected)) = best else {
+            .filter_map(|c| Some((c, c.price(card)?)))
+            .filter(|(c, price)| c.memory_gb >= need_gb && *price < current_price)
+            .map(|(c, price)| (c, price, p95_util * current.tflops / c.tflops))
+            .filter(|(_, _, projected)| *projected <= options.target_util)
+            .min_by(|a, b| a.1.cmp(&b.1));
+        let Some((rec, price, projected)) = best else {
             continue;
         };
-        let monthly_cost = monthly(
-            cost.get(&(*by, key.to_string()))
-                .copied()
-                .unwrap_or_default(),
-            lookback_ms,
-        );
-        let ratio = rec.price() / current.price();
+        let spent = cost
+            .get(&(*by, key.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let saving = spent * (Decimal::ONE - price / current_price);
         right_size.push(RightSize {
             by: (*by).to_owned(),
             key: key.to_string(),
             current_gpu: current.name.to_owned(),
-            gpus: u.gpus.len(),
+            gpus: u.gpus.iter().map(|g| (*g).to_owned()).collect(),
             peak_memory_gb: (u.peak_bytes as f64 / GIB * 10.0).round() / 10.0,
             p95_util,
-            monthly_cost: monthly_cost.round_dp(2),
+            cost: spent.round_dp(2),
+            saving: saving.round_dp(2),
+            monthly_cost: monthly(spent, lookback_ms).round_dp(2),
+            monthly_saving: monthly(saving, lookback_ms).round_dp(2),
             recommended_gpu: rec.name.to_owned(),
-            recommended_instance_type: rec.instance_type.to_owned(),
+            recommended_instance_type: rec.offered_on(),
             projected_p95_util: (projected * 10.0).round() / 10.0,
-            monthly_saving: (monthly_cost * (Decimal::ONE - ratio)).round_dp(2),
         });
     }
-    right_size.sort_by_key(|r| std::cmp::Reverse(r.monthly_saving));
 
-    // Whole GPUs busy less than half the time, with work on them: candidates to pack together.
-    let mut consolidation: Vec<Consolidation> = gpus
+    // Whole GPUs busy less than the threshold, with work on them: candidates to pack together.
+    let consolidation: Vec<Consolidation> = gpus
         .into_iter()
         .filter(|(g, u)| {
             u.in_use && u.util_known_seconds > 0.0 && !evidence.mig_instances.contains(*g)
         })
         .map(|(g, u)| (g, u.util_gpu_seconds / u.util_known_seconds, u))
         .filter(|(_, avg, _)| *avg < options.consolidation_below)
-        .map(|(g, avg, u)| Consolidation {
-            gpu_uuid: g.to_owned(),
-            host: evidence
+        .map(|(g, avg, u)| {
+            let needed = (avg / options.target_util).clamp(0.0, 1.0);
+            let spare = Decimal::from_f64(1.0 - needed).unwrap_or_default();
+            let host = evidence
                 .hostnames
                 .get(&u.host_id)
                 .cloned()
-                .unwrap_or_default(),
-            avg_util: (avg * 10.0).round() / 10.0,
-            monthly_cost: monthly(u.cost, lookback_ms).round_dp(2),
-        })
-        .collect();
-    consolidation.sort_by_key(|c| std::cmp::Reverse(c.monthly_cost));
-
-    // Spot saves what the rate card says spot saves on average over its instance types.
-    let (od, spot): (Decimal, Decimal) = card
-        .instance_types
-        .values()
-        .filter_map(|r| r.spot.map(|s| (r.on_demand, s)))
-        .fold((Decimal::ZERO, Decimal::ZERO), |(a, b), (o, s)| {
-            (a + o, b + s)
-        });
-    let spot_ratio = if od.is_zero() {
-        Decimal::from_str("0.4").unwrap_or_default()
-    } else {
-        spot / od
-    };
-    let spot_candidates = experiment_on_demand
-        .into_iter()
-        .map(|(experiment, c)| {
-            let m = monthly(c, lookback_ms);
-            SpotCandidate {
-                experiment,
-                on_demand_monthly_cost: m.round_dp(2),
-                monthly_saving: (m * (Decimal::ONE - spot_ratio)).round_dp(2),
+                .unwrap_or_default();
+            Consolidation {
+                gpus: vec![g.to_owned()],
+                action: format!(
+                    "move its work onto a GPU with room: it needs about {:.0}% of one kept {:.0}% \
+                     busy, then release this one",
+                    needed * 100.0,
+                    options.target_util
+                ),
+                host,
+                avg_util: (avg * 10.0).round() / 10.0,
+                cost: u.cost.round_dp(2),
+                saving: (u.cost * spare).round_dp(2),
+                monthly_cost: monthly(u.cost, lookback_ms).round_dp(2),
+                monthly_saving: monthly(u.cost * spare, lookback_ms).round_dp(2),
             }
         })
-        .filter(|s| s.monthly_saving > Decimal::ZERO)
         .collect();
 
-    Recommendations {
+    let spot = training
+        .into_iter()
+        .filter(|(_, t)| t.saving > Decimal::ZERO)
+        .map(|(experiment, t)| SpotCandidate {
+            experiment: experiment.to_owned(),
+            gpus: t.gpus.iter().map(|g| (*g).to_owned()).collect(),
+            instance_types: t.instance_types.iter().map(|i| (*i).to_owned()).collect(),
+            gpu_hours: (t.gpu_seconds / 36.0).round() / 100.0,
+            cost: t.cost.round_dp(2),
+            saving: t.saving.round_dp(2),
+        })
+        .collect();
+
+    disjoint(Recommendations {
         lookback_days: lookback_ms as f64 / 86_400_000.0,
         right_size,
         consolidation,
-        spot: spot_candidates,
+        spot,
+        total_saving: Decimal::ZERO,
+    })
+}
+
+/// The share of the on-demand price spot saves on an instance type, from the rate card; `None`
+/// where the rate card has no spot price for it.
+fn spot_discount(card: &RateCard, instance_type: &str) -> Option<Decimal> {
+    let rate = card.instance_types.get(instance_type)?;
+    let spot = rate.spot?;
+    (!rate.on_demand.is_zero() && spot < rate.on_demand)
+        .then(|| Decimal::ONE - spot / rate.on_demand)
+}
+
+/// Keeps, of recommendations that cover the same GPU, the one that saves most (ties: right-size
+/// before packing before spot, then by name), so the total counts no GPU twice; each list is
+/// then ordered by saving.
+fn disjoint(mut r: Recommendations) -> Recommendations {
+    let mut candidates: Vec<(Decimal, u8, String, usize, &[String])> = Vec::new();
+    for (i, x) in r.right_size.iter().enumerate() {
+        // An endpoint before the model it serves: the endpoint is what one resizes.
+        let rank = if x.by == "endpoint" { 0 } else { 1 };
+        candidates.push((x.saving, rank, x.key.clone(), i, &x.gpus));
     }
+    for (i, x) in r.consolidation.iter().enumerate() {
+        candidates.push((x.saving, 2, x.host.clone(), i, &x.gpus));
+    }
+    for (i, x) in r.spot.iter().enumerate() {
+        candidates.push((x.saving, 3, x.experiment.clone(), i, &x.gpus));
+    }
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    let mut keep: BTreeSet<(u8, usize)> = BTreeSet::new();
+    let mut total = Decimal::ZERO;
+    for (saving, rank, _, i, gpus) in &candidates {
+        if saving.is_zero() || gpus.iter().any(|g| taken.contains(g.as_str())) {
+            continue;
+        }
+        taken.extend(gpus.iter().map(String::as_str));
+        keep.insert((*rank, *i));
+        total += *saving;
+    }
+    let kept = |rank: u8, i: usize| keep.contains(&(rank, i));
+    r.right_size = std::mem::take(&mut r.right_size)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, x)| kept(if x.by == "endpoint" { 0 } else { 1 }, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.consolidation = std::mem::take(&mut r.consolidation)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(2, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.spot = std::mem::take(&mut r.spot)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(3, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.right_size
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.key.cmp(&b.key)));
+    r.consolidation
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.gpus.cmp(&b.gpus)));
+    r.spot.sort_by(|a, b| {
+        b.saving
+            .cmp(&a.saving)
+            .then(a.experiment.cmp(&b.experiment))
+    });
+    r.total_saving = total;
+    r
 }
 
 #[cfg(test)]
@@ -631,10 +747,16 @@ mod tests {
             .collect()
     }
 
+    fn dec(s: &str) -> Decimal {
+        Decimal::from_str(s).unwrap()
+    }
+
     /// An endpoint using 10 GB on an 80 GB A100 at ~20% is sent to an L4, saving the price
-    /// difference for a month; a busy endpoint that needs the A100 is left alone.
+    /// difference (both prices from the rate card) over the week; its model covers the same
+    /// GPU and is not counted again, nor is the GPU as a packing candidate. A busy endpoint that
+    /// needs the A100 is left alone.
     #[test]
-    fn an_over_provisioned_endpoint_is_sent_to_an_l4_with_the_right_saving() {
+    fn an_over_provisioned_endpoint_is_sent_to_an_l4_and_counted_once() {
         let (mut ws, mut ps) = week(
             1,
             "GPU-chat",
@@ -669,39 +791,101 @@ mod tests {
         let attribution = attribute(hosts, &ws, &ps, &lines, &card, from, to);
         let evidence = Evidence::from_raw(&attribution, &ws, &ps);
         let r = recommend(&evidence, &card, to - from, Options::default());
-        let chat: Vec<&RightSize> = r.right_size.iter().filter(|x| x.key == "chat").collect();
-        assert_eq!(chat.len(), 1, "{:?}", r.right_size);
-        let c = chat[0];
+        assert_eq!(r.right_size.len(), 1, "{:?}", r.right_size);
+        let c = &r.right_size[0];
         assert_eq!(
             (
+                c.by.as_str(),
+                c.key.as_str(),
                 c.current_gpu.as_str(),
                 c.recommended_gpu.as_str(),
                 c.recommended_instance_type.as_str()
             ),
-            ("A100 80GB", "L4", "g6.xlarge")
+            ("endpoint", "chat", "A100 80GB", "L4", "g6.xlarge"),
+            "the endpoint is kept, not also its model mistral-7b on the same GPU"
         );
+        assert_eq!(c.gpus, ["GPU-chat"]);
         // The 95th window is at 20%: band 20–25, read as its top.
         assert_eq!(c.p95_util, 25.0);
         assert_eq!(c.peak_memory_gb, 10.0);
-        // (5.1207 - 0.8048) $/h over a 730-hour month.
-        assert_eq!(c.monthly_saving, Decimal::from_str("3150.61").unwrap());
-        assert_eq!(c.monthly_cost, Decimal::from_str("3738.11").unwrap());
+        // The week's bill for the GPU, and the rate card's prices: g6.xlarge for one L4,
+        // p4de.24xlarge over its 8 A100s.
+        let cost = dec("5.1207") * Decimal::from(WEEK_HOURS);
+        let ratio = dec("0.8048") / (dec("40.9657") / Decimal::from(8));
+        assert_eq!(c.cost, cost.round_dp(2));
+        assert_eq!(c.saving, (cost * (Decimal::ONE - ratio)).round_dp(2));
+        assert!(c.saving < c.cost);
+        assert_eq!(
+            c.monthly_saving,
+            (cost * (Decimal::ONE - ratio) * Decimal::from(730) / Decimal::from(WEEK_HOURS))
+                .round_dp(2)
+        );
+        assert!(
+            r.consolidation.iter().all(|x| x.gpus != ["GPU-chat"]),
+            "the GPU is in the right-size already: {:?}",
+            r.consolidation
+        );
+        assert_eq!(r.total_saving, c.saving);
+    }
+
+    /// Without a price for the smaller GPU's instance type, nothing is recommended onto it:
+    /// prices come from the rate card, never from code.
+    #[test]
+    fn a_gpu_the_rate_card_does_not_price_is_never_recommended() {
+        let (ws, ps) = week(
+            1,
+            "GPU-chat",
+            "NVIDIA A100-SXM4-80GB",
+            80,
+            |_| 12.0,
+            10,
+            Some("chat"),
+            None,
+        );
+        let lines = hourly_bill("i-a", "5.1207");
+        let mut card = RateCard::default_card();
+        for t in ["g6.xlarge", "g5.xlarge", "g4dn.xlarge", "g6e.xlarge"] {
+            card.instance_types.remove(t);
+        }
+        let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
+        let a = attribute(vec![host(1, "a")], &ws, &ps, &lines, &card, from, to);
+        let r = recommend(
+            &Evidence::from_raw(&a, &ws, &ps),
+            &card,
+            to - from,
+            Options::default(),
+        );
         assert!(
             r.right_size
                 .iter()
-                .all(|x| x.key != "big-llm" && x.key != "llama-70b"),
-            "the busy one stays"
+                .all(|x| x.recommended_gpu.contains("MIG")),
+            "only MIG slices of the priced A100 instances remain: {:?}",
+            r.right_size
         );
-        // The idle-ish chat GPU is a consolidation candidate; the busy one is not.
-        let gpus: Vec<&str> = r
-            .consolidation
-            .iter()
-            .map(|c| c.gpu_uuid.as_str())
-            .collect();
-        assert_eq!(gpus, vec!["GPU-chat"]);
     }
 
-    /// A quiet MIG instance is not a GPU to pack elsewhere; a quiet whole GPU is.
+    /// A MIG instance is its profile: named, sized and priced as a slice of the GPU.
+    #[test]
+    fn mig_instances_are_priced_as_slices() {
+        let card = RateCard::default_card();
+        let slice = identify("NVIDIA A100-SXM4-80GB MIG 1g.10gb", Some(9_728 << 20)).unwrap();
+        assert_eq!(slice.name, "A100 80GB MIG 1g.10gb");
+        assert_eq!(
+            slice.price(&card),
+            Some(dec("40.9657") / Decimal::from(8) / Decimal::from(7))
+        );
+        let three = identify("NVIDIA H100 80GB HBM3 MIG 3g.40gb", None).unwrap();
+        assert_eq!(three.name, "H100 MIG 3g.40gb");
+        assert_eq!(
+            three.price(&card),
+            Some(dec("55.04") / Decimal::from(8) * Decimal::from(3) / Decimal::from(7))
+        );
+        assert_eq!(slice.offered_on(), "p4de.24xlarge (MIG)");
+        assert!(identify("NVIDIA A100-SXM4-80GB MIG 7g.80gb", None).is_none());
+    }
+
+    /// A quiet MIG instance is not a GPU to pack elsewhere; a quiet whole GPU is, with the
+    /// saving of the share of it its work does not need.
     #[test]
     fn mig_instances_are_never_packing_candidates() {
         let (mut ws, mut ps) = week(1, "GPU-w", "NVIDIA L4", 24, |_| 9.0, 3, None, Some("nb"));
@@ -742,31 +926,39 @@ mod tests {
             to - from,
             Options::default(),
         );
-        let gpus: Vec<&str> = r
-            .consolidation
-            .iter()
-            .map(|c| c.gpu_uuid.as_str())
-            .collect();
-        assert_eq!(gpus, vec!["GPU-w"]);
-        assert_eq!(r.consolidation[0].host, "a");
-        assert_eq!(r.consolidation[0].avg_util, 9.0);
+        let gpus: Vec<&[String]> = r.consolidation.iter().map(|c| c.gpus.as_slice()).collect();
+        assert_eq!(gpus, [["GPU-w".to_owned()]]);
+        let c = &r.consolidation[0];
+        assert_eq!((c.host.as_str(), c.avg_util), ("a", 9.0));
+        // 9% busy against an 80% target: it needs 11.25% of a GPU; the rest is the saving.
+        let cost = dec("0.8") * Decimal::from(WEEK_HOURS);
+        assert_eq!(c.cost, cost.round_dp(2));
+        assert_eq!(c.saving, (cost * dec("0.8875")).round_dp(2));
+        assert!(c.action.contains("11%"), "{}", c.action);
     }
 
+    /// Training on on-demand capacity: the saving is the hours it actually ran at the rate
+    /// card's spot discount for its instance type (p4de: 60%), never more than it cost and never
+    /// projected to a month. Held-idle time and committed capacity are not offered spot.
     #[test]
-    fn training_on_on_demand_could_run_on_spot() {
-        let (ws, ps) = week(
+    fn training_on_on_demand_could_run_on_spot_for_the_hours_it_ran() {
+        // A sweep that ran 104 of the week's 168 hours; then its notebook held the GPU idle.
+        let (ws, mut ps) = week(
             1,
             "GPU-t",
-            "NVIDIA H100 80GB HBM3",
+            "NVIDIA A100-SXM4-80GB",
             80,
-            |_| 95.0,
+            |h| if h < 104 { 95.0 } else { 0.0 },
             70,
             None,
             Some("sweep-7"),
         );
+        for p in ps.iter_mut().skip(104) {
+            p.sm_util_avg = Some(0.0);
+        }
         let card = RateCard::default_card();
-        let lines = hourly_bill("i-a", "6.88");
-        let attribution = attribute(
+        let lines = hourly_bill("i-a", "5.1207");
+        let a = attribute(
             vec![host(1, "a")],
             &ws,
             &ps,
@@ -776,21 +968,47 @@ mod tests {
             H + WEEK_HOURS * HOUR_MS,
         );
         let r = recommend(
-            &Evidence::from_raw(&attribution, &ws, &ps),
+            &Evidence::from_raw(&a, &ws, &ps),
             &card,
             WEEK_HOURS * HOUR_MS,
             Options::default(),
         );
-        assert_eq!(r.spot.len(), 1);
-        assert_eq!(r.spot[0].experiment, "sweep-7");
-        assert_eq!(
-            r.spot[0].on_demand_monthly_cost,
-            Decimal::from_str("5022.40").unwrap()
+        assert_eq!(r.spot.len(), 1, "{r:?}");
+        let s = &r.spot[0];
+        assert_eq!(s.experiment, "sweep-7");
+        assert_eq!(s.instance_types, ["p4de.24xlarge"]);
+        assert_eq!(s.gpu_hours, 104.0);
+        let ran = dec("5.1207") * Decimal::from(104);
+        assert_eq!(s.cost, ran.round_dp(2));
+        let discount = Decimal::ONE - dec("16.3863") / dec("40.9657");
+        assert_eq!(s.saving, (ran * discount).round_dp(2));
+        assert!(s.saving < s.cost);
+
+        // The same sweep on committed capacity: nothing to move to spot.
+        let committed: Vec<StoredCostLine> = lines
+            .iter()
+            .cloned()
+            .map(|mut l| {
+                l.pricing_category = "committed".into();
+                l
+            })
+            .collect();
+        let a = attribute(
+            vec![host(1, "a")],
+            &ws,
+            &ps,
+            &committed,
+            &card,
+            H,
+            H + WEEK_HOURS * HOUR_MS,
         );
-        assert!(
-            r.spot[0].monthly_saving > Decimal::ZERO
-                && r.spot[0].monthly_saving < r.spot[0].on_demand_monthly_cost
+        let r = recommend(
+            &Evidence::from_raw(&a, &ws, &ps),
+            &card,
+            WEEK_HOURS * HOUR_MS,
+            Options::default(),
         );
+        assert!(r.spot.is_empty(), "{:?}", r.spot);
     }
 
     #[test]

@@ -456,12 +456,12 @@ pub async fn recommendation_evidence(
         evidence.usage.extend(usage);
     }
     evidence.mig_instances = store.mig_instances().await?.into_iter().collect();
-    evidence.hostnames = store
-        .hosts()
-        .await?
-        .into_iter()
-        .map(|h| (h.id, h.hostname))
-        .collect();
+    for h in store.hosts().await? {
+        if let Some(t) = h.instance_type {
+            evidence.instance_types.insert(h.id, t);
+        }
+        evidence.hostnames.insert(h.id, h.hostname);
+    }
     Ok(evidence)
 }
 

@@ -14,7 +14,6 @@ use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::attribution::HOUR_MS;
 use crate::error::ApiError;
-use crate::money::cents;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::session::SignedIn;
@@ -87,7 +86,8 @@ async fn api(
     Ok(Json(r).into_response())
 }
 
-/// Every recommendation as one row: what, where it runs now, what to change, cost and saving.
+/// Every recommendation as one row: what, where it runs now, what to change, the GPUs it
+/// covers, and its cost and saving over the look-back (and a month, where the work is steady).
 fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
     let mut w = crate::csv_out::SafeCsv::in_memory();
     w.write_record([
@@ -95,16 +95,25 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
         "key",
         "current",
         "recommended",
+        "gpus",
+        "lookback_days",
+        "cost",
+        "saving",
         "monthly_cost",
         "monthly_saving",
         "detail",
     ])?;
+    let days = format!("{}", r.lookback_days);
     for x in &r.right_size {
         w.write_record([
             format!("right_size_{}", x.by),
             x.key.clone(),
-            format!("{} x {}", x.gpus, x.current_gpu),
+            format!("{} x {}", x.gpus.len(), x.current_gpu),
             format!("{} ({})", x.recommended_gpu, x.recommended_instance_type),
+            x.gpus.join(" "),
+            days.clone(),
+            x.cost.to_string(),
+            x.saving.to_string(),
             x.monthly_cost.to_string(),
             x.monthly_saving.to_string(),
             format!(
@@ -116,23 +125,31 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
     for c in &r.consolidation {
         w.write_record([
             "consolidate".to_owned(),
-            c.gpu_uuid.clone(),
             c.host.clone(),
-            String::new(),
-            c.monthly_cost.to_string(),
-            String::new(),
             format!("average utilization {}%", c.avg_util),
+            c.action.clone(),
+            c.gpus.join(" "),
+            days.clone(),
+            c.cost.to_string(),
+            c.saving.to_string(),
+            c.monthly_cost.to_string(),
+            c.monthly_saving.to_string(),
+            String::new(),
         ])?;
     }
     for s in &r.spot {
         w.write_record([
             "spot".to_owned(),
             s.experiment.clone(),
-            "on-demand".to_owned(),
+            format!("on-demand {}", s.instance_types.join(" ")),
             "spot".to_owned(),
-            s.on_demand_monthly_cost.to_string(),
-            s.monthly_saving.to_string(),
+            s.gpus.join(" "),
+            days.clone(),
+            s.cost.to_string(),
+            s.saving.to_string(),
             String::new(),
+            String::new(),
+            format!("{} GPU-hours run", s.gpu_hours),
         ])?;
     }
     w.into_string()
@@ -146,24 +163,20 @@ struct RecommendationsPage {
     total_saving: String,
 }
 
+impl RecommendationsPage {
+    /// Money as every page shows it.
+    fn money(&self, amount: &rust_decimal::Decimal) -> String {
+        crate::format::usd(*amount)
+    }
+}
+
 async fn page(State(state): State<AppState>, user: SignedIn) -> Response {
     match compute(&state, 7 * 24 * HOUR_MS).await {
-        Ok(r) => {
-            let total: rust_decimal::Decimal = r
-                .right_size
-                .iter()
-                .map(|x| x.monthly_saving)
-                .sum::<rust_decimal::Decimal>()
-                + r.spot
-                    .iter()
-                    .map(|x| x.monthly_saving)
-                    .sum::<rust_decimal::Decimal>();
-            render(&RecommendationsPage {
-                chrome: Some(Chrome::from(&user)),
-                total_saving: format!("${}", cents(total)),
-                r,
-            })
-        }
+        Ok(r) => render(&RecommendationsPage {
+            chrome: Some(Chrome::from(&user)),
+            total_saving: crate::format::usd(r.total_saving),
+            r,
+        }),
         Err(e) => {
             tracing::error!(error = %e, "recommendations page");
             error_page(

@@ -19,7 +19,6 @@ use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::allocation::{self, parse_bound, this_month, totals, GroupBy, Step};
 use crate::attribution::Attribution;
-use crate::money::cents;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::rollup;
@@ -98,6 +97,8 @@ struct ReviewPage {
     runs_csv: String,
     savings: Vec<SavingRow>,
     total_saving: String,
+    /// The days the recommendations looked at.
+    saving_days: String,
 }
 
 #[derive(Template)]
@@ -236,34 +237,48 @@ fn savings_view(r: &Recommendations, month: &str) -> (Vec<SavingRow>, String) {
             GroupBy::Model
         };
         rows.push((
-            x.monthly_saving,
+            x.saving,
             SavingRow {
                 what: format!("{} {}", x.by, x.key),
                 href: charts::drill_href(month, by, &x.key),
                 change: format!(
-                    "{} × {} → {} ({})",
-                    x.gpus, x.current_gpu, x.recommended_gpu, x.recommended_instance_type
+                    "{} GPU{} {} → {} ({})",
+                    x.gpus.len(),
+                    if x.gpus.len() == 1 { "" } else { "s" },
+                    x.current_gpu,
+                    x.recommended_gpu,
+                    x.recommended_instance_type
                 ),
-                saving: format!("${}", cents(x.monthly_saving)),
+                saving: dollars(x.saving),
+            },
+        ));
+    }
+    for c in &r.consolidation {
+        rows.push((
+            c.saving,
+            SavingRow {
+                what: format!("GPU on {}", c.host),
+                href: charts::drill_href(month, GroupBy::Host, &c.host),
+                change: c.action.clone(),
+                saving: dollars(c.saving),
             },
         ));
     }
     for s in &r.spot {
         rows.push((
-            s.monthly_saving,
+            s.saving,
             SavingRow {
                 what: format!("experiment {}", s.experiment),
                 href: charts::drill_href(month, GroupBy::Experiment, &s.experiment),
                 change: "on-demand → spot".into(),
-                saving: format!("${}", cents(s.monthly_saving)),
+                saving: dollars(s.saving),
             },
         ));
     }
-    let total: Decimal = rows.iter().map(|(s, _)| *s).sum();
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     (
         rows.into_iter().map(|(_, r)| r).take(TOP_ROWS).collect(),
-        format!("${}", cents(total)),
+        dollars(r.total_saving),
     )
 }
 
@@ -418,6 +433,7 @@ async fn review(
         ),
         savings,
         total_saving,
+        saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
         month,
         next,
         next_begun: to <= now,

@@ -126,6 +126,13 @@ async fn recommended(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> 
     recommend(&evidence, card, to - from, WIDE_OPEN)
 }
 
+/// Nothing fits a smaller GPU (no GPU has 100 times the memory): only packing is left, so the
+/// packing candidates that right-sizing would cover are compared too.
+const PACK_ONLY: Options = Options {
+    headroom: 100.0,
+    ..WIDE_OPEN
+};
+
 type Key = (i64, i64, Option<String>, Owner, Kind, String, String, bool);
 
 /// Parts summed per (period, host, GPU, owner, kind, price, currency, estimated): cost exactly,
@@ -191,25 +198,24 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
 
     // Recommendations drawn from the rollups are the ones drawn from raw windows, for whole
     // and partial days (thresholds opened wide so every list has entries to compare).
-    for (from, to) in [
-        (START - HOUR_MS, END + HOUR_MS),
-        (START + HOUR_MS, END - 2 * HOUR_MS),
+    for ((from, to), options) in [
+        ((START - HOUR_MS, END + HOUR_MS), WIDE_OPEN),
+        ((START + HOUR_MS, END - 2 * HOUR_MS), WIDE_OPEN),
+        ((START - HOUR_MS, END + HOUR_MS), PACK_ONLY),
     ] {
         let a = attribution::compute(store, card, from, to).await.unwrap();
         let ws = store.attribution_windows(from, to).await.unwrap();
         let ps = store.process_windows(from, to).await.unwrap();
-        let raw = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            card,
-            to - from,
-            WIDE_OPEN,
-        );
-        assert!(
-            !raw.right_size.is_empty() && !raw.consolidation.is_empty(),
-            "{what}: {raw:?}"
-        );
+        let raw = recommend(&Evidence::from_raw(&a, &ws, &ps), card, to - from, options);
+        let listed = if options.headroom > 1.0 {
+            raw.consolidation.len()
+        } else {
+            raw.right_size.len()
+        };
+        assert!(listed > 0, "{what}: {raw:?}");
+        let evidence = recommendation_evidence(store, from, to).await.unwrap();
         assert_eq!(
-            serde_json::to_value(&recommended(store, card, from, to).await).unwrap(),
+            serde_json::to_value(recommend(&evidence, card, to - from, options)).unwrap(),
             serde_json::to_value(&raw).unwrap(),
             "{what}: recommendations from rollups"
         );

@@ -52,7 +52,7 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
 fn packing_cost(r: &Recommendations) -> Decimal {
     r.consolidation
         .iter()
-        .find(|c| c.gpu_uuid == "GPU-a")
+        .find(|c| c.gpus == ["GPU-a"])
         .map(|c| c.monthly_cost)
         .unwrap_or_default()
 }
