@@ -836,3 +836,90 @@ async fn focus_export_passes_the_validator_sqlite() {
 async fn focus_export_passes_the_validator_postgres() {
     focus_export_passes_the_validator(test_support::postgres().await).await;
 }
+
+/// `rollup --from/--to` into a closed month is refused without `--reopen` and changes nothing;
+/// with a reason it restates the month and prints the figures before and after (the real
+/// binary, on SQLite).
+#[tokio::test(flavor = "multi_thread")]
+async fn rollup_into_a_closed_month_needs_reopen() {
+    let db = test_support::sqlite();
+    let store = db.open().await;
+    let now = gpuledger_server::now_ms();
+    let this = gpuledger_server::billing::focus::month_start_ms(now);
+    // Two months back is closed whatever today's date.
+    let old = gpuledger_server::billing::focus::month_start_ms(
+        gpuledger_server::billing::focus::month_start_ms(this - 1) - 1,
+    );
+    store
+        .create_token(
+            &gpuledger_server::store::NewToken::for_cluster("t", "h", "train"),
+            now,
+        )
+        .await
+        .unwrap();
+    let token = store.active_token("h", now).await.unwrap().unwrap().id;
+    let report = Report {
+        batch_id: "old-1".into(),
+        agent_version: "test".into(),
+        host: HostInfo {
+            hostname: "gpu-1".into(),
+            cluster: "train".into(),
+            instance_type: Some("p4d.24xlarge".into()),
+            ..Default::default()
+        },
+        windows: vec![Window {
+            start_ms: old + 3_600_000,
+            end_ms: old + 7_200_000,
+            samples: 3600,
+            gpus: vec![GpuWindow {
+                uuid: "GPU-1".into(),
+                name: "NVIDIA A100-SXM4-40GB".into(),
+                util_avg: Some(90.0),
+                util_max: Some(95.0),
+                processes: vec![ProcessWindow {
+                    pid: 1,
+                    sm_util_avg: Some(90.0),
+                    labels: BTreeMap::from([("team".to_owned(), "search".to_owned())]),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }],
+    };
+    store
+        .ingest(&report, token, Default::default(), now)
+        .await
+        .unwrap();
+    let day = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let next = gpuledger_server::closing::next_month_start(old);
+    let rollup = |extra: &[&str]| {
+        let mut args = vec!["rollup", "--from", &day(old), "--to", &day(next)]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        server_cmd(&db.url).args(&args).output().unwrap()
+    };
+    let refused = rollup(&[]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("closed") && why.contains("--reopen"), "{why}");
+    assert!(store.restatements(old).await.unwrap().is_empty());
+
+    let restated = rollup(&["--reopen", "rate card corrected"]);
+    let out = String::from_utf8_lossy(&restated.stdout);
+    assert!(
+        restated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restated.stderr)
+    );
+    assert!(out.contains("restated") && out.contains("search"), "{out}");
+    let rows = store.restatements(old).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].reason, "rate card corrected");
+}

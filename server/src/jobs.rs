@@ -161,13 +161,15 @@ pub fn spawn_waste_jobs(
 pub const ROLLUP_JOB: &str = "rollup";
 pub const RETENTION_JOB: &str = "raw-retention";
 
-/// Rolls up marked hours every `every` and deletes raw windows past `retention_ms` once an hour,
-/// each under its own lease so that with several replicas one does each.
+/// Rolls up marked hours of the months still open every `every` and deletes raw windows past
+/// `retention_ms` (of closed months only) once an hour, each under its own lease so that with
+/// several replicas one does each.
 pub fn spawn_rollup_jobs(
     store: Arc<dyn Store>,
     card: Arc<crate::billing::ratecard::RateCard>,
     every: Duration,
     retention_ms: i64,
+    close: crate::closing::ClosePolicy,
 ) {
     let holder = holder_name();
     tokio::spawn(async move {
@@ -181,7 +183,10 @@ pub fn spawn_rollup_jobs(
                 Ok(true) => {
                     // A bounded slice per tick: a month of re-marked hours catches up over a
                     // few ticks instead of holding the lease for long.
-                    match crate::rollup::run(store.as_ref(), &card, 24 * 7).await {
+                    let open_from = close.open_from(now);
+                    match crate::rollup::run_open_months(store.as_ref(), &card, 24 * 7, open_from)
+                        .await
+                    {
                         Ok(s) if s.hours > 0 => {
                             tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")
                         }
@@ -210,7 +215,14 @@ pub fn spawn_rollup_jobs(
                 .await
             {
                 Ok(true) => {
-                    match crate::rollup::enforce_retention(store.as_ref(), now, retention_ms).await
+                    let open_from = close.open_from(now);
+                    match crate::rollup::enforce_retention(
+                        store.as_ref(),
+                        now,
+                        retention_ms,
+                        open_from,
+                    )
+                    .await
                     {
                         Ok(n) if n > 0 => {
                             tracing::info!(rows = n, "raw windows past retention deleted")

@@ -56,6 +56,12 @@ enum Command {
         /// Rate card (TOML) for hosts without a bill; the built-in one otherwise.
         #[arg(long, env = "GPULEDGER_RATE_CARD")]
         rate_card: Option<std::path::PathBuf>,
+        /// Restate closed months in the range, for this reason (kept and shown on the review).
+        #[arg(long, requires = "from", value_name = "REASON")]
+        reopen: Option<String>,
+        /// How long after a month ends its figures become final (as `serve` has it).
+        #[arg(long, env = "GPULEDGER_CLOSE_MONTHS_AFTER", default_value = "5days", value_parser = humantime::parse_duration)]
+        close_months_after: Duration,
     },
     /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
     Demo {
@@ -76,6 +82,10 @@ struct ServeArgs {
     /// hourly and daily rollups).
     #[arg(long, env = "GPULEDGER_RETENTION", default_value = "35days", value_parser = humantime::parse_duration)]
     retention: Duration,
+    /// How long after a month ends its figures become final: from then on only an explicit
+    /// restatement (`rollup --reopen`) changes them, and its raw windows may be deleted.
+    #[arg(long, env = "GPULEDGER_CLOSE_MONTHS_AFTER", default_value = "5days", value_parser = humantime::parse_duration)]
+    close_months_after: Duration,
     /// How often new reports and bills are rolled up into what pages and the API read.
     #[arg(long, env = "GPULEDGER_ROLLUP_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
     rollup_interval: Duration,
@@ -244,6 +254,7 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
         state.rate_card.clone(),
         args.rollup_interval,
         state.limits.retention_ms,
+        state.close,
     );
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
@@ -273,6 +284,9 @@ fn state_for(
 ) -> anyhow::Result<AppState> {
     let mut state = AppState::new(store);
     state.limits.retention_ms = args.retention.as_millis() as i64;
+    state.close =
+        gpuledger_server::closing::ClosePolicy::new(args.close_months_after.as_millis() as i64)
+            .map_err(|e| anyhow::anyhow!("--close-months-after: {e}"))?;
     state.limits.max_clock_skew_ms = args.max_clock_skew.as_millis() as i64;
     state.max_body_bytes = args.max_body_bytes;
     state.secure_cookies = args.secure_cookies;
@@ -409,21 +423,16 @@ async fn main() -> anyhow::Result<()> {
             from,
             to,
             rate_card,
+            reopen,
+            close_months_after,
         } => {
             let store = store::connect(&cli.database_url)
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             let card = rate_card_from(rate_card.as_deref())?;
-            if let (Some(from), Some(to)) = (from, to) {
-                let ms = |d: chrono::NaiveDate| {
-                    d.and_time(chrono::NaiveTime::MIN)
-                        .and_utc()
-                        .timestamp_millis()
-                };
-                anyhow::ensure!(from < to, "--from must be before --to");
-                let hours: Vec<i64> = (ms(from)..ms(to)).step_by(3_600_000).collect();
-                store.mark_dirty_hours(&hours).await?;
-            }
+            let close =
+                gpuledger_server::closing::ClosePolicy::new(close_months_after.as_millis() as i64)
+                    .map_err(|e| anyhow::anyhow!("--close-months-after: {e}"))?;
             // Take turns with any running server's roll-up job.
             let holder = gpuledger_server::jobs::holder_name();
             let job = gpuledger_server::jobs::ROLLUP_JOB;
@@ -435,10 +444,51 @@ async fn main() -> anyhow::Result<()> {
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            let result = gpuledger_server::rollup::run(store.as_ref(), &card, usize::MAX).await;
+            let result = match (from, to) {
+                (Some(from), Some(to)) => {
+                    let ms = |d: chrono::NaiveDate| {
+                        d.and_time(chrono::NaiveTime::MIN)
+                            .and_utc()
+                            .timestamp_millis()
+                    };
+                    if from >= to {
+                        Err(anyhow::anyhow!("--from must be before --to"))
+                    } else {
+                        gpuledger_server::rollup::rebuild(
+                            store.as_ref(),
+                            &card,
+                            ms(from),
+                            ms(to),
+                            close,
+                            reopen.as_deref(),
+                            now_ms(),
+                        )
+                        .await
+                        .map_err(anyhow::Error::from)
+                    }
+                }
+                _ => gpuledger_server::rollup::run_open_months(
+                    store.as_ref(),
+                    &card,
+                    usize::MAX,
+                    close.open_from(now_ms()),
+                )
+                .await
+                .map(|s| (s, Vec::new()))
+                .map_err(anyhow::Error::from),
+            };
             store.finish_lease(job, &holder, now_ms()).await?;
-            let s = result?;
+            let (s, restated) = result?;
             println!("rolled up {} hours ({} rows)", s.hours, s.rows);
+            for r in restated {
+                let month = chrono::DateTime::from_timestamp_millis(r.month_ms)
+                    .map(|d| d.format("%Y-%m").to_string())
+                    .unwrap_or_default();
+                println!(
+                    "restated {month}: before {}, after {}",
+                    r.before_json, r.after_json
+                );
+            }
             Ok(())
         }
         Command::Billing { command } => {

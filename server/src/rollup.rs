@@ -35,13 +35,41 @@ pub struct RollupSummary {
     pub rows: usize,
 }
 
-/// Attributes every marked hour again, oldest first, until none is left or `max_hours` are done.
+/// Attributes every marked hour again, oldest first, until none is left or `max_hours` are done,
+/// closed months included: for the demo's seed and tests. The server's job and `rollup` leave
+/// closed months alone ([`run_open_months`], [`rebuild`]).
 pub async fn run(
     store: &dyn Store,
     card: &RateCard,
     max_hours: usize,
 ) -> Result<RollupSummary, StoreError> {
-    run_in_passes(store, card, max_hours, WINDOWS_PER_PASS).await
+    run_in_passes(
+        store,
+        card,
+        max_hours,
+        WINDOWS_PER_PASS,
+        (i64::MIN, i64::MAX),
+    )
+    .await
+}
+
+/// What the periodic job does: [`run`] for the hours from `open_from_ms` on only, the months
+/// still open. A closed month's marks stay as they are, shown on its review as changes waiting
+/// for a restatement.
+pub async fn run_open_months(
+    store: &dyn Store,
+    card: &RateCard,
+    max_hours: usize,
+    open_from_ms: i64,
+) -> Result<RollupSummary, StoreError> {
+    run_in_passes(
+        store,
+        card,
+        max_hours,
+        WINDOWS_PER_PASS,
+        (open_from_ms, i64::MAX),
+    )
+    .await
 }
 
 async fn run_in_passes(
@@ -49,10 +77,13 @@ async fn run_in_passes(
     card: &RateCard,
     max_hours: usize,
     windows_per_pass: i64,
+    (from_ms, to_ms): (i64, i64),
 ) -> Result<RollupSummary, StoreError> {
     let mut summary = RollupSummary::default();
     while summary.hours < max_hours {
-        let marks = store.dirty_marks(MARKS_PER_ROUND).await?;
+        let marks = store
+            .dirty_marks_in(from_ms, to_ms, MARKS_PER_ROUND)
+            .await?;
         if marks.is_empty() {
             break;
         }
@@ -534,26 +565,147 @@ pub async fn experiment_hours(
     Ok(runs)
 }
 
-/// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none from an
-/// hour still waiting to be rolled up. Returns how many rows went.
+/// Why a range was not attributed again.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    /// Closed months without `--reopen`, or raw data that is gone: the message says what to do.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Attributed cost per team of `[from_ms, to_ms)`, with the unattributed lines, as JSON of
+/// decimal strings: what a restatement keeps of before and after.
+async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<String, StoreError> {
+    let a = load(store, from_ms, to_ms, RollupGrain::Day).await?;
+    let mut totals: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
+    for row in crate::allocation::group(
+        &a,
+        crate::allocation::GroupBy::Team,
+        crate::allocation::Step::Month,
+    ) {
+        *totals.entry(row.key).or_default() += row.cost;
+    }
+    for cost in a.unattributed.values() {
+        *totals.entry("(not a GPU host)".to_owned()).or_default() += *cost;
+    }
+    let as_text: BTreeMap<String, String> = totals
+        .into_iter()
+        .map(|(k, v)| (k, v.round_dp(2).to_string()))
+        .collect();
+    Ok(serde_json::to_string(&as_text).unwrap_or_else(|_| "{}".to_owned()))
+}
+
+/// Attributes the hours of `[from_ms, to_ms)` again (a rate-card change, a rebuild). A month that
+/// has closed is restated only with `reopen` (a reason, kept with the restatement) and only while
+/// its raw windows are all still there: attributing hours whose windows are gone would move
+/// their cost to "(unmonitored)". Each closed month restated is recorded with its cost per team
+/// before and after. Returns what was rolled up and the restatements recorded.
+pub async fn rebuild(
+    store: &dyn Store,
+    card: &RateCard,
+    from_ms: i64,
+    to_ms: i64,
+    close: crate::closing::ClosePolicy,
+    reopen: Option<&str>,
+    now_ms: i64,
+) -> Result<(RollupSummary, Vec<crate::store::RestatementRow>), RebuildError> {
+    let mut closed = Vec::new();
+    let mut month = crate::billing::focus::month_start_ms(from_ms);
+    while month < to_ms {
+        if close.is_closed(month, now_ms) {
+            closed.push(month);
+        }
+        month = crate::closing::next_month_start(month);
+    }
+    let label = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
+    };
+    let reason = match (closed.is_empty(), reopen.map(str::trim)) {
+        (true, _) => None,
+        (false, Some(reason)) if !reason.is_empty() => Some(reason.to_owned()),
+        (false, _) => {
+            let months: Vec<String> = closed.iter().map(|m| label(*m)).collect();
+            return Err(RebuildError::Refused(format!(
+                "{} closed: its figures are final. To restate them, add --reopen \"why\" (the \
+                 reason is kept with the figures before and after, and shown on the review)",
+                months.join(", ")
+            )));
+        }
+    };
+    if let Some(deleted_before) = store.raw_deleted_before().await? {
+        if from_ms < deleted_before {
+            let at = crate::allocation::rfc3339(deleted_before);
+            return Err(RebuildError::Refused(format!(
+                "raw windows before {at} are gone (retention): attributing those hours again \
+                 would move their cost to \"(unmonitored)\". Rebuild from {at} on, or keep raw \
+                 windows longer (--retention)"
+            )));
+        }
+    }
+    let mut before = Vec::new();
+    for m in &closed {
+        before.push(team_totals(store, *m, crate::closing::next_month_start(*m)).await?);
+    }
+    let hours: Vec<i64> = (hour_floor(from_ms)..to_ms)
+        .step_by(HOUR_MS as usize)
+        .collect();
+    store.mark_dirty_hours(&hours).await?;
+    // The range, and no other closed month's waiting changes.
+    let mut summary = run_in_passes(
+        store,
+        card,
+        usize::MAX,
+        WINDOWS_PER_PASS,
+        (hour_floor(from_ms), to_ms),
+    )
+    .await?;
+    let open = run_open_months(store, card, usize::MAX, close.open_from(now_ms)).await?;
+    summary.hours += open.hours;
+    summary.rows += open.rows;
+    let mut restated = Vec::new();
+    if let Some(reason) = reason {
+        for (m, before_json) in closed.iter().zip(before) {
+            let row = crate::store::RestatementRow {
+                month_ms: *m,
+                created_ms: now_ms,
+                reason: reason.clone(),
+                before_json,
+                after_json: team_totals(store, *m, crate::closing::next_month_start(*m)).await?,
+            };
+            store.add_restatement(&row).await?;
+            restated.push(row);
+        }
+    }
+    Ok((summary, restated))
+}
+
+/// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none of a month
+/// still open (from `open_from_ms`): its hours may be attributed again, and every hour waiting to
+/// be rolled up is in one. Returns how many rows went.
 pub async fn enforce_retention(
     store: &dyn Store,
     now_ms: i64,
     retention_ms: i64,
+    open_from_ms: i64,
 ) -> Result<u64, StoreError> {
-    delete_in_batches(store, now_ms, retention_ms, RETENTION_BATCH).await
+    delete_in_batches(store, now_ms, retention_ms, open_from_ms, RETENTION_BATCH).await
 }
 
 async fn delete_in_batches(
     store: &dyn Store,
     now_ms: i64,
     retention_ms: i64,
+    open_from_ms: i64,
     batch: i64,
 ) -> Result<u64, StoreError> {
-    let mut cutoff = now_ms - retention_ms;
-    if let Some(first_dirty) = store.dirty_marks(1).await?.first() {
-        cutoff = cutoff.min(first_dirty.hour_ms);
-    }
+    // Every hour still to be rolled up is in an open month (closed months' marks wait for a
+    // restatement), so keeping open months keeps them too.
+    let cutoff = (now_ms - retention_ms).min(open_from_ms);
+    // Recorded first: should a batch fail, the hours may have lost windows already.
+    store.set_raw_deleted_before(cutoff).await?;
     let mut deleted = 0;
     loop {
         let n = store.delete_raw_before(cutoff, batch).await?;

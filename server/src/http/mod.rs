@@ -48,6 +48,8 @@ pub struct AppState {
     pub config: Arc<crate::config::Config>,
     /// Count sign-in failures per the address a proxy in front reports (`X-Forwarded-For`).
     pub trust_forwarded_for: bool,
+    /// When a month's figures become final.
+    pub close: crate::closing::ClosePolicy,
 }
 
 impl AppState {
@@ -62,6 +64,7 @@ impl AppState {
             max_upload_bytes: 512 * 1024 * 1024,
             config: Arc::new(crate::config::Config::default()),
             trust_forwarded_for: false,
+            close: crate::closing::ClosePolicy::default(),
         }
     }
 }

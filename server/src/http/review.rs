@@ -4,6 +4,8 @@
 //! `GET /api/v1/allocation`; each table links to that query as CSV and each row to its
 //! drill-down.
 
+use std::collections::BTreeMap;
+
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -97,6 +99,8 @@ struct ReviewPage {
     runs_csv: String,
     savings: Vec<SavingRow>,
     total_saving: String,
+    /// Whether the month's figures are final, in words.
+    closing: ClosingView,
     /// The days the recommendations looked at.
     saving_days: String,
 }
@@ -136,6 +140,75 @@ fn month_range(month: &str) -> Option<(i64, i64)> {
 fn label(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
+}
+
+/// Where the month stands: open (figures may change until it closes) or closed, with changes
+/// that arrived after it closed and its restatements.
+struct ClosingView {
+    closed: bool,
+    text: String,
+    /// Host-hours marked after the month closed and not applied.
+    waiting: i64,
+    restatements: Vec<RestatementView>,
+}
+
+struct RestatementView {
+    when: String,
+    reason: String,
+    /// Team, before, after: the teams whose figure changed.
+    changes: Vec<(String, String, String)>,
+}
+
+fn day_and_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(String::new, |d| d.format("%-d %b %Y %H:%M UTC").to_string())
+}
+
+fn closing_view(
+    close: crate::closing::ClosePolicy,
+    from: i64,
+    now: i64,
+    waiting: i64,
+    restatements: &[crate::store::RestatementRow],
+) -> ClosingView {
+    let closes = close.closes_at(from);
+    let closed = close.is_closed(from, now);
+    let text = if closed {
+        format!("Closed {}: these figures are final.", day_and_time(closes))
+    } else {
+        format!(
+            "Open: late data and bills may still change these figures until the month closes on {}.",
+            day_and_time(closes)
+        )
+    };
+    let parse =
+        |json: &str| -> BTreeMap<String, String> { serde_json::from_str(json).unwrap_or_default() };
+    let restatements = restatements
+        .iter()
+        .map(|r| {
+            let (before, after) = (parse(&r.before_json), parse(&r.after_json));
+            let teams: std::collections::BTreeSet<&String> =
+                before.keys().chain(after.keys()).collect();
+            let money = |v: Option<&String>| {
+                v.map_or_else(|| "—".to_owned(), |v| dollars(crate::money::from_text(v)))
+            };
+            RestatementView {
+                when: day_and_time(r.created_ms),
+                reason: r.reason.clone(),
+                changes: teams
+                    .into_iter()
+                    .filter(|t| before.get(*t) != after.get(*t))
+                    .map(|t| (t.clone(), money(before.get(t)), money(after.get(t))))
+                    .collect(),
+            }
+        })
+        .collect();
+    ClosingView {
+        closed,
+        text,
+        waiting: if closed { waiting } else { 0 },
+        restatements,
+    }
 }
 
 /// What a month's spend is set against. A month in progress is set against the same stretch of
@@ -311,11 +384,15 @@ async fn review(
         rollup::attributed_costs(store, prev_from, prev_to),
         store.incidents(from, to),
         store.usage_totals(from, to),
+        store.dirty_mark_count(from, to),
+        store.restatements(from),
     );
-    let (a, (heat_parts, gpu_count), run_hours, recs, prev, incidents, requests) = match loaded {
-        Ok(x) => x,
-        Err(e) => return unavailable(e),
-    };
+    let (a, (heat_parts, gpu_count), run_hours, recs, prev, incidents, requests, waiting, restated) =
+        match loaded {
+            Ok(x) => x,
+            Err(e) => return unavailable(e),
+        };
+    let closing = closing_view(state.close, from, now, waiting, &restated);
     let (month, next) = (label(from), label(to));
     let t = totals(&a);
     let usd = t.iter().find(|t| t.currency == "USD").or(t.first());
@@ -433,6 +510,7 @@ async fn review(
         ),
         savings,
         total_saving,
+        closing,
         saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
         month,
         next,

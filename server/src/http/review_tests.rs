@@ -516,3 +516,65 @@ async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
         assert!(!page.contains("(-"), "{b}: one minus sign");
     }
 }
+
+/// A month says whether its figures are final: the month under way is open until it closes; a
+/// closed month shows changes that arrived after it closed and its restatements, team by team.
+#[tokio::test]
+async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let label = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .unwrap()
+                .format("%Y-%m")
+                .to_string()
+        };
+        let (from, _) = this_month(now_ms());
+        let (_, page) = api
+            .get_as(&format!("/review/{}", label(from)), Some(&viewer))
+            .await;
+        assert!(
+            page.contains("Open: late data and bills may still change"),
+            "{b}"
+        );
+
+        // Two months back is always closed, whatever today's date.
+        let old = crate::billing::focus::month_start_ms(
+            crate::billing::focus::month_start_ms(from - 1) - 1,
+        );
+        api.store
+            .mark_dirty_hours(&[old + 3_600_000])
+            .await
+            .unwrap();
+        api.store
+            .add_restatement(&crate::store::RestatementRow {
+                month_ms: old,
+                created_ms: now_ms(),
+                reason: "late AWS credit".into(),
+                before_json: r#"{"search":"1200.00","ml":"50.00"}"#.into(),
+                after_json: r#"{"search":"1100.50","ml":"50.00"}"#.into(),
+            })
+            .await
+            .unwrap();
+        let (status, page) = api
+            .get_as(&format!("/review/{}", label(old)), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(page.contains("these figures are final"), "{b}");
+        assert!(
+            page.contains("host-hours changed after the month closed"),
+            "{b}"
+        );
+        assert!(page.contains("late AWS credit"), "{b}");
+        assert!(
+            page.contains("$1,200.00") && page.contains("$1,100.50"),
+            "{b}"
+        );
+        assert!(
+            !page.contains("<td>ml</td>"),
+            "{b}: only teams whose figure changed"
+        );
+    }
+}

@@ -324,7 +324,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
                 .all(|g| g.host_ids.len() == 1 && g.range.contains(g.host_ids[0])),
             "{b}: each group reads its host: {groups:?}"
         );
-        let summary = run_in_passes(s, &card, usize::MAX, 5).await.unwrap();
+        let summary = run_in_passes(s, &card, usize::MAX, 5, (i64::MIN, i64::MAX))
+            .await
+            .unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
             s.dirty_marks(10).await.unwrap().is_empty(),
@@ -333,7 +335,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         assert_matches_raw(s, &card, &format!("{b}: first roll-up, a host at a time")).await;
         // Again in passes of several hours, all hosts at once: the same figures.
         s.mark_dirty_hours(&hours).await.unwrap();
-        run_in_passes(s, &card, usize::MAX, 100).await.unwrap();
+        run_in_passes(s, &card, usize::MAX, 100, (i64::MIN, i64::MAX))
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: again, hours at a time")).await;
 
         // A repeated batch stores nothing and marks nothing.
@@ -388,19 +392,21 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             .await
             .unwrap();
         let recs_before = recommended(s, &card, START - HOUR_MS, END + HOUR_MS).await;
-        // Nothing is deleted from an hour still waiting to be rolled up.
+        // Nothing is deleted from a month still open, however old: its hours may be marked and
+        // attributed again (here the first one is).
         s.mark_dirty_hours(&[START]).await.unwrap();
         let retention = 35 * DAY_MS;
+        let open_from = crate::billing::focus::month_start_ms(START);
         assert_eq!(
-            enforce_retention(s, END + retention + DAY_MS, retention)
+            enforce_retention(s, END + retention + DAY_MS, retention, open_from)
                 .await
                 .unwrap(),
             0,
-            "{b}: the oldest hour is not rolled up yet"
+            "{b}: the month is open"
         );
         run(s, &card, usize::MAX).await.unwrap();
         // In batches of 50 rows: many short statements, all of it gone in the end.
-        let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, 50)
+        let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, i64::MAX, 50)
             .await
             .unwrap();
         assert!(deleted > 500, "{b}: deleted {deleted}");
@@ -479,4 +485,110 @@ fn passes_follow_where_the_windows_are() {
     let passes = plan_passes(&hours, &even, 5_000);
     assert_eq!(passes.len(), 8, "{passes:?}");
     assert!(passes.iter().all(|p| p.hours.len() == 3));
+}
+
+/// A closed month stays as it closed: a late bill marks its hours, but the roll-up job leaves
+/// them, the marks are counted as changes waiting, and `rebuild` refuses without `--reopen`.
+/// With it, the month is restated and the restatement keeps the cost per team before and after
+/// and the reason. Raw windows go with retention once the month is closed, and a restatement
+/// that would need them is refused.
+#[tokio::test]
+async fn a_closed_month_stays_closed_until_restated() {
+    let card = RateCard::default_card();
+    let close = crate::closing::ClosePolicy::default();
+    let month = crate::billing::focus::month_start_ms(START);
+    let next = crate::closing::next_month_start(month);
+    assert!(END < next, "the test's data sits in one month");
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        s.create_token(&crate::store::NewToken::for_cluster("t", "h", "c"), START)
+            .await
+            .unwrap();
+        let token = s.active_token("h", START).await.unwrap().unwrap().id;
+        let status = AgentStatus::default();
+        s.ingest(
+            &report("a-1", "a", "i-aaa", START, 90, "llama"),
+            token,
+            status,
+            START,
+        )
+        .await
+        .unwrap();
+        import_bill(s, "bill-1", "1").await;
+        let open_now = END + DAY_MS;
+        assert!(!close.is_closed(START, open_now));
+        run_open_months(s, &card, usize::MAX, close.open_from(open_now))
+            .await
+            .unwrap();
+        let closed_total = attributed_costs(s, month, next).await.unwrap();
+        assert!(closed_total["USD"] > Decimal::ZERO, "{b}");
+
+        // The month closes; then its bill is replaced by one twice as large.
+        let now = close.closes_at(START) + HOUR_MS;
+        import_bill(s, "bill-2", "2").await;
+        let done = run_open_months(s, &card, usize::MAX, close.open_from(now))
+            .await
+            .unwrap();
+        assert_eq!(done.hours, 0, "{b}: the job leaves a closed month alone");
+        assert_eq!(
+            attributed_costs(s, month, next).await.unwrap(),
+            closed_total,
+            "{b}"
+        );
+        assert!(
+            s.dirty_mark_count(month, next).await.unwrap() > 0,
+            "{b}: changes waiting"
+        );
+
+        let refused = rebuild(s, &card, month, next, close, None, now)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("closed"), "{b}: {refused}");
+        let blank = rebuild(s, &card, month, next, close, Some("  "), now).await;
+        assert!(blank.is_err(), "{b}: a restatement needs a reason");
+        assert_eq!(
+            attributed_costs(s, month, next).await.unwrap(),
+            closed_total,
+            "{b}"
+        );
+
+        let (_, restated) = rebuild(s, &card, month, next, close, Some("late bill"), now)
+            .await
+            .unwrap();
+        assert_eq!(restated.len(), 1, "{b}");
+        let listed = s.restatements(month).await.unwrap();
+        assert_eq!(listed, restated, "{b}");
+        assert_eq!(listed[0].reason, "late bill");
+        let before: BTreeMap<String, String> =
+            serde_json::from_str(&listed[0].before_json).unwrap();
+        let after: BTreeMap<String, String> = serde_json::from_str(&listed[0].after_json).unwrap();
+        assert_ne!(before, after, "{b}");
+        let restated_total = attributed_costs(s, month, next).await.unwrap()["USD"];
+        let gpu_hosts: Decimal = after
+            .iter()
+            .filter(|(k, _)| *k != "(not a GPU host)")
+            .map(|(_, v)| v.parse::<Decimal>().unwrap())
+            .sum();
+        // Each team's figure is rounded to the cent on its own.
+        let slack = Decimal::new(after.len() as i64, 2);
+        assert!(
+            (gpu_hosts - restated_total).abs() <= slack,
+            "{b}: after is what the month says now: {gpu_hosts} vs {restated_total}"
+        );
+        assert_eq!(after["(not a GPU host)"], "7.77", "{b}");
+        assert!(restated_total > closed_total["USD"], "{b}");
+        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+
+        // Closed, its raw windows may go; restating it again would need them, so it is refused.
+        let deleted = enforce_retention(s, now, DAY_MS, close.open_from(now))
+            .await
+            .unwrap();
+        assert!(deleted > 0, "{b}");
+        let gone = rebuild(s, &card, month, next, close, Some("again"), now)
+            .await
+            .unwrap_err();
+        assert!(gone.to_string().contains("gone"), "{b}: {gone}");
+    }
 }

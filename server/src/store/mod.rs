@@ -186,6 +186,16 @@ pub struct CurrencyCostRow {
     pub cost_atto: i64,
 }
 
+/// A closed month's figures restated: per team (and the unattributed buckets), before and after.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct RestatementRow {
+    pub month_ms: i64,
+    pub created_ms: i64,
+    pub reason: String,
+    pub before_json: String,
+    pub after_json: String,
+}
+
 /// An hour to roll up again, with the generation of each mark read.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DirtyMark {
@@ -671,7 +681,26 @@ pub trait Store: Send + Sync {
     /// Marks hours for the roll-up job to attribute again (a rebuild, a changed rate card).
     async fn mark_dirty_hours(&self, hours: &[i64]) -> Result<(), StoreError>;
     /// The oldest marks, at most `limit`.
-    async fn dirty_marks(&self, limit: i64) -> Result<Vec<DirtyMark>, StoreError>;
+    async fn dirty_marks(&self, limit: i64) -> Result<Vec<DirtyMark>, StoreError> {
+        self.dirty_marks_in(i64::MIN, i64::MAX, limit).await
+    }
+    /// The oldest marks of hours in `[from_ms, to_ms)`, at most `limit` (the roll-up job reads
+    /// only months still open: see `closing`).
+    async fn dirty_marks_in(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<DirtyMark>, StoreError>;
+    /// How many host-hours in `[from_ms, to_ms)` are marked and not rolled up yet.
+    async fn dirty_mark_count(&self, from_ms: i64, to_ms: i64) -> Result<i64, StoreError>;
+    /// How far retention has deleted raw windows (hours before this may have lost theirs).
+    async fn raw_deleted_before(&self) -> Result<Option<i64>, StoreError>;
+    /// Records that retention deleted raw windows before `before_ms` (it only moves forward).
+    async fn set_raw_deleted_before(&self, before_ms: i64) -> Result<(), StoreError>;
+    async fn add_restatement(&self, restatement: &RestatementRow) -> Result<(), StoreError>;
+    /// The restatements of the month starting at `month_ms`, oldest first.
+    async fn restatements(&self, month_ms: i64) -> Result<Vec<RestatementRow>, StoreError>;
     /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
     /// `unattributed`, rebuilds the days those hours fall in, and clears each mark whose
     /// generation is still the one read (a report that came meanwhile keeps its mark).
@@ -1010,13 +1039,18 @@ macro_rules! shared_sql_impl {
 
         async fn dirty_marks_sql(
             pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
             limit: i64,
         ) -> Result<Vec<$crate::store::DirtyMark>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT hour_ms, host_id, generation FROM rollup_dirty_hours
+                 WHERE hour_ms >= $2 AND hour_ms < $3
                  ORDER BY hour_ms, host_id LIMIT $1",
             )
             .bind(limit)
+            .bind(from_ms)
+            .bind(to_ms)
             .fetch_all(pool)
             .await?)
         }
@@ -2986,11 +3020,79 @@ macro_rules! store_impl {
                 let _writer = self.write_guard().await;
                 mark_dirty_hours_sql(&self.pool, hours).await
             }
-            async fn dirty_marks(
+            async fn dirty_marks_in(
                 &self,
+                from_ms: i64,
+                to_ms: i64,
                 limit: i64,
             ) -> Result<Vec<$crate::store::DirtyMark>, $crate::store::StoreError> {
-                dirty_marks_sql(&self.pool, limit).await
+                dirty_marks_sql(&self.pool, from_ms, to_ms, limit).await
+            }
+            async fn dirty_mark_count(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> Result<i64, $crate::store::StoreError> {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM rollup_dirty_hours WHERE hour_ms >= $1 AND hour_ms < $2",
+                )
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(n)
+            }
+            async fn raw_deleted_before(&self) -> Result<Option<i64>, $crate::store::StoreError> {
+                let row: Option<(i64,)> =
+                    sqlx::query_as("SELECT deleted_before_ms FROM raw_retention")
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(row.map(|(ms,)| ms))
+            }
+            async fn set_raw_deleted_before(
+                &self,
+                before_ms: i64,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                sqlx::query(
+                    "INSERT INTO raw_retention (only_row, deleted_before_ms) VALUES (1, $1)
+                     ON CONFLICT (only_row) DO UPDATE SET deleted_before_ms = excluded.deleted_before_ms
+                     WHERE raw_retention.deleted_before_ms < excluded.deleted_before_ms",
+                )
+                .bind(before_ms)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+            async fn add_restatement(
+                &self,
+                r: &$crate::store::RestatementRow,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                sqlx::query(
+                    "INSERT INTO restatements (month_ms, created_ms, reason, before_json, after_json)
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(r.month_ms)
+                .bind(r.created_ms)
+                .bind(&r.reason)
+                .bind(&r.before_json)
+                .bind(&r.after_json)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+            async fn restatements(
+                &self,
+                month_ms: i64,
+            ) -> Result<Vec<$crate::store::RestatementRow>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT month_ms, created_ms, reason, before_json, after_json
+                     FROM restatements WHERE month_ms = $1 ORDER BY created_ms, id",
+                )
+                .bind(month_ms)
+                .fetch_all(&self.pool)
+                .await?)
             }
             async fn replace_rollups(
                 &self,

@@ -1,0 +1,110 @@
+//! When a month's figures become final. A month closes a set time after it ends (5 days by
+//! default, for late windows and the bill to arrive). From then on the roll-up job leaves its
+//! hours as they are: a late bill or a rate-card change for a closed month is shown on its review
+//! as a change waiting, and applied only by an explicit restatement (`rollup --reopen`), which
+//! keeps the figures before and after, when and why. Raw windows of months still open are never
+//! deleted, so nothing is re-attributed from data that is gone.
+
+use crate::billing::focus::month_start_ms;
+
+/// Days after a month's end until it closes, by default.
+pub const DEFAULT_CLOSE_AFTER_MS: i64 = 5 * 86_400_000;
+/// The longest wait allowed: longer would keep two months open at once for no good reason.
+pub const MAX_CLOSE_AFTER_MS: i64 = 28 * 86_400_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosePolicy {
+    /// How long after a month ends it closes.
+    pub after_ms: i64,
+}
+
+impl Default for ClosePolicy {
+    fn default() -> Self {
+        ClosePolicy {
+            after_ms: DEFAULT_CLOSE_AFTER_MS,
+        }
+    }
+}
+
+/// The first instant of the month after the one `month_start` begins.
+pub fn next_month_start(month_start: i64) -> i64 {
+    // 32 days from any month's first day is inside the next month.
+    month_start_ms(month_start + 32 * 86_400_000)
+}
+
+impl ClosePolicy {
+    /// A policy from an admin's setting; the error says what is allowed.
+    pub fn new(after_ms: i64) -> Result<ClosePolicy, String> {
+        if !(0..=MAX_CLOSE_AFTER_MS).contains(&after_ms) {
+            return Err(format!(
+                "a month closes 0 to {} days after it ends",
+                MAX_CLOSE_AFTER_MS / 86_400_000
+            ));
+        }
+        Ok(ClosePolicy { after_ms })
+    }
+
+    /// When the month containing `t_ms` closes.
+    pub fn closes_at(&self, t_ms: i64) -> i64 {
+        next_month_start(month_start_ms(t_ms)) + self.after_ms
+    }
+
+    /// Whether the month containing `t_ms` has closed at `now_ms`.
+    pub fn is_closed(&self, t_ms: i64, now_ms: i64) -> bool {
+        self.closes_at(t_ms) <= now_ms
+    }
+
+    /// The start of the oldest month still open at `now_ms`: hours from here on may change.
+    pub fn open_from(&self, now_ms: i64) -> i64 {
+        let this = month_start_ms(now_ms);
+        let previous = month_start_ms(this - 1);
+        if self.is_closed(previous, now_ms) {
+            this
+        } else {
+            previous
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .timestamp_millis()
+    }
+
+    #[test]
+    fn a_month_closes_days_after_it_ends() {
+        let p = ClosePolicy::default();
+        assert_eq!(
+            p.closes_at(at("2026-10-17T08:00:00Z")),
+            at("2026-11-06T00:00:00Z")
+        );
+        assert_eq!(
+            p.closes_at(at("2026-12-31T23:00:00Z")),
+            at("2027-01-06T00:00:00Z")
+        );
+        let october = at("2026-10-03T00:00:00Z");
+        assert!(!p.is_closed(october, at("2026-11-05T23:59:59Z")));
+        assert!(p.is_closed(october, at("2026-11-06T00:00:00Z")));
+        // Until October closes, it is the oldest open month; then November is.
+        assert_eq!(
+            p.open_from(at("2026-11-03T00:00:00Z")),
+            at("2026-10-01T00:00:00Z")
+        );
+        assert_eq!(
+            p.open_from(at("2026-11-23T00:00:00Z")),
+            at("2026-11-01T00:00:00Z")
+        );
+        let at_once = ClosePolicy::new(0).unwrap();
+        assert_eq!(
+            at_once.open_from(at("2026-11-01T00:00:00Z")),
+            at("2026-11-01T00:00:00Z")
+        );
+        assert!(ClosePolicy::new(-1).is_err());
+        assert!(ClosePolicy::new(MAX_CLOSE_AFTER_MS + 1).is_err());
+    }
+}
