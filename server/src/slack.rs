@@ -39,6 +39,56 @@ pub fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// Slack refuses a whole message when one text is over its limit, so every text is cut to fit.
+/// Limits in characters, as Slack documents them for Block Kit.
+pub mod limits {
+    pub const HEADER: usize = 150;
+    pub const SECTION_FIELD: usize = 2_000;
+    pub const SECTION_TEXT: usize = 3_000;
+    /// The notification fallback: Slack truncates beyond 40,000; a notification needs far less.
+    pub const FALLBACK: usize = 3_000;
+}
+
+/// `text` cut to at most `max` characters, ending in `…` where cut.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// `text` escaped for mrkdwn and cut to at most `max` characters, never inside an entity.
+pub fn clip_escaped(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut used = 0;
+    let total: usize = text.chars().map(escape_len).sum();
+    for c in text.chars() {
+        let n = escape_len(c);
+        if total > max && used + n > max.saturating_sub(1) {
+            out.push('…');
+            return out;
+        }
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+        used += n;
+    }
+    out
+}
+
+fn escape_len(c: char) -> usize {
+    match c {
+        '&' => 5,
+        '<' | '>' => 4,
+        _ => 1,
+    }
+}
+
 fn dollars(d: Decimal) -> String {
     format!("${}", cents(d))
 }
@@ -82,17 +132,23 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
             format!("{kind}: {place}, {} GPUs idle for {idle_for}, burning {}/h; {} wasted so far{est}.", gpus.len(), dollars(per_hour), dollars(wasted)),
         ),
     };
+    // A field's label takes a few characters of its limit.
+    let field = |label: &str, value: &str| {
+        let head = format!("*{label}*\n");
+        let room = limits::SECTION_FIELD - head.chars().count();
+        format!("{head}{}", clip_escaped(value, room))
+    };
     json!({
-        "text": escape(&text),
+        "text": clip_escaped(&text, limits::FALLBACK),
         "blocks": [
-            { "type": "header", "text": { "type": "plain_text", "text": headline } },
+            { "type": "header", "text": { "type": "plain_text", "text": clip(&headline, limits::HEADER) } },
             { "type": "section", "fields": [
-                { "type": "mrkdwn", "text": format!("*Where*\n{}", escape(&place)) },
-                { "type": "mrkdwn", "text": format!("*GPUs*\n{}", gpus.len()) },
-                { "type": "mrkdwn", "text": format!("*Idle for*\n{idle_for}") },
-                { "type": "mrkdwn", "text": format!("*Burning*\n{}/h{est}", dollars(per_hour)) },
-                { "type": "mrkdwn", "text": format!("*Wasted*\n{}", dollars(wasted)) },
-                { "type": "mrkdwn", "text": format!("*Owners*\n{}", escape(&owners_text)) }
+                { "type": "mrkdwn", "text": field("Where", &place) },
+                { "type": "mrkdwn", "text": field("GPUs", &gpus.len().to_string()) },
+                { "type": "mrkdwn", "text": field("Idle for", &idle_for) },
+                { "type": "mrkdwn", "text": field("Burning", &format!("{}/h{est}", dollars(per_hour))) },
+                { "type": "mrkdwn", "text": field("Wasted", &dollars(wasted)) },
+                { "type": "mrkdwn", "text": field("Owners", &owners_text) }
             ]},
             { "type": "actions", "elements": [
                 { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link }
@@ -103,10 +159,13 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
 
 pub fn test_message(route: &str, base_url: &str) -> Value {
     json!({
-        "text": format!("gpuledger test message for route {}", escape(route)),
+        "text": clip_escaped(&format!("gpuledger test message for route {route}"), limits::FALLBACK),
         "blocks": [
             { "type": "section", "text": { "type": "mrkdwn",
-              "text": format!("This route works: gpuledger at {} will post idle-GPU alerts here.", escape(base_url)) } }
+              "text": clip_escaped(
+                  &format!("This route works: gpuledger at {base_url} will post idle-GPU alerts here."),
+                  limits::SECTION_TEXT,
+              ) } }
         ]
     })
 }
@@ -268,5 +327,89 @@ mod tests {
     #[test]
     fn labels_are_escaped_for_mrkdwn() {
         assert_eq!(escape("<script>&"), "&lt;script&gt;&amp;");
+    }
+
+    #[test]
+    fn texts_are_cut_to_slacks_limits_never_inside_an_entity() {
+        assert_eq!(clip("short", 150), "short");
+        let long = "é".repeat(200);
+        let cut = clip(&long, 150);
+        assert_eq!(cut.chars().count(), 150);
+        assert!(cut.ends_with('…'));
+        assert_eq!(clip_escaped("a<b", 10), "a&lt;b");
+        // 4 characters of room: "a" fits, "&lt;" would pass the limit with the ellipsis.
+        assert_eq!(clip_escaped("a<b<c", 5), "a…");
+        let hostile = "&".repeat(1_000);
+        let cut = clip_escaped(&hostile, 2_000);
+        assert!(cut.chars().count() <= 2_000, "{}", cut.chars().count());
+        assert!(cut.trim_end_matches('…').ends_with("&amp;"));
+    }
+
+    fn incident(cluster: &str, hostname: Option<&str>, owners: &str) -> IncidentRow {
+        IncidentRow {
+            id: 7,
+            incident_key: "k".into(),
+            kind: "idle_cluster".into(),
+            cluster: cluster.into(),
+            hostname: hostname.map(str::to_owned),
+            gpus_json: serde_json::to_string(&vec!["GPU-1"; 64]).unwrap_or_default(),
+            owners_json: owners.into(),
+            started_ms: 0,
+            ended_ms: None,
+            last_seen_ms: 0,
+            cost_per_hour: "110.08".into(),
+            wasted: "2862.08".into(),
+            estimated: 0,
+            last_notified_ms: None,
+        }
+    }
+
+    /// Every message, with the longest and most hostile names an agent can send, passes
+    /// slack_sdk's Block Kit validation and Slack's documented limits (scripts/slack-validate).
+    #[test]
+    fn every_payload_passes_block_kit_validation() {
+        let dir = tempfile::tempdir().unwrap();
+        let huge = "c".repeat(202);
+        let ampersands = "&<>".repeat(700);
+        let owners =
+            serde_json::json!({"team": "t".repeat(3_000), "model": "<m>&".repeat(500)}).to_string();
+        let mut files = Vec::new();
+        for (n, (cluster, host)) in [
+            ("train-east", Some("gpu-node-7")),
+            (huge.as_str(), Some(huge.as_str())),
+            (ampersands.as_str(), None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for event in [Event::Opened, Event::Reminder, Event::Resolved] {
+                let m = incident_message(
+                    &incident(cluster, host, &owners),
+                    event,
+                    "http://gpuledger.test",
+                    3_600_000,
+                );
+                let path = dir.path().join(format!("{n}-{}.json", event.as_str()));
+                std::fs::write(&path, m.to_string()).unwrap();
+                files.push(path);
+            }
+        }
+        let path = dir.path().join("test.json");
+        std::fs::write(&path, test_message(&huge, &ampersands).to_string()).unwrap();
+        files.push(path);
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slack-validate");
+        let out = std::process::Command::new(script)
+            .args(&files)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("scripts/slack-validate (scripts/python-env makes its venv): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
