@@ -521,6 +521,57 @@ pub async fn seed(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<usi
     Ok(batches)
 }
 
+/// Keeps the simulated fleet reporting while the demo serves, as its agents would: the windows
+/// of `[from_ms, to_ms)` for every host, one report per host, with each cluster's token. The
+/// Idle page and Slack then see a live fleet (a fleet that stopped reporting is not idle, it is
+/// unmonitored). Returns how many windows went in.
+pub async fn report_live(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<usize, DemoError> {
+    if to_ms <= from_ms {
+        return Ok(0);
+    }
+    let mut stored = 0;
+    for spec in fleet() {
+        let name = format!("demo-{}", spec.cluster);
+        let Some(token) = store.token_by_name(&name).await? else {
+            return Err(DemoError::Invalid(format!("token {name} is missing")));
+        };
+        let report = Report {
+            batch_id: format!("demo-live-{}-{from_ms}", spec.hostname),
+            agent_version: "demo".into(),
+            host: HostInfo {
+                hostname: spec.hostname.clone(),
+                cluster: spec.cluster.into(),
+                provider: Some("aws".into()),
+                instance_id: Some(instance_id(&spec)),
+                instance_type: Some(spec.instance_type.into()),
+                region: Some("us-east-1".into()),
+                lifecycle: Some(spec.lifecycle.into()),
+            },
+            windows: vec![Window {
+                start_ms: from_ms,
+                end_ms: to_ms,
+                samples: ((to_ms - from_ms) / 1000) as u32,
+                gpus: (0..spec.gpus)
+                    .map(|g| gpu_window(&spec, g, from_ms, to_ms - from_ms))
+                    .collect(),
+            }],
+        };
+        match store
+            .ingest(&report, token.id, AgentStatus::default(), to_ms)
+            .await?
+        {
+            crate::store::IngestOutcome::Refused(r) => {
+                return Err(DemoError::Invalid(format!(
+                    "live report refused: {}",
+                    r.message
+                )))
+            }
+            _ => stored += report.windows[0].gpus.len(),
+        }
+    }
+    Ok(stored)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("the simulated data was refused: {0}")]

@@ -129,8 +129,17 @@ pub async fn evaluate(
     let lookback = 2 * config.idle.longest_duration().as_millis() as i64 + 10 * 60_000;
     let from = now_ms - lookback;
     let hosts = store.hosts().await?;
-    let windows = store.attribution_windows(from, now_ms + 1).await?;
-    let processes = store.process_windows(from, now_ms + 1).await?;
+    // Every window overlapping the look-back, long ones that began before it included: an
+    // hour-long window that started just before would otherwise be missed, and whether an idle
+    // run is long enough would depend on the minute the evaluation runs.
+    let read_from = from - crate::validate::MAX_WINDOW_MS;
+    let windows: Vec<_> = store
+        .attribution_windows(read_from, now_ms + 1)
+        .await?
+        .into_iter()
+        .filter(|w| w.end_ms > from)
+        .collect();
+    let processes = store.process_windows(read_from, now_ms + 1).await?;
     let findings = waste::find(&hosts, &windows, &processes, &config.idle, now_ms);
 
     // Prices: the bill where it reaches, else the rate card.

@@ -603,7 +603,24 @@ async fn main() -> anyhow::Result<()> {
             let store = store::connect(&format!("sqlite://{demo_db}")).await?;
             let card = rate_card_from(args.rate_card.as_deref())?;
             eprintln!("demo: simulating last month and this one (takes a few seconds)...");
-            let batches = demo::seed(store.as_ref(), &card, now_ms()).await?;
+            let seeded_at = now_ms();
+            let batches = demo::seed(store.as_ref(), &card, seeded_at).await?;
+            // From here the simulated agents keep reporting, a window a minute, so the Idle page
+            // and Slack see a live fleet.
+            let live = store.clone();
+            tokio::spawn(async move {
+                let mut until = seeded_at - seeded_at % 60_000;
+                let mut tick = tokio::time::interval(Duration::from_secs(60));
+                loop {
+                    tick.tick().await;
+                    let now = now_ms();
+                    let to = (now - now % 60_000).min(until + 3_600_000);
+                    match demo::report_live(live.as_ref(), until, to).await {
+                        Ok(_) => until = to,
+                        Err(e) => tracing::warn!(error = %e, "demo: live reports"),
+                    }
+                }
+            });
             let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();
             store
                 .create_user(

@@ -35,7 +35,9 @@ impl Default for Limits {
     }
 }
 
-const MAX_WINDOW_MS: i64 = 3600 * 1000;
+/// The longest window a report may hold: readers that need every window overlapping a time
+/// read from this far before it.
+pub const MAX_WINDOW_MS: i64 = 3600 * 1000;
 const MAX_TEXT: usize = 256;
 const MAX_LABELS: usize = 64;
 
