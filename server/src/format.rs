@@ -18,6 +18,24 @@ pub fn ago(ms: i64) -> String {
     }
 }
 
+/// A quantity people read (GPU-hours, kWh) to the unit, with thousands separators: `86,304`.
+pub fn whole(x: f64) -> String {
+    if !x.is_finite() {
+        return "—".to_owned();
+    }
+    thousands(x.round() as i64)
+}
+
+#[cfg(test)]
+mod whole_tests {
+    #[test]
+    fn quantities_read_with_separators() {
+        assert_eq!(super::whole(86_304.4), "86,304");
+        assert_eq!(super::whole(18_983.6), "18,984");
+        assert_eq!(super::whole(f64::NAN), "—");
+    }
+}
+
 /// A count with thousands separators: `1,234,567`.
 pub fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::format::ago;
-use crate::money::{cents, from_text};
+use crate::money::from_text;
 use crate::store::{IncidentRow, Store, StoreError};
 use crate::waste::IncidentKind;
 
@@ -90,7 +90,7 @@ fn escape_len(c: char) -> usize {
 }
 
 fn dollars(d: Decimal) -> String {
-    format!("${}", cents(d))
+    crate::format::usd(d)
 }
 
 /// The message for an incident event: `text` is the notification fallback, `blocks` the layout.

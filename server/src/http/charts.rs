@@ -129,11 +129,11 @@ pub fn table(
                 },
                 cost: dollars(r.cost),
                 held_idle: dollars(r.held_idle_cost),
-                gpu_hours: format!("{:.0}", r.gpu_hours),
+                gpu_hours: crate::format::whole(r.gpu_hours),
                 avg_util: r
                     .avg_util
                     .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
-                energy_kwh: format!("{:.0}", r.energy_kwh),
+                energy_kwh: crate::format::whole(r.energy_kwh),
                 href: drill_href(month, by, &r.key),
                 key: r.key,
             })

@@ -16,7 +16,7 @@ use super::AppState;
 use crate::allocation::rfc3339;
 use crate::error::ApiError;
 use crate::format::ago;
-use crate::money::{cents, from_text};
+use crate::money::from_text;
 use crate::now_ms;
 use crate::session::{csrf_rejected, AdminOnly, SignedIn};
 use crate::slack;
@@ -57,10 +57,10 @@ pub struct IncidentView {
 
 impl IncidentView {
     pub fn per_hour_text(&self) -> String {
-        format!("${}", cents(self.cost_per_hour))
+        crate::format::usd(self.cost_per_hour)
     }
     pub fn wasted_text(&self) -> String {
-        format!("${}", cents(self.wasted))
+        crate::format::usd(self.wasted)
     }
     pub fn owners_text(&self) -> String {
         self.owners
@@ -142,7 +142,7 @@ async fn incidents_page(State(state): State<AppState>, user: SignedIn) -> Respon
             .into_iter()
             .map(|s| (s.cluster, rfc3339(s.until_ms), s.by_user))
             .collect(),
-        wasted_30d: format!("${}", cents(wasted)),
+        wasted_30d: crate::format::usd(wasted),
     })
 }
 

@@ -281,7 +281,7 @@ fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
             team: r.team.clone().unwrap_or_else(|| "—".into()),
             started: day_label(&r.started),
             hours_active: r.hours_active,
-            gpu_hours: format!("{:.0}", r.gpu_hours),
+            gpu_hours: crate::format::whole(r.gpu_hours),
             cost: dollars(r.cost),
         })
         .collect()
@@ -435,12 +435,15 @@ async fn review(
             href: charts::drill_href(&month, GroupBy::Team, allocation::UNMONITORED_KEY),
         },
         Figure {
-            value: format!("{:.0}", usd.map_or(0.0, |t| t.gpu_hours)),
+            value: crate::format::whole(usd.map_or(0.0, |t| t.gpu_hours)),
             caption: "GPU-hours".into(),
             href: api_href(&month, &next, GroupBy::Cluster, none),
         },
         Figure {
-            value: format!("{:.0} kWh", usd.map_or(0.0, |t| t.energy_kwh)),
+            value: format!(
+                "{} kWh",
+                crate::format::whole(usd.map_or(0.0, |t| t.energy_kwh))
+            ),
             caption: "energy measured by the GPUs".into(),
             href: api_href(&month, &next, GroupBy::Model, none),
         },
@@ -609,7 +612,7 @@ async fn drill_down(
             href: api.clone(),
         },
         Figure {
-            value: format!("{:.0}", mine.map_or(0.0, |r| r.gpu_hours)),
+            value: crate::format::whole(mine.map_or(0.0, |r| r.gpu_hours)),
             caption: "GPU-hours".into(),
             href: api.clone(),
         },
@@ -626,7 +629,10 @@ async fn drill_down(
             href: api.clone(),
         },
         Figure {
-            value: format!("{:.0} kWh", mine.map_or(0.0, |r| r.energy_kwh)),
+            value: format!(
+                "{} kWh",
+                crate::format::whole(mine.map_or(0.0, |r| r.energy_kwh))
+            ),
             caption: "energy".into(),
             href: api,
         },

@@ -62,7 +62,7 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
             (
                 r["key"].as_str().unwrap().to_owned(),
                 crate::format::usd(crate::money::from_text(r["cost"].as_str().unwrap())),
-                format!("{:.0}", r["energy_kwh"].as_f64().unwrap()),
+                crate::format::whole(r["energy_kwh"].as_f64().unwrap()),
             )
         })
         .collect()
