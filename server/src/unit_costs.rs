@@ -106,6 +106,8 @@ pub struct RunHours {
 }
 
 /// One row per experiment label in the range (its GPU work, busy or held idle), costliest first.
+/// Only real runs: an experiment that never did work (a notebook holding GPUs idle all along)
+/// is held-idle waste, not a training run, and would skew what a run costs on average.
 /// `a` holds hourly parts.
 pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
     runs_of(a, None)
@@ -132,6 +134,8 @@ fn runs_of(
         gpu_seconds: f64,
         cost: Decimal,
         held: Decimal,
+        /// GPU time doing work: a run has some.
+        used_seconds: f64,
         estimated: bool,
         models: BTreeMap<String, Decimal>,
         teams: BTreeMap<String, Decimal>,
@@ -151,6 +155,7 @@ fn runs_of(
             gpu_seconds: 0.0,
             cost: Decimal::ZERO,
             held: Decimal::ZERO,
+            used_seconds: 0.0,
             estimated: false,
             models: BTreeMap::new(),
             teams: BTreeMap::new(),
@@ -162,6 +167,8 @@ fn runs_of(
         r.cost += p.cost;
         if p.kind == Kind::HeldIdle {
             r.held += p.cost;
+        } else {
+            r.used_seconds += p.gpu_seconds;
         }
         r.estimated |= p.estimated;
         *r.models.entry(key_of(p, GroupBy::Model, a)).or_default() += p.cost;
@@ -175,6 +182,7 @@ fn runs_of(
     };
     let mut rows: Vec<TrainingRun> = runs
         .into_iter()
+        .filter(|(_, r)| r.used_seconds > 0.0)
         .map(|(experiment, r)| {
             let (first, last, hours) = match run_hours.and_then(|h| h.get(&experiment)) {
                 Some(h) => (h.first_hour_ms, h.last_hour_ms, h.hours),
@@ -336,9 +344,12 @@ mod tests {
             part(7, None, Some("run-7"), Kind::HeldIdle, "0.50"),
             part(6, None, Some("run-8"), Kind::Used, "9.00"),
             part(6, None, None, Kind::Used, "1.00"),
+            // A notebook that held its GPU idle all along is no run.
+            part(5, None, Some("notebook"), Kind::HeldIdle, "40.00"),
+            part(6, None, Some("notebook"), Kind::HeldIdle, "40.00"),
         ]);
         let runs = training_runs(&a);
-        assert_eq!(runs.len(), 2);
+        assert_eq!(runs.len(), 2, "{runs:?}");
         assert_eq!(runs[0].experiment, "run-8");
         let r7 = &runs[1];
         assert_eq!(r7.cost, "4.00".parse().unwrap());

@@ -152,6 +152,8 @@ pub struct DayBar {
     pub idle_y: f64,
     pub idle_h: f64,
     pub total: String,
+    /// Part of the day is priced from the rate card: no bill covers it yet.
+    pub estimated: bool,
 }
 
 fn day_text(ms: i64, format: &str) -> String {
@@ -168,15 +170,18 @@ pub fn days(
     filters: &[(GroupBy, String)],
 ) -> (Vec<DayBar>, f64) {
     let mut per_day: BTreeMap<i64, (Decimal, Decimal, Decimal)> = BTreeMap::new();
+    let mut estimated: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
     let mut d = from;
     while d < to {
         per_day.insert(d, Default::default());
         d += 24 * attribution::HOUR_MS;
     }
     for p in &a.parts {
-        let e = per_day
-            .entry(period_start(p.hour_ms, Step::Day))
-            .or_default();
+        let day = period_start(p.hour_ms, Step::Day);
+        if p.estimated {
+            estimated.insert(day);
+        }
+        let e = per_day.entry(day).or_default();
         match p.kind {
             Kind::Used => e.0 += p.cost,
             Kind::HeldIdle => e.1 += p.cost,
@@ -211,6 +216,7 @@ pub fn days(
                 used_y: HEIGHT - ih - hh - uh,
                 used_h: uh,
                 total: dollars(u + h + idle),
+                estimated: estimated.contains(&day),
             }
         })
         .collect::<Vec<_>>();

@@ -88,6 +88,8 @@ struct ReviewPage {
     estimated: bool,
     tables: Vec<Table>,
     days: Vec<DayBar>,
+    /// Some day is priced from the rate card (the chart marks it).
+    days_estimated: bool,
     chart_width: f64,
     heatmap: Heatmap,
     incidents: Vec<IncidentView>,
@@ -121,6 +123,8 @@ struct DrillDownPage {
     figures: Vec<Figure>,
     tables: Vec<Table>,
     days: Vec<DayBar>,
+    /// Some day is priced from the rate card (the chart marks it).
+    days_estimated: bool,
     chart_width: f64,
     heatmap: Heatmap,
     endpoint: Option<EndpointRow>,
@@ -491,6 +495,7 @@ async fn review(
         unattributed: dollars(usd.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
         estimated: a.parts.iter().any(|p| p.estimated),
         tables,
+        days_estimated: days.iter().any(|d| d.estimated),
         days,
         chart_width,
         heatmap,
@@ -672,6 +677,7 @@ async fn drill_down(
         key,
         figures,
         tables,
+        days_estimated: days.iter().any(|d| d.estimated),
         days,
         chart_width,
         heatmap,

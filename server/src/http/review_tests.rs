@@ -500,6 +500,10 @@ async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
             page.contains("month to date, against the same stretch of"),
             "{b}"
         );
+        // No bill covers this month's fleet: its days are priced from the rate card, and the
+        // chart marks them so.
+        assert!(page.contains("<g class=\"estimated\">"), "{b}");
+        assert!(page.contains("no bill covers the day yet"), "{b}");
         assert!(
             !page.contains(&format!("href=\"/review/{}\"", label(to))),
             "{b}"
