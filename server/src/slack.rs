@@ -89,6 +89,15 @@ fn escape_len(c: char) -> usize {
     }
 }
 
+/// `1 GPU`, `8 GPUs`.
+fn gpu_count(n: usize) -> String {
+    if n == 1 {
+        "1 GPU".to_owned()
+    } else {
+        format!("{n} GPUs")
+    }
+}
+
 fn dollars(d: Decimal) -> String {
     crate::format::usd(d)
 }
@@ -125,11 +134,11 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
         ),
         Event::Reminder => (
             format!("Still idle: {kind} {place}"),
-            format!("Still idle: {kind} {place}, {} GPUs for {idle_for}, burning {}/h; {} wasted so far{est}.", gpus.len(), dollars(per_hour), dollars(wasted)),
+            format!("Still idle: {kind} {place}, {} for {idle_for}, burning {}/h; {} wasted so far{est}.", gpu_count(gpus.len()), dollars(per_hour), dollars(wasted)),
         ),
         _ => (
             format!("{kind}: {place}"),
-            format!("{kind}: {place}, {} GPUs idle for {idle_for}, burning {}/h; {} wasted so far{est}.", gpus.len(), dollars(per_hour), dollars(wasted)),
+            format!("{kind}: {place}, {} idle for {idle_for}, burning {}/h; {} wasted so far{est}.", gpu_count(gpus.len()), dollars(per_hour), dollars(wasted)),
         ),
     };
     // A field's label takes a few characters of its limit.

@@ -110,6 +110,38 @@ struct Leaf<'a> {
     windows: Vec<&'a AttributionWindow>,
 }
 
+/// One host's held-idle processes as one finding: its GPUs once each, the owners of all (values
+/// joined where they differ), since the latest start (held idle together since then at least).
+fn merge_held(mut parts: Vec<Finding>) -> Option<Finding> {
+    let mut merged = parts.pop()?;
+    let mut gpus: BTreeMap<String, f64> = merged
+        .gpus
+        .iter()
+        .map(|g| (g.clone(), merged.gpu_equivalents))
+        .collect();
+    let mut owners: BTreeMap<String, BTreeSet<String>> = merged
+        .owners
+        .iter()
+        .map(|(k, v)| (k.clone(), BTreeSet::from([v.clone()])))
+        .collect();
+    for p in parts {
+        for g in &p.gpus {
+            gpus.insert(g.clone(), p.gpu_equivalents);
+        }
+        for (k, v) in p.owners {
+            owners.entry(k).or_default().insert(v);
+        }
+        merged.since_ms = merged.since_ms.max(p.since_ms);
+    }
+    merged.gpu_equivalents = gpus.values().sum();
+    merged.gpus = gpus.into_keys().collect();
+    merged.owners = owners
+        .into_iter()
+        .map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(", ")))
+        .collect();
+    Some(merged)
+}
+
 pub fn find(
     hosts: &[HostRow],
     windows: &[AttributionWindow],
@@ -149,6 +181,9 @@ pub fn find(
     }
 
     let mut findings = Vec::new();
+    // Held-idle processes per host: one incident (and one Slack message) per host, listing its
+    // GPUs, not one per GPU or process.
+    let mut held: BTreeMap<i64, Vec<Finding>> = BTreeMap::new();
     // Per host: physical GPU -> idle since (None = not idle), and held-idle processes.
     let mut host_gpus: BTreeMap<i64, BTreeMap<&str, Option<i64>>> = BTreeMap::new();
     for ((host_id, uuid), leaf) in &by_device {
@@ -229,8 +264,8 @@ pub fn find(
                 .filter(|l| l.parent.is_some() && l.parent == leaf.parent)
                 .count()
                 .max(1);
-            findings.push(Finding {
-                key: format!("held:{}/{}/{}/{}", host.cluster, host.hostname, uuid, pid),
+            held.entry(*host_id).or_default().push(Finding {
+                key: format!("held:{}/{}", host.cluster, host.hostname),
                 kind: IncidentKind::HeldIdle,
                 cluster: host.cluster.clone(),
                 hostname: Some(host.hostname.clone()),
@@ -246,6 +281,8 @@ pub fn find(
             });
         }
     }
+
+    findings.extend(held.into_values().filter_map(merge_held));
 
     // Hosts and clusters.
     let mut clusters: BTreeMap<&str, Vec<HostState>> = BTreeMap::new();
@@ -469,11 +506,32 @@ mod tests {
             f[0].owners.get("team").map(String::as_str),
             Some("research")
         );
-        assert_eq!(f[0].key, "held:c/c-1/a/7");
+        assert_eq!(f[0].key, "held:c/c-1");
         // The same process doing work is not held idle.
         let busy: Vec<_> = w.iter().map(|w| proc_in(w, 7, 30.0, "research")).collect();
         let w_busy = run(1, "a", T, 40, 30.0);
         assert!(find(&hosts, &w_busy, &busy, &IdleConfig::default(), T).is_empty());
+    }
+
+    /// A notebook host whose processes hold 4 GPUs idle is one finding listing the 4 GPUs, with
+    /// each owner once: one incident and one Slack message, not four.
+    #[test]
+    fn a_host_holding_gpus_idle_is_one_finding() {
+        let hosts = [host(1, "c")];
+        let mut windows = Vec::new();
+        let mut procs = Vec::new();
+        for (i, gpu) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            let w = run(1, gpu, T, 40, 0.0);
+            let team = if i < 3 { "research" } else { "vision" };
+            procs.extend(w.iter().map(|w| proc_in(w, 7 + i as i64, 0.0, team)));
+            windows.extend(w);
+        }
+        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
+        assert_eq!(f[0].gpus, ["a", "b", "c", "d"]);
+        assert_eq!(f[0].gpu_equivalents, 4.0);
+        assert_eq!(f[0].owners["team"], "research, vision");
     }
 
     #[test]
