@@ -226,13 +226,31 @@ pub async fn evaluate(
             }
         }
     }
-    // Whatever is no longer idle is over.
+    // Whatever is no longer idle is over: resolved when its hosts still report (their GPUs are
+    // busy or released), said as "stopped reporting" when they went silent.
+    let reporting: std::collections::HashSet<i64> = windows
+        .iter()
+        .filter(|w| w.end_ms >= now_ms - waste::STALE_AFTER_MS)
+        .map(|w| w.host_id)
+        .collect();
     for (_, incident) in open {
         store.resolve_incident(incident.id, now_ms).await?;
         summary.resolved += 1;
+        let still_reporting = hosts
+            .iter()
+            .filter(|h| {
+                h.cluster == incident.cluster
+                    && incident.hostname.as_ref().is_none_or(|n| *n == h.hostname)
+            })
+            .any(|h| reporting.contains(&h.id));
+        let event = if still_reporting {
+            slack::Event::Resolved
+        } else {
+            slack::Event::StoppedReporting
+        };
         if incident.last_notified_ms.is_some() && !snoozed.contains(&incident.cluster) {
             if let Some(row) = store.incident(incident.id).await? {
-                notify(store, config, &row, slack::Event::Resolved, now_ms).await?;
+                notify(store, config, &row, event, now_ms).await?;
             }
         }
     }

@@ -17,7 +17,10 @@ use crate::waste::IncidentKind;
 pub enum Event {
     Opened,
     Reminder,
+    /// The GPUs were seen busy or released.
     Resolved,
+    /// The incident's hosts went silent: no longer seen idle, but not seen busy either.
+    StoppedReporting,
     Test,
 }
 
@@ -27,6 +30,7 @@ impl Event {
             Event::Opened => "opened",
             Event::Reminder => "reminder",
             Event::Resolved => "resolved",
+            Event::StoppedReporting => "stopped_reporting",
             Event::Test => "test",
         }
     }
@@ -130,7 +134,11 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
     let (headline, text) = match event {
         Event::Resolved => (
             format!("Resolved: {kind} {place}"),
-            format!("Resolved: {kind} {place} after {idle_for}; {} wasted{est}.", dollars(wasted)),
+            format!("Resolved: {kind} {place}: the GPUs are busy or released after {idle_for} idle; {} wasted{est}.", dollars(wasted)),
+        ),
+        Event::StoppedReporting => (
+            format!("Stopped reporting: {kind} {place}"),
+            format!("Stopped reporting: {kind} {place}: its agents have sent nothing for {} minutes, so it is no longer seen idle (nor busy). {} wasted while it was seen idle for {idle_for}{est}. Check the agents.", crate::waste::STALE_AFTER_MS / 60_000, dollars(wasted)),
         ),
         Event::Reminder => (
             format!("Still idle: {kind} {place}"),
@@ -155,7 +163,11 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
                 { "type": "mrkdwn", "text": field("Where", &place) },
                 { "type": "mrkdwn", "text": field("GPUs", &gpus.len().to_string()) },
                 { "type": "mrkdwn", "text": field("Idle for", &idle_for) },
-                { "type": "mrkdwn", "text": field("Burning", &format!("{}/h{est}", dollars(per_hour))) },
+                { "type": "mrkdwn", "text": match event {
+                    // Over: nothing burns any more.
+                    Event::Resolved | Event::StoppedReporting => field("Ended", &event.as_str().replace('_', " ")),
+                    _ => field("Burning", &format!("{}/h{est}", dollars(per_hour))),
+                } },
                 { "type": "mrkdwn", "text": field("Wasted", &dollars(wasted)) },
                 { "type": "mrkdwn", "text": field("Owners", &owners_text) }
             ]},
@@ -391,7 +403,12 @@ mod tests {
         .into_iter()
         .enumerate()
         {
-            for event in [Event::Opened, Event::Reminder, Event::Resolved] {
+            for event in [
+                Event::Opened,
+                Event::Reminder,
+                Event::Resolved,
+                Event::StoppedReporting,
+            ] {
                 let m = incident_message(
                     &incident(cluster, host, &owners),
                     event,

@@ -470,3 +470,56 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
         );
     }
 }
+
+/// An idle cluster whose agents go silent is not "resolved": the message says it stopped
+/// reporting, and no longer shows what it burns.
+#[tokio::test]
+async fn a_cluster_that_stops_reporting_is_said_so_not_resolved() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store
+            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
+            .await
+            .unwrap();
+        let (rx, url) = receiver().await;
+        let cfg = config(&url, Duration::from_secs(3600));
+        let card = RateCard::default_card();
+        windows(
+            store.as_ref(),
+            "gone-c",
+            "gone-1",
+            T - 45 * MIN,
+            T,
+            0.0,
+            None,
+        )
+        .await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
+        assert_eq!(s.opened, 1, "{b}");
+        deliver(store.as_ref(), &cfg, T).await;
+        // Ten minutes without a window.
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 10 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.resolved, 1, "{b}");
+        deliver(store.as_ref(), &cfg, T + 10 * MIN).await;
+        let posts = rx.posts.lock().unwrap().clone();
+        assert_eq!(posts.len(), 2, "{b}");
+        let last = &posts[1];
+        assert!(
+            last["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("Stopped reporting: Idle cluster gone-c"),
+            "{b}: {}",
+            last["text"]
+        );
+        assert!(!last.to_string().contains("Burning"), "{b}: {last}");
+        let history = store.slack_history(10).await.unwrap();
+        assert!(
+            history.iter().any(|m| m.event == "stopped_reporting"),
+            "{b}"
+        );
+    }
+}
