@@ -683,5 +683,54 @@ mod tests {
             "{} < {week_cost}",
             recs.total_saving
         );
+
+        // Started at 26 minutes past the hour, the demo's newest window is 26 minutes long: its
+        // idle H100 cluster and held-idle notebooks are incidents at once all the same (the
+        // hour-long window before it counts), and stay open while the demo keeps reporting.
+        let config = crate::config::Config::default();
+        crate::incidents::evaluate(store.as_ref(), &card, &config, now)
+            .await
+            .unwrap();
+        let kinds = |open: &[crate::store::IncidentRow]| {
+            open.iter()
+                .map(|i| (i.kind.clone(), i.cluster.clone()))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let open = store.open_incidents().await.unwrap();
+        let found = kinds(&open);
+        assert!(
+            found.contains(&("cluster_idle".to_owned(), "scratch".to_owned())),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&("held_idle".to_owned(), "train-east".to_owned())),
+            "{found:?}"
+        );
+        // One incident per notebook host, not one per GPU.
+        assert_eq!(open.iter().filter(|i| i.kind == "held_idle").count(), 2);
+        // Idle all along: the incidents start where the idle run began (as far back as raw
+        // windows are read for it, 35 days), not at the evaluation's short look-back.
+        for i in open
+            .iter()
+            .filter(|i| i.cluster == "scratch" || i.kind == "held_idle")
+        {
+            assert!(
+                now - i.started_ms >= 34 * 24 * HOUR_MS,
+                "{} {} started {} h ago",
+                i.kind,
+                i.cluster,
+                (now - i.started_ms) / HOUR_MS
+            );
+        }
+        let later = now - now % 60_000 + 10 * 60_000;
+        let fed = report_live(store.as_ref(), now - now % 60_000, later)
+            .await
+            .unwrap();
+        assert!(fed > 100, "{fed}");
+        crate::incidents::evaluate(store.as_ref(), &card, &config, later)
+            .await
+            .unwrap();
+        let still = kinds(&store.open_incidents().await.unwrap());
+        assert!(found.is_subset(&still), "{found:?} then {still:?}");
     }
 }

@@ -22,6 +22,50 @@ use crate::waste::{self, Finding};
 
 /// How far back bills are read to price an idle hour.
 const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
+/// How far back a new incident's start is looked for: the raw windows kept by default.
+const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
+
+/// When a new finding's idle run really began. The evaluation reads a short look-back, so a
+/// cluster idle all month would otherwise start "26 minutes ago": the finding's hosts are read
+/// further back (2, 4, 8… days, up to [`RUN_HISTORY_MS`]) while the run still reaches back to
+/// the start of what was read.
+async fn idle_run_start(
+    store: &dyn Store,
+    hosts: &[HostRow],
+    f: &Finding,
+    config: &Config,
+    read_from: i64,
+    now_ms: i64,
+) -> Result<i64, StoreError> {
+    let mine: Vec<HostRow> = hosts
+        .iter()
+        .filter(|h| f.host_ids.contains(&h.id))
+        .cloned()
+        .collect();
+    let (mut since, mut from, mut span) = (f.since_ms, read_from, 2 * 24 * HOUR_MS);
+    // The run began inside what was read: nothing earlier to look for.
+    while since <= from + waste::MAX_GAP_MS && now_ms - from < RUN_HISTORY_MS {
+        from = now_ms - span;
+        let (windows, processes) = store
+            .attribution_inputs_of_hosts(
+                from - crate::validate::MAX_WINDOW_MS,
+                now_ms + 1,
+                &f.host_ids,
+            )
+            .await?;
+        let windows: Vec<AttributionWindow> =
+            windows.into_iter().filter(|w| w.end_ms > from).collect();
+        let Some(longer) = waste::find(&mine, &windows, &processes, &config.idle, now_ms)
+            .into_iter()
+            .find(|x| x.key == f.key)
+        else {
+            break;
+        };
+        since = since.min(longer.since_ms);
+        span = (span * 2).min(RUN_HISTORY_MS);
+    }
+    Ok(since)
+}
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct EvaluationSummary {
@@ -177,10 +221,12 @@ pub async fn evaluate(
 
     for f in &findings {
         let (cost_per_hour, estimated) = price(f, &hourly);
-        // An open incident keeps the start it was opened with, even past the look-back.
-        let since = open
-            .get(&f.key)
-            .map_or(f.since_ms, |i| i.started_ms.min(f.since_ms));
+        // An open incident keeps the start it was opened with, even past the look-back; a new
+        // one starts where its idle run really began.
+        let since = match open.get(&f.key) {
+            Some(i) => i.started_ms.min(f.since_ms),
+            None => idle_run_start(store, &hosts, f, config, from, now_ms).await?,
+        };
         let update = IncidentUpdate {
             incident_key: f.key.clone(),
             kind: f.kind.as_str().to_owned(),
