@@ -199,22 +199,31 @@ async fn create(
         agent_tokens::create(state.store.as_ref(), &request, now_ms()).await
     }
     .await;
+    answer_issued(&state, &user, result, |t| {
+        format!(
+            "Token {:?} created for {}.",
+            t.name,
+            agent_tokens::scope_text(t)
+        )
+    })
+    .await
+}
+
+/// The page after a form that made a secret: the secret shown once and what was done, or what
+/// was wrong.
+async fn answer_issued(
+    state: &AppState,
+    user: &crate::session::SignedIn,
+    result: Result<agent_tokens::Issued, TokenAdminError>,
+    done: impl FnOnce(&TokenRow) -> String,
+) -> Response {
     match result {
         Ok(issued) => {
-            let scope = agent_tokens::scope_text(&issued.token);
-            let name = issued.token.name;
-            let done = format!("Token {name:?} created for {scope}.");
-            page(
-                &state,
-                &user,
-                StatusCode::OK,
-                Some((name, issued.secret)),
-                None,
-                Some(done),
-            )
-            .await
+            let done = done(&issued.token);
+            let shown = Some((issued.token.name, issued.secret));
+            page(state, user, StatusCode::OK, shown, None, Some(done)).await
         }
-        Err(e) => answer_error(&state, &user, e).await,
+        Err(e) => answer_error(state, user, e).await,
     }
 }
 
@@ -238,25 +247,14 @@ async fn rotate(
         agent_tokens::rotate(state.store.as_ref(), &form.name, overlap, now_ms()).await
     }
     .await;
-    match result {
-        Ok(issued) => {
-            let name = issued.token.name;
-            let done = format!(
-                "Token {name:?} has a new secret; the old one works until {}.",
-                when(issued.token.previous_expires_ms)
-            );
-            page(
-                &state,
-                &user,
-                StatusCode::OK,
-                Some((name, issued.secret)),
-                None,
-                Some(done),
-            )
-            .await
-        }
-        Err(e) => answer_error(&state, &user, e).await,
-    }
+    answer_issued(&state, &user, result, |t| {
+        format!(
+            "Token {:?} has a new secret; the old one works until {}.",
+            t.name,
+            when(t.previous_expires_ms)
+        )
+    })
+    .await
 }
 
 #[derive(Debug, Deserialize)]
