@@ -653,6 +653,17 @@ mod tests {
         for x in &recs.spot {
             covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
         }
+        for x in &recs.release {
+            covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+        }
+        // The held-idle notebooks are told to stop or release their GPUs (16 of them), not to
+        // move to spot or to pack.
+        let released: usize = recs.release.iter().map(|x| x.gpus.len()).sum();
+        assert_eq!(released, 16, "{recs:?}");
+        assert!(
+            recs.spot.iter().all(|s| s.experiment != "notebook"),
+            "{recs:?}"
+        );
         let gpus: std::collections::BTreeSet<&str> =
             covered.iter().map(|(g, _, _)| g.as_str()).collect();
         assert_eq!(
@@ -666,7 +677,8 @@ mod tests {
         );
         let sum: Decimal = recs.right_size.iter().map(|x| x.saving).sum::<Decimal>()
             + recs.consolidation.iter().map(|x| x.saving).sum::<Decimal>()
-            + recs.spot.iter().map(|x| x.saving).sum::<Decimal>();
+            + recs.spot.iter().map(|x| x.saving).sum::<Decimal>()
+            + recs.release.iter().map(|x| x.saving).sum::<Decimal>();
         assert_eq!(recs.total_saving, sum);
         assert!(recs.total_saving > Decimal::ZERO, "{recs:?}");
         let week = crate::rollup::load(

@@ -224,12 +224,31 @@ pub struct SpotCandidate {
     pub saving: Decimal,
 }
 
+/// GPUs of a host held idle (memory allocated at ~0% SM, by a forgotten notebook or a stuck
+/// job) that did no work: stop the processes or release the GPUs. Moving them to cheaper or
+/// spot capacity would only make the waste cheaper.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Release {
+    pub gpus: Vec<String>,
+    pub host: String,
+    /// The owner labels of the processes holding them.
+    pub owners: BTreeMap<String, String>,
+    pub action: String,
+    /// What holding them idle cost over the look-back: all of it is saved.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Recommendations {
     pub lookback_days: f64,
     pub right_size: Vec<RightSize>,
     pub consolidation: Vec<Consolidation>,
     pub spot: Vec<SpotCandidate>,
+    #[serde(default)]
+    pub release: Vec<Release>,
     /// The savings above added up over the look-back: they cover separate GPUs.
     #[serde(with = "rust_decimal::serde::str")]
     pub total_saving: Decimal,
@@ -424,6 +443,10 @@ pub fn recommend(
         util_known_seconds: f64,
         host_id: i64,
         in_use: bool,
+        /// Cost while held idle, and GPU time doing work.
+        held_cost: Decimal,
+        used_seconds: f64,
+        held_owners: BTreeMap<String, BTreeSet<String>>,
     }
     let mut gpus: BTreeMap<&str, Gpu> = BTreeMap::new();
     for part in &evidence.parts {
@@ -434,6 +457,26 @@ pub fn recommend(
             e.util_known_seconds += part.util_known_seconds;
             e.host_id = part.host_id;
             e.in_use |= matches!(part.kind, Kind::Used | Kind::HeldIdle);
+            match part.kind {
+                Kind::Used => e.used_seconds += part.gpu_seconds,
+                Kind::HeldIdle => {
+                    e.held_cost += part.cost;
+                    let o = &part.owner;
+                    for (k, v) in [
+                        ("team", &o.team),
+                        ("experiment", &o.experiment),
+                        ("model", &o.model),
+                    ] {
+                        if let Some(v) = v {
+                            e.held_owners
+                                .entry(k.to_owned())
+                                .or_default()
+                                .insert(v.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
         if part.kind != Kind::Used && part.kind != Kind::HeldIdle {
             continue;
@@ -518,10 +561,54 @@ pub fn recommend(
     }
 
     // Whole GPUs busy less than the threshold, with work on them: candidates to pack together.
+    // GPUs that did no work but were held idle: to release, per host.
+    let mut release_by_host: BTreeMap<
+        i64,
+        (Vec<String>, Decimal, BTreeMap<String, BTreeSet<String>>),
+    > = BTreeMap::new();
+    for (g, u) in &gpus {
+        if u.used_seconds == 0.0 && u.held_cost > Decimal::ZERO {
+            let e = release_by_host.entry(u.host_id).or_default();
+            e.0.push((*g).to_owned());
+            e.1 += u.held_cost;
+            for (k, v) in &u.held_owners {
+                e.2.entry(k.clone()).or_default().extend(v.iter().cloned());
+            }
+        }
+    }
+    let release: Vec<Release> =
+        release_by_host
+            .into_iter()
+            .map(|(host_id, (gpus, cost, owners))| Release {
+                action: format!(
+                "stop the idle processes or release the {}: they hold memory at ~0% and did no \
+                 work",
+                if gpus.len() == 1 { "GPU".to_owned() } else { format!("{} GPUs", gpus.len()) }
+            ),
+                gpus,
+                host: evidence
+                    .hostnames
+                    .get(&host_id)
+                    .cloned()
+                    .unwrap_or_default(),
+                owners: owners
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(", ")))
+                    .collect(),
+                cost: cost.round_dp(2),
+                saving: cost.round_dp(2),
+            })
+            .collect();
+
+    // Whole GPUs busy less than the threshold, with work on them: candidates to pack together
+    // (a GPU that only sat held idle is to release, not to pack).
     let consolidation: Vec<Consolidation> = gpus
         .into_iter()
         .filter(|(g, u)| {
-            u.in_use && u.util_known_seconds > 0.0 && !evidence.mig_instances.contains(*g)
+            u.in_use
+                && u.used_seconds > 0.0
+                && u.util_known_seconds > 0.0
+                && !evidence.mig_instances.contains(*g)
         })
         .map(|(g, u)| (g, u.util_gpu_seconds / u.util_known_seconds, u))
         .filter(|(_, avg, _)| *avg < options.consolidation_below)
@@ -569,6 +656,7 @@ pub fn recommend(
         right_size,
         consolidation,
         spot,
+        release,
         total_saving: Decimal::ZERO,
     })
 }
@@ -583,7 +671,7 @@ fn spot_discount(card: &RateCard, instance_type: &str) -> Option<Decimal> {
 }
 
 /// Keeps, of recommendations that cover the same GPU, the one that saves most (ties: right-size
-/// before packing before spot, then by name), so the total counts no GPU twice; each list is
+/// before packing before spot before release, then by name), so the total counts no GPU twice; each list is
 /// then ordered by saving.
 fn disjoint(mut r: Recommendations) -> Recommendations {
     let mut candidates: Vec<(Decimal, u8, String, usize, &[String])> = Vec::new();
@@ -597,6 +685,9 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
     }
     for (i, x) in r.spot.iter().enumerate() {
         candidates.push((x.saving, 3, x.experiment.clone(), i, &x.gpus));
+    }
+    for (i, x) in r.release.iter().enumerate() {
+        candidates.push((x.saving, 4, x.host.clone(), i, &x.gpus));
     }
     candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut taken: BTreeSet<&str> = BTreeSet::new();
@@ -629,6 +720,14 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
         .filter(|(i, _)| kept(3, *i))
         .map(|(_, x)| x)
         .collect();
+    r.release = std::mem::take(&mut r.release)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(4, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.release
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.host.cmp(&b.host)));
     r.right_size
         .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.key.cmp(&b.key)));
     r.consolidation
@@ -1009,6 +1108,59 @@ mod tests {
             Options::default(),
         );
         assert!(r.spot.is_empty(), "{:?}", r.spot);
+    }
+
+    /// A notebook holding a GPU idle all week is told to stop or release it (saving all it
+    /// cost), not to pack it elsewhere nor to move it to spot.
+    #[test]
+    fn a_gpu_held_idle_all_along_is_to_release() {
+        let (ws, mut ps) = week(
+            1,
+            "GPU-nb",
+            "NVIDIA A100-SXM4-80GB",
+            80,
+            |_| 0.0,
+            30,
+            None,
+            Some("notebook"),
+        );
+        for p in &mut ps {
+            p.sm_util_avg = Some(0.0);
+            p.team = Some("research".into());
+        }
+        let card = RateCard::default_card();
+        let lines = hourly_bill("i-a", "5.1207");
+        let a = attribute(
+            vec![host(1, "a")],
+            &ws,
+            &ps,
+            &lines,
+            &card,
+            H,
+            H + WEEK_HOURS * HOUR_MS,
+        );
+        let r = recommend(
+            &Evidence::from_raw(&a, &ws, &ps),
+            &card,
+            WEEK_HOURS * HOUR_MS,
+            Options::default(),
+        );
+        assert_eq!(r.release.len(), 1, "{r:?}");
+        let x = &r.release[0];
+        assert_eq!(
+            (x.host.as_str(), x.gpus.as_slice()),
+            ("a", ["GPU-nb".to_owned()].as_slice())
+        );
+        assert_eq!(x.owners["team"], "research");
+        assert_eq!(
+            x.saving,
+            (dec("5.1207") * Decimal::from(WEEK_HOURS)).round_dp(2)
+        );
+        assert!(x
+            .action
+            .starts_with("stop the idle processes or release the GPU"));
+        assert!(r.consolidation.is_empty() && r.spot.is_empty(), "{r:?}");
+        assert_eq!(r.total_saving, x.saving);
     }
 
     #[test]

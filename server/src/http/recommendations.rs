@@ -152,6 +152,22 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             format!("{} GPU-hours run", s.gpu_hours),
         ])?;
     }
+    for x in &r.release {
+        let owners: Vec<String> = x.owners.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        w.write_record([
+            "release".to_owned(),
+            x.host.clone(),
+            "held idle".to_owned(),
+            x.action.clone(),
+            x.gpus.join(" "),
+            days.clone(),
+            x.cost.to_string(),
+            x.saving.to_string(),
+            String::new(),
+            String::new(),
+            owners.join(" "),
+        ])?;
+    }
     w.into_string()
 }
 

@@ -341,6 +341,17 @@ fn savings_view(r: &Recommendations, month: &str) -> (Vec<SavingRow>, String) {
             },
         ));
     }
+    for x in &r.release {
+        rows.push((
+            x.saving,
+            SavingRow {
+                what: format!("GPUs held idle on {}", x.host),
+                href: charts::drill_href(month, GroupBy::Host, &x.host),
+                change: x.action.clone(),
+                saving: dollars(x.saving),
+            },
+        ));
+    }
     for s in &r.spot {
         rows.push((
             s.saving,
