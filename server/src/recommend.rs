@@ -560,26 +560,31 @@ pub fn recommend(
         });
     }
 
-    // Whole GPUs busy less than the threshold, with work on them: candidates to pack together.
     // GPUs that did no work but were held idle: to release, per host.
-    let mut release_by_host: BTreeMap<
-        i64,
-        (Vec<String>, Decimal, BTreeMap<String, BTreeSet<String>>),
-    > = BTreeMap::new();
+    #[derive(Default)]
+    struct Held {
+        gpus: Vec<String>,
+        cost: Decimal,
+        owners: BTreeMap<String, BTreeSet<String>>,
+    }
+    let mut release_by_host: BTreeMap<i64, Held> = BTreeMap::new();
     for (g, u) in &gpus {
         if u.used_seconds == 0.0 && u.held_cost > Decimal::ZERO {
             let e = release_by_host.entry(u.host_id).or_default();
-            e.0.push((*g).to_owned());
-            e.1 += u.held_cost;
+            e.gpus.push((*g).to_owned());
+            e.cost += u.held_cost;
             for (k, v) in &u.held_owners {
-                e.2.entry(k.clone()).or_default().extend(v.iter().cloned());
+                e.owners
+                    .entry(k.clone())
+                    .or_default()
+                    .extend(v.iter().cloned());
             }
         }
     }
     let release: Vec<Release> =
         release_by_host
             .into_iter()
-            .map(|(host_id, (gpus, cost, owners))| Release {
+            .map(|(host_id, Held { gpus, cost, owners })| Release {
                 action: format!(
                 "stop the idle processes or release the {}: they hold memory at ~0% and did no \
                  work",
