@@ -106,6 +106,30 @@ fn dollars(d: Decimal) -> String {
     crate::format::usd(d)
 }
 
+/// What to do about an incident, in a sentence: the suggested action its message carries.
+pub fn suggestion(kind: Option<IncidentKind>, event: Event) -> &'static str {
+    match (event, kind) {
+        (Event::Resolved, _) => "Nothing: the GPUs are busy or released.",
+        (Event::StoppedReporting, _) => {
+            "Check the agents on these hosts (`gpuledger-agent once` prints what one reads): \
+             while they are silent the GPUs' cost is unmonitored."
+        }
+        (_, Some(IncidentKind::ClusterIdle)) => {
+            "Scale the cluster down or release its instances; if the capacity is kept idle on \
+             purpose, snooze the cluster on the Idle page."
+        }
+        (_, Some(IncidentKind::HostIdle)) => {
+            "Stop or release the host, or schedule work on it; snooze the cluster on the Idle page \
+             if it is kept on purpose."
+        }
+        (_, Some(IncidentKind::HeldIdle)) => {
+            "Ask the owner to stop the idle processes (a notebook kernel, a stuck job) so the GPUs \
+             are free, or release them."
+        }
+        _ => "Pack the work onto fewer GPUs or move to a smaller instance.",
+    }
+}
+
 /// The message for an incident event: `text` is the notification fallback, `blocks` the layout.
 pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i64) -> Value {
     let kind = IncidentKind::parse(&i.kind).map_or("Idle GPUs", IncidentKind::title);
@@ -171,8 +195,14 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
                 { "type": "mrkdwn", "text": field("Wasted", &dollars(wasted)) },
                 { "type": "mrkdwn", "text": field("Owners", &owners_text) }
             ]},
+            { "type": "section", "text": { "type": "mrkdwn", "text": clip_escaped(
+                &format!("*Suggested:* {}", suggestion(IncidentKind::parse(&i.kind), event)),
+                limits::SECTION_TEXT,
+            ) } },
             { "type": "actions", "elements": [
-                { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link }
+                { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link },
+                { "type": "button", "text": { "type": "plain_text", "text": "Snooze the cluster" },
+                  "url": format!("{}/incidents", base_url.trim_end_matches('/')) }
             ]}
         ]
     })

@@ -278,8 +278,16 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
             "{b}: the busy cluster never alerts"
         );
         assert_eq!(
-            posts[0]["blocks"][2]["elements"][0]["url"],
+            posts[0]["blocks"][3]["elements"][0]["url"],
             format!("https://gpuledger.example.com/incidents/{}", i.id)
+        );
+        assert!(
+            posts[0]["blocks"][2]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("*Suggested:* Scale the cluster down"),
+            "{b}: {}",
+            posts[0]["blocks"][2]
         );
         let history = store.slack_history(10).await.unwrap();
         assert!(history.iter().all(|m| m.status == "sent"), "{b}");
