@@ -36,6 +36,14 @@ mod whole_tests {
     }
 }
 
+/// A moment as people read it, to the minute: `2026-11-23 15:10 UTC`.
+pub fn utc_minute(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%Y-%m-%d %H:%M UTC").to_string(),
+    )
+}
+
 /// A count with thousands separators: `1,234,567`.
 pub fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -359,9 +359,7 @@ async fn main() -> anyhow::Result<()> {
                 TokenCommand::List => {
                     let now = now_ms();
                     let when = |ms: Option<i64>| {
-                        ms.and_then(chrono::DateTime::from_timestamp_millis)
-                            .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
-                            .unwrap_or_else(|| "never".to_owned())
+                        ms.map_or_else(|| "never".to_owned(), gpuledger_server::format::utc_minute)
                     };
                     println!("NAME\tSTATE\tSCOPE\tCREATED\tEXPIRES\tLAST USED\tLAST ADDRESS");
                     for t in store.list_tokens().await? {

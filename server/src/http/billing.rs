@@ -70,13 +70,6 @@ fn period_label(start_ms: i64) -> String {
     }
 }
 
-fn minute(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
-        || ms.to_string(),
-        |d| d.format("%Y-%m-%d %H:%M UTC").to_string(),
-    )
-}
-
 fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
     let names: HashMap<i64, String> = periods
         .iter()
@@ -100,7 +93,7 @@ fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
                         Some(d) => format!("{} (run {d})", f.source),
                         None => f.source.clone(),
                     },
-                    imported_at: minute(f.imported_ms),
+                    imported_at: crate::format::utc_minute(f.imported_ms),
                     rows: format::thousands(f.row_count),
                     billed: text_money(&f.billed_total),
                     effective: text_money(&f.effective_total),
@@ -108,12 +101,12 @@ fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
                         (None, _) => "in force".into(),
                         (Some(at), Some(by)) => format!(
                             "replaced {} by {}",
-                            minute(at),
+                            crate::format::utc_minute(at),
                             names
                                 .get(&by)
                                 .map_or_else(|| format!("import {by}"), Clone::clone)
                         ),
-                        (Some(at), None) => format!("replaced {}", minute(at)),
+                        (Some(at), None) => format!("replaced {}", crate::format::utc_minute(at)),
                     },
                     in_force: f.replaced_ms.is_none(),
                 })

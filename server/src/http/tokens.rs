@@ -41,9 +41,7 @@ struct TokenView {
 }
 
 fn when(ms: Option<i64>) -> String {
-    ms.and_then(chrono::DateTime::from_timestamp_millis)
-        .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_else(|| "—".to_owned())
+    ms.map_or_else(|| "—".to_owned(), crate::format::utc_minute)
 }
 
 fn view(t: &TokenRow, now: i64) -> TokenView {
