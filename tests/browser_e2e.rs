@@ -1,6 +1,8 @@
 //! The README's run command in a real browser: `gpuledger-server demo` serves its simulated
 //! fleet, headless Chromium (through chromedriver) signs in, reads the monthly review, follows a
-//! model to its drill-down, and saves screenshots and a printed PDF of the review.
+//! model to its drill-down, and saves screenshots and a printed PDF of the review. Then every
+//! page, at 1280 px and with a host and labels far longer than any column, is checked for
+//! elements that overflow their box, and screenshotted (`docs/screenshots/` holds a copy).
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`scripts/setup`, run by `scripts/test`, installs them);
 //! `GPULEDGER_CHROMIUM` and `GPULEDGER_CHROMEDRIVER` point elsewhere.
@@ -12,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use chrono::Datelike;
 use fantoccini::wd::Capabilities;
 use fantoccini::{Client, ClientBuilder, Locator};
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use support::{artifact, free_port, Proc};
 
 fn tool(env: &str, default: &str) -> PathBuf {
@@ -26,8 +30,16 @@ fn tool(env: &str, default: &str) -> PathBuf {
     p
 }
 
-/// Starts the demo and returns it with its URL and the demo password it printed.
-fn start_demo(dir: &Path) -> (Proc, String, String) {
+/// The demo as started: its process, URL, the password it printed and its sandbox token.
+struct Demo {
+    _proc: Proc,
+    url: String,
+    password: String,
+    sandbox_token: String,
+}
+
+/// Starts the demo and returns it with its URL, password and sandbox agent token.
+fn start_demo(dir: &Path) -> Demo {
     let port = free_port();
     let mut child = Command::new(artifact("gpuledger-server"))
         .arg("demo")
@@ -41,20 +53,137 @@ fn start_demo(dir: &Path) -> (Proc, String, String) {
         .expect("spawn demo");
     let stdout = child.stdout.take().unwrap();
     let proc = Proc(child);
-    // "demo: sign in as  demo / PASSWORD" comes once the fleet is simulated.
+    // "demo: agent token for trying ingest yourself (cluster "sandbox"): gpl_…", then
+    // "demo: sign in as  demo / PASSWORD" once the fleet is simulated.
     let (tx, rx) = std::sync::mpsc::channel();
     // Keep reading to the end: a closed pipe would end the server at its next line of output.
     std::thread::spawn(move || {
+        let mut token = String::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("(cluster \"sandbox\")") {
+                token = line.rsplit(' ').next().unwrap_or_default().to_owned();
+            }
             if let Some(rest) = line.split("demo / ").nth(1) {
-                let _ = tx.send(rest.trim().to_owned());
+                let _ = tx.send((rest.trim().to_owned(), token.clone()));
             }
         }
     });
-    let password = rx
+    let (password, sandbox_token) = rx
         .recv_timeout(Duration::from_secs(300))
         .expect("the demo printed no credentials");
-    (proc, format!("http://127.0.0.1:{port}"), password)
+    assert!(
+        sandbox_token.starts_with("gpl_"),
+        "sandbox token: {sandbox_token:?}"
+    );
+    Demo {
+        _proc: proc,
+        url: format!("http://127.0.0.1:{port}"),
+        password,
+        sandbox_token,
+    }
+}
+
+/// Longer than any column: a host name and owner labels at the 256-byte limit, with no
+/// space to break at.
+fn long_name(prefix: &str) -> String {
+    let mut name = prefix.to_owned();
+    while name.len() < 250 {
+        name.push_str("-very-long-name");
+    }
+    name.truncate(250);
+    name
+}
+
+/// A report from the sandbox cluster with a host and labels as long as ingest allows, for the
+/// last five minutes (the demo rolls it up within a minute).
+async fn post_long_names(url: &str, token: &str) {
+    let end = chrono::Utc::now().timestamp_millis() / 60_000 * 60_000;
+    let start = end - 5 * 60_000;
+    let labels = [
+        ("model", long_name("model")),
+        ("team", long_name("team")),
+        ("experiment", long_name("experiment")),
+        ("endpoint", long_name("endpoint")),
+    ];
+    let report = Report {
+        batch_id: "long-names".into(),
+        agent_version: "test".into(),
+        host: HostInfo {
+            hostname: long_name("host"),
+            cluster: "sandbox".into(),
+            provider: Some("aws".into()),
+            instance_id: Some("i-0long".into()),
+            instance_type: Some("g5.xlarge".into()),
+            region: Some("us-east-1".into()),
+            lifecycle: None,
+        },
+        windows: vec![Window {
+            start_ms: start,
+            end_ms: end,
+            samples: 300,
+            gpus: vec![GpuWindow {
+                uuid: "GPU-long-names-0".into(),
+                index: 0,
+                name: "NVIDIA A10G".into(),
+                memory_total_bytes: Some(24 << 30),
+                memory_used_max_bytes: Some(12 << 30),
+                util_avg: Some(70.0),
+                util_max: Some(90.0),
+                processes: vec![ProcessWindow {
+                    pid: 4242,
+                    name: Some(long_name("python")),
+                    memory_used_max_bytes: Some(12 << 30),
+                    sm_util_avg: Some(65.0),
+                    labels: labels.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }],
+    };
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/api/v1/reports"))
+        .bearer_auth(token)
+        .json(&report)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    assert!(
+        status.is_success(),
+        "{status}: {}",
+        resp.text().await.unwrap()
+    );
+}
+
+/// Every element whose box reaches outside its parent's (where the parent does not clip or
+/// scroll), and the page's own width: what a reader would see spill over a column or the
+/// window. SVG internals are left to their SVG.
+const OVERFLOWING: &str = r#"
+const out = [];
+const doc = document.documentElement;
+if (doc.scrollWidth > window.innerWidth) out.push(`page ${doc.scrollWidth}px wide in ${window.innerWidth}px`);
+for (const e of document.body.querySelectorAll('*')) {
+  if (e.closest('svg') && e.tagName.toLowerCase() !== 'svg') continue;
+  const p = e.parentElement;
+  if (!p || getComputedStyle(p).overflowX !== 'visible') continue;
+  const r = e.getBoundingClientRect(), pr = p.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0) continue;
+  if (r.right > pr.right + 1 || r.left < pr.left - 1) {
+    out.push(`${e.tagName.toLowerCase()}.${e.className.baseVal ?? e.className} in ${p.tagName.toLowerCase()}.${p.className.baseVal ?? p.className}: ${Math.round(r.right - pr.right)}px over ("${(e.textContent || '').trim().slice(0, 40)}")`);
+  }
+}
+return out;
+"#;
+
+/// Opens `path`, waits for its heading, asserts nothing overflows, and saves a screenshot.
+async fn fits_at_1280(c: &Client, url: &str, path: &str, shot: &Path) {
+    c.goto(&format!("{url}{path}")).await.unwrap();
+    text_of(c, "h1").await;
+    let found = c.execute(OVERFLOWING, vec![]).await.unwrap();
+    let found: Vec<String> = serde_json::from_value(found).unwrap();
+    assert!(found.is_empty(), "{path} at 1280 px: {found:#?}");
+    std::fs::write(shot, c.screenshot().await.unwrap()).unwrap();
 }
 
 fn start_chromedriver(driver: &Path) -> (Proc, String) {
@@ -123,8 +252,10 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     let chromium = tool("GPULEDGER_CHROMIUM", "/usr/bin/chromium");
     let driver = tool("GPULEDGER_CHROMEDRIVER", "/usr/bin/chromedriver");
     let dir = tempfile::tempdir().unwrap();
-    let (_demo, url, password) = start_demo(dir.path());
+    let demo = start_demo(dir.path());
+    let (url, password) = (demo.url.clone(), demo.password.clone());
     wait_healthy(&format!("{url}/healthz")).await;
+    post_long_names(&url, &demo.sandbox_token).await;
     let (_driver, driver_url) = start_chromedriver(&driver);
     wait_healthy(&format!("{driver_url}/status")).await;
     let c = browser(&driver_url, &chromium, &dir.path().join("profile")).await;
@@ -238,6 +369,73 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .unwrap()
         .is_empty());
     std::fs::write(shots.join("drilldown.png"), c.screenshot().await.unwrap()).unwrap();
+
+    // Every page at 1280 px, once the long names are rolled up into this month.
+    c.set_window_size(1280, 900).await.unwrap();
+    let long_model = long_name("model");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        c.goto(&review).await.unwrap();
+        let keys = c
+            .find_all(Locator::Css("table.spend[data-by=model] td.key a"))
+            .await
+            .unwrap();
+        let mut found = false;
+        for k in keys {
+            found |= k.attr("title").await.unwrap().as_deref() == Some(long_model.as_str());
+        }
+        if found {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the long names never reached the review"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let previous = (chrono::Utc::now().date_naive().with_day(1).unwrap() - chrono::Days::new(1))
+        .format("%Y-%m")
+        .to_string();
+    let pages = [
+        ("fleet", "/".to_owned()),
+        ("review", format!("/review/{month}")),
+        ("review-previous", format!("/review/{previous}")),
+        ("model", format!("/review/{month}/model?key={long_model}")),
+        (
+            "cluster",
+            format!("/review/{previous}/cluster?key=train-east"),
+        ),
+        (
+            "host",
+            format!("/review/{month}/host?key={}", long_name("host")),
+        ),
+        ("incidents", "/incidents".to_owned()),
+        ("recommendations", "/recommendations".to_owned()),
+        ("alerts", "/alerts".to_owned()),
+        ("billing", "/billing".to_owned()),
+        ("tokens", "/tokens".to_owned()),
+    ];
+    for (name, path) in &pages {
+        fits_at_1280(&c, &url, path, &shots.join(format!("{name}.png"))).await;
+    }
+    // One incident's page: the demo opens its idle incidents within a minute of starting.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let incident = loop {
+        c.goto(&format!("{url}/incidents")).await.unwrap();
+        let href = c
+            .execute(
+                "const a = document.querySelector('td a[href^=\"/incidents/\"]'); return a ? a.getAttribute('href') : null",
+                vec![],
+            )
+            .await
+            .unwrap();
+        if let Some(h) = href.as_str() {
+            break h.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no incident on /incidents");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    };
+    fits_at_1280(&c, &url, &incident, &shots.join("incident.png")).await;
     eprintln!("screenshots and PDF in {}", shots.display());
     c.close().await.unwrap();
 }

@@ -10,18 +10,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use rust_decimal::Decimal;
 
-use crate::attribution::{hour_floor, line_hours, HOUR_MS};
+use crate::attribution::HOUR_MS;
+use crate::billing::current_price::{self, GpuPrice};
 use crate::billing::ratecard::RateCard;
 use crate::config::Config;
 use crate::money::to_text;
 use crate::slack;
-use crate::store::{
-    AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError, StoredCostLine,
-};
+use crate::store::{AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError};
 use crate::waste::{self, Finding};
 
-/// How far back bills are read to price an idle hour.
-const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
 /// How far back a new incident's start is looked for: the raw windows kept by default.
 const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
 
@@ -75,48 +72,16 @@ pub struct EvaluationSummary {
     pub open: usize,
 }
 
-/// What one physical GPU of a host costs per hour, and whether that is an estimate.
-fn gpu_hourly(
-    host: &HostRow,
-    lines: &[&StoredCostLine],
-    windows: &[&AttributionWindow],
-    card: &RateCard,
-    now_ms: i64,
-) -> Option<(Decimal, bool)> {
-    let mut physical: BTreeMap<&str, &str> = BTreeMap::new();
-    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
-        physical.insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
-    }
-    if physical.is_empty() {
-        return None;
-    }
-    let n = Decimal::from(physical.len());
-    // The latest hour the bill covers.
-    let mut per_hour: BTreeMap<i64, Decimal> = BTreeMap::new();
-    for l in lines {
-        for (h, amount) in line_hours(l, now_ms - BILL_LOOKBACK_MS, now_ms + HOUR_MS) {
-            *per_hour.entry(h).or_default() += amount;
-        }
-    }
-    if let Some((_, hourly)) = per_hour.iter().next_back() {
-        return Some((*hourly / n, false));
-    }
-    let names: Vec<&str> = physical.values().copied().collect();
-    let spot = host.lifecycle.as_deref() == Some("spot");
-    card.host_price(host.instance_type.as_deref(), &names, spot)
-        .map(|(hourly, _)| (hourly / n, true))
-}
-
 /// Cost per hour and whether it is estimated, for a finding.
-fn price(f: &Finding, hourly: &HashMap<i64, Option<(Decimal, bool)>>) -> (Decimal, bool) {
+fn price(f: &Finding, hourly: &HashMap<i64, GpuPrice>) -> (Decimal, bool) {
     let mut total = Decimal::ZERO;
     let mut estimated = false;
     let gpus_per_host = f.gpu_equivalents / f.host_ids.len().max(1) as f64;
     for h in &f.host_ids {
-        if let Some(Some((per_gpu, est))) = hourly.get(h) {
+        if let Some(p) = hourly.get(h) {
             let share = Decimal::from_f64_retain(gpus_per_host).unwrap_or(Decimal::ONE);
-            total += *per_gpu * share;
-            estimated |= *est;
+            total += p.per_gpu_hour * share;
+            estimated |= p.estimated;
         }
     }
     (total.round_dp(6), estimated)
@@ -187,22 +152,18 @@ pub async fn evaluate(
     let findings = waste::find(&hosts, &windows, &processes, &config.idle, now_ms);
 
     // Prices: the bill where it reaches, else the rate card.
-    let lines = store
-        .cost_lines(hour_floor(now_ms - BILL_LOOKBACK_MS), now_ms + HOUR_MS)
-        .await?;
-    let mut hourly: HashMap<i64, Option<(Decimal, bool)>> = HashMap::new();
-    for host in &hosts {
-        let host_lines: Vec<&StoredCostLine> = lines
-            .iter()
-            .filter(|l| l.resource_key.is_some() && l.resource_key == host.instance_key)
-            .collect();
-        let host_windows: Vec<&AttributionWindow> =
-            windows.iter().filter(|w| w.host_id == host.id).collect();
-        hourly.insert(
-            host.id,
-            gpu_hourly(host, &host_lines, &host_windows, card, now_ms),
-        );
+    let mut physical: HashMap<i64, std::collections::BTreeMap<&str, &str>> = HashMap::new();
+    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
+        physical
+            .entry(w.host_id)
+            .or_default()
+            .insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
     }
+    let names: HashMap<i64, Vec<String>> = physical
+        .into_iter()
+        .map(|(h, gpus)| (h, gpus.into_values().map(str::to_owned).collect()))
+        .collect();
+    let hourly = current_price::gpu_prices(store, &hosts, &names, card, now_ms).await?;
 
     let snoozed: Vec<String> = store
         .active_snoozes(now_ms)

@@ -639,7 +639,8 @@ async fn main() -> anyhow::Result<()> {
                 now_ms(),
             )
             .await?;
-            eprintln!(
+            // On stdout with the sign-in: both are what a person starting the demo needs.
+            println!(
                 "demo: agent token for trying ingest yourself (cluster \"sandbox\"): {}",
                 sandbox.secret
             );

@@ -72,6 +72,63 @@ pub struct Finding {
     pub since_ms: i64,
 }
 
+/// What a GPU or MIG instance did over one window, by its cluster's thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// A process holding memory works (SM at or above `held_sm_percent`), or the GPU's
+    /// utilization is at or above the threshold.
+    Busy,
+    /// Processes hold memory and none works.
+    HeldIdle,
+    /// No process holds memory and utilization is under the threshold.
+    Idle,
+    /// No utilization reported and no process: nothing to go on.
+    Unknown,
+}
+
+impl Activity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Activity::Busy => "busy",
+            Activity::HeldIdle => "held idle",
+            Activity::Idle => "idle",
+            Activity::Unknown => "no data",
+        }
+    }
+}
+
+/// The activity of one window: `util` is the GPU's utilization, `processes` each process's
+/// (memory held, SM utilization). A process without SM utilization (the driver gives none)
+/// works when the GPU is busy.
+pub fn activity(
+    util: Option<f64>,
+    processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
+    threshold: f64,
+    held_sm_percent: f64,
+) -> Activity {
+    let gpu_busy = util.map(|u| u >= threshold);
+    let mut holds = false;
+    for (memory, sm) in processes {
+        if memory.unwrap_or(0) <= 0 {
+            continue;
+        }
+        holds = true;
+        let works = match sm {
+            Some(sm) => sm >= held_sm_percent,
+            None => gpu_busy == Some(true),
+        };
+        if works {
+            return Activity::Busy;
+        }
+    }
+    match (holds, gpu_busy) {
+        (true, _) => Activity::HeldIdle,
+        (false, Some(true)) => Activity::Busy,
+        (false, Some(false)) => Activity::Idle,
+        (false, None) => Activity::Unknown,
+    }
+}
+
 /// The start of the trailing run of windows for which `idle` holds, if the run reaches the
 /// latest window and that window is recent.
 fn idle_since<'a>(
@@ -203,10 +260,13 @@ pub fn find(
             continue;
         }
         let since = idle_since(&leaf.windows, now_ms, |w| {
-            w.util_avg.is_some_and(|u| u < threshold)
-                && !procs
-                    .get(&(leaf.uuid, w.start_ms))
-                    .is_some_and(|ps| ps.iter().any(holding))
+            let ps = procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten();
+            activity(
+                w.util_avg,
+                ps.map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+                threshold,
+                config.held_sm_percent,
+            ) == Activity::Idle
         })
         .filter(|s| now_ms - s >= duration_ms);
         let slot = host_gpus
@@ -387,6 +447,32 @@ pub fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activity_by_the_thresholds() {
+        let gib = Some(1i64 << 30);
+        // (GPU utilization, processes (memory, SM)) -> activity, at threshold 5 % and SM 1 %.
+        let cases: [(Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity); 9] = [
+            (Some(0.0), vec![], Activity::Idle),
+            (Some(4.9), vec![], Activity::Idle),
+            // Busy with no visible process (another container's): busy, not idle.
+            (Some(5.0), vec![], Activity::Busy),
+            (None, vec![], Activity::Unknown),
+            (Some(0.0), vec![(gib, Some(0.0))], Activity::HeldIdle),
+            (Some(0.0), vec![(gib, Some(0.9)), (gib, Some(1.0))], Activity::Busy),
+            // No per-process SM from the driver: the GPU's utilization decides.
+            (Some(40.0), vec![(gib, None)], Activity::Busy),
+            (Some(2.0), vec![(gib, None)], Activity::HeldIdle),
+            // A process holding no memory holds nothing.
+            (Some(0.0), vec![(Some(0), Some(0.0))], Activity::Idle),
+        ];
+        for (util, procs, want) in cases {
+            assert_eq!(activity(util, procs.clone(), 5.0, 1.0), want, "{util:?} {procs:?}");
+        }
+        // Per-cluster thresholds move the line.
+        assert_eq!(activity(Some(20.0), [], 30.0, 1.0), Activity::Idle);
+        assert_eq!(activity(Some(0.0), [(gib, Some(3.0))], 5.0, 5.0), Activity::HeldIdle);
+    }
 
     const T: i64 = 1_800_000_000_000;
     const MIN: i64 = 60_000;

@@ -2,6 +2,7 @@
 //! Cost Explorer (`aws`), and the rate card for hosts with no bill (`ratecard`).
 
 pub mod aws;
+pub mod current_price;
 pub mod focus;
 pub mod manifest;
 mod parquet;

@@ -65,7 +65,7 @@ pub struct Bar {
     pub href: String,
     pub cost: String,
     pub share: String,
-    /// Bar length in SVG units (0..=120).
+    /// Bar length in SVG units (0..=[`BAR_WIDTH`]).
     pub width: f64,
     pub held_idle: String,
     pub gpu_hours: String,
@@ -73,11 +73,31 @@ pub struct Bar {
     pub energy_kwh: String,
 }
 
+/// The longest share bar in a spend table: narrow enough that two tables sit side by side at
+/// 1280 px with every column on one line.
+pub const BAR_WIDTH: f64 = 60.0;
+
 pub struct Table {
     pub title: String,
     pub by: &'static str,
+    /// The key column's heading: "Model", "Pricing", …
+    pub column: &'static str,
     pub csv: String,
     pub rows: Vec<Bar>,
+}
+
+pub fn column_of(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Model => "Model",
+        GroupBy::Experiment => "Experiment",
+        GroupBy::Endpoint => "Endpoint",
+        GroupBy::Team => "Team",
+        GroupBy::Cluster => "Cluster",
+        GroupBy::Host => "Host",
+        GroupBy::Gpu => "GPU",
+        GroupBy::InstanceType => "Instance type",
+        GroupBy::PricingCategory => "Pricing",
+    }
 }
 
 pub fn title_of(by: GroupBy) -> &'static str {
@@ -114,14 +134,12 @@ pub fn table(
     Table {
         title: title_of(by).to_owned(),
         by: by.as_str(),
+        column: column_of(by),
         csv: csv_href(month, next_month, by, "month", filters),
         rows: rows
             .into_iter()
             .map(|r| Bar {
-                width: (r.cost / max * Decimal::from(120))
-                    .to_f64()
-                    .unwrap_or(0.0)
-                    .max(0.0),
+                width: (r.cost / max).to_f64().unwrap_or(0.0).max(0.0) * BAR_WIDTH,
                 share: if total.is_zero() {
                     "—".into()
                 } else {
@@ -140,6 +158,15 @@ pub fn table(
             .collect(),
     }
 }
+
+/// A labelled line across the daily chart: its height in SVG units and the dollars it marks.
+pub struct Tick {
+    pub y: f64,
+    pub label: String,
+}
+
+/// Room left of the daily chart's bars for its dollar axis.
+pub const AXIS_WIDTH: f64 = 64.0;
 
 pub struct DayBar {
     pub label: String,
@@ -168,7 +195,7 @@ pub fn days(
     from: i64,
     to: i64,
     filters: &[(GroupBy, String)],
-) -> (Vec<DayBar>, f64) {
+) -> (Vec<DayBar>, f64, Vec<Tick>) {
     let mut per_day: BTreeMap<i64, (Decimal, Decimal, Decimal)> = BTreeMap::new();
     let mut estimated: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
     let mut d = from;
@@ -196,6 +223,14 @@ pub fn days(
         .max(Decimal::new(1, 6));
     const HEIGHT: f64 = 160.0;
     const STEP: f64 = 22.0;
+    // Lines at 0, half and the tallest day.
+    let ticks = [0i64, 1, 2]
+        .into_iter()
+        .map(|i| Tick {
+            y: HEIGHT - HEIGHT * i as f64 / 2.0,
+            label: crate::format::usd(max * Decimal::from(i) / Decimal::from(2)),
+        })
+        .collect();
     let scale = |v: Decimal| (v / max).to_f64().unwrap_or(0.0).max(0.0) * HEIGHT;
     let bars = per_day
         .into_iter()
@@ -208,7 +243,7 @@ pub fn days(
                 label: chrono::DateTime::from_timestamp_millis(day)
                     .map_or_else(String::new, |d| d.day().to_string()),
                 href: api_href(&day_from, &day_to, GroupBy::Team, "day", filters),
-                x: i as f64 * STEP,
+                x: AXIS_WIDTH + i as f64 * STEP,
                 idle_y: HEIGHT - ih,
                 idle_h: ih,
                 held_y: HEIGHT - ih - hh,
@@ -220,8 +255,8 @@ pub fn days(
             }
         })
         .collect::<Vec<_>>();
-    let width = bars.len() as f64 * STEP;
-    (bars, width)
+    let width = AXIS_WIDTH + bars.len() as f64 * STEP;
+    (bars, width, ticks)
 }
 
 pub struct HeatCell {
@@ -234,6 +269,8 @@ pub struct HeatCell {
 pub struct HeatRow {
     pub y: f64,
     pub label: String,
+    /// Host, index and UUID, in the row's tooltip.
+    pub full: String,
     pub href: String,
     pub cells: Vec<HeatCell>,
 }
@@ -268,6 +305,37 @@ fn heat_class(util: Option<f64>) -> &'static str {
 
 /// GPU × day utilization for the `limit` costliest GPUs in `a`: each cell is the GPU's
 /// average utilization that day over the time it reported.
+/// How a heatmap row names a GPU beside its host: its NVML index (`#3`), and for a MIG
+/// instance the end of its UUID as well, so no two rows of a host read the same.
+pub fn gpu_labels(fleet: &[crate::store::FleetRow]) -> HashMap<String, String> {
+    fleet
+        .iter()
+        .filter_map(|g| {
+            let uuid = g.uuid.as_deref()?;
+            let index = g.gpu_index.map_or_else(|| "?".into(), |i| format!("#{i}"));
+            let label = match g.parent_uuid {
+                None => index,
+                Some(_) => {
+                    let tail: String = uuid.chars().rev().take(6).collect();
+                    format!("{index} MIG …{}", tail.chars().rev().collect::<String>())
+                }
+            };
+            Some((uuid.to_owned(), label))
+        })
+        .collect()
+}
+
+/// A name cut to `max` characters with an ellipsis, for SVG text, which cannot wrap or clip.
+pub fn clipped(name: &str, max: usize) -> String {
+    if name.chars().count() <= max {
+        return name.to_owned();
+    }
+    let mut out: String = name.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn heatmap(
     a: &Attribution,
     from: i64,
@@ -276,6 +344,7 @@ pub fn heatmap(
     next_month: &str,
     filters: &[(GroupBy, String)],
     limit: usize,
+    labels: &HashMap<String, String>,
 ) -> Heatmap {
     // Per GPU: cost, and per day (util × seconds, seconds known).
     let mut gpus: HashMap<&str, GpuDays> = HashMap::new();
@@ -301,10 +370,15 @@ pub fn heatmap(
         .enumerate()
         .map(|(i, (uuid, (_, host_id, per_day)))| {
             let host = a.hosts.get(&host_id).map_or("?", |h| h.hostname.as_str());
-            let short: String = uuid.chars().take(12).collect();
+            let gpu = labels.get(uuid).cloned().unwrap_or_else(|| {
+                // Not in the fleet any more: the end of its UUID tells it from its neighbours.
+                let tail: String = uuid.chars().rev().take(8).collect();
+                format!("…{}", tail.chars().rev().collect::<String>())
+            });
             HeatRow {
                 y: i as f64 * HEAT_CELL,
-                label: format!("{host} · {short}"),
+                label: format!("{} · {gpu}", clipped(host, 24)),
+                full: format!("{host} · {gpu} · {uuid}"),
                 href: drill_href(month, GroupBy::Gpu, uuid),
                 cells: (0..day_count)
                     .map(|d| {

@@ -1,7 +1,11 @@
-//! The fleet page at `/`: clusters → hosts → GPUs (and MIG instances) with their latest
-//! utilization, memory and the processes that hold them, with owner labels.
+//! The fleet page at `/`: clusters → hosts → GPUs (and MIG instances) with what each is doing
+//! now (busy, held idle, idle, by the cluster's thresholds), utilization, memory, the processes
+//! that hold them with owner labels, and what they cost per hour (the latest billed hour, else
+//! the rate card), totalled per host, cluster and fleet with the part that is idle.
 
 use std::collections::{BTreeMap, HashMap};
+
+use rust_decimal::Decimal;
 
 use askama::Template;
 use axum::extract::State;
@@ -12,10 +16,13 @@ use axum::Router;
 
 use super::page::{self, Chrome};
 use super::AppState;
-use crate::format::{ago, bytes_gib, percent};
+use crate::billing::current_price::{self, GpuPrice};
+use crate::config::IdleConfig;
+use crate::format::{ago, bytes_gib, percent, usd};
 use crate::now_ms;
 use crate::session::SignedIn;
 use crate::store::{FleetProcess, FleetRow};
+use crate::waste::{activity, Activity};
 
 /// A host that has not reported for this long is shown as stale.
 const STALE_AFTER_MS: i64 = 5 * 60 * 1000;
@@ -42,6 +49,10 @@ pub struct GpuView {
     pub util_bar: f64,
     pub memory: String,
     pub processes: Vec<ProcessView>,
+    /// What it is doing now; a MIG-mode GPU what its instances do.
+    pub activity: Activity,
+    /// A physical GPU's cost per hour; empty for MIG instances (their GPU carries it).
+    pub per_hour: String,
 }
 
 pub struct HostView {
@@ -51,6 +62,10 @@ pub struct HostView {
     pub stale: bool,
     pub spool_depth: Option<i64>,
     pub gpus: Vec<GpuView>,
+    /// The host's GPUs per hour, "—" when neither the bill nor the rate card prices it.
+    pub per_hour: String,
+    /// Priced from the rate card: no bill line for the host in the last hours.
+    pub estimated: bool,
 }
 
 pub struct ClusterView {
@@ -58,6 +73,9 @@ pub struct ClusterView {
     pub gpu_count: usize,
     pub busy_gpus: usize,
     pub hosts: Vec<HostView>,
+    pub per_hour: String,
+    /// What its idle and held-idle GPUs cost per hour.
+    pub idle_per_hour: String,
 }
 
 /// Reports refused for one token, host and reason.
@@ -80,6 +98,10 @@ pub struct FleetPage {
     pub clusters: Vec<ClusterView>,
     pub total_hosts: usize,
     pub total_gpus: usize,
+    pub per_hour: String,
+    pub idle_per_hour: String,
+    /// Hosts reporting that neither the bill nor the rate card prices.
+    pub unpriced_hosts: usize,
 }
 
 fn process_view(p: &FleetProcess) -> ProcessView {
@@ -93,26 +115,66 @@ fn process_view(p: &FleetProcess) -> ProcessView {
     }
 }
 
-/// Groups flat rows (ordered by cluster, host) into the page's tree.
-pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> FleetPage {
-    let mut procs: HashMap<String, Vec<ProcessView>> = HashMap::new();
+impl GpuView {
+    pub fn state(&self) -> &'static str {
+        self.activity.as_str()
+    }
+    /// The state's CSS class: `busy`, `held`, `idle`, `nodata`.
+    pub fn state_class(&self) -> &'static str {
+        match self.activity {
+            Activity::Busy => "busy",
+            Activity::HeldIdle => "held",
+            Activity::Idle => "idle",
+            Activity::Unknown => "nodata",
+        }
+    }
+}
+
+/// A MIG-mode GPU does what its instances do: busy if one is, else held idle if one is held.
+fn combined(states: impl IntoIterator<Item = Activity>) -> Activity {
+    let all: Vec<Activity> = states.into_iter().collect();
+    [Activity::Busy, Activity::HeldIdle, Activity::Idle]
+        .into_iter()
+        .find(|s| all.contains(s))
+        .unwrap_or(Activity::Unknown)
+}
+
+fn per_hour_text(amount: Option<Decimal>) -> String {
+    amount.map_or_else(|| "—".into(), |a| format!("{}/h", usd(a)))
+}
+
+/// Groups flat rows (ordered by cluster, host) into the page's tree; `prices` per
+/// (cluster, hostname).
+pub fn build(
+    rows: Vec<FleetRow>,
+    processes: Vec<FleetProcess>,
+    now: i64,
+    prices: &HashMap<(String, String), GpuPrice>,
+    idle: &IdleConfig,
+) -> FleetPage {
+    let mut procs: HashMap<String, Vec<&FleetProcess>> = HashMap::new();
     for p in &processes {
-        procs
-            .entry(p.gpu_uuid.clone())
-            .or_default()
-            .push(process_view(p));
+        procs.entry(p.gpu_uuid.clone()).or_default().push(p);
     }
     let mut clusters: Vec<ClusterView> = Vec::new();
     let mut total_gpus = 0;
     let mut total_hosts = 0;
-    for row in rows {
+    let (mut fleet_cost, mut fleet_idle) = (Decimal::ZERO, Decimal::ZERO);
+    let mut unpriced_hosts = 0;
+    // Per cluster being built: its cost and idle cost per hour.
+    let (mut cluster_cost, mut cluster_idle) = (Decimal::ZERO, Decimal::ZERO);
+    let mut rows = rows.into_iter().peekable();
+    while let Some(row) = rows.next() {
         if clusters.last().is_none_or(|c| c.name != row.cluster) {
             clusters.push(ClusterView {
                 name: row.cluster.clone(),
                 gpu_count: 0,
                 busy_gpus: 0,
                 hosts: Vec::new(),
+                per_hour: String::new(),
+                idle_per_hour: String::new(),
             });
+            (cluster_cost, cluster_idle) = (Decimal::ZERO, Decimal::ZERO);
         }
         let Some(cluster) = clusters.last_mut() else {
             continue;
@@ -123,6 +185,7 @@ pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> Fle
             .is_none_or(|h| h.hostname != row.hostname)
         {
             total_hosts += 1;
+            let price = prices.get(&(row.cluster.clone(), row.hostname.clone()));
             cluster.hosts.push(HostView {
                 hostname: row.hostname.clone(),
                 instance_type: row.instance_type.clone().unwrap_or_default(),
@@ -130,41 +193,96 @@ pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> Fle
                 stale: now - row.last_report_ms > STALE_AFTER_MS,
                 spool_depth: row.spool_depth.filter(|d| *d > 0),
                 gpus: Vec::new(),
+                per_hour: String::new(),
+                estimated: price.is_some_and(|p| p.estimated),
             });
         }
-        let (Some(host), Some(uuid)) = (cluster.hosts.last_mut(), row.uuid) else {
+        let last_of_host = rows
+            .peek()
+            .is_none_or(|n| n.cluster != row.cluster || n.hostname != row.hostname);
+        let Some(host) = cluster.hosts.last_mut() else {
             continue;
         };
-        let is_mig = row.parent_uuid.is_some();
-        if !is_mig {
-            cluster.gpu_count += 1;
-            total_gpus += 1;
+        if let Some(uuid) = row.uuid {
+            let is_mig = row.parent_uuid.is_some();
+            if !is_mig {
+                cluster.gpu_count += 1;
+                total_gpus += 1;
+            }
+            let (threshold, _) = idle.for_cluster(&cluster.name);
+            let mine = procs.remove(&uuid).unwrap_or_default();
+            let state = activity(
+                row.last_util_avg,
+                mine.iter()
+                    .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+                threshold,
+                idle.held_sm_percent,
+            );
+            let memory = match (row.last_memory_used_bytes, row.memory_total_bytes) {
+                (Some(u), Some(t)) => format!("{} / {}", bytes_gib(u), bytes_gib(t)),
+                (None, Some(t)) => format!("? / {}", bytes_gib(t)),
+                _ => "—".into(),
+            };
+            host.gpus.push(GpuView {
+                index: row.gpu_index.unwrap_or(0),
+                processes: mine.into_iter().map(process_view).collect(),
+                name: row.name.unwrap_or_default(),
+                is_mig,
+                util: percent(row.last_util_avg),
+                util_bar: row.last_util_avg.unwrap_or(0.0).clamp(0.0, 100.0),
+                memory,
+                uuid,
+                activity: state,
+                per_hour: String::new(),
+            });
         }
-        if row.last_util_avg.is_some_and(|u| u >= 5.0) && !is_mig {
-            cluster.busy_gpus += 1;
+        if !last_of_host {
+            continue;
         }
-        let memory = match (row.last_memory_used_bytes, row.memory_total_bytes) {
-            (Some(u), Some(t)) => format!("{} / {}", bytes_gib(u), bytes_gib(t)),
-            (None, Some(t)) => format!("? / {}", bytes_gib(t)),
-            _ => "—".into(),
-        };
-        host.gpus.push(GpuView {
-            index: row.gpu_index.unwrap_or(0),
-            processes: procs.remove(&uuid).unwrap_or_default(),
-            name: row.name.unwrap_or_default(),
-            is_mig,
-            util: percent(row.last_util_avg),
-            util_bar: row.last_util_avg.unwrap_or(0.0).clamp(0.0, 100.0),
-            memory,
-            uuid,
-        });
-    }
-    for c in &mut clusters {
-        for h in &mut c.hosts {
-            // Physical GPUs first, each followed by its MIG instances.
-            h.gpus
-                .sort_by(|a, b| (a.index, a.is_mig, &a.uuid).cmp(&(b.index, b.is_mig, &b.uuid)));
+        // The host is complete: physical GPUs first, each followed by its MIG instances; a
+        // MIG-mode GPU's state from its instances; then its cost.
+        host.gpus
+            .sort_by(|a, b| (a.index, a.is_mig, &a.uuid).cmp(&(b.index, b.is_mig, &b.uuid)));
+        let price = prices.get(&(cluster.name.clone(), host.hostname.clone()));
+        let mut host_cost = Decimal::ZERO;
+        let physical: Vec<usize> = (0..host.gpus.len())
+            .filter(|i| !host.gpus[*i].is_mig)
+            .collect();
+        for i in physical {
+            let index = host.gpus[i].index;
+            let instances: Vec<Activity> = host
+                .gpus
+                .iter()
+                .filter(|g| g.is_mig && g.index == index)
+                .map(|g| g.activity)
+                .collect();
+            let state = if instances.is_empty() {
+                host.gpus[i].activity
+            } else {
+                combined(instances)
+            };
+            let gpu = &mut host.gpus[i];
+            gpu.activity = state;
+            if state == Activity::Busy {
+                cluster.busy_gpus += 1;
+            }
+            if let Some(p) = price {
+                gpu.per_hour = per_hour_text(Some(p.per_gpu_hour));
+                host_cost += p.per_gpu_hour;
+                if matches!(state, Activity::Idle | Activity::HeldIdle) {
+                    cluster_idle += p.per_gpu_hour;
+                    fleet_idle += p.per_gpu_hour;
+                }
+            }
         }
+        if price.is_none() {
+            unpriced_hosts += 1;
+        }
+        host.per_hour = per_hour_text(price.map(|_| host_cost));
+        cluster_cost += host_cost;
+        fleet_cost += host_cost;
+        cluster.per_hour = per_hour_text(Some(cluster_cost));
+        cluster.idle_per_hour = per_hour_text(Some(cluster_idle));
     }
     FleetPage {
         chrome: None,
@@ -172,6 +290,9 @@ pub fn build(rows: Vec<FleetRow>, processes: Vec<FleetProcess>, now: i64) -> Fle
         clusters,
         total_hosts,
         total_gpus,
+        per_hour: per_hour_text(Some(fleet_cost)),
+        idle_per_hour: per_hour_text(Some(fleet_idle)),
+        unpriced_hosts,
     }
 }
 
@@ -179,17 +300,46 @@ async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
     let loaded = async {
         let rows = state.store.fleet().await?;
         let processes = state.store.fleet_processes().await?;
+        let hosts = state.store.hosts().await?;
+        let ids: HashMap<(&str, &str), i64> = hosts
+            .iter()
+            .map(|h| ((h.cluster.as_str(), h.hostname.as_str()), h.id))
+            .collect();
+        let mut names: HashMap<i64, Vec<String>> = HashMap::new();
+        for r in rows
+            .iter()
+            .filter(|r| r.uuid.is_some() && r.parent_uuid.is_none())
+        {
+            if let Some(id) = ids.get(&(r.cluster.as_str(), r.hostname.as_str())) {
+                names
+                    .entry(*id)
+                    .or_default()
+                    .push(r.name.clone().unwrap_or_default());
+            }
+        }
+        let by_id = current_price::gpu_prices(
+            state.store.as_ref(),
+            &hosts,
+            &names,
+            &state.rate_card,
+            now_ms(),
+        )
+        .await?;
+        let prices: HashMap<(String, String), GpuPrice> = hosts
+            .iter()
+            .filter_map(|h| Some(((h.cluster.clone(), h.hostname.clone()), *by_id.get(&h.id)?)))
+            .collect();
         let refused = state
             .store
             .ingest_refusals(now_ms() - REFUSED_SHOWN_MS)
             .await?;
-        Ok::<_, crate::store::StoreError>((rows, processes, refused))
+        Ok::<_, crate::store::StoreError>((rows, processes, refused, prices))
     }
     .await;
     match loaded {
-        Ok((rows, processes, refused)) => {
+        Ok((rows, processes, refused, prices)) => {
             let now = now_ms();
-            let mut page = build(rows, processes, now);
+            let mut page = build(rows, processes, now, &prices, &state.config.idle);
             page.refused = refused
                 .into_iter()
                 .map(|r| RefusedView {

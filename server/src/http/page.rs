@@ -5,11 +5,13 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 
 /// What the page frame shows of the signed-in person: name, role, and the CSRF token for the
-/// sign-out form.
+/// sign-out form; and, on printed pages, when the page was generated.
 pub struct Chrome {
     pub username: String,
     pub role: &'static str,
     pub csrf: String,
+    /// `YYYY-MM-DD HH:MM UTC`, in the printed footer beside the page numbers.
+    pub generated: String,
 }
 
 impl From<&crate::session::SignedIn> for Chrome {
@@ -18,6 +20,7 @@ impl From<&crate::session::SignedIn> for Chrome {
             username: s.username.clone(),
             role: s.role.as_str(),
             csrf: s.csrf.clone(),
+            generated: crate::format::utc_minute(chrono::Utc::now().timestamp_millis()),
         }
     }
 }

@@ -91,6 +91,7 @@ struct ReviewPage {
     /// Some day is priced from the rate card (the chart marks it).
     days_estimated: bool,
     chart_width: f64,
+    ticks: Vec<charts::Tick>,
     heatmap: Heatmap,
     incidents: Vec<IncidentView>,
     endpoints: Vec<EndpointRow>,
@@ -126,6 +127,7 @@ struct DrillDownPage {
     /// Some day is priced from the rate card (the chart marks it).
     days_estimated: bool,
     chart_width: f64,
+    ticks: Vec<charts::Tick>,
     heatmap: Heatmap,
     endpoint: Option<EndpointRow>,
     runs: Vec<RunRow>,
@@ -474,14 +476,24 @@ async fn review(
     .into_iter()
     .map(|by| charts::table(&a, by, &month, &next, none, total))
     .collect();
-    let (days, chart_width) = charts::days(&a, from, to, none);
+    let (days, chart_width, ticks) = charts::days(&a, from, to, none);
     let heat = Attribution {
         parts: heat_parts,
         unattributed: Default::default(),
         unattributed_hours: Default::default(),
         hosts: a.hosts.clone(),
     };
-    let mut heatmap = charts::heatmap(&heat, from, to, &month, &next, none, REVIEW_HEATMAP_GPUS);
+    let labels = charts::gpu_labels(&state.store.fleet().await.unwrap_or_default());
+    let mut heatmap = charts::heatmap(
+        &heat,
+        from,
+        to,
+        &month,
+        &next,
+        none,
+        REVIEW_HEATMAP_GPUS,
+        &labels,
+    );
     heatmap.total_gpus = gpu_count;
     let now = now_ms();
     let mut incidents: Vec<IncidentView> = incidents
@@ -509,6 +521,7 @@ async fn review(
         days_estimated: days.iter().any(|d| d.estimated),
         days,
         chart_width,
+        ticks,
         heatmap,
         incidents,
         endpoints: endpoints
@@ -657,8 +670,18 @@ async fn drill_down(
         .iter()
         .map(|other| charts::table(&a, *other, &month, &next, &filters, cost))
         .collect();
-    let (days, chart_width) = charts::days(&a, from, to, &filters);
-    let heatmap = charts::heatmap(&a, from, to, &month, &next, &filters, DRILL_HEATMAP_GPUS);
+    let (days, chart_width, ticks) = charts::days(&a, from, to, &filters);
+    let labels = charts::gpu_labels(&state.store.fleet().await.unwrap_or_default());
+    let heatmap = charts::heatmap(
+        &a,
+        from,
+        to,
+        &month,
+        &next,
+        &filters,
+        DRILL_HEATMAP_GPUS,
+        &labels,
+    );
     let endpoint = (by == GroupBy::Endpoint)
         .then(|| {
             unit_costs::endpoint_costs(&all, &requests)
@@ -691,6 +714,7 @@ async fn drill_down(
         days_estimated: days.iter().any(|d| d.estimated),
         days,
         chart_width,
+        ticks,
         heatmap,
         endpoint,
         runs,

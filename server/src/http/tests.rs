@@ -349,6 +349,59 @@ async fn fleet_page_shows_gpus_and_escapes_labels() {
     }
 }
 
+/// The fleet page says what each GPU does now and what it costs per hour, with totals and the
+/// part burning on idle GPUs, priced by the rate card while no bill covers the host.
+#[tokio::test]
+async fn fleet_page_prices_gpus_and_says_what_they_do() {
+    for (api, _db) in apis().await {
+        let (cookie, _) = api.session("viewer").await;
+        // h1: a g6.xlarge (one L4, $0.8048/h on the default rate card) working at 30 % SM.
+        let mut busy = report("b1");
+        busy.host.instance_type = Some("g6.xlarge".into());
+        // h2: the same, its process holding memory at 0 % SM.
+        let mut held = report("b2");
+        held.host.hostname = "h2".into();
+        held.host.instance_type = Some("g6.xlarge".into());
+        held.windows[0].gpus[0].uuid = "GPU-2".into();
+        held.windows[0].gpus[0].util_avg = Some(0.0);
+        held.windows[0].gpus[0].processes[0].sm_util_avg = Some(0.0);
+        // h3: an instance type no rate card knows.
+        let mut unknown = report("b3");
+        unknown.host.hostname = "h3".into();
+        unknown.host.instance_type = Some("x9.mystery".into());
+        unknown.windows[0].gpus[0].uuid = "GPU-3".into();
+        unknown.windows[0].gpus[0].name = "Mystery GPU".into();
+        for r in [&busy, &held, &unknown] {
+            let (status, body) = api
+                .post(Some(&api.token), serde_json::to_vec(r).unwrap())
+                .await;
+            assert!(status.is_success(), "{}", String::from_utf8_lossy(&body));
+        }
+        let (status, html) = api.get_as("/", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let doc = scraper::Html::parse_document(&html);
+        let sel = |s: &str| scraper::Selector::parse(s).unwrap();
+        let text = |e: scraper::ElementRef| e.text().collect::<String>();
+        let states: Vec<String> = doc.select(&sel("span.state")).map(text).collect();
+        assert_eq!(states, ["busy", "held idle", "busy"], "{}", api.backend);
+        assert!(doc.select(&sel("span.state.held")).next().is_some());
+        let summary = text(doc.select(&sel("p.summary")).next().unwrap());
+        // Two priced GPUs cost $1.61 an hour; the held one, $0.80, is burning idle.
+        assert!(summary.contains("$1.61/h"), "{summary}");
+        assert!(summary.contains("$0.80/h on GPUs idle or held idle"), "{summary}");
+        assert!(summary.contains("1 hosts have no price"), "{summary}");
+        let cluster = text(doc.select(&sel("section.cluster h2")).next().unwrap());
+        assert!(cluster.contains("2 of 3 GPUs busy"), "{cluster}");
+        assert!(cluster.contains("$1.61/h, idle $0.80/h"), "{cluster}");
+        let costs: Vec<String> = doc
+            .select(&sel("table.gpus td.num"))
+            .map(|e| text(e).trim().to_owned())
+            .collect();
+        assert_eq!(costs, ["$0.80/h", "$0.80/h", ""], "{}", api.backend);
+        assert_eq!(doc.select(&sel("h3 .tag[title]")).count(), 2, "two estimates");
+    }
+}
+
 #[tokio::test]
 async fn pages_and_read_apis_need_a_session() {
     for (api, _db) in apis().await {

@@ -1,0 +1,144 @@
+//! What a GPU host costs per hour now, for figures about the present (the fleet page's $/hour,
+//! an idle incident's burn rate): the latest hour the bill covers, else the rate card.
+//!
+//! Month figures never come from here: they are sums over the hourly ledger.
+
+use std::collections::HashMap;
+
+use rust_decimal::Decimal;
+
+use crate::attribution::{hour_floor, line_hours, HOUR_MS};
+use crate::billing::ratecard::RateCard;
+use crate::store::{HostRow, Store, StoreError, StoredCostLine};
+
+/// How far back bills are read to price the present hour: bills arrive hours late.
+pub const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
+
+/// One physical GPU's cost per hour on a host, and whether it is a rate-card estimate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuPrice {
+    pub per_gpu_hour: Decimal,
+    pub estimated: bool,
+}
+
+/// What one physical GPU of `host` costs per hour: the newest billed hour of its lines within
+/// the look-back, divided over its GPUs, else the rate card for its instance type and GPUs.
+/// `gpu_names` are the host's physical GPUs (their NVML names).
+pub fn gpu_price(
+    host: &HostRow,
+    lines: &[&StoredCostLine],
+    gpu_names: &[&str],
+    card: &RateCard,
+    now_ms: i64,
+) -> Option<GpuPrice> {
+    if gpu_names.is_empty() {
+        return None;
+    }
+    let n = Decimal::from(gpu_names.len());
+    let mut per_hour: std::collections::BTreeMap<i64, Decimal> = Default::default();
+    for l in lines {
+        for (h, amount) in line_hours(l, now_ms - BILL_LOOKBACK_MS, now_ms + HOUR_MS) {
+            *per_hour.entry(h).or_default() += amount;
+        }
+    }
+    if let Some((_, hourly)) = per_hour.iter().next_back() {
+        return Some(GpuPrice {
+            per_gpu_hour: *hourly / n,
+            estimated: false,
+        });
+    }
+    let spot = host.lifecycle.as_deref() == Some("spot");
+    card.host_price(host.instance_type.as_deref(), gpu_names, spot)
+        .map(|(hourly, _)| GpuPrice {
+            per_gpu_hour: hourly / n,
+            estimated: true,
+        })
+}
+
+/// [`gpu_price`] for every host in `gpu_names` (host id → its physical GPUs' names), reading
+/// the bill's recent lines once.
+pub async fn gpu_prices(
+    store: &dyn Store,
+    hosts: &[HostRow],
+    gpu_names: &HashMap<i64, Vec<String>>,
+    card: &RateCard,
+    now_ms: i64,
+) -> Result<HashMap<i64, GpuPrice>, StoreError> {
+    let lines = store
+        .cost_lines(hour_floor(now_ms - BILL_LOOKBACK_MS), now_ms + HOUR_MS)
+        .await?;
+    let mut out = HashMap::new();
+    for host in hosts {
+        let Some(names) = gpu_names.get(&host.id) else {
+            continue;
+        };
+        let host_lines: Vec<&StoredCostLine> = lines
+            .iter()
+            .filter(|l| l.resource_key.is_some() && l.resource_key == host.instance_key)
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        if let Some(p) = gpu_price(host, &host_lines, &names, card, now_ms) {
+            out.insert(host.id, p);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(instance_type: &str, lifecycle: Option<&str>) -> HostRow {
+        HostRow {
+            id: 1,
+            cluster: "c".into(),
+            hostname: "h".into(),
+            provider: Some("aws".into()),
+            instance_id: Some("i-1".into()),
+            instance_key: Some("i-1".into()),
+            instance_type: Some(instance_type.into()),
+            lifecycle: lifecycle.map(str::to_owned),
+        }
+    }
+
+    fn line(start_ms: i64, end_ms: i64, cost: &str) -> StoredCostLine {
+        StoredCostLine {
+            resource_key: Some("i-1".into()),
+            charge_period_start_ms: start_ms,
+            charge_period_end_ms: end_ms,
+            charge_category: "Usage".into(),
+            billed_cost: cost.into(),
+            effective_cost: cost.into(),
+            currency: "USD".into(),
+            pricing_category: "on_demand".into(),
+            instance_type: None,
+        }
+    }
+
+    #[test]
+    fn the_newest_billed_hour_wins_over_the_rate_card() {
+        let card = RateCard::default_card();
+        let now = 100 * HOUR_MS + 20 * 60_000;
+        let names = ["NVIDIA A10G"; 4];
+        // Two billed hours, three and two hours ago: the newer one prices the present.
+        let older = line(97 * HOUR_MS, 98 * HOUR_MS, "4.00");
+        let newer = line(98 * HOUR_MS, 99 * HOUR_MS, "6.00");
+        let h = host("g5.12xlarge", None);
+        let p = gpu_price(&h, &[&older, &newer], &names, &card, now).unwrap();
+        assert_eq!(p.per_gpu_hour, Decimal::new(150, 2));
+        assert!(!p.estimated);
+        // A bill older than the look-back does not count: the rate card answers, as an estimate.
+        let stale = line(90 * HOUR_MS, 91 * HOUR_MS, "6.00");
+        let p = gpu_price(&h, &[&stale], &names, &card, now).unwrap();
+        assert!(p.estimated);
+        let (hourly, _) = card
+            .host_price(Some("g5.12xlarge"), &names, false)
+            .unwrap();
+        assert_eq!(p.per_gpu_hour, hourly / Decimal::from(4));
+        // Spot hosts get the spot rate; an unknown type and GPU has no price; no GPU, none.
+        let spot = gpu_price(&host("g5.12xlarge", Some("spot")), &[], &names, &card, now).unwrap();
+        assert!(spot.per_gpu_hour < p.per_gpu_hour);
+        assert!(gpu_price(&host("x9.huge", None), &[], &["Mystery GPU"], &card, now).is_none());
+        assert!(gpu_price(&h, &[&newer], &[], &card, now).is_none());
+    }
+}
