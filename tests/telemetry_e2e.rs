@@ -198,6 +198,17 @@ fn assert_matches_scenario(
     };
     let training = find(f.training);
     assert!(!training.is_empty(), "{label}: training process reported");
+    // The test's own account runs the processes it starts.
+    let me = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
     for p in &training {
         assert_eq!(p.gpu_uuid, "GPU-e2e-a100-0");
         assert_eq!(
@@ -213,6 +224,11 @@ fn assert_matches_scenario(
         assert_eq!(p.sm_util_avg, Some(70.0), "{label}");
         assert_eq!(p.memory_used_max_bytes, Some((30 * GIB) as i64), "{label}");
         assert_eq!(p.process_name.as_deref(), Some("python3"), "{label}");
+        assert_eq!(
+            p.user_name.as_deref(),
+            Some(me.as_str()),
+            "{label}: the account running it, from /proc/<pid>/status and /etc/passwd"
+        );
     }
     for p in find(f.notebook) {
         assert_eq!(

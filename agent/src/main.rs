@@ -65,7 +65,9 @@ struct SourceArgs {
     /// Extra environment variables to keep as owner labels, comma separated (e.g. MLFLOW_RUN_ID).
     #[arg(long, env = "GPULEDGER_LABEL_ENV_KEYS", value_delimiter = ',')]
     label_env_keys: Vec<String>,
-    /// Where process environments and cgroups are read; in a container, the host's /proc.
+    /// Where process environments, cgroups and owners' uids are read; in a container, the
+    /// host's /proc. Account names come from the `etc/passwd` beside it (`/host/etc/passwd`
+    /// for `/host/proc`).
     #[arg(long, env = "GPULEDGER_PROC_ROOT", default_value = "/proc")]
     proc_root: PathBuf,
     /// How often to sample.

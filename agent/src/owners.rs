@@ -1,4 +1,6 @@
-//! Who owns a GPU process: labels from its environment, and its container and pod from its cgroup.
+//! Who owns a GPU process: labels from its environment, its container and pod from its cgroup,
+//! and the Unix account running it (its real uid, named by the `etc/passwd` beside the proc root:
+//! `/etc/passwd` for `/proc`, `/host/etc/passwd` for a host mounted at `/host`).
 //!
 //! Serving and training code declares ownership with `GPULEDGER_MODEL`, `GPULEDGER_EXPERIMENT`,
 //! `GPULEDGER_ENDPOINT` and `GPULEDGER_TEAM`; extra keys named in config (e.g. `MLFLOW_RUN_ID`) are
@@ -15,18 +17,27 @@ pub struct Owner {
     pub labels: BTreeMap<String, String>,
     pub container_id: Option<String>,
     pub pod_uid: Option<String>,
+    /// The account name, or `uid 1234` where the passwd file does not name the uid.
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct OwnerReader {
     proc_root: PathBuf,
+    passwd: PathBuf,
     extra_keys: Vec<String>,
 }
 
 impl OwnerReader {
     pub fn new(proc_root: impl Into<PathBuf>, extra_keys: Vec<String>) -> Self {
+        let proc_root: PathBuf = proc_root.into();
+        let passwd = proc_root
+            .parent()
+            .unwrap_or(std::path::Path::new("/"))
+            .join("etc/passwd");
         OwnerReader {
-            proc_root: proc_root.into(),
+            proc_root,
+            passwd,
             extra_keys,
         }
     }
@@ -42,6 +53,15 @@ impl OwnerReader {
             owner.container_id = container_id(&cgroup);
             owner.pod_uid = pod_uid(&cgroup);
         }
+        if let Some(uid) = std::fs::read_to_string(dir.join("status"))
+            .ok()
+            .and_then(|s| real_uid(&s))
+        {
+            let named = std::fs::read_to_string(&self.passwd)
+                .ok()
+                .and_then(|p| account_name(&p, uid));
+            owner.user = Some(named.unwrap_or_else(|| format!("uid {uid}")));
+        }
         owner
     }
 
@@ -51,6 +71,25 @@ impl OwnerReader {
         let name = comm.trim();
         (!name.is_empty()).then(|| name.to_owned())
     }
+}
+
+/// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
+pub fn real_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|real| real.parse().ok())
+}
+
+/// The account a uid belongs to in a passwd file (`name:password:uid:gid:…`).
+pub fn account_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid && !name.is_empty()).then(|| name.to_owned())
+    })
 }
 
 /// `/proc/<pid>/environ` is NUL-separated `KEY=VALUE` pairs.
@@ -161,9 +200,28 @@ mod tests {
     }
 
     #[test]
+    fn the_account_comes_from_the_real_uid() {
+        let status = "Name:\tpython3\nUmask:\t0022\nUid:\t1001\t0\t1001\t1001\nGid:\t1001\n";
+        assert_eq!(real_uid(status), Some(1001));
+        assert_eq!(real_uid("Name:\tx\n"), None);
+        let passwd =
+            "root:x:0:0:root:/root:/bin/bash\n# comment\nana:x:1001:1001:Ana:/home/ana:/bin/bash\n";
+        assert_eq!(account_name(passwd, 1001).as_deref(), Some("ana"));
+        assert_eq!(account_name(passwd, 0).as_deref(), Some("root"));
+        assert_eq!(account_name(passwd, 4242), None);
+    }
+
+    #[test]
     fn reads_a_proc_tree() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("4242");
+        let host = tempfile::tempdir().unwrap();
+        let root = host.path().join("proc");
+        std::fs::create_dir_all(host.path().join("etc")).unwrap();
+        std::fs::write(
+            host.path().join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\nana:x:1001:1001::/home/ana:/bin/sh\n",
+        )
+        .unwrap();
+        let dir = root.join("4242");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("environ"), b"GPULEDGER_EXPERIMENT=exp-7\0").unwrap();
         std::fs::write(
@@ -172,7 +230,17 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("comm"), "python3\n").unwrap();
-        let reader = OwnerReader::new(root.path(), vec![]);
+        std::fs::write(
+            dir.join("status"),
+            "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\n",
+        )
+        .unwrap();
+        let other = root.join("4343");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("status"), "Uid:\t2002\t2002\t2002\t2002\n").unwrap();
+        let reader = OwnerReader::new(&root, vec![]);
+        assert_eq!(reader.read(4242).user.as_deref(), Some("ana"));
+        assert_eq!(reader.read(4343).user.as_deref(), Some("uid 2002"));
         let owner = reader.read(4242);
         assert_eq!(
             owner.labels.get("experiment").map(String::as_str),

@@ -157,6 +157,7 @@ impl WindowBuilder {
                     labels: p.owner.labels,
                     container_id: p.owner.container_id,
                     pod_uid: p.owner.pod_uid,
+                    user: p.owner.user,
                 })
                 .collect();
             out.push(GpuWindow {

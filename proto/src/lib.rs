@@ -110,6 +110,10 @@ pub struct ProcessWindow {
     pub container_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
+    /// The Unix account running the process (its real uid's name, or `uid 1234` when the agent
+    /// cannot resolve it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// What the server answers to an accepted report.

@@ -159,11 +159,24 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
         ),
         Workload::Idle => (0.0, 0, None),
     };
+    // Who runs each kind of work: service accounts for jobs, a person for the notebook.
+    let user = match spec.workload {
+        Workload::Training(..) => "svc-train",
+        Workload::Inference(..) => "svc-serve",
+        _ => "maria",
+    };
     let processes = proc_labels
         .map(|labels| {
             vec![ProcessWindow {
                 pid: 10_000 + g,
-                name: Some("python3".into()),
+                name: Some(
+                    match spec.workload {
+                        Workload::HeldIdle(_) => "jupyter-kernel",
+                        _ => "python3",
+                    }
+                    .into(),
+                ),
+                user: Some(user.into()),
                 memory_used_max_bytes: Some(mem),
                 sm_util_avg: Some((util - 2.0).max(0.0)),
                 labels,

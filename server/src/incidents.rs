@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::money::to_text;
 use crate::slack;
 use crate::store::{AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError};
-use crate::waste::{self, Finding};
+use crate::waste::{self, Finding, IdleDevice};
 
 /// How far back a new incident's start is looked for: the raw windows kept by default.
 const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
@@ -85,6 +85,30 @@ fn price(f: &Finding, hourly: &HashMap<i64, GpuPrice>) -> (Decimal, bool) {
         }
     }
     (total.round_dp(6), estimated)
+}
+
+/// A finding's GPUs as people name them, each with the processes holding it idle.
+fn devices(f: &Finding, named: &HashMap<String, (String, Option<i64>)>) -> Vec<IdleDevice> {
+    f.gpus
+        .iter()
+        .map(|uuid| {
+            let (host, index) = named
+                .get(uuid)
+                .cloned()
+                .unwrap_or_else(|| (f.hostname.clone().unwrap_or_default(), None));
+            IdleDevice {
+                host,
+                uuid: uuid.clone(),
+                index,
+                processes: f
+                    .processes
+                    .iter()
+                    .filter(|p| &p.gpu_uuid == uuid)
+                    .cloned()
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// Dollars burned so far: the hourly cost over the time idle.
@@ -164,6 +188,13 @@ pub async fn evaluate(
         .map(|(h, gpus)| (h, gpus.into_values().map(str::to_owned).collect()))
         .collect();
     let hourly = current_price::gpu_prices(store, &hosts, &names, card, now_ms).await?;
+    // How people name each GPU: its host and NVML index.
+    let named: HashMap<String, (String, Option<i64>)> = store
+        .fleet()
+        .await?
+        .into_iter()
+        .filter_map(|r| Some((r.uuid?, (r.hostname, r.gpu_index))))
+        .collect();
 
     let snoozed: Vec<String> = store
         .active_snoozes(now_ms)
@@ -195,6 +226,8 @@ pub async fn evaluate(
             hostname: f.hostname.clone(),
             gpus_json: serde_json::to_string(&f.gpus).unwrap_or_else(|_| "[]".into()),
             owners_json: serde_json::to_string(&f.owners).unwrap_or_else(|_| "{}".into()),
+            devices_json: serde_json::to_string(&devices(f, &named))
+                .unwrap_or_else(|_| "[]".into()),
             started_ms: since,
             last_seen_ms: now_ms,
             cost_per_hour: to_text(cost_per_hour),

@@ -830,6 +830,7 @@ mod tests {
                 labels_json: "{}".into(),
                 container_id: None,
                 pod_uid: None,
+                user_name: None,
             });
         }
         (ws, ps)

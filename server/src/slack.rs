@@ -195,6 +195,7 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
                 { "type": "mrkdwn", "text": field("Wasted", &dollars(wasted)) },
                 { "type": "mrkdwn", "text": field("Owners", &owners_text) }
             ]},
+            { "type": "section", "text": { "type": "mrkdwn", "text": devices_section(&i.devices_json) } },
             { "type": "section", "text": { "type": "mrkdwn", "text": clip_escaped(
                 &format!("*Suggested:* {}", suggestion(IncidentKind::parse(&i.kind), event)),
                 limits::SECTION_TEXT,
@@ -206,6 +207,34 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
             ]}
         ]
     })
+}
+
+/// Lines of a message's GPU list before the rest is counted instead of listed.
+const DEVICE_LINES: usize = 12;
+
+/// The incident's GPUs, one line per host or held process, within a section's limit.
+fn devices_section(devices_json: &str) -> String {
+    let devices: Vec<crate::waste::IdleDevice> =
+        serde_json::from_str(devices_json).unwrap_or_default();
+    let lines = crate::waste::describe_devices(&devices);
+    if lines.is_empty() {
+        return "*Which GPUs:* see the incident page.".into();
+    }
+    let mut shown: Vec<String> = lines
+        .iter()
+        .take(DEVICE_LINES)
+        .map(|l| format!("• {l}"))
+        .collect();
+    if lines.len() > DEVICE_LINES {
+        shown.push(format!(
+            "…and {} more on the incident page",
+            lines.len() - DEVICE_LINES
+        ));
+    }
+    clip_escaped(
+        &format!("*Which GPUs:*\n{}", shown.join("\n")),
+        limits::SECTION_TEXT,
+    )
 }
 
 pub fn test_message(route: &str, base_url: &str) -> Value {
@@ -405,6 +434,7 @@ mod tests {
             hostname: hostname.map(str::to_owned),
             gpus_json: serde_json::to_string(&vec!["GPU-1"; 64]).unwrap_or_default(),
             owners_json: owners.into(),
+            devices_json: "[]".into(),
             started_ms: 0,
             ended_ms: None,
             last_seen_ms: 0,
@@ -439,12 +469,24 @@ mod tests {
                 Event::Resolved,
                 Event::StoppedReporting,
             ] {
-                let m = incident_message(
-                    &incident(cluster, host, &owners),
-                    event,
-                    "http://gpuledger.test",
-                    3_600_000,
-                );
+                // 64 GPUs held by processes with names and labels as long as ingest allows.
+                let devices: Vec<crate::waste::IdleDevice> = (0..64)
+                    .map(|g| crate::waste::IdleDevice {
+                        host: host.unwrap_or(cluster).to_owned(),
+                        uuid: format!("GPU-{g}"),
+                        index: Some(g),
+                        processes: vec![crate::waste::HeldProcess {
+                            gpu_uuid: format!("GPU-{g}"),
+                            pid: 1000 + g,
+                            name: Some("&<p>".repeat(64)),
+                            user: Some("u".repeat(256)),
+                            owners: [("team".to_owned(), "<t>&".repeat(64))].into(),
+                        }],
+                    })
+                    .collect();
+                let mut i = incident(cluster, host, &owners);
+                i.devices_json = serde_json::to_string(&devices).unwrap();
+                let m = incident_message(&i, event, "http://gpuledger.test", 3_600_000);
                 let path = dir.path().join(format!("{n}-{}.json", event.as_str()));
                 std::fs::write(&path, m.to_string()).unwrap();
                 files.push(path);

@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde::{Deserialize, Serialize};
+
 use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredProcessWindow};
 
@@ -69,7 +71,100 @@ pub struct Finding {
     pub gpu_equivalents: f64,
     /// Owner labels of a held-idle process.
     pub owners: BTreeMap<String, String>,
+    /// The processes holding the GPUs idle (held-idle findings only).
+    pub processes: Vec<HeldProcess>,
     pub since_ms: i64,
+}
+
+/// A process holding a GPU idle, as a person would look for it: on which GPU, its pid and name,
+/// who runs it and its owner labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldProcess {
+    pub gpu_uuid: String,
+    pub pid: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, String>,
+}
+
+impl HeldProcess {
+    /// `pid 4242 python3, user ana, team=research experiment=notebook`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("pid {}", self.pid);
+        if let Some(n) = &self.name {
+            out.push_str(&format!(" {n}"));
+        }
+        if let Some(u) = &self.user {
+            out.push_str(&format!(", user {u}"));
+        }
+        if !self.owners.is_empty() {
+            let owners: Vec<String> = self
+                .owners
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            out.push_str(&format!(", {}", owners.join(" ")));
+        }
+        out
+    }
+}
+
+/// One GPU of an incident, named as `nvidia-smi` names it on its host, with the processes
+/// holding it idle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleDevice {
+    pub host: String,
+    pub uuid: String,
+    /// NVML index (a MIG instance has its GPU's); `None` when the GPU is no longer listed.
+    pub index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<HeldProcess>,
+}
+
+impl IdleDevice {
+    /// `#3`, or the end of its UUID where the index is unknown.
+    pub fn label(&self) -> String {
+        match self.index {
+            Some(i) => format!("#{i}"),
+            None => {
+                let tail: String = self.uuid.chars().rev().take(8).collect();
+                format!("…{}", tail.chars().rev().collect::<String>())
+            }
+        }
+    }
+}
+
+/// An incident's GPUs as lines a person reads: per host the idle GPUs by index
+/// (`scratch-00: GPU #0, #1, #2`), and a line per process holding one
+/// (`train-east-07 GPU #3: pid 4242 python3, user ana, team=research`).
+pub fn describe_devices(devices: &[IdleDevice]) -> Vec<String> {
+    let mut hosts: Vec<&str> = Vec::new();
+    for d in devices {
+        if !hosts.contains(&d.host.as_str()) {
+            hosts.push(&d.host);
+        }
+    }
+    let mut lines = Vec::new();
+    for host in hosts {
+        let mine: Vec<&IdleDevice> = devices.iter().filter(|d| d.host == host).collect();
+        let bare: Vec<String> = mine
+            .iter()
+            .filter(|d| d.processes.is_empty())
+            .map(|d| d.label())
+            .collect();
+        if !bare.is_empty() {
+            lines.push(format!("{host}: GPU {}", bare.join(", ")));
+        }
+        for d in mine.iter().filter(|d| !d.processes.is_empty()) {
+            for p in &d.processes {
+                lines.push(format!("{host} GPU {}: {}", d.label(), p.describe()));
+            }
+        }
+    }
+    lines
 }
 
 /// What a GPU or MIG instance did over one window, by its cluster's thresholds.
@@ -185,11 +280,15 @@ fn merge_held(mut parts: Vec<Finding>) -> Option<Finding> {
         for g in &p.gpus {
             gpus.insert(g.clone(), p.gpu_equivalents);
         }
+        merged.processes.extend(p.processes);
         for (k, v) in p.owners {
             owners.entry(k).or_default().insert(v);
         }
         merged.since_ms = merged.since_ms.max(p.since_ms);
     }
+    merged
+        .processes
+        .sort_by(|a, b| (&a.gpu_uuid, a.pid).cmp(&(&b.gpu_uuid, b.pid)));
     merged.gpu_equivalents = gpus.values().sum();
     merged.gpus = gpus.into_keys().collect();
     merged.owners = owners
@@ -324,7 +423,15 @@ pub fn find(
                 .filter(|l| l.parent.is_some() && l.parent == leaf.parent)
                 .count()
                 .max(1);
+            let process = HeldProcess {
+                gpu_uuid: uuid.to_string(),
+                pid,
+                name: p.process_name.clone(),
+                user: p.user_name.clone(),
+                owners: owners.clone(),
+            };
             held.entry(*host_id).or_default().push(Finding {
+                processes: vec![process],
                 key: format!("held:{}/{}", host.cluster, host.hostname),
                 kind: IncidentKind::HeldIdle,
                 cluster: host.cluster.clone(),
@@ -387,6 +494,7 @@ pub fn find(
                 gpu_equivalents: gpus.len() as f64,
                 gpus,
                 owners: BTreeMap::new(),
+                processes: Vec::new(),
                 since_ms: hosts_in
                     .iter()
                     .filter_map(|h| h.since)
@@ -436,6 +544,7 @@ pub fn find(
                 gpu_equivalents: idle.len() as f64,
                 gpus: idle.iter().map(|g| g.to_string()).collect(),
                 owners: BTreeMap::new(),
+                processes: Vec::new(),
                 since_ms: since.unwrap_or(idle_since),
             });
         }
@@ -459,7 +568,11 @@ mod tests {
             (Some(5.0), vec![], Activity::Busy),
             (None, vec![], Activity::Unknown),
             (Some(0.0), vec![(gib, Some(0.0))], Activity::HeldIdle),
-            (Some(0.0), vec![(gib, Some(0.9)), (gib, Some(1.0))], Activity::Busy),
+            (
+                Some(0.0),
+                vec![(gib, Some(0.9)), (gib, Some(1.0))],
+                Activity::Busy,
+            ),
             // No per-process SM from the driver: the GPU's utilization decides.
             (Some(40.0), vec![(gib, None)], Activity::Busy),
             (Some(2.0), vec![(gib, None)], Activity::HeldIdle),
@@ -467,11 +580,18 @@ mod tests {
             (Some(0.0), vec![(Some(0), Some(0.0))], Activity::Idle),
         ];
         for (util, procs, want) in cases {
-            assert_eq!(activity(util, procs.clone(), 5.0, 1.0), want, "{util:?} {procs:?}");
+            assert_eq!(
+                activity(util, procs.clone(), 5.0, 1.0),
+                want,
+                "{util:?} {procs:?}"
+            );
         }
         // Per-cluster thresholds move the line.
         assert_eq!(activity(Some(20.0), [], 30.0, 1.0), Activity::Idle);
-        assert_eq!(activity(Some(0.0), [(gib, Some(3.0))], 5.0, 5.0), Activity::HeldIdle);
+        assert_eq!(
+            activity(Some(0.0), [(gib, Some(3.0))], 5.0, 5.0),
+            Activity::HeldIdle
+        );
     }
 
     const T: i64 = 1_800_000_000_000;
@@ -522,6 +642,7 @@ mod tests {
             labels_json: "{}".into(),
             container_id: None,
             pod_uid: None,
+            user_name: None,
         }
     }
 

@@ -70,6 +70,7 @@ fn process(
         labels_json: "{}".into(),
         container_id: None,
         pod_uid: None,
+        user_name: None,
     }
 }
 

@@ -131,9 +131,7 @@ mod tests {
         let stale = line(90 * HOUR_MS, 91 * HOUR_MS, "6.00");
         let p = gpu_price(&h, &[&stale], &names, &card, now).unwrap();
         assert!(p.estimated);
-        let (hourly, _) = card
-            .host_price(Some("g5.12xlarge"), &names, false)
-            .unwrap();
+        let (hourly, _) = card.host_price(Some("g5.12xlarge"), &names, false).unwrap();
         assert_eq!(p.per_gpu_hour, hourly / Decimal::from(4));
         // Spot hosts get the spot rate; an unknown type and GPU has no price; no GPU, none.
         let spot = gpu_price(&host("g5.12xlarge", Some("spot")), &[], &names, &card, now).unwrap();

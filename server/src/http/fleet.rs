@@ -37,6 +37,8 @@ pub struct ProcessView {
     pub memory: String,
     pub sm_util: String,
     pub labels: Vec<(String, String)>,
+    /// The Unix account running it, where the agent reported one.
+    pub user: Option<String>,
 }
 
 pub struct GpuView {
@@ -111,6 +113,7 @@ fn process_view(p: &FleetProcess) -> ProcessView {
         name: p.process_name.clone().unwrap_or_else(|| "?".into()),
         memory: p.memory_used_max_bytes.map_or("—".into(), bytes_gib),
         sm_util: percent(p.sm_util_avg),
+        user: p.user_name.clone(),
         labels: labels.into_iter().collect(),
     }
 }

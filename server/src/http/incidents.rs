@@ -43,6 +43,8 @@ pub struct IncidentView {
     pub cluster: String,
     pub hostname: Option<String>,
     pub gpus: Vec<String>,
+    /// The GPUs by host and NVML index, with the processes holding them idle.
+    pub devices: Vec<crate::waste::IdleDevice>,
     pub owners: BTreeMap<String, String>,
     pub started_at: String,
     pub ended_at: Option<String>,
@@ -62,6 +64,10 @@ impl IncidentView {
     pub fn wasted_text(&self) -> String {
         crate::format::usd(self.wasted)
     }
+    /// One line per host's idle GPUs and per process holding one.
+    pub fn device_lines(&self) -> Vec<String> {
+        crate::waste::describe_devices(&self.devices)
+    }
     pub fn owners_text(&self) -> String {
         self.owners
             .iter()
@@ -80,6 +86,7 @@ pub fn view(r: IncidentRow, now: i64) -> IncidentView {
             .to_owned(),
         kind: r.kind,
         gpus: serde_json::from_str(&r.gpus_json).unwrap_or_default(),
+        devices: serde_json::from_str(&r.devices_json).unwrap_or_default(),
         owners: serde_json::from_str(&r.owners_json).unwrap_or_default(),
         started_at: rfc3339(r.started_ms),
         ended_at: r.ended_ms.map(rfc3339),
@@ -352,6 +359,7 @@ fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
         "cluster",
         "host",
         "gpus",
+        "which_gpus",
         "owners",
         "started_at",
         "ended_at",
@@ -366,6 +374,7 @@ fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
             v.cluster.clone(),
             v.hostname.clone().unwrap_or_default(),
             v.gpus.join(" "),
+            v.device_lines().join("; "),
             v.owners_text(),
             v.started_at.clone(),
             v.ended_at.clone().unwrap_or_default(),

@@ -388,7 +388,10 @@ async fn fleet_page_prices_gpus_and_says_what_they_do() {
         let summary = text(doc.select(&sel("p.summary")).next().unwrap());
         // Two priced GPUs cost $1.61 an hour; the held one, $0.80, is burning idle.
         assert!(summary.contains("$1.61/h"), "{summary}");
-        assert!(summary.contains("$0.80/h on GPUs idle or held idle"), "{summary}");
+        assert!(
+            summary.contains("$0.80/h on GPUs idle or held idle"),
+            "{summary}"
+        );
         assert!(summary.contains("1 hosts have no price"), "{summary}");
         let cluster = text(doc.select(&sel("section.cluster h2")).next().unwrap());
         assert!(cluster.contains("2 of 3 GPUs busy"), "{cluster}");
@@ -398,7 +401,11 @@ async fn fleet_page_prices_gpus_and_says_what_they_do() {
             .map(|e| text(e).trim().to_owned())
             .collect();
         assert_eq!(costs, ["$0.80/h", "$0.80/h", ""], "{}", api.backend);
-        assert_eq!(doc.select(&sel("h3 .tag[title]")).count(), 2, "two estimates");
+        assert_eq!(
+            doc.select(&sel("h3 .tag[title]")).count(),
+            2,
+            "two estimates"
+        );
     }
 }
 
@@ -725,6 +732,75 @@ async fn the_billing_page_shows_the_files_of_each_period() {
             "{b}"
         );
         assert_eq!(files[0]["replaced_by"], files[2]["import_id"], "{b}");
+    }
+}
+
+/// An incident's page, API and CSV name its GPUs as people do (host, NVML index) and the
+/// processes holding them: pid, name, user and owners.
+#[tokio::test]
+async fn an_incident_names_its_gpus_processes_and_users() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        let devices = serde_json::json!([
+            {"host": "nb-1", "uuid": "GPU-nb-0", "index": 0, "processes": [
+                {"gpu_uuid": "GPU-nb-0", "pid": 4242, "name": "jupyter", "user": "ana",
+                 "owners": {"team": "research"}}]},
+            {"host": "nb-1", "uuid": "GPU-nb-1", "index": 1}
+        ]);
+        let now = now_ms();
+        let id = api
+            .store
+            .insert_incident(&crate::store::IncidentUpdate {
+                incident_key: "held:c1/nb-1".into(),
+                kind: "held_idle".into(),
+                cluster: "c1".into(),
+                hostname: Some("nb-1".into()),
+                gpus_json: r#"["GPU-nb-0","GPU-nb-1"]"#.into(),
+                owners_json: r#"{"team":"research"}"#.into(),
+                devices_json: devices.to_string(),
+                started_ms: now - 3_600_000,
+                last_seen_ms: now,
+                cost_per_hour: "4.10".into(),
+                estimated: false,
+                wasted: "4.10".into(),
+            })
+            .await
+            .unwrap();
+        let (status, html) = api.get_as(&format!("/incidents/{id}"), Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let doc = scraper::Html::parse_document(&html);
+        let lines: Vec<String> = doc
+            .select(&scraper::Selector::parse("ul.devices li").unwrap())
+            .map(|e| e.text().collect())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "nb-1: GPU #1",
+                "nb-1 GPU #0: pid 4242 jupyter, user ana, team=research"
+            ],
+            "{}",
+            api.backend
+        );
+        let (_, body) = api.get_as("/api/v1/incidents", Some(&viewer)).await;
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let mine = json
+            .as_array()
+            .or_else(|| json["incidents"].as_array())
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .unwrap()
+            .clone();
+        assert_eq!(mine["devices"][0]["processes"][0]["user"], "ana");
+        assert_eq!(mine["devices"][1]["index"], 1);
+        let (_, csv) = api
+            .get_as("/api/v1/incidents?format=csv", Some(&viewer))
+            .await;
+        assert!(
+            csv.contains("nb-1: GPU #1; nb-1 GPU #0: pid 4242 jupyter, user ana, team=research"),
+            "{csv}"
+        );
     }
 }
 

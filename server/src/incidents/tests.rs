@@ -102,6 +102,8 @@ async fn windows(
                     .map(|team| {
                         vec![ProcessWindow {
                             pid: 100 + g,
+                            name: Some("jupyter".into()),
+                            user: Some("ana".into()),
                             memory_used_max_bytes: Some(8 << 30),
                             sm_util_avg: Some(0.0),
                             labels: [("team".to_string(), team.to_string())].into(),
@@ -278,16 +280,22 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
             "{b}: the busy cluster never alerts"
         );
         assert_eq!(
-            posts[0]["blocks"][3]["elements"][0]["url"],
+            posts[0]["blocks"][4]["elements"][0]["url"],
             format!("https://gpuledger.example.com/incidents/{}", i.id)
         );
+        // Which GPUs, as nvidia-smi names them on each host.
+        assert_eq!(
+            posts[0]["blocks"][2]["text"]["text"],
+            "*Which GPUs:*\n• idle-1: GPU #0, #1\n• idle-2: GPU #0, #1",
+            "{b}"
+        );
         assert!(
-            posts[0]["blocks"][2]["text"]["text"]
+            posts[0]["blocks"][3]["text"]["text"]
                 .as_str()
                 .unwrap()
                 .starts_with("*Suggested:* Scale the cluster down"),
             "{b}: {}",
-            posts[0]["blocks"][2]
+            posts[0]["blocks"][3]
         );
         let history = store.slack_history(10).await.unwrap();
         assert!(history.iter().all(|m| m.status == "sent"), "{b}");
@@ -464,6 +472,13 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
             .as_str()
             .unwrap()
             .contains("team=research"));
+        // One message for the host, each GPU with the process holding it and who runs it.
+        assert_eq!(
+            posts[0]["blocks"][2]["text"]["text"],
+            "*Which GPUs:*\n• nb-1 GPU #0: pid 100 jupyter, user ana, team=research\n\
+             • nb-1 GPU #1: pid 101 jupyter, user ana, team=research",
+            "{b}"
+        );
 
         // The snooze ends: the still-idle cluster is announced.
         evaluate(store.as_ref(), &card, &cfg, T + 2 * MIN)

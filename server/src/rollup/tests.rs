@@ -56,6 +56,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
                                 ]),
                                 container_id: None,
                                 pod_uid: None,
+                                user: None,
                             }]
                         },
                         parent_uuid: None,

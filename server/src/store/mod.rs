@@ -85,6 +85,7 @@ pub struct FleetProcess {
     pub memory_used_max_bytes: Option<i64>,
     pub sm_util_avg: Option<f64>,
     pub labels_json: String,
+    pub user_name: Option<String>,
 }
 
 /// A stored GPU window, as read back.
@@ -240,6 +241,8 @@ pub struct StoredProcessWindow {
     pub labels_json: String,
     pub container_id: Option<String>,
     pub pod_uid: Option<String>,
+    /// The Unix account running the process, where the agent reported it.
+    pub user_name: Option<String>,
 }
 
 /// A bill about to be stored.
@@ -440,6 +443,8 @@ pub struct IncidentRow {
     pub hostname: Option<String>,
     pub gpus_json: String,
     pub owners_json: String,
+    /// [`crate::waste::IdleDevice`]s: each GPU with its host, index and held-idle processes.
+    pub devices_json: String,
     pub started_ms: i64,
     pub ended_ms: Option<i64>,
     pub last_seen_ms: i64,
@@ -458,6 +463,7 @@ pub struct IncidentUpdate {
     pub hostname: Option<String>,
     pub gpus_json: String,
     pub owners_json: String,
+    pub devices_json: String,
     pub started_ms: i64,
     pub last_seen_ms: i64,
     pub cost_per_hour: String,
@@ -1534,7 +1540,7 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::FleetProcess>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT p.gpu_uuid, p.pid, p.process_name, p.memory_used_max_bytes, p.sm_util_avg,
-                        p.labels_json
+                        p.labels_json, p.user_name
                  FROM gpus g
                  JOIN process_windows p ON p.gpu_uuid = g.uuid AND p.start_ms =
                     (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
@@ -1568,7 +1574,8 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::StoredProcessWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg,
-                        model, experiment, endpoint, team, labels_json, container_id, pod_uid
+                        model, experiment, endpoint, team, labels_json, container_id, pod_uid,
+                        user_name
                  FROM process_windows WHERE start_ms >= $1 AND start_ms < $2
                  ORDER BY gpu_uuid, start_ms, pid",
             )
@@ -2121,7 +2128,7 @@ macro_rules! shared_sql_impl {
                 let mut q = in_time_and_list(
                     "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes,
                             sm_util_avg, model, experiment, endpoint, team, labels_json,
-                            container_id, pod_uid
+                            container_id, pod_uid, user_name
                      FROM process_windows WHERE",
                     ("start_ms", from_ms, to_ms),
                     "gpu_uuid",
@@ -2440,7 +2447,7 @@ macro_rules! shared_sql_impl {
         }
 
         const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
-            started_ms, ended_ms, last_seen_ms, cost_per_hour, estimated, wasted, last_notified_ms";
+            devices_json, started_ms, ended_ms, last_seen_ms, cost_per_hour, estimated, wasted, last_notified_ms";
         const SLACK_COLUMNS: &str = "id, incident_id, event, route, payload, created_ms, status, attempts,
             next_attempt_ms, last_error, sent_ms";
 
@@ -2488,8 +2495,8 @@ macro_rules! shared_sql_impl {
         ) -> Result<i64, $crate::store::StoreError> {
             let (id,): (i64,) = sqlx::query_as(
                 "INSERT INTO incidents (incident_key, kind, cluster, hostname, gpus_json, owners_json,
-                    started_ms, last_seen_ms, cost_per_hour, estimated, wasted)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+                    started_ms, last_seen_ms, cost_per_hour, estimated, wasted, devices_json)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
             )
             .bind(&i.incident_key)
             .bind(&i.kind)
@@ -2502,6 +2509,7 @@ macro_rules! shared_sql_impl {
             .bind(&i.cost_per_hour)
             .bind(i64::from(i.estimated))
             .bind(&i.wasted)
+            .bind(&i.devices_json)
             .fetch_one(pool)
             .await?;
             Ok(id)
@@ -2514,7 +2522,8 @@ macro_rules! shared_sql_impl {
         ) -> Result<(), $crate::store::StoreError> {
             sqlx::query(
                 "UPDATE incidents SET gpus_json = $2, owners_json = $3, last_seen_ms = $4,
-                    cost_per_hour = $5, estimated = $6, wasted = $7, hostname = $8
+                    cost_per_hour = $5, estimated = $6, wasted = $7, hostname = $8,
+                    devices_json = $9
                  WHERE id = $1",
             )
             .bind(id)
@@ -2525,6 +2534,7 @@ macro_rules! shared_sql_impl {
             .bind(i64::from(i.estimated))
             .bind(&i.wasted)
             .bind(&i.hostname)
+            .bind(&i.devices_json)
             .execute(pool)
             .await?;
             Ok(())

@@ -107,16 +107,16 @@ async fn ingest_report(
          ), pw AS (
             INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
-                labels_json, container_id, pod_uid)
+                labels_json, container_id, pod_uid, user_name)
             SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
                 u.memory_used_max_bytes, u.sm_util_avg, u.model, u.experiment, u.endpoint,
-                u.team, u.labels_json, u.container_id, u.pod_uid
+                u.team, u.labels_json, u.container_id, u.pod_uid, u.user_name
             FROM b, UNNEST($28::text[], $29::int8[], $30::int8[], $31::int8[], $32::text[],
                            $33::int8[], $34::float8[], $35::text[], $36::text[], $37::text[],
-                           $38::text[], $39::text[], $40::text[], $41::text[])
+                           $38::text[], $39::text[], $40::text[], $41::text[], $50::text[])
               AS u(gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
                    sm_util_avg, model, experiment, endpoint, team, labels_json, container_id,
-                   pod_uid)
+                   pod_uid, user_name)
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), guard AS (
@@ -189,6 +189,7 @@ async fn ingest_report(
         .bind(&rows.hours)
         .bind(content_sha256)
         .bind((g.uuid.len() + p.gpu_uuid.len()) as i64)
+        .bind(&p.user_name)
         .fetch_one(pool)
         .await;
     let stored = match stored {

@@ -43,6 +43,7 @@ pub(crate) struct ProcessColumns {
     pub labels_json: Vec<String>,
     pub container_id: Vec<Option<String>>,
     pub pod_uid: Vec<Option<String>>,
+    pub user_name: Vec<Option<String>>,
 }
 
 /// The newest window of one GPU in the report: what the `gpus` row (the fleet page) shows.
@@ -127,6 +128,7 @@ impl ReportRows {
                     );
                     c.container_id.push(p.container_id.clone());
                     c.pod_uid.push(p.pod_uid.clone());
+                    c.user_name.push(p.user.clone());
                 }
             }
         }

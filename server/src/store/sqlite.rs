@@ -98,7 +98,7 @@ async fn insert_report_rows(
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
-                labels_json, container_id, pod_uid) ",
+                labels_json, container_id, pod_uid, user_name) ",
         );
         q.push_values(chunk, |mut b, &i| {
             b.push_bind(&p.gpu_uuid[i])
@@ -114,7 +114,8 @@ async fn insert_report_rows(
                 .push_bind(&p.team[i])
                 .push_bind(&p.labels_json[i])
                 .push_bind(&p.container_id[i])
-                .push_bind(&p.pod_uid[i]);
+                .push_bind(&p.pod_uid[i])
+                .push_bind(&p.user_name[i]);
         });
         q.push(" ON CONFLICT DO NOTHING");
         inserted += q.build().execute(&mut **tx).await?.rows_affected();

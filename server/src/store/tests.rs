@@ -51,6 +51,7 @@ fn report(batch: &str, start_ms: i64, util: f64) -> Report {
                     ]),
                     container_id: None,
                     pod_uid: Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333".into()),
+                    user: Some("ana".into()),
                 }],
                 parent_uuid: None,
             }],
@@ -180,6 +181,9 @@ async fn a_report_is_stored_once_and_reads_back_exactly() {
             Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333"),
             "{b}"
         );
+        assert_eq!(p.user_name.as_deref(), Some("ana"), "{b}");
+        let latest = store.fleet_processes().await.unwrap();
+        assert_eq!(latest[0].user_name.as_deref(), Some("ana"), "{b}");
 
         let fleet = store.fleet().await.unwrap();
         assert_eq!(fleet.len(), 1, "{b}");
