@@ -290,10 +290,20 @@ async fn split_to_the_cent(db: TestDb) {
             "arn:aws:ec2:us-east-1:1111:instance/i-0aaa",
             "arn:aws:s3:::datasets",
         )
-        .replace("AmazonEC2", "AmazonS3");
+        .replace("AmazonEC2", "AmazonS3")
+        // A bucket has no instance type.
+        .replace(
+            r#""InstanceType"":""p4d.24xlarge""#,
+            r#""bucket"":""datasets""#,
+        );
+    // And a GPU instance no agent reports.
     std::fs::write(
         &bill,
-        format!("{HEADER}\n{}\n{s3}\n", bill_row("i-0aaa", 0, "32.7726")),
+        format!(
+            "{HEADER}\n{}\n{s3}\n{}\n",
+            bill_row("i-0aaa", 0, "32.7726"),
+            bill_row("i-0ccc", 0, "30.00")
+        ),
     )
     .unwrap();
     server_run(
@@ -346,9 +356,72 @@ async fn split_to_the_cent(db: TestDb) {
     assert_eq!(d(totals["cost"].as_str().unwrap()), d("32.7726"));
     assert_eq!(
         d(totals["unattributed_cost"].as_str().unwrap()),
-        d("5"),
-        "{label}: the S3 line counts, unattributed"
+        d("35"),
+        "{label}: the S3 line and the GPU instance without agent count, unattributed"
     );
+
+    // The month's reconciliation: every dollar of the bill, where the ledger puts it.
+    let month = chrono::DateTime::from_timestamp_millis(h)
+        .unwrap()
+        .format("%Y-%m")
+        .to_string();
+    let rec = get_json(
+        &viewer,
+        &format!("{}/api/v1/billing/reconciliation?month={month}", server.url),
+    )
+    .await;
+    let usd = &rec["currencies"][0];
+    assert_eq!(usd["currency"], "USD", "{label}: {rec}");
+    let dec = |v: &Value| d(v.as_str().unwrap());
+    assert_eq!(dec(&usd["bill"]), d("67.7726"), "{label}: {rec}");
+    assert_eq!(dec(&usd["bill_on_known_hosts"]), d("32.7726"), "{label}");
+    assert_eq!(dec(&usd["attributed"]["used"]), d("16.3863"), "{label}");
+    assert_eq!(
+        dec(&usd["attributed"]["held_idle"]),
+        d("8.19315"),
+        "{label}"
+    );
+    assert_eq!(dec(&usd["attributed"]["idle"]), d("8.19315"), "{label}");
+    assert_eq!(dec(&usd["attributed"]["unmonitored"]), d("0"), "{label}");
+    assert_eq!(
+        dec(&usd["estimated"]["used"]),
+        d("0"),
+        "{label}: all of it billed"
+    );
+    let no_agent = usd["gpu_without_agent"].as_array().unwrap();
+    assert_eq!(no_agent.len(), 1, "{label}: {rec}");
+    assert_eq!(no_agent[0]["resource"], "i-0ccc", "{label}");
+    assert_eq!(no_agent[0]["instance_type"], "p4d.24xlarge", "{label}");
+    assert_eq!(dec(&no_agent[0]["cost"]), d("30"), "{label}");
+    let not_gpu = usd["not_gpu"].as_array().unwrap();
+    assert_eq!(not_gpu.len(), 1, "{label}: {rec}");
+    assert_eq!(dec(&not_gpu[0]["cost"]), d("5"), "{label}");
+    assert_eq!(dec(&usd["ledger_unattributed"]), d("35"), "{label}");
+    assert_eq!(dec(&usd["difference"]), d("0"), "{label}: to the cent");
+    let page = client
+        .get(format!("{}/billing/{month}", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("✓ to the cent"), "{label}: {page}");
+    assert!(
+        page.contains("$67.77") && page.contains("i-0ccc"),
+        "{label}"
+    );
+    let bad = client
+        .get(format!(
+            "{}/api/v1/billing/reconciliation?month=2026-13",
+            server.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST, "{label}");
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["field"], "month", "{label}: {body}");
 
     let by_team = rows_by_key(
         &get_json(
@@ -429,8 +502,8 @@ async fn split_to_the_cent(db: TestDb) {
     }
     assert_eq!(
         focus_sum,
-        d("37.7726"),
-        "{label}: the FOCUS export sums to the bill, S3 line included"
+        d("67.7726"),
+        "{label}: the FOCUS export sums to the bill, S3 and unreported GPU lines included"
     );
     assert_eq!(
         split_sum,

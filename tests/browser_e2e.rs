@@ -413,6 +413,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         ("recommendations", "/recommendations".to_owned()),
         ("alerts", "/alerts".to_owned()),
         ("billing", "/billing".to_owned()),
+        ("reconciliation", format!("/billing/{previous}")),
         ("tokens", "/tokens".to_owned()),
     ];
     for (name, path) in &pages {

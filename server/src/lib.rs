@@ -21,6 +21,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod money;
 pub mod recommend;
+pub mod reconciliation;
 pub mod rollup;
 pub mod session;
 pub mod slack;

@@ -22,10 +22,244 @@ use crate::store::Replaces;
 use crate::{format, now_ms};
 
 pub fn router(max_upload_bytes: usize) -> Router<AppState> {
-    Router::new().route("/billing", get(billing_page)).route(
-        "/billing/import",
-        post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
+    Router::new()
+        .route("/billing", get(billing_page))
+        .route("/billing/{month}", get(reconciliation_page))
+        .route("/api/v1/billing/reconciliation", get(reconciliation_api))
+        .route(
+            "/billing/import",
+            post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
+        )
+}
+
+/// One line of a reconciliation: a label, the amount, and where its rows are.
+pub struct ReconLine {
+    pub label: String,
+    pub amount: String,
+    /// 0: the bill; 1: a part of it; 2: a part of a part.
+    pub depth: u8,
+    pub href: Option<String>,
+}
+
+/// One currency's reconciliation as the page shows it.
+pub struct ReconView {
+    pub currency: String,
+    pub lines: Vec<ReconLine>,
+    /// Zero difference: the ledger holds the bill to the cent.
+    pub balanced: bool,
+    pub difference: String,
+    /// The billed hosts' lines and their attribution differ (should never happen).
+    pub attribution_gap: Option<String>,
+    pub estimated: String,
+    pub estimated_parts: String,
+    pub gpu_without_agent: Vec<(String, String, String)>,
+    pub not_gpu: Vec<(String, String, String)>,
+    pub not_gpu_more: usize,
+}
+
+#[derive(Template)]
+#[template(path = "reconciliation.html")]
+struct ReconciliationPage {
+    chrome: Option<Chrome>,
+    month: String,
+    previous: String,
+    next: Option<String>,
+    pending_hours: i64,
+    periods: Vec<PeriodView>,
+    recs: Vec<ReconView>,
+    api: String,
+}
+
+/// Rows of "not GPU" listed; the rest are counted (the FOCUS export has every line).
+const NOT_GPU_LISTED: usize = 20;
+
+fn recon_view(r: &crate::reconciliation::Reconciliation, month: &str, next: &str) -> ReconView {
+    let money = |d: Decimal| format::money(d, &r.currency);
+    let alloc = format!("/api/v1/allocation?from={month}&to={next}&by=host&step=month&format=csv");
+    let drill = |key: &str| format!("/review/{month}/team?key={key}");
+    let line = |label: &str, amount: Decimal, depth: u8, href: Option<String>| ReconLine {
+        label: label.to_owned(),
+        amount: money(amount),
+        depth,
+        href,
+    };
+    let rows = |v: &[crate::reconciliation::ResourceCost], n: usize| {
+        v.iter()
+            .take(n)
+            .map(|c| {
+                (
+                    c.resource.clone(),
+                    c.instance_type.clone().unwrap_or_default(),
+                    money(c.cost),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let focus = format!("/api/v1/allocation?from={month}&to={next}&format=focus");
+    let gap = r.bill_on_known_hosts - r.attributed.total();
+    ReconView {
+        currency: r.currency.clone(),
+        lines: vec![
+            line(
+                "On the bill for the month's hours",
+                r.bill,
+                0,
+                Some(focus.clone()),
+            ),
+            line(
+                "GPU hosts that agents report, attributed",
+                r.attributed.total(),
+                1,
+                Some(alloc.clone()),
+            ),
+            line(
+                "used by their owners",
+                r.attributed.used,
+                2,
+                Some(alloc.clone()),
+            ),
+            line(
+                "held idle (memory held at ~0%), charged to its owners",
+                r.attributed.held_idle,
+                2,
+                Some(alloc.clone()),
+            ),
+            line(
+                "idle (no process)",
+                r.attributed.idle,
+                2,
+                Some(drill(crate::allocation::IDLE_KEY)),
+            ),
+            line(
+                "unmonitored (billed hours with no agent data)",
+                r.attributed.unmonitored,
+                2,
+                Some(drill(crate::allocation::UNMONITORED_KEY)),
+            ),
+            line(
+                "GPU instances no agent reports",
+                r.gpu_without_agent_total(),
+                1,
+                Some("#gpu-without-agent".into()),
+            ),
+            line(
+                "not GPU hosts",
+                r.not_gpu_total(),
+                1,
+                Some("#not-gpu".into()),
+            ),
+        ],
+        balanced: r.difference.is_zero(),
+        difference: money(r.difference),
+        attribution_gap: (!gap.is_zero()).then(|| money(gap)),
+        estimated: money(r.estimated.total()),
+        estimated_parts: format!(
+            "used {}, held idle {}, idle {}, unmonitored {}",
+            money(r.estimated.used),
+            money(r.estimated.held_idle),
+            money(r.estimated.idle),
+            money(r.estimated.unmonitored)
+        ),
+        gpu_without_agent: rows(&r.gpu_without_agent, usize::MAX),
+        not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),
+        not_gpu_more: r.not_gpu.len().saturating_sub(NOT_GPU_LISTED),
+    }
+}
+
+fn month_of(text: &str) -> Option<(i64, i64)> {
+    if text.len() != 7 {
+        return None;
+    }
+    let start = crate::allocation::parse_bound(text)?;
+    Some(crate::allocation::this_month(start))
+}
+
+fn month_label(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
+}
+
+/// `/billing/YYYY-MM`: the month's bill against the ledger, each figure linked to its rows.
+async fn reconciliation_page(
+    State(state): State<AppState>,
+    user: SignedIn,
+    axum::extract::Path(month): axum::extract::Path<String>,
+) -> Response {
+    let Some((from, to)) = month_of(&month) else {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            "No such month",
+            "Reconciliations are at /billing/YYYY-MM, for example /billing/2026-10.",
+        );
+    };
+    let loaded = async {
+        let recs =
+            crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
+                .await?;
+        let pending = state.store.dirty_mark_count(from, to).await?;
+        let periods = periods_of(state.store.billing_file_periods().await?);
+        Ok::<_, crate::store::StoreError>((recs, pending, periods))
+    }
+    .await;
+    let (recs, pending_hours, periods) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(error = %e, "reconciliation page");
+            return error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Try again in a minute.",
+            );
+        }
+    };
+    let next = month_label(to);
+    let periods = periods
+        .into_iter()
+        .filter(|p| p.period_start_ms >= from && p.period_start_ms < to)
+        .collect();
+    render_with_status(
+        StatusCode::OK,
+        &ReconciliationPage {
+            chrome: Some(Chrome::from(&user)),
+            previous: month_label(from - 1),
+            next: (to <= now_ms()).then(|| next.clone()),
+            pending_hours,
+            periods: views(periods),
+            recs: recs.iter().map(|r| recon_view(r, &month, &next)).collect(),
+            api: format!("/api/v1/billing/reconciliation?month={month}"),
+            month,
+        },
     )
+}
+
+#[derive(serde::Deserialize)]
+struct MonthQuery {
+    month: Option<String>,
+}
+
+/// `GET /api/v1/billing/reconciliation[?month=YYYY-MM]`: the same figures as JSON (this month
+/// by default).
+async fn reconciliation_api(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    axum::extract::Query(q): axum::extract::Query<MonthQuery>,
+) -> Result<axum::Json<serde_json::Value>, crate::error::ApiError> {
+    // This month unless one is asked for.
+    let month = q
+        .month
+        .unwrap_or_else(|| month_label(crate::allocation::this_month(now_ms()).0));
+    let (from, to) = month_of(&month).ok_or_else(|| crate::error::ApiError::BadRequest {
+        message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
+        field: Some("month".into()),
+    })?;
+    let recs =
+        crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let pending = state.store.dirty_mark_count(from, to).await?;
+    Ok(axum::Json(serde_json::json!({
+        "month": month,
+        "hours_waiting_for_rollup": pending,
+        "currencies": recs,
+    })))
 }
 
 /// One billing period as the page shows it.
@@ -36,6 +270,8 @@ pub struct PeriodView {
     pub billed: String,
     pub effective: String,
     pub files: Vec<FileView>,
+    /// `/billing/YYYY-MM`: the month against the ledger.
+    pub reconcile: String,
 }
 
 pub struct FileView {
@@ -131,6 +367,7 @@ fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
                 rows: format::thousands(p.rows),
                 billed: money(p.billed_total),
                 effective: money(p.effective_total),
+                reconcile: format!("/billing/{}", month_label(p.period_start_ms)),
                 files,
             }
         })

@@ -1,0 +1,292 @@
+//! A month's bill against the ledger, as a finance lead checks it: every dollar the bill charges
+//! for the month's hours is either attributed (used, held idle, idle, unmonitored) on a GPU host
+//! gpuledger knows, or on a GPU instance no agent reports, or not a GPU host at all; and the
+//! ledger's own total is that, plus what the rate card estimates for hosts no bill covers.
+//!
+//! The bill side is read from the bill lines themselves, classified as attribution classifies
+//! them (by instance key); the ledger side from the rollups. Both are exact decimals, so every
+//! check is to the cent and a difference means something is wrong or still being rolled up.
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind};
+use crate::billing::ratecard::RateCard;
+use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
+
+/// One bill resource the month charges, with its amount in the month's hours.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResourceCost {
+    /// The bill's resource (its normalised instance key), or `(none)`.
+    pub resource: String,
+    pub instance_type: Option<String>,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+}
+
+/// Used, held idle, idle and unmonitored dollars.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ByKind {
+    #[serde(with = "rust_decimal::serde::str")]
+    pub used: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub idle: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unmonitored: Decimal,
+}
+
+impl ByKind {
+    pub fn total(&self) -> Decimal {
+        self.used + self.held_idle + self.idle + self.unmonitored
+    }
+    fn add(&mut self, kind: Kind, cost: Decimal) {
+        match kind {
+            Kind::Used => self.used += cost,
+            Kind::HeldIdle => self.held_idle += cost,
+            Kind::Idle => self.idle += cost,
+            Kind::Unmonitored => self.unmonitored += cost,
+        }
+    }
+}
+
+/// One currency's reconciliation for a month.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reconciliation {
+    pub currency: String,
+    /// What the bill's lines charge for the month's hours.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub bill: Decimal,
+    /// Of it: lines of GPU hosts that agents report (the ledger attributes them).
+    #[serde(with = "rust_decimal::serde::str")]
+    pub bill_on_known_hosts: Decimal,
+    /// Lines of GPU instances (by the rate card's instance types) no agent has reported.
+    pub gpu_without_agent: Vec<ResourceCost>,
+    /// Everything else on the bill: storage, network, CPU instances, support, tax…
+    pub not_gpu: Vec<ResourceCost>,
+    /// The ledger's attribution of the billed hosts, by kind.
+    pub attributed: ByKind,
+    /// The ledger's rate-card estimates for hosts and hours no bill covers: not on this bill.
+    pub estimated: ByKind,
+    /// What the ledger holds as not attributed (GPU instances without agent and not GPU).
+    #[serde(with = "rust_decimal::serde::str")]
+    pub ledger_unattributed: Decimal,
+    /// `bill − (attributed + ledger_unattributed)`: zero when the ledger is complete.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub difference: Decimal,
+}
+
+impl Reconciliation {
+    pub fn gpu_without_agent_total(&self) -> Decimal {
+        self.gpu_without_agent.iter().map(|r| r.cost).sum()
+    }
+    pub fn not_gpu_total(&self) -> Decimal {
+        self.not_gpu.iter().map(|r| r.cost).sum()
+    }
+}
+
+/// Whether a bill line is for a GPU instance: its instance type is one the rate card prices
+/// with GPUs.
+fn is_gpu_instance(line: &StoredCostLine, card: &RateCard) -> bool {
+    line.instance_type
+        .as_deref()
+        .and_then(|t| card.instance_types.get(t))
+        .is_some_and(|r| r.gpus > 0)
+}
+
+/// Reconciles `[from_ms, to_ms)` from its bill lines and its (rolled-up) attribution.
+pub fn reconcile(
+    lines: &[StoredCostLine],
+    hosts: &[HostRow],
+    ledger: &Attribution,
+    card: &RateCard,
+    from_ms: i64,
+    to_ms: i64,
+) -> Vec<Reconciliation> {
+    #[derive(Default)]
+    struct Acc {
+        bill: Decimal,
+        known: Decimal,
+        gpu_without_agent: BTreeMap<(String, Option<String>), Decimal>,
+        not_gpu: BTreeMap<(String, Option<String>), Decimal>,
+        attributed: ByKind,
+        estimated: ByKind,
+    }
+    let by_key = hosts_by_instance_key(hosts);
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    for line in lines {
+        let amount: Decimal = line_hours(line, from_ms, to_ms)
+            .into_iter()
+            .map(|(_, a)| a)
+            .sum();
+        if amount.is_zero() {
+            continue;
+        }
+        let a = acc.entry(line.currency.clone()).or_default();
+        a.bill += amount;
+        let key = line.resource_key.as_deref();
+        if key.is_some_and(|k| by_key.contains_key(k)) {
+            a.known += amount;
+            continue;
+        }
+        let resource = (
+            key.unwrap_or("(none)").to_owned(),
+            line.instance_type.clone(),
+        );
+        let bucket = if is_gpu_instance(line, card) {
+            &mut a.gpu_without_agent
+        } else {
+            &mut a.not_gpu
+        };
+        *bucket.entry(resource).or_default() += amount;
+    }
+    for p in &ledger.parts {
+        let a = acc.entry(p.currency.clone()).or_default();
+        if p.estimated {
+            a.estimated.add(p.kind, p.cost);
+        } else {
+            a.attributed.add(p.kind, p.cost);
+        }
+    }
+    for currency in ledger.unattributed.keys() {
+        acc.entry(currency.clone()).or_default();
+    }
+    let listed = |m: BTreeMap<(String, Option<String>), Decimal>| {
+        let mut v: Vec<ResourceCost> = m
+            .into_iter()
+            .filter(|(_, c)| !c.is_zero())
+            .map(|((resource, instance_type), cost)| ResourceCost {
+                resource,
+                instance_type,
+                cost,
+            })
+            .collect();
+        v.sort_by(|a, b| b.cost.cmp(&a.cost).then(a.resource.cmp(&b.resource)));
+        v
+    };
+    acc.into_iter()
+        .map(|(currency, a)| {
+            let ledger_unattributed = ledger
+                .unattributed
+                .get(&currency)
+                .copied()
+                .unwrap_or_default();
+            Reconciliation {
+                difference: a.bill - a.attributed.total() - ledger_unattributed,
+                currency,
+                bill: a.bill,
+                bill_on_known_hosts: a.known,
+                gpu_without_agent: listed(a.gpu_without_agent),
+                not_gpu: listed(a.not_gpu),
+                attributed: a.attributed,
+                estimated: a.estimated,
+                ledger_unattributed,
+            }
+        })
+        .collect()
+}
+
+/// A month's reconciliation, read from the store: its bill lines and its rollups.
+pub async fn for_range(
+    store: &dyn Store,
+    card: &RateCard,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<Reconciliation>, StoreError> {
+    let lines = store.cost_lines(from_ms, to_ms).await?;
+    let hosts = store.hosts().await?;
+    let ledger = crate::rollup::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
+    Ok(reconcile(&lines, &hosts, &ledger, card, from_ms, to_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::{Owner, Part, HOUR_MS};
+
+    fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {
+        StoredCostLine {
+            resource_key: key.map(str::to_owned),
+            charge_period_start_ms: 0,
+            charge_period_end_ms: 2 * HOUR_MS,
+            charge_category: "Usage".into(),
+            billed_cost: cost.into(),
+            effective_cost: cost.into(),
+            currency: "USD".into(),
+            pricing_category: "on_demand".into(),
+            instance_type: instance_type.map(str::to_owned),
+        }
+    }
+
+    fn part(kind: Kind, cost: &str, estimated: bool) -> Part {
+        Part {
+            hour_ms: 0,
+            host_id: 1,
+            gpu_uuid: Some("GPU-1".into()),
+            owner: Owner::default(),
+            kind,
+            pricing_category: "on_demand".into(),
+            currency: "USD".into(),
+            cost: crate::money::from_text(cost),
+            estimated,
+            gpu_seconds: 0.0,
+            util_gpu_seconds: 0.0,
+            util_known_seconds: 0.0,
+            energy_j: 0.0,
+        }
+    }
+
+    #[test]
+    fn every_line_lands_in_one_place_and_a_gap_shows() {
+        let hosts = [HostRow {
+            id: 1,
+            cluster: "c".into(),
+            hostname: "h".into(),
+            provider: None,
+            instance_id: None,
+            instance_key: Some("i-known".into()),
+            instance_type: None,
+            lifecycle: None,
+        }];
+        // Two-hour lines, read for the first hour only: half of each counts.
+        let lines = [
+            line(Some("i-known"), Some("p4d.24xlarge"), "20"),
+            line(Some("i-nobody"), Some("p4d.24xlarge"), "8"),
+            line(Some("bucket"), None, "4"),
+            line(None, Some("t3.micro"), "2"),
+        ];
+        let mut ledger = Attribution {
+            parts: vec![
+                part(Kind::Used, "6", false),
+                part(Kind::Idle, "4", false),
+                part(Kind::Used, "3.5", true),
+            ],
+            unattributed: [("USD".to_owned(), Decimal::from(7))].into(),
+            unattributed_hours: Default::default(),
+            hosts: Default::default(),
+        };
+        let card = RateCard::default_card();
+        let r = &reconcile(&lines, &hosts, &ledger, &card, 0, HOUR_MS)[0];
+        assert_eq!(r.bill, Decimal::from(17));
+        assert_eq!(r.bill_on_known_hosts, Decimal::from(10));
+        assert_eq!(r.attributed.total(), Decimal::from(10));
+        assert_eq!(
+            r.estimated.used,
+            Decimal::new(35, 1),
+            "estimates are kept apart"
+        );
+        assert_eq!(r.gpu_without_agent_total(), Decimal::from(4));
+        assert_eq!(r.gpu_without_agent[0].resource, "i-nobody");
+        // Not GPU: the bucket and the CPU instance, largest first.
+        let not_gpu: Vec<&str> = r.not_gpu.iter().map(|c| c.resource.as_str()).collect();
+        assert_eq!(not_gpu, ["bucket", "(none)"]);
+        assert_eq!(r.difference, Decimal::ZERO);
+        // A ledger that lost an hour of idle shows the gap, to the cent.
+        ledger.parts.remove(1);
+        let r = &reconcile(&lines, &hosts, &ledger, &card, 0, HOUR_MS)[0];
+        assert_eq!(r.difference, Decimal::from(4));
+    }
+}
