@@ -802,7 +802,7 @@ async fn focus_export_passes_the_validator(db: TestDb) {
     let store = db.open().await;
     let card = gpuledger_server::billing::ratecard::RateCard::default_card();
     let now = gpuledger_server::now_ms();
-    gpuledger_server::demo::seed(store.as_ref(), &card, now)
+    gpuledger_server::demo::seed(store.as_ref(), &card, &Default::default(), now)
         .await
         .unwrap();
     let this_month = gpuledger_server::billing::focus::month_start_ms(now);

@@ -20,17 +20,15 @@ use std::collections::{BTreeMap, HashMap};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
+use crate::activity::{Activity, Thresholds};
 use crate::billing::ratecard::RateCard;
+use crate::config::IdleConfig;
 use crate::money::{from_text, split_exact};
 use crate::store::{
     AttributionWindow, HostRow, Store, StoreError, StoredCostLine, StoredProcessWindow,
 };
 
 pub const HOUR_MS: i64 = 3_600_000;
-/// SM utilization (%) above which a process counts as working rather than holding.
-pub const ACTIVE_SM_UTIL: f64 = 1.0;
-/// GPU utilization (%) above which a GPU counts as busy when processes have no utilization.
-pub const BUSY_GPU_UTIL: f64 = 5.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -195,6 +193,8 @@ fn owner_of(p: &StoredProcessWindow) -> Owner {
 }
 
 /// The shares of one window of one leaf device, given `weight` (its part of the host-hour).
+/// Whether it was busy, held idle or idle is [`Thresholds::activity`], the same for incidents.
+#[allow(clippy::too_many_arguments)]
 fn window_shares(
     uuid: &str,
     w: &AttributionWindow,
@@ -202,6 +202,7 @@ fn window_shares(
     weight: f64,
     gpu_seconds: f64,
     energy_j: f64,
+    rules: Thresholds,
     out: &mut Vec<Share>,
 ) {
     let share = |owner: Owner, kind: Kind, fraction: f64| {
@@ -222,44 +223,59 @@ fn window_shares(
         .copied()
         .filter(|p| p.memory_used_max_bytes.unwrap_or(0) > 0 || p.sm_util_avg.unwrap_or(0.0) > 0.0)
         .collect();
-    let with_util = holding.iter().any(|p| p.sm_util_avg.is_some());
-    let active: Vec<(&StoredProcessWindow, f64)> = if with_util {
+    let state = rules.activity(
+        w.util_avg,
         holding
             .iter()
-            .filter_map(|p| {
-                p.sm_util_avg
-                    .filter(|u| *u > ACTIVE_SM_UTIL)
-                    .map(|u| (*p, u))
-            })
-            .collect()
-    } else if w.util_avg.is_some_and(|u| u >= BUSY_GPU_UTIL) {
-        // No per-process utilization from this driver: a busy GPU's holders share it by memory.
-        holding
-            .iter()
-            .map(|p| (*p, p.memory_used_max_bytes.unwrap_or(0) as f64))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let active_total: f64 = active.iter().map(|(_, v)| v).sum();
-    if active_total > 0.0 {
-        for (p, v) in active {
-            out.push(share(owner_of(p), Kind::Used, v / active_total));
+            .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+    );
+    let memory = |p: &StoredProcessWindow| p.memory_used_max_bytes.unwrap_or(0).max(0) as f64;
+    match state {
+        Activity::Busy => {
+            // The working processes share it by SM utilization; where the driver gives none, by
+            // memory (all of them), or by the GPU's utilization beside others that have one.
+            let working: Vec<&StoredProcessWindow> = holding
+                .iter()
+                .copied()
+                .filter(|p| rules.works(p.sm_util_avg, state))
+                .collect();
+            let by_sm = working.iter().any(|p| p.sm_util_avg.is_some());
+            let weights: Vec<f64> = working
+                .iter()
+                .map(|p| match (by_sm, p.sm_util_avg) {
+                    (true, Some(sm)) => sm,
+                    (true, None) => w.util_avg.unwrap_or(0.0),
+                    (false, _) => memory(p),
+                })
+                .collect();
+            let total: f64 = weights.iter().sum();
+            if total > 0.0 {
+                for (p, v) in working.iter().zip(weights) {
+                    out.push(share(owner_of(p), Kind::Used, v / total));
+                }
+            } else if !working.is_empty() {
+                for p in &working {
+                    out.push(share(owner_of(p), Kind::Used, 1.0 / working.len() as f64));
+                }
+            } else {
+                // Busy with no process in sight (another container's, say): used, by nobody
+                // gpuledger can name.
+                out.push(share(Owner::default(), Kind::Used, 1.0));
+            }
         }
-        return;
-    }
-    let held_total: f64 = holding
-        .iter()
-        .map(|p| p.memory_used_max_bytes.unwrap_or(0) as f64)
-        .sum();
-    if held_total > 0.0 {
-        for p in holding {
-            let m = p.memory_used_max_bytes.unwrap_or(0) as f64;
-            out.push(share(owner_of(p), Kind::HeldIdle, m / held_total));
+        Activity::HeldIdle => {
+            let total: f64 = holding.iter().map(|p| memory(p)).sum();
+            for p in &holding {
+                let fraction = if total > 0.0 {
+                    memory(p) / total
+                } else {
+                    1.0 / holding.len() as f64
+                };
+                out.push(share(owner_of(p), Kind::HeldIdle, fraction));
+            }
         }
-        return;
+        Activity::Idle | Activity::Unknown => out.push(share(Owner::default(), Kind::Idle, 1.0)),
     }
-    out.push(share(Owner::default(), Kind::Idle, 1.0));
 }
 
 /// The shares of one host-hour. The first share is always a catch-all (unmonitored or idle),
@@ -268,6 +284,7 @@ fn host_hour_shares(
     hour_ms: i64,
     windows: &[&AttributionWindow],
     procs: &HashMap<(&str, i64), Vec<&StoredProcessWindow>>,
+    rules: Thresholds,
 ) -> Vec<Share> {
     let mut out = vec![Share {
         gpu_uuid: None,
@@ -366,6 +383,7 @@ fn host_hour_shares(
                     leaf_share * t,
                     physical_fraction * span * scale / 1000.0,
                     energy,
+                    rules,
                     &mut out,
                 );
             }
@@ -411,13 +429,39 @@ fn merge(shares: Vec<Share>) -> Vec<Share> {
     out
 }
 
-/// Attributes `[from_ms, to_ms)` (whole hours) from already-loaded data.
+/// [`attribute_by`] with the default thresholds, for tests.
+#[cfg(test)]
 pub fn attribute(
     hosts: Vec<HostRow>,
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
     lines: &[StoredCostLine],
     card: &RateCard,
+    from_ms: i64,
+    to_ms: i64,
+) -> Attribution {
+    attribute_by(
+        hosts,
+        windows,
+        processes,
+        lines,
+        card,
+        &IdleConfig::default(),
+        from_ms,
+        to_ms,
+    )
+}
+
+/// Attributes `[from_ms, to_ms)` (whole hours) from already-loaded data; whether a window was
+/// busy, held idle or idle by each host's cluster's thresholds in `busy`.
+#[allow(clippy::too_many_arguments)]
+pub fn attribute_by(
+    hosts: Vec<HostRow>,
+    windows: &[AttributionWindow],
+    processes: &[StoredProcessWindow],
+    lines: &[StoredCostLine],
+    card: &RateCard,
+    busy: &IdleConfig,
     from_ms: i64,
     to_ms: i64,
 ) -> Attribution {
@@ -477,7 +521,11 @@ pub fn attribute(
         if items.is_empty() {
             continue;
         }
-        let shares = host_hour_shares(hour, ws, &procs);
+        let rules = hosts.get(&host_id).map_or_else(
+            || Thresholds::for_cluster(busy, ""),
+            |h| Thresholds::for_cluster(busy, &h.cluster),
+        );
+        let shares = host_hour_shares(hour, ws, &procs, rules);
         let billed_weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
         // An estimate already covers only the time the host was seen: none of it is unmonitored.
         let estimate_weights: Vec<f64> = shares
@@ -578,6 +626,7 @@ fn estimate(
 pub async fn compute(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Attribution, StoreError> {
@@ -586,8 +635,8 @@ pub async fn compute(
     let windows = store.attribution_windows(from, to_ms).await?;
     let processes = store.process_windows(from, to_ms).await?;
     let lines = store.cost_lines(from, to_ms).await?;
-    Ok(attribute(
-        hosts, &windows, &processes, &lines, card, from, to_ms,
+    Ok(attribute_by(
+        hosts, &windows, &processes, &lines, card, busy, from, to_ms,
     ))
 }
 

@@ -413,7 +413,12 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
 /// days not billed yet, so they show as estimates). Each cluster's agents report with their own
 /// token (`demo-CLUSTER`), scoped to that cluster as a real fleet's would be. Returns how many
 /// reports went in.
-pub async fn seed(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<usize, DemoError> {
+pub async fn seed(
+    store: &dyn Store,
+    card: &RateCard,
+    busy: &crate::config::IdleConfig,
+    now_ms: i64,
+) -> Result<usize, DemoError> {
     let this_month = month_start_ms(now_ms);
     let start = month_start_ms(this_month - 1);
     let end = now_ms - now_ms % 60_000;
@@ -530,7 +535,7 @@ pub async fn seed(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<usi
         .await
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
     // Roll it all up now, so the first page opened shows everything.
-    crate::rollup::run(store, card, usize::MAX).await?;
+    crate::rollup::run(store, card, busy, usize::MAX).await?;
     Ok(batches)
 }
 
@@ -603,13 +608,14 @@ mod tests {
         let store = db.open().await;
         let card = RateCard::default_card();
         let now = 1_795_300_000_000; // 2026-11-22
-        let reports = seed(store.as_ref(), &card, now).await.unwrap();
+        let busy = crate::config::IdleConfig::default();
+        let reports = seed(store.as_ref(), &card, &busy, now).await.unwrap();
         assert!(reports > 500, "{reports}");
         let imports = store.billing_imports().await.unwrap();
         assert_eq!(imports.len(), 1);
         // Attribution over the previous month adds up to what the bill says about GPU hosts.
         let (from, to) = crate::allocation::this_month(month_start_ms(month_start_ms(now) - 1));
-        let a = crate::attribution::compute(store.as_ref(), &card, from, to)
+        let a = crate::attribution::compute(store.as_ref(), &card, &busy, from, to)
             .await
             .unwrap();
         let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();

@@ -170,6 +170,7 @@ pub fn spawn_rollup_jobs(
     every: Duration,
     retention_ms: i64,
     close: crate::closing::ClosePolicy,
+    config: Arc<crate::config::Config>,
 ) {
     let holder = holder_name();
     tokio::spawn(async move {
@@ -184,8 +185,14 @@ pub fn spawn_rollup_jobs(
                     // A bounded slice per tick: a month of re-marked hours catches up over a
                     // few ticks instead of holding the lease for long.
                     let open_from = close.open_from(now);
-                    match crate::rollup::run_open_months(store.as_ref(), &card, 24 * 7, open_from)
-                        .await
+                    match crate::rollup::run_open_months(
+                        store.as_ref(),
+                        &card,
+                        &config.idle,
+                        24 * 7,
+                        open_from,
+                    )
+                    .await
                     {
                         Ok(s) if s.hours > 0 => {
                             tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")

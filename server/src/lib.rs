@@ -1,6 +1,7 @@
 //! gpuledger server: ingests agent reports, stores them on SQLite or PostgreSQL, and shows the
 //! fleet. The binary in `main.rs` is a thin command line over this library.
 
+pub mod activity;
 pub mod agent_tokens;
 pub mod allocation;
 pub mod attribution;

@@ -62,6 +62,9 @@ enum Command {
         /// How long after a month ends its figures become final (as `serve` has it).
         #[arg(long, env = "GPULEDGER_CLOSE_MONTHS_AFTER", default_value = "5days", value_parser = humantime::parse_duration)]
         close_months_after: Duration,
+        /// The config file `serve` reads: its idle thresholds decide which windows were busy.
+        #[arg(long, env = "GPULEDGER_CONFIG")]
+        config: Option<std::path::PathBuf>,
     },
     /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
     Demo {
@@ -255,6 +258,7 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
         args.rollup_interval,
         state.limits.retention_ms,
         state.close,
+        state.config.clone(),
     );
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
@@ -423,7 +427,12 @@ async fn main() -> anyhow::Result<()> {
             rate_card,
             reopen,
             close_months_after,
+            config,
         } => {
+            let config = match &config {
+                Some(path) => gpuledger_server::config::Config::load(path)?,
+                None => Default::default(),
+            };
             let store = store::connect(&cli.database_url)
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
@@ -455,6 +464,7 @@ async fn main() -> anyhow::Result<()> {
                         gpuledger_server::rollup::rebuild(
                             store.as_ref(),
                             &card,
+                            &config.idle,
                             ms(from),
                             ms(to),
                             close,
@@ -468,6 +478,7 @@ async fn main() -> anyhow::Result<()> {
                 _ => gpuledger_server::rollup::run_open_months(
                     store.as_ref(),
                     &card,
+                    &config.idle,
                     usize::MAX,
                     close.open_from(now_ms()),
                 )
@@ -602,7 +613,12 @@ async fn main() -> anyhow::Result<()> {
             let card = rate_card_from(args.rate_card.as_deref())?;
             eprintln!("demo: simulating last month and this one (takes a few seconds)...");
             let seeded_at = now_ms();
-            let batches = demo::seed(store.as_ref(), &card, seeded_at).await?;
+            // The seed is attributed by the same thresholds as what the server rolls up later.
+            let config = match &args.config {
+                Some(path) => gpuledger_server::config::Config::load(path)?,
+                None => Default::default(),
+            };
+            let batches = demo::seed(store.as_ref(), &card, &config.idle, seeded_at).await?;
             // From here the simulated agents keep reporting, a window a minute, so the Idle page
             // and Slack see a live fleet.
             let live = store.clone();

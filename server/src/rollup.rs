@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_MS};
 use crate::billing::ratecard::RateCard;
+use crate::config::IdleConfig;
 use crate::money::{from_nano_atto, to_nano_atto};
 use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
@@ -41,11 +42,13 @@ pub struct RollupSummary {
 pub async fn run(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     max_hours: usize,
 ) -> Result<RollupSummary, StoreError> {
     run_in_passes(
         store,
         card,
+        busy,
         max_hours,
         WINDOWS_PER_PASS,
         (i64::MIN, i64::MAX),
@@ -59,12 +62,14 @@ pub async fn run(
 pub async fn run_open_months(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     max_hours: usize,
     open_from_ms: i64,
 ) -> Result<RollupSummary, StoreError> {
     run_in_passes(
         store,
         card,
+        busy,
         max_hours,
         WINDOWS_PER_PASS,
         (open_from_ms, i64::MAX),
@@ -75,6 +80,7 @@ pub async fn run_open_months(
 async fn run_in_passes(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     max_hours: usize,
     windows_per_pass: i64,
     (from_ms, to_ms): (i64, i64),
@@ -100,7 +106,7 @@ async fn run_in_passes(
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 for group in &pass.host_groups {
                     let (r, u, us) =
-                        attribute_hours(store, card, &hosts, &lines, group, from, to).await?;
+                        attribute_hours(store, card, busy, &hosts, &lines, group, from, to).await?;
                     rows.extend(r);
                     unattributed.extend(u);
                     usage.extend(us);
@@ -271,9 +277,11 @@ fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
 /// Attribution of `[from, to)` (whole hours) from raw data for the hosts in `group`, as rollup
 /// rows per hour, and how endpoints and models used their GPUs in those hours. Bill lines that
 /// match no host are counted (as unattributed) with the group that starts the id range.
+#[allow(clippy::too_many_arguments)]
 async fn attribute_hours(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     hosts: &[HostRow],
     lines: &[StoredCostLine],
     group: &HostGroup,
@@ -284,7 +292,7 @@ async fn attribute_hours(
         let windows = store.attribution_windows(from, to).await?;
         let processes = store.process_windows(from, to).await?;
         return Ok(attribute_read(
-            card, hosts, &windows, &processes, lines, from, to,
+            card, busy, hosts, &windows, &processes, lines, from, to,
         ));
     }
     let (windows, processes) = store
@@ -306,6 +314,7 @@ async fn attribute_hours(
         .collect();
     Ok(attribute_read(
         card,
+        busy,
         hosts,
         &windows,
         &processes,
@@ -316,8 +325,10 @@ async fn attribute_hours(
 }
 
 /// Rollup rows, unattributed cost and usage of `[from, to)` from the raw data read for it.
+#[allow(clippy::too_many_arguments)]
 fn attribute_read(
     card: &RateCard,
+    busy: &IdleConfig,
     hosts: &[HostRow],
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
@@ -326,7 +337,16 @@ fn attribute_read(
     to: i64,
 ) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
     let usage = crate::recommend::usage_rows(windows, processes);
-    let a = attribution::attribute(hosts.to_vec(), windows, processes, lines, card, from, to);
+    let a = attribution::attribute_by(
+        hosts.to_vec(),
+        windows,
+        processes,
+        lines,
+        card,
+        busy,
+        from,
+        to,
+    );
     let rows = a.parts.iter().map(row_of).collect();
     let unattributed = a
         .unattributed_hours
@@ -602,9 +622,11 @@ async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<Stri
 /// its raw windows are all still there: attributing hours whose windows are gone would move
 /// their cost to "(unmonitored)". Each closed month restated is recorded with its cost per team
 /// before and after. Returns what was rolled up and the restatements recorded.
+#[allow(clippy::too_many_arguments)]
 pub async fn rebuild(
     store: &dyn Store,
     card: &RateCard,
+    busy: &IdleConfig,
     from_ms: i64,
     to_ms: i64,
     close: crate::closing::ClosePolicy,
@@ -657,12 +679,13 @@ pub async fn rebuild(
     let mut summary = run_in_passes(
         store,
         card,
+        busy,
         usize::MAX,
         WINDOWS_PER_PASS,
         (hour_floor(from_ms), to_ms),
     )
     .await?;
-    let open = run_open_months(store, card, usize::MAX, close.open_from(now_ms)).await?;
+    let open = run_open_months(store, card, busy, usize::MAX, close.open_from(now_ms)).await?;
     summary.hours += open.hours;
     summary.rows += open.rows;
     let mut restated = Vec::new();

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::activity::Activity;
 use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredProcessWindow};
 
@@ -167,63 +168,6 @@ pub fn describe_devices(devices: &[IdleDevice]) -> Vec<String> {
     lines
 }
 
-/// What a GPU or MIG instance did over one window, by its cluster's thresholds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activity {
-    /// A process holding memory works (SM at or above `held_sm_percent`), or the GPU's
-    /// utilization is at or above the threshold.
-    Busy,
-    /// Processes hold memory and none works.
-    HeldIdle,
-    /// No process holds memory and utilization is under the threshold.
-    Idle,
-    /// No utilization reported and no process: nothing to go on.
-    Unknown,
-}
-
-impl Activity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Activity::Busy => "busy",
-            Activity::HeldIdle => "held idle",
-            Activity::Idle => "idle",
-            Activity::Unknown => "no data",
-        }
-    }
-}
-
-/// The activity of one window: `util` is the GPU's utilization, `processes` each process's
-/// (memory held, SM utilization). A process without SM utilization (the driver gives none)
-/// works when the GPU is busy.
-pub fn activity(
-    util: Option<f64>,
-    processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
-    threshold: f64,
-    held_sm_percent: f64,
-) -> Activity {
-    let gpu_busy = util.map(|u| u >= threshold);
-    let mut holds = false;
-    for (memory, sm) in processes {
-        if memory.unwrap_or(0) <= 0 {
-            continue;
-        }
-        holds = true;
-        let works = match sm {
-            Some(sm) => sm >= held_sm_percent,
-            None => gpu_busy == Some(true),
-        };
-        if works {
-            return Activity::Busy;
-        }
-    }
-    match (holds, gpu_busy) {
-        (true, _) => Activity::HeldIdle,
-        (false, Some(true)) => Activity::Busy,
-        (false, Some(false)) => Activity::Idle,
-        (false, None) => Activity::Unknown,
-    }
-}
-
 /// The start of the trailing run of windows for which `idle` holds, if the run reaches the
 /// latest window and that window is recent.
 fn idle_since<'a>(
@@ -346,7 +290,8 @@ pub fn find(
         let Some(host) = host_by_id.get(host_id) else {
             continue;
         };
-        let (threshold, duration) = config.for_cluster(&host.cluster);
+        let (_, duration) = config.for_cluster(&host.cluster);
+        let rules = crate::activity::Thresholds::for_cluster(config, &host.cluster);
         let duration_ms = duration.as_millis() as i64;
         let physical = leaf.parent.unwrap_or(uuid);
         if parents.contains(&(*host_id, *uuid)) {
@@ -360,11 +305,9 @@ pub fn find(
         }
         let since = idle_since(&leaf.windows, now_ms, |w| {
             let ps = procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten();
-            activity(
+            rules.activity(
                 w.util_avg,
                 ps.map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-                threshold,
-                config.held_sm_percent,
             ) == Activity::Idle
         })
         .filter(|s| now_ms - s >= duration_ms);
@@ -395,10 +338,13 @@ pub fn find(
                 match p {
                     Some(p) => {
                         owner.get_or_insert(*p);
-                        match p.sm_util_avg {
-                            Some(sm) => sm < config.held_sm_percent,
-                            None => w.util_avg.is_some_and(|u| u < threshold),
-                        }
+                        // Held, not working: as attribution decides it for the same window.
+                        let all = procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten();
+                        let state = rules.activity(
+                            w.util_avg,
+                            all.map(|q| (q.memory_used_max_bytes, q.sm_util_avg)),
+                        );
+                        !rules.works(p.sm_util_avg, state)
                     }
                     None => false,
                 }
@@ -556,43 +502,6 @@ pub fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn activity_by_the_thresholds() {
-        let gib = Some(1i64 << 30);
-        // (GPU utilization, processes (memory, SM)) -> activity, at threshold 5 % and SM 1 %.
-        let cases: [(Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity); 9] = [
-            (Some(0.0), vec![], Activity::Idle),
-            (Some(4.9), vec![], Activity::Idle),
-            // Busy with no visible process (another container's): busy, not idle.
-            (Some(5.0), vec![], Activity::Busy),
-            (None, vec![], Activity::Unknown),
-            (Some(0.0), vec![(gib, Some(0.0))], Activity::HeldIdle),
-            (
-                Some(0.0),
-                vec![(gib, Some(0.9)), (gib, Some(1.0))],
-                Activity::Busy,
-            ),
-            // No per-process SM from the driver: the GPU's utilization decides.
-            (Some(40.0), vec![(gib, None)], Activity::Busy),
-            (Some(2.0), vec![(gib, None)], Activity::HeldIdle),
-            // A process holding no memory holds nothing.
-            (Some(0.0), vec![(Some(0), Some(0.0))], Activity::Idle),
-        ];
-        for (util, procs, want) in cases {
-            assert_eq!(
-                activity(util, procs.clone(), 5.0, 1.0),
-                want,
-                "{util:?} {procs:?}"
-            );
-        }
-        // Per-cluster thresholds move the line.
-        assert_eq!(activity(Some(20.0), [], 30.0, 1.0), Activity::Idle);
-        assert_eq!(
-            activity(Some(0.0), [(gib, Some(3.0))], 5.0, 5.0),
-            Activity::HeldIdle
-        );
-    }
 
     const T: i64 = 1_800_000_000_000;
     const MIN: i64 = 60_000;

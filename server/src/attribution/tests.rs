@@ -499,3 +499,151 @@ proptest! {
         }
     }
 }
+
+/// One definition of busy: for every kind of window, the kind attribution charges equals what
+/// the idle finder and the fleet page read from [`crate::activity`], with each cluster's own
+/// thresholds.
+#[test]
+fn attribution_and_idle_detection_agree_window_by_window() {
+    let mut strict = IdleConfig::default();
+    strict.clusters.insert(
+        "strict".into(),
+        crate::config::IdleOverride {
+            threshold_percent: Some(30.0),
+            duration: None,
+        },
+    );
+    strict.held_sm_percent = 5.0;
+    // (GPU utilization, processes (memory GiB, SM)) for one hour-long window.
+    let cases: Vec<(Option<f64>, Vec<(i64, Option<f64>)>)> = vec![
+        (Some(0.0), vec![]),
+        (Some(20.0), vec![]),
+        (Some(50.0), vec![]),
+        (None, vec![]),
+        (Some(0.0), vec![(10, Some(0.0))]),
+        (Some(20.0), vec![(10, Some(3.0))]),
+        (Some(60.0), vec![(10, Some(40.0)), (5, Some(2.0))]),
+        (Some(20.0), vec![(10, None)]),
+        (Some(60.0), vec![(10, None), (30, None)]),
+    ];
+    for cluster in ["c", "strict"] {
+        for (util, procs) in &cases {
+            let mut h = host(1, "i-1", "p4d.24xlarge");
+            h.cluster = cluster.into();
+            let w = window(1, "GPU-0", None, H, 60, *util);
+            let ps: Vec<StoredProcessWindow> = procs
+                .iter()
+                .enumerate()
+                .map(|(i, (mem, sm))| process("GPU-0", H, i as i64, "m", *mem, *sm))
+                .collect();
+            let lines = [line("i-1", H, H + HOUR_MS, "8.00", "on_demand")];
+            let a = attribute_by(
+                vec![h],
+                std::slice::from_ref(&w),
+                &ps,
+                &lines,
+                &RateCard::default_card(),
+                &strict,
+                H,
+                H + HOUR_MS,
+            );
+            let kinds: std::collections::BTreeSet<Kind> = a.parts.iter().map(|p| p.kind).collect();
+            let rules = Thresholds::for_cluster(&strict, cluster);
+            let want = match rules.activity(
+                *util,
+                ps.iter().map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+            ) {
+                Activity::Busy => Kind::Used,
+                Activity::HeldIdle => Kind::HeldIdle,
+                Activity::Idle | Activity::Unknown => Kind::Idle,
+            };
+            assert_eq!(
+                kinds,
+                [want].into(),
+                "{cluster}: {util:?} {procs:?} -> {:?}",
+                a.parts
+            );
+            assert_eq!(cost_where(&a, |_| true), d("8.00"), "to the cent");
+        }
+    }
+    // Where the thresholds differ, so does the answer: 20% is busy by default, idle at 30%;
+    // a process at 3% SM works by default, holds the GPU idle at 5%.
+    let default = Thresholds::for_cluster(&strict, "c");
+    let thirty = Thresholds::for_cluster(&strict, "strict");
+    assert_eq!(default.busy_gpu_percent, 5.0);
+    assert_eq!(thirty.busy_gpu_percent, 30.0);
+    assert_eq!(thirty.activity(Some(20.0), []), Activity::Idle);
+    assert_eq!(default.activity(Some(20.0), []), Activity::Busy);
+    assert_eq!(
+        thirty.activity(Some(20.0), [(Some(GIB), Some(3.0))]),
+        Activity::HeldIdle
+    );
+}
+
+/// A GPU working with no process in sight (another container's, without hostPID) is used, by
+/// an owner nobody can name: never idle, so its dollars are not idle waste.
+#[test]
+fn a_busy_gpu_with_no_visible_process_is_used_not_idle() {
+    let w = window(1, "GPU-0", None, H, 60, Some(85.0));
+    let lines = [line("i-1", H, H + HOUR_MS, "8.00", "on_demand")];
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &[w],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(
+        cost_where(&a, |p| p.kind == Kind::Used && p.owner == Owner::default()),
+        d("8.00")
+    );
+}
+
+/// The worked example in docs/billing.md ("How a host-hour is split"), to the cent.
+#[test]
+fn the_documented_worked_example() {
+    let mut config = IdleConfig::default();
+    config.held_sm_percent = 5.0;
+    config.clusters.insert(
+        "c".into(),
+        crate::config::IdleOverride {
+            threshold_percent: Some(30.0),
+            duration: None,
+        },
+    );
+    let q = |i: i64| H + i * 15 * MIN;
+    let windows = [
+        window(1, "GPU-0", None, q(0), 15, Some(60.0)),
+        window(1, "GPU-0", None, q(1), 15, Some(20.0)),
+        window(1, "GPU-0", None, q(2), 15, Some(20.0)),
+        window(1, "GPU-0", None, q(3), 15, Some(0.0)),
+    ];
+    let procs = [
+        process("GPU-0", q(0), 1, "train", 40, Some(40.0)),
+        process("GPU-0", q(0), 2, "notebook", 10, Some(2.0)),
+        process("GPU-0", q(1), 2, "notebook", 10, Some(3.0)),
+        process("GPU-0", q(3), 2, "notebook", 10, Some(0.0)),
+    ];
+    let a = attribute_by(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &windows,
+        &procs,
+        &[line("i-1", H, H + HOUR_MS, "8.00", "on_demand")],
+        &RateCard::default_card(),
+        &config,
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "train") && p.kind == Kind::Used),
+        d("2.00")
+    );
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "notebook") && p.kind == Kind::HeldIdle),
+        d("4.00")
+    );
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("2.00"));
+    assert_eq!(cost_where(&a, |_| true), d("8.00"));
+}

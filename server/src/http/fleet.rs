@@ -16,13 +16,13 @@ use axum::Router;
 
 use super::page::{self, Chrome};
 use super::AppState;
+use crate::activity::{activity, Activity};
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, percent, usd};
 use crate::now_ms;
 use crate::session::SignedIn;
 use crate::store::{FleetProcess, FleetRow};
-use crate::waste::{activity, Activity};
 
 /// A host that has not reported for this long is shown as stale.
 const STALE_AFTER_MS: i64 = 5 * 60 * 1000;

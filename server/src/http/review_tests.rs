@@ -114,9 +114,14 @@ async fn fleet(api: &Api) {
     assert_eq!(status, StatusCode::OK);
     // What `serve` does every minute: pages and the API read the rollups.
     let card = crate::billing::ratecard::RateCard::default_card();
-    let done = crate::rollup::run(api.store.as_ref(), &card, usize::MAX)
-        .await
-        .unwrap();
+    let done = crate::rollup::run(
+        api.store.as_ref(),
+        &card,
+        &crate::config::IdleConfig::default(),
+        usize::MAX,
+    )
+    .await
+    .unwrap();
     assert!(done.hours > 0);
 }
 
@@ -427,9 +432,14 @@ async fn no_csv_cell_can_start_a_formula() {
         .await;
         assert_eq!(status, StatusCode::OK, "{b}: {body}");
         let card = crate::billing::ratecard::RateCard::default_card();
-        crate::rollup::run(api.store.as_ref(), &card, usize::MAX)
-            .await
-            .unwrap();
+        crate::rollup::run(
+            api.store.as_ref(),
+            &card,
+            &crate::config::IdleConfig::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
 
         let range = format!("from={}&to={}", rfc3339(from), rfc3339(to));
         let mut paths: Vec<String> = [

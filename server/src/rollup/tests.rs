@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 
 use super::*;
 use crate::billing::focus;
+use crate::config::IdleConfig;
 use crate::recommend::{recommend, Evidence, Options, Recommendations};
 use crate::store::AgentStatus;
 use crate::test_support;
@@ -174,7 +175,9 @@ fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
-    let raw = attribution::compute(store, card, from, to).await.unwrap();
+    let raw = attribution::compute(store, card, &IdleConfig::default(), from, to)
+        .await
+        .unwrap();
     for grain in [RollupGrain::Hour, RollupGrain::Day, RollupGrain::HostDay] {
         let rolled = load(store, from, to, grain).await.unwrap();
         assert!(
@@ -185,7 +188,9 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     }
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
-    let raw = attribution::compute(store, card, from, to).await.unwrap();
+    let raw = attribution::compute(store, card, &IdleConfig::default(), from, to)
+        .await
+        .unwrap();
     let rolled = load(store, from, to, RollupGrain::Day).await.unwrap();
     let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
     assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
@@ -204,7 +209,9 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         ((START + HOUR_MS, END - 2 * HOUR_MS), WIDE_OPEN),
         ((START - HOUR_MS, END + HOUR_MS), PACK_ONLY),
     ] {
-        let a = attribution::compute(store, card, from, to).await.unwrap();
+        let a = attribution::compute(store, card, &IdleConfig::default(), from, to)
+            .await
+            .unwrap();
         let ws = store.attribution_windows(from, to).await.unwrap();
         let ps = store.process_windows(from, to).await.unwrap();
         let raw = recommend(&Evidence::from_raw(&a, &ws, &ps), card, to - from, options);
@@ -325,9 +332,16 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
                 .all(|g| g.host_ids.len() == 1 && g.range.contains(g.host_ids[0])),
             "{b}: each group reads its host: {groups:?}"
         );
-        let summary = run_in_passes(s, &card, usize::MAX, 5, (i64::MIN, i64::MAX))
-            .await
-            .unwrap();
+        let summary = run_in_passes(
+            s,
+            &card,
+            &IdleConfig::default(),
+            usize::MAX,
+            5,
+            (i64::MIN, i64::MAX),
+        )
+        .await
+        .unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
             s.dirty_marks(10).await.unwrap().is_empty(),
@@ -336,9 +350,16 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         assert_matches_raw(s, &card, &format!("{b}: first roll-up, a host at a time")).await;
         // Again in passes of several hours, all hosts at once: the same figures.
         s.mark_dirty_hours(&hours).await.unwrap();
-        run_in_passes(s, &card, usize::MAX, 100, (i64::MIN, i64::MAX))
-            .await
-            .unwrap();
+        run_in_passes(
+            s,
+            &card,
+            &IdleConfig::default(),
+            usize::MAX,
+            100,
+            (i64::MIN, i64::MAX),
+        )
+        .await
+        .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: again, hours at a time")).await;
 
         // A repeated batch stores nothing and marks nothing.
@@ -356,12 +377,16 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             !marked.is_empty() && marked.len() <= 8,
             "{b}: only late hours: {marked:?}"
         );
-        run(s, &card, usize::MAX).await.unwrap();
+        run(s, &card, &IdleConfig::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after late data")).await;
 
         // A newer export of the same billing period replaces the old one.
         import_bill(s, "bill-2", "1.5").await;
-        run(s, &card, usize::MAX).await.unwrap();
+        run(s, &card, &IdleConfig::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a replaced bill")).await;
 
         // A report arriving while an hour is rolled up keeps that hour marked.
@@ -385,7 +410,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
                 .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
             "{b}: a mark changed during the roll-up survives it"
         );
-        run(s, &card, usize::MAX).await.unwrap();
+        run(s, &card, &IdleConfig::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a racing report")).await;
 
         // Retention: raw windows go, the rollups keep every figure.
@@ -405,7 +432,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             0,
             "{b}: the month is open"
         );
-        run(s, &card, usize::MAX).await.unwrap();
+        run(s, &card, &IdleConfig::default(), usize::MAX)
+            .await
+            .unwrap();
         // In batches of 50 rows: many short statements, all of it gone in the end.
         let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, i64::MAX, 50)
             .await
@@ -520,18 +549,30 @@ async fn a_closed_month_stays_closed_until_restated() {
         import_bill(s, "bill-1", "1").await;
         let open_now = END + DAY_MS;
         assert!(!close.is_closed(START, open_now));
-        run_open_months(s, &card, usize::MAX, close.open_from(open_now))
-            .await
-            .unwrap();
+        run_open_months(
+            s,
+            &card,
+            &IdleConfig::default(),
+            usize::MAX,
+            close.open_from(open_now),
+        )
+        .await
+        .unwrap();
         let closed_total = attributed_costs(s, month, next).await.unwrap();
         assert!(closed_total["USD"] > Decimal::ZERO, "{b}");
 
         // The month closes; then its bill is replaced by one twice as large.
         let now = close.closes_at(START) + HOUR_MS;
         import_bill(s, "bill-2", "2").await;
-        let done = run_open_months(s, &card, usize::MAX, close.open_from(now))
-            .await
-            .unwrap();
+        let done = run_open_months(
+            s,
+            &card,
+            &IdleConfig::default(),
+            usize::MAX,
+            close.open_from(now),
+        )
+        .await
+        .unwrap();
         assert_eq!(done.hours, 0, "{b}: the job leaves a closed month alone");
         assert_eq!(
             attributed_costs(s, month, next).await.unwrap(),
@@ -543,11 +584,30 @@ async fn a_closed_month_stays_closed_until_restated() {
             "{b}: changes waiting"
         );
 
-        let refused = rebuild(s, &card, month, next, close, None, now)
-            .await
-            .unwrap_err();
+        let refused = rebuild(
+            s,
+            &card,
+            &IdleConfig::default(),
+            month,
+            next,
+            close,
+            None,
+            now,
+        )
+        .await
+        .unwrap_err();
         assert!(refused.to_string().contains("closed"), "{b}: {refused}");
-        let blank = rebuild(s, &card, month, next, close, Some("  "), now).await;
+        let blank = rebuild(
+            s,
+            &card,
+            &IdleConfig::default(),
+            month,
+            next,
+            close,
+            Some("  "),
+            now,
+        )
+        .await;
         assert!(blank.is_err(), "{b}: a restatement needs a reason");
         assert_eq!(
             attributed_costs(s, month, next).await.unwrap(),
@@ -555,9 +615,18 @@ async fn a_closed_month_stays_closed_until_restated() {
             "{b}"
         );
 
-        let (_, restated) = rebuild(s, &card, month, next, close, Some("late bill"), now)
-            .await
-            .unwrap();
+        let (_, restated) = rebuild(
+            s,
+            &card,
+            &IdleConfig::default(),
+            month,
+            next,
+            close,
+            Some("late bill"),
+            now,
+        )
+        .await
+        .unwrap();
         assert_eq!(restated.len(), 1, "{b}");
         let listed = s.restatements(month).await.unwrap();
         assert_eq!(listed, restated, "{b}");
@@ -587,9 +656,18 @@ async fn a_closed_month_stays_closed_until_restated() {
             .await
             .unwrap();
         assert!(deleted > 0, "{b}");
-        let gone = rebuild(s, &card, month, next, close, Some("again"), now)
-            .await
-            .unwrap_err();
+        let gone = rebuild(
+            s,
+            &card,
+            &IdleConfig::default(),
+            month,
+            next,
+            close,
+            Some("again"),
+            now,
+        )
+        .await
+        .unwrap_err();
         assert!(gone.to_string().contains("gone"), "{b}: {gone}");
     }
 }

@@ -1,0 +1,150 @@
+//! One definition of busy: what a GPU (or MIG instance) did over one reported window, by its
+//! cluster's thresholds. Attribution (used / held idle / idle dollars), idle incidents, the
+//! fleet page and, through the ledger, recommendations all read it from here, so a GPU is never
+//! "used" in the bill's split and "idle" in an alert for the same minute.
+//!
+//! The thresholds come from the config's `[idle]` section (per cluster where set): a GPU is
+//! busy at or above `threshold_percent` utilization; a process works at or above
+//! `held_sm_percent` SM utilization and otherwise, holding memory, holds the GPU idle.
+
+use crate::config::IdleConfig;
+
+/// The two thresholds that decide a window, for one cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// GPU utilization (%) at or above which the GPU is busy.
+    pub busy_gpu_percent: f64,
+    /// SM utilization (%) at or above which a process works.
+    pub working_sm_percent: f64,
+}
+
+impl Thresholds {
+    pub fn for_cluster(config: &IdleConfig, cluster: &str) -> Self {
+        Thresholds {
+            busy_gpu_percent: config.for_cluster(cluster).0,
+            working_sm_percent: config.held_sm_percent,
+        }
+    }
+
+    /// [`activity`] with these thresholds.
+    pub fn activity(
+        &self,
+        util: Option<f64>,
+        processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
+    ) -> Activity {
+        activity(
+            util,
+            processes,
+            self.busy_gpu_percent,
+            self.working_sm_percent,
+        )
+    }
+
+    /// Whether a process holding the GPU works, given the window's activity: by its SM
+    /// utilization where the driver gives one, else by the GPU's.
+    pub fn works(&self, sm: Option<f64>, window: Activity) -> bool {
+        match sm {
+            Some(sm) => sm >= self.working_sm_percent,
+            None => window == Activity::Busy,
+        }
+    }
+}
+
+/// What a GPU or MIG instance did over one window, by its cluster's thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// A process holding memory works (SM at or above `held_sm_percent`), or the GPU's
+    /// utilization is at or above the threshold.
+    Busy,
+    /// Processes hold memory and none works.
+    HeldIdle,
+    /// No process holds memory and utilization is under the threshold.
+    Idle,
+    /// No utilization reported and no process: nothing to go on.
+    Unknown,
+}
+
+impl Activity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Activity::Busy => "busy",
+            Activity::HeldIdle => "held idle",
+            Activity::Idle => "idle",
+            Activity::Unknown => "no data",
+        }
+    }
+}
+
+/// The activity of one window: `util` is the GPU's utilization, `processes` each process's
+/// (memory held, SM utilization). A process holds the GPU when it holds memory (or shows SM
+/// work); one without SM utilization (the driver gives none) works when the GPU is busy.
+pub fn activity(
+    util: Option<f64>,
+    processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
+    threshold: f64,
+    held_sm_percent: f64,
+) -> Activity {
+    let gpu_busy = util.map(|u| u >= threshold);
+    let mut holds = false;
+    for (memory, sm) in processes {
+        if memory.unwrap_or(0) <= 0 && sm.unwrap_or(0.0) <= 0.0 {
+            continue;
+        }
+        holds = true;
+        let works = match sm {
+            Some(sm) => sm >= held_sm_percent,
+            None => gpu_busy == Some(true),
+        };
+        if works {
+            return Activity::Busy;
+        }
+    }
+    match (holds, gpu_busy) {
+        (true, _) => Activity::HeldIdle,
+        (false, Some(true)) => Activity::Busy,
+        (false, Some(false)) => Activity::Idle,
+        (false, None) => Activity::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_by_the_thresholds() {
+        let gib = Some(1i64 << 30);
+        // (GPU utilization, processes (memory, SM)) -> activity, at threshold 5 % and SM 1 %.
+        let cases: [(Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity); 9] = [
+            (Some(0.0), vec![], Activity::Idle),
+            (Some(4.9), vec![], Activity::Idle),
+            // Busy with no visible process (another container's): busy, not idle.
+            (Some(5.0), vec![], Activity::Busy),
+            (None, vec![], Activity::Unknown),
+            (Some(0.0), vec![(gib, Some(0.0))], Activity::HeldIdle),
+            (
+                Some(0.0),
+                vec![(gib, Some(0.9)), (gib, Some(1.0))],
+                Activity::Busy,
+            ),
+            // No per-process SM from the driver: the GPU's utilization decides.
+            (Some(40.0), vec![(gib, None)], Activity::Busy),
+            (Some(2.0), vec![(gib, None)], Activity::HeldIdle),
+            // A process holding no memory holds nothing.
+            (Some(0.0), vec![(Some(0), Some(0.0))], Activity::Idle),
+        ];
+        for (util, procs, want) in cases {
+            assert_eq!(
+                activity(util, procs.clone(), 5.0, 1.0),
+                want,
+                "{util:?} {procs:?}"
+            );
+        }
+        // Per-cluster thresholds move the line.
+        assert_eq!(activity(Some(20.0), [], 30.0, 1.0), Activity::Idle);
+        assert_eq!(
+            activity(Some(0.0), [(gib, Some(3.0))], 5.0, 5.0),
+            Activity::HeldIdle
+        );
+    }
+}
