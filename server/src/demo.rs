@@ -640,6 +640,26 @@ mod tests {
                 .is_some_and(|u| *u > Decimal::ZERO),
             "storage counts, unattributed"
         );
+        // The month reconciles from the rollups: every billed dollar in one place, to the cent.
+        let recs = crate::reconciliation::for_range(store.as_ref(), &card, from, to)
+            .await
+            .unwrap();
+        assert_eq!(recs.len(), 1);
+        let r = &recs[0];
+        assert_eq!(r.difference, Decimal::ZERO, "{r:?}");
+        assert_eq!(
+            r.attributed.total(),
+            attributed,
+            "the rollups are the ledger"
+        );
+        assert_eq!(
+            r.bill,
+            attributed + r.not_gpu_total() + r.gpu_without_agent_total()
+        );
+        assert!(
+            r.gpu_without_agent.is_empty(),
+            "every demo GPU host reports"
+        );
         let kinds: std::collections::BTreeSet<_> = a.parts.iter().map(|p| p.kind).collect();
         assert!(kinds.contains(&crate::attribution::Kind::Used));
         assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
