@@ -660,6 +660,38 @@ mod tests {
             r.gpu_without_agent.is_empty(),
             "every demo GPU host reports"
         );
+        // Idle history from the ledger: the idle H100 hosts are idle the whole month, and the
+        // episodes carry exactly the month's idle and held-idle dollars.
+        let idle_hours = crate::rollup::load(
+            store.as_ref(),
+            from,
+            to,
+            crate::store::RollupGrain::IdleHour,
+        )
+        .await
+        .unwrap();
+        let episodes = crate::idle_history::episodes(&idle_hours);
+        let t = &crate::allocation::totals(&a)[0];
+        assert_eq!(
+            episodes.iter().map(|e| e.cost).sum::<Decimal>(),
+            t.idle_cost + t.held_idle_cost
+        );
+        for host in ["scratch-00", "scratch-01"] {
+            let e = episodes
+                .iter()
+                .find(|e| e.hostname == host && e.kind == "idle")
+                .unwrap_or_else(|| panic!("{host}: {episodes:?}"));
+            assert_eq!(
+                (e.start_ms, e.end_ms),
+                (from, to),
+                "{host}: the whole month"
+            );
+            assert_eq!(e.gpus.len(), 8);
+        }
+        assert!(episodes.iter().any(|e| e.kind == "held_idle"
+            && e.owners
+                .get("experiment")
+                .is_some_and(|v| v == &["notebook"])));
         let kinds: std::collections::BTreeSet<_> = a.parts.iter().map(|p| p.kind).collect();
         assert!(kinds.contains(&crate::attribution::Kind::Used));
         assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));

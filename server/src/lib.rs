@@ -17,6 +17,7 @@ pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod idle_history;
 pub mod incidents;
 pub mod jobs;
 pub mod metrics;

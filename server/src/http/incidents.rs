@@ -33,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/alerts", get(alerts_page))
         .route("/alerts/test", post(test_route))
         .route("/api/v1/incidents", get(incidents_api))
+        .route("/api/v1/idle/history", get(idle_history_api))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -345,6 +346,86 @@ async fn incidents_api(
             Ok(super::allocation::csv_response(
                 body,
                 "gpuledger-incidents.csv",
+            ))
+        }
+        _ => Err(super::allocation::bad("format", "must be json or csv")),
+    }
+}
+
+/// `GET /api/v1/idle/history?from=&to=[&format=csv]`: runs of idle and held-idle hours per
+/// host from the ledger, for any range it holds (this month by default); their dollars add up
+/// to the range's idle and held-idle dollars.
+async fn idle_history_api(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
+    let (from, to) = if q.from.is_none() && q.to.is_none() {
+        crate::allocation::this_month(now_ms())
+    } else {
+        super::allocation::range(&q.from, &q.to)?
+    };
+    let hours = crate::rollup::load(
+        state.store.as_ref(),
+        from,
+        to,
+        crate::store::RollupGrain::IdleHour,
+    )
+    .await?;
+    let episodes = crate::idle_history::episodes(&hours);
+    match q.format.as_deref().unwrap_or("json") {
+        "json" => Ok(Json(serde_json::json!({
+            "from": crate::allocation::rfc3339(from),
+            "to": crate::allocation::rfc3339(to),
+            "episodes": episodes,
+        }))
+        .into_response()),
+        "csv" => {
+            let mut w = crate::csv_out::SafeCsv::in_memory();
+            let csv = (|| {
+                w.write_record([
+                    "cluster",
+                    "host",
+                    "kind",
+                    "start",
+                    "end",
+                    "hours",
+                    "gpus",
+                    "owners",
+                    "currency",
+                    "cost",
+                    "estimated",
+                ])?;
+                for e in &episodes {
+                    let owners: Vec<String> = e
+                        .owners
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.join("|")))
+                        .collect();
+                    w.write_record([
+                        e.cluster.clone(),
+                        e.hostname.clone(),
+                        e.kind.to_owned(),
+                        crate::allocation::rfc3339(e.start_ms),
+                        crate::allocation::rfc3339(e.end_ms),
+                        e.hours.to_string(),
+                        e.gpus.join(" "),
+                        owners.join(" "),
+                        e.currency.clone(),
+                        e.cost.to_string(),
+                        e.estimated.to_string(),
+                    ])?;
+                }
+                w.into_string()
+            })()
+            .map_err(|e: csv::Error| ApiError::Internal(e.to_string()))?;
+            Ok(super::allocation::csv_response(
+                csv,
+                "gpuledger-idle-history.csv",
             ))
         }
         _ => Err(super::allocation::bad("format", "must be json or csv")),

@@ -16,7 +16,6 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::charts::{self, dollars, query, DayBar, Heatmap, Table};
-use super::incidents::{view as incident_view, IncidentView};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::allocation::{self, parse_bound, this_month, totals, GroupBy, Step};
@@ -93,7 +92,11 @@ struct ReviewPage {
     chart_width: f64,
     ticks: Vec<charts::Tick>,
     heatmap: Heatmap,
-    incidents: Vec<IncidentView>,
+    episodes: Vec<EpisodeView>,
+    episode_count: usize,
+    /// The episodes' dollars, and the ledger's idle + held idle: equal.
+    idle_waste: String,
+    ledger_waste: String,
     endpoints: Vec<EndpointRow>,
     endpoints_csv: String,
     runs: Vec<RunRow>,
@@ -135,6 +138,47 @@ struct DrillDownPage {
 }
 
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
+/// One idle episode as the review lists it.
+pub struct EpisodeView {
+    pub title: &'static str,
+    pub place: String,
+    pub href: String,
+    pub gpus: usize,
+    pub span: String,
+    pub wasted: String,
+    pub owners: String,
+}
+
+fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> EpisodeView {
+    let hours = crate::format::thousands(e.hours);
+    EpisodeView {
+        title: if e.kind == "held_idle" {
+            "Held idle"
+        } else {
+            "Idle"
+        },
+        href: charts::drill_href(month, GroupBy::Host, &e.hostname),
+        place: format!("{} / {}", e.cluster, e.hostname),
+        gpus: e.gpus.len(),
+        span: format!(
+            "{} → {} ({hours} h)",
+            crate::format::utc_minute(e.start_ms),
+            crate::format::utc_minute(e.end_ms)
+        ),
+        wasted: format!(
+            "{}{}",
+            crate::format::money(e.cost, &e.currency),
+            if e.estimated { "*" } else { "" }
+        ),
+        owners: e
+            .owners
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
 fn month_range(month: &str) -> Option<(i64, i64)> {
     let start = parse_bound(month)?;
     if month.len() != 7 {
@@ -399,16 +443,25 @@ async fn review(
         recs,
         // Only its total is shown: summed by the database.
         rollup::attributed_costs(store, prev_from, prev_to),
-        store.incidents(from, to),
+        rollup::load(store, from, to, RollupGrain::IdleHour),
         store.usage_totals(from, to),
         store.dirty_mark_count(from, to),
         store.restatements(from),
     );
-    let (a, (heat_parts, gpu_count), run_hours, recs, prev, incidents, requests, waiting, restated) =
-        match loaded {
-            Ok(x) => x,
-            Err(e) => return unavailable(e),
-        };
+    let (
+        a,
+        (heat_parts, gpu_count),
+        run_hours,
+        recs,
+        prev,
+        idle_hours,
+        requests,
+        waiting,
+        restated,
+    ) = match loaded {
+        Ok(x) => x,
+        Err(e) => return unavailable(e),
+    };
     let closing = closing_view(state.close, from, now, waiting, &restated);
     let (month, next) = (label(from), label(to));
     let t = totals(&a);
@@ -496,12 +549,21 @@ async fn review(
     );
     heatmap.total_gpus = gpu_count;
     let now = now_ms();
-    let mut incidents: Vec<IncidentView> = incidents
+    // Idle waste from the ledger: episodes whose dollars add up to the month's idle and held
+    // idle, for any month (live incidents need raw windows, gone once a month closes).
+    let all_episodes = crate::idle_history::episodes(&idle_hours);
+    let idle_waste: Decimal = all_episodes
+        .iter()
+        .filter(|e| e.currency == "USD")
+        .map(|e| e.cost)
+        .sum();
+    let ledger_waste = usd.map_or(Decimal::ZERO, |t| t.idle_cost + t.held_idle_cost);
+    let episode_count = all_episodes.len();
+    let episodes: Vec<EpisodeView> = all_episodes
         .into_iter()
-        .map(|r| incident_view(r, now))
+        .take(TOP_ROWS)
+        .map(|e| episode_view(e, &month))
         .collect();
-    incidents.sort_by_key(|i| std::cmp::Reverse(i.wasted));
-    incidents.truncate(TOP_ROWS);
     let endpoints = unit_costs::endpoint_costs(&a, &requests);
     let runs = unit_costs::training_runs_by_day(&a, &run_hours);
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
@@ -523,7 +585,10 @@ async fn review(
         chart_width,
         ticks,
         heatmap,
-        incidents,
+        episodes,
+        episode_count,
+        idle_waste: dollars(idle_waste),
+        ledger_waste: dollars(ledger_waste),
         endpoints: endpoints
             .iter()
             .take(TOP_ROWS)

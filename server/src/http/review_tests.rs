@@ -592,3 +592,86 @@ async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
         );
     }
 }
+
+/// The review's idle waste and `GET /api/v1/idle/history` come from the ledger: their dollars
+/// are the month's idle and held-idle dollars in the allocation API, to the cent.
+#[tokio::test]
+async fn idle_history_carries_the_months_idle_dollars() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        // A second host: one GPU idle, one held idle by a notebook.
+        let mut r = report("idle-1");
+        r.host.hostname = "h-idle".into();
+        r.host.instance_type = Some("g6.xlarge".into());
+        let mut held = r.windows[0].gpus[0].clone();
+        held.uuid = "GPU-held".into();
+        held.util_avg = Some(0.0);
+        held.processes[0].sm_util_avg = Some(0.0);
+        held.processes[0].labels = [("team".to_string(), "research".to_string())].into();
+        let mut idle = r.windows[0].gpus[0].clone();
+        idle.uuid = "GPU-idle".into();
+        idle.util_avg = Some(0.0);
+        idle.processes.clear();
+        r.windows[0].gpus = vec![held, idle];
+        let (status, _) = api
+            .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        crate::rollup::run(
+            api.store.as_ref(),
+            &crate::billing::ratecard::RateCard::default_card(),
+            &crate::config::IdleConfig::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+        let (from, to) = this_month(now_ms());
+        let range = format!("from={}&to={}", rfc3339(from), rfc3339(to));
+        let (status, body) = api
+            .get_as(&format!("/api/v1/idle/history?{range}"), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let episodes = v["episodes"].as_array().unwrap();
+        let kinds: std::collections::BTreeSet<&str> = episodes
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["held_idle", "idle"].into(), "{}: {v}", api.backend);
+        let sum: rust_decimal::Decimal = episodes
+            .iter()
+            .map(|e| crate::money::from_text(e["cost"].as_str().unwrap()))
+            .sum();
+        let (_, alloc) = api
+            .get_as(
+                &format!("/api/v1/allocation?{range}&by=team"),
+                Some(&viewer),
+            )
+            .await;
+        let alloc: serde_json::Value = serde_json::from_str(&alloc).unwrap();
+        let t = &alloc["totals"][0];
+        let ledger = crate::money::from_text(t["idle_cost"].as_str().unwrap())
+            + crate::money::from_text(t["held_idle_cost"].as_str().unwrap());
+        assert!(ledger > rust_decimal::Decimal::ZERO);
+        assert_eq!(sum, ledger, "{}", api.backend);
+        let (_, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        let shown = crate::format::usd(ledger);
+        assert!(
+            page.contains(&format!("{shown} in 2 runs"))
+                && page.contains(&format!("({shown}), to the cent")),
+            "{}: {page}",
+            api.backend
+        );
+        let (_, csv) = api
+            .get_as(
+                &format!("/api/v1/idle/history?{range}&format=csv"),
+                Some(&viewer),
+            )
+            .await;
+        assert!(csv.starts_with("cluster,host,kind,start,end"), "{csv}");
+        assert!(csv.contains("team=research"), "{csv}");
+    }
+}

@@ -49,6 +49,7 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/billing/periods", Access::Viewer),
     ("GET", "/api/v1/billing/reconciliation", Access::Viewer),
     ("GET", "/api/v1/incidents", Access::Viewer),
+    ("GET", "/api/v1/idle/history", Access::Viewer),
     ("GET", "/api/v1/recommendations", Access::Viewer),
     ("POST", "/logout", Access::Viewer),
     ("POST", "/snoozes", Access::Admin),

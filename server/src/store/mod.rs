@@ -214,6 +214,8 @@ pub enum RollupGrain {
     ExperimentHour,
     /// Daily rows summed over each host's GPUs (no GPU in the row).
     HostDay,
+    /// Hourly rows of idle and held-idle cost: what the idle history needs, and no more.
+    IdleHour,
 }
 
 impl RollupGrain {
@@ -1274,6 +1276,13 @@ macro_rules! shared_sql_impl {
                         gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
                      FROM rollup_hours
                      WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''"
+                }
+                $crate::store::RollupGrain::IdleHour => {
+                    "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_hours
+                     WHERE hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')"
                 }
                 $crate::store::RollupGrain::Day => {
                     "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
