@@ -1,5 +1,6 @@
 //! When a month's figures become final. A month closes a set time after it ends (5 days by
-//! default, for late windows and the bill to arrive). From then on the roll-up job leaves its
+//! default, for late windows and the bill to arrive), or earlier when a finance lead signs it off
+//! because its final bill is in (`/billing/YYYY-MM`, only while it reconciles to the cent). From then on the roll-up job leaves its
 //! hours as they are: a late bill or a rate-card change for a closed month is shown on its review
 //! as a change waiting, and applied only by an explicit restatement (`rollup --reopen`), which
 //! keeps the figures before and after, when and why. Raw windows of months still open are never
@@ -16,12 +17,15 @@ pub const MAX_CLOSE_AFTER_MS: i64 = 28 * 86_400_000;
 pub struct ClosePolicy {
     /// How long after a month ends it closes.
     pub after_ms: i64,
+    /// The latest month signed off (its bill final): it and every month before it are closed.
+    pub signed_off_through: Option<i64>,
 }
 
 impl Default for ClosePolicy {
     fn default() -> Self {
         ClosePolicy {
             after_ms: DEFAULT_CLOSE_AFTER_MS,
+            signed_off_through: None,
         }
     }
 }
@@ -41,7 +45,33 @@ impl ClosePolicy {
                 MAX_CLOSE_AFTER_MS / 86_400_000
             ));
         }
-        Ok(ClosePolicy { after_ms })
+        Ok(ClosePolicy {
+            after_ms,
+            signed_off_through: None,
+        })
+    }
+
+    /// The policy with the months signed off so far.
+    pub fn with_sign_offs(self, sign_offs: &[crate::store::SignOffRow]) -> ClosePolicy {
+        ClosePolicy {
+            signed_off_through: sign_offs.iter().map(|s| s.month_ms).max(),
+            ..self
+        }
+    }
+
+    /// The policy as it stands now: with the sign-offs in the database (another replica's or
+    /// the web form's included).
+    pub async fn current(
+        self,
+        store: &dyn crate::store::Store,
+    ) -> Result<ClosePolicy, crate::store::StoreError> {
+        Ok(self.with_sign_offs(&store.sign_offs().await?))
+    }
+
+    /// Whether the month containing `t_ms` was signed off (or one after it was).
+    pub fn is_signed_off(&self, t_ms: i64) -> bool {
+        self.signed_off_through
+            .is_some_and(|m| month_start_ms(t_ms) <= m)
     }
 
     /// When the month containing `t_ms` closes.
@@ -51,7 +81,7 @@ impl ClosePolicy {
 
     /// Whether the month containing `t_ms` has closed at `now_ms`.
     pub fn is_closed(&self, t_ms: i64, now_ms: i64) -> bool {
-        self.closes_at(t_ms) <= now_ms
+        self.closes_at(t_ms) <= now_ms || self.is_signed_off(t_ms)
     }
 
     /// The start of the oldest month still open at `now_ms`: hours from here on may change.
@@ -74,6 +104,25 @@ mod tests {
         chrono::DateTime::parse_from_rfc3339(text)
             .unwrap()
             .timestamp_millis()
+    }
+
+    #[test]
+    fn a_signed_off_month_closes_at_once_and_so_do_those_before_it() {
+        let policy = ClosePolicy::default();
+        let now = at("2026-11-02T00:00:00Z");
+        let october = at("2026-10-01T00:00:00Z");
+        assert!(!policy.is_closed(october, now));
+        assert_eq!(policy.open_from(now), october);
+        let signed = policy.with_sign_offs(&[crate::store::SignOffRow {
+            month_ms: october,
+            signed_ms: now,
+            by_user: "ana".into(),
+            note: String::new(),
+        }]);
+        assert!(signed.is_closed(october, now));
+        assert!(signed.is_closed(at("2026-09-15T00:00:00Z"), now));
+        assert!(!signed.is_closed(at("2026-11-01T00:00:00Z"), now));
+        assert_eq!(signed.open_from(now), at("2026-11-01T00:00:00Z"));
     }
 
     #[test]

@@ -184,7 +184,15 @@ pub fn spawn_rollup_jobs(
                 Ok(true) => {
                     // A bounded slice per tick: a month of re-marked hours catches up over a
                     // few ticks instead of holding the lease for long.
-                    let open_from = close.open_from(now);
+                    let open_from = match close.current(store.as_ref()).await {
+                        Ok(c) => c.open_from(now),
+                        // Without the sign-offs the policy alone is the safe side: it keeps
+                        // more open, never less.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading month sign-offs");
+                            close.open_from(now)
+                        }
+                    };
                     match crate::rollup::run_open_months(
                         store.as_ref(),
                         &card,
@@ -222,7 +230,15 @@ pub fn spawn_rollup_jobs(
                 .await
             {
                 Ok(true) => {
-                    let open_from = close.open_from(now);
+                    let open_from = match close.current(store.as_ref()).await {
+                        Ok(c) => c.open_from(now),
+                        // Without the sign-offs the policy alone is the safe side: it keeps
+                        // more open, never less.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading month sign-offs");
+                            close.open_from(now)
+                        }
+                    };
                     match crate::rollup::enforce_retention(
                         store.as_ref(),
                         now,

@@ -480,7 +480,7 @@ async fn main() -> anyhow::Result<()> {
                     &card,
                     &config.idle,
                     usize::MAX,
-                    close.open_from(now_ms()),
+                    close.current(store.as_ref()).await?.open_from(now_ms()),
                 )
                 .await
                 .map(|s| (s, Vec::new()))

@@ -633,6 +633,7 @@ pub async fn rebuild(
     reopen: Option<&str>,
     now_ms: i64,
 ) -> Result<(RollupSummary, Vec<crate::store::RestatementRow>), RebuildError> {
+    let close = close.current(store).await?;
     let mut closed = Vec::new();
     let mut month = crate::billing::focus::month_start_ms(from_ms);
     while month < to_ms {

@@ -25,6 +25,7 @@ pub fn router(max_upload_bytes: usize) -> Router<AppState> {
     Router::new()
         .route("/billing", get(billing_page))
         .route("/billing/{month}", get(reconciliation_page))
+        .route("/billing/{month}/sign-off", post(sign_off))
         .route("/api/v1/billing/reconciliation", get(reconciliation_api))
         .route(
             "/billing/import",
@@ -57,10 +58,21 @@ pub struct ReconView {
     pub not_gpu_more: usize,
 }
 
+/// Whether the month can be signed off now, and if not, why.
+pub struct SignOffView {
+    /// Signed off already: by whom, when, with what note.
+    pub done: Option<String>,
+    /// The reason it cannot be signed off now; `None` when it can.
+    pub blocked: Option<String>,
+}
+
 #[derive(Template)]
 #[template(path = "reconciliation.html")]
 struct ReconciliationPage {
     chrome: Option<Chrome>,
+    is_admin: bool,
+    csrf: String,
+    sign_off: SignOffView,
     month: String,
     previous: String,
     next: Option<String>,
@@ -198,10 +210,11 @@ async fn reconciliation_page(
                 .await?;
         let pending = state.store.dirty_mark_count(from, to).await?;
         let periods = periods_of(state.store.billing_file_periods().await?);
-        Ok::<_, crate::store::StoreError>((recs, pending, periods))
+        let sign_offs = state.store.sign_offs().await?;
+        Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
     }
     .await;
-    let (recs, pending_hours, periods) = match loaded {
+    let (recs, pending_hours, periods, sign_offs) = match loaded {
         Ok(x) => x,
         Err(e) => {
             tracing::error!(error = %e, "reconciliation page");
@@ -217,10 +230,29 @@ async fn reconciliation_page(
         .into_iter()
         .filter(|p| p.period_start_ms >= from && p.period_start_ms < to)
         .collect();
+    let close = state.close.with_sign_offs(&sign_offs);
+    let sign_off = SignOffView {
+        done: sign_offs.iter().find(|s| s.month_ms == from).map(|s| {
+            format!(
+                "Signed off by {} at {}{}: its bill is final and so are its figures.",
+                s.by_user,
+                crate::format::utc_minute(s.signed_ms),
+                if s.note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (\u{201c}{}\u{201d})", s.note)
+                }
+            )
+        }),
+        blocked: sign_off_blocked(&close, &recs, pending_hours, from, to, now_ms()),
+    };
     render_with_status(
         StatusCode::OK,
         &ReconciliationPage {
             chrome: Some(Chrome::from(&user)),
+            is_admin: user.is_admin(),
+            csrf: user.csrf.clone(),
+            sign_off,
             previous: month_label(from - 1),
             next: (to <= now_ms()).then(|| next.clone()),
             pending_hours,
@@ -230,6 +262,113 @@ async fn reconciliation_page(
             month,
         },
     )
+}
+
+/// Why a month cannot be signed off now, if it cannot: a finance lead signs only a month that
+/// has ended, is still open, has no hours waiting to be rolled up and reconciles to the cent.
+fn sign_off_blocked(
+    close: &crate::closing::ClosePolicy,
+    recs: &[crate::reconciliation::Reconciliation],
+    pending_hours: i64,
+    from: i64,
+    to: i64,
+    now: i64,
+) -> Option<String> {
+    if to > now {
+        return Some("The month has not ended.".into());
+    }
+    if close.is_closed(from, now) {
+        return Some("The month is closed already.".into());
+    }
+    if pending_hours > 0 {
+        return Some(format!(
+            "{pending_hours} hours are waiting to be rolled up: try again in a minute."
+        ));
+    }
+    if recs.is_empty() {
+        return Some("There is no bill for this month.".into());
+    }
+    if let Some(r) = recs.iter().find(|r| !r.difference.is_zero()) {
+        return Some(format!(
+            "The {} bill and the ledger differ by {}: it does not reconcile.",
+            r.currency,
+            format::money(r.difference, &r.currency)
+        ));
+    }
+    None
+}
+
+#[derive(serde::Deserialize)]
+struct SignOffForm {
+    csrf: String,
+    #[serde(default)]
+    note: String,
+}
+
+fn sign_off_unavailable(e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "sign-off");
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The database is unavailable",
+        "Nothing was signed off. Try again in a minute.",
+    )
+}
+
+/// `POST /billing/YYYY-MM/sign-off` (admins): the month's bill is final, close it now.
+async fn sign_off(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    axum::extract::Path(month): axum::extract::Path<String>,
+    axum::extract::Form(form): axum::extract::Form<SignOffForm>,
+) -> Response {
+    if !user.csrf_ok(&form.csrf) {
+        return error_page(
+            StatusCode::FORBIDDEN,
+            "Form expired",
+            "Reload the page and try again.",
+        );
+    }
+    let Some((from, to)) = month_of(&month) else {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            "No such month",
+            "Use /billing/YYYY-MM.",
+        );
+    };
+    let now = now_ms();
+    let checked = async {
+        let recs =
+            crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
+                .await?;
+        let pending = state.store.dirty_mark_count(from, to).await?;
+        let close = state.close.current(state.store.as_ref()).await?;
+        Ok::<_, crate::store::StoreError>(sign_off_blocked(&close, &recs, pending, from, to, now))
+    }
+    .await;
+    let note: String = form.note.trim().chars().take(500).collect();
+    match checked {
+        Ok(Some(why)) => error_page(
+            StatusCode::CONFLICT,
+            "This month cannot be signed off",
+            &why,
+        ),
+        Ok(None) => match state
+            .store
+            .sign_off_month(&crate::store::SignOffRow {
+                month_ms: from,
+                signed_ms: now,
+                by_user: user.username.clone(),
+                note,
+            })
+            .await
+        {
+            Ok(_) => axum::response::IntoResponse::into_response(axum::response::Redirect::to(
+                &format!("/billing/{month}"),
+            )),
+            Err(e) => sign_off_unavailable(e),
+        },
+        Err(e) => sign_off_unavailable(e),
+    }
 }
 
 #[derive(serde::Deserialize)]

@@ -223,7 +223,9 @@ fn closing_view(
 ) -> ClosingView {
     let closes = close.closes_at(from);
     let closed = close.is_closed(from, now);
-    let text = if closed {
+    let text = if closed && close.is_signed_off(from) && closes > now {
+        "Closed: signed off with its final bill; these figures are final.".to_owned()
+    } else if closed {
         format!("Closed {}: these figures are final.", day_and_time(closes))
     } else {
         format!(
@@ -462,7 +464,11 @@ async fn review(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
-    let closing = closing_view(state.close, from, now, waiting, &restated);
+    let close = match state.close.current(store).await {
+        Ok(c) => c,
+        Err(e) => return unavailable(e),
+    };
+    let closing = closing_view(close, from, now, waiting, &restated);
     let (month, next) = (label(from), label(to));
     let t = totals(&a);
     let usd = t.iter().find(|t| t.currency == "USD").or(t.first());

@@ -55,6 +55,7 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/snoozes", Access::Admin),
     ("POST", "/alerts/test", Access::Admin),
     ("POST", "/billing/import", Access::Admin),
+    ("POST", "/billing/{month}/sign-off", Access::Admin),
     ("GET", "/tokens", Access::Admin),
     ("POST", "/tokens", Access::Admin),
     ("POST", "/tokens/rotate", Access::Admin),

@@ -21,6 +21,11 @@ pub(super) struct Api {
 }
 
 pub(super) async fn apis() -> Vec<(Api, test_support::TestDb)> {
+    apis_with(|_| {}).await
+}
+
+/// [`apis`] with the state changed by `change` first.
+pub(super) async fn apis_with(change: impl Fn(&mut AppState)) -> Vec<(Api, test_support::TestDb)> {
     let mut out = Vec::new();
     for db in test_support::both().await {
         let store = db.open().await;
@@ -34,6 +39,7 @@ pub(super) async fn apis() -> Vec<(Api, test_support::TestDb)> {
             .unwrap();
         let mut state = AppState::new(store.clone());
         state.max_body_bytes = 64 * 1024;
+        change(&mut state);
         out.push((
             Api {
                 app: router(state),
@@ -666,6 +672,91 @@ async fn only_admins_upload_bills_and_only_with_the_form_token() {
 
 /// May delivered in two parts, then again as one file that is the whole period: the billing
 /// page and the periods API show which files make up the period and which were replaced.
+/// A finance lead signs off a month that has ended and reconciles to the cent: it closes at
+/// once, the review says so, and it cannot be signed off twice; a month not ended or one that
+/// does not reconcile cannot be.
+#[tokio::test]
+async fn a_month_that_reconciles_can_be_signed_off_once() {
+    // Months close long after they end here, so May 2026 is still open.
+    let far = crate::closing::ClosePolicy {
+        after_ms: 100 * 365 * 86_400_000,
+        signed_off_through: None,
+    };
+    for (api, _db) in apis_with(|s| s.close = far).await {
+        let b = api.backend;
+        let (admin, csrf) = api.session("admin").await;
+        let (viewer, viewer_csrf) = api.session("viewer").await;
+        let (ct, body) = multipart_named(&csrf, "may.csv", &[], BILL.as_bytes());
+        let req = Request::post("/billing/import")
+            .header("content-type", ct)
+            .header("cookie", admin.clone())
+            .body(Body::from(body))
+            .unwrap();
+        assert_eq!(
+            api.app.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::OK
+        );
+        // Before the roll-up the ledger does not hold the bill yet.
+        let (status, _, page) = api
+            .post_form("/billing/2026-05/sign-off", &admin, &format!("csrf={csrf}"))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{b}: {page}");
+        crate::rollup::run(
+            api.store.as_ref(),
+            &crate::billing::ratecard::RateCard::default_card(),
+            &crate::config::IdleConfig::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+        let (_, page) = api.get_as("/billing/2026-05", Some(&admin)).await;
+        assert!(
+            page.contains("action=\"/billing/2026-05/sign-off\""),
+            "{b}: {page}"
+        );
+        let (_, page) = api.get_as("/billing/2026-05", Some(&viewer)).await;
+        assert!(!page.contains("sign-off\" "), "{b}: viewers get no form");
+        let (status, _, _) = api
+            .post_form(
+                "/billing/2026-05/sign-off",
+                &viewer,
+                &format!("csrf={viewer_csrf}"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{b}");
+        let (status, headers, _) = api
+            .post_form(
+                "/billing/2026-05/sign-off",
+                &admin,
+                &format!("csrf={csrf}&note=invoice+received"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "{b}");
+        assert_eq!(headers["location"], "/billing/2026-05");
+        let offs = api.store.sign_offs().await.unwrap();
+        assert_eq!(offs.len(), 1, "{b}");
+        assert_eq!(offs[0].note, "invoice received");
+        let (_, page) = api.get_as("/billing/2026-05", Some(&viewer)).await;
+        assert!(page.contains("Signed off by"), "{b}: {page}");
+        let (_, review) = api.get_as("/review/2026-05", Some(&viewer)).await;
+        assert!(
+            review.contains("signed off with its final bill"),
+            "{b}: the month is closed"
+        );
+        let (status, _, page) = api
+            .post_form("/billing/2026-05/sign-off", &admin, &format!("csrf={csrf}"))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{b}");
+        assert!(page.contains("closed already"), "{b}: {page}");
+        let (status, _, page) = api
+            .post_form("/billing/2099-01/sign-off", &admin, &format!("csrf={csrf}"))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{b}");
+        assert!(page.contains("has not ended"), "{b}: {page}");
+        assert_eq!(api.store.sign_offs().await.unwrap().len(), 1);
+    }
+}
+
 #[tokio::test]
 async fn the_billing_page_shows_the_files_of_each_period() {
     for (api, _db) in apis().await {

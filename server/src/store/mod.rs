@@ -187,6 +187,15 @@ pub struct CurrencyCostRow {
     pub cost_atto: i64,
 }
 
+/// A month signed off by a finance lead: its bill is final, so it closed then.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SignOffRow {
+    pub month_ms: i64,
+    pub signed_ms: i64,
+    pub by_user: String,
+    pub note: String,
+}
+
 /// A closed month's figures restated: per team (and the unattributed buckets), before and after.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct RestatementRow {
@@ -709,6 +718,10 @@ pub trait Store: Send + Sync {
     async fn add_restatement(&self, restatement: &RestatementRow) -> Result<(), StoreError>;
     /// The restatements of the month starting at `month_ms`, oldest first.
     async fn restatements(&self, month_ms: i64) -> Result<Vec<RestatementRow>, StoreError>;
+    /// Records that a month's bill is final (it closes now); false if it was signed off before.
+    async fn sign_off_month(&self, sign_off: &SignOffRow) -> Result<bool, StoreError>;
+    /// Every month signed off, oldest first.
+    async fn sign_offs(&self) -> Result<Vec<SignOffRow>, StoreError>;
     /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
     /// `unattributed`, rebuilds the days those hours fall in, and clears each mark whose
     /// generation is still the one read (a report that came meanwhile keeps its mark).
@@ -3082,6 +3095,33 @@ macro_rules! store_impl {
                 .execute(&self.pool)
                 .await?;
                 Ok(())
+            }
+            async fn sign_off_month(
+                &self,
+                s: &$crate::store::SignOffRow,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                let done = sqlx::query(
+                    "INSERT INTO month_sign_offs (month_ms, signed_ms, by_user, note)
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (month_ms) DO NOTHING",
+                )
+                .bind(s.month_ms)
+                .bind(s.signed_ms)
+                .bind(&s.by_user)
+                .bind(&s.note)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+            async fn sign_offs(
+                &self,
+            ) -> Result<Vec<$crate::store::SignOffRow>, $crate::store::StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT month_ms, signed_ms, by_user, note FROM month_sign_offs
+                     ORDER BY month_ms",
+                )
+                .fetch_all(&self.pool)
+                .await?)
             }
             async fn add_restatement(
                 &self,
