@@ -203,7 +203,13 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
             { "type": "actions", "elements": [
                 { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link },
                 { "type": "button", "text": { "type": "plain_text", "text": "Snooze the cluster" },
-                  "url": format!("{}/incidents", base_url.trim_end_matches('/')) }
+                  "url": format!(
+                      "{}/incidents?{}#snooze",
+                      base_url.trim_end_matches('/'),
+                      form_urlencoded::Serializer::new(String::new())
+                          .append_pair("snooze", &i.cluster)
+                          .finish()
+                  ) }
             ]}
         ]
     })

@@ -110,6 +110,8 @@ struct IncidentsPage {
     open: Vec<IncidentView>,
     resolved: Vec<IncidentView>,
     clusters: Vec<String>,
+    /// Preselected in the snooze form.
+    selected: String,
     snoozes: Vec<(String, String, String)>,
     wasted_30d: String,
 }
@@ -123,7 +125,17 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
     )
 }
 
-async fn incidents_page(State(state): State<AppState>, user: SignedIn) -> Response {
+#[derive(Deserialize)]
+struct IncidentsPageQuery {
+    /// The cluster to preselect in the snooze form (Slack's "Snooze the cluster" links here).
+    snooze: Option<String>,
+}
+
+async fn incidents_page(
+    State(state): State<AppState>,
+    user: SignedIn,
+    Query(q): Query<IncidentsPageQuery>,
+) -> Response {
     let now = now_ms();
     let rows = match state.store.incidents(now - 30 * DAY_MS, now + 1).await {
         Ok(r) => r,
@@ -135,6 +147,7 @@ async fn incidents_page(State(state): State<AppState>, user: SignedIn) -> Respon
     };
     let hosts = state.store.hosts().await.unwrap_or_default();
     let mut clusters: Vec<String> = hosts.into_iter().map(|h| h.cluster).collect();
+    clusters.sort();
     clusters.dedup();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
     let wasted: rust_decimal::Decimal = views.iter().map(|v| v.wasted).sum();
@@ -143,6 +156,7 @@ async fn incidents_page(State(state): State<AppState>, user: SignedIn) -> Respon
         chrome: Some(Chrome::from(&user)),
         is_admin: user.is_admin(),
         csrf: user.csrf.clone(),
+        selected: q.snooze.unwrap_or_default(),
         open,
         resolved,
         clusters,

@@ -900,6 +900,14 @@ async fn incidents_alerts_and_snoozes_by_role() {
     for (api, _db) in apis().await {
         let (viewer, viewer_csrf) = api.session("viewer").await;
         let (admin, admin_csrf) = api.session("admin").await;
+        api.post(Some(&api.token), serde_json::to_vec(&report("s1")).unwrap())
+            .await;
+        let (_, page) = api.get_as("/incidents?snooze=c1", Some(&admin)).await;
+        assert!(
+            page.contains("<option selected>c1</option>"),
+            "{}: Slack's snooze link preselects the cluster: {page}",
+            api.backend
+        );
         for path in ["/incidents", "/alerts", "/api/v1/incidents"] {
             assert_eq!(
                 api.get_as(path, Some(&viewer)).await.0,

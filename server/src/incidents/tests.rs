@@ -283,6 +283,11 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
             posts[0]["blocks"][4]["elements"][0]["url"],
             format!("https://gpuledger.example.com/incidents/{}", i.id)
         );
+        // "Snooze the cluster" opens the snooze form with the cluster chosen.
+        assert_eq!(
+            posts[0]["blocks"][4]["elements"][1]["url"],
+            "https://gpuledger.example.com/incidents?snooze=idle-c#snooze"
+        );
         // Which GPUs, as nvidia-smi names them on each host.
         assert_eq!(
             posts[0]["blocks"][2]["text"]["text"],
