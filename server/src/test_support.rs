@@ -69,3 +69,16 @@ fn uuid_like() -> String {
         .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)]))
         .collect()
 }
+
+/// Brings the rollups up to date as `serve` does every minute: the default rate card and idle
+/// thresholds.
+pub async fn roll_up(store: &dyn crate::store::Store) {
+    crate::rollup::run(
+        store,
+        &crate::billing::ratecard::RateCard::default_card(),
+        &crate::config::IdleConfig::default(),
+        usize::MAX,
+    )
+    .await
+    .unwrap();
+}

@@ -103,6 +103,16 @@ pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, 
     Ok((from, to))
 }
 
+/// A query string as `T`, or a 400 that says what is wrong with it.
+pub(super) fn query_of<T>(
+    query: Result<Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    query.map(|Query(q)| q).map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })
+}
+
 /// Parses `value` as one of the snake_case names of `T`.
 fn choice<T: serde::de::DeserializeOwned>(
     field: &str,
@@ -120,10 +130,7 @@ async fn get_allocation(
     _user: SignedIn,
     query: Result<Query<AllocationQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let q = query_of(query)?;
     let (from, to) = range(&q.from, &q.to)?;
     let by: GroupBy = choice(
         "by",

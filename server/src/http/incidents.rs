@@ -336,10 +336,7 @@ async fn incidents_api(
     _user: SignedIn,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let q = super::allocation::query_of(query)?;
     let now = now_ms();
     let (from, to) = if q.from.is_none() && q.to.is_none() {
         (now - 30 * DAY_MS, now + 1)
@@ -374,10 +371,7 @@ async fn idle_history_api(
     _user: SignedIn,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let q = super::allocation::query_of(query)?;
     let (from, to) = if q.from.is_none() && q.to.is_none() {
         crate::allocation::this_month(now_ms())
     } else {

@@ -66,10 +66,7 @@ async fn api(
     _user: SignedIn,
     query: Result<Query<LookbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let q = super::allocation::query_of(query)?;
     let csv = match q.format.as_deref().unwrap_or("json") {
         "json" => false,
         "csv" => true,

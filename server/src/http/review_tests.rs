@@ -618,14 +618,7 @@ async fn idle_history_carries_the_months_idle_dollars() {
             .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
             .await;
         assert_eq!(status, StatusCode::OK);
-        crate::rollup::run(
-            api.store.as_ref(),
-            &crate::billing::ratecard::RateCard::default_card(),
-            &crate::config::IdleConfig::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        crate::test_support::roll_up(api.store.as_ref()).await;
         let (from, to) = this_month(now_ms());
         let range = format!("from={}&to={}", rfc3339(from), rfc3339(to));
         let (status, body) = api

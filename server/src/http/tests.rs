@@ -701,14 +701,7 @@ async fn a_month_that_reconciles_can_be_signed_off_once() {
             .post_form("/billing/2026-05/sign-off", &admin, &format!("csrf={csrf}"))
             .await;
         assert_eq!(status, StatusCode::CONFLICT, "{b}: {page}");
-        crate::rollup::run(
-            api.store.as_ref(),
-            &crate::billing::ratecard::RateCard::default_card(),
-            &crate::config::IdleConfig::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        crate::test_support::roll_up(api.store.as_ref()).await;
         let (_, page) = api.get_as("/billing/2026-05", Some(&admin)).await;
         assert!(
             page.contains("action=\"/billing/2026-05/sign-off\""),
