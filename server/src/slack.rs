@@ -51,6 +51,25 @@ pub mod limits {
     pub const SECTION_TEXT: usize = 3_000;
     /// The notification fallback: Slack truncates beyond 40,000; a notification needs far less.
     pub const FALLBACK: usize = 3_000;
+    /// A button's URL.
+    pub const BUTTON_URL: usize = 3_000;
+}
+
+/// The Idle page's snooze form with `cluster` chosen, or without a choice where the cluster's
+/// name would make the link longer than Slack takes.
+fn snooze_link(base_url: &str, cluster: &str) -> String {
+    let base = format!("{}/incidents", base_url.trim_end_matches('/'));
+    let chosen = format!(
+        "{base}?{}#snooze",
+        form_urlencoded::Serializer::new(String::new())
+            .append_pair("snooze", cluster)
+            .finish()
+    );
+    if chosen.chars().count() <= limits::BUTTON_URL {
+        chosen
+    } else {
+        format!("{base}#snooze")
+    }
 }
 
 /// `text` cut to at most `max` characters, ending in `…` where cut.
@@ -203,13 +222,7 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
             { "type": "actions", "elements": [
                 { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link },
                 { "type": "button", "text": { "type": "plain_text", "text": "Snooze the cluster" },
-                  "url": format!(
-                      "{}/incidents?{}#snooze",
-                      base_url.trim_end_matches('/'),
-                      form_urlencoded::Serializer::new(String::new())
-                          .append_pair("snooze", &i.cluster)
-                          .finish()
-                  ) }
+                  "url": snooze_link(base_url, &i.cluster) }
             ]}
         ]
     })
