@@ -2,7 +2,9 @@
 //! fleet, headless Chromium (through chromedriver) signs in, reads the monthly review, follows a
 //! model to its drill-down, and saves screenshots and a printed PDF of the review. Then every
 //! page, at 1280 px and with a host and labels far longer than any column, is checked for
-//! elements that overflow their box, and screenshotted (`docs/screenshots/` holds a copy).
+//! elements that overflow their box, and screenshotted (`docs/screenshots/` holds a copy). The
+//! demo posts to a Slack webhook served here: one message per incident (the idle cluster, each
+//! notebook host), each naming its GPUs, within a minute or so of starting.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`scripts/setup`, run by `scripts/test`, installs them);
 //! `GPULEDGER_CHROMIUM` and `GPULEDGER_CHROMEDRIVER` point elsewhere.
@@ -38,11 +40,39 @@ struct Demo {
     sandbox_token: String,
 }
 
-/// Starts the demo and returns it with its URL, password and sandbox agent token.
-fn start_demo(dir: &Path) -> Demo {
+/// Slack message bodies a webhook served here received.
+type Posts = std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
+
+/// A Slack incoming webhook: keeps each JSON body posted to it and answers 200 "ok".
+async fn slack_webhook() -> (Posts, String) {
+    let posts = Posts::default();
+    let kept = posts.clone();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let kept = kept.clone();
+        async move {
+            if let Ok(v) = serde_json::from_slice(&body) {
+                kept.lock().unwrap().push(v);
+            }
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (posts, format!("http://{addr}/services/T/B/demo"))
+}
+
+/// Starts the demo (with `config`, if any) and returns it with its URL, password and sandbox
+/// agent token.
+fn start_demo(dir: &Path, config: Option<&Path>) -> Demo {
     let port = free_port();
-    let mut child = Command::new(artifact("gpuledger-server"))
-        .arg("demo")
+    let mut command = Command::new(artifact("gpuledger-server"));
+    if let Some(c) = config {
+        command.arg("demo").arg("--config").arg(c);
+    } else {
+        command.arg("demo");
+    }
+    let mut child = command
         .arg("--demo-db")
         .arg(dir.join("demo.db"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -252,7 +282,14 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     let chromium = tool("GPULEDGER_CHROMIUM", "/usr/bin/chromium");
     let driver = tool("GPULEDGER_CHROMEDRIVER", "/usr/bin/chromedriver");
     let dir = tempfile::tempdir().unwrap();
-    let demo = start_demo(dir.path());
+    let (posts, webhook) = slack_webhook().await;
+    let config = dir.path().join("gpuledger.toml");
+    std::fs::write(
+        &config,
+        format!("[slack]\ndefault_webhook = \"{webhook}\"\nbase_url = \"http://demo.test\"\n"),
+    )
+    .unwrap();
+    let demo = start_demo(dir.path(), Some(&config));
     let (url, password) = (demo.url.clone(), demo.password.clone());
     wait_healthy(&format!("{url}/healthz")).await;
     post_long_names(&url, &demo.sandbox_token).await;
@@ -437,6 +474,63 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         tokio::time::sleep(Duration::from_secs(5)).await;
     };
     fits_at_1280(&c, &url, &incident, &shots.join("incident.png")).await;
+
+    // Slack: one message per incident, never one per GPU or process, each naming its GPUs.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let headers = loop {
+        let headers: Vec<String> = posts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                p["blocks"][0]["text"]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        let cluster = headers.iter().any(|h| h == "Idle cluster: scratch");
+        let notebooks = headers
+            .iter()
+            .filter(|h| h.starts_with("GPU held idle:"))
+            .count();
+        if cluster && notebooks >= 2 {
+            break headers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Slack got no message for the idle cluster and both notebook hosts: {headers:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let mut unique = headers.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        headers.len(),
+        "one message per incident: {headers:?}"
+    );
+    assert_eq!(
+        headers
+            .iter()
+            .filter(|h| h.starts_with("GPU held idle:"))
+            .count(),
+        2,
+        "{headers:?}"
+    );
+    for p in posts.lock().unwrap().iter() {
+        let gpus = p["blocks"][2]["text"]["text"].as_str().unwrap_or("");
+        assert!(gpus.starts_with("*Which GPUs:*"), "{p}");
+        if p["blocks"][0]["text"]["text"] == "Idle cluster: scratch" {
+            assert!(gpus.contains("scratch-00: GPU #0, #1, #2"), "{gpus}");
+        } else if p["blocks"][0]["text"]["text"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("GPU held idle:"))
+        {
+            assert!(gpus.contains("jupyter-kernel, user maria"), "{gpus}");
+        }
+    }
     eprintln!("screenshots and PDF in {}", shots.display());
     c.close().await.unwrap();
 }
