@@ -206,6 +206,36 @@ for (const e of document.body.querySelectorAll('*')) {
 return out;
 "#;
 
+/// Switches the page's CSS media to `print` (or back to `screen`) through chromedriver's
+/// DevTools endpoint, so the print stylesheet can be checked like the screen one.
+async fn emulate_media(c: &Client, driver_url: &str, media: &str) {
+    let session = c.session_id().await.unwrap().unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{driver_url}/session/{session}/goog/cdp/execute"))
+        .json(&serde_json::json!({
+            "cmd": "Emulation.setEmulatedMedia",
+            "params": { "media": media },
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+}
+
+/// Opens `path` as printed on A4 (a 700 px wide page: 210 mm less 12 mm margins at 96 dpi) and
+/// asserts nothing overflows its box there either.
+async fn fits_in_print(c: &Client, driver_url: &str, url: &str, path: &str) {
+    emulate_media(c, driver_url, "print").await;
+    c.set_window_size(700, 900).await.unwrap();
+    c.goto(&format!("{url}{path}")).await.unwrap();
+    text_of(c, "h1").await;
+    let found = c.execute(OVERFLOWING, vec![]).await.unwrap();
+    let found: Vec<String> = serde_json::from_value(found).unwrap();
+    emulate_media(c, driver_url, "screen").await;
+    c.set_window_size(1280, 900).await.unwrap();
+    assert!(found.is_empty(), "{path} printed: {found:#?}");
+}
+
 /// Opens `path`, waits for its heading, asserts nothing overflows, and saves a screenshot.
 async fn fits_at_1280(c: &Client, url: &str, path: &str, shot: &Path) {
     c.goto(&format!("{url}{path}")).await.unwrap();
@@ -455,6 +485,12 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     ];
     for (name, path) in &pages {
         fits_at_1280(&c, &url, path, &shots.join(format!("{name}.png"))).await;
+    }
+    // The pages a finance lead prints: the reviews, a drill-down, the reconciliation.
+    for (name, path) in &pages {
+        if ["review", "review-previous", "cluster", "reconciliation"].contains(name) {
+            fits_in_print(&c, &driver_url, &url, path).await;
+        }
     }
     // One incident's page: the demo opens its idle incidents within a minute of starting.
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -115,7 +115,8 @@ mod tests {
     fn activity_by_the_thresholds() {
         let gib = Some(1i64 << 30);
         // (GPU utilization, processes (memory, SM)) -> activity, at threshold 5 % and SM 1 %.
-        let cases: [(Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity); 9] = [
+        type Case = (Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity);
+        let cases: [Case; 9] = [
             (Some(0.0), vec![], Activity::Idle),
             (Some(4.9), vec![], Activity::Idle),
             // Busy with no visible process (another container's): busy, not idle.

@@ -551,17 +551,21 @@ proptest! {
 /// thresholds.
 #[test]
 fn attribution_and_idle_detection_agree_window_by_window() {
-    let mut strict = IdleConfig::default();
-    strict.clusters.insert(
-        "strict".into(),
-        crate::config::IdleOverride {
-            threshold_percent: Some(30.0),
-            duration: None,
-        },
-    );
-    strict.held_sm_percent = 5.0;
+    let strict = IdleConfig {
+        held_sm_percent: 5.0,
+        clusters: [(
+            "strict".to_owned(),
+            crate::config::IdleOverride {
+                threshold_percent: Some(30.0),
+                duration: None,
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
     // (GPU utilization, processes (memory GiB, SM)) for one hour-long window.
-    let cases: Vec<(Option<f64>, Vec<(i64, Option<f64>)>)> = vec![
+    type Case = (Option<f64>, Vec<(i64, Option<f64>)>);
+    let cases: Vec<Case> = vec![
         (Some(0.0), vec![]),
         (Some(20.0), vec![]),
         (Some(50.0), vec![]),
@@ -650,8 +654,10 @@ fn a_busy_gpu_with_no_visible_process_is_used_not_idle() {
 /// The worked example in docs/billing.md ("How a host-hour is split"), to the cent.
 #[test]
 fn the_documented_worked_example() {
-    let mut config = IdleConfig::default();
-    config.held_sm_percent = 5.0;
+    let mut config = IdleConfig {
+        held_sm_percent: 5.0,
+        ..Default::default()
+    };
     config.clusters.insert(
         "c".into(),
         crate::config::IdleOverride {

@@ -144,7 +144,9 @@ pub struct EpisodeView {
     pub place: String,
     pub href: String,
     pub gpus: usize,
-    pub span: String,
+    /// First hour and, on a second line, last hour's end with the hours in between.
+    pub from: String,
+    pub until: String,
     pub wasted: String,
     pub owners: String,
 }
@@ -160,11 +162,8 @@ fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> EpisodeView
         href: charts::drill_href(month, GroupBy::Host, &e.hostname),
         place: format!("{} / {}", e.cluster, e.hostname),
         gpus: e.gpus.len(),
-        span: format!(
-            "{} → {} ({hours} h)",
-            crate::format::utc_minute(e.start_ms),
-            crate::format::utc_minute(e.end_ms)
-        ),
+        from: crate::format::utc_minute(e.start_ms),
+        until: format!("→ {} ({hours} h)", crate::format::utc_minute(e.end_ms)),
         wasted: format!(
             "{}{}",
             crate::format::money(e.cost, &e.currency),
