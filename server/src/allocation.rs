@@ -328,6 +328,20 @@ pub fn parse_bound(text: &str) -> Option<i64> {
 }
 
 /// The current calendar month, UTC: the default range.
+/// `[start, end)` of a calendar month written `YYYY-MM`; `None` for anything else.
+pub fn calendar_month(text: &str) -> Option<(i64, i64)> {
+    if text.len() != 7 {
+        return None;
+    }
+    Some(this_month(parse_bound(text)?))
+}
+
+/// `YYYY-MM` of the month containing `ms`.
+pub fn month_label(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
+}
+
 pub fn this_month(now_ms: i64) -> (i64, i64) {
     let start = crate::billing::focus::month_start_ms(now_ms);
     let next = DateTime::<Utc>::from_timestamp_millis(start)

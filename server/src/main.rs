@@ -297,10 +297,16 @@ fn state_for(
     state.trust_forwarded_for = args.trust_forwarded_for;
     state.max_upload_bytes = args.max_upload_bytes;
     state.rate_card = std::sync::Arc::new(rate_card_from(args.rate_card.as_deref())?);
-    if let Some(path) = &args.config {
-        state.config = std::sync::Arc::new(gpuledger_server::config::Config::load(path)?);
-    }
+    state.config = std::sync::Arc::new(config_from(args.config.as_deref())?);
     Ok(state)
+}
+
+/// The config file (`--config`), or the defaults without one.
+fn config_from(path: Option<&std::path::Path>) -> anyhow::Result<gpuledger_server::config::Config> {
+    Ok(match path {
+        Some(path) => gpuledger_server::config::Config::load(path)?,
+        None => Default::default(),
+    })
 }
 
 /// The new user's password: from the environment, a terminal prompt, or standard input.
@@ -429,10 +435,7 @@ async fn main() -> anyhow::Result<()> {
             close_months_after,
             config,
         } => {
-            let config = match &config {
-                Some(path) => gpuledger_server::config::Config::load(path)?,
-                None => Default::default(),
-            };
+            let config = config_from(config.as_deref())?;
             let store = store::connect(&cli.database_url)
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
@@ -614,10 +617,7 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("demo: simulating last month and this one (takes a few seconds)...");
             let seeded_at = now_ms();
             // The seed is attributed by the same thresholds as what the server rolls up later.
-            let config = match &args.config {
-                Some(path) => gpuledger_server::config::Config::load(path)?,
-                None => Default::default(),
-            };
+            let config = config_from(args.config.as_deref())?;
             let batches = demo::seed(store.as_ref(), &card, &config.idle, seeded_at).await?;
             // From here the simulated agents keep reporting, a window a minute, so the Idle page
             // and Slack see a live fleet.

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::format::ago;
+use crate::format::clip;
 use crate::money::from_text;
 use crate::store::{IncidentRow, Store, StoreError};
 use crate::waste::IncidentKind;
@@ -70,16 +71,6 @@ fn snooze_link(base_url: &str, cluster: &str) -> String {
     } else {
         format!("{base}#snooze")
     }
-}
-
-/// `text` cut to at most `max` characters, ending in `…` where cut.
-pub fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// `text` escaped for mrkdwn and cut to at most `max` characters, never inside an entity.

@@ -128,13 +128,7 @@ pub struct IdleDevice {
 impl IdleDevice {
     /// `#3`, or the end of its UUID where the index is unknown.
     pub fn label(&self) -> String {
-        match self.index {
-            Some(i) => format!("#{i}"),
-            None => {
-                let tail: String = self.uuid.chars().rev().take(8).collect();
-                format!("…{}", tail.chars().rev().collect::<String>())
-            }
-        }
+        crate::format::gpu_label(self.index, &self.uuid, false)
     }
 }
 

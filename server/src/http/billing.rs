@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
+use crate::allocation::{calendar_month, month_label};
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
 use crate::money::from_text;
@@ -178,26 +179,13 @@ fn recon_view(r: &crate::reconciliation::Reconciliation, month: &str, next: &str
     }
 }
 
-fn month_of(text: &str) -> Option<(i64, i64)> {
-    if text.len() != 7 {
-        return None;
-    }
-    let start = crate::allocation::parse_bound(text)?;
-    Some(crate::allocation::this_month(start))
-}
-
-fn month_label(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
-}
-
 /// `/billing/YYYY-MM`: the month's bill against the ledger, each figure linked to its rows.
 async fn reconciliation_page(
     State(state): State<AppState>,
     user: SignedIn,
     axum::extract::Path(month): axum::extract::Path<String>,
 ) -> Response {
-    let Some((from, to)) = month_of(&month) else {
+    let Some((from, to)) = calendar_month(&month) else {
         return error_page(
             StatusCode::NOT_FOUND,
             "No such month",
@@ -328,7 +316,7 @@ async fn sign_off(
             "Reload the page and try again.",
         );
     }
-    let Some((from, to)) = month_of(&month) else {
+    let Some((from, to)) = calendar_month(&month) else {
         return error_page(
             StatusCode::NOT_FOUND,
             "No such month",
@@ -387,7 +375,7 @@ async fn reconciliation_api(
     let month = q
         .month
         .unwrap_or_else(|| month_label(crate::allocation::this_month(now_ms()).0));
-    let (from, to) = month_of(&month).ok_or_else(|| crate::error::ApiError::BadRequest {
+    let (from, to) = calendar_month(&month).ok_or_else(|| crate::error::ApiError::BadRequest {
         message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
         field: Some("month".into()),
     })?;

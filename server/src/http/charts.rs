@@ -305,34 +305,17 @@ fn heat_class(util: Option<f64>) -> &'static str {
 
 /// GPU × day utilization for the `limit` costliest GPUs in `a`: each cell is the GPU's
 /// average utilization that day over the time it reported.
-/// How a heatmap row names a GPU beside its host: its NVML index (`#3`), and for a MIG
-/// instance the end of its UUID as well, so no two rows of a host read the same.
+/// How a heatmap row names a GPU beside its host ([`crate::format::gpu_label`]), so no two
+/// rows of a host read the same.
 pub fn gpu_labels(fleet: &[crate::store::FleetRow]) -> HashMap<String, String> {
     fleet
         .iter()
         .filter_map(|g| {
             let uuid = g.uuid.as_deref()?;
-            let index = g.gpu_index.map_or_else(|| "?".into(), |i| format!("#{i}"));
-            let label = match g.parent_uuid {
-                None => index,
-                Some(_) => {
-                    let tail: String = uuid.chars().rev().take(6).collect();
-                    format!("{index} MIG …{}", tail.chars().rev().collect::<String>())
-                }
-            };
+            let label = crate::format::gpu_label(g.gpu_index, uuid, g.parent_uuid.is_some());
             Some((uuid.to_owned(), label))
         })
         .collect()
-}
-
-/// A name cut to `max` characters with an ellipsis, for SVG text, which cannot wrap or clip.
-pub fn clipped(name: &str, max: usize) -> String {
-    if name.chars().count() <= max {
-        return name.to_owned();
-    }
-    let mut out: String = name.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -370,14 +353,14 @@ pub fn heatmap(
         .enumerate()
         .map(|(i, (uuid, (_, host_id, per_day)))| {
             let host = a.hosts.get(&host_id).map_or("?", |h| h.hostname.as_str());
-            let gpu = labels.get(uuid).cloned().unwrap_or_else(|| {
-                // Not in the fleet any more: the end of its UUID tells it from its neighbours.
-                let tail: String = uuid.chars().rev().take(8).collect();
-                format!("…{}", tail.chars().rev().collect::<String>())
-            });
+            // Not in the fleet any more: the end of its UUID tells it from its neighbours.
+            let gpu = labels
+                .get(uuid)
+                .cloned()
+                .unwrap_or_else(|| crate::format::gpu_label(None, uuid, false));
             HeatRow {
                 y: i as f64 * HEAT_CELL,
-                label: format!("{} · {gpu}", clipped(host, 24)),
+                label: format!("{} · {gpu}", crate::format::clip(host, 24)),
                 full: format!("{host} · {gpu} · {uuid}"),
                 href: drill_href(month, GroupBy::Gpu, uuid),
                 cells: (0..day_count)

@@ -16,7 +16,7 @@ use axum::Router;
 
 use super::page::{self, Chrome};
 use super::AppState;
-use crate::activity::{activity, Activity};
+use crate::activity::{Activity, Thresholds};
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, percent, usd};
@@ -212,14 +212,11 @@ pub fn build(
                 cluster.gpu_count += 1;
                 total_gpus += 1;
             }
-            let (threshold, _) = idle.for_cluster(&cluster.name);
             let mine = procs.remove(&uuid).unwrap_or_default();
-            let state = activity(
+            let state = Thresholds::for_cluster(idle, &cluster.name).activity(
                 row.last_util_avg,
                 mine.iter()
                     .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-                threshold,
-                idle.held_sm_percent,
             );
             let memory = match (row.last_memory_used_bytes, row.memory_total_bytes) {
                 (Some(u), Some(t)) => format!("{} / {}", bytes_gib(u), bytes_gib(t)),

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::charts::{self, dollars, query, DayBar, Heatmap, Table};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::allocation::{self, parse_bound, this_month, totals, GroupBy, Step};
+use crate::allocation::{self, calendar_month, month_label, this_month, totals, GroupBy, Step};
 use crate::attribution::Attribution;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
@@ -138,6 +138,20 @@ struct DrillDownPage {
 }
 
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
+/// Heatmap row labels by GPU; failing to read them costs the labels (rows fall back to the
+/// end of the UUID), not the page.
+async fn heatmap_labels(
+    store: &dyn crate::store::Store,
+) -> std::collections::HashMap<String, String> {
+    match store.fleet().await {
+        Ok(fleet) => charts::gpu_labels(&fleet),
+        Err(e) => {
+            tracing::warn!(error = %e, "review: GPU indexes for the heatmap");
+            Default::default()
+        }
+    }
+}
+
 /// One idle episode as the review lists it.
 pub struct EpisodeView {
     pub title: &'static str,
@@ -176,19 +190,6 @@ fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> EpisodeView
             .collect::<Vec<_>>()
             .join("; "),
     }
-}
-
-fn month_range(month: &str) -> Option<(i64, i64)> {
-    let start = parse_bound(month)?;
-    if month.len() != 7 {
-        return None;
-    }
-    Some(this_month(start))
-}
-
-fn label(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
 }
 
 /// Where the month stands: open (figures may change until it closes) or closed, with changes
@@ -284,12 +285,15 @@ fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) 
     if partial {
         format!(
             "month to date, against the same stretch of {} ({} to {} UTC: {total})",
-            label(prev_from),
+            month_label(prev_from),
             at(prev_from, "%-d %b"),
             at(prev_to, "%-d %b %H:%M"),
         )
     } else {
-        format!("against {}, the whole month ({total})", label(prev_from))
+        format!(
+            "against {}, the whole month ({total})",
+            month_label(prev_from)
+        )
     }
 }
 
@@ -298,7 +302,7 @@ fn day_label(rfc: &str) -> String {
 }
 
 async fn this_review() -> Redirect {
-    Redirect::to(&format!("/review/{}", label(now_ms())))
+    Redirect::to(&format!("/review/{}", month_label(now_ms())))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Response {
@@ -422,7 +426,7 @@ async fn review(
     user: SignedIn,
     Path(month): Path<String>,
 ) -> Response {
-    let Some((from, to)) = month_range(&month) else {
+    let Some((from, to)) = calendar_month(&month) else {
         return no_such_month();
     };
     let store = state.store.as_ref();
@@ -468,7 +472,7 @@ async fn review(
         Err(e) => return unavailable(e),
     };
     let closing = closing_view(close, from, now, waiting, &restated);
-    let (month, next) = (label(from), label(to));
+    let (month, next) = (month_label(from), month_label(to));
     let t = totals(&a);
     let usd = t.iter().find(|t| t.currency == "USD").or(t.first());
     let total = usd.map_or(Decimal::ZERO, |t| t.cost);
@@ -492,7 +496,7 @@ async fn review(
         Figure {
             value: change,
             caption: comparison_caption(prev_from, prev_to, partial, &dollars(previous_total)),
-            href: format!("/review/{}", label(prev_from)),
+            href: format!("/review/{}", month_label(prev_from)),
         },
         Figure {
             value: dollars(usd.map_or(Decimal::ZERO, |t| t.idle_cost)),
@@ -541,7 +545,7 @@ async fn review(
         unattributed_hours: Default::default(),
         hosts: a.hosts.clone(),
     };
-    let labels = charts::gpu_labels(&state.store.fleet().await.unwrap_or_default());
+    let labels = heatmap_labels(state.store.as_ref()).await;
     let mut heatmap = charts::heatmap(
         &heat,
         from,
@@ -580,7 +584,7 @@ async fn review(
     let (savings, total_saving) = savings_view(&recs, &month);
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
-        previous: label(prev_from),
+        previous: month_label(prev_from),
         figures,
         unattributed: dollars(usd.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
         estimated: a.parts.iter().any(|p| p.estimated),
@@ -656,7 +660,7 @@ async fn drill_down(
     Path((month, dimension)): Path<(String, String)>,
     Query(q): Query<KeyQuery>,
 ) -> Response {
-    let Some((from, to)) = month_range(&month) else {
+    let Some((from, to)) = calendar_month(&month) else {
         return no_such_month();
     };
     let Some(by) = GroupBy::parse(&dimension) else {
@@ -686,7 +690,7 @@ async fn drill_down(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
-    let (month, next) = (label(from), label(to));
+    let (month, next) = (month_label(from), month_label(to));
     let filters = vec![(by, key.clone())];
     let a = allocation::filtered(&all, &filters);
     let row = allocation::group(&a, by, Step::Month);
@@ -741,7 +745,7 @@ async fn drill_down(
         .map(|other| charts::table(&a, *other, &month, &next, &filters, cost))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters);
-    let labels = charts::gpu_labels(&state.store.fleet().await.unwrap_or_default());
+    let labels = heatmap_labels(state.store.as_ref()).await;
     let heatmap = charts::heatmap(
         &a,
         from,
@@ -773,10 +777,10 @@ async fn drill_down(
         chrome: Some(Chrome::from(&user)),
         empty: a.parts.is_empty(),
         review_href: format!("/review/{month}"),
-        previous_href: drill(&label(prev_from)),
+        previous_href: drill(&month_label(prev_from)),
         next_href: drill(&next),
         next_begun: to <= now_ms(),
-        previous: label(prev_from),
+        previous: month_label(prev_from),
         dimension: by.as_str(),
         key,
         figures,
