@@ -54,6 +54,8 @@ struct GpuAcc {
     memory_used_max: Option<u64>,
     util: Mean,
     util_max: Option<u32>,
+    /// Samples per utilization percent.
+    util_counts: BTreeMap<u32, u32>,
     mem_util: Mean,
     power_mw: Mean,
     temperature_max: Option<u32>,
@@ -95,6 +97,9 @@ impl WindowBuilder {
             acc.memory_used_max = max_opt(acc.memory_used_max, d.memory_used_bytes);
             acc.util.add(d.gpu_util);
             acc.util_max = max_opt(acc.util_max, d.gpu_util);
+            if let Some(u) = d.gpu_util {
+                *acc.util_counts.entry(u.min(100)).or_default() += 1;
+            }
             acc.mem_util.add(d.mem_util);
             acc.power_mw.add(d.power_mw);
             acc.temperature_max = max_opt(acc.temperature_max, d.temperature_c);
@@ -169,6 +174,7 @@ impl WindowBuilder {
                 memory_used_max_bytes: g.memory_used_max,
                 util_avg: g.util.get(),
                 util_max: g.util_max.map(f64::from),
+                util_histogram: g.util_counts.into_iter().collect(),
                 mem_util_avg: g.mem_util.get(),
                 power_avg_watts: g.power_mw.get().map(|mw| mw / 1000.0),
                 temperature_max_c: g.temperature_max.map(f64::from),
@@ -224,6 +230,7 @@ mod tests {
         let g = &w.gpus[0];
         assert_eq!(g.util_avg, Some(40.0));
         assert_eq!(g.util_max, Some(60.0));
+        assert_eq!(g.util_histogram, vec![(20, 1), (40, 1), (60, 1)]);
         assert_eq!(g.memory_used_max_bytes, Some(30));
         assert_eq!(g.power_avg_watts, Some(300.0));
         assert_eq!(g.energy_mj, Some(600));
@@ -243,6 +250,7 @@ mod tests {
         let w = b.close(2_000).unwrap();
         assert_eq!(w.gpus[0].util_avg, None);
         assert_eq!(w.gpus[0].util_max, None);
+        assert!(w.gpus[0].util_histogram.is_empty());
         assert_eq!(w.gpus[0].energy_mj, None);
         assert_eq!(w.gpus[0].processes[0].sm_util_avg, None);
     }

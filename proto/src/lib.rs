@@ -78,6 +78,11 @@ pub struct GpuWindow {
     pub util_avg: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub util_max: Option<f64>,
+    /// How many of the window's samples read each GPU utilization percent, as `[percent, count]`
+    /// pairs in rising percent order (only the percents seen). The server splits a partly busy
+    /// window by it, at each cluster's own threshold. Empty when not measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub util_histogram: Vec<(u32, u32)>,
     /// Memory-controller utilization in percent, 0..=100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_util_avg: Option<f64>,

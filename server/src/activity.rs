@@ -40,6 +40,33 @@ impl Thresholds {
         )
     }
 
+    /// How a window that [`activity`] calls busy divides, where its samples show both busy and
+    /// quiet stretches (a notebook cell that ran 10 s of a minute): the busy part and the mean
+    /// utilization of each part. `None` when there is no histogram, or every sample falls on
+    /// one side: then the whole window is what [`activity`] says.
+    pub fn split(&self, histogram: Option<&str>) -> Option<Split> {
+        let counts: Vec<(u32, u32)> = serde_json::from_str(histogram?).ok()?;
+        let (mut busy, mut quiet) = ((0u64, 0u64), (0u64, 0u64));
+        for (percent, n) in counts {
+            let side = if f64::from(percent) >= self.busy_gpu_percent {
+                &mut busy
+            } else {
+                &mut quiet
+            };
+            side.0 += u64::from(n);
+            side.1 += u64::from(percent) * u64::from(n);
+        }
+        if busy.0 == 0 || quiet.0 == 0 {
+            return None;
+        }
+        let mean = |(n, sum): (u64, u64)| sum as f64 / n as f64;
+        Some(Split {
+            busy_fraction: busy.0 as f64 / (busy.0 + quiet.0) as f64,
+            busy_util: mean(busy),
+            quiet_util: mean(quiet),
+        })
+    }
+
     /// Whether a process holding the GPU works, given the window's activity: by its SM
     /// utilization where the driver gives one, else by the GPU's.
     pub fn works(&self, sm: Option<f64>, window: Activity) -> bool {
@@ -48,6 +75,16 @@ impl Thresholds {
             None => window == Activity::Busy,
         }
     }
+}
+
+/// A busy window split by its utilization samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Split {
+    /// The part of the window's samples at or above the busy threshold, strictly between 0 and 1.
+    pub busy_fraction: f64,
+    /// Mean utilization (%) of the busy samples, and of the quiet ones.
+    pub busy_util: f64,
+    pub quiet_util: f64,
 }
 
 /// What a GPU or MIG instance did over one window, by its cluster's thresholds.
@@ -110,6 +147,37 @@ pub fn activity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_busy_window_splits_by_its_samples() {
+        let rules = Thresholds {
+            busy_gpu_percent: 5.0,
+            working_sm_percent: 1.0,
+        };
+        // 10 s of a minute at 90 %, the rest at 0 and 2 %.
+        let split = rules.split(Some("[[0,40],[2,10],[90,10]]")).unwrap();
+        assert!((split.busy_fraction - 10.0 / 60.0).abs() < 1e-12);
+        assert_eq!(split.busy_util, 90.0);
+        assert!((split.quiet_util - 20.0 / 50.0).abs() < 1e-12);
+        // The threshold is the cluster's: at 1 % the 2 % samples are busy too.
+        let low = Thresholds {
+            busy_gpu_percent: 1.0,
+            ..rules
+        };
+        assert!(
+            (low.split(Some("[[0,40],[2,10],[90,10]]"))
+                .unwrap()
+                .busy_fraction
+                - 20.0 / 60.0)
+                .abs()
+                < 1e-12
+        );
+        // All on one side, no histogram, or one the server cannot read: no split.
+        assert_eq!(rules.split(Some("[[50,15]]")), None);
+        assert_eq!(rules.split(Some("[[0,15]]")), None);
+        assert_eq!(rules.split(None), None);
+        assert_eq!(rules.split(Some("not json")), None);
+    }
 
     #[test]
     fn activity_by_the_thresholds() {

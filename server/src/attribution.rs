@@ -205,7 +205,7 @@ fn window_shares(
     rules: Thresholds,
     out: &mut Vec<Share>,
 ) {
-    let share = |owner: Owner, kind: Kind, fraction: f64| {
+    let share_at = |owner: Owner, kind: Kind, fraction: f64, util: Option<f64>| {
         let secs = gpu_seconds * fraction;
         Share {
             energy_j: energy_j * fraction,
@@ -214,10 +214,12 @@ fn window_shares(
             kind,
             weight: weight * fraction,
             gpu_seconds: secs,
-            util_gpu_seconds: w.util_avg.map_or(0.0, |u| u * secs),
-            util_known_seconds: if w.util_avg.is_some() { secs } else { 0.0 },
+            util_gpu_seconds: util.map_or(0.0, |u| u * secs),
+            util_known_seconds: if util.is_some() { secs } else { 0.0 },
         }
     };
+    let share =
+        |owner: Owner, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
     let holding: Vec<&StoredProcessWindow> = procs
         .iter()
         .copied()
@@ -232,6 +234,12 @@ fn window_shares(
     let memory = |p: &StoredProcessWindow| p.memory_used_max_bytes.unwrap_or(0).max(0) as f64;
     match state {
         Activity::Busy => {
+            // A window whose samples were busy only part of the time is split: that part goes
+            // to the work, the rest to whoever held the GPU idle (or to idle), each part with
+            // its own mean utilization. Without samples the whole window is busy.
+            let split = rules.split(w.util_histogram.as_deref());
+            let (busy, busy_util) =
+                split.map_or((1.0, w.util_avg), |s| (s.busy_fraction, Some(s.busy_util)));
             // The working processes share it by SM utilization; where the driver gives none, by
             // memory (all of them), or by the GPU's utilization beside others that have one.
             let working: Vec<&StoredProcessWindow> = holding
@@ -251,16 +259,47 @@ fn window_shares(
             let total: f64 = weights.iter().sum();
             if total > 0.0 {
                 for (p, v) in working.iter().zip(weights) {
-                    out.push(share(owner_of(p), Kind::Used, v / total));
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::Used,
+                        busy * v / total,
+                        busy_util,
+                    ));
                 }
             } else if !working.is_empty() {
                 for p in &working {
-                    out.push(share(owner_of(p), Kind::Used, 1.0 / working.len() as f64));
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::Used,
+                        busy / working.len() as f64,
+                        busy_util,
+                    ));
                 }
             } else {
                 // Busy with no process in sight (another container's, say): used, by nobody
                 // gpuledger can name.
-                out.push(share(Owner::default(), Kind::Used, 1.0));
+                out.push(share_at(Owner::default(), Kind::Used, busy, busy_util));
+            }
+            if let Some(split) = split {
+                let quiet = 1.0 - split.busy_fraction;
+                let quiet_util = Some(split.quiet_util);
+                let held: f64 = holding.iter().map(|p| memory(p)).sum();
+                if holding.is_empty() {
+                    out.push(share_at(Owner::default(), Kind::Idle, quiet, quiet_util));
+                }
+                for p in &holding {
+                    let part = if held > 0.0 {
+                        memory(p) / held
+                    } else {
+                        1.0 / holding.len() as f64
+                    };
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::HeldIdle,
+                        quiet * part,
+                        quiet_util,
+                    ));
+                }
             }
         }
         Activity::HeldIdle => {

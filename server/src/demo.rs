@@ -194,6 +194,7 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
         memory_used_max_bytes: Some(mem),
         util_avg: Some(util),
         util_max: Some((util + 5.0).min(100.0)),
+        util_histogram: Vec::new(),
         mem_util_avg: Some(util / 2.0),
         power_avg_watts: Some(watts),
         temperature_max_c: Some(35.0 + util / 3.0),

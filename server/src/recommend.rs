@@ -814,6 +814,7 @@ mod tests {
                 end_ms: start + HOUR_MS,
                 memory_total_bytes: Some(mem_total_gib << 30),
                 util_avg: Some(u),
+                util_histogram: None,
                 energy_mj: None,
             });
             ps.push(StoredProcessWindow {

@@ -172,6 +172,11 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
     for (j, g) in w.gpus.iter().enumerate() {
         let at = format!("{at}.gpus[{j}]");
         gpu(&at, g, limits)?;
+        util_histogram(
+            &format!("{at}.util_histogram"),
+            &g.util_histogram,
+            w.samples,
+        )?;
         if !uuids.insert(g.uuid.as_str()) {
             return fail(format!("{at}.uuid"), "appears twice in the window");
         }
@@ -186,6 +191,36 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// `[percent, samples]` pairs: percents 0–100 in rising order, each seen at least once, no more
+/// samples in all than the window has.
+fn util_histogram(at: &str, pairs: &[(u32, u32)], samples: u32) -> Result<(), ValidationError> {
+    let mut total = 0u64;
+    let mut previous: Option<u32> = None;
+    for (k, &(percent, count)) in pairs.iter().enumerate() {
+        if percent > 100 {
+            return fail(
+                format!("{at}[{k}]"),
+                format!("percent {percent} is over 100"),
+            );
+        }
+        if previous.is_some_and(|p| p >= percent) {
+            return fail(format!("{at}[{k}]"), "percents must rise, each once");
+        }
+        if count == 0 {
+            return fail(format!("{at}[{k}]"), "a percent no sample read is left out");
+        }
+        previous = Some(percent);
+        total += u64::from(count);
+    }
+    if total > u64::from(samples) {
+        return fail(
+            at.to_owned(),
+            format!("counts {total} samples, more than the window's {samples}"),
+        );
     }
     Ok(())
 }
@@ -325,6 +360,25 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
+        let mut r = good();
+        r.windows[0].gpus[0].util_histogram = vec![(0, 5), (90, 10)];
+        validate(&r, NOW, &Limits::default()).unwrap();
+        for bad in [
+            vec![(101, 1)],
+            vec![(90, 1), (0, 1)],
+            vec![(5, 1), (5, 1)],
+            vec![(5, 0)],
+        ] {
+            let field = field_of(|r| r.windows[0].gpus[0].util_histogram = bad.clone());
+            assert!(
+                field.starts_with("windows[0].gpus[0].util_histogram["),
+                "{bad:?}: {field}"
+            );
+        }
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].util_histogram = vec![(0, 999)]),
+            "windows[0].gpus[0].util_histogram"
+        );
         assert_eq!(
             field_of(|r| r.windows[0].gpus[0].util_avg = Some(101.0)),
             "windows[0].gpus[0].util_avg"

@@ -525,6 +525,7 @@ mod tests {
                 end_ms: end - (minutes - m - 1) * MIN,
                 memory_total_bytes: Some(80 << 30),
                 util_avg: Some(util),
+                util_histogram: None,
                 energy_mj: None,
             })
             .collect()

@@ -44,6 +44,7 @@ fn window(
         end_ms: start + mins * MIN,
         memory_total_bytes: Some(80 * GIB),
         util_avg: util,
+        util_histogram: None,
         energy_mj: None,
     }
 }
@@ -418,6 +419,16 @@ fn random_fleet(
                                 rng.random_bool(0.9).then(|| rng.random_range(0.0..100.0)),
                             );
                             w.memory_total_bytes = Some(rng.random_range(1..80) * GIB);
+                            if rng.random_bool(0.4) {
+                                let quiet = rng.random_range(0..30);
+                                let busy = rng.random_range(0..30);
+                                w.util_histogram = Some(format!(
+                                    "[[0,{}],[{}, {}]]",
+                                    quiet.max(1),
+                                    rng.random_range(1..=100),
+                                    busy.max(1)
+                                ));
+                            }
                             windows.push(w);
                             for pid in 0..rng.random_range(0..4) {
                                 let sm = rng.random_bool(0.8).then(|| {
@@ -649,6 +660,54 @@ fn a_busy_gpu_with_no_visible_process_is_used_not_idle() {
         cost_where(&a, |p| p.kind == Kind::Used && p.owner == Owner::default()),
         d("8.00")
     );
+}
+
+/// The second worked example in docs/billing.md ("A partly busy window"): a window whose
+/// samples were busy part of the time is split by them, at the cluster's threshold.
+#[test]
+fn a_partly_busy_window_is_split_by_its_samples() {
+    let mut notebook = window(1, "GPU-0", None, H, 60, Some(15.0));
+    // A notebook cell ran 10 of the hour's 60 samples at 90 %.
+    notebook.util_histogram = Some("[[0,50],[90,10]]".into());
+    let mut unseen = window(1, "GPU-1", None, H, 60, Some(20.0));
+    // Someone else's container worked 15 of 60 samples at 80 %.
+    unseen.util_histogram = Some("[[0,45],[80,15]]".into());
+    let mut steady = window(1, "GPU-2", None, H, 60, Some(70.0));
+    // Every sample busy: no split.
+    steady.util_histogram = Some("[[60,30],[80,30]]".into());
+    let procs = [
+        process("GPU-0", H, 1, "notebook", 10, Some(15.0)),
+        process("GPU-2", H, 2, "train", 40, Some(70.0)),
+    ];
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &[notebook, unseen, steady],
+        &procs,
+        &[line("i-1", H, H + HOUR_MS, "18.00", "on_demand")],
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    let notebook = |kind: Kind| cost_where(&a, |p| model_is(p, "notebook") && p.kind == kind);
+    assert_eq!(notebook(Kind::Used), d("1.00"));
+    assert_eq!(notebook(Kind::HeldIdle), d("5.00"));
+    assert_eq!(
+        cost_where(&a, |p| p.kind == Kind::Used && p.owner == Owner::default()),
+        d("1.50")
+    );
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("4.50"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "train")), d("6.00"));
+    assert_eq!(cost_where(&a, |_| true), d("18.00"));
+    // Each part keeps its own utilization: the notebook's used hour ran at 90 %.
+    let used: Vec<&Part> = a
+        .parts
+        .iter()
+        .filter(|p| model_is(p, "notebook") && p.kind == Kind::Used)
+        .collect();
+    let (util, secs) = used.iter().fold((0.0, 0.0), |(u, s), p| {
+        (u + p.util_gpu_seconds, s + p.util_known_seconds)
+    });
+    assert!((util / secs - 90.0).abs() < 1e-9, "{}", util / secs);
 }
 
 /// The worked example in docs/billing.md ("How a host-hour is split"), to the cent.

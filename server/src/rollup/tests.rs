@@ -37,6 +37,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
                         memory_used_max_bytes: Some(10 << 30),
                         util_avg: Some(util),
                         util_max: Some(100.0),
+                        util_histogram: Vec::new(),
                         mem_util_avg: None,
                         power_avg_watts: Some(300.0),
                         temperature_max_c: None,

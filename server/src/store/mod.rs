@@ -413,6 +413,9 @@ pub struct AttributionWindow {
     pub end_ms: i64,
     pub memory_total_bytes: Option<i64>,
     pub util_avg: Option<f64>,
+    /// Samples per utilization percent (`[[percent, samples], …]` JSON), where measured: splits
+    /// a partly busy window ([`crate::activity::busy_fraction`]).
+    pub util_histogram: Option<String>,
     /// Energy inside the window (NVML's counter, physical GPUs only).
     pub energy_mj: Option<i64>,
 }
@@ -2074,7 +2077,7 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::AttributionWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
-                        w.memory_total_bytes, w.util_avg, w.energy_mj
+                        w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj
                  FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
                  WHERE w.start_ms >= $1 AND w.start_ms < $2
                  ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
@@ -2127,7 +2130,8 @@ macro_rules! shared_sql_impl {
             for ids in host_ids.chunks(IDS_PER_STATEMENT) {
                 let mut q = in_time_and_list(
                     "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms,
-                            w.end_ms, w.memory_total_bytes, w.util_avg, w.energy_mj
+                            w.end_ms, w.memory_total_bytes, w.util_avg, w.util_histogram,
+                            w.energy_mj
                      FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid WHERE",
                     ("w.start_ms", from_ms, to_ms),
                     "w.host_id",

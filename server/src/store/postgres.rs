@@ -92,16 +92,17 @@ async fn ingest_report(
          ), gw AS (
             INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                power_avg_watts, temperature_max_c, energy_mj)
+                power_avg_watts, temperature_max_c, energy_mj, util_histogram)
             SELECT u.gpu_uuid, u.start_ms, u.end_ms, b.host_id, $13, u.samples,
                 u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
-                u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj
+                u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj,
+                u.util_histogram
             FROM b, UNNEST($16::text[], $17::int8[], $18::int8[], $19::int8[], $20::int8[],
                            $21::int8[], $22::float8[], $23::float8[], $24::float8[],
-                           $25::float8[], $26::float8[], $27::int8[])
+                           $25::float8[], $26::float8[], $27::int8[], $51::text[])
               AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
-                   temperature_max_c, energy_mj)
+                   temperature_max_c, energy_mj, util_histogram)
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), pw AS (
@@ -190,6 +191,7 @@ async fn ingest_report(
         .bind(content_sha256)
         .bind((g.uuid.len() + p.gpu_uuid.len()) as i64)
         .bind(&p.user_name)
+        .bind(&g.util_histogram)
         .fetch_one(pool)
         .await;
     let stored = match stored {

@@ -20,6 +20,8 @@ pub(crate) struct GpuWindowColumns {
     pub memory_used_max_bytes: Vec<Option<i64>>,
     pub util_avg: Vec<Option<f64>>,
     pub util_max: Vec<Option<f64>>,
+    /// `[[percent, samples], …]` as JSON, where the sender measured it.
+    pub util_histogram: Vec<Option<String>>,
     pub mem_util_avg: Vec<Option<f64>>,
     pub power_avg_watts: Vec<Option<f64>>,
     pub temperature_max_c: Vec<Option<f64>>,
@@ -85,6 +87,14 @@ impl ReportRows {
                     .push(to_i64(g.memory_used_max_bytes));
                 c.util_avg.push(g.util_avg);
                 c.util_max.push(g.util_max);
+                c.util_histogram.push(if g.util_histogram.is_empty() {
+                    None
+                } else {
+                    Some(
+                        serde_json::to_string(&g.util_histogram)
+                            .map_err(|e| StoreError::Invalid(format!("util_histogram: {e}")))?,
+                    )
+                });
                 c.mem_util_avg.push(g.mem_util_avg);
                 c.power_avg_watts.push(g.power_avg_watts);
                 c.temperature_max_c.push(g.temperature_max_c);

@@ -71,7 +71,7 @@ async fn insert_report_rows(
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                power_avg_watts, temperature_max_c, energy_mj) ",
+                power_avg_watts, temperature_max_c, energy_mj, util_histogram) ",
         );
         q.push_values(chunk, |mut b, &i| {
             b.push_bind(&g.uuid[i])
@@ -87,7 +87,8 @@ async fn insert_report_rows(
                 .push_bind(g.mem_util_avg[i])
                 .push_bind(g.power_avg_watts[i])
                 .push_bind(g.temperature_max_c[i])
-                .push_bind(g.energy_mj[i]);
+                .push_bind(g.energy_mj[i])
+                .push_bind(&g.util_histogram[i]);
         });
         q.push(" ON CONFLICT DO NOTHING");
         inserted += q.build().execute(&mut **tx).await?.rows_affected();

@@ -35,6 +35,7 @@ fn report(batch: &str, start_ms: i64, util: f64) -> Report {
                 memory_used_max_bytes: Some(42_000_000_000),
                 util_avg: Some(util),
                 util_max: Some(util + 5.0),
+                util_histogram: vec![(0, 5), (90, 10)],
                 mem_util_avg: None,
                 power_avg_watts: Some(310.5),
                 temperature_max_c: Some(61.0),
@@ -823,6 +824,13 @@ async fn hosts_carry_a_normalised_instance_key() {
         assert_eq!(
             windows[0].gpu_name.as_deref(),
             Some("NVIDIA A100-SXM4-80GB"),
+            "{}",
+            db.backend
+        );
+        // The samples per utilization percent come back as sent, for attribution's split.
+        assert_eq!(
+            windows[0].util_histogram.as_deref(),
+            Some("[[0,5],[90,10]]"),
             "{}",
             db.backend
         );
