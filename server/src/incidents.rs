@@ -6,7 +6,7 @@
 //! resolved and says so once. Messages go to the Slack outbox, which a separate sender drains,
 //! so a slow or failing webhook never holds anything else up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rust_decimal::Decimal;
 
@@ -117,6 +117,99 @@ pub fn wasted(cost_per_hour: Decimal, since_ms: i64, until_ms: i64) -> Decimal {
         .round_dp(6)
 }
 
+/// What the ledger knows of an incident's hours, read once per evaluation.
+pub struct Ledger {
+    /// Idle and held-idle hourly rows of the hosts involved.
+    rows: Vec<crate::store::RollupRow>,
+    /// Host-hours waiting to be rolled up (host 0: every host of that hour).
+    waiting: HashSet<(i64, i64)>,
+    /// Each MIG instance's physical GPU: idle findings name physical GPUs, the ledger leaves.
+    parent_of: HashMap<String, String>,
+}
+
+impl Ledger {
+    /// The ledger's rows and waiting marks for `host_ids` over `[from_ms, to_ms)`.
+    pub async fn read(
+        store: &dyn Store,
+        host_ids: &[i64],
+        from_ms: i64,
+        to_ms: i64,
+        parent_of: HashMap<String, String>,
+    ) -> Result<Ledger, StoreError> {
+        let from = crate::attribution::hour_floor(from_ms);
+        let rows = store.idle_rollups_of_hosts(from, to_ms, host_ids).await?;
+        let waiting = store
+            .dirty_marks_in(from, to_ms, i64::MAX)
+            .await?
+            .into_iter()
+            .map(|m| (m.hour_ms, m.host_id))
+            .collect();
+        Ok(Ledger {
+            rows,
+            waiting,
+            parent_of,
+        })
+    }
+
+    /// What an incident has cost from `since_ms` to `until_ms`: per hour, the ledger's idle (or,
+    /// for held idle, held-idle) dollars of its GPUs where the hour is over and rolled up with
+    /// nothing waiting; elsewhere (the hour under way, hours not rolled up yet) `cost_per_hour`
+    /// over the idle part of the hour. Once its hours are rolled up an incident carries exactly
+    /// the dollars the ledger holds for its GPU-hours, the same the idle history shows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn wasted(
+        &self,
+        kind: &str,
+        host_ids: &[i64],
+        gpus: &[String],
+        since_ms: i64,
+        until_ms: i64,
+        now_ms: i64,
+        cost_per_hour: Decimal,
+    ) -> Decimal {
+        use crate::attribution::hour_floor;
+        let ledger_kind = if kind == waste::IncidentKind::HeldIdle.as_str() {
+            "held_idle"
+        } else {
+            "idle"
+        };
+        let mine = |uuid: &str| {
+            gpus.iter().any(|g| g == uuid)
+                || self
+                    .parent_of
+                    .get(uuid)
+                    .is_some_and(|p| gpus.iter().any(|g| g == p))
+        };
+        let mut in_ledger: BTreeMap<i64, Decimal> = BTreeMap::new();
+        for r in &self.rows {
+            if r.kind == ledger_kind && host_ids.contains(&r.host_id) && mine(&r.gpu_uuid) {
+                *in_ledger.entry(r.period_ms).or_default() +=
+                    crate::money::from_nano_atto(r.cost_nano, r.cost_atto);
+            }
+        }
+        let mut total = Decimal::ZERO;
+        let mut hour = hour_floor(since_ms);
+        while hour < until_ms {
+            let rolled_up = hour + HOUR_MS <= hour_floor(now_ms)
+                && !self
+                    .waiting
+                    .contains(&(hour, crate::store::BILLING_MARK_HOST))
+                && !host_ids.iter().any(|h| self.waiting.contains(&(hour, *h)));
+            total += if rolled_up {
+                in_ledger.get(&hour).copied().unwrap_or_default()
+            } else {
+                wasted(
+                    cost_per_hour,
+                    since_ms.max(hour),
+                    until_ms.min(hour + HOUR_MS),
+                )
+            };
+            hour += HOUR_MS;
+        }
+        total
+    }
+}
+
 fn teams(owners_json: &str) -> Vec<String> {
     serde_json::from_str::<BTreeMap<String, String>>(owners_json)
         .ok()
@@ -211,14 +304,52 @@ pub async fn evaluate(
     let remind_ms = config.slack.remind_every.as_millis() as i64;
     let mut summary = EvaluationSummary::default();
 
+    // An open incident keeps the start it was opened with, even past the look-back; a new one
+    // starts where its idle run really began.
+    let mut sinces = Vec::with_capacity(findings.len());
     for f in &findings {
-        let (cost_per_hour, estimated) = price(f, &hourly);
-        // An open incident keeps the start it was opened with, even past the look-back; a new
-        // one starts where its idle run really began.
-        let since = match open.get(&f.key) {
+        sinces.push(match open.get(&f.key) {
             Some(i) => i.started_ms.min(f.since_ms),
             None => idle_run_start(store, &hosts, f, config, from, now_ms).await?,
-        };
+        });
+    }
+    // Dollars come from the ledger where it holds the hours: of the findings, of the open
+    // incidents (which may resolve now) and of those resolved lately (settled below).
+    let settling: Vec<IncidentRow> = store
+        .incidents(now_ms - SETTLE_MS, now_ms + 1)
+        .await?
+        .into_iter()
+        .filter(|i| i.ended_ms.is_some())
+        .collect();
+    let mut involved: Vec<i64> = findings.iter().flat_map(|f| f.host_ids.clone()).collect();
+    for i in open.values().chain(&settling) {
+        involved.extend(hosts_of(&hosts, i));
+    }
+    involved.sort_unstable();
+    involved.dedup();
+    let ledger_from = sinces
+        .iter()
+        .copied()
+        .chain(open.values().chain(&settling).map(|i| i.started_ms))
+        .min()
+        .unwrap_or(now_ms);
+    let parent_of: HashMap<String, String> = windows
+        .iter()
+        .filter_map(|w| Some((w.gpu_uuid.clone(), w.parent_uuid.clone()?)))
+        .collect();
+    let ledger = Ledger::read(store, &involved, ledger_from, now_ms + 1, parent_of).await?;
+
+    for (f, since) in findings.iter().zip(sinces) {
+        let (cost_per_hour, estimated) = price(f, &hourly);
+        let wasted = ledger.wasted(
+            f.kind.as_str(),
+            &f.host_ids,
+            &f.gpus,
+            since,
+            now_ms,
+            now_ms,
+            cost_per_hour,
+        );
         let update = IncidentUpdate {
             incident_key: f.key.clone(),
             kind: f.kind.as_str().to_owned(),
@@ -232,7 +363,7 @@ pub async fn evaluate(
             last_seen_ms: now_ms,
             cost_per_hour: to_text(cost_per_hour),
             estimated,
-            wasted: to_text(wasted(cost_per_hour, since, now_ms)),
+            wasted: to_text(wasted),
         };
         let is_snoozed = snoozed.contains(&f.cluster);
         match open.remove(&f.key) {
@@ -276,13 +407,9 @@ pub async fn evaluate(
     for (_, incident) in open {
         store.resolve_incident(incident.id, now_ms).await?;
         summary.resolved += 1;
-        let still_reporting = hosts
+        let still_reporting = hosts_of(&hosts, &incident)
             .iter()
-            .filter(|h| {
-                h.cluster == incident.cluster
-                    && incident.hostname.as_ref().is_none_or(|n| *n == h.hostname)
-            })
-            .any(|h| reporting.contains(&h.id));
+            .any(|h| reporting.contains(h));
         let event = if still_reporting {
             slack::Event::Resolved
         } else {
@@ -294,8 +421,42 @@ pub async fn evaluate(
             }
         }
     }
+    // Incidents resolved lately take their dollars from the ledger as their last hours are
+    // rolled up, so a finished incident ends with exactly the idle dollars of its GPU-hours.
+    for i in store.incidents(now_ms - SETTLE_MS, now_ms + 1).await? {
+        let Some(ended) = i.ended_ms else { continue };
+        let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
+        let settled = ledger.wasted(
+            &i.kind,
+            &hosts_of(&hosts, &i),
+            &gpus,
+            i.started_ms,
+            ended,
+            now_ms,
+            crate::money::from_text(&i.cost_per_hour),
+        );
+        if settled != crate::money::from_text(&i.wasted) {
+            store.set_incident_wasted(i.id, &to_text(settled)).await?;
+        }
+    }
     summary.open = findings.len();
     Ok(summary)
+}
+
+/// How long after it ends an incident's dollars are still brought in line with the ledger: the
+/// roll-up job has long caught up by then.
+const SETTLE_MS: i64 = 24 * HOUR_MS;
+
+/// The hosts an incident is about: its host, or every host of its cluster.
+fn hosts_of(hosts: &[HostRow], incident: &IncidentRow) -> Vec<i64> {
+    hosts
+        .iter()
+        .filter(|h| {
+            h.cluster == incident.cluster
+                && incident.hostname.as_ref().is_none_or(|n| *n == h.hostname)
+        })
+        .map(|h| h.id)
+        .collect()
 }
 
 #[cfg(test)]

@@ -551,3 +551,76 @@ async fn a_cluster_that_stops_reporting_is_said_so_not_resolved() {
         );
     }
 }
+
+/// One ledger: an incident's dollars are the ledger's idle dollars of its GPUs for every hour
+/// rolled up, and the current price only for the hour under way; once resolved and rolled up
+/// it carries exactly what the idle history holds for the same GPUs and hours.
+#[tokio::test]
+async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store
+            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
+            .await
+            .unwrap();
+        let cfg = Config::default();
+        let card = RateCard::default_card();
+        for host in ["idle-1", "idle-2"] {
+            let (from, to) = (T - 3 * 60 * MIN, T + 15 * MIN);
+            windows(store.as_ref(), "idle-c", host, from, to, 0.0, None).await;
+        }
+        test_support::roll_up(store.as_ref()).await;
+
+        // Open: three whole hours from the ledger, the quarter hour under way at the price.
+        evaluate(store.as_ref(), &card, &cfg, T + 15 * MIN)
+            .await
+            .unwrap();
+        let i = store.open_incidents().await.unwrap().remove(0);
+        assert_eq!(i.started_ms, T - 3 * 60 * MIN, "{b}");
+        let per_hour = from_text(&i.cost_per_hour);
+        let ledger = |to: i64| {
+            let store = store.clone();
+            async move {
+                let hours = crate::rollup::load(
+                    store.as_ref(),
+                    T - 3 * 60 * MIN,
+                    to,
+                    crate::store::RollupGrain::IdleHour,
+                )
+                .await
+                .unwrap();
+                crate::idle_history::episodes(&hours)
+                    .iter()
+                    .filter(|e| e.cluster == "idle-c")
+                    .map(|e| e.cost)
+                    .sum::<Decimal>()
+            }
+        };
+        let whole_hours = ledger(T).await;
+        assert_eq!(whole_hours, d("196.6356"), "{b}: 2 idle p4d hosts × 3 h");
+        assert_eq!(
+            from_text(&i.wasted),
+            whole_hours + wasted(per_hour, T, T + 15 * MIN),
+            "{b}"
+        );
+
+        // Busy again: resolved. Once its last hour is rolled up, its dollars are the ledger's.
+        for host in ["idle-1", "idle-2"] {
+            let (from, to) = (T + 15 * MIN, T + 18 * MIN);
+            windows(store.as_ref(), "idle-c", host, from, to, 70.0, None).await;
+        }
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 18 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.resolved, 1, "{b}");
+        test_support::roll_up(store.as_ref()).await;
+        evaluate(store.as_ref(), &card, &cfg, T + 65 * MIN)
+            .await
+            .unwrap();
+        let settled = store.incident(i.id).await.unwrap().unwrap();
+        let all_hours = ledger(T + 60 * MIN).await;
+        assert_eq!(all_hours, d("213.0219"), "{b}: 3 h and the idle quarter");
+        assert_eq!(from_text(&settled.wasted), all_hours, "{b}");
+    }
+}

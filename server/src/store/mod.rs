@@ -623,6 +623,15 @@ pub trait Store: Send + Sync {
         host_ids: &[i64],
     ) -> Result<AttributionInputs, StoreError>;
 
+    /// The idle and held-idle hourly rollup rows of the hosts in `host_ids` in
+    /// `[from_ms, to_ms)`: what an incident's dollars are read from.
+    async fn idle_rollups_of_hosts(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        host_ids: &[i64],
+    ) -> Result<Vec<RollupRow>, StoreError>;
+
     /// Days (UTC midnights) in `[from_ms, to_ms)` already fetched from Cost Explorer.
     async fn ce_synced_days(&self, from_ms: i64, to_ms: i64) -> Result<Vec<i64>, StoreError>;
     async fn mark_ce_synced(&self, days: &[i64], now_ms: i64) -> Result<(), StoreError>;
@@ -831,6 +840,8 @@ pub trait Store: Send + Sync {
     async fn update_incident(&self, id: i64, incident: &IncidentUpdate) -> Result<(), StoreError>;
     async fn resolve_incident(&self, id: i64, ended_ms: i64) -> Result<(), StoreError>;
     async fn mark_incident_notified(&self, id: i64, at_ms: i64) -> Result<(), StoreError>;
+    /// Sets an incident's dollars (a resolved one, once the ledger holds its last hours).
+    async fn set_incident_wasted(&self, id: i64, wasted: &str) -> Result<(), StoreError>;
 
     async fn snooze(
         &self,
@@ -2579,6 +2590,42 @@ macro_rules! shared_sql_impl {
             Ok(())
         }
 
+        async fn set_incident_wasted_sql(
+            pool: &sqlx::Pool<$db>,
+            id: i64,
+            wasted: &str,
+        ) -> Result<(), $crate::store::StoreError> {
+            sqlx::query("UPDATE incidents SET wasted = $2 WHERE id = $1")
+                .bind(id)
+                .bind(wasted)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn idle_rollups_of_hosts_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            host_ids: &[i64],
+        ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+            const IDS_PER_STATEMENT: usize = 1_000;
+            let mut rows = Vec::new();
+            for ids in host_ids.chunks(IDS_PER_STATEMENT) {
+                let mut q = in_time_and_list(
+                    "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                        team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                        gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                     FROM rollup_hours WHERE kind IN ('idle', 'held_idle') AND",
+                    ("hour_ms", from_ms, to_ms),
+                    "host_id",
+                    ids,
+                );
+                rows.extend(q.build_query_as().persistent(false).fetch_all(pool).await?);
+            }
+            Ok(rows)
+        }
+
         async fn mark_incident_notified_sql(
             pool: &sqlx::Pool<$db>,
             id: i64,
@@ -2889,6 +2936,14 @@ macro_rules! store_impl {
                 host_ids: &[i64],
             ) -> Result<$crate::store::AttributionInputs, $crate::store::StoreError> {
                 attribution_inputs_of_hosts_sql(&self.pool, from_ms, to_ms, host_ids).await
+            }
+            async fn idle_rollups_of_hosts(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                host_ids: &[i64],
+            ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
+                idle_rollups_of_hosts_sql(&self.pool, from_ms, to_ms, host_ids).await
             }
             async fn fleet(
                 &self,
@@ -3350,6 +3405,14 @@ macro_rules! store_impl {
             ) -> Result<(), $crate::store::StoreError> {
                 let _writer = self.write_guard().await;
                 mark_incident_notified_sql(&self.pool, id, at_ms).await
+            }
+            async fn set_incident_wasted(
+                &self,
+                id: i64,
+                wasted: &str,
+            ) -> Result<(), $crate::store::StoreError> {
+                let _writer = self.write_guard().await;
+                set_incident_wasted_sql(&self.pool, id, wasted).await
             }
             async fn snooze(
                 &self,
