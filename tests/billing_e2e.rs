@@ -996,3 +996,74 @@ async fn rollup_into_a_closed_month_needs_reopen() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].reason, "rate card corrected");
 }
+
+/// The FOCUS project's public sample (September 2024, long closed), imported into a fresh
+/// database with the real binary: `rollup` attributes the month for the first time (no
+/// `--reopen`: the ledger never held it) and records that on the month; its reconciliation holds
+/// the whole bill to the cent, the g5.4xlarge hosts no agent reports counted as GPU instances.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_focus_projects_sample_is_attributed_and_reconciles() {
+    let db = test_support::sqlite();
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/focus-samples/focus10_sample_aws_azure_oci.csv");
+    server_run(
+        &db.url,
+        &["billing", "import-focus", sample.to_str().unwrap()],
+    );
+    let rolled = server_run(&db.url, &["rollup"]);
+    assert!(
+        rolled.contains("restated 2024-09: before {}"),
+        "first attribution recorded: {rolled}"
+    );
+    let server = start_server(&db.url, free_port()).await;
+    let viewer = signed_in(&server, "viewer").await;
+    let rec = get_json(
+        &viewer,
+        &format!("{}/api/v1/billing/reconciliation?month=2024-09", server.url),
+    )
+    .await;
+    let usd = &rec["currencies"][0];
+    let dec = |v: &Value| d(v.as_str().unwrap());
+    // An independent decimal sum of the file's EffectiveCost (bare NULL is no value).
+    let mut reader = csv::Reader::from_path(&sample).unwrap();
+    let idx = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "EffectiveCost")
+        .unwrap();
+    let effective: Decimal = reader
+        .records()
+        .map(|r| r.unwrap()[idx].to_owned())
+        .filter(|v| v != "NULL" && !v.is_empty())
+        .map(|v| d(&v))
+        .sum();
+    assert_eq!(usd["currency"], "USD", "{rec}");
+    assert_eq!(dec(&usd["bill"]), effective, "{rec}");
+    assert_eq!(dec(&usd["difference"]), d("0"), "to the cent: {rec}");
+    assert_eq!(dec(&usd["ledger_unattributed"]), effective, "{rec}");
+    // The sample's GPU hosts: g5.4xlarge (A10G) and g3.4xlarge (M60), whatever the rate card
+    // lists; the m4, c5 and Azure D11 hosts are not GPU hosts.
+    let types = |list: &str| -> Vec<String> {
+        usd[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["instance_type"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let gpu = types("gpu_without_agent");
+    assert!(gpu.iter().any(|t| t == "g5.4xlarge"), "{rec}");
+    assert!(gpu.iter().any(|t| t == "g3.4xlarge"), "{rec}");
+    assert_eq!(gpu.len(), 8, "{rec}");
+    assert!(
+        types("not_gpu")
+            .iter()
+            .all(|t| ["m4.10xlarge", "c5.4xlarge", "Standard_D11_v2"].contains(&t.as_str())),
+        "{rec}"
+    );
+    assert_eq!(
+        rec["hours_waiting_for_rollup"], 0,
+        "nothing left to roll up: {rec}"
+    );
+}

@@ -208,6 +208,25 @@ pub fn spawn_rollup_jobs(
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "roll-up failed; will retry"),
                     }
+                    match crate::rollup::attribute_new_closed_months(
+                        store.as_ref(),
+                        &card,
+                        &config.idle,
+                        open_from,
+                        now,
+                    )
+                    .await
+                    {
+                        Ok(months) => {
+                            for m in months {
+                                tracing::info!(
+                                    month = %crate::allocation::month_label(m.month_ms),
+                                    "a closed month's late bill attributed for the first time"
+                                );
+                            }
+                        }
+                        Err(e) => tracing::error!(error = %e, "roll-up of late bills failed"),
+                    }
                     if let Err(e) = store.finish_lease(ROLLUP_JOB, &holder, now).await {
                         tracing::error!(error = %e, "roll-up: lease");
                     }

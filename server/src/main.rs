@@ -478,16 +478,30 @@ async fn main() -> anyhow::Result<()> {
                         .map_err(anyhow::Error::from)
                     }
                 }
-                _ => gpuledger_server::rollup::run_open_months(
-                    store.as_ref(),
-                    &card,
-                    &config.idle,
-                    usize::MAX,
-                    close.current(store.as_ref()).await?.open_from(now_ms()),
-                )
-                .await
-                .map(|s| (s, Vec::new()))
-                .map_err(anyhow::Error::from),
+                _ => {
+                    let open_from = close.current(store.as_ref()).await?.open_from(now_ms());
+                    let rolled = gpuledger_server::rollup::run_open_months(
+                        store.as_ref(),
+                        &card,
+                        &config.idle,
+                        usize::MAX,
+                        open_from,
+                    )
+                    .await;
+                    match rolled {
+                        Ok(s) => gpuledger_server::rollup::attribute_new_closed_months(
+                            store.as_ref(),
+                            &card,
+                            &config.idle,
+                            open_from,
+                            now_ms(),
+                        )
+                        .await
+                        .map(|first| (s, first))
+                        .map_err(anyhow::Error::from),
+                        Err(e) => Err(anyhow::Error::from(e)),
+                    }
+                }
             };
             store.finish_lease(job, &holder, now_ms()).await?;
             let (s, restated) = result?;

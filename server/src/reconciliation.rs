@@ -89,12 +89,12 @@ impl Reconciliation {
 }
 
 /// Whether a bill line is for a GPU instance: its instance type is one the rate card prices
-/// with GPUs.
+/// with GPUs, or of a provider's GPU instance family.
 fn is_gpu_instance(line: &StoredCostLine, card: &RateCard) -> bool {
-    line.instance_type
-        .as_deref()
-        .and_then(|t| card.instance_types.get(t))
-        .is_some_and(|r| r.gpus > 0)
+    line.instance_type.as_deref().is_some_and(|t| {
+        card.instance_types.get(t).is_some_and(|r| r.gpus > 0)
+            || crate::billing::gpu_instances::is_gpu_instance_type(t)
+    })
 }
 
 /// Reconciles `[from_ms, to_ms)` from its bill lines and its (rolled-up) attribution.

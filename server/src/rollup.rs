@@ -659,7 +659,13 @@ pub async fn rebuild(
         }
     };
     if let Some(deleted_before) = store.raw_deleted_before().await? {
-        if from_ms < deleted_before {
+        // Only hours the ledger attributed from windows would lose anything: hours it never
+        // did (a bill imported for a month no agent reported) are safe to attribute.
+        if from_ms < deleted_before
+            && store
+                .has_rollups(hour_floor(from_ms), to_ms.min(deleted_before), true)
+                .await?
+        {
             let at = crate::allocation::rfc3339(deleted_before);
             return Err(RebuildError::Refused(format!(
                 "raw windows before {at} are gone (retention): attributing those hours again \
@@ -704,6 +710,60 @@ pub async fn rebuild(
         }
     }
     Ok((summary, restated))
+}
+
+/// Attributes closed months that the ledger has never held anything for, where hours wait: a
+/// bill for a past month imported after it closed (a first import of last year's bills, say).
+/// Nothing anybody saw changes, so no `--reopen` is needed; each is recorded as a restatement
+/// from nothing, so its review says when its figures appeared and why. Returns those records.
+pub async fn attribute_new_closed_months(
+    store: &dyn Store,
+    card: &RateCard,
+    busy: &IdleConfig,
+    open_from_ms: i64,
+    now_ms: i64,
+) -> Result<Vec<crate::store::RestatementRow>, StoreError> {
+    let mut recorded = Vec::new();
+    let mut from = i64::MIN;
+    loop {
+        let Some(mark) = store
+            .dirty_marks_in(from, open_from_ms, 1)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            break;
+        };
+        let month = crate::billing::focus::month_start_ms(mark.hour_ms);
+        let next = crate::closing::next_month_start(month).min(open_from_ms);
+        from = next;
+        if store.has_rollups(month, next, false).await? {
+            continue; // attributed before: its changes wait for a restatement
+        }
+        run_in_passes(
+            store,
+            card,
+            busy,
+            usize::MAX,
+            WINDOWS_PER_PASS,
+            (month, next),
+        )
+        .await?;
+        let after_json = team_totals(store, month, next).await?;
+        if after_json == "{}" {
+            continue; // the marks held nothing to attribute
+        }
+        let row = crate::store::RestatementRow {
+            month_ms: month,
+            created_ms: now_ms,
+            reason: "first attributed after the month closed: its bill arrived late".to_owned(),
+            before_json: "{}".to_owned(),
+            after_json,
+        };
+        store.add_restatement(&row).await?;
+        recorded.push(row);
+    }
+    Ok(recorded)
 }
 
 /// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none of a month

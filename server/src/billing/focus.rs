@@ -381,6 +381,27 @@ fn instance_type_in(description: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The Azure VM size a charge description names: Azure writes "Virtual Machines {series} -
+/// {meter} - {region}" ("Virtual Machines NCadsA100v4 Series - NC24ads A100 v4 - US East"),
+/// the meter being the size without its `Standard_` prefix, with spaces for underscores, and
+/// sometimes alternatives ("D11 v2/DS11 v2") or a pricing suffix ("NC6 Spot").
+fn azure_vm_size_in(description: &str) -> Option<String> {
+    let rest = description.strip_prefix("Virtual Machines ")?;
+    let mut parts = rest.split(" - ");
+    let (_series, meter) = (parts.next()?, parts.next()?);
+    let meter = meter.split('/').next()?.trim();
+    let meter = ["Spot", "Low Priority"]
+        .iter()
+        .find_map(|s| meter.strip_suffix(s))
+        .unwrap_or(meter)
+        .trim();
+    let valid = !meter.is_empty()
+        && meter
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == ' ' || c == '_' || c == '-');
+    valid.then(|| format!("Standard_{}", meter.replace(' ', "_")))
+}
+
 /// Records as text, whatever the file format.
 pub(super) type Records = Box<dyn Iterator<Item = Result<StringRecord, FocusError>> + Send>;
 
@@ -612,7 +633,8 @@ fn parse_row(line: u64, r: &StringRecord, cols: &Columns) -> Result<CostLine, Fo
             .iter()
             .find_map(|c| cols.opt(r, c))
         })
-        .or_else(|| instance_type_in(cols.get(r, "ChargeDescription")));
+        .or_else(|| instance_type_in(cols.get(r, "ChargeDescription")))
+        .or_else(|| azure_vm_size_in(cols.get(r, "ChargeDescription")));
     let resource_id = cols.opt(r, "ResourceId");
     let commitment_status = cols.opt(r, "CommitmentDiscountStatus");
     Ok(CostLine {

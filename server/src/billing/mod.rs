@@ -4,6 +4,7 @@
 pub mod aws;
 pub mod current_price;
 pub mod focus;
+pub mod gpu_instances;
 pub mod manifest;
 mod parquet;
 pub mod periods;

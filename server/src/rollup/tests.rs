@@ -672,3 +672,74 @@ async fn a_closed_month_stays_closed_until_restated() {
         assert!(gone.to_string().contains("gone"), "{b}: {gone}");
     }
 }
+
+/// A bill for a month that closed before gpuledger ever attributed it (a first import of last
+/// year's bills) is attributed by the job without `--reopen`, recorded as a restatement from
+/// nothing; a month attributed before keeps waiting for one. Past retention, a rebuild of hours
+/// the ledger never attributed from windows is not refused: there is nothing to lose.
+#[tokio::test]
+async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
+    let card = RateCard::default_card();
+    let close = crate::closing::ClosePolicy::default();
+    let month = crate::billing::focus::month_start_ms(START);
+    let next = crate::closing::next_month_start(month);
+    let now = close.closes_at(START) + 40 * DAY_MS;
+    let open_from = close.open_from(now);
+    assert!(next <= open_from, "the bill's month is closed");
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        import_bill(s, "old-bill", "1").await;
+        let idle = IdleConfig::default();
+        let done = run_open_months(s, &card, &idle, usize::MAX, open_from)
+            .await
+            .unwrap();
+        assert_eq!(done.hours, 0, "{b}: the open-month job leaves it");
+        assert!(!s.has_rollups(month, next, false).await.unwrap(), "{b}");
+
+        let first = attribute_new_closed_months(s, &card, &idle, open_from, now)
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 1, "{b}");
+        assert_eq!(first[0].month_ms, month, "{b}");
+        assert_eq!(first[0].before_json, "{}", "{b}");
+        assert_eq!(s.restatements(month).await.unwrap(), first, "{b}");
+        // No agent reports i-aaa: its two days and the bucket, the whole bill, are in the
+        // ledger now, unattributed.
+        let ledger = load(s, month, next, RollupGrain::Day).await.unwrap();
+        let parts: Decimal = ledger.parts.iter().map(|p| p.cost).sum();
+        let unattributed: Decimal = ledger.unattributed.values().sum();
+        assert_eq!(
+            parts + unattributed,
+            Decimal::from_str_exact("1583.893456789012352").unwrap(),
+            "{b}"
+        );
+        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+
+        // Attributed now: a corrected bill waits for a restatement like any closed month's.
+        import_bill(s, "old-bill-2", "2").await;
+        let again = attribute_new_closed_months(s, &card, &idle, open_from, now)
+            .await
+            .unwrap();
+        assert!(again.is_empty(), "{b}");
+        assert!(s.dirty_mark_count(month, next).await.unwrap() > 0, "{b}");
+
+        // Retention passed that month long ago, but no GPU hour of it came from windows.
+        s.set_raw_deleted_before(open_from).await.unwrap();
+        let (_, restated) = rebuild(
+            s,
+            &card,
+            &idle,
+            month,
+            next,
+            close,
+            Some("corrected bill"),
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(restated.len(), 1, "{b}");
+        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+    }
+}

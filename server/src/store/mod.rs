@@ -787,6 +787,15 @@ pub trait Store: Send + Sync {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<RollupRow>, StoreError>;
+    /// Whether the ledger holds anything for `[from_ms, to_ms)`: a rollup row or unattributed
+    /// cost in any hour of it; with `from_windows_only`, a row attributed to a GPU (which only
+    /// raw windows can give).
+    async fn has_rollups(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        from_windows_only: bool,
+    ) -> Result<bool, StoreError>;
     /// Unattributed cost per currency in `[from_ms, to_ms)` (hour_ms is `from_ms`).
     async fn rollup_unattributed(
         &self,
@@ -1282,6 +1291,28 @@ macro_rules! shared_sql_impl {
             }
             tx.commit().await?;
             Ok(())
+        }
+
+        async fn has_rollups_sql(
+            pool: &sqlx::Pool<$db>,
+            from_ms: i64,
+            to_ms: i64,
+            from_windows_only: bool,
+        ) -> Result<bool, $crate::store::StoreError> {
+            let sql = if from_windows_only {
+                "SELECT EXISTS (SELECT 1 FROM rollup_hours
+                                WHERE hour_ms >= $1 AND hour_ms < $2 AND gpu_uuid <> '')"
+            } else {
+                "SELECT EXISTS (SELECT 1 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2)
+                     OR EXISTS (SELECT 1 FROM rollup_unattributed
+                                WHERE hour_ms >= $1 AND hour_ms < $2)"
+            };
+            let (any,): (bool,) = sqlx::query_as(sql)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_one(pool)
+                .await?;
+            Ok(any)
         }
 
         async fn rollup_rows_sql(
@@ -3303,6 +3334,14 @@ macro_rules! store_impl {
                 to_ms: i64,
             ) -> Result<Vec<$crate::store::RollupRow>, $crate::store::StoreError> {
                 rollup_rows_sql(&self.pool, grain, from_ms, to_ms).await
+            }
+            async fn has_rollups(
+                &self,
+                from_ms: i64,
+                to_ms: i64,
+                from_windows_only: bool,
+            ) -> Result<bool, $crate::store::StoreError> {
+                has_rollups_sql(&self.pool, from_ms, to_ms, from_windows_only).await
             }
             async fn rollup_unattributed(
                 &self,

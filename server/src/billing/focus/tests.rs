@@ -166,6 +166,32 @@ fn tags_in_the_forms_providers_write() {
 }
 
 #[test]
+fn azure_vm_sizes_are_read_from_the_description() {
+    for (description, size) in [
+        (
+            "Virtual Machines NCadsA100v4 Series - NC24ads A100 v4 - US East",
+            Some("Standard_NC24ads_A100_v4"),
+        ),
+        (
+            "Virtual Machines Dv2/DSv2 Series - D11 v2/DS11 v2 - US East 2",
+            Some("Standard_D11_v2"),
+        ),
+        (
+            "Virtual Machines NC Series - NC6 Spot - US West 2",
+            Some("Standard_NC6"),
+        ),
+        ("Premium SSD Managed Disks - P6 LRS - US East 2", None),
+        ("Virtual Machines", None),
+    ] {
+        assert_eq!(
+            azure_vm_size_in(description).as_deref(),
+            size,
+            "{description}"
+        );
+    }
+}
+
+#[test]
 fn instance_types_from_descriptions() {
     assert_eq!(
         instance_type_in("$1.624 per On Demand Linux g5.4xlarge Instance Hour").as_deref(),
