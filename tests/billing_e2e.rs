@@ -1067,3 +1067,88 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
         "nothing left to roll up: {rec}"
     );
 }
+
+/// An Azure Cost Management export run: parts and `manifest.json` in the run's folder, as
+/// azcopy leaves them, each blob with its `dataRowCount`. A part holding fewer rows than the
+/// manifest says (cut short in transfer) refuses the whole run, naming the part, and stores
+/// nothing; the whole run imports as one delivery.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_azure_run_short_of_its_manifests_rows_is_refused_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let db = test_support::sqlite();
+    let run = root
+        .path()
+        .join("costexports/focus/gpu-focus/20260501-20260531/6f1c2a4e-run");
+    std::fs::create_dir_all(&run).unwrap();
+    let parts = [
+        vec![bill_row("i-0aaa", 0, "10"), bill_row("i-0aaa", 1, "20")],
+        vec![bill_row("i-0bbb", 0, "5"), bill_row("i-0bbb", 1, "6")],
+    ];
+    for (i, rows) in parts.iter().enumerate() {
+        std::fs::write(
+            run.join(format!("part_0_000{}.csv", i + 1)),
+            format!("{HEADER}\n{}\n", rows.join("\n")),
+        )
+        .unwrap();
+    }
+    let manifest = |second_rows: u64| {
+        let path = run.join("manifest.json");
+        let blob = |i: usize, rows: u64| {
+            format!(
+                "{{\"blobName\":\"focus/gpu-focus/20260501-20260531/6f1c2a4e-run/part_0_000{i}.csv\",\
+                 \"byteCount\":100,\"dataRowCount\":{rows}}}"
+            )
+        };
+        std::fs::write(
+            &path,
+            format!(
+                "{{\"manifestVersion\":\"2024-04-01\",\"byteCount\":200,\"blobCount\":2,\
+                 \"dataRowCount\":{},\"runInfo\":{{\"executionType\":\"Scheduled\",\
+                 \"runId\":\"6f1c2a4e-run\",\"startDate\":\"2026-05-01T00:00:00\",\
+                 \"endDate\":\"2026-05-31T00:00:00\"}},\"blobs\":[{},{}]}}",
+                2 + second_rows,
+                blob(1, 2),
+                blob(2, second_rows)
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let short = manifest(3);
+    let out = server_cmd(&db.url)
+        .args(["billing", "import-focus", "--manifest"])
+        .arg(&short)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "part_0_0002.csv: the export's manifest says this file holds 3 rows, but it has 2"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("none of the files given together was imported"),
+        "{err}"
+    );
+    let store = db.open().await;
+    assert!(store.cost_lines(0, i64::MAX / 2).await.unwrap().is_empty());
+
+    let whole = manifest(2);
+    let out = server_run(
+        &db.url,
+        &[
+            "billing",
+            "import-focus",
+            "--manifest",
+            whole.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.matches("imported 2 rows").count(), 2, "{out}");
+    assert_eq!(store.cost_lines(0, i64::MAX / 2).await.unwrap().len(), 4);
+    let periods = store.billing_file_periods().await.unwrap();
+    assert!(periods
+        .iter()
+        .all(|p| p.delivery.as_deref() == Some("6f1c2a4e-run")));
+}

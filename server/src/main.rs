@@ -547,19 +547,25 @@ async fn main() -> anyhow::Result<()> {
                     whole_periods,
                     manifest,
                 } => {
-                    let (delivery, files) = match &manifest {
+                    let (delivery, files, row_counts) = match &manifest {
                         Some(m) => {
                             let m = billing::manifest::read(m).map_err(anyhow::Error::msg)?;
-                            (Some(m.delivery), m.files)
+                            (Some(m.delivery), m.files, m.row_counts)
                         }
-                        None => (None, files),
+                        None => {
+                            let counts = vec![None; files.len()];
+                            (None, files, counts)
+                        }
                     };
+                    let expected: std::collections::HashMap<&std::path::PathBuf, Option<u64>> =
+                        files.iter().zip(row_counts).collect();
                     let bill_file = |path: &std::path::PathBuf| billing::BillFile::FocusPath {
                         name: path
                             .file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default(),
                         path: path.clone(),
+                        expected_rows: expected.get(path).copied().flatten(),
                     };
                     // One transaction for a whole delivery; otherwise one per file.
                     let batches: Vec<Vec<&std::path::PathBuf>> =

@@ -56,6 +56,11 @@ pub enum FocusError {
     },
     #[error("reading the file: {0}")]
     Io(String),
+    #[error(
+        "the export's manifest says this file holds {expected} rows, but it has {found}: it was \
+         probably cut short in transfer; download it again"
+    )]
+    RowCount { expected: u64, found: u64 },
 }
 
 /// Columns without which a row means nothing. Provider is checked separately: FOCUS 1.3 renamed
@@ -413,6 +418,8 @@ pub struct FocusRows {
     version: FocusVersion,
     line: u64,
     done: bool,
+    /// The rows the export's manifest says the file holds (Azure's `dataRowCount`).
+    expected_rows: Option<u64>,
 }
 
 impl FocusRows {
@@ -425,11 +432,21 @@ impl FocusRows {
             cols,
             line: 1,
             done: false,
+            expected_rows: None,
         })
     }
 
     pub fn version(&self) -> FocusVersion {
         self.version
+    }
+
+    /// The reader that, at the end of the file, refuses it unless it held `rows` rows: what the
+    /// export's manifest says was written, so a file cut short in transfer is not half a bill.
+    pub fn expecting_rows(self, rows: Option<u64>) -> Self {
+        FocusRows {
+            expected_rows: rows,
+            ..self
+        }
     }
 }
 
@@ -442,7 +459,14 @@ impl Iterator for FocusRows {
         }
         let Some(record) = self.records.next() else {
             self.done = true;
-            return (self.line == 1).then_some(Err(FocusError::Empty));
+            let found = self.line - 1;
+            if found == 0 {
+                return Some(Err(FocusError::Empty));
+            }
+            return self
+                .expected_rows
+                .filter(|expected| *expected != found)
+                .map(|expected| Err(FocusError::RowCount { expected, found }));
         };
         self.line += 1;
         let parsed = record.and_then(|r| parse_row(self.line, &r, &self.cols));

@@ -18,6 +18,9 @@ pub struct Manifest {
     /// The export run's id (AWS execution or assembly id, Azure run id).
     pub delivery: String,
     pub files: Vec<PathBuf>,
+    /// For each file, the rows the manifest says it holds, where it says (Azure's
+    /// `blobs[].dataRowCount`): a file with other than that is refused.
+    pub row_counts: Vec<Option<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -41,6 +44,7 @@ struct RunInfo {
 #[serde(rename_all = "camelCase")]
 struct Blob {
     blob_name: String,
+    data_row_count: Option<u64>,
 }
 
 /// How far up from the manifest's folder a listed file is looked for.
@@ -50,19 +54,23 @@ pub fn read(path: &Path) -> Result<Manifest, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let raw: Raw = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a manifest: {e}", path.display()))?;
-    let (delivery, listed) = if let (Some(id), Some(files)) = (raw.execution_id, raw.data_files) {
-        (id, files)
-    } else if let (Some(id), Some(keys)) = (raw.assembly_id, raw.report_keys) {
-        (id, keys)
-    } else if let (Some(id), Some(blobs)) = (raw.run_info.and_then(|r| r.run_id), raw.blobs) {
-        (id, blobs.into_iter().map(|b| b.blob_name).collect())
-    } else {
-        return Err(format!(
-            "{}: not a manifest gpuledger knows: it needs executionId and dataFiles (AWS Data \
+    let (delivery, listed, row_counts) =
+        if let (Some(id), Some(files)) = (raw.execution_id, raw.data_files) {
+            let counts = vec![None; files.len()];
+            (id, files, counts)
+        } else if let (Some(id), Some(keys)) = (raw.assembly_id, raw.report_keys) {
+            let counts = vec![None; keys.len()];
+            (id, keys, counts)
+        } else if let (Some(id), Some(blobs)) = (raw.run_info.and_then(|r| r.run_id), raw.blobs) {
+            let counts = blobs.iter().map(|b| b.data_row_count).collect();
+            (id, blobs.into_iter().map(|b| b.blob_name).collect(), counts)
+        } else {
+            return Err(format!(
+                "{}: not a manifest gpuledger knows: it needs executionId and dataFiles (AWS Data \
              Exports), assemblyId and reportKeys (AWS CUR) or runInfo.runId and blobs (Azure)",
-            path.display()
-        ));
-    };
+                path.display()
+            ));
+        };
     if listed.is_empty() {
         return Err(format!(
             "{}: the manifest lists no data file",
@@ -81,7 +89,11 @@ pub fn read(path: &Path) -> Result<Manifest, String> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Manifest { delivery, files })
+    Ok(Manifest {
+        delivery,
+        files,
+        row_counts,
+    })
 }
 
 /// Finds a listed file (an `s3://` URI, a key or a blob name) on disk: the longest tail of its
@@ -132,6 +144,7 @@ mod tests {
         .unwrap();
         let m = read(&manifest).unwrap();
         assert_eq!(m.delivery, "exec-1");
+        assert_eq!(m.row_counts, [None, None]);
         assert_eq!(
             m.files,
             vec![
@@ -149,12 +162,17 @@ mod tests {
         std::fs::write(
             &azure,
             r#"{"runInfo":{"runId":"run-7","startDate":"2024-09-01T00:00:00"},
-                "blobs":[{"blobName":"exports/focus/20240901-20240930/run-7/part_0_0001.csv","byteCount":1}],
-                "blobCount":1,"dataRowCount":1}"#,
+                "blobs":[{"blobName":"exports/focus/20240901-20240930/run-7/part_0_0001.csv","byteCount":1,"dataRowCount":136}],
+                "blobCount":1,"dataRowCount":136}"#,
         )
         .unwrap();
         let m = read(&azure).unwrap();
         assert_eq!((m.delivery.as_str(), m.files.len()), ("run-7", 1));
+        assert_eq!(
+            m.row_counts,
+            [Some(136)],
+            "Azure says how many rows each blob holds"
+        );
 
         let cur = dir.path().join("cur-Manifest.json");
         std::fs::write(

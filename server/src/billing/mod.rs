@@ -149,8 +149,13 @@ fn sha256_of_file(path: &Path) -> std::io::Result<String> {
 
 /// One file of a bill to import.
 pub enum BillFile {
-    /// A FOCUS export on disk (CSV, CSV.gz or Parquet), read as a stream.
-    FocusPath { path: PathBuf, name: String },
+    /// A FOCUS export on disk (CSV, CSV.gz or Parquet), read as a stream; refused unless it
+    /// holds `expected_rows` where its manifest says how many.
+    FocusPath {
+        path: PathBuf,
+        name: String,
+        expected_rows: Option<u64>,
+    },
     /// A FOCUS export in memory (the demo).
     FocusBytes { name: String, bytes: Vec<u8> },
     /// Lines already parsed (Cost Explorer answers, tests), named by the hash given.
@@ -175,11 +180,16 @@ impl BillFile {
         };
         let failed = |e: focus::FocusError| chunks_of(std::iter::once(Err(e)));
         match self {
-            BillFile::FocusPath { path, name } => {
+            BillFile::FocusPath {
+                path,
+                name,
+                expected_rows,
+            } => {
                 let opened = tokio::task::spawn_blocking(move || {
                     let sha =
                         sha256_of_file(&path).map_err(|e| focus::FocusError::Io(e.to_string()))?;
-                    Ok::<_, focus::FocusError>((sha, focus::open_path(&path)?))
+                    let rows = focus::open_path(&path)?.expecting_rows(expected_rows);
+                    Ok::<_, focus::FocusError>((sha, rows))
                 })
                 .await
                 .unwrap_or_else(|e| Err(focus::FocusError::Io(e.to_string())));
@@ -327,6 +337,7 @@ pub async fn import_focus_file(
     let file = BillFile::FocusPath {
         path: path.to_owned(),
         name: name.to_owned(),
+        expected_rows: None,
     };
     import_one(store, Replaces::SameName, file, now_ms).await
 }

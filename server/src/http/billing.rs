@@ -601,6 +601,7 @@ async fn upload(
     let file = BillFile::FocusPath {
         path: tmp.path().to_owned(),
         name: name.clone(),
+        expected_rows: None,
     };
     let imported =
         billing::import_files(state.store.as_ref(), replaces, None, vec![file], now_ms())

@@ -71,6 +71,31 @@ fn names_the_line_and_column_at_fault() {
     ));
 }
 
+/// A file holding fewer (or more) rows than its manifest says is refused at its end, so half a
+/// bill is never stored as if whole.
+#[test]
+fn a_file_short_of_its_manifests_row_count_is_refused() {
+    let two = csv(&[GOOD, GOOD]);
+    let read = |expected: Option<u64>| -> Result<Vec<CostLine>, FocusError> {
+        open_bytes(two.clone())
+            .unwrap()
+            .expecting_rows(expected)
+            .collect()
+    };
+    assert_eq!(read(Some(2)).unwrap().len(), 2);
+    assert_eq!(read(None).unwrap().len(), 2);
+    let short = read(Some(3)).unwrap_err();
+    assert_eq!(
+        short,
+        FocusError::RowCount {
+            expected: 3,
+            found: 2
+        }
+    );
+    assert!(short.to_string().contains("cut short"), "{short}");
+    assert!(read(Some(1)).is_err());
+}
+
 #[test]
 fn refuses_what_is_not_focus() {
     assert_eq!(
