@@ -50,10 +50,31 @@ struct Blob {
 /// How far up from the manifest's folder a listed file is looked for.
 const ANCESTORS: usize = 4;
 
-pub fn read(path: &Path) -> Result<Manifest, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let raw: Raw = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a manifest: {e}", path.display()))?;
+/// What a manifest lists, before its files are looked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing {
+    /// The export run's id.
+    pub delivery: String,
+    /// Each data file as listed (an `s3://` URI, a key or a blob name).
+    pub listed: Vec<String>,
+    /// The rows each holds, where the manifest says.
+    pub row_counts: Vec<Option<u64>>,
+}
+
+impl Listing {
+    /// The name each listed file has on disk or in an upload: the last segment of its path.
+    pub fn file_names(&self) -> Vec<&str> {
+        self.listed
+            .iter()
+            .map(|l| l.rsplit('/').next().unwrap_or(l))
+            .collect()
+    }
+}
+
+/// Reads a manifest's text; errors name `source` (a path, an uploaded file's name).
+pub fn parse(source: &str, text: &str) -> Result<Listing, String> {
+    let raw: Raw =
+        serde_json::from_str(text).map_err(|e| format!("{source}: not a manifest: {e}"))?;
     let (delivery, listed, row_counts) =
         if let (Some(id), Some(files)) = (raw.execution_id, raw.data_files) {
             let counts = vec![None; files.len()];
@@ -66,17 +87,29 @@ pub fn read(path: &Path) -> Result<Manifest, String> {
             (id, blobs.into_iter().map(|b| b.blob_name).collect(), counts)
         } else {
             return Err(format!(
-                "{}: not a manifest gpuledger knows: it needs executionId and dataFiles (AWS Data \
-             Exports), assemblyId and reportKeys (AWS CUR) or runInfo.runId and blobs (Azure)",
-                path.display()
+                "{source}: not a manifest gpuledger knows: it needs executionId and dataFiles \
+                 (AWS Data Exports), assemblyId and reportKeys (AWS CUR) or runInfo.runId and \
+                 blobs (Azure)"
             ));
         };
     if listed.is_empty() {
-        return Err(format!(
-            "{}: the manifest lists no data file",
-            path.display()
-        ));
+        return Err(format!("{source}: the manifest lists no data file"));
     }
+    Ok(Listing {
+        delivery,
+        listed,
+        row_counts,
+    })
+}
+
+/// Reads a manifest on disk and finds the files it lists.
+pub fn read(path: &Path) -> Result<Manifest, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Listing {
+        delivery,
+        listed,
+        row_counts,
+    } = parse(&path.display().to_string(), &text)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let files = listed
         .iter()

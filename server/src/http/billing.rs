@@ -542,9 +542,10 @@ async fn upload(
 ) -> Response {
     let mut csrf = String::new();
     let mut whole_periods = false;
-    // The file goes to a temporary file as it arrives, so a bill of any size is read from disk
-    // in bounded memory.
-    let mut file: Option<(String, tempfile::NamedTempFile)> = None;
+    // Each file goes to a temporary file as it arrives, so a bill of any size is read from disk
+    // in bounded memory. An export run comes as several files and, optionally, its manifest.
+    let mut files: Vec<(String, tempfile::NamedTempFile)> = Vec::new();
+    let mut manifest: Option<(String, String)> = None;
     loop {
         match form.next_field().await {
             Ok(Some(mut field)) => {
@@ -552,7 +553,7 @@ async fn upload(
                 let file_name = field.file_name().unwrap_or("upload").to_owned();
                 if name == "file" {
                     match spool(&mut field).await {
-                        Ok(Some(tmp)) => file = Some((file_name, tmp)),
+                        Ok(Some(tmp)) => files.push((file_name, tmp)),
                         Ok(None) => {}
                         Err(Spool::Upload(e)) => return upload_failed(&state, &user, e).await,
                         Err(Spool::Disk(e)) => {
@@ -573,6 +574,9 @@ async fn upload(
                 match name.as_str() {
                     "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
                     "whole_periods" => whole_periods = !bytes.is_empty(),
+                    "manifest" if !bytes.is_empty() => {
+                        manifest = Some((file_name, String::from_utf8_lossy(&bytes).into_owned()))
+                    }
                     _ => {}
                 }
             }
@@ -583,7 +587,7 @@ async fn upload(
     if !user.csrf_ok(&csrf) {
         return crate::session::csrf_rejected();
     }
-    let Some((name, tmp)) = file else {
+    if files.is_empty() {
         return render(
             &state,
             &user,
@@ -592,50 +596,97 @@ async fn upload(
             Some("Choose a FOCUS export to upload.".into()),
         )
         .await;
+    }
+    let what = match files.as_slice() {
+        [(name, _)] => format!("{name} was not imported, and nothing of it was stored"),
+        _ => format!(
+            "None of the {} files was imported; nothing was stored",
+            files.len()
+        ),
     };
-    let replaces = if whole_periods {
-        Replaces::WholePeriods
-    } else {
-        Replaces::SameName
+    let refuse = |why: String| {
+        render(
+            &state,
+            &user,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            None,
+            Some(format!("{what}: {why}")),
+        )
     };
-    let file = BillFile::FocusPath {
-        path: tmp.path().to_owned(),
-        name: name.clone(),
-        expected_rows: None,
+    // With a manifest: exactly the files it lists, one delivery replacing its periods whole,
+    // each file holding the rows the manifest says.
+    let (delivery, expected, replaces) = match &manifest {
+        Some((manifest_name, text)) => {
+            let listing = match billing::manifest::parse(manifest_name, text) {
+                Ok(l) => l,
+                Err(e) => return refuse(e).await,
+            };
+            let listed = listing.file_names();
+            if let Some(missing) = listed.iter().find(|l| !files.iter().any(|(n, _)| n == *l)) {
+                return refuse(format!(
+                    "{manifest_name} lists {missing}, which was not uploaded: choose every file \
+                     of the export run together with its manifest"
+                ))
+                .await;
+            }
+            if let Some((extra, _)) = files.iter().find(|(n, _)| !listed.contains(&n.as_str())) {
+                return refuse(format!("{extra} is not listed in {manifest_name}")).await;
+            }
+            let expected: std::collections::HashMap<String, Option<u64>> = listed
+                .iter()
+                .map(|l| (*l).to_owned())
+                .zip(listing.row_counts.iter().copied())
+                .collect();
+            (
+                Some(listing.delivery.clone()),
+                expected,
+                Replaces::WholePeriods,
+            )
+        }
+        None if whole_periods => (None, Default::default(), Replaces::WholePeriods),
+        None => (None, Default::default(), Replaces::SameName),
     };
-    let imported =
-        billing::import_files(state.store.as_ref(), replaces, None, vec![file], now_ms())
-            .await
-            .map(|mut s| s.pop());
+    let bill_files: Vec<BillFile> = files
+        .iter()
+        .map(|(name, tmp)| BillFile::FocusPath {
+            path: tmp.path().to_owned(),
+            name: name.clone(),
+            expected_rows: expected.get(name).copied().flatten(),
+        })
+        .collect();
+    let imported = billing::import_files(
+        state.store.as_ref(),
+        replaces,
+        delivery,
+        bill_files,
+        now_ms(),
+    )
+    .await;
     match imported {
-        Ok(Some(s)) if s.new => {
-            let notice = format!(
-                "{name}: imported {} rows (billed {}, effective {}); replaced {} older rows.",
-                s.rows, s.billed_total, s.effective_total, s.replaced_lines
-            );
-            render(&state, &user, StatusCode::OK, Some(notice), None).await
+        Ok(summaries) => {
+            let notice: Vec<String> = files
+                .iter()
+                .zip(summaries)
+                .map(|((name, _), s)| {
+                    if s.new {
+                        format!(
+                            "{name}: imported {} rows (billed {}, effective {}); replaced {} older rows.",
+                            s.rows, s.billed_total, s.effective_total, s.replaced_lines
+                        )
+                    } else {
+                        format!("{name} was imported before; nothing changed.")
+                    }
+                })
+                .collect();
+            render(&state, &user, StatusCode::OK, Some(notice.join(" ")), None).await
         }
-        Ok(_) => {
-            render(
-                &state,
-                &user,
-                StatusCode::OK,
-                Some(format!("{name} was imported before; nothing changed.")),
-                None,
-            )
-            .await
-        }
-        Err(ImportError::Focus { error, .. }) => {
-            render(
-                &state,
-                &user,
-                StatusCode::UNPROCESSABLE_ENTITY,
-                None,
-                Some(format!(
-                    "{name} was not imported, and nothing of it was stored: {error}"
-                )),
-            )
-            .await
+        Err(ImportError::Focus { file, error }) => {
+            let why = if files.len() > 1 {
+                format!("{file}: {error}")
+            } else {
+                error.to_string()
+            };
+            refuse(why).await
         }
         Err(ImportError::Store(e)) => {
             tracing::error!(error = %e, "billing upload");

@@ -996,3 +996,133 @@ async fn recommendations_answer_for_viewers_and_name_bad_parameters() {
         );
     }
 }
+
+/// A form upload with several files: `(field, file name, content)` each, after the form token
+/// and `fields`.
+fn multipart_files(
+    csrf: &str,
+    fields: &[(&str, &str)],
+    files: &[(&str, &str, &[u8])],
+) -> (String, Vec<u8>) {
+    let boundary = "gpl-test-boundary";
+    let mut body = Vec::new();
+    for (name, value) in [("csrf", csrf)].iter().chain(fields) {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .as_bytes(),
+        );
+    }
+    for (field, file_name, content) in files {
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{file_name}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes());
+        body.extend_from_slice(content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// An export run uploaded through the form with its manifest: exactly the files it lists,
+/// each with the rows it says, imported as one delivery; a file missing, one not listed, one
+/// cut short, or a bad row in any of several files chosen together: nothing stored.
+#[tokio::test]
+async fn an_export_run_uploads_with_its_manifest() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (admin, csrf) = api.session("admin").await;
+        let upload = |files: Vec<(&'static str, &'static str, Vec<u8>)>| {
+            let app = api.app.clone();
+            let (admin, csrf) = (admin.clone(), csrf.clone());
+            async move {
+                let parts: Vec<(&str, &str, &[u8])> = files
+                    .iter()
+                    .map(|(f, n, c)| (*f, *n, c.as_slice()))
+                    .collect();
+                let (ct, body) = multipart_files(&csrf, &[], &parts);
+                let req = Request::post("/billing/import")
+                    .header("content-type", ct)
+                    .header("cookie", admin)
+                    .body(Body::from(body))
+                    .unwrap();
+                let resp = app.oneshot(req).await.unwrap();
+                let status = resp.status();
+                let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let manifest = |rows: [u64; 2]| {
+            format!(
+                r#"{{"runInfo":{{"runId":"run-9"}},"blobs":[
+                    {{"blobName":"x/20260501-20260531/run-9/part_0_0001.csv","dataRowCount":{}}},
+                    {{"blobName":"x/20260501-20260531/run-9/part_0_0002.csv","dataRowCount":{}}}]}}"#,
+                rows[0], rows[1]
+            )
+            .into_bytes()
+        };
+        let part1 = BILL.as_bytes().to_vec();
+        let part2 = BILL.replace("1.5,1.25,1.5", "3,3,3").into_bytes();
+        let file = |n: &'static str, c: &Vec<u8>| ("file", n, c.clone());
+
+        let (status, page) = upload(vec![
+            file("part_0_0001.csv", &part1),
+            ("manifest", "manifest.json", manifest([1, 1])),
+        ])
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        assert!(
+            page.contains("lists part_0_0002.csv, which was not uploaded"),
+            "{b}: {page}"
+        );
+        let (status, page) = upload(vec![
+            file("part_0_0001.csv", &part1),
+            file("part_0_0002.csv", &part2),
+            file("extra.csv", &part2),
+            ("manifest", "manifest.json", manifest([1, 1])),
+        ])
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        assert!(
+            page.contains("extra.csv is not listed in manifest.json"),
+            "{b}: {page}"
+        );
+        let (status, page) = upload(vec![
+            file("part_0_0001.csv", &part1),
+            file("part_0_0002.csv", &part2),
+            ("manifest", "manifest.json", manifest([1, 2])),
+        ])
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        assert!(
+            page.contains("None of the 2 files was imported")
+                && page.contains("part_0_0002.csv: the export")
+                && page.contains("cut short"),
+            "{b}: {page}"
+        );
+        let broken = BILL.replace("1.25", "one").into_bytes();
+        let (status, page) = upload(vec![file("a.csv", &part1), file("b.csv", &broken)]).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        assert!(
+            page.contains("b.csv: line 2, column EffectiveCost"),
+            "{b}: {page}"
+        );
+        assert!(api.store.billing_imports().await.unwrap().is_empty(), "{b}");
+
+        let (status, page) = upload(vec![
+            file("part_0_0001.csv", &part1),
+            file("part_0_0002.csv", &part2),
+            ("manifest", "manifest.json", manifest([1, 1])),
+        ])
+        .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        assert_eq!(page.matches("imported 1 rows").count(), 2, "{b}: {page}");
+        let periods = api.store.billing_file_periods().await.unwrap();
+        assert_eq!(periods.len(), 2, "{b}");
+        assert!(
+            periods
+                .iter()
+                .all(|p| p.delivery.as_deref() == Some("run-9")),
+            "{b}"
+        );
+    }
+}
