@@ -164,12 +164,12 @@ fn hour_start() -> i64 {
 }
 
 fn iso(ms: i64) -> String {
-    gpuledger_server::allocation::rfc3339(ms)
+    gpuledger_core::time::rfc3339(ms)
 }
 
 fn bill_row(instance: &str, hour_offset: i64, cost: &str) -> String {
     let start = hour_start() + hour_offset * 3_600_000;
-    let month = gpuledger_server::billing::focus::month_start_ms(start);
+    let month = gpuledger_core::time::month_start_ms(start);
     format!(
         "1111,{},{},{},Usage,\"{cost}\",\"{cost}\",\"{cost}\",USD,Standard,AWS,AmazonEC2,arn:aws:ec2:us-east-1:1111:instance/{instance},us-east-1,\"{{\"\"InstanceType\"\":\"\"p4d.24xlarge\"\"}}\",{{}}",
         iso(month),
@@ -805,8 +805,8 @@ async fn focus_export_passes_the_validator(db: TestDb) {
     gpuledger_server::demo::seed(store.as_ref(), &card, &Default::default(), now)
         .await
         .unwrap();
-    let this_month = gpuledger_server::billing::focus::month_start_ms(now);
-    let last_month = gpuledger_server::billing::focus::month_start_ms(this_month - 1);
+    let this_month = gpuledger_core::time::month_start_ms(now);
+    let last_month = gpuledger_core::time::month_start_ms(this_month - 1);
     let server = start_server(&db.url, free_port()).await;
     let viewer = signed_in(&server, "viewer").await;
     let dir = tempfile::tempdir().unwrap();
@@ -918,11 +918,10 @@ async fn rollup_into_a_closed_month_needs_reopen() {
     let db = test_support::sqlite();
     let store = db.open().await;
     let now = gpuledger_server::now_ms();
-    let this = gpuledger_server::billing::focus::month_start_ms(now);
+    let this = gpuledger_core::time::month_start_ms(now);
     // Two months back is closed whatever today's date.
-    let old = gpuledger_server::billing::focus::month_start_ms(
-        gpuledger_server::billing::focus::month_start_ms(this - 1) - 1,
-    );
+    let old =
+        gpuledger_core::time::month_start_ms(gpuledger_core::time::month_start_ms(this - 1) - 1);
     store
         .create_token(
             &gpuledger_server::store::NewToken::for_cluster("t", "h", "train"),
@@ -969,7 +968,7 @@ async fn rollup_into_a_closed_month_needs_reopen() {
             .format("%Y-%m-%d")
             .to_string()
     };
-    let next = gpuledger_server::closing::next_month_start(old);
+    let next = gpuledger_core::time::next_month_start(old);
     let rollup = |extra: &[&str]| {
         let mut args = vec!["rollup", "--from", &day(old), "--to", &day(next)]
             .into_iter()

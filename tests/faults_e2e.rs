@@ -319,7 +319,7 @@ async fn billed_total(db: &TestDb) -> (Decimal, usize) {
         .unwrap();
     let total = lines
         .iter()
-        .map(|l| gpuledger_server::money::from_text(&l.billed_cost))
+        .map(|l| gpuledger_core::money::from_text(&l.billed_cost))
         .sum();
     (total, lines.len())
 }

@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{Attribution, Kind, Part, HOUR_MS};
+use crate::attribution::{Attribution, Kind, Part};
+use gpuledger_core::time::HOUR_MS;
+use gpuledger_core::time::{month_of, rfc3339};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,14 +143,8 @@ pub fn period_start(ms: i64, step: Step) -> i64 {
     match step {
         Step::Hour => ms.div_euclid(HOUR_MS) * HOUR_MS,
         Step::Day => ms.div_euclid(24 * HOUR_MS) * 24 * HOUR_MS,
-        Step::Month => crate::billing::focus::month_start_ms(ms),
+        Step::Month => gpuledger_core::time::month_start_ms(ms),
     }
-}
-
-pub fn rfc3339(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default()
 }
 
 /// The key a part counts under.
@@ -333,31 +329,7 @@ pub fn calendar_month(text: &str) -> Option<(i64, i64)> {
     if text.len() != 7 {
         return None;
     }
-    Some(this_month(parse_bound(text)?))
-}
-
-/// `YYYY-MM` of the month containing `ms`.
-pub fn month_label(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map_or_else(String::new, |d| d.format("%Y-%m").to_string())
-}
-
-pub fn this_month(now_ms: i64) -> (i64, i64) {
-    let start = crate::billing::focus::month_start_ms(now_ms);
-    let next = DateTime::<Utc>::from_timestamp_millis(start)
-        .and_then(|d| {
-            let (y, m) = if d.month() == 12 {
-                (d.year() + 1, 1)
-            } else {
-                (d.year(), d.month() + 1)
-            };
-            NaiveDate::from_ymd_opt(y, m, 1)
-        })
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .map_or(start + 31 * 24 * HOUR_MS, |d| {
-            d.and_utc().timestamp_millis()
-        });
-    (start, next)
+    Some(month_of(parse_bound(text)?))
 }
 
 #[cfg(test)]
@@ -370,7 +342,7 @@ mod tests {
         assert_eq!(parse_bound("2026-05-01"), Some(1_777_593_600_000));
         assert_eq!(parse_bound("2026-05-01T00:00:00Z"), Some(1_777_593_600_000));
         assert_eq!(parse_bound("May"), None);
-        let (s, e) = this_month(1_777_593_600_000 + 5 * 86_400_000);
+        let (s, e) = month_of(1_777_593_600_000 + 5 * 86_400_000);
         assert_eq!(
             (s, e),
             (1_777_593_600_000, 1_777_593_600_000 + 31 * 86_400_000)

@@ -20,15 +20,14 @@ use std::collections::{BTreeMap, HashMap};
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use crate::activity::{Activity, Thresholds};
 use crate::billing::ratecard::RateCard;
 use crate::config::IdleConfig;
-use crate::money::{from_text, split_exact};
 use crate::store::{
     AttributionWindow, HostRow, Store, StoreError, StoredCostLine, StoredProcessWindow,
 };
-
-pub const HOUR_MS: i64 = 3_600_000;
+use gpuledger_core::activity::{Activity, Thresholds};
+use gpuledger_core::money::{from_text, split_exact};
+use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -123,10 +122,6 @@ pub struct Attribution {
     /// The same per (hour, currency), for the rollups.
     pub unattributed_hours: BTreeMap<(i64, String), Decimal>,
     pub hosts: HashMap<i64, HostRow>,
-}
-
-pub fn hour_floor(ms: i64) -> i64 {
-    ms.div_euclid(HOUR_MS) * HOUR_MS
 }
 
 /// Spreads each cost line over the hours of its charge period in `[from_ms, to_ms)`, exactly.
@@ -560,10 +555,9 @@ pub fn attribute_by(
         if items.is_empty() {
             continue;
         }
-        let rules = hosts.get(&host_id).map_or_else(
-            || Thresholds::for_cluster(busy, ""),
-            |h| Thresholds::for_cluster(busy, &h.cluster),
-        );
+        let rules = hosts
+            .get(&host_id)
+            .map_or_else(|| busy.thresholds(""), |h| busy.thresholds(&h.cluster));
         let shares = host_hour_shares(hour, ws, &procs, rules);
         let billed_weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
         // An estimate already covers only the time the host was seen: none of it is unmonitored.
@@ -651,8 +645,8 @@ fn estimate(
     let spot = host.and_then(|h| h.lifecycle.as_deref()) == Some("spot");
     let (hourly, category) =
         card.host_price(host.and_then(|h| h.instance_type.as_deref()), &names, spot)?;
-    let amount =
-        (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS)).round_dp(crate::money::MAX_SCALE);
+    let amount = (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS))
+        .round_dp(gpuledger_core::money::MAX_SCALE);
     Some(CostItem {
         amount,
         currency: card.currency.clone(),

@@ -6,12 +6,13 @@
 //! keeps the figures before and after, when and why. Raw windows of months still open are never
 //! deleted, so nothing is re-attributed from data that is gone.
 
-use crate::billing::focus::month_start_ms;
+use gpuledger_core::time::month_start_ms;
+use gpuledger_core::time::next_month_start;
 
 /// Days after a month's end until it closes, by default.
-pub const DEFAULT_CLOSE_AFTER_MS: i64 = 5 * 86_400_000;
+pub const DEFAULT_CLOSE_AFTER_MS: i64 = 5 * gpuledger_core::time::DAY_MS;
 /// The longest wait allowed: longer would keep two months open at once for no good reason.
-pub const MAX_CLOSE_AFTER_MS: i64 = 28 * 86_400_000;
+pub const MAX_CLOSE_AFTER_MS: i64 = 28 * gpuledger_core::time::DAY_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClosePolicy {
@@ -30,19 +31,13 @@ impl Default for ClosePolicy {
     }
 }
 
-/// The first instant of the month after the one `month_start` begins.
-pub fn next_month_start(month_start: i64) -> i64 {
-    // 32 days from any month's first day is inside the next month.
-    month_start_ms(month_start + 32 * 86_400_000)
-}
-
 impl ClosePolicy {
     /// A policy from an admin's setting; the error says what is allowed.
     pub fn new(after_ms: i64) -> Result<ClosePolicy, String> {
         if !(0..=MAX_CLOSE_AFTER_MS).contains(&after_ms) {
             return Err(format!(
                 "a month closes 0 to {} days after it ends",
-                MAX_CLOSE_AFTER_MS / 86_400_000
+                MAX_CLOSE_AFTER_MS / gpuledger_core::time::DAY_MS
             ));
         }
         Ok(ClosePolicy {

@@ -73,6 +73,14 @@ impl IdleConfig {
         )
     }
 
+    /// The thresholds that decide busy, held idle and idle for a cluster's windows.
+    pub fn thresholds(&self, cluster: &str) -> gpuledger_core::activity::Thresholds {
+        gpuledger_core::activity::Thresholds {
+            busy_gpu_percent: self.for_cluster(cluster).0,
+            working_sm_percent: self.held_sm_percent,
+        }
+    }
+
     /// The longest idle duration any cluster needs, to know how far back to look.
     pub fn longest_duration(&self) -> Duration {
         self.clusters

@@ -7,13 +7,13 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 
 use rust_decimal::Decimal;
 
-use crate::billing::focus::month_start_ms;
 use crate::billing::ratecard::RateCard;
 use crate::store::{AgentStatus, Store, StoreError};
 use crate::validate::{self, Limits};
+use gpuledger_core::time::month_start_ms;
 
 const GIB: u64 = 1024 * 1024 * 1024;
-const HOUR_MS: i64 = crate::attribution::HOUR_MS;
+use gpuledger_core::time::{DAY_MS, HOUR_MS};
 
 struct HostSpec {
     cluster: &'static str,
@@ -127,7 +127,7 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
                 // A new sweep each week.
                 (
                     "experiment".into(),
-                    format!("{exp}-{}", t_ms / (7 * 24 * HOUR_MS) % 10),
+                    format!("{exp}-{}", t_ms / (7 * DAY_MS) % 10),
                 ),
                 ("team".into(), "foundation".into()),
             ])),
@@ -254,8 +254,8 @@ struct DemoLine<'a> {
 /// host-hour up to `billed_until`, plus storage lines that are not GPU hosts, with every
 /// column FOCUS 1.2 defines filled as AWS fills it.
 fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
-    let iso = crate::allocation::rfc3339;
-    let month_end = |ms: i64| crate::allocation::this_month(ms).1;
+    let iso = gpuledger_core::time::rfc3339;
+    let month_end = |ms: i64| gpuledger_core::time::month_of(ms).1;
     let mut w = csv::Writer::from_writer(Vec::new());
     let columns: Vec<&str> = crate::focus_export::COLUMNS
         .iter()
@@ -268,7 +268,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
         let period = month_start_ms(l.start);
         let quantity = Decimal::from(l.len / HOUR_MS);
         let list = l.list_unit * quantity;
-        let text = |d: Decimal| crate::money::to_text(d);
+        let text = |d: Decimal| gpuledger_core::money::to_text(d);
         let used = l.commitment.is_some();
         let value = |col: &str| -> String {
             match col {
@@ -381,11 +381,11 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
     }
     // Shared storage: on the bill, no GPU host's.
     let mut t = start;
-    while t + 24 * HOUR_MS <= billed_until {
+    while t + DAY_MS <= billed_until {
         let cost = Decimal::new(411_237, 4);
         row(DemoLine {
             start: t,
-            len: 24 * HOUR_MS,
+            len: DAY_MS,
             billed: cost,
             effective: cost,
             list_unit: cost / Decimal::from(24),
@@ -402,7 +402,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             description: "$0.023 per GB-Mo for storage used in US East (N. Virginia)".into(),
             unit: "Hours",
         });
-        t += 24 * HOUR_MS;
+        t += DAY_MS;
     }
     w.into_inner()
         .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -464,7 +464,7 @@ pub async fn seed(
         let mut t = start;
         let mut requests = Vec::new();
         while t < end {
-            let day_end = (t + 24 * HOUR_MS).min(end);
+            let day_end = (t + DAY_MS).min(end);
             let mut windows = Vec::new();
             while t < day_end {
                 let w_end = (t + HOUR_MS).min(day_end);
@@ -481,8 +481,8 @@ pub async fn seed(
                     let busy: f64 = gpus.iter().filter_map(|g| g.util_avg).sum();
                     requests.push(serde_json::json!({
                         "endpoint": endpoint,
-                        "start": crate::allocation::rfc3339(t),
-                        "end": crate::allocation::rfc3339(w_end),
+                        "start": gpuledger_core::time::rfc3339(t),
+                        "end": gpuledger_core::time::rfc3339(w_end),
                         "requests": (busy * per_util) as u64,
                     }));
                 }
@@ -530,7 +530,7 @@ pub async fn seed(
             }
         }
     }
-    let billed_until = (end - 2 * 24 * HOUR_MS) - (end - 2 * 24 * HOUR_MS).rem_euclid(HOUR_MS);
+    let billed_until = (end - 2 * DAY_MS) - (end - 2 * DAY_MS).rem_euclid(HOUR_MS);
     let bill = focus_bill(card, start, billed_until);
     crate::billing::import_focus(store, "demo-focus-export.csv", bill.into_bytes(), now_ms)
         .await
@@ -615,7 +615,7 @@ mod tests {
         let imports = store.billing_imports().await.unwrap();
         assert_eq!(imports.len(), 1);
         // Attribution over the previous month adds up to what the bill says about GPU hosts.
-        let (from, to) = crate::allocation::this_month(month_start_ms(month_start_ms(now) - 1));
+        let (from, to) = gpuledger_core::time::month_of(month_start_ms(month_start_ms(now) - 1));
         let a = crate::attribution::compute(store.as_ref(), &card, &busy, from, to)
             .await
             .unwrap();
@@ -628,7 +628,7 @@ mod tests {
                     .as_deref()
                     .is_some_and(|k| k.starts_with("i-"))
             })
-            .map(|l| crate::money::from_text(&l.effective_cost))
+            .map(|l| gpuledger_core::money::from_text(&l.effective_cost))
             .sum();
         assert_eq!(attributed, gpu_hosts);
         assert!(
@@ -799,7 +799,7 @@ mod tests {
             .filter(|i| i.cluster == "scratch" || i.kind == "held_idle")
         {
             assert!(
-                now - i.started_ms >= 34 * 24 * HOUR_MS,
+                now - i.started_ms >= 34 * DAY_MS,
                 "{} {} started {} h ago",
                 i.kind,
                 i.cluster,

@@ -19,11 +19,13 @@ use std::collections::{BTreeMap, HashMap};
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
 
-use crate::allocation::{self, rfc3339, GroupBy};
-use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part, HOUR_MS};
-use crate::money::{from_text, parse_amount, split_exact, to_text};
+use crate::allocation::{self, GroupBy};
+use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part};
 use crate::rollup;
 use crate::store::{BillLine, RollupGrain, Store, StoreError};
+use gpuledger_core::money::{from_text, parse_amount, split_exact, to_text};
+use gpuledger_core::time::rfc3339;
+use gpuledger_core::time::HOUR_MS;
 
 /// FOCUS 1.2's columns, then the 1.3 columns that describe a split.
 pub const COLUMNS: [&str; 62] = [
@@ -133,7 +135,7 @@ fn focus_pricing(category: &str) -> &'static str {
 
 /// The first day of the month after `ms`'s, for a missing BillingPeriodEnd.
 fn next_month_ms(ms: i64) -> i64 {
-    allocation::this_month(ms).1
+    gpuledger_core::time::month_of(ms).1
 }
 
 /// One output row's cells, by column.
@@ -250,7 +252,7 @@ pub async fn write_export(
     let by_key = hosts_by_instance_key(&hosts);
     let mut day = from_ms;
     while day < to_ms {
-        let day_end = (day + 24 * HOUR_MS).min(to_ms);
+        let day_end = (day + gpuledger_core::time::DAY_MS).min(to_ms);
         let loaded = rollup::load(store, day, day_end, RollupGrain::Hour).await?;
         let attribution = if filters.is_empty() {
             loaded

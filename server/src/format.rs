@@ -102,7 +102,7 @@ pub fn money(amount: rust_decimal::Decimal, currency: &str) -> String {
         "INR" => Some("₹"),
         _ => None,
     };
-    let cents = crate::money::cents(amount);
+    let cents = gpuledger_core::money::cents(amount);
     let text = format!("{:.2}", cents.abs());
     let (whole, frac) = text.split_once('.').unwrap_or((&text, "00"));
     let mut grouped = String::new();
@@ -134,7 +134,7 @@ mod tests {
         assert_eq!(percent(Some(42.4)), "42%");
         assert_eq!(ago(12_500), "12 s ago");
         assert_eq!(ago(7_200_000), "2 h ago");
-        let d = |s: &str| crate::money::parse_amount(s).unwrap();
+        let d = |s: &str| gpuledger_core::money::parse_amount(s).unwrap();
         assert_eq!(usd(d("181024.675")), "$181,024.68");
         assert_eq!(money(d("1250"), "EUR"), "€1,250.00");
         assert_eq!(money(d("-1250.5"), "CHF"), "−1,250.50 CHF");

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Kind, HOUR_MS};
+use crate::attribution::{Attribution, Kind};
+use gpuledger_core::time::HOUR_MS;
 
 /// One host idle (or held idle) for a run of consecutive hours.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -10,14 +10,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rust_decimal::Decimal;
 
-use crate::attribution::HOUR_MS;
 use crate::billing::current_price::{self, GpuPrice};
 use crate::billing::ratecard::RateCard;
 use crate::config::Config;
-use crate::money::to_text;
 use crate::slack;
 use crate::store::{AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError};
 use crate::waste::{self, Finding, IdleDevice};
+use gpuledger_core::money::to_text;
+use gpuledger_core::time::HOUR_MS;
 
 /// How far back a new incident's start is looked for: the raw windows kept by default.
 const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
@@ -136,7 +136,7 @@ impl Ledger {
         to_ms: i64,
         parent_of: HashMap<String, String>,
     ) -> Result<Ledger, StoreError> {
-        let from = crate::attribution::hour_floor(from_ms);
+        let from = gpuledger_core::time::hour_floor(from_ms);
         let rows = store.idle_rollups_of_hosts(from, to_ms, host_ids).await?;
         let waiting = store
             .dirty_marks_in(from, to_ms, i64::MAX)
@@ -167,7 +167,7 @@ impl Ledger {
         now_ms: i64,
         cost_per_hour: Decimal,
     ) -> Decimal {
-        use crate::attribution::hour_floor;
+        use gpuledger_core::time::hour_floor;
         let ledger_kind = if kind == waste::IncidentKind::HeldIdle.as_str() {
             "held_idle"
         } else {
@@ -184,7 +184,7 @@ impl Ledger {
         for r in &self.rows {
             if r.kind == ledger_kind && host_ids.contains(&r.host_id) && mine(&r.gpu_uuid) {
                 *in_ledger.entry(r.period_ms).or_default() +=
-                    crate::money::from_nano_atto(r.cost_nano, r.cost_atto);
+                    gpuledger_core::money::from_nano_atto(r.cost_nano, r.cost_atto);
             }
         }
         let mut total = Decimal::ZERO;
@@ -433,9 +433,9 @@ pub async fn evaluate(
             i.started_ms,
             ended,
             now_ms,
-            crate::money::from_text(&i.cost_per_hour),
+            gpuledger_core::money::from_text(&i.cost_per_hour),
         );
-        if settled != crate::money::from_text(&i.wasted) {
+        if settled != gpuledger_core::money::from_text(&i.wasted) {
             store.set_incident_wasted(i.id, &to_text(settled)).await?;
         }
     }

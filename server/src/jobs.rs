@@ -10,7 +10,7 @@ use crate::billing::aws::{self, CostExplorer, SyncSummary};
 use crate::store::Store;
 
 pub const AWS_SYNC_JOB: &str = "aws-cost-explorer-daily";
-const DAY_MS: i64 = 86_400_000;
+use gpuledger_core::time::DAY_MS;
 /// Long enough for a sync to finish; a replica that dies mid-run frees the job after this.
 const LEASE_MS: i64 = 3_600_000;
 
@@ -220,7 +220,7 @@ pub fn spawn_rollup_jobs(
                         Ok(months) => {
                             for m in months {
                                 tracing::info!(
-                                    month = %crate::allocation::month_label(m.month_ms),
+                                    month = %gpuledger_core::time::month_label(m.month_ms),
                                     "a closed month's late bill attributed for the first time"
                                 );
                             }

@@ -1,7 +1,6 @@
 //! gpuledger server: ingests agent reports, stores them on SQLite or PostgreSQL, and shows the
 //! fleet. The binary in `main.rs` is a thin command line over this library.
 
-pub mod activity;
 pub mod agent_tokens;
 pub mod allocation;
 pub mod attribution;
@@ -21,7 +20,6 @@ pub mod idle_history;
 pub mod incidents;
 pub mod jobs;
 pub mod metrics;
-pub mod money;
 pub mod recommend;
 pub mod reconciliation;
 pub mod rollup;

@@ -303,7 +303,7 @@ pub fn usage_rows(
         let band = w.util_avg.map_or(-1, util_band);
         for (by, key) in [("endpoint", &p.endpoint), ("model", &p.model)] {
             let Some(key) = key else { continue };
-            let hour = crate::attribution::hour_floor(w.start_ms);
+            let hour = gpuledger_core::time::hour_floor(w.start_ms);
             let e = counted
                 .entry((hour, w.host_id, w.gpu_uuid.as_str(), by, key.as_str(), band))
                 .or_default();
@@ -657,7 +657,7 @@ pub fn recommend(
         .collect();
 
     disjoint(Recommendations {
-        lookback_days: lookback_ms as f64 / 86_400_000.0,
+        lookback_days: lookback_ms as f64 / gpuledger_core::time::DAY_MS as f64,
         right_size,
         consolidation,
         spot,
@@ -769,8 +769,9 @@ mod tests {
         assert!(identify("Quadro P1000", None).is_none());
     }
 
-    use crate::attribution::{attribute, HOUR_MS};
+    use crate::attribution::attribute;
     use crate::store::{HostRow, StoredCostLine};
+    use gpuledger_core::time::HOUR_MS;
 
     const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
     const WEEK_HOURS: i64 = 168;

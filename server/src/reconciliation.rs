@@ -205,7 +205,8 @@ pub async fn for_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::{Owner, Part, HOUR_MS};
+    use crate::attribution::{Owner, Part};
+    use gpuledger_core::time::HOUR_MS;
 
     fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {
         StoredCostLine {
@@ -230,7 +231,7 @@ mod tests {
             kind,
             pricing_category: "on_demand".into(),
             currency: "USD".into(),
-            cost: crate::money::from_text(cost),
+            cost: gpuledger_core::money::from_text(cost),
             estimated,
             gpu_seconds: 0.0,
             util_gpu_seconds: 0.0,

@@ -10,16 +10,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::attribution::{self, hour_floor, Attribution, Kind, Owner, Part, HOUR_MS};
+use crate::attribution::{self, Attribution, Kind, Owner, Part};
 use crate::billing::ratecard::RateCard;
 use crate::config::IdleConfig;
-use crate::money::{from_nano_atto, to_nano_atto};
 use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
     StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
 };
+use gpuledger_core::money::{from_nano_atto, to_nano_atto};
+use gpuledger_core::time::DAY_MS;
+use gpuledger_core::time::{hour_floor, HOUR_MS};
 
-pub const DAY_MS: i64 = 24 * HOUR_MS;
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
 const HOURS_PER_PASS: usize = 24;
 /// Raw GPU windows attributed in one pass (their process windows come with them): about 100 MB
@@ -635,12 +636,12 @@ pub async fn rebuild(
 ) -> Result<(RollupSummary, Vec<crate::store::RestatementRow>), RebuildError> {
     let close = close.current(store).await?;
     let mut closed = Vec::new();
-    let mut month = crate::billing::focus::month_start_ms(from_ms);
+    let mut month = gpuledger_core::time::month_start_ms(from_ms);
     while month < to_ms {
         if close.is_closed(month, now_ms) {
             closed.push(month);
         }
-        month = crate::closing::next_month_start(month);
+        month = gpuledger_core::time::next_month_start(month);
     }
     let label = |ms: i64| {
         chrono::DateTime::from_timestamp_millis(ms)
@@ -666,7 +667,7 @@ pub async fn rebuild(
                 .has_rollups(hour_floor(from_ms), to_ms.min(deleted_before), true)
                 .await?
         {
-            let at = crate::allocation::rfc3339(deleted_before);
+            let at = gpuledger_core::time::rfc3339(deleted_before);
             return Err(RebuildError::Refused(format!(
                 "raw windows before {at} are gone (retention): attributing those hours again \
                  would move their cost to \"(unmonitored)\". Rebuild from {at} on, or keep raw \
@@ -676,7 +677,7 @@ pub async fn rebuild(
     }
     let mut before = Vec::new();
     for m in &closed {
-        before.push(team_totals(store, *m, crate::closing::next_month_start(*m)).await?);
+        before.push(team_totals(store, *m, gpuledger_core::time::next_month_start(*m)).await?);
     }
     let hours: Vec<i64> = (hour_floor(from_ms)..to_ms)
         .step_by(HOUR_MS as usize)
@@ -703,7 +704,8 @@ pub async fn rebuild(
                 created_ms: now_ms,
                 reason: reason.clone(),
                 before_json,
-                after_json: team_totals(store, *m, crate::closing::next_month_start(*m)).await?,
+                after_json: team_totals(store, *m, gpuledger_core::time::next_month_start(*m))
+                    .await?,
             };
             store.add_restatement(&row).await?;
             restated.push(row);
@@ -734,8 +736,8 @@ pub async fn attribute_new_closed_months(
         else {
             break;
         };
-        let month = crate::billing::focus::month_start_ms(mark.hour_ms);
-        let next = crate::closing::next_month_start(month).min(open_from_ms);
+        let month = gpuledger_core::time::month_start_ms(mark.hour_ms);
+        let next = gpuledger_core::time::next_month_start(month).min(open_from_ms);
         from = next;
         if store.has_rollups(month, next, false).await? {
             continue; // attributed before: its changes wait for a restatement

@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 use crate::config::Config;
 use crate::format::ago;
 use crate::format::clip;
-use crate::money::from_text;
 use crate::store::{IncidentRow, Store, StoreError};
 use crate::waste::IncidentKind;
+use gpuledger_core::money::from_text;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {

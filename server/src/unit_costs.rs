@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{group, key_of, rfc3339, GroupBy, Step};
-use crate::attribution::{Attribution, Kind, HOUR_MS};
+use crate::allocation::{group, key_of, GroupBy, Step};
+use crate::attribution::{Attribution, Kind};
+use gpuledger_core::time::rfc3339;
+use gpuledger_core::time::HOUR_MS;
 
 /// The currency the unit costs are in: the one with the most attributed cost (costs in
 /// different currencies are never added together).
@@ -69,7 +71,8 @@ pub fn endpoint_costs(a: &Attribution, requests: &[(String, i64)]) -> Vec<Endpoi
         .into_values()
         .map(|mut e| {
             e.cost_per_1k_requests = e.requests.filter(|n| *n > 0).map(|n| {
-                (e.cost * Decimal::from(1000) / Decimal::from(n)).round_dp(crate::money::MAX_SCALE)
+                (e.cost * Decimal::from(1000) / Decimal::from(n))
+                    .round_dp(gpuledger_core::money::MAX_SCALE)
             });
             e
         })

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::activity::Activity;
 use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredProcessWindow};
+use gpuledger_core::activity::Activity;
 
 /// Windows further apart than this break an idle run (the agent was away).
 pub const MAX_GAP_MS: i64 = 3 * 60_000;
@@ -285,7 +285,7 @@ pub fn find(
             continue;
         };
         let (_, duration) = config.for_cluster(&host.cluster);
-        let rules = crate::activity::Thresholds::for_cluster(config, &host.cluster);
+        let rules = config.thresholds(&host.cluster);
         let duration_ms = duration.as_millis() as i64;
         let physical = leaf.parent.unwrap_or(uuid);
         if parents.contains(&(*host_id, *uuid)) {

@@ -558,7 +558,7 @@ proptest! {
 }
 
 /// One definition of busy: for every kind of window, the kind attribution charges equals what
-/// the idle finder and the fleet page read from [`crate::activity`], with each cluster's own
+/// the idle finder and the fleet page read from [`gpuledger_core::activity`], with each cluster's own
 /// thresholds.
 #[test]
 fn attribution_and_idle_detection_agree_window_by_window() {
@@ -609,7 +609,7 @@ fn attribution_and_idle_detection_agree_window_by_window() {
                 H + HOUR_MS,
             );
             let kinds: std::collections::BTreeSet<Kind> = a.parts.iter().map(|p| p.kind).collect();
-            let rules = Thresholds::for_cluster(&strict, cluster);
+            let rules = strict.thresholds(cluster);
             let want = match rules.activity(
                 *util,
                 ps.iter().map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
@@ -629,8 +629,8 @@ fn attribution_and_idle_detection_agree_window_by_window() {
     }
     // Where the thresholds differ, so does the answer: 20% is busy by default, idle at 30%;
     // a process at 3% SM works by default, holds the GPU idle at 5%.
-    let default = Thresholds::for_cluster(&strict, "c");
-    let thirty = Thresholds::for_cluster(&strict, "strict");
+    let default = strict.thresholds("c");
+    let thirty = strict.thresholds("strict");
     assert_eq!(default.busy_gpu_percent, 5.0);
     assert_eq!(thirty.busy_gpu_percent, 30.0);
     assert_eq!(thirty.activity(Some(20.0), []), Activity::Idle);

@@ -22,7 +22,7 @@ use chrono::{Duration as ChronoDuration, NaiveDate};
 
 use super::{normalize_resource_id, CostLine};
 use crate::billing::focus::parse_time_ms;
-use crate::money::parse_amount;
+use gpuledger_core::money::parse_amount;
 
 /// How far back per-resource data reaches.
 pub const RESOURCE_DAYS: i64 = 14;
@@ -392,7 +392,7 @@ fn convert(
             line_no: 0,
             provider: "AWS".into(),
             billing_account_id: CE_ACCOUNT.into(),
-            billing_period_start_ms: start - start.rem_euclid(86_400_000),
+            billing_period_start_ms: gpuledger_core::time::day_floor(start),
             charge_period_start_ms: start,
             charge_period_end_ms: end,
             charge_category: "Usage".into(),

@@ -7,9 +7,10 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
-use crate::attribution::{hour_floor, line_hours, HOUR_MS};
+use crate::attribution::line_hours;
 use crate::billing::ratecard::RateCard;
 use crate::store::{HostRow, Store, StoreError, StoredCostLine};
+use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// How far back bills are read to price the present hour: bills arrive hours late.
 pub const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;

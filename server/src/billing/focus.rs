@@ -24,7 +24,8 @@ use csv::StringRecord;
 use rust_decimal::Decimal;
 
 use super::{normalize_resource_id, pricing_category, CostLine};
-use crate::money::parse_amount;
+use gpuledger_core::money::parse_amount;
+use gpuledger_core::time::month_start_ms;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FocusError {
@@ -188,15 +189,6 @@ pub fn parse_time_ms(text: &str) -> Option<i64> {
         .ok()
         .and_then(|d| d.and_hms_opt(0, 0, 0))
         .map(|dt| dt.and_utc().timestamp_millis())
-}
-
-/// The first day of the month `ms` falls in, UTC.
-pub fn month_start_ms(ms: i64) -> i64 {
-    use chrono::Datelike;
-    chrono::DateTime::from_timestamp_millis(ms)
-        .and_then(|d| d.date_naive().with_day(1))
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .map_or(ms, |d| d.and_utc().timestamp_millis())
 }
 
 struct Columns {

@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use super::focus::{FocusError, FocusRows};
 
 fn ms_to_rfc3339(ms: i64) -> String {
-    crate::allocation::rfc3339(ms)
+    gpuledger_core::time::rfc3339(ms)
 }
 
 /// A Parquet DECIMAL (big-endian two's complement of any width) as exact text.
@@ -52,7 +52,7 @@ fn text(field: &Field) -> Result<String, String> {
         Field::Decimal(d) => decimal_text(d).ok_or("a DECIMAL too wide to read exactly")?,
         Field::Str(s) => s.clone(),
         Field::Bytes(b) => String::from_utf8_lossy(b.data()).into_owned(),
-        Field::Date(days) => ms_to_rfc3339(i64::from(*days) * 86_400_000),
+        Field::Date(days) => ms_to_rfc3339(i64::from(*days) * gpuledger_core::time::DAY_MS),
         Field::TimestampMillis(ms) => ms_to_rfc3339(*ms),
         Field::TimestampMicros(us) => ms_to_rfc3339(us.div_euclid(1000)),
         Field::TimeMillis(_) | Field::TimeMicros(_) => field.to_string(),

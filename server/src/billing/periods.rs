@@ -4,8 +4,8 @@
 
 use rust_decimal::Decimal;
 
-use crate::money::from_text;
 use crate::store::BillingFilePeriodRow;
+use gpuledger_core::money::from_text;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BillingPeriod {

@@ -13,9 +13,9 @@ use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
 use crate::focus_export::Format;
 use crate::now_ms;
+use crate::rollup;
 use crate::session::SignedIn;
 use crate::store::RollupGrain;
-use crate::{attribution, rollup};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -82,7 +82,7 @@ pub(super) fn bad(field: &str, message: impl Into<String>) -> ApiError {
 
 /// `from` and `to` (this calendar month when absent), checked.
 pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, i64), ApiError> {
-    let (default_from, default_to) = allocation::this_month(now_ms());
+    let (default_from, default_to) = gpuledger_core::time::month_of(now_ms());
     let bound = |field: &str, v: &Option<String>, default: i64| match v {
         None => Ok(default),
         Some(t) => allocation::parse_bound(t).ok_or_else(|| {
@@ -97,7 +97,7 @@ pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, 
     if to <= from {
         return Err(bad("to", "must be after from"));
     }
-    if to - from > 400 * 24 * attribution::HOUR_MS {
+    if to - from > 400 * gpuledger_core::time::DAY_MS {
         return Err(bad("to", "a range may span at most 400 days"));
     }
     Ok((from, to))
@@ -172,8 +172,8 @@ async fn get_allocation(
             Ok(csv_response(body, "gpuledger-allocation.csv"))
         }
         _ => Ok(Json(AllocationResponse {
-            from: allocation::rfc3339(from),
-            to: allocation::rfc3339(to),
+            from: gpuledger_core::time::rfc3339(from),
+            to: gpuledger_core::time::rfc3339(to),
             by,
             step,
             rows: allocation::group(&attributed, by, step),
@@ -269,7 +269,7 @@ async fn get_imports(
                 id: r.id,
                 source: r.source,
                 name: r.name,
-                imported_at: allocation::rfc3339(r.imported_ms),
+                imported_at: gpuledger_core::time::rfc3339(r.imported_ms),
                 rows: r.row_count,
                 current_rows: r.current_lines,
                 billed_total: r.billed_total,
@@ -318,11 +318,11 @@ async fn get_periods(
             .map(|p| PeriodJson {
                 provider: p.provider,
                 billing_account_id: p.billing_account_id,
-                billing_period_start: allocation::rfc3339(p.period_start_ms),
+                billing_period_start: gpuledger_core::time::rfc3339(p.period_start_ms),
                 currency: p.currency,
                 rows: p.rows,
-                billed_total: crate::money::to_text(p.billed_total),
-                effective_total: crate::money::to_text(p.effective_total),
+                billed_total: gpuledger_core::money::to_text(p.billed_total),
+                effective_total: gpuledger_core::money::to_text(p.effective_total),
                 files: p
                     .files
                     .into_iter()
@@ -331,11 +331,11 @@ async fn get_periods(
                         name: f.name,
                         source: f.source,
                         delivery: f.delivery,
-                        imported_at: allocation::rfc3339(f.imported_ms),
+                        imported_at: gpuledger_core::time::rfc3339(f.imported_ms),
                         rows: f.row_count,
                         billed_total: f.billed_total,
                         effective_total: f.effective_total,
-                        replaced_at: f.replaced_ms.map(allocation::rfc3339),
+                        replaced_at: f.replaced_ms.map(gpuledger_core::time::rfc3339),
                         replaced_by: f.replaced_by,
                     })
                     .collect(),

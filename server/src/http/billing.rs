@@ -14,13 +14,14 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
-use crate::allocation::{calendar_month, month_label};
+use crate::allocation::calendar_month;
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
-use crate::money::from_text;
 use crate::session::{AdminOnly, SignedIn};
 use crate::store::Replaces;
 use crate::{format, now_ms};
+use gpuledger_core::money::from_text;
+use gpuledger_core::time::month_label;
 
 pub fn router(max_upload_bytes: usize) -> Router<AppState> {
     Router::new()
@@ -374,7 +375,7 @@ async fn reconciliation_api(
     // This month unless one is asked for.
     let month = q
         .month
-        .unwrap_or_else(|| month_label(crate::allocation::this_month(now_ms()).0));
+        .unwrap_or_else(|| month_label(gpuledger_core::time::month_of(now_ms()).0));
     let (from, to) = calendar_month(&month).ok_or_else(|| crate::error::ApiError::BadRequest {
         message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
         field: Some("month".into()),

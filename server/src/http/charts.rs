@@ -9,7 +9,7 @@ use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
 use crate::allocation::{group, period_start, GroupBy, Step};
-use crate::attribution::{self, Attribution, Kind};
+use crate::attribution::{Attribution, Kind};
 
 pub fn dollars(d: Decimal) -> String {
     crate::format::usd(d)
@@ -201,7 +201,7 @@ pub fn days(
     let mut d = from;
     while d < to {
         per_day.insert(d, Default::default());
-        d += 24 * attribution::HOUR_MS;
+        d += gpuledger_core::time::DAY_MS;
     }
     for p in &a.parts {
         let day = period_start(p.hour_ms, Step::Day);
@@ -238,7 +238,7 @@ pub fn days(
         .map(|(i, (day, (u, h, idle)))| {
             let (uh, hh, ih) = (scale(u), scale(h), scale(idle));
             let day_from = day_text(day, "%Y-%m-%d");
-            let day_to = day_text(day + 24 * attribution::HOUR_MS, "%Y-%m-%d");
+            let day_to = day_text(day + gpuledger_core::time::DAY_MS, "%Y-%m-%d");
             DayBar {
                 label: chrono::DateTime::from_timestamp_millis(day)
                     .map_or_else(String::new, |d| d.day().to_string()),
@@ -347,7 +347,7 @@ pub fn heatmap(
     let mut order: Vec<(&str, GpuDays)> = gpus.into_iter().collect();
     order.sort_by(|(ua, a), (ub, b)| b.0.cmp(&a.0).then(ua.cmp(ub)));
     order.truncate(limit);
-    let day_count = ((to - from) / (24 * attribution::HOUR_MS)).max(0) as usize;
+    let day_count = ((to - from) / (gpuledger_core::time::DAY_MS)).max(0) as usize;
     let rows = order
         .into_iter()
         .enumerate()
@@ -365,7 +365,7 @@ pub fn heatmap(
                 href: drill_href(month, GroupBy::Gpu, uuid),
                 cells: (0..day_count)
                     .map(|d| {
-                        let day = from + d as i64 * 24 * attribution::HOUR_MS;
+                        let day = from + d as i64 * gpuledger_core::time::DAY_MS;
                         let util = per_day
                             .get(&day)
                             .filter(|(_, known)| *known > 0.0)
@@ -389,7 +389,7 @@ pub fn heatmap(
         .map(|d| {
             (
                 HEAT_LABEL_WIDTH + d as f64 * HEAT_CELL,
-                day_text(from + d as i64 * 24 * attribution::HOUR_MS, "%-d"),
+                day_text(from + d as i64 * gpuledger_core::time::DAY_MS, "%-d"),
             )
         })
         .collect();

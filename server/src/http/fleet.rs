@@ -16,13 +16,13 @@ use axum::Router;
 
 use super::page::{self, Chrome};
 use super::AppState;
-use crate::activity::{Activity, Thresholds};
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, percent, usd};
 use crate::now_ms;
 use crate::session::SignedIn;
 use crate::store::{FleetProcess, FleetRow};
+use gpuledger_core::activity::Activity;
 
 /// A host that has not reported for this long is shown as stale.
 const STALE_AFTER_MS: i64 = 5 * 60 * 1000;
@@ -213,7 +213,7 @@ pub fn build(
                 total_gpus += 1;
             }
             let mine = procs.remove(&uuid).unwrap_or_default();
-            let state = Thresholds::for_cluster(idle, &cluster.name).activity(
+            let state = idle.thresholds(&cluster.name).activity(
                 row.last_util_avg,
                 mine.iter()
                     .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),

@@ -13,17 +13,17 @@ use serde::{Deserialize, Serialize};
 
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::allocation::rfc3339;
 use crate::error::ApiError;
 use crate::format::ago;
-use crate::money::from_text;
 use crate::now_ms;
 use crate::session::{csrf_rejected, AdminOnly, SignedIn};
 use crate::slack;
 use crate::store::{IncidentRow, SlackMessageRow};
 use crate::waste::IncidentKind;
+use gpuledger_core::money::from_text;
+use gpuledger_core::time::rfc3339;
 
-const DAY_MS: i64 = 86_400_000;
+use gpuledger_core::time::DAY_MS;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -373,7 +373,7 @@ async fn idle_history_api(
 ) -> Result<Response, ApiError> {
     let q = super::allocation::query_of(query)?;
     let (from, to) = if q.from.is_none() && q.to.is_none() {
-        crate::allocation::this_month(now_ms())
+        gpuledger_core::time::month_of(now_ms())
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
@@ -387,8 +387,8 @@ async fn idle_history_api(
     let episodes = crate::idle_history::episodes(&hours);
     match q.format.as_deref().unwrap_or("json") {
         "json" => Ok(Json(serde_json::json!({
-            "from": crate::allocation::rfc3339(from),
-            "to": crate::allocation::rfc3339(to),
+            "from": gpuledger_core::time::rfc3339(from),
+            "to": gpuledger_core::time::rfc3339(to),
             "episodes": episodes,
         }))
         .into_response()),
@@ -418,8 +418,8 @@ async fn idle_history_api(
                         e.cluster.clone(),
                         e.hostname.clone(),
                         e.kind.to_owned(),
-                        crate::allocation::rfc3339(e.start_ms),
-                        crate::allocation::rfc3339(e.end_ms),
+                        gpuledger_core::time::rfc3339(e.start_ms),
+                        gpuledger_core::time::rfc3339(e.end_ms),
                         e.hours.to_string(),
                         e.gpus.join(" "),
                         owners.join(" "),

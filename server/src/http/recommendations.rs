@@ -12,12 +12,12 @@ use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::attribution::HOUR_MS;
 use crate::error::ApiError;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::session::SignedIn;
 use crate::store::StoreError;
+use gpuledger_core::time::HOUR_MS;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -41,7 +41,7 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
         })?,
     };
     let ms = d.as_millis() as i64;
-    if !(HOUR_MS..=35 * 24 * HOUR_MS).contains(&ms) {
+    if !(HOUR_MS..=35 * gpuledger_core::time::DAY_MS).contains(&ms) {
         return Err(ApiError::BadRequest {
             message: "lookback must be between 1h and 35d".into(),
             field: Some("lookback".into()),
@@ -184,7 +184,7 @@ impl RecommendationsPage {
 }
 
 async fn page(State(state): State<AppState>, user: SignedIn) -> Response {
-    match compute(&state, 7 * 24 * HOUR_MS).await {
+    match compute(&state, 7 * gpuledger_core::time::DAY_MS).await {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
             total_saving: crate::format::usd(r.total_saving),

@@ -18,12 +18,13 @@ use serde::Deserialize;
 use super::charts::{self, dollars, query, DayBar, Heatmap, Table};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::allocation::{self, calendar_month, month_label, this_month, totals, GroupBy, Step};
+use crate::allocation::{self, calendar_month, totals, GroupBy, Step};
 use crate::attribution::Attribution;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::rollup;
 use crate::store::RollupGrain;
+use gpuledger_core::time::{month_label, month_of};
 
 use crate::session::SignedIn;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
@@ -242,7 +243,10 @@ fn closing_view(
             let teams: std::collections::BTreeSet<&String> =
                 before.keys().chain(after.keys()).collect();
             let money = |v: Option<&String>| {
-                v.map_or_else(|| "—".to_owned(), |v| dollars(crate::money::from_text(v)))
+                v.map_or_else(
+                    || "—".to_owned(),
+                    |v| dollars(gpuledger_core::money::from_text(v)),
+                )
             };
             RestatementView {
                 when: day_and_time(r.created_ms),
@@ -268,11 +272,11 @@ fn closing_view(
 /// whole month; a closed month against the whole previous month. Returns the range and whether
 /// it is a part of the previous month.
 fn comparison(from: i64, to: i64, now: i64) -> (i64, i64, bool) {
-    let (prev_from, _) = this_month(from - 1);
+    let (prev_from, _) = month_of(from - 1);
     if now >= to {
         return (prev_from, from, false);
     }
-    let elapsed = crate::attribution::hour_floor(now.max(from)) - from;
+    let elapsed = gpuledger_core::time::hour_floor(now.max(from)) - from;
     ((prev_from), (prev_from + elapsed).min(from), true)
 }
 
@@ -771,7 +775,7 @@ async fn drill_down(
         ),
         _ => Vec::new(),
     };
-    let (prev_from, _) = this_month(from - 1);
+    let (prev_from, _) = month_of(from - 1);
     let drill = |m: &str| charts::drill_href(m, by, &key);
     render(&DrillDownPage {
         chrome: Some(Chrome::from(&user)),

@@ -9,8 +9,8 @@ use scraper::{Html, Selector};
 use tower::ServiceExt;
 
 use super::tests::{apis, report, Api};
-use crate::allocation::{rfc3339, this_month};
 use crate::now_ms;
+use gpuledger_core::time::{month_of, rfc3339};
 
 /// A table row as the page shows it: key, cost, kWh.
 type Row = (String, String, String);
@@ -43,7 +43,7 @@ fn page_tables(html: &str) -> BTreeMap<String, Vec<Row>> {
 
 /// The allocation API's rows for the month, as the page would show them.
 async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
-    let (from, to) = this_month(now_ms());
+    let (from, to) = month_of(now_ms());
     let q = format!(
         "from={}&to={}&by={by}&step=month{filter}",
         rfc3339(from),
@@ -61,7 +61,9 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
         .map(|r| {
             (
                 r["key"].as_str().unwrap().to_owned(),
-                crate::format::usd(crate::money::from_text(r["cost"].as_str().unwrap())),
+                crate::format::usd(gpuledger_core::money::from_text(
+                    r["cost"].as_str().unwrap(),
+                )),
                 crate::format::whole(r["energy_kwh"].as_f64().unwrap()),
             )
         })
@@ -169,7 +171,7 @@ async fn every_review_table_equals_the_allocation_api() {
         // The headline total is the API's total, and links to it.
         let doc = Html::parse_document(&page);
         let first = doc.select(&sel("section.headline a.big")).next().unwrap();
-        let (from, to) = this_month(now_ms());
+        let (from, to) = month_of(now_ms());
         let (_, body) = api
             .get_as(
                 &format!(
@@ -181,7 +183,7 @@ async fn every_review_table_equals_the_allocation_api() {
             )
             .await;
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let total = crate::format::usd(crate::money::from_text(
+        let total = crate::format::usd(gpuledger_core::money::from_text(
             v["totals"][0]["cost"].as_str().unwrap(),
         ));
         assert_eq!(text(first), total);
@@ -330,7 +332,7 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
             StatusCode::OK
         );
 
-        let (from, to) = this_month(now);
+        let (from, to) = month_of(now);
         let (status, body) = api
             .get_as(
                 &format!("/api/v1/usage?from={}&to={}", rfc3339(from), rfc3339(to)),
@@ -346,13 +348,14 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
             .find(|e| e["endpoint"] == "chat")
             .unwrap();
         assert_eq!(chat["requests"], 2_000);
-        let cost = crate::money::from_text(chat["cost"].as_str().unwrap());
-        let per_1k = crate::money::from_text(chat["cost_per_1k_requests"].as_str().unwrap());
+        let cost = gpuledger_core::money::from_text(chat["cost"].as_str().unwrap());
+        let per_1k =
+            gpuledger_core::money::from_text(chat["cost_per_1k_requests"].as_str().unwrap());
         assert!(!cost.is_zero());
         assert_eq!(
             per_1k,
             (cost * rust_decimal::Decimal::from(1000) / rust_decimal::Decimal::from(2000))
-                .round_dp(crate::money::MAX_SCALE)
+                .round_dp(gpuledger_core::money::MAX_SCALE)
         );
         // The chat cost is the allocation API's endpoint cost.
         let endpoints = api_rows(&api, &viewer, "endpoint", "").await;
@@ -419,7 +422,7 @@ async fn no_csv_cell_can_start_a_formula() {
             "{b}: {}",
             String::from_utf8_lossy(&body)
         );
-        let (from, to) = this_month(now_ms());
+        let (from, to) = month_of(now_ms());
         let start = rfc3339(now_ms() - 60_000);
         let end = rfc3339(now_ms());
         let (status, body) = post_json(
@@ -496,7 +499,7 @@ async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
         let b = api.backend;
         let (viewer, _) = api.session("viewer").await;
         fleet(&api).await;
-        let (from, to) = this_month(now_ms());
+        let (from, to) = month_of(now_ms());
         let label = |ms: i64| {
             chrono::DateTime::from_timestamp_millis(ms)
                 .unwrap()
@@ -545,7 +548,7 @@ async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
                 .format("%Y-%m")
                 .to_string()
         };
-        let (from, _) = this_month(now_ms());
+        let (from, _) = month_of(now_ms());
         let (_, page) = api
             .get_as(&format!("/review/{}", label(from)), Some(&viewer))
             .await;
@@ -555,8 +558,8 @@ async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
         );
 
         // Two months back is always closed, whatever today's date.
-        let old = crate::billing::focus::month_start_ms(
-            crate::billing::focus::month_start_ms(from - 1) - 1,
+        let old = gpuledger_core::time::month_start_ms(
+            gpuledger_core::time::month_start_ms(from - 1) - 1,
         );
         api.store
             .mark_dirty_hours(&[old + 3_600_000])
@@ -619,7 +622,7 @@ async fn idle_history_carries_the_months_idle_dollars() {
             .await;
         assert_eq!(status, StatusCode::OK);
         crate::test_support::roll_up(api.store.as_ref()).await;
-        let (from, to) = this_month(now_ms());
+        let (from, to) = month_of(now_ms());
         let range = format!("from={}&to={}", rfc3339(from), rfc3339(to));
         let (status, body) = api
             .get_as(&format!("/api/v1/idle/history?{range}"), Some(&viewer))
@@ -634,7 +637,7 @@ async fn idle_history_carries_the_months_idle_dollars() {
         assert_eq!(kinds, ["held_idle", "idle"].into(), "{}: {v}", api.backend);
         let sum: rust_decimal::Decimal = episodes
             .iter()
-            .map(|e| crate::money::from_text(e["cost"].as_str().unwrap()))
+            .map(|e| gpuledger_core::money::from_text(e["cost"].as_str().unwrap()))
             .sum();
         let (_, alloc) = api
             .get_as(
@@ -644,8 +647,8 @@ async fn idle_history_carries_the_months_idle_dollars() {
             .await;
         let alloc: serde_json::Value = serde_json::from_str(&alloc).unwrap();
         let t = &alloc["totals"][0];
-        let ledger = crate::money::from_text(t["idle_cost"].as_str().unwrap())
-            + crate::money::from_text(t["held_idle_cost"].as_str().unwrap());
+        let ledger = gpuledger_core::money::from_text(t["idle_cost"].as_str().unwrap())
+            + gpuledger_core::money::from_text(t["held_idle_cost"].as_str().unwrap());
         assert!(ledger > rust_decimal::Decimal::ZERO);
         assert_eq!(sum, ledger, "{}", api.backend);
         let (_, page) = api

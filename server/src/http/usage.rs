@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use super::allocation::{bad, csv_response, range};
 use super::AppState;
-use crate::allocation::rfc3339;
 use crate::error::ApiError;
 use crate::session::SignedIn;
 use crate::store::RollupGrain;
@@ -22,11 +21,12 @@ use crate::store::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 use crate::{attribution, rollup};
 use crate::{auth, now_ms};
+use gpuledger_core::time::rfc3339;
 
 /// Counts one post may carry.
 pub const MAX_COUNTS: usize = 10_000;
 const MAX_NAME: usize = 128;
-const MAX_PERIOD_MS: i64 = 31 * 24 * attribution::HOUR_MS;
+const MAX_PERIOD_MS: i64 = 31 * gpuledger_core::time::DAY_MS;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()

@@ -14,9 +14,9 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 
 use super::*;
 use crate::config::{Config, Secret, SlackConfig, SlackRoute};
-use crate::money::from_text;
 use crate::store::AgentStatus;
 use crate::test_support;
+use gpuledger_core::money::from_text;
 
 const T: i64 = 1_800_000_000_000; // a whole minute
 const MIN: i64 = 60_000;

@@ -7,10 +7,10 @@
 //! which deletes it in the same transaction.
 
 use super::{recommend, Options, Recommendations};
-use crate::attribution::{hour_floor, HOUR_MS};
 use crate::billing::ratecard::RateCard;
-use crate::rollup::DAY_MS;
 use crate::store::{Store, StoreError};
+use gpuledger_core::time::DAY_MS;
+use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// How long recommendations of a range still under way are served before being recomputed.
 pub const MAX_AGE_MS: i64 = 10 * 60_000;
@@ -107,7 +107,7 @@ pub async fn compute_and_store(
 /// What the periodic job does: recomputes the ranges pages ask for now (this month's review,
 /// the API's default look-back) and drops expired snapshots of ranges still under way.
 pub async fn refresh(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<(), StoreError> {
-    let (month_from, month_to) = crate::allocation::this_month(now_ms);
+    let (month_from, month_to) = gpuledger_core::time::month_of(now_ms);
     if let Some(range) = review_range(month_from, month_to, now_ms) {
         compute_and_store(store, card, range, now_ms).await?;
     }

@@ -86,7 +86,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
 const FOCUS_HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags";
 
 fn iso(ms: i64) -> String {
-    crate::allocation::rfc3339(ms)
+    gpuledger_core::time::rfc3339(ms)
 }
 
 /// A bill: host a's two days at odd amounts (15 decimals, spread over 24 hours each), a line
@@ -425,7 +425,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         // attributed again (here the first one is).
         s.mark_dirty_hours(&[START]).await.unwrap();
         let retention = 35 * DAY_MS;
-        let open_from = crate::billing::focus::month_start_ms(START);
+        let open_from = gpuledger_core::time::month_start_ms(START);
         assert_eq!(
             enforce_retention(s, END + retention + DAY_MS, retention, open_from)
                 .await
@@ -527,8 +527,8 @@ fn passes_follow_where_the_windows_are() {
 async fn a_closed_month_stays_closed_until_restated() {
     let card = RateCard::default_card();
     let close = crate::closing::ClosePolicy::default();
-    let month = crate::billing::focus::month_start_ms(START);
-    let next = crate::closing::next_month_start(month);
+    let month = gpuledger_core::time::month_start_ms(START);
+    let next = gpuledger_core::time::next_month_start(month);
     assert!(END < next, "the test's data sits in one month");
     for db in test_support::both().await {
         let store = db.open().await;
@@ -681,8 +681,8 @@ async fn a_closed_month_stays_closed_until_restated() {
 async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
     let card = RateCard::default_card();
     let close = crate::closing::ClosePolicy::default();
-    let month = crate::billing::focus::month_start_ms(START);
-    let next = crate::closing::next_month_start(month);
+    let month = gpuledger_core::time::month_start_ms(START);
+    let next = gpuledger_core::time::next_month_start(month);
     let now = close.closes_at(START) + 40 * DAY_MS;
     let open_from = close.open_from(now);
     assert!(next <= open_from, "the bill's month is closed");

@@ -106,7 +106,7 @@ pub struct StoredGpuWindow {
 }
 
 /// One rolled-up slice of attributed cost: a host's GPU, owner, kind and price for an hour or a
-/// day. Owner labels and `gpu_uuid` are `""` when absent; cost is [`crate::money::to_nano_atto`].
+/// day. Owner labels and `gpu_uuid` are `""` when absent; cost is [`gpuledger_core::money::to_nano_atto`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct RollupRow {
     pub period_ms: i64,
@@ -414,7 +414,7 @@ pub struct AttributionWindow {
     pub memory_total_bytes: Option<i64>,
     pub util_avg: Option<f64>,
     /// Samples per utilization percent (`[[percent, samples], …]` JSON), where measured: splits
-    /// a partly busy window ([`crate::activity::busy_fraction`]).
+    /// a partly busy window ([`gpuledger_core::activity::Thresholds::split`]).
     pub util_histogram: Option<String>,
     /// Energy inside the window (NVML's counter, physical GPUs only).
     pub energy_mj: Option<i64>,
@@ -928,7 +928,7 @@ pub fn redacted_url(url: &str) -> String {
 /// The hours (UTC starts) that charge periods touch; a period is capped at 400 days so an odd
 /// line cannot mark a century. A point-in-time charge (end ≤ start) touches its own hour.
 pub(crate) fn hours_of_spans(spans: &[(i64, i64)]) -> Vec<i64> {
-    use crate::attribution::{hour_floor, HOUR_MS};
+    use gpuledger_core::time::{hour_floor, HOUR_MS};
     const MAX_SPAN_MS: i64 = 400 * 24 * HOUR_MS;
     let mut hours = std::collections::BTreeSet::new();
     for &(start, end) in spans {
@@ -1106,7 +1106,7 @@ macro_rules! shared_sql_impl {
             unattributed: &[$crate::store::UnattributedRow],
             usage: &[$crate::store::UsageRow],
         ) -> Result<(), $crate::store::StoreError> {
-            const DAY_MS: i64 = 86_400_000;
+            use gpuledger_core::time::DAY_MS;
             let hours: std::collections::BTreeSet<i64> = marks.iter().map(|m| m.hour_ms).collect();
             let days: std::collections::BTreeSet<i64> =
                 hours.iter().map(|h| h.div_euclid(DAY_MS) * DAY_MS).collect();
@@ -1374,7 +1374,7 @@ macro_rules! shared_sql_impl {
             )
             .bind(from_ms)
             .bind(to_ms)
-            .bind($crate::attribution::HOUR_MS)
+            .bind(gpuledger_core::time::HOUR_MS)
             .fetch_all(pool)
             .await?)
         }
@@ -1657,7 +1657,7 @@ macro_rules! shared_sql_impl {
         async fn backfill_file_period_totals(
             tx: &mut sqlx::Transaction<'_, $db>,
         ) -> Result<(), $crate::store::StoreError> {
-            use $crate::money::{from_text, to_text};
+            use gpuledger_core::money::{from_text, to_text};
             let missing: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
                 "SELECT import_id, provider, billing_account_id, billing_period_start_ms, currency
                  FROM billing_file_periods WHERE billed_total IS NULL",
@@ -1706,7 +1706,7 @@ macro_rules! shared_sql_impl {
             lines: &mut $crate::billing::LineChunks,
             spans: &mut std::collections::HashSet<(i64, i64)>,
         ) -> Result<$crate::store::FilePeriods, $crate::store::StoreError> {
-            use $crate::money::to_text;
+            use gpuledger_core::money::to_text;
             let mut periods = $crate::store::FilePeriods::new();
             while let Some(chunk) = lines.recv().await {
                 let chunk = chunk.map_err(|error| $crate::store::StoreError::Rejected {
@@ -1798,7 +1798,7 @@ macro_rules! shared_sql_impl {
             replaces: $crate::store::Replaces,
             files: &mut $crate::billing::BillFiles,
         ) -> Result<Vec<$crate::store::ImportOutcome>, $crate::store::StoreError> {
-            use $crate::money::to_text;
+            use gpuledger_core::money::to_text;
             use $crate::store::{ImportOutcome, Replaces};
             type Period = (String, String, i64);
             let mut tx = pool.begin().await?;

@@ -145,7 +145,7 @@ impl ReportRows {
         rows.hours = report
             .windows
             .iter()
-            .map(|w| crate::attribution::hour_floor(w.start_ms))
+            .map(|w| gpuledger_core::time::hour_floor(w.start_ms))
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();

@@ -493,7 +493,7 @@ async fn both_schemas_have_the_same_tables_and_columns() {
 }
 
 fn cost_line(line_no: u64, period: i64, cost: &str) -> crate::billing::CostLine {
-    let amount = crate::money::parse_amount(cost).unwrap();
+    let amount = gpuledger_core::money::parse_amount(cost).unwrap();
     crate::billing::CostLine {
         line_no,
         provider: "AWS".into(),

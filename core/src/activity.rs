@@ -3,11 +3,10 @@
 //! fleet page and, through the ledger, recommendations all read it from here, so a GPU is never
 //! "used" in the bill's split and "idle" in an alert for the same minute.
 //!
-//! The thresholds come from the config's `[idle]` section (per cluster where set): a GPU is
-//! busy at or above `threshold_percent` utilization; a process works at or above
-//! `held_sm_percent` SM utilization and otherwise, holding memory, holds the GPU idle.
-
-use crate::config::IdleConfig;
+//! The thresholds come from the server config's `[idle]` section (per cluster where set:
+//! `IdleConfig::thresholds`): a GPU is busy at or above `threshold_percent` utilization; a
+//! process works at or above `held_sm_percent` SM utilization and otherwise, holding memory,
+//! holds the GPU idle.
 
 /// The two thresholds that decide a window, for one cluster.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,13 +18,6 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
-    pub fn for_cluster(config: &IdleConfig, cluster: &str) -> Self {
-        Thresholds {
-            busy_gpu_percent: config.for_cluster(cluster).0,
-            working_sm_percent: config.held_sm_percent,
-        }
-    }
-
     /// [`activity`] with these thresholds.
     pub fn activity(
         &self,
