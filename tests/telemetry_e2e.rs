@@ -143,6 +143,12 @@ fn assert_matches_scenario(
         );
         assert_eq!(w.memory_used_max_bytes, Some((40 * GIB) as i64), "{label}");
         assert_eq!(w.memory_total_bytes, Some((80 * GIB) as i64), "{label}");
+        // Every sample read 72 %: the samples per percent, counted by the real agent.
+        assert_eq!(
+            w.util_histogram,
+            Some(format!("[[72,{}]]", w.samples)),
+            "{label}"
+        );
         assert_eq!(
             (w.power_avg_watts, w.temperature_max_c),
             (Some(300.0), Some(60.0)),
@@ -183,6 +189,9 @@ fn assert_matches_scenario(
     }
     for w in &gpus["MIG-e2e-1b"] {
         assert_eq!(w.util_avg, Some(0.0), "{label}");
+    }
+    for w in &gpus["GPU-e2e-h100-1"] {
+        assert_eq!(w.util_histogram, None, "{label}: no readings, no histogram");
     }
     for w in &gpus["GPU-e2e-t4-2"] {
         assert_eq!(w.util_avg, Some(15.0), "{label}");

@@ -599,18 +599,7 @@ fn multipart_named(
     fields: &[(&str, &str)],
     file: &[u8],
 ) -> (String, Vec<u8>) {
-    let boundary = "gpl-test-boundary";
-    let mut body = Vec::new();
-    for (name, value) in [("csrf", csrf)].iter().chain(fields) {
-        body.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
-                .as_bytes(),
-        );
-    }
-    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{file_name}\"\r\nContent-Type: text/csv\r\n\r\n").as_bytes());
-    body.extend_from_slice(file);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), body)
+    multipart_files(csrf, fields, &[("file", file_name, file)])
 }
 
 const BILL: &str = "ProviderName,BillingAccountId,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency\nAWS,1,2026-05-01T00:00:00Z,2026-05-01T01:00:00Z,Usage,1.5,1.25,1.5,USD\n";

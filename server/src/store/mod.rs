@@ -99,6 +99,8 @@ pub struct StoredGpuWindow {
     pub memory_used_max_bytes: Option<i64>,
     pub util_avg: Option<f64>,
     pub util_max: Option<f64>,
+    /// Samples per utilization percent, as the sender reported them (JSON).
+    pub util_histogram: Option<String>,
     pub mem_util_avg: Option<f64>,
     pub power_avg_watts: Option<f64>,
     pub temperature_max_c: Option<f64>,
@@ -1624,7 +1626,8 @@ macro_rules! shared_sql_impl {
         ) -> Result<Vec<$crate::store::StoredGpuWindow>, $crate::store::StoreError> {
             Ok(sqlx::query_as(
                 "SELECT gpu_uuid, start_ms, end_ms, samples, memory_total_bytes, memory_used_max_bytes,
-                        util_avg, util_max, mem_util_avg, power_avg_watts, temperature_max_c, energy_mj
+                        util_avg, util_max, util_histogram, mem_util_avg, power_avg_watts,
+                        temperature_max_c, energy_mj
                  FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2
                  ORDER BY gpu_uuid, start_ms",
             )

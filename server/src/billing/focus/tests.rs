@@ -133,6 +133,24 @@ fn a_corrupt_parquet_file_is_an_error_not_a_panic() {
     assert!(matches!(parse(&bytes), Err(FocusError::Io(_))));
 }
 
+/// Found by the fuzzer: 5 KB of Parquet whose page header claims gigabytes made the parquet
+/// crate allocate them (the fuzzer stopped at 2 GB). Page sizes are now checked against the
+/// footer before anything is read; the seeds, real Parquet exports, still read whole.
+#[test]
+fn a_parquet_page_the_crate_would_size_in_gigabytes_is_refused_before_it_is_read() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/");
+    let bytes = std::fs::read(format!("{dir}regressions/focus/parquet-page-size-oom")).unwrap();
+    assert!(bytes.len() < 8 << 10);
+    let err = parse(&bytes).unwrap_err();
+    // Its first page's size is an overlong varint: no sane header.
+    assert_eq!(
+        err.to_string(),
+        "reading the file: not a readable Parquet file: row group 0, column 0: a page header is unreadable"
+    );
+    let seed = std::fs::read(format!("{dir}seeds/focus/aws-azure.parquet")).unwrap();
+    assert!(!parse(&seed).unwrap().is_empty());
+}
+
 #[test]
 fn gzip_is_detected_in_memory_and_on_disk() {
     use std::io::Write;
