@@ -112,7 +112,7 @@ struct ServeArgs {
     /// connection (the balancer's address).
     #[arg(long, env = "GPULEDGER_TRUST_FORWARDED_FOR")]
     trust_forwarded_for: bool,
-    /// Largest bill accepted through the upload form, in bytes.
+    /// Largest upload the billing form accepts (all its files together), in bytes.
     #[arg(long, env = "GPULEDGER_MAX_UPLOAD_BYTES", default_value_t = 512 * 1024 * 1024)]
     max_upload_bytes: usize,
     /// Sync AWS Cost Explorer once a day (one replica at a time).

@@ -222,13 +222,7 @@ mod pages {
                         n => u64::from(n),
                     };
                     for _ in 0..size {
-                        // A boolean in a list takes a byte; every element takes at least one,
-                        // so a huge size runs out of bytes rather than looping.
-                        if matches!(elem, 1 | 2) {
-                            self.advance(1)?;
-                        } else {
-                            self.skip(elem, depth + 1)?;
-                        }
+                        self.skip_element(elem, depth + 1)?;
                     }
                     Some(())
                 }
@@ -239,8 +233,8 @@ mod pages {
                     }
                     let kinds = self.byte()?;
                     for _ in 0..size {
-                        self.skip(kinds >> 4, depth + 1)?;
-                        self.skip(kinds & 0x0f, depth + 1)?;
+                        self.skip_element(kinds >> 4, depth + 1)?;
+                        self.skip_element(kinds & 0x0f, depth + 1)?;
                     }
                     Some(())
                 }
@@ -248,6 +242,17 @@ mod pages {
                 _ => None,
             }
         }
+        /// Skips an element of a list, set or map. A boolean there takes a byte (in a struct
+        /// its value is in the field's type), so every element takes at least one byte and a
+        /// huge size runs out of bytes rather than looping.
+        fn skip_element(&mut self, ty: u8, depth: u8) -> Option<()> {
+            if matches!(ty, 1 | 2) {
+                self.advance(1)
+            } else {
+                self.skip(ty, depth)
+            }
+        }
+
         /// Reads a struct's fields: `read` takes the ones it wants (by id and type) and
         /// answers `Some`; the rest are skipped.
         fn skip_struct(
@@ -359,6 +364,11 @@ mod pages {
             // A list claiming 2^60 elements runs out of bytes instead of looping.
             let mut bomb = vec![0x19, 0xf5];
             bomb.extend(zigzag(1 << 59));
+            assert_eq!(page_sizes(&bomb), None);
+            // So does a map of as many booleans (a boolean in a map takes a byte).
+            let mut bomb = vec![0x1b];
+            bomb.extend(zigzag(1 << 59));
+            bomb.push(0x11);
             assert_eq!(page_sizes(&bomb), None);
         }
 
