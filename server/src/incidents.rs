@@ -404,8 +404,14 @@ pub async fn evaluate(
         .filter(|w| w.end_ms >= now_ms - waste::STALE_AFTER_MS)
         .map(|w| w.host_id)
         .collect();
+    // Those resolved lately, and those resolving now, are settled below.
+    let mut settle = settling;
     for (_, incident) in open {
         store.resolve_incident(incident.id, now_ms).await?;
+        settle.push(IncidentRow {
+            ended_ms: Some(now_ms),
+            ..incident.clone()
+        });
         summary.resolved += 1;
         let still_reporting = hosts_of(&hosts, &incident)
             .iter()
@@ -423,7 +429,7 @@ pub async fn evaluate(
     }
     // Incidents resolved lately take their dollars from the ledger as their last hours are
     // rolled up, so a finished incident ends with exactly the idle dollars of its GPU-hours.
-    for i in store.incidents(now_ms - SETTLE_MS, now_ms + 1).await? {
+    for i in settle {
         let Some(ended) = i.ended_ms else { continue };
         let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
         let settled = ledger.wasted(
