@@ -4,6 +4,7 @@
 
 mod support;
 
+use gpuledger_server::store;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -234,7 +235,9 @@ async fn cost_explorer_sync(db: TestDb) {
     );
 
     let store = db.open().await;
-    let lines = store.cost_lines(0, i64::MAX).await.unwrap();
+    let lines = store::bills::cost_lines(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(lines.len(), 4, "{label}: {lines:?}");
     let for_key = |k: Option<&str>| {
         lines
@@ -271,7 +274,7 @@ async fn cost_explorer_sync(db: TestDb) {
         1,
         "{label}: the untagged group counts, unattributed"
     );
-    let imports = store.billing_imports().await.unwrap();
+    let imports = store::bills::billing_imports(store.db()).await.unwrap();
     assert_eq!(
         (imports.len(), imports[0].source.as_str()),
         (1, "aws-cost-explorer")
@@ -286,7 +289,13 @@ async fn cost_explorer_sync(db: TestDb) {
         "{stdout}"
     );
     assert_eq!(resource_requests.load(Ordering::SeqCst), 3);
-    assert_eq!(store.cost_lines(0, i64::MAX).await.unwrap().len(), 4);
+    assert_eq!(
+        store::bills::cost_lines(store.db(), 0, i64::MAX)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -327,10 +336,15 @@ async fn the_daily_sync_runs_once_a_day() {
     use gpuledger_server::jobs::aws_sync_if_due;
     let now = gpuledger_server::now_ms();
     // Another replica holds the lease: this one skips.
-    assert!(store
-        .try_lease(gpuledger_server::jobs::AWS_SYNC_JOB, "other", now, 60_000)
-        .await
-        .unwrap());
+    assert!(store::jobs::try_lease(
+        store.db(),
+        gpuledger_server::jobs::AWS_SYNC_JOB,
+        "other",
+        now,
+        60_000
+    )
+    .await
+    .unwrap());
     assert!(aws_sync_if_due(store.as_ref(), &ce, "me", now)
         .await
         .unwrap()
@@ -376,7 +390,9 @@ async fn without_hourly_data_the_sync_falls_back_to_daily() {
     // Hourly refused, then daily in two pages.
     assert_eq!(requests.load(Ordering::SeqCst), 3);
     let store = db.open().await;
-    let lines = store.cost_lines(0, i64::MAX).await.unwrap();
+    let lines = store::bills::cost_lines(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(lines.len(), 2);
     assert!(
         lines

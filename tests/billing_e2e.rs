@@ -4,6 +4,7 @@
 
 mod support;
 
+use gpuledger_server::store;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::str::FromStr;
@@ -153,7 +154,10 @@ async fn a_malformed_export_is_refused_whole_with_line_and_column() {
     assert!(err.contains("line 3, column BilledCost"), "{err}");
     assert!(err.contains("nothing of it was stored"), "{err}");
     let store = db.open().await;
-    assert!(store.billing_imports().await.unwrap().is_empty());
+    assert!(store::bills::billing_imports(store.db())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 const HEADER: &str = "BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,ProviderName,ServiceName,ResourceId,RegionId,SkuPriceDetails,Tags";
@@ -618,7 +622,7 @@ async fn a_parquet_export_imports_with_exact_totals() {
     );
     assert!(printed.contains("imported 250 rows"), "{printed}");
     let store = db.open().await;
-    let imports = store.billing_imports().await.unwrap();
+    let imports = store::bills::billing_imports(store.db()).await.unwrap();
     assert_eq!(
         d(&imports[0].billed_total),
         d(expected["billed"].as_str().unwrap())
@@ -712,8 +716,7 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
     assert_eq!(out.matches("imported").count(), 2, "{out}");
     let store = db.open().await;
     let in_force = |store: std::sync::Arc<dyn gpuledger_server::store::Store>| async move {
-        let mut costs: Vec<String> = store
-            .cost_lines(0, i64::MAX / 2)
+        let mut costs: Vec<String> = store::bills::cost_lines(store.db(), 0, i64::MAX / 2)
             .await
             .unwrap()
             .into_iter()
@@ -762,7 +765,9 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
     );
     assert!(out.contains("replaced 3 older rows"), "{out}");
     assert_eq!(in_force(store.clone()).await, ["31"]);
-    let periods = store.billing_file_periods().await.unwrap();
+    let periods = store::bills::billing_file_periods(store.db())
+        .await
+        .unwrap();
     let live: Vec<_> = periods.iter().filter(|p| p.replaced_ms.is_none()).collect();
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].delivery.as_deref(), Some("run-3"));
@@ -867,7 +872,9 @@ async fn focus_export_passes_the_validator(db: TestDb) {
                 .or_default() += d(&r[effective]);
         }
     }
-    let lines = store.bill_lines(last_month, this_month).await.unwrap();
+    let lines = store::bills::bill_lines(store.db(), last_month, this_month)
+        .await
+        .unwrap();
     let bill_effective: Decimal = lines
         .iter()
         .map(|l| {
@@ -922,14 +929,18 @@ async fn rollup_into_a_closed_month_needs_reopen() {
     // Two months back is closed whatever today's date.
     let old =
         gpuledger_core::time::month_start_ms(gpuledger_core::time::month_start_ms(this - 1) - 1);
-    store
-        .create_token(
-            &gpuledger_server::store::NewToken::for_cluster("t", "h", "train"),
-            now,
-        )
+    store::tokens::create_token(
+        store.db(),
+        &gpuledger_server::store::NewToken::for_cluster("t", "h", "train"),
+        now,
+    )
+    .await
+    .unwrap();
+    let token = store::tokens::active_token(store.db(), "h", now)
         .await
-        .unwrap();
-    let token = store.active_token("h", now).await.unwrap().unwrap().id;
+        .unwrap()
+        .unwrap()
+        .id;
     let report = Report {
         batch_id: "old-1".into(),
         agent_version: "test".into(),
@@ -981,7 +992,10 @@ async fn rollup_into_a_closed_month_needs_reopen() {
     assert!(!refused.status.success());
     let why = String::from_utf8_lossy(&refused.stderr);
     assert!(why.contains("closed") && why.contains("--reopen"), "{why}");
-    assert!(store.restatements(old).await.unwrap().is_empty());
+    assert!(store::closing::restatements(store.db(), old)
+        .await
+        .unwrap()
+        .is_empty());
 
     let restated = rollup(&["--reopen", "rate card corrected"]);
     let out = String::from_utf8_lossy(&restated.stdout);
@@ -991,7 +1005,7 @@ async fn rollup_into_a_closed_month_needs_reopen() {
         String::from_utf8_lossy(&restated.stderr)
     );
     assert!(out.contains("restated") && out.contains("search"), "{out}");
-    let rows = store.restatements(old).await.unwrap();
+    let rows = store::closing::restatements(store.db(), old).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].reason, "rate card corrected");
 }
@@ -1132,7 +1146,10 @@ async fn an_azure_run_short_of_its_manifests_rows_is_refused_whole() {
         "{err}"
     );
     let store = db.open().await;
-    assert!(store.cost_lines(0, i64::MAX / 2).await.unwrap().is_empty());
+    assert!(store::bills::cost_lines(store.db(), 0, i64::MAX / 2)
+        .await
+        .unwrap()
+        .is_empty());
 
     let whole = manifest(2);
     let out = server_run(
@@ -1145,8 +1162,16 @@ async fn an_azure_run_short_of_its_manifests_rows_is_refused_whole() {
         ],
     );
     assert_eq!(out.matches("imported 2 rows").count(), 2, "{out}");
-    assert_eq!(store.cost_lines(0, i64::MAX / 2).await.unwrap().len(), 4);
-    let periods = store.billing_file_periods().await.unwrap();
+    assert_eq!(
+        store::bills::cost_lines(store.db(), 0, i64::MAX / 2)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    let periods = store::bills::billing_file_periods(store.db())
+        .await
+        .unwrap();
     assert!(periods
         .iter()
         .all(|p| p.delivery.as_deref() == Some("6f1c2a4e-run")));

@@ -4,6 +4,7 @@
 
 mod support;
 
+use gpuledger_server::store;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -148,7 +149,7 @@ async fn server_killed_mid_ingest(db: TestDb) {
     // Kill the server while reports are in flight, keep it down a moment, restart it.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let store = db.open().await;
-    let before_kill = store.batch_count().await.unwrap();
+    let before_kill = store::telemetry::batch_count(store.db()).await.unwrap();
     server.proc.0.kill().unwrap();
     server.proc.0.wait().unwrap();
     assert!(before_kill > 0, "{label}: ingest was under way when killed");
@@ -166,7 +167,9 @@ async fn server_killed_mid_ingest(db: TestDb) {
         assert!(status.success(), "{label}: agent exit {status:?}");
     }
 
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     let mut per_gpu: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
     for w in &windows {
         per_gpu
@@ -212,7 +215,7 @@ async fn server_killed_mid_ingest(db: TestDb) {
     }
     let total: usize = per_gpu.values().map(Vec::len).sum();
     assert_eq!(total, windows.len());
-    let batches = store.batch_count().await.unwrap() as usize;
+    let batches = store::telemetry::batch_count(store.db()).await.unwrap() as usize;
     assert_eq!(
         batches,
         HOSTS * BATCHES + real,
@@ -275,8 +278,7 @@ async fn a_killed_agent_resumes_its_spool() {
     let status = agent.terminate(Duration::from_secs(15));
     assert!(status.success());
     let store = db.open().await;
-    let stored: Vec<(String, i64)> = store
-        .gpu_windows(0, i64::MAX)
+    let stored: Vec<(String, i64)> = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
         .await
         .unwrap()
         .into_iter()
@@ -313,8 +315,7 @@ fn bill(path: &Path, rows: usize, cost: &str) {
 async fn billed_total(db: &TestDb) -> (Decimal, usize) {
     let store = db.open().await;
     let from = 1_777_593_600_000; // 2026-05-01
-    let lines = store
-        .cost_lines(from, from + 31 * 86_400_000)
+    let lines = store::bills::cost_lines(store.db(), from, from + 31 * 86_400_000)
         .await
         .unwrap();
     let total = lines
@@ -518,7 +519,9 @@ async fn postgres_down_for_a_minute_loses_nothing() {
     assert!(status.success());
 
     let store = gpuledger_server::store::connect(&pg.url).await.unwrap();
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert!(windows.len() >= 60, "{}", windows.len());
     assert!(
         windows.windows(2).all(|p| p[1].start_ms == p[0].end_ms),
@@ -529,7 +532,10 @@ async fn postgres_down_for_a_minute_loses_nothing() {
             .iter()
             .any(|s| (s.gpu_uuid.as_str(), s.start_ms) == (w.0.as_str(), w.1)));
     }
-    assert_eq!(store.batch_count().await.unwrap() as usize, windows.len());
+    assert_eq!(
+        store::telemetry::batch_count(store.db()).await.unwrap() as usize,
+        windows.len()
+    );
 }
 
 /// The spool's disk fills up (a 16 KiB tmpfs, mounted in a private mount namespace so the test
@@ -620,7 +626,9 @@ async fn a_full_spool_disk_drops_the_oldest_and_the_agent_keeps_running() {
     let status = agent.terminate(Duration::from_secs(15));
     assert!(status.success(), "{status:?}");
     let store = db.open().await;
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert!(
         windows.iter().any(|w| w.end_ms <= server_up),
         "the newest spooled windows, from before the server came back, arrived"

@@ -8,6 +8,7 @@
 
 mod support;
 
+use gpuledger_server::store;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,8 +132,11 @@ async fn five_hundred_agents_for_ten_minutes() {
     latencies.sort_unstable();
 
     let store = db.open().await;
-    let stored_windows = store.gpu_windows(0, i64::MAX).await.unwrap().len() as u64;
-    let stored_batches = store.batch_count().await.unwrap() as u64;
+    let stored_windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap()
+        .len() as u64;
+    let stored_batches = store::telemetry::batch_count(store.db()).await.unwrap() as u64;
     let sent = agents as u64 * windows_each;
     println!("load test on {}", db.backend);
     println!(

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use gpuledger_server::store;
 use gpuledger_server::store::{StoredGpuWindow, StoredProcessWindow};
 use serde_json::json;
 use support::*;
@@ -307,9 +308,13 @@ async fn round_trip(db: TestDb) {
     assert!(status.success(), "{label}: agent exit {status:?}");
 
     let store = db.open().await;
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
-    let procs = store.process_windows(0, i64::MAX).await.unwrap();
-    let batches = store.batch_count().await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    let procs = store::telemetry::process_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    let batches = store::telemetry::batch_count(store.db()).await.unwrap();
     assert!(
         batches >= 4,
         "{label}: expected at least 4 one-second windows, got {batches}"
@@ -318,7 +323,7 @@ async fn round_trip(db: TestDb) {
     assert_matches_scenario(&windows, &procs, &fleet, label);
     spool_is_drained(&spool, label);
 
-    let fleet_rows = store.fleet().await.unwrap();
+    let fleet_rows = store::telemetry::fleet(store.db()).await.unwrap();
     assert!(fleet_rows
         .iter()
         .all(|r| r.cluster == "e2e" && r.hostname == "gpu-host-1"));
@@ -375,9 +380,13 @@ async fn outage(db: TestDb) {
     assert!(status.success(), "{label}: agent exit {status:?}");
 
     let store = db.open().await;
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
-    let procs = store.process_windows(0, i64::MAX).await.unwrap();
-    let batches = store.batch_count().await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    let procs = store::telemetry::process_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    let batches = store::telemetry::batch_count(store.db()).await.unwrap();
     assert!(
         windows.iter().any(|w| w.end_ms < server_up_ms),
         "{label}: windows from the outage arrived"
@@ -510,7 +519,9 @@ async fn documented_curl_example_is_accepted() {
     );
     assert!(body.contains("\"status\":\"stored\""), "{body}");
     let store = db.open().await;
-    let procs = store.process_windows(0, i64::MAX).await.unwrap();
+    let procs = store::telemetry::process_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(procs[0].model.as_deref(), Some("llama-70b"));
 }
 
@@ -561,11 +572,13 @@ async fn sigterm_flushes_the_open_window() {
     assert!(agent.terminate(Duration::from_secs(15)).success());
     let store = db.open().await;
     assert_eq!(
-        store.batch_count().await.unwrap(),
+        store::telemetry::batch_count(store.db()).await.unwrap(),
         1,
         "the open window became one batch"
     );
-    let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
     assert_eq!(windows.len(), 5);
     assert!(windows.iter().all(|w| w.samples >= 4), "{windows:?}");
     spool_is_drained(&spool, "sqlite");
@@ -785,10 +798,14 @@ async fn a_rogue_token_cannot_rewrite_a_hosts_costs() {
         assert_eq!(body["field"], "host.hostname", "{body}");
 
         let store = db.open().await;
-        let windows = store.gpu_windows(0, i64::MAX).await.unwrap();
+        let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+            .await
+            .unwrap();
         assert_eq!(windows.len(), 1, "{}", db.backend);
         assert_eq!(windows[0].util_avg, Some(0.0), "{}", db.backend);
-        let processes = store.process_windows(0, i64::MAX).await.unwrap();
+        let processes = store::telemetry::process_windows(store.db(), 0, i64::MAX)
+            .await
+            .unwrap();
         assert!(
             processes[0].labels_json.contains("\"ml\""),
             "{}",
@@ -857,11 +874,11 @@ async fn a_refused_agent_keeps_its_windows_until_the_host_is_moved() {
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let store = db.open().await;
     assert_eq!(
-        store.batch_count().await.unwrap(),
+        store::telemetry::batch_count(store.db()).await.unwrap(),
         1,
         "the new token's reports are refused"
     );
-    let refused = store.ingest_refusals(0).await.unwrap();
+    let refused = store::tokens::ingest_refusals(store.db(), 0).await.unwrap();
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0].reason, "host_of_another_token");
     assert!(
@@ -882,8 +899,10 @@ async fn a_refused_agent_keeps_its_windows_until_the_host_is_moved() {
     let status = agent.terminate(Duration::from_secs(15));
     assert!(status.success(), "agent exit {status:?}");
 
-    let windows = store.gpu_windows(now - 600_000, i64::MAX).await.unwrap();
-    let batches = store.batch_count().await.unwrap() - 1;
+    let windows = store::telemetry::gpu_windows(store.db(), now - 600_000, i64::MAX)
+        .await
+        .unwrap();
+    let batches = store::telemetry::batch_count(store.db()).await.unwrap() - 1;
     assert!(
         batches >= 5,
         "the refused windows arrived too: {batches} batches"
@@ -896,7 +915,10 @@ async fn a_refused_agent_keeps_its_windows_until_the_host_is_moved() {
     );
     spool_is_drained(&spool, "refused then moved");
     assert!(
-        store.ingest_refusals(0).await.unwrap().is_empty(),
+        store::tokens::ingest_refusals(store.db(), 0)
+            .await
+            .unwrap()
+            .is_empty(),
         "the move settles the refusals"
     );
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::auth::{self, TokenScope};
+use crate::store;
 use crate::store::{NewToken, Store, StoreError, TokenRow};
 
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +58,7 @@ pub async fn create(
     }
     let scope = TokenScope::parse(&request.cluster, request.hosts.as_deref()).map_err(invalid)?;
     if let Some(pattern) = request.hosts.as_deref() {
-        let known: Vec<String> = store
-            .hosts()
+        let known: Vec<String> = store::telemetry::hosts(store.db())
             .await?
             .into_iter()
             .filter(|h| scope.permits_cluster(&h.cluster))
@@ -80,24 +80,23 @@ pub async fn create(
     }
     let secret = auth::generate_token();
     let hash = auth::hash_token(&secret);
-    store
-        .create_token(
-            &NewToken {
-                name,
-                hash: &hash,
-                cluster: &request.cluster,
-                host_pattern: request.hosts.as_deref(),
-                expires_ms: request.expires_in.map(|d| now_ms.saturating_add(millis(d))),
-            },
-            now_ms,
-        )
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => invalid(format!("a token named {name:?} already exists")),
-            e => e.into(),
-        })?;
-    let token = store
-        .token_by_name(name)
+    store::tokens::create_token(
+        store.db(),
+        &NewToken {
+            name,
+            hash: &hash,
+            cluster: &request.cluster,
+            host_pattern: request.hosts.as_deref(),
+            expires_ms: request.expires_in.map(|d| now_ms.saturating_add(millis(d))),
+        },
+        now_ms,
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Conflict(_) => invalid(format!("a token named {name:?} already exists")),
+        e => e.into(),
+    })?;
+    let token = store::tokens::token_by_name(store.db(), name)
         .await?
         .ok_or_else(|| invalid(format!("token {name:?} was not stored")))?;
     Ok(Issued { secret, token })
@@ -113,23 +112,21 @@ pub async fn rotate(
 ) -> Result<Issued, TokenAdminError> {
     let secret = auth::generate_token();
     let until = now_ms.saturating_add(millis(overlap));
-    if !store
-        .rotate_token(name, &auth::hash_token(&secret), until, now_ms)
+    if !store::tokens::rotate_token(store.db(), name, &auth::hash_token(&secret), until, now_ms)
         .await?
     {
         return Err(invalid(format!(
             "no active token named {name:?} (a revoked or expired token cannot be rotated)"
         )));
     }
-    let token = store
-        .token_by_name(name)
+    let token = store::tokens::token_by_name(store.db(), name)
         .await?
         .ok_or_else(|| invalid(format!("token {name:?} disappeared")))?;
     Ok(Issued { secret, token })
 }
 
 pub async fn revoke(store: &dyn Store, name: &str, now_ms: i64) -> Result<(), TokenAdminError> {
-    if store.revoke_token(name, now_ms).await? {
+    if store::tokens::revoke_token(store.db(), name, now_ms).await? {
         Ok(())
     } else {
         Err(invalid(format!("no active token named {name:?}")))
@@ -149,8 +146,7 @@ pub async fn rebind(
             "name the host as CLUSTER/HOSTNAME, not {host:?}"
         )));
     };
-    let token = store
-        .token_by_name(token_name)
+    let token = store::tokens::token_by_name(store.db(), token_name)
         .await?
         .ok_or_else(|| invalid(format!("no token named {token_name:?}")))?;
     if !token.is_active(now_ms) {
@@ -171,7 +167,7 @@ pub async fn rebind(
             )));
         }
     }
-    if !store.rebind_host(cluster, hostname, token.id).await? {
+    if !store::tokens::rebind_host(store.db(), cluster, hostname, token.id).await? {
         return Err(invalid(format!("no host {host} has reported yet")));
     }
     Ok(())

@@ -22,6 +22,7 @@ use rust_decimal::Decimal;
 
 use crate::billing::ratecard::RateCard;
 use crate::config::IdleConfig;
+use crate::store;
 use crate::store::{
     AttributionWindow, HostRow, Store, StoreError, StoredCostLine, StoredProcessWindow,
 };
@@ -664,10 +665,10 @@ pub async fn compute(
     to_ms: i64,
 ) -> Result<Attribution, StoreError> {
     let from = hour_floor(from_ms);
-    let hosts = store.hosts().await?;
-    let windows = store.attribution_windows(from, to_ms).await?;
-    let processes = store.process_windows(from, to_ms).await?;
-    let lines = store.cost_lines(from, to_ms).await?;
+    let hosts = store::telemetry::hosts(store.db()).await?;
+    let windows = store::rollups::attribution_windows(store.db(), from, to_ms).await?;
+    let processes = store::telemetry::process_windows(store.db(), from, to_ms).await?;
+    let lines = store::bills::cost_lines(store.db(), from, to_ms).await?;
     Ok(attribute_by(
         hosts, &windows, &processes, &lines, card, busy, from, to_ms,
     ))

@@ -10,6 +10,7 @@ use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::store;
 use crate::store::{Refusal, RefusalKind, Store, TokenRow};
 
 const PREFIX: &str = "gpl_";
@@ -46,8 +47,7 @@ pub async fn require_agent(
     now_ms: i64,
 ) -> Result<TokenRow, ApiError> {
     let token = bearer(headers).ok_or(ApiError::Unauthorized)?;
-    store
-        .active_token(&hash_token(token), now_ms)
+    store::tokens::active_token(store.db(), &hash_token(token), now_ms)
         .await?
         .ok_or(ApiError::Unauthorized)
 }
@@ -142,11 +142,13 @@ pub async fn authorize_report(
     match TokenScope::of(token) {
         Ok(Some(scope)) => Ok(scope.check(host)),
         Ok(None) => {
-            let clusters = store.token_clusters(token.id).await?;
+            let clusters = store::tokens::token_clusters(store.db(), token.id).await?;
             if clusters.contains(&host.cluster) {
                 return Ok(Ok(()));
             }
-            if clusters.is_empty() && store.adopt_token_cluster(token.id, &host.cluster).await? {
+            if clusters.is_empty()
+                && store::tokens::adopt_token_cluster(store.db(), token.id, &host.cluster).await?
+            {
                 return Ok(Ok(()));
             }
             Ok(Err(Refusal {

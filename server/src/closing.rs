@@ -6,6 +6,7 @@
 //! keeps the figures before and after, when and why. Raw windows of months still open are never
 //! deleted, so nothing is re-attributed from data that is gone.
 
+use crate::store;
 use gpuledger_core::time::month_start_ms;
 use gpuledger_core::time::next_month_start;
 
@@ -60,7 +61,7 @@ impl ClosePolicy {
         self,
         store: &dyn crate::store::Store,
     ) -> Result<ClosePolicy, crate::store::StoreError> {
-        Ok(self.with_sign_offs(&store.sign_offs().await?))
+        Ok(self.with_sign_offs(&store::closing::sign_offs(store.db()).await?))
     }
 
     /// Whether the month containing `t_ms` was signed off (or one after it was).

@@ -8,6 +8,7 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use rust_decimal::Decimal;
 
 use crate::billing::ratecard::RateCard;
+use crate::store;
 use crate::store::{AgentStatus, Store, StoreError};
 use crate::validate::{self, Limits};
 use gpuledger_core::time::month_start_ms;
@@ -436,14 +437,13 @@ pub async fn seed(
             None => {
                 let name = format!("demo-{}", spec.cluster);
                 let hash = crate::auth::hash_token(&crate::auth::generate_token());
-                store
-                    .create_token(
-                        &crate::store::NewToken::for_cluster(&name, &hash, spec.cluster),
-                        now_ms,
-                    )
-                    .await?;
-                let id = store
-                    .token_by_name(&name)
+                store::tokens::create_token(
+                    store.db(),
+                    &crate::store::NewToken::for_cluster(&name, &hash, spec.cluster),
+                    now_ms,
+                )
+                .await?;
+                let id = store::tokens::token_by_name(store.db(), &name)
                     .await?
                     .ok_or_else(|| DemoError::Invalid(format!("token {name} was not stored")))?
                     .id;
@@ -522,9 +522,8 @@ pub async fn seed(
                 limits.max_clock_skew_ms,
             )
             .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
-            if let Some(refusal) = store
-                .upsert_usage(&source, &counts, token_id, now_ms)
-                .await?
+            if let Some(refusal) =
+                store::usage::upsert_usage(store.db(), &source, &counts, token_id, now_ms).await?
             {
                 return Err(DemoError::Invalid(refusal.message));
             }
@@ -551,7 +550,7 @@ pub async fn report_live(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<
     let mut stored = 0;
     for spec in fleet() {
         let name = format!("demo-{}", spec.cluster);
-        let Some(token) = store.token_by_name(&name).await? else {
+        let Some(token) = store::tokens::token_by_name(store.db(), &name).await? else {
             return Err(DemoError::Invalid(format!("token {name} is missing")));
         };
         let report = Report {
@@ -612,7 +611,7 @@ mod tests {
         let busy = crate::config::IdleConfig::default();
         let reports = seed(store.as_ref(), &card, &busy, now).await.unwrap();
         assert!(reports > 500, "{reports}");
-        let imports = store.billing_imports().await.unwrap();
+        let imports = store::bills::billing_imports(store.db()).await.unwrap();
         assert_eq!(imports.len(), 1);
         // Attribution over the previous month adds up to what the bill says about GPU hosts.
         let (from, to) = gpuledger_core::time::month_of(month_start_ms(month_start_ms(now) - 1));
@@ -620,7 +619,9 @@ mod tests {
             .await
             .unwrap();
         let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();
-        let lines = store.cost_lines(from, to).await.unwrap();
+        let lines = store::bills::cost_lines(store.db(), from, to)
+            .await
+            .unwrap();
         let gpu_hosts: Decimal = lines
             .iter()
             .filter(|l| {
@@ -698,7 +699,9 @@ mod tests {
         assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
         assert!(kinds.contains(&crate::attribution::Kind::Idle));
         // The serving code's request counts give each endpoint a cost per 1,000 requests.
-        let requests = store.usage_totals(from, to).await.unwrap();
+        let requests = store::usage::usage_totals(store.db(), from, to)
+            .await
+            .unwrap();
         let unit = crate::unit_costs::endpoint_costs(&a, &requests);
         let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
         assert_eq!(names.len(), 3, "{names:?}");
@@ -780,7 +783,7 @@ mod tests {
                 .map(|i| (i.kind.clone(), i.cluster.clone()))
                 .collect::<std::collections::BTreeSet<_>>()
         };
-        let open = store.open_incidents().await.unwrap();
+        let open = store::alerts::open_incidents(store.db()).await.unwrap();
         let found = kinds(&open);
         assert!(
             found.contains(&("cluster_idle".to_owned(), "scratch".to_owned())),
@@ -814,7 +817,7 @@ mod tests {
         crate::incidents::evaluate(store.as_ref(), &card, &config, later)
             .await
             .unwrap();
-        let still = kinds(&store.open_incidents().await.unwrap());
+        let still = kinds(&store::alerts::open_incidents(store.db()).await.unwrap());
         assert!(found.is_subset(&still), "{found:?} then {still:?}");
     }
 }

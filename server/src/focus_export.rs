@@ -22,6 +22,7 @@ use serde_json::{Map, Value};
 use crate::allocation::{self, GroupBy};
 use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part};
 use crate::rollup;
+use crate::store;
 use crate::store::{BillLine, RollupGrain, Store, StoreError};
 use gpuledger_core::money::{from_text, parse_amount, split_exact, to_text};
 use gpuledger_core::time::rfc3339;
@@ -248,7 +249,7 @@ pub async fn write_export(
         Format::Csv => Box::new(CsvSink::new()?),
         Format::Parquet => Box::new(ParquetSink::new()?),
     };
-    let hosts = store.hosts().await?;
+    let hosts = store::telemetry::hosts(store.db()).await?;
     let by_key = hosts_by_instance_key(&hosts);
     let mut day = from_ms;
     while day < to_ms {
@@ -259,7 +260,7 @@ pub async fn write_export(
         } else {
             allocation::filtered(&loaded, filters)
         };
-        let lines = store.bill_lines(day, day_end).await?;
+        let lines = store::bills::bill_lines(store.db(), day, day_end).await?;
         let open = write_day(
             sink.as_mut(),
             out,

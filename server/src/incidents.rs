@@ -14,6 +14,7 @@ use crate::billing::current_price::{self, GpuPrice};
 use crate::billing::ratecard::RateCard;
 use crate::config::Config;
 use crate::slack;
+use crate::store;
 use crate::store::{AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError};
 use crate::waste::{self, Finding, IdleDevice};
 use gpuledger_core::money::to_text;
@@ -43,13 +44,13 @@ async fn idle_run_start(
     // The run began inside what was read: nothing earlier to look for.
     while since <= from + waste::MAX_GAP_MS && now_ms - from < RUN_HISTORY_MS {
         from = now_ms - span;
-        let (windows, processes) = store
-            .attribution_inputs_of_hosts(
-                from - crate::validate::MAX_WINDOW_MS,
-                now_ms + 1,
-                &f.host_ids,
-            )
-            .await?;
+        let (windows, processes) = store::rollups::attribution_inputs_of_hosts(
+            store.db(),
+            from - crate::validate::MAX_WINDOW_MS,
+            now_ms + 1,
+            &f.host_ids,
+        )
+        .await?;
         let windows: Vec<AttributionWindow> =
             windows.into_iter().filter(|w| w.end_ms > from).collect();
         let Some(longer) = waste::find(&mine, &windows, &processes, &config.idle, now_ms)
@@ -137,9 +138,8 @@ impl Ledger {
         parent_of: HashMap<String, String>,
     ) -> Result<Ledger, StoreError> {
         let from = gpuledger_core::time::hour_floor(from_ms);
-        let rows = store.idle_rollups_of_hosts(from, to_ms, host_ids).await?;
-        let waiting = store
-            .dirty_marks_in(from, to_ms, i64::MAX)
+        let rows = store::ledger::idle_rollups_of_hosts(store.db(), from, to_ms, host_ids).await?;
+        let waiting = store::rollups::dirty_marks_in(store.db(), from, to_ms, i64::MAX)
             .await?
             .into_iter()
             .map(|m| (m.hour_ms, m.host_id))
@@ -232,16 +232,16 @@ async fn notify(
         return Ok(false);
     };
     let payload = slack::incident_message(incident, event, &config.slack.base_url, now_ms);
-    store
-        .enqueue_slack(
-            Some(incident.id),
-            event.as_str(),
-            &route,
-            &payload.to_string(),
-            now_ms,
-        )
-        .await?;
-    store.mark_incident_notified(incident.id, now_ms).await?;
+    store::alerts::enqueue_slack(
+        store.db(),
+        Some(incident.id),
+        event.as_str(),
+        &route,
+        &payload.to_string(),
+        now_ms,
+    )
+    .await?;
+    store::alerts::mark_incident_notified(store.db(), incident.id, now_ms).await?;
     Ok(true)
 }
 
@@ -254,18 +254,17 @@ pub async fn evaluate(
     // Twice the longest duration: an incident first seen now still gets its true start.
     let lookback = 2 * config.idle.longest_duration().as_millis() as i64 + 10 * 60_000;
     let from = now_ms - lookback;
-    let hosts = store.hosts().await?;
+    let hosts = store::telemetry::hosts(store.db()).await?;
     // Every window overlapping the look-back, long ones that began before it included: an
     // hour-long window that started just before would otherwise be missed, and whether an idle
     // run is long enough would depend on the minute the evaluation runs.
     let read_from = from - crate::validate::MAX_WINDOW_MS;
-    let windows: Vec<_> = store
-        .attribution_windows(read_from, now_ms + 1)
+    let windows: Vec<_> = store::rollups::attribution_windows(store.db(), read_from, now_ms + 1)
         .await?
         .into_iter()
         .filter(|w| w.end_ms > from)
         .collect();
-    let processes = store.process_windows(read_from, now_ms + 1).await?;
+    let processes = store::telemetry::process_windows(store.db(), read_from, now_ms + 1).await?;
     let findings = waste::find(&hosts, &windows, &processes, &config.idle, now_ms);
 
     // Prices: the bill where it reaches, else the rate card.
@@ -282,21 +281,18 @@ pub async fn evaluate(
         .collect();
     let hourly = current_price::gpu_prices(store, &hosts, &names, card, now_ms).await?;
     // How people name each GPU: its host and NVML index.
-    let named: HashMap<String, (String, Option<i64>)> = store
-        .fleet()
+    let named: HashMap<String, (String, Option<i64>)> = store::telemetry::fleet(store.db())
         .await?
         .into_iter()
         .filter_map(|r| Some((r.uuid?, (r.hostname, r.gpu_index))))
         .collect();
 
-    let snoozed: Vec<String> = store
-        .active_snoozes(now_ms)
+    let snoozed: Vec<String> = store::alerts::active_snoozes(store.db(), now_ms)
         .await?
         .into_iter()
         .map(|s| s.cluster)
         .collect();
-    let mut open: HashMap<String, IncidentRow> = store
-        .open_incidents()
+    let mut open: HashMap<String, IncidentRow> = store::alerts::open_incidents(store.db())
         .await?
         .into_iter()
         .map(|i| (i.incident_key.clone(), i))
@@ -315,12 +311,12 @@ pub async fn evaluate(
     }
     // Dollars come from the ledger where it holds the hours: of the findings, of the open
     // incidents (which may resolve now) and of those resolved lately (settled below).
-    let settling: Vec<IncidentRow> = store
-        .incidents(now_ms - SETTLE_MS, now_ms + 1)
-        .await?
-        .into_iter()
-        .filter(|i| i.ended_ms.is_some())
-        .collect();
+    let settling: Vec<IncidentRow> =
+        store::alerts::incidents(store.db(), now_ms - SETTLE_MS, now_ms + 1)
+            .await?
+            .into_iter()
+            .filter(|i| i.ended_ms.is_some())
+            .collect();
     let mut involved: Vec<i64> = findings.iter().flat_map(|f| f.host_ids.clone()).collect();
     for i in open.values().chain(&settling) {
         involved.extend(hosts_of(&hosts, i));
@@ -368,12 +364,12 @@ pub async fn evaluate(
         let is_snoozed = snoozed.contains(&f.cluster);
         match open.remove(&f.key) {
             Some(existing) => {
-                store.update_incident(existing.id, &update).await?;
+                store::alerts::update_incident(store.db(), existing.id, &update).await?;
                 let due = existing
                     .last_notified_ms
                     .is_none_or(|t| now_ms - t >= remind_ms);
                 if due && !is_snoozed {
-                    if let Some(row) = store.incident(existing.id).await? {
+                    if let Some(row) = store::alerts::incident(store.db(), existing.id).await? {
                         // First word on an incident opened while snoozed is its opening.
                         let event = if existing.last_notified_ms.is_some() {
                             slack::Event::Reminder
@@ -387,10 +383,10 @@ pub async fn evaluate(
                 }
             }
             None => {
-                let id = store.insert_incident(&update).await?;
+                let id = store::alerts::insert_incident(store.db(), &update).await?;
                 summary.opened += 1;
                 if !is_snoozed {
-                    if let Some(row) = store.incident(id).await? {
+                    if let Some(row) = store::alerts::incident(store.db(), id).await? {
                         notify(store, config, &row, slack::Event::Opened, now_ms).await?;
                     }
                 }
@@ -407,7 +403,7 @@ pub async fn evaluate(
     // Those resolved lately, and those resolving now, are settled below.
     let mut settle = settling;
     for (_, incident) in open {
-        store.resolve_incident(incident.id, now_ms).await?;
+        store::alerts::resolve_incident(store.db(), incident.id, now_ms).await?;
         settle.push(IncidentRow {
             ended_ms: Some(now_ms),
             ..incident.clone()
@@ -422,7 +418,7 @@ pub async fn evaluate(
             slack::Event::StoppedReporting
         };
         if incident.last_notified_ms.is_some() && !snoozed.contains(&incident.cluster) {
-            if let Some(row) = store.incident(incident.id).await? {
+            if let Some(row) = store::alerts::incident(store.db(), incident.id).await? {
                 notify(store, config, &row, event, now_ms).await?;
             }
         }
@@ -442,7 +438,7 @@ pub async fn evaluate(
             gpuledger_core::money::from_text(&i.cost_per_hour),
         );
         if settled != gpuledger_core::money::from_text(&i.wasted) {
-            store.set_incident_wasted(i.id, &to_text(settled)).await?;
+            store::alerts::set_incident_wasted(store.db(), i.id, &to_text(settled)).await?;
         }
     }
     summary.open = findings.len();

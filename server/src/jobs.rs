@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{Datelike, Duration as ChronoDuration, NaiveDate};
 
 use crate::billing::aws::{self, CostExplorer, SyncSummary};
+use crate::store;
 use crate::store::Store;
 
 pub const AWS_SYNC_JOB: &str = "aws-cost-explorer-daily";
@@ -45,28 +46,22 @@ pub async fn aws_sync_if_due(
     holder: &str,
     now_ms: i64,
 ) -> Result<Option<SyncSummary>, aws::SyncError> {
-    if store
-        .job_last_run(AWS_SYNC_JOB)
+    if store::jobs::job_last_run(store.db(), AWS_SYNC_JOB)
         .await?
         .is_some_and(|last| now_ms - last < DAY_MS)
     {
         return Ok(None);
     }
-    if !store
-        .try_lease(AWS_SYNC_JOB, holder, now_ms, LEASE_MS)
-        .await?
-    {
+    if !store::jobs::try_lease(store.db(), AWS_SYNC_JOB, holder, now_ms, LEASE_MS).await? {
         return Ok(None);
     }
     let (from, to) = daily_range(now_ms);
     let result = aws::sync(store, ce, from, to, today(now_ms), now_ms, false).await;
     // Finished or failed, give the lease up; a failure retries at the next check.
     if result.is_ok() {
-        store
-            .finish_lease(AWS_SYNC_JOB, holder, crate::now_ms())
-            .await?;
+        store::jobs::finish_lease(store.db(), AWS_SYNC_JOB, holder, crate::now_ms()).await?;
     } else {
-        store.try_lease(AWS_SYNC_JOB, holder, now_ms, 0).await?;
+        store::jobs::try_lease(store.db(), AWS_SYNC_JOB, holder, now_ms, 0).await?;
     }
     result.map(Some)
 }
@@ -114,7 +109,7 @@ pub fn spawn_waste_jobs(
             loop {
                 tick.tick().await;
                 let now = crate::now_ms();
-                match store.try_lease(IDLE_JOB, &holder, now, 120_000).await {
+                match store::jobs::try_lease(store.db(), IDLE_JOB, &holder, now, 120_000).await {
                     Ok(true) => {
                         match crate::incidents::evaluate(store.as_ref(), &card, &config, now).await
                         {
@@ -143,7 +138,7 @@ pub fn spawn_waste_jobs(
         loop {
             tick.tick().await;
             let now = crate::now_ms();
-            match store.try_lease(SLACK_JOB, &holder, now, 60_000).await {
+            match store::jobs::try_lease(store.db(), SLACK_JOB, &holder, now, 60_000).await {
                 Ok(true) => {
                     if let Err(e) =
                         crate::slack::deliver_due(store.as_ref(), &config, &client, now).await
@@ -180,7 +175,7 @@ pub fn spawn_rollup_jobs(
         loop {
             tick.tick().await;
             let now = crate::now_ms();
-            match store.try_lease(ROLLUP_JOB, &holder, now, 10 * 60_000).await {
+            match store::jobs::try_lease(store.db(), ROLLUP_JOB, &holder, now, 10 * 60_000).await {
                 Ok(true) => {
                     // A bounded slice per tick: a month of re-marked hours catches up over a
                     // few ticks instead of holding the lease for long.
@@ -227,7 +222,9 @@ pub fn spawn_rollup_jobs(
                         }
                         Err(e) => tracing::error!(error = %e, "roll-up of late bills failed"),
                     }
-                    if let Err(e) = store.finish_lease(ROLLUP_JOB, &holder, now).await {
+                    if let Err(e) =
+                        store::jobs::finish_lease(store.db(), ROLLUP_JOB, &holder, now).await
+                    {
                         tracing::error!(error = %e, "roll-up: lease");
                     }
                 }
@@ -244,9 +241,7 @@ pub fn spawn_rollup_jobs(
                 continue;
             }
             last_retention = Some(now);
-            match store
-                .try_lease(RETENTION_JOB, &holder, now, 30 * 60_000)
-                .await
+            match store::jobs::try_lease(store.db(), RETENTION_JOB, &holder, now, 30 * 60_000).await
             {
                 Ok(true) => {
                     let open_from = match close.current(store.as_ref()).await {
@@ -272,7 +267,9 @@ pub fn spawn_rollup_jobs(
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "retention failed; will retry"),
                     }
-                    if let Err(e) = store.finish_lease(RETENTION_JOB, &holder, now).await {
+                    if let Err(e) =
+                        store::jobs::finish_lease(store.db(), RETENTION_JOB, &holder, now).await
+                    {
                         tracing::error!(error = %e, "retention: lease");
                     }
                 }
@@ -291,12 +288,12 @@ async fn refresh_recommendations(
     now: i64,
 ) {
     use crate::recommend::snapshots::{refresh, REFRESH_JOB};
-    match store.try_lease(REFRESH_JOB, holder, now, 10 * 60_000).await {
+    match store::jobs::try_lease(store.db(), REFRESH_JOB, holder, now, 10 * 60_000).await {
         Ok(true) => {
             if let Err(e) = refresh(store, card, now).await {
                 tracing::error!(error = %e, "recommendations refresh failed; will retry");
             }
-            if let Err(e) = store.finish_lease(REFRESH_JOB, holder, now).await {
+            if let Err(e) = store::jobs::finish_lease(store.db(), REFRESH_JOB, holder, now).await {
                 tracing::error!(error = %e, "recommendations: lease");
             }
         }

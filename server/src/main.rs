@@ -372,7 +372,7 @@ async fn main() -> anyhow::Result<()> {
                         ms.map_or_else(|| "never".to_owned(), gpuledger_server::format::utc_minute)
                     };
                     println!("NAME\tSTATE\tSCOPE\tCREATED\tEXPIRES\tLAST USED\tLAST ADDRESS");
-                    for t in store.list_tokens().await? {
+                    for t in store::tokens::list_tokens(store.db()).await? {
                         println!(
                             "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                             t.name,
@@ -414,13 +414,18 @@ async fn main() -> anyhow::Result<()> {
                 UserCommand::Add { username, role } => {
                     let password = read_password()?;
                     let hash = session::hash_password(&password)?;
-                    store
-                        .create_user(username.trim(), &hash, &role, now_ms())
-                        .await?;
+                    store::accounts::create_user(
+                        store.db(),
+                        username.trim(),
+                        &hash,
+                        &role,
+                        now_ms(),
+                    )
+                    .await?;
                     println!("user {username:?} added as {role}");
                 }
                 UserCommand::List => {
-                    for u in store.list_users().await? {
+                    for u in store::accounts::list_users(store.db()).await? {
                         println!("{}\t{}", u.username, u.role);
                     }
                 }
@@ -447,7 +452,7 @@ async fn main() -> anyhow::Result<()> {
             let holder = gpuledger_server::jobs::holder_name();
             let job = gpuledger_server::jobs::ROLLUP_JOB;
             let deadline = std::time::Instant::now() + Duration::from_secs(600);
-            while !store.try_lease(job, &holder, now_ms(), 3_600_000).await? {
+            while !store::jobs::try_lease(store.db(), job, &holder, now_ms(), 3_600_000).await? {
                 anyhow::ensure!(
                     std::time::Instant::now() < deadline,
                     "another roll-up has held the lease for 10 minutes"
@@ -503,7 +508,7 @@ async fn main() -> anyhow::Result<()> {
                     }
                 }
             };
-            store.finish_lease(job, &holder, now_ms()).await?;
+            store::jobs::finish_lease(store.db(), job, &holder, now_ms()).await?;
             let (s, restated) = result?;
             println!("rolled up {} hours ({} rows)", s.hours, s.rows);
             for r in restated {
@@ -656,14 +661,14 @@ async fn main() -> anyhow::Result<()> {
                 }
             });
             let password = auth::generate_token().trim_start_matches("gpl_")[..16].to_owned();
-            store
-                .create_user(
-                    "demo",
-                    &session::hash_password(&password)?,
-                    "admin",
-                    now_ms(),
-                )
-                .await?;
+            store::accounts::create_user(
+                store.db(),
+                "demo",
+                &session::hash_password(&password)?,
+                "admin",
+                now_ms(),
+            )
+            .await?;
             eprintln!("demo: simulated this month and the last for a fleet in {demo_db} ({batches} reports, with its FOCUS bill)");
             let sandbox = agent_tokens::create(
                 store.as_ref(),

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind};
 use crate::billing::ratecard::RateCard;
+use crate::store;
 use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
 
 /// One bill resource the month charges, with its amount in the month's hours.
@@ -196,8 +197,8 @@ pub async fn for_range(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<Reconciliation>, StoreError> {
-    let lines = store.cost_lines(from_ms, to_ms).await?;
-    let hosts = store.hosts().await?;
+    let lines = store::bills::cost_lines(store.db(), from_ms, to_ms).await?;
+    let hosts = store::telemetry::hosts(store.db()).await?;
     let ledger = crate::rollup::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
     Ok(reconcile(&lines, &hosts, &ledger, card, from_ms, to_ms))
 }

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::attribution::{self, Attribution, Kind, Owner, Part};
 use crate::billing::ratecard::RateCard;
 use crate::config::IdleConfig;
+use crate::store;
 use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
     StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
@@ -88,9 +89,8 @@ async fn run_in_passes(
 ) -> Result<RollupSummary, StoreError> {
     let mut summary = RollupSummary::default();
     while summary.hours < max_hours {
-        let marks = store
-            .dirty_marks_in(from_ms, to_ms, MARKS_PER_ROUND)
-            .await?;
+        let marks =
+            store::rollups::dirty_marks_in(store.db(), from_ms, to_ms, MARKS_PER_ROUND).await?;
         if marks.is_empty() {
             break;
         }
@@ -102,8 +102,8 @@ async fn run_in_passes(
         'runs: for run in consecutive_runs(&hours) {
             for pass in split_by_windows(store, &run, windows_per_pass).await? {
                 let (from, to) = (pass.hours[0], pass.hours[pass.hours.len() - 1] + HOUR_MS);
-                let hosts = store.hosts().await?;
-                let lines = store.cost_lines(from, to).await?;
+                let hosts = store::telemetry::hosts(store.db()).await?;
+                let lines = store::bills::cost_lines(store.db(), from, to).await?;
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 for group in &pass.host_groups {
                     let (r, u, us) =
@@ -117,8 +117,7 @@ async fn run_in_passes(
                     .iter()
                     .flat_map(|h| by_hour.remove(h).unwrap_or_default())
                     .collect();
-                store
-                    .replace_rollups(&marks, &rows, &unattributed, &usage)
+                store::rollups::replace_rollups(store.db(), &marks, &rows, &unattributed, &usage)
                     .await?;
                 summary.hours += pass.hours.len();
                 summary.rows += rows.len();
@@ -184,7 +183,7 @@ async fn split_by_windows(
     budget: i64,
 ) -> Result<Vec<Pass>, StoreError> {
     let (from, to) = (run[0], run[run.len() - 1] + HOUR_MS);
-    let counts = store.gpu_windows_per_hour_and_host(from, to).await?;
+    let counts = store::rollups::gpu_windows_per_hour_and_host(store.db(), from, to).await?;
     Ok(plan_passes(run, &counts, budget))
 }
 
@@ -290,15 +289,14 @@ async fn attribute_hours(
     to: i64,
 ) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>), StoreError> {
     if group.range == HostRange::ALL {
-        let windows = store.attribution_windows(from, to).await?;
-        let processes = store.process_windows(from, to).await?;
+        let windows = store::rollups::attribution_windows(store.db(), from, to).await?;
+        let processes = store::telemetry::process_windows(store.db(), from, to).await?;
         return Ok(attribute_read(
             card, busy, hosts, &windows, &processes, lines, from, to,
         ));
     }
-    let (windows, processes) = store
-        .attribution_inputs_of_hosts(from, to, &group.host_ids)
-        .await?;
+    let (windows, processes) =
+        store::rollups::attribution_inputs_of_hosts(store.db(), from, to, &group.host_ids).await?;
     let host_of: HashMap<&str, i64> = hosts
         .iter()
         .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
@@ -429,39 +427,32 @@ pub async fn load(
     let daily = grain.is_daily();
     if let (true, Some((first_whole_day, last_whole_day))) = (daily, day_split(from, to)) {
         rows.extend(
-            store
-                .rollup_rows(RollupGrain::Hour, from, first_whole_day)
+            store::ledger::rollup_rows(store.db(), RollupGrain::Hour, from, first_whole_day)
                 .await?,
         );
         rows.extend(
-            store
-                .rollup_rows(grain, first_whole_day, last_whole_day)
-                .await?,
+            store::ledger::rollup_rows(store.db(), grain, first_whole_day, last_whole_day).await?,
         );
         rows.extend(
-            store
-                .rollup_rows(RollupGrain::Hour, last_whole_day, to)
-                .await?,
+            store::ledger::rollup_rows(store.db(), RollupGrain::Hour, last_whole_day, to).await?,
         );
     } else {
         // No whole day in range: hours (experiment hours stay experiment hours).
         let hourly = if daily { RollupGrain::Hour } else { grain };
-        rows = store.rollup_rows(hourly, from, to).await?;
+        rows = store::ledger::rollup_rows(store.db(), hourly, from, to).await?;
     }
     let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
     // A stable order, whatever the database returns: by time, host, GPU.
     parts.sort_by(|a, b| {
         (a.hour_ms, a.host_id, &a.gpu_uuid).cmp(&(b.hour_ms, b.host_id, &b.gpu_uuid))
     });
-    let unattributed = store
-        .rollup_unattributed(from, to)
+    let unattributed = store::ledger::rollup_unattributed(store.db(), from, to)
         .await?
         .into_iter()
         .map(|u| (u.currency, from_nano_atto(u.cost_nano, u.cost_atto)))
         .filter(|(_, amount)| !amount.is_zero())
         .collect();
-    let hosts: HashMap<i64, _> = store
-        .hosts()
+    let hosts: HashMap<i64, _> = store::telemetry::hosts(store.db())
         .await?
         .into_iter()
         .map(|h| (h.id, h))
@@ -483,8 +474,9 @@ pub async fn top_gpu_days(
     to_ms: i64,
     limit: usize,
 ) -> Result<(Vec<Part>, usize), StoreError> {
-    let (top, count) = store.rollup_top_gpus(from_ms, to_ms, limit as i64).await?;
-    let rows = store.rollup_gpu_days(from_ms, to_ms, &top).await?;
+    let (top, count) =
+        store::ledger::rollup_top_gpus(store.db(), from_ms, to_ms, limit as i64).await?;
+    let rows = store::ledger::rollup_gpu_days(store.db(), from_ms, to_ms, &top).await?;
     Ok((
         rows.into_iter().map(part_of).collect(),
         usize::try_from(count).unwrap_or(0),
@@ -501,14 +493,17 @@ pub async fn recommendation_evidence(
     let mut evidence = crate::recommend::Evidence::default();
     for (grain, a, b) in spans(from_ms, to_ms) {
         let (totals, usage) = tokio::try_join!(
-            store.rollup_gpu_owner_totals(grain, a, b),
-            store.rollup_usage(grain, a, b)
+            store::ledger::rollup_gpu_owner_totals(store.db(), grain, a, b),
+            store::ledger::rollup_usage(store.db(), grain, a, b)
         )?;
         evidence.parts.extend(totals.into_iter().map(part_of));
         evidence.usage.extend(usage);
     }
-    evidence.mig_instances = store.mig_instances().await?.into_iter().collect();
-    for h in store.hosts().await? {
+    evidence.mig_instances = store::telemetry::mig_instances(store.db())
+        .await?
+        .into_iter()
+        .collect();
+    for h in store::telemetry::hosts(store.db()).await? {
         if let Some(t) = h.instance_type {
             evidence.instance_types.insert(h.id, t);
         }
@@ -554,7 +549,7 @@ pub async fn attributed_costs(
 ) -> Result<BTreeMap<String, rust_decimal::Decimal>, StoreError> {
     let mut sums = Vec::new();
     for (grain, a, b) in spans(from_ms, to_ms) {
-        sums.extend(store.rollup_costs(grain, a, b).await?);
+        sums.extend(store::ledger::rollup_costs(store.db(), grain, a, b).await?);
     }
     let mut costs: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
     for s in sums {
@@ -571,7 +566,7 @@ pub async fn experiment_hours(
     to_ms: i64,
 ) -> Result<HashMap<String, crate::unit_costs::RunHours>, StoreError> {
     let mut runs: HashMap<String, crate::unit_costs::RunHours> = HashMap::new();
-    for d in store.rollup_experiment_days(from_ms, to_ms).await? {
+    for d in store::ledger::rollup_experiment_days(store.db(), from_ms, to_ms).await? {
         let r = runs
             .entry(d.experiment)
             .or_insert(crate::unit_costs::RunHours {
@@ -659,13 +654,17 @@ pub async fn rebuild(
             )));
         }
     };
-    if let Some(deleted_before) = store.raw_deleted_before().await? {
+    if let Some(deleted_before) = store::telemetry::raw_deleted_before(store.db()).await? {
         // Only hours the ledger attributed from windows would lose anything: hours it never
         // did (a bill imported for a month no agent reported) are safe to attribute.
         if from_ms < deleted_before
-            && store
-                .has_rollups(hour_floor(from_ms), to_ms.min(deleted_before), true)
-                .await?
+            && store::ledger::has_rollups(
+                store.db(),
+                hour_floor(from_ms),
+                to_ms.min(deleted_before),
+                true,
+            )
+            .await?
         {
             let at = gpuledger_core::time::rfc3339(deleted_before);
             return Err(RebuildError::Refused(format!(
@@ -682,7 +681,7 @@ pub async fn rebuild(
     let hours: Vec<i64> = (hour_floor(from_ms)..to_ms)
         .step_by(HOUR_MS as usize)
         .collect();
-    store.mark_dirty_hours(&hours).await?;
+    store::rollups::mark_dirty_hours(store.db(), &hours).await?;
     // The range, and no other closed month's waiting changes.
     let mut summary = run_in_passes(
         store,
@@ -707,7 +706,7 @@ pub async fn rebuild(
                 after_json: team_totals(store, *m, gpuledger_core::time::next_month_start(*m))
                     .await?,
             };
-            store.add_restatement(&row).await?;
+            store::closing::add_restatement(store.db(), &row).await?;
             restated.push(row);
         }
     }
@@ -728,8 +727,7 @@ pub async fn attribute_new_closed_months(
     let mut recorded = Vec::new();
     let mut from = i64::MIN;
     loop {
-        let Some(mark) = store
-            .dirty_marks_in(from, open_from_ms, 1)
+        let Some(mark) = store::rollups::dirty_marks_in(store.db(), from, open_from_ms, 1)
             .await?
             .into_iter()
             .next()
@@ -739,7 +737,7 @@ pub async fn attribute_new_closed_months(
         let month = gpuledger_core::time::month_start_ms(mark.hour_ms);
         let next = gpuledger_core::time::next_month_start(month).min(open_from_ms);
         from = next;
-        if store.has_rollups(month, next, false).await? {
+        if store::ledger::has_rollups(store.db(), month, next, false).await? {
             continue; // attributed before: its changes wait for a restatement
         }
         run_in_passes(
@@ -762,7 +760,7 @@ pub async fn attribute_new_closed_months(
             before_json: "{}".to_owned(),
             after_json,
         };
-        store.add_restatement(&row).await?;
+        store::closing::add_restatement(store.db(), &row).await?;
         recorded.push(row);
     }
     Ok(recorded)
@@ -791,10 +789,10 @@ async fn delete_in_batches(
     // restatement), so keeping open months keeps them too.
     let cutoff = (now_ms - retention_ms).min(open_from_ms);
     // Recorded first: should a batch fail, the hours may have lost windows already.
-    store.set_raw_deleted_before(cutoff).await?;
+    store::telemetry::set_raw_deleted_before(store.db(), cutoff).await?;
     let mut deleted = 0;
     loop {
-        let n = store.delete_raw_before(cutoff, batch).await?;
+        let n = store::telemetry::delete_raw_before(store.db(), cutoff, batch).await?;
         deleted += n;
         if n == 0 {
             return Ok(deleted);

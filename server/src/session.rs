@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::http::page::error_page;
 use crate::http::AppState;
 use crate::now_ms;
+use crate::store;
 
 pub const SESSION_COOKIE: &str = "gpl_session";
 pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
@@ -113,16 +114,15 @@ pub async fn start(
     let token = generate_token();
     let csrf = generate_token();
     let now = now_ms();
-    state
-        .store
-        .create_session(
-            &hash_token(&token),
-            user_id,
-            &csrf,
-            now,
-            now + SESSION_TTL_MS,
-        )
-        .await?;
+    store::accounts::create_session(
+        state.store.db(),
+        &hash_token(&token),
+        user_id,
+        &csrf,
+        now,
+        now + SESSION_TTL_MS,
+    )
+    .await?;
     Ok(session_cookie(token, state.secure_cookies))
 }
 
@@ -184,7 +184,7 @@ impl FromRequestParts<AppState> for SignedIn {
             return Err(unauthenticated(parts));
         };
         let token_hash = hash_token(&token);
-        match state.store.session(&token_hash, now_ms()).await {
+        match store::accounts::session(state.store.db(), &token_hash, now_ms()).await {
             Ok(Some(s)) => Ok(SignedIn {
                 username: s.username,
                 role: Role::parse(&s.role).unwrap_or(Role::Viewer),

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::config::Config;
 use crate::format::ago;
 use crate::format::clip;
+use crate::store;
 use crate::store::{IncidentRow, Store, StoreError};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
@@ -313,7 +314,7 @@ pub async fn deliver_due(
     client: &reqwest::Client,
     now_ms: i64,
 ) -> Result<usize, StoreError> {
-    let due = store.due_slack_messages(now_ms, 50).await?;
+    let due = store::alerts::due_slack_messages(store.db(), now_ms, 50).await?;
     let count = due.len();
     for mut m in due {
         m.attempts += 1;
@@ -364,7 +365,7 @@ pub async fn deliver_due(
                 m.last_error = Some(why);
             }
         }
-        store.record_slack_attempt(&m).await?;
+        store::alerts::record_slack_attempt(store.db(), &m).await?;
     }
     Ok(count)
 }

@@ -22,6 +22,7 @@ use chrono::{Duration as ChronoDuration, NaiveDate};
 
 use super::{normalize_resource_id, CostLine};
 use crate::billing::focus::parse_time_ms;
+use crate::store;
 use gpuledger_core::money::parse_amount;
 
 /// How far back per-resource data reaches.
@@ -477,11 +478,11 @@ pub async fn sync(
     if to <= from {
         return Err(SyncError::EmptyRange);
     }
-    let synced: std::collections::HashSet<i64> = store
-        .ce_synced_days(day_ms(from), day_ms(to))
-        .await?
-        .into_iter()
-        .collect();
+    let synced: std::collections::HashSet<i64> =
+        store::jobs::ce_synced_days(store.db(), day_ms(from), day_ms(to))
+            .await?
+            .into_iter()
+            .collect();
     let final_before = today - ChronoDuration::days(FINAL_AFTER_DAYS);
     let mut runs: Vec<(NaiveDate, NaiveDate)> = Vec::new();
     let mut skipped = 0;
@@ -515,7 +516,7 @@ pub async fn sync(
         let name = format!("Cost Explorer {from}..{to}");
         Some(super::store_lines(store, "aws-cost-explorer", &name, sha, lines, now_ms).await?)
     };
-    store.mark_ce_synced(&fetched_days, now_ms).await?;
+    store::jobs::mark_ce_synced(store.db(), &fetched_days, now_ms).await?;
     Ok(SyncSummary {
         fetched_days: fetched_days.len(),
         skipped_days: skipped,

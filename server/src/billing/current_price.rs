@@ -9,6 +9,7 @@ use rust_decimal::Decimal;
 
 use crate::attribution::line_hours;
 use crate::billing::ratecard::RateCard;
+use crate::store;
 use crate::store::{HostRow, Store, StoreError, StoredCostLine};
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
@@ -65,9 +66,12 @@ pub async fn gpu_prices(
     card: &RateCard,
     now_ms: i64,
 ) -> Result<HashMap<i64, GpuPrice>, StoreError> {
-    let lines = store
-        .cost_lines(hour_floor(now_ms - BILL_LOOKBACK_MS), now_ms + HOUR_MS)
-        .await?;
+    let lines = store::bills::cost_lines(
+        store.db(),
+        hour_floor(now_ms - BILL_LOOKBACK_MS),
+        now_ms + HOUR_MS,
+    )
+    .await?;
     let mut out = HashMap::new();
     for host in hosts {
         let Some(names) = gpu_names.get(&host.id) else {

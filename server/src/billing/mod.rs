@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
+use crate::store;
 use crate::store::{ImportOutcome, NewImport, Replaces, Store, StoreError};
 
 /// One line of a bill: what one resource cost over one charge period.
@@ -261,7 +262,7 @@ pub async fn import_files(
             }
         }
     });
-    let outcomes = store.import_bill(replaces, &mut rx).await?;
+    let outcomes = store::bills::import_bill(store.db(), replaces, &mut rx).await?;
     Ok(outcomes.into_iter().map(ImportSummary::from).collect())
 }
 
@@ -398,7 +399,7 @@ mod tests {
                 (billed, effective),
                 "{b}"
             );
-            let imports = store.billing_imports().await.unwrap();
+            let imports = store::bills::billing_imports(store.db()).await.unwrap();
             assert_eq!(imports.len(), 1, "{b}");
             assert_eq!(
                 Decimal::from_str(&imports[0].billed_total).unwrap(),
@@ -419,7 +420,7 @@ mod tests {
                 }
                 other => panic!("{b}: {other:?}"),
             }
-            let imports = store.billing_imports().await.unwrap();
+            let imports = store::bills::billing_imports(store.db()).await.unwrap();
             assert_eq!(
                 imports.len(),
                 1,

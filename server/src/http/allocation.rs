@@ -15,6 +15,7 @@ use crate::focus_export::Format;
 use crate::now_ms;
 use crate::rollup;
 use crate::session::SignedIn;
+use crate::store;
 use crate::store::RollupGrain;
 
 pub fn router() -> Router<AppState> {
@@ -262,7 +263,7 @@ async fn get_imports(
     State(state): State<AppState>,
     _user: SignedIn,
 ) -> Result<Json<Vec<ImportView>>, ApiError> {
-    let rows = state.store.billing_imports().await?;
+    let rows = store::bills::billing_imports(state.store.db()).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| ImportView {
@@ -311,7 +312,7 @@ async fn get_periods(
     State(state): State<AppState>,
     _user: SignedIn,
 ) -> Result<Json<Vec<PeriodJson>>, ApiError> {
-    let rows = state.store.billing_file_periods().await?;
+    let rows = store::bills::billing_file_periods(state.store.db()).await?;
     Ok(Json(
         crate::billing::periods::periods_of(rows)
             .into_iter()

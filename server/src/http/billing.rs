@@ -18,6 +18,7 @@ use crate::allocation::calendar_month;
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
 use crate::session::{AdminOnly, SignedIn};
+use crate::store;
 use crate::store::Replaces;
 use crate::{format, now_ms};
 use gpuledger_core::money::from_text;
@@ -197,9 +198,9 @@ async fn reconciliation_page(
         let recs =
             crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
                 .await?;
-        let pending = state.store.dirty_mark_count(from, to).await?;
-        let periods = periods_of(state.store.billing_file_periods().await?);
-        let sign_offs = state.store.sign_offs().await?;
+        let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
+        let periods = periods_of(store::bills::billing_file_periods(state.store.db()).await?);
+        let sign_offs = store::closing::sign_offs(state.store.db()).await?;
         Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
     }
     .await;
@@ -329,7 +330,7 @@ async fn sign_off(
         let recs =
             crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
                 .await?;
-        let pending = state.store.dirty_mark_count(from, to).await?;
+        let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
         let close = state.close.current(state.store.as_ref()).await?;
         Ok::<_, crate::store::StoreError>(sign_off_blocked(&close, &recs, pending, from, to, now))
     }
@@ -341,15 +342,16 @@ async fn sign_off(
             "This month cannot be signed off",
             &why,
         ),
-        Ok(None) => match state
-            .store
-            .sign_off_month(&crate::store::SignOffRow {
+        Ok(None) => match store::closing::sign_off_month(
+            state.store.db(),
+            &crate::store::SignOffRow {
                 month_ms: from,
                 signed_ms: now,
                 by_user: user.username.clone(),
                 note,
-            })
-            .await
+            },
+        )
+        .await
         {
             Ok(_) => axum::response::IntoResponse::into_response(axum::response::Redirect::to(
                 &format!("/billing/{month}"),
@@ -382,7 +384,7 @@ async fn reconciliation_api(
     })?;
     let recs =
         crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to).await?;
-    let pending = state.store.dirty_mark_count(from, to).await?;
+    let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
     Ok(axum::Json(serde_json::json!({
         "month": month,
         "hours_waiting_for_rollup": pending,
@@ -509,7 +511,7 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Response {
-    match state.store.billing_file_periods().await {
+    match store::bills::billing_file_periods(state.store.db()).await {
         Ok(rows) => render_with_status(
             status,
             &BillingPage {

@@ -21,6 +21,7 @@ use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, percent, usd};
 use crate::now_ms;
 use crate::session::SignedIn;
+use crate::store;
 use crate::store::{FleetProcess, FleetRow};
 use gpuledger_core::activity::Activity;
 
@@ -298,9 +299,9 @@ pub fn build(
 
 async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
     let loaded = async {
-        let rows = state.store.fleet().await?;
-        let processes = state.store.fleet_processes().await?;
-        let hosts = state.store.hosts().await?;
+        let rows = store::telemetry::fleet(state.store.db()).await?;
+        let processes = store::telemetry::fleet_processes(state.store.db()).await?;
+        let hosts = store::telemetry::hosts(state.store.db()).await?;
         let ids: HashMap<(&str, &str), i64> = hosts
             .iter()
             .map(|h| ((h.cluster.as_str(), h.hostname.as_str()), h.id))
@@ -329,10 +330,8 @@ async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
             .iter()
             .filter_map(|h| Some(((h.cluster.clone(), h.hostname.clone()), *by_id.get(&h.id)?)))
             .collect();
-        let refused = state
-            .store
-            .ingest_refusals(now_ms() - REFUSED_SHOWN_MS)
-            .await?;
+        let refused =
+            store::tokens::ingest_refusals(state.store.db(), now_ms() - REFUSED_SHOWN_MS).await?;
         Ok::<_, crate::store::StoreError>((rows, processes, refused, prices))
     }
     .await;

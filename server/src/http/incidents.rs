@@ -18,6 +18,7 @@ use crate::format::ago;
 use crate::now_ms;
 use crate::session::{csrf_rejected, AdminOnly, SignedIn};
 use crate::slack;
+use crate::store;
 use crate::store::{IncidentRow, SlackMessageRow};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
@@ -137,15 +138,17 @@ async fn incidents_page(
     Query(q): Query<IncidentsPageQuery>,
 ) -> Response {
     let now = now_ms();
-    let rows = match state.store.incidents(now - 30 * DAY_MS, now + 1).await {
+    let rows = match store::alerts::incidents(state.store.db(), now - 30 * DAY_MS, now + 1).await {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };
-    let snoozes = match state.store.active_snoozes(now).await {
+    let snoozes = match store::alerts::active_snoozes(state.store.db(), now).await {
         Ok(s) => s,
         Err(e) => return unavailable(e),
     };
-    let hosts = state.store.hosts().await.unwrap_or_default();
+    let hosts = store::telemetry::hosts(state.store.db())
+        .await
+        .unwrap_or_default();
     let mut clusters: Vec<String> = hosts.into_iter().map(|h| h.cluster).collect();
     clusters.sort();
     clusters.dedup();
@@ -181,9 +184,9 @@ async fn incident_page(
     user: SignedIn,
     Path(id): Path<i64>,
 ) -> Response {
-    match state.store.incident(id).await {
+    match store::alerts::incident(state.store.db(), id).await {
         Ok(Some(row)) => {
-            let messages = match state.store.incident_messages(id).await {
+            let messages = match store::alerts::incident_messages(state.store.db(), id).await {
                 Ok(m) => m,
                 Err(e) => return unavailable(e),
             };
@@ -225,15 +228,14 @@ async fn snooze(
         );
     }
     let now = now_ms();
-    match state
-        .store
-        .snooze(
-            form.cluster.trim(),
-            now + form.hours * 3_600_000,
-            &user.username,
-            now,
-        )
-        .await
+    match store::alerts::snooze(
+        state.store.db(),
+        form.cluster.trim(),
+        now + form.hours * 3_600_000,
+        &user.username,
+        now,
+    )
+    .await
     {
         Ok(()) => Redirect::to("/incidents").into_response(),
         Err(e) => unavailable(e),
@@ -261,7 +263,7 @@ struct MessageView {
 }
 
 async fn alerts_page(State(state): State<AppState>, user: SignedIn) -> Response {
-    match state.store.slack_history(200).await {
+    match store::alerts::slack_history(state.store.db(), 200).await {
         Ok(rows) => render(&AlertsPage {
             chrome: Some(Chrome::from(&user)),
             is_admin: user.is_admin(),
@@ -306,16 +308,15 @@ async fn test_route(
         );
     }
     let payload = slack::test_message(&form.route, &state.config.slack.base_url);
-    match state
-        .store
-        .enqueue_slack(
-            None,
-            slack::Event::Test.as_str(),
-            &form.route,
-            &payload.to_string(),
-            now_ms(),
-        )
-        .await
+    match store::alerts::enqueue_slack(
+        state.store.db(),
+        None,
+        slack::Event::Test.as_str(),
+        &form.route,
+        &payload.to_string(),
+        now_ms(),
+    )
+    .await
     {
         Ok(_) => Redirect::to("/alerts").into_response(),
         Err(e) => unavailable(e),
@@ -343,9 +344,7 @@ async fn incidents_api(
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
-    let views: Vec<IncidentView> = state
-        .store
-        .incidents(from, to)
+    let views: Vec<IncidentView> = store::alerts::incidents(state.store.db(), from, to)
         .await?
         .into_iter()
         .map(|r| view(r, now))

@@ -13,6 +13,7 @@ use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL
 use super::login::{client_key, Peer};
 use super::AppState;
 use crate::error::ApiError;
+use crate::store;
 use crate::store::{AgentStatus, IngestOutcome, Refusal, TokenRow};
 use crate::{auth, now_ms, validate};
 
@@ -96,10 +97,7 @@ async fn ingest(
     // report to one row would make them queue for it.
     if token.last_used_ms.is_none_or(|t| now - t >= TOUCH_EVERY_MS) {
         let address = client_key(headers, peer.0, state.trust_forwarded_for);
-        state
-            .store
-            .touch_token(token.id, now, Some(address.as_str()))
-            .await?;
+        store::tokens::touch_token(state.store.db(), token.id, now, Some(address.as_str())).await?;
     }
     let body = body.map_err(|r| body_error(r, state.max_body_bytes))?;
     let report = decode(&body)?;
@@ -154,10 +152,9 @@ pub(crate) async fn refused(
         "report refused: {}",
         refusal.message
     );
-    if let Err(e) = state
-        .store
-        .record_refusal(token.id, cluster, hostname, &refusal, now)
-        .await
+    if let Err(e) =
+        store::tokens::record_refusal(state.store.db(), token.id, cluster, hostname, &refusal, now)
+            .await
     {
         tracing::error!(error = %e, "could not record a refused report");
     }

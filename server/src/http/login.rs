@@ -23,6 +23,7 @@ use super::AppState;
 use crate::auth::generate_token;
 use crate::now_ms;
 use crate::session::{self, SignedIn, SESSION_COOKIE};
+use crate::store;
 
 const LOGIN_CSRF_COOKIE: &str = "gpl_login";
 pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
@@ -194,10 +195,13 @@ async fn login(
         .collect();
     let client = client_key(&headers, peer, state.trust_forwarded_for);
     let now = now_ms();
-    match state
-        .store
-        .sign_in_failures(&username_key, &client, now - FAILURE_WINDOW_MS)
-        .await
+    match store::accounts::sign_in_failures(
+        state.store.db(),
+        &username_key,
+        &client,
+        now - FAILURE_WINDOW_MS,
+    )
+    .await
     {
         Ok((by_user, by_client))
             if by_user >= MAX_FAILURES_PER_USER || by_client >= MAX_FAILURES_PER_CLIENT =>
@@ -211,7 +215,7 @@ async fn login(
             return unavailable();
         }
     }
-    let user = match state.store.user_by_name(form.username.trim()).await {
+    let user = match store::accounts::user_by_name(state.store.db(), form.username.trim()).await {
         Ok(u) => u,
         Err(e) => {
             tracing::error!(error = %e, "sign-in: reading the user");
@@ -228,10 +232,14 @@ async fn login(
     .unwrap_or(false);
     let Some(user) = user.filter(|_| ok) else {
         tracing::info!(username = %username_key, client = %client, "failed sign-in");
-        if let Err(e) = state
-            .store
-            .record_sign_in_failure(&username_key, &client, now, now - FAILURE_WINDOW_MS)
-            .await
+        if let Err(e) = store::accounts::record_sign_in_failure(
+            state.store.db(),
+            &username_key,
+            &client,
+            now,
+            now - FAILURE_WINDOW_MS,
+        )
+        .await
         {
             tracing::error!(error = %e, "sign-in: recording a failure");
             return unavailable();
@@ -245,7 +253,7 @@ async fn login(
         };
         return render_with_status(StatusCode::UNAUTHORIZED, &page);
     };
-    if let Err(e) = state.store.clear_sign_in_failures(&username_key).await {
+    if let Err(e) = store::accounts::clear_sign_in_failures(state.store.db(), &username_key).await {
         tracing::error!(error = %e, "sign-in: clearing failures");
     }
     match session::start(&state, user.id).await {
@@ -276,7 +284,7 @@ async fn logout(
     if !user.csrf_ok(&form.csrf) {
         return session::csrf_rejected();
     }
-    if let Err(e) = state.store.delete_session(&user.token_hash).await {
+    if let Err(e) = store::accounts::delete_session(state.store.db(), &user.token_hash).await {
         tracing::error!(error = %e, "sign-out: deleting the session");
     }
     (

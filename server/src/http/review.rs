@@ -23,6 +23,7 @@ use crate::attribution::Attribution;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::rollup;
+use crate::store;
 use crate::store::RollupGrain;
 use gpuledger_core::time::{month_label, month_of};
 
@@ -144,7 +145,7 @@ struct DrillDownPage {
 async fn heatmap_labels(
     store: &dyn crate::store::Store,
 ) -> std::collections::HashMap<String, String> {
-    match store.fleet().await {
+    match store::telemetry::fleet(store.db()).await {
         Ok(fleet) => charts::gpu_labels(&fleet),
         Err(e) => {
             tracing::warn!(error = %e, "review: GPU indexes for the heatmap");
@@ -453,9 +454,9 @@ async fn review(
         // Only its total is shown: summed by the database.
         rollup::attributed_costs(store, prev_from, prev_to),
         rollup::load(store, from, to, RollupGrain::IdleHour),
-        store.usage_totals(from, to),
-        store.dirty_mark_count(from, to),
-        store.restatements(from),
+        store::usage::usage_totals(store.db(), from, to),
+        store::rollups::dirty_mark_count(store.db(), from, to),
+        store::closing::restatements(store.db(), from),
     );
     let (
         a,
@@ -686,7 +687,7 @@ async fn drill_down(
         let store = state.store.as_ref();
         let a = rollup::load(store, from, to, RollupGrain::Day).await?;
         let run_hours = rollup::experiment_hours(store, from, to).await?;
-        let requests = store.usage_totals(from, to).await?;
+        let requests = store::usage::usage_totals(store.db(), from, to).await?;
         Ok::<_, crate::store::StoreError>((a, run_hours, requests))
     }
     .await;

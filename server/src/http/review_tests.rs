@@ -10,6 +10,7 @@ use tower::ServiceExt;
 
 use super::tests::{apis, report, Api};
 use crate::now_ms;
+use crate::store;
 use gpuledger_core::time::{month_of, rfc3339};
 
 /// A table row as the page shows it: key, cost, kWh.
@@ -561,20 +562,21 @@ async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
         let old = gpuledger_core::time::month_start_ms(
             gpuledger_core::time::month_start_ms(from - 1) - 1,
         );
-        api.store
-            .mark_dirty_hours(&[old + 3_600_000])
+        store::rollups::mark_dirty_hours(api.store.db(), &[old + 3_600_000])
             .await
             .unwrap();
-        api.store
-            .add_restatement(&crate::store::RestatementRow {
+        store::closing::add_restatement(
+            api.store.db(),
+            &crate::store::RestatementRow {
                 month_ms: old,
                 created_ms: now_ms(),
                 reason: "late AWS credit".into(),
                 before_json: r#"{"search":"1200.00","ml":"50.00"}"#.into(),
                 after_json: r#"{"search":"1100.50","ml":"50.00"}"#.into(),
-            })
-            .await
-            .unwrap();
+            },
+        )
+        .await
+        .unwrap();
         let (status, page) = api
             .get_as(&format!("/review/{}", label(old)), Some(&viewer))
             .await;

@@ -9,6 +9,7 @@ use tower::ServiceExt;
 
 use super::tests::{apis, error_of, Api};
 use crate::now_ms;
+use crate::store;
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,15 +222,30 @@ async fn every_route_admits_exactly_its_audience() {
             }
         }
         // The viewer's attempts changed nothing; the admin's session is still there.
-        assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
-        assert!(api.store.slack_history(10).await.unwrap().is_empty());
-        assert!(api.store.billing_imports().await.unwrap().is_empty());
+        assert!(store::alerts::active_snoozes(api.store.db(), now_ms())
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store::alerts::slack_history(api.store.db(), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store::bills::billing_imports(api.store.db())
+            .await
+            .unwrap()
+            .is_empty());
         assert_eq!(
-            api.store.list_tokens().await.unwrap().len(),
+            store::tokens::list_tokens(api.store.db())
+                .await
+                .unwrap()
+                .len(),
             2,
             "the agent's and rogue"
         );
-        assert!(api.store.gpu_windows(0, i64::MAX).await.unwrap().is_empty());
+        assert!(store::telemetry::gpu_windows(api.store.db(), 0, i64::MAX)
+            .await
+            .unwrap()
+            .is_empty());
         let (status, _, _) = call(
             &api,
             "POST",
@@ -240,7 +256,13 @@ async fn every_route_admits_exactly_its_audience() {
         )
         .await;
         assert_eq!(status, StatusCode::SEE_OTHER, "the admin may snooze");
-        assert_eq!(api.store.active_snoozes(now_ms()).await.unwrap().len(), 1);
+        assert_eq!(
+            store::alerts::active_snoozes(api.store.db(), now_ms())
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
         // Signing out is the one post a viewer makes, and it ends only their own session.
         let (status, _, _) = call(
             &api,
@@ -365,8 +387,7 @@ async fn repeated_wrong_passwords_pause_sign_in() {
     for (api, _db) in apis().await {
         let hash = crate::session::hash_password("correct horse battery").unwrap();
         for name in ["ana", "bo", "cy", "dee"] {
-            api.store
-                .create_user(name, &hash, "viewer", now_ms())
+            store::accounts::create_user(api.store.db(), name, &hash, "viewer", now_ms())
                 .await
                 .unwrap();
         }
@@ -396,23 +417,28 @@ async fn repeated_wrong_passwords_pause_sign_in() {
         // Failures older than the window no longer count.
         let old = now_ms() - FAILURE_WINDOW_MS - 1_000;
         for _ in 0..MAX_FAILURES_PER_USER {
-            api.store
-                .record_sign_in_failure("cy", "elsewhere", old, 0)
+            store::accounts::record_sign_in_failure(api.store.db(), "cy", "elsewhere", old, 0)
                 .await
                 .unwrap();
         }
         assert_eq!(sign_in(&api, "cy", right).await.0, StatusCode::SEE_OTHER);
         // Guessing across many names from one address is paused too.
-        let (so_far, _) = api
-            .store
-            .sign_in_failures("ana", "unknown", now_ms() - FAILURE_WINDOW_MS)
-            .await
-            .unwrap();
-        let (_, from_client) = api
-            .store
-            .sign_in_failures("-", "unknown", now_ms() - FAILURE_WINDOW_MS)
-            .await
-            .unwrap();
+        let (so_far, _) = store::accounts::sign_in_failures(
+            api.store.db(),
+            "ana",
+            "unknown",
+            now_ms() - FAILURE_WINDOW_MS,
+        )
+        .await
+        .unwrap();
+        let (_, from_client) = store::accounts::sign_in_failures(
+            api.store.db(),
+            "-",
+            "unknown",
+            now_ms() - FAILURE_WINDOW_MS,
+        )
+        .await
+        .unwrap();
         assert_eq!(so_far, MAX_FAILURES_PER_USER);
         for i in from_client..MAX_FAILURES_PER_CLIENT {
             assert_eq!(
@@ -507,20 +533,28 @@ async fn a_rogue_agent_token_cannot_rewrite_another_hosts_costs() {
         let (status, resp) = api.post(Some(&api.token), body(&changed)).await;
         refused(status, &resp, StatusCode::CONFLICT, "windows[0].gpus[0]");
 
-        let windows = api.store.gpu_windows(0, i64::MAX).await.unwrap();
+        let windows = store::telemetry::gpu_windows(api.store.db(), 0, i64::MAX)
+            .await
+            .unwrap();
         assert_eq!(windows.len(), 1, "{b}");
         assert_eq!(
             windows[0].util_avg,
             Some(33.0),
             "{b}: the real agent's window stands"
         );
-        let processes = api.store.process_windows(0, i64::MAX).await.unwrap();
+        let processes = store::telemetry::process_windows(api.store.db(), 0, i64::MAX)
+            .await
+            .unwrap();
         assert!(
             !processes[0].labels_json.contains("evil"),
             "{b}: {}",
             processes[0].labels_json
         );
-        assert_eq!(api.store.hosts().await.unwrap().len(), 1, "{b}");
+        assert_eq!(
+            store::telemetry::hosts(api.store.db()).await.unwrap().len(),
+            1,
+            "{b}"
+        );
 
         let (_, metrics) = api.get("/metrics").await;
         for (reason, count) in [
@@ -597,12 +631,14 @@ async fn admins_manage_tokens_on_the_tokens_page() {
             .find(|c| c.starts_with("gpl_"))
             .unwrap_or_else(|| panic!("{b}: no secret shown in {page}"))
             .to_owned();
-        let token = api
-            .store
-            .active_token(&crate::auth::hash_token(&secret), now_ms())
-            .await
-            .unwrap()
-            .unwrap();
+        let token = store::tokens::active_token(
+            api.store.db(),
+            &crate::auth::hash_token(&secret),
+            now_ms(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
         assert_eq!(
             (token.cluster.as_deref(), token.host_pattern.as_deref()),
             (Some("c1"), Some("gpu-*")),
@@ -641,9 +677,7 @@ async fn admins_manage_tokens_on_the_tokens_page() {
                 "{b}: {form}: {page}"
             );
         }
-        let names: Vec<String> = api
-            .store
-            .list_tokens()
+        let names: Vec<String> = store::tokens::list_tokens(api.store.db())
             .await
             .unwrap()
             .into_iter()
@@ -662,13 +696,16 @@ async fn admins_manage_tokens_on_the_tokens_page() {
         assert!(page.contains("old one works until"), "{b}");
         let now = now_ms();
         let hash = crate::auth::hash_token(&secret);
-        assert!(api.store.active_token(&hash, now).await.unwrap().is_some());
-        assert!(api
-            .store
-            .active_token(&hash, now + 3 * 3_600_000)
+        assert!(store::tokens::active_token(api.store.db(), &hash, now)
             .await
             .unwrap()
-            .is_none());
+            .is_some());
+        assert!(
+            store::tokens::active_token(api.store.db(), &hash, now + 3 * 3_600_000)
+                .await
+                .unwrap()
+                .is_none()
+        );
 
         let (status, _, _) = api
             .post_form(

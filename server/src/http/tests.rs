@@ -10,6 +10,7 @@ use tower::ServiceExt;
 
 use super::{router, AppState};
 use crate::auth::{generate_token, hash_token};
+use crate::store;
 use crate::store::{NewToken, Store};
 use crate::{now_ms, test_support};
 
@@ -30,13 +31,13 @@ pub(super) async fn apis_with(change: impl Fn(&mut AppState)) -> Vec<(Api, test_
     for db in test_support::both().await {
         let store = db.open().await;
         let token = generate_token();
-        store
-            .create_token(
-                &NewToken::for_cluster("agent", &hash_token(&token), "c1"),
-                now_ms(),
-            )
-            .await
-            .unwrap();
+        store::tokens::create_token(
+            store.db(),
+            &NewToken::for_cluster("agent", &hash_token(&token), "c1"),
+            now_ms(),
+        )
+        .await
+        .unwrap();
         let mut state = AppState::new(store.clone());
         state.max_body_bytes = 64 * 1024;
         change(&mut state);
@@ -148,23 +149,25 @@ impl Api {
     pub(super) async fn session(&self, role: &str) -> (String, String) {
         let name = format!("{role}-user");
         let hash = crate::session::hash_password("correct horse battery").unwrap();
-        self.store
-            .create_user(&name, &hash, role, now_ms())
+        store::accounts::create_user(self.store.db(), &name, &hash, role, now_ms())
             .await
             .unwrap();
-        let user = self.store.user_by_name(&name).await.unwrap().unwrap();
+        let user = store::accounts::user_by_name(self.store.db(), &name)
+            .await
+            .unwrap()
+            .unwrap();
         let token = generate_token();
         let csrf = generate_token();
-        self.store
-            .create_session(
-                &hash_token(&token),
-                user.id,
-                &csrf,
-                now_ms(),
-                now_ms() + 60_000,
-            )
-            .await
-            .unwrap();
+        store::accounts::create_session(
+            self.store.db(),
+            &hash_token(&token),
+            user.id,
+            &csrf,
+            now_ms(),
+            now_ms() + 60_000,
+        )
+        .await
+        .unwrap();
         (format!("gpl_session={token}"), csrf)
     }
 
@@ -193,13 +196,18 @@ impl Api {
 
     async fn stored_nothing(&self) {
         assert_eq!(
-            self.store.batch_count().await.unwrap(),
+            store::telemetry::batch_count(self.store.db())
+                .await
+                .unwrap(),
             0,
             "{}",
             self.backend
         );
         assert!(
-            self.store.fleet().await.unwrap().is_empty(),
+            store::telemetry::fleet(self.store.db())
+                .await
+                .unwrap()
+                .is_empty(),
             "{}",
             self.backend
         );
@@ -220,7 +228,9 @@ async fn missing_wrong_or_revoked_tokens_get_401() {
         assert_eq!(error_of(&resp).error, "unauthorized");
         let (status, _) = api.post(Some("gpl_wrong"), body.clone()).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{}", api.backend);
-        api.store.revoke_token("agent", now_ms()).await.unwrap();
+        store::tokens::revoke_token(api.store.db(), "agent", now_ms())
+            .await
+            .unwrap();
         let (status, _) = api.post(Some(&api.token), body).await;
         assert_eq!(
             status,
@@ -250,7 +260,10 @@ async fn a_good_report_is_stored_and_a_repeat_acknowledged() {
         assert_eq!(status, StatusCode::OK);
         let ack: IngestAck = serde_json::from_slice(&resp).unwrap();
         assert_eq!(ack.status, "duplicate", "{}", api.backend);
-        assert_eq!(api.store.batch_count().await.unwrap(), 1);
+        assert_eq!(
+            store::telemetry::batch_count(api.store.db()).await.unwrap(),
+            1
+        );
 
         let (_, metrics) = api.get("/metrics").await;
         assert!(
@@ -464,8 +477,7 @@ async fn pages_and_read_apis_need_a_session() {
 async fn sign_in_sets_a_hardened_cookie_and_checks_the_form_token() {
     for (api, _db) in apis().await {
         let hash = crate::session::hash_password("correct horse battery").unwrap();
-        api.store
-            .create_user("ana", &hash, "admin", now_ms())
+        store::accounts::create_user(api.store.db(), "ana", &hash, "admin", now_ms())
             .await
             .unwrap();
         let resp = api
@@ -635,7 +647,10 @@ async fn only_admins_upload_bills_and_only_with_the_form_token() {
         let (status, _) = upload(admin.clone(), "forged".into(), BILL.as_bytes().to_vec()).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
         assert!(
-            api.store.billing_imports().await.unwrap().is_empty(),
+            store::bills::billing_imports(api.store.db())
+                .await
+                .unwrap()
+                .is_empty(),
             "nothing stored on refusal"
         );
 
@@ -643,13 +658,16 @@ async fn only_admins_upload_bills_and_only_with_the_form_token() {
         let (status, page) = upload(admin.clone(), admin_csrf.clone(), bad.into_bytes()).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(page.contains("line 2, column EffectiveCost"), "{page}");
-        assert!(api.store.billing_imports().await.unwrap().is_empty());
+        assert!(store::bills::billing_imports(api.store.db())
+            .await
+            .unwrap()
+            .is_empty());
 
         let (status, page) =
             upload(admin.clone(), admin_csrf.clone(), BILL.as_bytes().to_vec()).await;
         assert_eq!(status, StatusCode::OK, "{page}");
         assert!(page.contains("imported 1 rows"), "{page}");
-        let imports = api.store.billing_imports().await.unwrap();
+        let imports = store::bills::billing_imports(api.store.db()).await.unwrap();
         assert_eq!(
             (imports.len(), imports[0].effective_total.as_str()),
             (1, "1.25")
@@ -715,7 +733,7 @@ async fn a_month_that_reconciles_can_be_signed_off_once() {
             .await;
         assert_eq!(status, StatusCode::SEE_OTHER, "{b}");
         assert_eq!(headers["location"], "/billing/2026-05");
-        let offs = api.store.sign_offs().await.unwrap();
+        let offs = store::closing::sign_offs(api.store.db()).await.unwrap();
         assert_eq!(offs.len(), 1, "{b}");
         assert_eq!(offs[0].note, "invoice received");
         let (_, page) = api.get_as("/billing/2026-05", Some(&viewer)).await;
@@ -735,7 +753,13 @@ async fn a_month_that_reconciles_can_be_signed_off_once() {
             .await;
         assert_eq!(status, StatusCode::CONFLICT, "{b}");
         assert!(page.contains("has not ended"), "{b}: {page}");
-        assert_eq!(api.store.sign_offs().await.unwrap().len(), 1);
+        assert_eq!(
+            store::closing::sign_offs(api.store.db())
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }
 
@@ -821,9 +845,9 @@ async fn an_incident_names_its_gpus_processes_and_users() {
             {"host": "nb-1", "uuid": "GPU-nb-1", "index": 1}
         ]);
         let now = now_ms();
-        let id = api
-            .store
-            .insert_incident(&crate::store::IncidentUpdate {
+        let id = store::alerts::insert_incident(
+            api.store.db(),
+            &crate::store::IncidentUpdate {
                 incident_key: "held:c1/nb-1".into(),
                 kind: "held_idle".into(),
                 cluster: "c1".into(),
@@ -836,9 +860,10 @@ async fn an_incident_names_its_gpus_processes_and_users() {
                 cost_per_hour: "4.10".into(),
                 estimated: false,
                 wasted: "4.10".into(),
-            })
-            .await
-            .unwrap();
+            },
+        )
+        .await
+        .unwrap();
         let (status, html) = api.get_as(&format!("/incidents/{id}"), Some(&viewer)).await;
         assert_eq!(status, StatusCode::OK, "{}", api.backend);
         let doc = scraper::Html::parse_document(&html);
@@ -919,7 +944,10 @@ async fn incidents_alerts_and_snoozes_by_role() {
             .post_form("/snoozes", &admin, "csrf=forged&cluster=c1&hours=4")
             .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        assert!(api.store.active_snoozes(now_ms()).await.unwrap().is_empty());
+        assert!(store::alerts::active_snoozes(api.store.db(), now_ms())
+            .await
+            .unwrap()
+            .is_empty());
         let (status, _, _) = api
             .post_form(
                 "/snoozes",
@@ -928,7 +956,9 @@ async fn incidents_alerts_and_snoozes_by_role() {
             )
             .await;
         assert_eq!(status, StatusCode::SEE_OTHER);
-        let snoozes = api.store.active_snoozes(now_ms()).await.unwrap();
+        let snoozes = store::alerts::active_snoozes(api.store.db(), now_ms())
+            .await
+            .unwrap();
         assert_eq!(
             (snoozes.len(), snoozes[0].by_user.as_str()),
             (1, "admin-user")
@@ -954,7 +984,10 @@ async fn incidents_alerts_and_snoozes_by_role() {
             )
             .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
-        assert!(api.store.slack_history(10).await.unwrap().is_empty());
+        assert!(store::alerts::slack_history(api.store.db(), 10)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }
 
@@ -1095,7 +1128,13 @@ async fn an_export_run_uploads_with_its_manifest() {
             page.contains("b.csv: line 2, column EffectiveCost"),
             "{b}: {page}"
         );
-        assert!(api.store.billing_imports().await.unwrap().is_empty(), "{b}");
+        assert!(
+            store::bills::billing_imports(api.store.db())
+                .await
+                .unwrap()
+                .is_empty(),
+            "{b}"
+        );
 
         let (status, page) = upload(vec![
             file("part_0_0001.csv", &part1),
@@ -1105,7 +1144,9 @@ async fn an_export_run_uploads_with_its_manifest() {
         .await;
         assert_eq!(status, StatusCode::OK, "{b}: {page}");
         assert_eq!(page.matches("imported 1 rows").count(), 2, "{b}: {page}");
-        let periods = api.store.billing_file_periods().await.unwrap();
+        let periods = store::bills::billing_file_periods(api.store.db())
+            .await
+            .unwrap();
         assert_eq!(periods.len(), 2, "{b}");
         assert!(
             periods

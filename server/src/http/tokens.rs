@@ -19,6 +19,7 @@ use crate::agent_tokens::{self, TokenAdminError, TokenRequest};
 use crate::format::ago;
 use crate::now_ms;
 use crate::session::{csrf_rejected, AdminOnly};
+use crate::store;
 use crate::store::TokenRow;
 
 pub fn router() -> Router<AppState> {
@@ -82,7 +83,7 @@ async fn page(
     done: Option<String>,
 ) -> Response {
     let now = now_ms();
-    let tokens = match state.store.list_tokens().await {
+    let tokens = match store::tokens::list_tokens(state.store.db()).await {
         Ok(t) => t.iter().map(|t| view(t, now)).collect(),
         Err(e) => {
             tracing::error!(error = %e, "tokens page: storage failed");

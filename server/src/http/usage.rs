@@ -16,6 +16,7 @@ use super::allocation::{bad, csv_response, range};
 use super::AppState;
 use crate::error::ApiError;
 use crate::session::SignedIn;
+use crate::store;
 use crate::store::RollupGrain;
 use crate::store::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
@@ -137,10 +138,8 @@ async fn post_usage(
         state.limits.retention_ms,
         state.limits.max_clock_skew_ms,
     )?;
-    if let Some(refusal) = state
-        .store
-        .upsert_usage(&source, &counts, token.id, now)
-        .await?
+    if let Some(refusal) =
+        store::usage::upsert_usage(state.store.db(), &source, &counts, token.id, now).await?
     {
         state.metrics.reject(refusal.kind.reason());
         return Err(
@@ -188,7 +187,7 @@ pub(super) async fn endpoint_costs(
     from: i64,
     to: i64,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {
-    let requests = state.store.usage_totals(from, to).await?;
+    let requests = store::usage::usage_totals(state.store.db(), from, to).await?;
     Ok(unit_costs::endpoint_costs(a, &requests))
 }
 

@@ -14,6 +14,7 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 
 use super::*;
 use crate::config::{Config, Secret, SlackConfig, SlackRoute};
+use crate::store;
 use crate::store::AgentStatus;
 use crate::test_support;
 use gpuledger_core::money::from_text;
@@ -155,10 +156,13 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store
-            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
-            .await
-            .unwrap();
+        store::tokens::create_token(
+            store.db(),
+            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+            T,
+        )
+        .await
+        .unwrap();
         let (rx, url) = receiver().await;
         let cfg = config(&url, Duration::from_secs(10 * 60));
         let card = RateCard::default_card();
@@ -195,7 +199,7 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
 
         let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
         assert_eq!((s.opened, s.resolved, s.reminders), (1, 0, 0), "{b}");
-        let open = store.open_incidents().await.unwrap();
+        let open = store::alerts::open_incidents(store.db()).await.unwrap();
         assert_eq!(open.len(), 1, "{b}");
         let i = &open[0];
         assert_eq!(
@@ -302,10 +306,9 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
             "{b}: {}",
             posts[0]["blocks"][3]
         );
-        let history = store.slack_history(10).await.unwrap();
+        let history = store::alerts::slack_history(store.db(), 10).await.unwrap();
         assert!(history.iter().all(|m| m.status == "sent"), "{b}");
-        let about: Vec<String> = store
-            .incident_messages(i.id)
+        let about: Vec<String> = store::alerts::incident_messages(store.db(), i.id)
             .await
             .unwrap()
             .into_iter()
@@ -328,8 +331,7 @@ async fn slack_delivery_retries_what_may_succeed_and_records_what_cannot() {
             (500, None, "rollup_error"),
         ]);
         let payload = crate::slack::test_message("default", "x").to_string();
-        let id = store
-            .enqueue_slack(None, "test", "default", &payload, T)
+        let id = store::alerts::enqueue_slack(store.db(), None, "test", "default", &payload, T)
             .await
             .unwrap();
 
@@ -354,8 +356,7 @@ async fn slack_delivery_retries_what_may_succeed_and_records_what_cannot() {
             1,
             "{b}: 500 retried after backoff"
         );
-        let m = store
-            .slack_history(10)
+        let m = store::alerts::slack_history(store.db(), 10)
             .await
             .unwrap()
             .into_iter()
@@ -368,13 +369,12 @@ async fn slack_delivery_retries_what_may_succeed_and_records_what_cannot() {
             .lock()
             .unwrap()
             .push_back((410, None, "channel_is_archived"));
-        let id = store
-            .enqueue_slack(None, "test", "default", &payload, T + 10_000)
-            .await
-            .unwrap();
+        let id =
+            store::alerts::enqueue_slack(store.db(), None, "test", "default", &payload, T + 10_000)
+                .await
+                .unwrap();
         deliver(store.as_ref(), &cfg, T + 10_000).await;
-        let m = store
-            .slack_history(10)
+        let m = store::alerts::slack_history(store.db(), 10)
             .await
             .unwrap()
             .into_iter()
@@ -393,12 +393,11 @@ async fn slack_delivery_retries_what_may_succeed_and_records_what_cannot() {
         );
 
         // A route that is gone from the config fails without a request.
-        store
-            .enqueue_slack(None, "test", "team:gone", &payload, T + 70_000)
+        store::alerts::enqueue_slack(store.db(), None, "test", "team:gone", &payload, T + 70_000)
             .await
             .unwrap();
         deliver(store.as_ref(), &cfg, T + 70_000).await;
-        let m = &store.slack_history(1).await.unwrap()[0];
+        let m = &store::alerts::slack_history(store.db(), 1).await.unwrap()[0];
         assert!(
             m.last_error
                 .as_deref()
@@ -416,10 +415,13 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store
-            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
-            .await
-            .unwrap();
+        store::tokens::create_token(
+            store.db(),
+            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+            T,
+        )
+        .await
+        .unwrap();
         let (rx, url) = receiver().await;
         let mut cfg = config(&url, Duration::from_secs(3600));
         cfg.slack.routes[0].team = Some("research".into());
@@ -444,7 +446,9 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
             None,
         )
         .await;
-        store.snooze("quiet-c", T + MIN, "ana", T).await.unwrap();
+        store::alerts::snooze(store.db(), "quiet-c", T + MIN, "ana", T)
+            .await
+            .unwrap();
 
         let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
         assert_eq!(
@@ -452,7 +456,7 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
             "{b}: the notebook host (its two held-idle processes together) and the quiet cluster"
         );
         deliver(store.as_ref(), &cfg, T).await;
-        let history = store.slack_history(10).await.unwrap();
+        let history = store::alerts::slack_history(store.db(), 10).await.unwrap();
         assert_eq!(
             history.len(),
             1,
@@ -489,7 +493,7 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
         evaluate(store.as_ref(), &card, &cfg, T + 2 * MIN)
             .await
             .unwrap();
-        let history = store.slack_history(10).await.unwrap();
+        let history = store::alerts::slack_history(store.db(), 10).await.unwrap();
         assert!(
             history
                 .iter()
@@ -506,10 +510,13 @@ async fn a_cluster_that_stops_reporting_is_said_so_not_resolved() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store
-            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
-            .await
-            .unwrap();
+        store::tokens::create_token(
+            store.db(),
+            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+            T,
+        )
+        .await
+        .unwrap();
         let (rx, url) = receiver().await;
         let cfg = config(&url, Duration::from_secs(3600));
         let card = RateCard::default_card();
@@ -544,7 +551,7 @@ async fn a_cluster_that_stops_reporting_is_said_so_not_resolved() {
             last["text"]
         );
         assert!(!last.to_string().contains("Burning"), "{b}: {last}");
-        let history = store.slack_history(10).await.unwrap();
+        let history = store::alerts::slack_history(store.db(), 10).await.unwrap();
         assert!(
             history.iter().any(|m| m.event == "stopped_reporting"),
             "{b}"
@@ -560,10 +567,13 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store
-            .create_token(&crate::store::NewToken::for_cluster("agent", "h", "*-*"), T)
-            .await
-            .unwrap();
+        store::tokens::create_token(
+            store.db(),
+            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+            T,
+        )
+        .await
+        .unwrap();
         let cfg = Config::default();
         let card = RateCard::default_card();
         for host in ["idle-1", "idle-2"] {
@@ -576,7 +586,10 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
         evaluate(store.as_ref(), &card, &cfg, T + 15 * MIN)
             .await
             .unwrap();
-        let i = store.open_incidents().await.unwrap().remove(0);
+        let i = store::alerts::open_incidents(store.db())
+            .await
+            .unwrap()
+            .remove(0);
         assert_eq!(i.started_ms, T - 3 * 60 * MIN, "{b}");
         let per_hour = from_text(&i.cost_per_hour);
         let ledger = |to: i64| {
@@ -618,7 +631,10 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
         evaluate(store.as_ref(), &card, &cfg, T + 65 * MIN)
             .await
             .unwrap();
-        let settled = store.incident(i.id).await.unwrap().unwrap();
+        let settled = store::alerts::incident(store.db(), i.id)
+            .await
+            .unwrap()
+            .unwrap();
         let all_hours = ledger(T + 60 * MIN).await;
         assert_eq!(all_hours, d("213.0219"), "{b}: 3 h and the idle quarter");
         assert_eq!(from_text(&settled.wasted), all_hours, "{b}");

@@ -8,6 +8,7 @@
 
 use super::{recommend, Options, Recommendations};
 use crate::billing::ratecard::RateCard;
+use crate::store;
 use crate::store::{Store, StoreError};
 use gpuledger_core::time::DAY_MS;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
@@ -62,9 +63,13 @@ pub async fn get(
     range: Range,
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
-    let stored = store
-        .recommendation_snapshot(range.from_ms, range.to_ms, range.observed_ms)
-        .await?;
+    let stored = store::recommendations::recommendation_snapshot(
+        store.db(),
+        range.from_ms,
+        range.to_ms,
+        range.observed_ms,
+    )
+    .await?;
     if let Some((computed_ms, body)) = stored {
         if computed_ms >= range.to_ms || now_ms - computed_ms < MAX_AGE_MS {
             match serde_json::from_str(&body) {
@@ -89,15 +94,15 @@ pub async fn compute_and_store(
     let r = recommend(&evidence, card, range.observed_ms, Options::default());
     match serde_json::to_string(&r) {
         Ok(body) => {
-            store
-                .put_recommendation_snapshot(
-                    range.from_ms,
-                    range.to_ms,
-                    range.observed_ms,
-                    now_ms,
-                    &body,
-                )
-                .await?
+            store::recommendations::put_recommendation_snapshot(
+                store.db(),
+                range.from_ms,
+                range.to_ms,
+                range.observed_ms,
+                now_ms,
+                &body,
+            )
+            .await?
         }
         Err(e) => tracing::warn!(error = %e, "recommendations not stored"),
     }
@@ -118,8 +123,7 @@ pub async fn refresh(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<
         now_ms,
     )
     .await?;
-    store
-        .expire_recommendation_snapshots(now_ms - MAX_AGE_MS)
+    store::recommendations::expire_recommendation_snapshots(store.db(), now_ms - MAX_AGE_MS)
         .await?;
     Ok(())
 }

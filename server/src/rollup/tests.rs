@@ -10,6 +10,7 @@ use super::*;
 use crate::billing::focus;
 use crate::config::IdleConfig;
 use crate::recommend::{recommend, Evidence, Options, Recommendations};
+use crate::store;
 use crate::store::AgentStatus;
 use crate::test_support;
 
@@ -213,8 +214,12 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         let a = attribution::compute(store, card, &IdleConfig::default(), from, to)
             .await
             .unwrap();
-        let ws = store.attribution_windows(from, to).await.unwrap();
-        let ps = store.process_windows(from, to).await.unwrap();
+        let ws = store::rollups::attribution_windows(store.db(), from, to)
+            .await
+            .unwrap();
+        let ps = store::telemetry::process_windows(store.db(), from, to)
+            .await
+            .unwrap();
         let raw = recommend(&Evidence::from_raw(&a, &ws, &ps), card, to - from, options);
         let listed = if options.headroom > 1.0 {
             raw.consolidation.len()
@@ -286,10 +291,18 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let store = db.open().await;
         let b = db.backend;
         let s = store.as_ref();
-        s.create_token(&crate::store::NewToken::for_cluster("t", "h", "c?*"), START)
+        store::tokens::create_token(
+            s.db(),
+            &crate::store::NewToken::for_cluster("t", "h", "c?*"),
+            START,
+        )
+        .await
+        .unwrap();
+        let token = store::tokens::active_token(s.db(), "h", START)
             .await
-            .unwrap();
-        let token = s.active_token("h", START).await.unwrap().unwrap().id;
+            .unwrap()
+            .unwrap()
+            .id;
         let status = AgentStatus::default();
         // 30 hours of host a (billed) and host b (rate card), with a gap in host b's data.
         let a = report("a-1", "a", "i-aaa", START, 90, "llama");
@@ -298,7 +311,10 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         s.ingest(&b1, token, status, START).await.unwrap();
         import_bill(s, "bill-1", "1").await;
         assert!(
-            !s.dirty_marks(10).await.unwrap().is_empty(),
+            !store::rollups::dirty_marks(s.db(), 10)
+                .await
+                .unwrap()
+                .is_empty(),
             "{b}: ingest and bills mark"
         );
 
@@ -345,12 +361,17 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         .unwrap();
         assert!(summary.hours >= 30 && summary.rows > 0, "{b}: {summary:?}");
         assert!(
-            s.dirty_marks(10).await.unwrap().is_empty(),
+            store::rollups::dirty_marks(s.db(), 10)
+                .await
+                .unwrap()
+                .is_empty(),
             "{b}: all rolled up"
         );
         assert_matches_raw(s, &card, &format!("{b}: first roll-up, a host at a time")).await;
         // Again in passes of several hours, all hosts at once: the same figures.
-        s.mark_dirty_hours(&hours).await.unwrap();
+        store::rollups::mark_dirty_hours(s.db(), &hours)
+            .await
+            .unwrap();
         run_in_passes(
             s,
             &card,
@@ -366,14 +387,17 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         // A repeated batch stores nothing and marks nothing.
         s.ingest(&a, token, status, START).await.unwrap();
         assert!(
-            s.dirty_marks(10).await.unwrap().is_empty(),
+            store::rollups::dirty_marks(s.db(), 10)
+                .await
+                .unwrap()
+                .is_empty(),
             "{b}: a repeat marks nothing"
         );
 
         // Late data: host b's gap filled a day later, by another owner.
         let late = report("b-late", "b", "i-bbb", START + 40 * STEP, 20, "whisper");
         s.ingest(&late, token, status, END).await.unwrap();
-        let marked = s.dirty_marks(100).await.unwrap();
+        let marked = store::rollups::dirty_marks(s.db(), 100).await.unwrap();
         assert!(
             !marked.is_empty() && marked.len() <= 8,
             "{b}: only late hours: {marked:?}"
@@ -394,7 +418,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let marks_before = {
             let late = report("b-later", "b", "i-bbb", START + 60 * STEP, 1, "whisper");
             s.ingest(&late, token, status, END).await.unwrap();
-            let marks = s.dirty_marks(10).await.unwrap();
+            let marks = store::rollups::dirty_marks(s.db(), 10).await.unwrap();
             let again = report("a-again", "a", "i-aaa", START + 60 * STEP + 60_000, 1, "x");
             s.ingest(&again, token, status, END).await.unwrap();
             let mut b2 = report("b-again", "b", "i-bbb", START + 60 * STEP + 60_000, 1, "x");
@@ -402,13 +426,17 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             s.ingest(&b2, token, status, END).await.unwrap();
             marks
         };
-        s.replace_rollups(&marks_before, &[], &[], &[])
+        store::rollups::replace_rollups(s.db(), &marks_before, &[], &[], &[])
             .await
             .unwrap();
         assert!(
-            s.dirty_marks(10).await.unwrap().iter().any(|m| marks_before
+            store::rollups::dirty_marks(s.db(), 10)
+                .await
+                .unwrap()
                 .iter()
-                .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
+                .any(|m| marks_before
+                    .iter()
+                    .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
             "{b}: a mark changed during the roll-up survives it"
         );
         run(s, &card, &IdleConfig::default(), usize::MAX)
@@ -423,7 +451,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let recs_before = recommended(s, &card, START - HOUR_MS, END + HOUR_MS).await;
         // Nothing is deleted from a month still open, however old: its hours may be marked and
         // attributed again (here the first one is).
-        s.mark_dirty_hours(&[START]).await.unwrap();
+        store::rollups::mark_dirty_hours(s.db(), &[START])
+            .await
+            .unwrap();
         let retention = 35 * DAY_MS;
         let open_from = gpuledger_core::time::month_start_ms(START);
         assert_eq!(
@@ -441,16 +471,18 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             .await
             .unwrap();
         assert!(deleted > 500, "{b}: deleted {deleted}");
-        assert!(s
-            .attribution_windows(START - HOUR_MS, END + HOUR_MS)
-            .await
-            .unwrap()
-            .is_empty());
-        assert!(s
-            .process_windows(START - HOUR_MS, END + HOUR_MS)
-            .await
-            .unwrap()
-            .is_empty());
+        assert!(
+            store::rollups::attribution_windows(s.db(), START - HOUR_MS, END + HOUR_MS)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            store::telemetry::process_windows(s.db(), START - HOUR_MS, END + HOUR_MS)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let after = load(s, START - HOUR_MS, END + HOUR_MS, RollupGrain::Day)
             .await
             .unwrap();
@@ -534,10 +566,18 @@ async fn a_closed_month_stays_closed_until_restated() {
         let store = db.open().await;
         let b = db.backend;
         let s = store.as_ref();
-        s.create_token(&crate::store::NewToken::for_cluster("t", "h", "c"), START)
+        store::tokens::create_token(
+            s.db(),
+            &crate::store::NewToken::for_cluster("t", "h", "c"),
+            START,
+        )
+        .await
+        .unwrap();
+        let token = store::tokens::active_token(s.db(), "h", START)
             .await
-            .unwrap();
-        let token = s.active_token("h", START).await.unwrap().unwrap().id;
+            .unwrap()
+            .unwrap()
+            .id;
         let status = AgentStatus::default();
         s.ingest(
             &report("a-1", "a", "i-aaa", START, 90, "llama"),
@@ -581,7 +621,10 @@ async fn a_closed_month_stays_closed_until_restated() {
             "{b}"
         );
         assert!(
-            s.dirty_mark_count(month, next).await.unwrap() > 0,
+            store::rollups::dirty_mark_count(s.db(), month, next)
+                .await
+                .unwrap()
+                > 0,
             "{b}: changes waiting"
         );
 
@@ -629,7 +672,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         .await
         .unwrap();
         assert_eq!(restated.len(), 1, "{b}");
-        let listed = s.restatements(month).await.unwrap();
+        let listed = store::closing::restatements(s.db(), month).await.unwrap();
         assert_eq!(listed, restated, "{b}");
         assert_eq!(listed[0].reason, "late bill");
         let before: BTreeMap<String, String> =
@@ -650,7 +693,13 @@ async fn a_closed_month_stays_closed_until_restated() {
         );
         assert_eq!(after["(not a GPU host)"], "7.77", "{b}");
         assert!(restated_total > closed_total["USD"], "{b}");
-        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+        assert_eq!(
+            store::rollups::dirty_mark_count(s.db(), month, next)
+                .await
+                .unwrap(),
+            0,
+            "{b}"
+        );
 
         // Closed, its raw windows may go; restating it again would need them, so it is refused.
         let deleted = enforce_retention(s, now, DAY_MS, close.open_from(now))
@@ -696,7 +745,12 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             .await
             .unwrap();
         assert_eq!(done.hours, 0, "{b}: the open-month job leaves it");
-        assert!(!s.has_rollups(month, next, false).await.unwrap(), "{b}");
+        assert!(
+            !store::ledger::has_rollups(s.db(), month, next, false)
+                .await
+                .unwrap(),
+            "{b}"
+        );
 
         let first = attribute_new_closed_months(s, &card, &idle, open_from, now)
             .await
@@ -704,7 +758,11 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         assert_eq!(first.len(), 1, "{b}");
         assert_eq!(first[0].month_ms, month, "{b}");
         assert_eq!(first[0].before_json, "{}", "{b}");
-        assert_eq!(s.restatements(month).await.unwrap(), first, "{b}");
+        assert_eq!(
+            store::closing::restatements(s.db(), month).await.unwrap(),
+            first,
+            "{b}"
+        );
         // No agent reports i-aaa: its two days and the bucket, the whole bill, are in the
         // ledger now, unattributed.
         let ledger = load(s, month, next, RollupGrain::Day).await.unwrap();
@@ -715,7 +773,13 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             Decimal::from_str_exact("1583.893456789012352").unwrap(),
             "{b}"
         );
-        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+        assert_eq!(
+            store::rollups::dirty_mark_count(s.db(), month, next)
+                .await
+                .unwrap(),
+            0,
+            "{b}"
+        );
 
         // Attributed now: a corrected bill waits for a restatement like any closed month's.
         import_bill(s, "old-bill-2", "2").await;
@@ -723,10 +787,18 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             .await
             .unwrap();
         assert!(again.is_empty(), "{b}");
-        assert!(s.dirty_mark_count(month, next).await.unwrap() > 0, "{b}");
+        assert!(
+            store::rollups::dirty_mark_count(s.db(), month, next)
+                .await
+                .unwrap()
+                > 0,
+            "{b}"
+        );
 
         // Retention passed that month long ago, but no GPU hour of it came from windows.
-        s.set_raw_deleted_before(open_from).await.unwrap();
+        store::telemetry::set_raw_deleted_before(s.db(), open_from)
+            .await
+            .unwrap();
         let (_, restated) = rebuild(
             s,
             &card,
@@ -740,6 +812,12 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         .await
         .unwrap();
         assert_eq!(restated.len(), 1, "{b}");
-        assert_eq!(s.dirty_mark_count(month, next).await.unwrap(), 0, "{b}");
+        assert_eq!(
+            store::rollups::dirty_mark_count(s.db(), month, next)
+                .await
+                .unwrap(),
+            0,
+            "{b}"
+        );
     }
 }

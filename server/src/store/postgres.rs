@@ -6,24 +6,25 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
-use super::{shared_sql_impl, store_impl, token_sql_impl, StoreError};
+use super::tokens::{ingest_refusal, window_conflict};
+use super::{store_impl, Db, Dialect, StoreError};
 
-shared_sql_impl!(Postgres);
-token_sql_impl!(Postgres);
-
-/// Set for the roll-up's reads of a group of hosts. Parallel workers would take the cores that
-/// serve ingest, and the parallel scan of the hour's time index they make look cheap reads every
-/// host's rows for each group, where the host and GPU indexes read only the group's. JIT costs
-/// more than it saves on statements of this size.
-const ROLLUP_READ_SETTINGS: &[&str] = &[
-    "SET LOCAL max_parallel_workers_per_gather = 0",
-    "SET LOCAL jit = off",
-];
+impl Dialect for Postgres {
+    /// Set for the roll-up's reads of a group of hosts. Parallel workers would take the cores that
+    /// serve ingest, and the parallel scan of the hour's time index they make look cheap reads every
+    /// host's rows for each group, where the host and GPU indexes read only the group's. JIT costs
+    /// more than it saves on statements of this size.
+    const ROLLUP_READ_SETTINGS: &'static [&'static str] = &[
+        "SET LOCAL max_parallel_workers_per_gather = 0",
+        "SET LOCAL jit = off",
+    ];
+}
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
 pub struct PostgresStore {
     pool: Pool<Postgres>,
+    db: Db,
 }
 
 impl PostgresStore {
@@ -35,7 +36,10 @@ impl PostgresStore {
             .await?;
         // sqlx's migrator takes an advisory lock, so replicas starting together migrate once.
         MIGRATOR.run(&pool).await?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore {
+            db: Db::Postgres { pool: pool.clone() },
+            pool,
+        })
     }
 }
 
@@ -198,7 +202,7 @@ async fn ingest_report(
         Ok((stored,)) => stored,
         Err(sqlx::Error::Database(e)) if e.constraint() == Some(WINDOW_GUARD) => {
             let mut conn = pool.acquire().await?;
-            return match window_conflict_sql(&mut conn, report).await? {
+            return match window_conflict(&mut *conn, report).await? {
                 Some(refusal) => Ok(super::IngestOutcome::Refused(refusal)),
                 None => Err(StoreError::Invalid(
                     "a process window of this report was already stored".into(),
@@ -211,7 +215,7 @@ async fn ingest_report(
         return Ok(super::IngestOutcome::Stored);
     }
     let mut conn = pool.acquire().await?;
-    ingest_refusal_sql(&mut conn, report, token_id, content_sha256, now_ms)
+    ingest_refusal(&mut *conn, report, token_id, content_sha256, now_ms)
         .await?
         .ok_or_else(|| {
             // Only a race leaves nothing to name: another token took the host or a GPU between

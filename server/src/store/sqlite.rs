@@ -2,25 +2,28 @@
 //! (an in-process lock) because SQLite allows only one and would otherwise answer "busy".
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Pool, Sqlite};
 use tokio::sync::Mutex;
 
-use super::{shared_sql_impl, store_impl, token_sql_impl, StoreError};
+use super::tokens::{ingest_refusal, window_conflict};
+use super::{store_impl, Db, Dialect, StoreError};
 
-shared_sql_impl!(Sqlite);
-token_sql_impl!(Sqlite);
-
-/// Nothing to set for the roll-up's reads (see the PostgreSQL store).
-const ROLLUP_READ_SETTINGS: &[&str] = &[];
+impl Dialect for Sqlite {
+    /// Nothing to set for the roll-up's reads (see the PostgreSQL store).
+    const ROLLUP_READ_SETTINGS: &'static [&'static str] = &[];
+}
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
 pub struct SqliteStore {
     pool: Pool<Sqlite>,
-    writer: Mutex<()>,
+    /// Shared with `db`, so writes through either take the same turn.
+    writer: Arc<Mutex<()>>,
+    db: Db,
 }
 
 impl SqliteStore {
@@ -36,9 +39,14 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
+        let writer = Arc::new(Mutex::new(()));
         Ok(SqliteStore {
+            db: Db::Sqlite {
+                pool: pool.clone(),
+                writer: writer.clone(),
+            },
             pool,
-            writer: Mutex::new(()),
+            writer,
         })
     }
 }
@@ -154,7 +162,9 @@ async fn ingest_report_tx(
     agent: crate::store::AgentStatus,
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
-    if let Some(outcome) = ingest_refusal_sql(tx, report, token_id, content_sha256, now_ms).await? {
+    if let Some(outcome) =
+        ingest_refusal(&mut **tx, report, token_id, content_sha256, now_ms).await?
+    {
         return Ok(outcome);
     }
     let host: Option<(i64,)> = super::bind_host!(
@@ -196,13 +206,13 @@ async fn ingest_report_tx(
     let inserted = insert_report_rows(tx, host_id, &report.batch_id, &rows).await?;
     if inserted < (rows.gpus.uuid.len() + rows.processes.gpu_uuid.len()) as u64 {
         // A window another batch stored: refuse the whole report rather than keep part of it.
-        let refusal = window_conflict_sql(tx, report).await?.ok_or_else(|| {
+        let refusal = window_conflict(&mut **tx, report).await?.ok_or_else(|| {
             StoreError::Invalid("a process window of this report was already stored".into())
         })?;
         return Ok(crate::store::IngestOutcome::Refused(refusal));
     }
     upsert_gpus(tx, host_id, &rows.identities).await?;
-    mark_dirty_sql(tx, &rows.hours, host_id).await?;
+    super::rollups::mark_dirty(&mut **tx, &rows.hours, host_id).await?;
     Ok(crate::store::IngestOutcome::Stored)
 }
 

@@ -1,8 +1,11 @@
 //! Agent tokens and which hosts each may report: the storage side of the scope rules in
 //! [`crate::auth`]. A host is bound to the first active token that reports it
 //! (`hosts.token_id`); a report from another token for that host, or for one of its GPUs, is
-//! refused until an admin moves the host ([`rebind_host`](token_sql_impl)). A host whose token
+//! refused until an admin moves the host ([`rebind_host`]). A host whose token
 //! was revoked or has expired is free again: the next token in scope that reports it takes it.
+
+use super::db::{on_backend, On};
+use super::StoreError;
 
 /// An agent token as listed: never its secret.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -138,372 +141,414 @@ macro_rules! token_columns_sql {
          last_address, previous_expires_ms"
     };
 }
-pub(crate) use token_columns_sql;
 
-/// The token statements both backends share (see `shared_sql_impl!` for why a macro).
-macro_rules! token_sql_impl {
-    ($db:ty) => {
-        async fn create_token_sql(
-            pool: &sqlx::Pool<$db>,
-            token: &$crate::store::NewToken<'_>,
-            now_ms: i64,
-        ) -> Result<(), $crate::store::StoreError> {
-            let result = sqlx::query(
-                "INSERT INTO api_tokens (name, token_hash, created_ms, cluster, host_pattern,
-                                         expires_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(token.name)
-            .bind(token.hash)
-            .bind(now_ms)
-            .bind(token.cluster)
-            .bind(token.host_pattern)
-            .bind(token.expires_ms)
-            .execute(pool)
-            .await?;
-            if result.rows_affected() == 0 {
-                return Err($crate::store::StoreError::Conflict(format!(
-                    "token {:?}",
-                    token.name
-                )));
-            }
-            Ok(())
+pub async fn create_token(
+    on: impl Into<On<'_>>,
+    token: &NewToken<'_>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(
+            "INSERT INTO api_tokens (name, token_hash, created_ms, cluster, host_pattern,
+                                     expires_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(token.name)
+        .bind(token.hash)
+        .bind(now_ms)
+        .bind(token.cluster)
+        .bind(token.host_pattern)
+        .bind(token.expires_ms)
+        .execute(&mut *ex)
+        .await?;
+        if result.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("token {:?}", token.name)));
         }
-
-        async fn list_tokens_sql(
-            pool: &sqlx::Pool<$db>,
-        ) -> Result<Vec<$crate::store::TokenRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(concat!(
-                "SELECT ",
-                $crate::store::token_columns_sql!(),
-                " FROM api_tokens ORDER BY name"
-            ))
-            .fetch_all(pool)
-            .await?)
-        }
-
-        async fn token_by_name_sql(
-            pool: &sqlx::Pool<$db>,
-            name: &str,
-        ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(concat!(
-                "SELECT ",
-                $crate::store::token_columns_sql!(),
-                " FROM api_tokens WHERE name = $1"
-            ))
-            .bind(name)
-            .fetch_optional(pool)
-            .await?)
-        }
-
-        async fn revoke_token_sql(
-            pool: &sqlx::Pool<$db>,
-            name: &str,
-            now_ms: i64,
-        ) -> Result<bool, $crate::store::StoreError> {
-            let result = sqlx::query(
-                "UPDATE api_tokens SET revoked_ms = $2 WHERE name = $1 AND revoked_ms IS NULL",
-            )
-            .bind(name)
-            .bind(now_ms)
-            .execute(pool)
-            .await?;
-            Ok(result.rows_affected() > 0)
-        }
-
-        async fn rotate_token_sql(
-            pool: &sqlx::Pool<$db>,
-            name: &str,
-            new_hash: &str,
-            old_valid_until_ms: i64,
-            now_ms: i64,
-        ) -> Result<bool, $crate::store::StoreError> {
-            let result = sqlx::query(concat!(
-                "UPDATE api_tokens
-                 SET previous_token_hash = token_hash, previous_expires_ms = $3,
-                     token_hash = $2
-                 WHERE name = $1 AND ",
-                $crate::store::token_active_sql!("api_tokens", "$4")
-            ))
-            .bind(name)
-            .bind(new_hash)
-            .bind(old_valid_until_ms)
-            .bind(now_ms)
-            .execute(pool)
-            .await?;
-            Ok(result.rows_affected() > 0)
-        }
-
-        async fn active_token_sql(
-            pool: &sqlx::Pool<$db>,
-            hash: &str,
-            now_ms: i64,
-        ) -> Result<Option<$crate::store::TokenRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(concat!(
-                "SELECT ",
-                $crate::store::token_columns_sql!(),
-                " FROM api_tokens t
-                 WHERE (t.token_hash = $1 OR (t.previous_token_hash = $1
-                                              AND t.previous_expires_ms > $2))
-                   AND ",
-                $crate::store::token_active_sql!("t", "$2")
-            ))
-            .bind(hash)
-            .bind(now_ms)
-            .fetch_optional(pool)
-            .await?)
-        }
-
-        async fn touch_token_sql(
-            pool: &sqlx::Pool<$db>,
-            token_id: i64,
-            now_ms: i64,
-            address: Option<&str>,
-        ) -> Result<(), $crate::store::StoreError> {
-            sqlx::query(
-                "UPDATE api_tokens SET last_used_ms = $2, last_address = COALESCE($3, last_address)
-                 WHERE id = $1 AND (last_used_ms IS NULL OR last_used_ms < $2)",
-            )
-            .bind(token_id)
-            .bind(now_ms)
-            .bind(address)
-            .execute(pool)
-            .await?;
-            Ok(())
-        }
-
-        async fn token_clusters_sql(
-            pool: &sqlx::Pool<$db>,
-            token_id: i64,
-        ) -> Result<Vec<String>, $crate::store::StoreError> {
-            let rows: Vec<(String,)> = sqlx::query_as(
-                "SELECT DISTINCT cluster FROM hosts WHERE token_id = $1 ORDER BY cluster",
-            )
-            .bind(token_id)
-            .fetch_all(pool)
-            .await?;
-            Ok(rows.into_iter().map(|(c,)| c).collect())
-        }
-
-        async fn adopt_token_cluster_sql(
-            pool: &sqlx::Pool<$db>,
-            token_id: i64,
-            cluster: &str,
-        ) -> Result<bool, $crate::store::StoreError> {
-            let result = sqlx::query(
-                "UPDATE api_tokens SET cluster = $2
-                 WHERE id = $1 AND cluster IS NULL
-                   AND NOT EXISTS (SELECT 1 FROM hosts WHERE token_id = $1)",
-            )
-            .bind(token_id)
-            .bind(cluster)
-            .execute(pool)
-            .await?;
-            Ok(result.rows_affected() > 0)
-        }
-
-        async fn rebind_host_sql(
-            pool: &sqlx::Pool<$db>,
-            cluster: &str,
-            hostname: &str,
-            token_id: i64,
-        ) -> Result<bool, $crate::store::StoreError> {
-            let mut tx = pool.begin().await?;
-            let moved =
-                sqlx::query("UPDATE hosts SET token_id = $3 WHERE cluster = $1 AND hostname = $2")
-                    .bind(cluster)
-                    .bind(hostname)
-                    .bind(token_id)
-                    .execute(&mut *tx)
-                    .await?;
-            if moved.rows_affected() == 0 {
-                tx.rollback().await?;
-                return Ok(false);
-            }
-            // What the move settles is no longer a refusal to look at.
-            sqlx::query(
-                "DELETE FROM ingest_refusals
-                 WHERE cluster = $1 AND hostname = $2 AND token_id = $3",
-            )
-            .bind(cluster)
-            .bind(hostname)
-            .bind(token_id)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-            Ok(true)
-        }
-
-        async fn record_refusal_sql(
-            pool: &sqlx::Pool<$db>,
-            token_id: i64,
-            cluster: &str,
-            hostname: &str,
-            refusal: &$crate::store::Refusal,
-            now_ms: i64,
-        ) -> Result<(), $crate::store::StoreError> {
-            sqlx::query(
-                "INSERT INTO ingest_refusals
-                    (token_id, cluster, hostname, reason, message, first_ms, last_ms, attempts)
-                 VALUES ($1, $2, $3, $4, $5, $6, $6, 1)
-                 ON CONFLICT (token_id, cluster, hostname, reason) DO UPDATE SET
-                    message = excluded.message,
-                    last_ms = excluded.last_ms,
-                    attempts = ingest_refusals.attempts + 1",
-            )
-            .bind(token_id)
-            .bind(cluster)
-            .bind(hostname)
-            .bind(refusal.kind.reason())
-            .bind(&refusal.message)
-            .bind(now_ms)
-            .execute(pool)
-            .await?;
-            Ok(())
-        }
-
-        async fn ingest_refusals_sql(
-            pool: &sqlx::Pool<$db>,
-            since_ms: i64,
-        ) -> Result<Vec<$crate::store::RefusalRow>, $crate::store::StoreError> {
-            Ok(sqlx::query_as(
-                "SELECT t.name AS token, r.cluster, r.hostname, r.reason, r.message, r.first_ms,
-                        r.last_ms, r.attempts
-                 FROM ingest_refusals r JOIN api_tokens t ON t.id = r.token_id
-                 WHERE r.last_ms >= $1
-                 ORDER BY r.last_ms DESC, t.name, r.cluster, r.hostname",
-            )
-            .bind(since_ms)
-            .fetch_all(pool)
-            .await?)
-        }
-
-        /// Why a report that stored nothing was not stored: a repeat of a batch (duplicate, or
-        /// a reused batch id), or a host or GPU of another active token. `None` when none of
-        /// these holds. SQLite asks before writing; PostgreSQL after its one statement wrote
-        /// nothing.
-        async fn ingest_refusal_sql(
-            conn: &mut <$db as sqlx::Database>::Connection,
-            report: &gpuledger_proto::Report,
-            token_id: i64,
-            content_sha256: &str,
-            now_ms: i64,
-        ) -> Result<Option<$crate::store::IngestOutcome>, $crate::store::StoreError> {
-            use $crate::store::{IngestOutcome, Refusal, RefusalKind};
-            let batch: Option<(i64, Option<String>)> = sqlx::query_as(
-                "SELECT token_id, content_sha256 FROM ingested_batches WHERE batch_id = $1",
-            )
-            .bind(&report.batch_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some((by, digest)) = batch {
-                // A batch stored before digests were kept repeats as it always did.
-                if by == token_id && digest.as_deref().is_none_or(|d| d == content_sha256) {
-                    return Ok(Some(IngestOutcome::Duplicate));
-                }
-                let message = if by == token_id {
-                    "this batch id was already stored with other content; a batch id names \
-                     one batch for good"
-                } else {
-                    "this batch id was already stored from another token"
-                };
-                return Ok(Some(IngestOutcome::Refused(Refusal {
-                    kind: RefusalKind::BatchReused,
-                    field: "batch_id".into(),
-                    message: message.into(),
-                })));
-            }
-            let host_token: Option<(String,)> = sqlx::query_as(concat!(
-                "SELECT t.name FROM hosts h JOIN api_tokens t ON t.id = h.token_id
-                 WHERE h.cluster = $1 AND h.hostname = $2 AND h.token_id <> $3 AND ",
-                $crate::store::token_active_sql!("t", "$4")
-            ))
-            .bind(&report.host.cluster)
-            .bind(&report.host.hostname)
-            .bind(token_id)
-            .bind(now_ms)
-            .fetch_optional(&mut *conn)
-            .await?;
-            if let Some((owner,)) = host_token {
-                return Ok(Some(IngestOutcome::Refused(Refusal {
-                    kind: RefusalKind::HostOfAnotherToken,
-                    field: "host.hostname".into(),
-                    message: format!(
-                        "host {}/{} reports with token {owner:?}; an admin moves a host to \
-                         another token with `token rebind`",
-                        report.host.cluster, report.host.hostname
-                    ),
-                })));
-            }
-            // Each GPU once, named at its first window.
-            let mut seen = std::collections::HashSet::new();
-            for (w, window) in report.windows.iter().enumerate() {
-                for (g, gpu) in window.gpus.iter().enumerate() {
-                    if !seen.insert(gpu.uuid.as_str()) {
-                        continue;
-                    }
-                    let held: Option<(String, String, String)> = sqlx::query_as(concat!(
-                        "SELECT h.cluster, h.hostname, t.name
-                         FROM gpus x JOIN hosts h ON h.id = x.host_id
-                         JOIN api_tokens t ON t.id = h.token_id
-                         WHERE x.uuid = $1 AND h.token_id <> $2 AND ",
-                        $crate::store::token_active_sql!("t", "$3")
-                    ))
-                    .bind(&gpu.uuid)
-                    .bind(token_id)
-                    .bind(now_ms)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                    if let Some((cluster, hostname, owner)) = held {
-                        return Ok(Some(IngestOutcome::Refused(Refusal {
-                            kind: RefusalKind::GpuOfAnotherToken,
-                            field: format!("windows[{w}].gpus[{g}].uuid"),
-                            message: format!(
-                                "GPU {} belongs to host {cluster}/{hostname}, which reports \
-                                 with token {owner:?}; an admin moves a host to another token \
-                                 with `token rebind`",
-                                gpu.uuid
-                            ),
-                        })));
-                    }
-                }
-            }
-            Ok(None)
-        }
-
-        /// The first window of the report that another batch already stored, as a refusal
-        /// (SQLite asks inside its transaction, where this report's own rows are visible).
-        async fn window_conflict_sql(
-            conn: &mut <$db as sqlx::Database>::Connection,
-            report: &gpuledger_proto::Report,
-        ) -> Result<Option<$crate::store::Refusal>, $crate::store::StoreError> {
-            for (w, window) in report.windows.iter().enumerate() {
-                for (g, gpu) in window.gpus.iter().enumerate() {
-                    let stored: Option<(String,)> = sqlx::query_as(
-                        "SELECT batch_id FROM gpu_windows
-                         WHERE gpu_uuid = $1 AND start_ms = $2 AND batch_id <> $3",
-                    )
-                    .bind(&gpu.uuid)
-                    .bind(window.start_ms)
-                    .bind(&report.batch_id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                    if let Some((batch,)) = stored {
-                        return Ok(Some($crate::store::Refusal {
-                            kind: $crate::store::RefusalKind::WindowStored,
-                            field: format!("windows[{w}].gpus[{g}]"),
-                            message: format!(
-                                "GPU {}'s window starting at {} ms was already stored by batch \
-                                 {batch:?}; a window is stored once and never overwritten",
-                                gpu.uuid, window.start_ms
-                            ),
-                        }));
-                    }
-                }
-            }
-            Ok(None)
-        }
-    };
+        Ok(())
+    })
 }
-pub(crate) use token_sql_impl;
+
+pub async fn list_tokens(on: impl Into<On<'_>>) -> Result<Vec<TokenRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            token_columns_sql!(),
+            " FROM api_tokens ORDER BY name"
+        ))
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn token_by_name(
+    on: impl Into<On<'_>>,
+    name: &str,
+) -> Result<Option<TokenRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            token_columns_sql!(),
+            " FROM api_tokens WHERE name = $1"
+        ))
+        .bind(name)
+        .fetch_optional(&mut *ex)
+        .await?)
+    })
+}
+
+/// Returns whether an active token by that name was revoked.
+pub async fn revoke_token(
+    on: impl Into<On<'_>>,
+    name: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(
+            "UPDATE api_tokens SET revoked_ms = $2 WHERE name = $1 AND revoked_ms IS NULL",
+        )
+        .bind(name)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(result.rows_affected() > 0)
+    })
+}
+
+/// Gives an active token a new secret; the old one keeps working until
+/// `old_valid_until_ms`. Returns whether an active token by that name was found.
+pub async fn rotate_token(
+    on: impl Into<On<'_>>,
+    name: &str,
+    new_hash: &str,
+    old_valid_until_ms: i64,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(concat!(
+            "UPDATE api_tokens
+             SET previous_token_hash = token_hash, previous_expires_ms = $3,
+                 token_hash = $2
+             WHERE name = $1 AND ",
+            token_active_sql!("api_tokens", "$4")
+        ))
+        .bind(name)
+        .bind(new_hash)
+        .bind(old_valid_until_ms)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(result.rows_affected() > 0)
+    })
+}
+
+/// The active (neither revoked nor expired) token with this secret's hash, or the previous
+/// secret's during its overlap.
+pub async fn active_token(
+    on: impl Into<On<'_>>,
+    hash: &str,
+    now_ms: i64,
+) -> Result<Option<TokenRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            token_columns_sql!(),
+            " FROM api_tokens t
+             WHERE (t.token_hash = $1 OR (t.previous_token_hash = $1
+                                          AND t.previous_expires_ms > $2))
+               AND ",
+            token_active_sql!("t", "$2")
+        ))
+        .bind(hash)
+        .bind(now_ms)
+        .fetch_optional(&mut *ex)
+        .await?)
+    })
+}
+
+/// Records that a token was used, and from where.
+pub async fn touch_token(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    now_ms: i64,
+    address: Option<&str>,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query(
+            "UPDATE api_tokens SET last_used_ms = $2, last_address = COALESCE($3, last_address)
+             WHERE id = $1 AND (last_used_ms IS NULL OR last_used_ms < $2)",
+        )
+        .bind(token_id)
+        .bind(now_ms)
+        .bind(address)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// The clusters of the hosts bound to a token.
+pub async fn token_clusters(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+) -> Result<Vec<String>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT DISTINCT cluster FROM hosts WHERE token_id = $1 ORDER BY cluster",
+        )
+        .bind(token_id)
+        .fetch_all(&mut *ex)
+        .await?;
+        Ok(rows.into_iter().map(|(c,)| c).collect())
+    })
+}
+
+/// Scopes a token made before scopes existed, which never reported, to the first cluster
+/// it reports. Returns whether it did.
+pub async fn adopt_token_cluster(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    cluster: &str,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(
+            "UPDATE api_tokens SET cluster = $2
+             WHERE id = $1 AND cluster IS NULL
+               AND NOT EXISTS (SELECT 1 FROM hosts WHERE token_id = $1)",
+        )
+        .bind(token_id)
+        .bind(cluster)
+        .execute(&mut *ex)
+        .await?;
+        Ok(result.rows_affected() > 0)
+    })
+}
+
+/// Binds a host to a token. Returns whether the host exists.
+pub async fn rebind_host(
+    on: impl Into<On<'_>>,
+    cluster: &str,
+    hostname: &str,
+    token_id: i64,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let moved =
+            sqlx::query("UPDATE hosts SET token_id = $3 WHERE cluster = $1 AND hostname = $2")
+                .bind(cluster)
+                .bind(hostname)
+                .bind(token_id)
+                .execute(&mut *tx)
+                .await?;
+        if moved.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        // What the move settles is no longer a refusal to look at.
+        sqlx::query(
+            "DELETE FROM ingest_refusals
+             WHERE cluster = $1 AND hostname = $2 AND token_id = $3",
+        )
+        .bind(cluster)
+        .bind(hostname)
+        .bind(token_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    })
+}
+
+/// Counts a refused report for the fleet page.
+pub async fn record_refusal(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    cluster: &str,
+    hostname: &str,
+    refusal: &Refusal,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query(
+            "INSERT INTO ingest_refusals
+                (token_id, cluster, hostname, reason, message, first_ms, last_ms, attempts)
+             VALUES ($1, $2, $3, $4, $5, $6, $6, 1)
+             ON CONFLICT (token_id, cluster, hostname, reason) DO UPDATE SET
+                message = excluded.message,
+                last_ms = excluded.last_ms,
+                attempts = ingest_refusals.attempts + 1",
+        )
+        .bind(token_id)
+        .bind(cluster)
+        .bind(hostname)
+        .bind(refusal.kind.reason())
+        .bind(&refusal.message)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// Refused reports seen since `since_ms`, newest first.
+pub async fn ingest_refusals(
+    on: impl Into<On<'_>>,
+    since_ms: i64,
+) -> Result<Vec<RefusalRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT t.name AS token, r.cluster, r.hostname, r.reason, r.message, r.first_ms,
+                    r.last_ms, r.attempts
+             FROM ingest_refusals r JOIN api_tokens t ON t.id = r.token_id
+             WHERE r.last_ms >= $1
+             ORDER BY r.last_ms DESC, t.name, r.cluster, r.hostname",
+        )
+        .bind(since_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Why a report that stored nothing was not stored: a repeat of a batch (duplicate, or
+/// a reused batch id), or a host or GPU of another active token. `None` when none of
+/// these holds. SQLite asks before writing; PostgreSQL after its one statement wrote
+/// nothing.
+pub async fn ingest_refusal(
+    on: impl Into<On<'_>>,
+    report: &gpuledger_proto::Report,
+    token_id: i64,
+    content_sha256: &str,
+    now_ms: i64,
+) -> Result<Option<super::IngestOutcome>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        use super::{IngestOutcome, Refusal, RefusalKind};
+        let batch: Option<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT token_id, content_sha256 FROM ingested_batches WHERE batch_id = $1",
+        )
+        .bind(&report.batch_id)
+        .fetch_optional(&mut *ex)
+        .await?;
+        if let Some((by, digest)) = batch {
+            // A batch stored before digests were kept repeats as it always did.
+            if by == token_id && digest.as_deref().is_none_or(|d| d == content_sha256) {
+                return Ok(Some(IngestOutcome::Duplicate));
+            }
+            let message = if by == token_id {
+                "this batch id was already stored with other content; a batch id names \
+                 one batch for good"
+            } else {
+                "this batch id was already stored from another token"
+            };
+            return Ok(Some(IngestOutcome::Refused(Refusal {
+                kind: RefusalKind::BatchReused,
+                field: "batch_id".into(),
+                message: message.into(),
+            })));
+        }
+        let host_token: Option<(String,)> = sqlx::query_as(concat!(
+            "SELECT t.name FROM hosts h JOIN api_tokens t ON t.id = h.token_id
+             WHERE h.cluster = $1 AND h.hostname = $2 AND h.token_id <> $3 AND ",
+            token_active_sql!("t", "$4")
+        ))
+        .bind(&report.host.cluster)
+        .bind(&report.host.hostname)
+        .bind(token_id)
+        .bind(now_ms)
+        .fetch_optional(&mut *ex)
+        .await?;
+        if let Some((owner,)) = host_token {
+            return Ok(Some(IngestOutcome::Refused(Refusal {
+                kind: RefusalKind::HostOfAnotherToken,
+                field: "host.hostname".into(),
+                message: format!(
+                    "host {}/{} reports with token {owner:?}; an admin moves a host to \
+                     another token with `token rebind`",
+                    report.host.cluster, report.host.hostname
+                ),
+            })));
+        }
+        // Each GPU once, named at its first window.
+        let mut seen = std::collections::HashSet::new();
+        for (w, window) in report.windows.iter().enumerate() {
+            for (g, gpu) in window.gpus.iter().enumerate() {
+                if !seen.insert(gpu.uuid.as_str()) {
+                    continue;
+                }
+                let held: Option<(String, String, String)> = sqlx::query_as(concat!(
+                    "SELECT h.cluster, h.hostname, t.name
+                     FROM gpus x JOIN hosts h ON h.id = x.host_id
+                     JOIN api_tokens t ON t.id = h.token_id
+                     WHERE x.uuid = $1 AND h.token_id <> $2 AND ",
+                    token_active_sql!("t", "$3")
+                ))
+                .bind(&gpu.uuid)
+                .bind(token_id)
+                .bind(now_ms)
+                .fetch_optional(&mut *ex)
+                .await?;
+                if let Some((cluster, hostname, owner)) = held {
+                    return Ok(Some(IngestOutcome::Refused(Refusal {
+                        kind: RefusalKind::GpuOfAnotherToken,
+                        field: format!("windows[{w}].gpus[{g}].uuid"),
+                        message: format!(
+                            "GPU {} belongs to host {cluster}/{hostname}, which reports \
+                             with token {owner:?}; an admin moves a host to another token \
+                             with `token rebind`",
+                            gpu.uuid
+                        ),
+                    })));
+                }
+            }
+        }
+        Ok(None)
+    })
+}
+
+/// The first window of the report that another batch already stored, as a refusal
+/// (SQLite asks inside its transaction, where this report's own rows are visible).
+pub async fn window_conflict(
+    on: impl Into<On<'_>>,
+    report: &gpuledger_proto::Report,
+) -> Result<Option<Refusal>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        for (w, window) in report.windows.iter().enumerate() {
+            for (g, gpu) in window.gpus.iter().enumerate() {
+                let stored: Option<(String,)> = sqlx::query_as(
+                    "SELECT batch_id FROM gpu_windows
+                     WHERE gpu_uuid = $1 AND start_ms = $2 AND batch_id <> $3",
+                )
+                .bind(&gpu.uuid)
+                .bind(window.start_ms)
+                .bind(&report.batch_id)
+                .fetch_optional(&mut *ex)
+                .await?;
+                if let Some((batch,)) = stored {
+                    return Ok(Some(Refusal {
+                        kind: RefusalKind::WindowStored,
+                        field: format!("windows[{w}].gpus[{g}]"),
+                        message: format!(
+                            "GPU {}'s window starting at {} ms was already stored by batch \
+                             {batch:?}; a window is stored once and never overwritten",
+                            gpu.uuid, window.start_ms
+                        ),
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    })
+}

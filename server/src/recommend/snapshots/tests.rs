@@ -4,6 +4,7 @@
 use rust_decimal::Decimal;
 
 use super::*;
+use crate::store;
 use crate::store::{RollupRow, UsageRow};
 use crate::test_support;
 
@@ -12,8 +13,10 @@ const DAY: i64 = 1_800_000_000_000 - 1_800_000_000_000 % DAY_MS;
 /// One hour of day `DAY` on GPU-a, serving endpoint chat at 10% for `dollars`.
 async fn roll_up_hour(store: &dyn Store, dollars: i64) {
     let hour = DAY + 5 * HOUR_MS;
-    store.mark_dirty_hours(&[hour]).await.unwrap();
-    let marks = store.dirty_marks(10).await.unwrap();
+    store::rollups::mark_dirty_hours(store.db(), &[hour])
+        .await
+        .unwrap();
+    let marks = store::rollups::dirty_marks(store.db(), 10).await.unwrap();
     let row = RollupRow {
         period_ms: hour,
         host_id: 1,
@@ -43,8 +46,7 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
         windows: 240,
         peak_memory_bytes: 10 << 30,
     };
-    store
-        .replace_rollups(&marks, &[row], &[], &[usage])
+    store::rollups::replace_rollups(store.db(), &marks, &[row], &[], &[usage])
         .await
         .unwrap();
 }
@@ -59,23 +61,27 @@ fn packing_cost(r: &Recommendations) -> Decimal {
 
 /// Marks a stored body so a test can tell it was served from the table.
 async fn tamper(store: &dyn Store, range: Range, computed_ms: i64) {
-    let (_, body) = store
-        .recommendation_snapshot(range.from_ms, range.to_ms, range.observed_ms)
-        .await
-        .unwrap()
-        .unwrap();
+    let (_, body) = store::recommendations::recommendation_snapshot(
+        store.db(),
+        range.from_ms,
+        range.to_ms,
+        range.observed_ms,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&body).unwrap();
     v["lookback_days"] = serde_json::json!(99.0);
-    store
-        .put_recommendation_snapshot(
-            range.from_ms,
-            range.to_ms,
-            range.observed_ms,
-            computed_ms,
-            &v.to_string(),
-        )
-        .await
-        .unwrap();
+    store::recommendations::put_recommendation_snapshot(
+        store.db(),
+        range.from_ms,
+        range.to_ms,
+        range.observed_ms,
+        computed_ms,
+        &v.to_string(),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -121,33 +127,45 @@ async fn stored_recommendations_are_served_until_their_rollups_change_or_they_ag
         // Late data rolled up into the day: the ended range is recomputed from the new rows;
         // the one under way is left to age.
         roll_up_hour(s, 20).await;
-        assert!(s
-            .recommendation_snapshot(ended.from_ms, ended.to_ms, ended.observed_ms)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(store::recommendations::recommendation_snapshot(
+            s.db(),
+            ended.from_ms,
+            ended.to_ms,
+            ended.observed_ms
+        )
+        .await
+        .unwrap()
+        .is_none());
         let again = get(s, &card, ended, later + 31 * DAY_MS).await.unwrap();
         assert_eq!(again.lookback_days, 1.0, "{b}");
         assert_eq!(packing_cost(&again), "608.33".parse().unwrap(), "{b}");
-        assert!(s
-            .recommendation_snapshot(under_way.from_ms, under_way.to_ms, under_way.observed_ms)
-            .await
-            .unwrap()
-            .is_some());
+        assert!(store::recommendations::recommendation_snapshot(
+            s.db(),
+            under_way.from_ms,
+            under_way.to_ms,
+            under_way.observed_ms
+        )
+        .await
+        .unwrap()
+        .is_some());
 
         // Expiry drops old snapshots of ranges under way, never ended ones.
         assert_eq!(
-            s.expire_recommendation_snapshots(now + MAX_AGE_MS)
+            store::recommendations::expire_recommendation_snapshots(s.db(), now + MAX_AGE_MS)
                 .await
                 .unwrap(),
             1,
             "{b}"
         );
-        assert!(s
-            .recommendation_snapshot(ended.from_ms, ended.to_ms, ended.observed_ms)
-            .await
-            .unwrap()
-            .is_some());
+        assert!(store::recommendations::recommendation_snapshot(
+            s.db(),
+            ended.from_ms,
+            ended.to_ms,
+            ended.observed_ms
+        )
+        .await
+        .unwrap()
+        .is_some());
     }
 }
 

@@ -1,0 +1,199 @@
+//! People: users, their sessions, and failed sign-ins (what throttles guessing).
+
+use super::db::{on_backend, On};
+use super::StoreError;
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UserRow {
+    pub id: i64,
+    pub username: String,
+    pub password_hash: String,
+    pub role: String,
+    pub created_ms: i64,
+}
+
+/// A live session with its user.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SessionRow {
+    pub user_id: i64,
+    pub username: String,
+    pub role: String,
+    pub csrf_token: String,
+    pub expires_ms: i64,
+}
+
+pub async fn create_user(
+    on: impl Into<On<'_>>,
+    username: &str,
+    password_hash: &str,
+    role: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(
+            "INSERT INTO users (username, password_hash, role, created_ms) VALUES ($1, $2, $3, $4)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(username)
+        .bind(password_hash)
+        .bind(role)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        if result.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("user {username:?}")));
+        }
+        Ok(())
+    })
+}
+
+pub async fn user_by_name(
+    on: impl Into<On<'_>>,
+    username: &str,
+) -> Result<Option<UserRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT id, username, password_hash, role, created_ms FROM users WHERE username = $1",
+        )
+        .bind(username)
+        .fetch_optional(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn list_users(on: impl Into<On<'_>>) -> Result<Vec<UserRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT id, username, password_hash, role, created_ms FROM users ORDER BY username",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn create_session(
+    on: impl Into<On<'_>>,
+    token_hash: &str,
+    user_id: i64,
+    csrf_token: &str,
+    now_ms: i64,
+    expires_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        // Expired sessions go as new ones come, so the table stays small.
+        sqlx::query("DELETE FROM sessions WHERE expires_ms <= $1")
+            .bind(now_ms)
+            .execute(&mut *ex)
+            .await?;
+        sqlx::query(
+            "INSERT INTO sessions (token_hash, user_id, csrf_token, created_ms, expires_ms)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(token_hash)
+        .bind(user_id)
+        .bind(csrf_token)
+        .bind(now_ms)
+        .bind(expires_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// The session behind this token hash, if it has not expired.
+pub async fn session(
+    on: impl Into<On<'_>>,
+    token_hash: &str,
+    now_ms: i64,
+) -> Result<Option<SessionRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT s.user_id, u.username, u.role, s.csrf_token, s.expires_ms
+             FROM sessions s JOIN users u ON u.id = s.user_id
+             WHERE s.token_hash = $1 AND s.expires_ms > $2",
+        )
+        .bind(token_hash)
+        .bind(now_ms)
+        .fetch_optional(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn delete_session(on: impl Into<On<'_>>, token_hash: &str) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
+            .bind(token_hash)
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}
+
+/// Records a failed sign-in and forgets those older than `forget_before_ms`.
+pub async fn record_sign_in_failure(
+    on: impl Into<On<'_>>,
+    username: &str,
+    client: &str,
+    at_ms: i64,
+    forget_before_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        sqlx::query("DELETE FROM sign_in_failures WHERE at_ms < $1")
+            .bind(forget_before_ms)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO sign_in_failures (at_ms, username, client) VALUES ($1, $2, $3)")
+            .bind(at_ms)
+            .bind(username)
+            .bind(client)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    })
+}
+
+/// Failed sign-ins since `since_ms`: (for this username, from this client).
+pub async fn sign_in_failures(
+    on: impl Into<On<'_>>,
+    username: &str,
+    client: &str,
+    since_ms: i64,
+) -> Result<(i64, i64), StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT
+               (SELECT COUNT(*) FROM sign_in_failures WHERE username = $1 AND at_ms >= $3),
+               (SELECT COUNT(*) FROM sign_in_failures WHERE client = $2 AND at_ms >= $3)",
+        )
+        .bind(username)
+        .bind(client)
+        .bind(since_ms)
+        .fetch_one(&mut *ex)
+        .await?)
+    })
+}
+
+/// A successful sign-in wipes the username's failures.
+pub async fn clear_sign_in_failures(
+    on: impl Into<On<'_>>,
+    username: &str,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("DELETE FROM sign_in_failures WHERE username = $1")
+            .bind(username)
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}

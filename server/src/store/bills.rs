@@ -1,0 +1,571 @@
+//! Bills: imported files, the billing periods each delivers (a newer delivery replaces an
+//! older one), and their cost lines.
+
+use super::db::{on_backend, On};
+use super::StoreError;
+
+/// A bill about to be stored.
+#[derive(Debug, Clone)]
+pub struct NewImport {
+    pub source: String,
+    pub name: String,
+    pub content_sha256: String,
+    pub imported_ms: i64,
+    /// The export run the file came in (a manifest's execution or assembly id), if known.
+    pub delivery: Option<String>,
+}
+
+/// One file's share of one billing period, for the billing page.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillingFilePeriodRow {
+    pub import_id: i64,
+    pub name: String,
+    pub source: String,
+    pub imported_ms: i64,
+    pub delivery: Option<String>,
+    pub provider: String,
+    pub billing_account_id: String,
+    pub billing_period_start_ms: i64,
+    pub currency: String,
+    pub row_count: i64,
+    pub billed_total: Option<String>,
+    pub effective_total: Option<String>,
+    pub replaced_ms: Option<i64>,
+    pub replaced_by: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillingImportRow {
+    pub id: i64,
+    pub source: String,
+    pub name: String,
+    pub imported_ms: i64,
+    pub row_count: i64,
+    pub billed_total: String,
+    pub effective_total: String,
+    /// Lines of this import still in force (a newer export of a period replaces them).
+    pub current_lines: i64,
+}
+
+/// A stored cost line, as attribution reads it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StoredCostLine {
+    pub resource_key: Option<String>,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub charge_category: String,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub currency: String,
+    pub pricing_category: String,
+    pub instance_type: Option<String>,
+}
+
+/// A stored cost line with every column it came with, for the FOCUS export.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BillLine {
+    pub provider: String,
+    pub billing_account_id: String,
+    pub billing_period_start_ms: i64,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub charge_category: String,
+    pub resource_id: Option<String>,
+    pub resource_key: Option<String>,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub list_cost: String,
+    pub currency: String,
+    pub pricing_category: String,
+    pub commitment_discount_id: Option<String>,
+    pub commitment_discount_status: Option<String>,
+    pub service_name: Option<String>,
+    pub sku_id: Option<String>,
+    pub region: Option<String>,
+    pub tags_json: String,
+    pub extra_json: String,
+}
+
+/// Sums, once, the per-period totals of files imported before `billing_file_periods`
+/// existed (its migration could count their lines but not sum decimal text exactly).
+pub(crate) async fn backfill_file_period_totals(on: impl Into<On<'_>>) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        use gpuledger_core::money::{from_text, to_text};
+        let missing: Vec<(i64, String, String, i64, String)> = sqlx::query_as(
+            "SELECT import_id, provider, billing_account_id, billing_period_start_ms, currency
+             FROM billing_file_periods WHERE billed_total IS NULL",
+        )
+        .fetch_all(&mut *ex)
+        .await?;
+        for (import_id, provider, account, period, currency) in missing {
+            let amounts: Vec<(String, String)> = sqlx::query_as(
+                "SELECT billed_cost, effective_cost FROM cost_lines
+                 WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                   AND billing_period_start_ms = $4 AND currency = $5",
+            )
+            .bind(import_id)
+            .bind(&provider)
+            .bind(&account)
+            .bind(period)
+            .bind(&currency)
+            .fetch_all(&mut *ex)
+            .await?;
+            let billed: rust_decimal::Decimal = amounts.iter().map(|a| from_text(&a.0)).sum();
+            let effective: rust_decimal::Decimal = amounts.iter().map(|a| from_text(&a.1)).sum();
+            sqlx::query(
+                "UPDATE billing_file_periods SET billed_total = $1, effective_total = $2
+                 WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
+                   AND billing_period_start_ms = $6 AND currency = $7",
+            )
+            .bind(to_text(billed))
+            .bind(to_text(effective))
+            .bind(import_id)
+            .bind(&provider)
+            .bind(&account)
+            .bind(period)
+            .bind(&currency)
+            .execute(&mut *ex)
+            .await?;
+        }
+        Ok(())
+    })
+}
+
+/// Inserts one file's lines as they arrive; returns its per-period counts and totals.
+pub(crate) async fn insert_bill_file(
+    on: impl Into<On<'_>>,
+    import_id: i64,
+    file: &str,
+    lines: &mut crate::billing::LineChunks,
+    spans: &mut std::collections::HashSet<(i64, i64)>,
+) -> Result<super::FilePeriods, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        use gpuledger_core::money::to_text;
+        let mut periods = super::FilePeriods::new();
+        while let Some(chunk) = lines.recv().await {
+            let chunk = chunk.map_err(|error| StoreError::Rejected {
+                file: file.to_owned(),
+                error,
+            })?;
+            for l in &chunk {
+                // Distinct charge periods: a month of hourly lines has a few hundred.
+                spans.insert((l.charge_period_start_ms, l.charge_period_end_ms));
+                let key = (
+                    l.provider.as_str(),
+                    l.billing_account_id.as_str(),
+                    l.billing_period_start_ms,
+                    l.currency.as_str(),
+                );
+                match periods
+                    .iter_mut()
+                    .find(|(p, _)| (p.0.as_str(), p.1.as_str(), p.2, p.3.as_str()) == key)
+                {
+                    Some((_, t)) => t.add(l),
+                    None => {
+                        let mut t = super::PeriodTotals::default();
+                        t.add(l);
+                        let key = (key.0.to_owned(), key.1.to_owned(), key.2, key.3.to_owned());
+                        periods.push((key, t));
+                    }
+                }
+            }
+            // Multi-row inserts: 23 parameters a row stays under both backends' limits.
+            for part in chunk.chunks(500) {
+                let mut q = sqlx::QueryBuilder::<DB>::new(
+                    "INSERT INTO cost_lines (import_id, line_no, provider, billing_account_id,
+                        billing_period_start_ms, charge_period_start_ms, charge_period_end_ms,
+                        charge_category, resource_id, resource_key, billed_cost, effective_cost,
+                        list_cost, currency, pricing_category, commitment_discount_id,
+                        commitment_discount_status, service_name, sku_id, region, instance_type,
+                        tags_json, extra_json) ",
+                );
+                q.push_values(part, |mut b, l| {
+                    b.push_bind(import_id)
+                        .push_bind(l.line_no as i64)
+                        .push_bind(&l.provider)
+                        .push_bind(&l.billing_account_id)
+                        .push_bind(l.billing_period_start_ms)
+                        .push_bind(l.charge_period_start_ms)
+                        .push_bind(l.charge_period_end_ms)
+                        .push_bind(&l.charge_category)
+                        .push_bind(&l.resource_id)
+                        .push_bind(&l.resource_key)
+                        .push_bind(to_text(l.billed_cost))
+                        .push_bind(to_text(l.effective_cost))
+                        .push_bind(to_text(l.list_cost))
+                        .push_bind(&l.currency)
+                        .push_bind(&l.pricing_category)
+                        .push_bind(&l.commitment_discount_id)
+                        .push_bind(&l.commitment_discount_status)
+                        .push_bind(&l.service_name)
+                        .push_bind(&l.sku_id)
+                        .push_bind(&l.region)
+                        .push_bind(&l.instance_type)
+                        .push_bind(&l.tags_json)
+                        .push_bind(&l.extra_json);
+                });
+                q.build().execute(&mut *ex).await?;
+            }
+        }
+        for ((provider, account, period, currency), t) in &periods {
+            sqlx::query(
+                "INSERT INTO billing_file_periods (import_id, provider, billing_account_id,
+                     billing_period_start_ms, currency, row_count, billed_total,
+                     effective_total)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(import_id)
+            .bind(provider)
+            .bind(account)
+            .bind(*period)
+            .bind(currency)
+            .bind(t.rows as i64)
+            .bind(to_text(t.billed))
+            .bind(to_text(t.effective))
+            .execute(&mut *ex)
+            .await?;
+        }
+        Ok(periods)
+    })
+}
+
+/// Stores the files of one delivery, each file's lines read as they are parsed, in one
+/// transaction, then replaces what `replaces` names in the periods they cover. A file whose
+/// content was imported before changes nothing (but counts as part of the delivery). A
+/// parse error rolls everything back and comes back as [`StoreError::Rejected`].
+pub async fn import_bill(
+    on: impl Into<On<'_>>,
+    replaces: super::Replaces,
+    files: &mut crate::billing::BillFiles,
+) -> Result<Vec<super::ImportOutcome>, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        use super::{ImportOutcome, Replaces};
+        use gpuledger_core::money::to_text;
+        type Period = (String, String, i64);
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        backfill_file_period_totals(&mut *tx).await?;
+        let mut outcomes: Vec<ImportOutcome> = Vec::new();
+        // The delivery's files (new, or imported before with the same content), with the
+        // name, source and periods of each; the charge periods of new lines.
+        let mut delivery: Vec<(i64, String, String, Vec<Period>)> = Vec::new();
+        let mut spans: std::collections::HashSet<(i64, i64)> = Default::default();
+        let mut now_ms = 0;
+        while let Some((import, mut lines)) = files.recv().await {
+            now_ms = now_ms.max(import.imported_ms);
+            let existing: Option<(i64,)> =
+                sqlx::query_as("SELECT id FROM billing_imports WHERE content_sha256 = $1")
+                    .bind(&import.content_sha256)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some((import_id,)) = existing {
+                // Dropping `lines` stops its parser.
+                let periods: Vec<Period> = sqlx::query_as(
+                    "SELECT DISTINCT provider, billing_account_id, billing_period_start_ms
+                     FROM billing_file_periods WHERE import_id = $1 AND replaced_ms IS NULL",
+                )
+                .bind(import_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                delivery.push((
+                    import_id,
+                    import.name.clone(),
+                    import.source.clone(),
+                    periods,
+                ));
+                outcomes.push(ImportOutcome::AlreadyImported { import_id });
+                continue;
+            }
+            // Counts and totals are known once the last line is read: written at the end.
+            let (import_id,): (i64,) = sqlx::query_as(
+                "INSERT INTO billing_imports (source, name, content_sha256, imported_ms,
+                     row_count, billed_total, effective_total, delivery)
+                 VALUES ($1, $2, $3, $4, 0, '0', '0', $5) RETURNING id",
+            )
+            .bind(&import.source)
+            .bind(&import.name)
+            .bind(&import.content_sha256)
+            .bind(import.imported_ms)
+            .bind(&import.delivery)
+            .fetch_one(&mut *tx)
+            .await?;
+            let periods =
+                insert_bill_file(&mut *tx, import_id, &import.name, &mut lines, &mut spans).await?;
+            let mut total = super::PeriodTotals::default();
+            for (_, t) in &periods {
+                total.rows += t.rows;
+                total.billed += t.billed;
+                total.effective += t.effective;
+            }
+            sqlx::query(
+                "UPDATE billing_imports SET row_count = $1, billed_total = $2,
+                     effective_total = $3
+                 WHERE id = $4",
+            )
+            .bind(total.rows as i64)
+            .bind(to_text(total.billed))
+            .bind(to_text(total.effective))
+            .bind(import_id)
+            .execute(&mut *tx)
+            .await?;
+            let mut covered: Vec<Period> =
+                periods.into_iter().map(|(p, _)| (p.0, p.1, p.2)).collect();
+            covered.sort();
+            covered.dedup();
+            delivery.push((
+                import_id,
+                import.name.clone(),
+                import.source.clone(),
+                covered,
+            ));
+            outcomes.push(ImportOutcome::Imported {
+                import_id,
+                replaced_lines: 0,
+                rows: total.rows,
+                billed_total: total.billed,
+                effective_total: total.effective,
+            });
+        }
+
+        // What each file of the delivery replaces, period by period.
+        let ours: std::collections::HashSet<i64> = delivery.iter().map(|d| d.0).collect();
+        let mut victims: Vec<(i64, Period, i64)> = Vec::new();
+        let mut seen: std::collections::HashSet<(i64, Period)> = Default::default();
+        for (by, name, source, periods) in &delivery {
+            for (provider, account, period) in periods {
+                let rows: Vec<(i64, String, String)> = sqlx::query_as(
+                    "SELECT DISTINCT p.import_id, i.name, i.source
+                     FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
+                     WHERE p.provider = $1 AND p.billing_account_id = $2
+                       AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
+                )
+                .bind(provider)
+                .bind(account)
+                .bind(*period)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (victim, victim_name, victim_source) in rows {
+                    let replaced = !ours.contains(&victim)
+                        && match replaces {
+                            Replaces::WholePeriods => true,
+                            Replaces::SameName => &victim_name == name && &victim_source == source,
+                        };
+                    let key = (victim, (provider.clone(), account.clone(), *period));
+                    if replaced && seen.insert(key.clone()) {
+                        victims.push((key.0, key.1, *by));
+                    }
+                }
+            }
+        }
+        for (victim, (provider, account, period), by) in victims {
+            let old: (Option<i64>, Option<i64>) = sqlx::query_as(
+                "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
+                 WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                   AND billing_period_start_ms = $4",
+            )
+            .bind(victim)
+            .bind(&provider)
+            .bind(&account)
+            .bind(period)
+            .fetch_one(&mut *tx)
+            .await?;
+            if let (Some(a), Some(b)) = old {
+                spans.insert((a, b));
+            }
+            let deleted = sqlx::query(
+                "DELETE FROM cost_lines
+                 WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+                   AND billing_period_start_ms = $4",
+            )
+            .bind(victim)
+            .bind(&provider)
+            .bind(&account)
+            .bind(period)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            sqlx::query(
+                "UPDATE billing_file_periods SET replaced_ms = $1, replaced_by = $2
+                 WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
+                   AND billing_period_start_ms = $6",
+            )
+            .bind(now_ms)
+            .bind(by)
+            .bind(victim)
+            .bind(&provider)
+            .bind(&account)
+            .bind(period)
+            .execute(&mut *tx)
+            .await?;
+            for o in outcomes.iter_mut() {
+                if let ImportOutcome::Imported {
+                    import_id,
+                    replaced_lines,
+                    ..
+                } = o
+                {
+                    if *import_id == by {
+                        *replaced_lines += deleted;
+                    }
+                }
+            }
+        }
+        // A file of another name adds to its periods; one that repeats most of what another
+        // file in force says is a new export of the same period imported as a part, which
+        // would count the period twice: refused, saying how to import it.
+        if replaces == Replaces::SameName {
+            for (import_id, name, _, periods) in &delivery {
+                let Some(ImportOutcome::Imported { rows, .. }) = outcomes.iter().find(|o| {
+                    matches!(o, ImportOutcome::Imported { import_id: id, .. } if id == import_id)
+                }) else {
+                    continue;
+                };
+                let sampled = (*rows).min(u64::from(super::REPEAT_SAMPLE_LINES));
+                // Only files in force for the same periods can be repeated: usually none.
+                let mut others: Vec<(i64, String)> = Vec::new();
+                for (provider, account, period) in periods {
+                    let found: Vec<(i64, String)> = sqlx::query_as(
+                        "SELECT DISTINCT p.import_id, i.name
+                         FROM billing_file_periods p
+                         JOIN billing_imports i ON i.id = p.import_id
+                         WHERE p.provider = $1 AND p.billing_account_id = $2
+                           AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
+                    )
+                    .bind(provider)
+                    .bind(account)
+                    .bind(*period)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    others.extend(found.into_iter().filter(|(id, _)| !ours.contains(id)));
+                }
+                others.sort();
+                others.dedup();
+                for (other_id, other) in others {
+                    // By the (import, charge period) index: a few lookups a sampled line.
+                    let (repeated,): (i64,) = sqlx::query_as(
+                        "SELECT COUNT(*) FROM cost_lines n
+                         WHERE n.import_id = $1 AND n.line_no <= $2 AND EXISTS (
+                           SELECT 1 FROM cost_lines o
+                           WHERE o.import_id = $3
+                             AND o.charge_period_start_ms = n.charge_period_start_ms
+                             AND o.charge_period_end_ms = n.charge_period_end_ms
+                             AND o.provider = n.provider
+                             AND o.billing_account_id = n.billing_account_id
+                             AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
+                             AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
+                             AND o.charge_category = n.charge_category
+                             AND o.billed_cost = n.billed_cost
+                             AND o.effective_cost = n.effective_cost
+                             AND o.tags_json = n.tags_json
+                             AND o.extra_json = n.extra_json)",
+                    )
+                    .bind(*import_id)
+                    .bind(i64::from(super::REPEAT_SAMPLE_LINES) + 1)
+                    .bind(other_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if repeated > 0 && (repeated as u64) * 2 >= sampled {
+                        return Err(StoreError::Rejected {
+                            file: name.clone(),
+                            error: crate::billing::focus::FocusError::RepeatsFile {
+                                other,
+                                repeated: repeated as u64,
+                                sampled,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        // The hours whose attribution changes: those of new lines and of replaced ones.
+        let spans: Vec<(i64, i64)> = spans.into_iter().collect();
+        let hours = super::hours_of_spans(&spans);
+        super::rollups::mark_dirty(&mut *tx, &hours, super::BILLING_MARK_HOST).await?;
+        tx.commit().await?;
+        Ok(outcomes)
+    })
+}
+
+/// Every file's share of every billing period, by provider, account and period.
+pub async fn billing_file_periods(
+    on: impl Into<On<'_>>,
+) -> Result<Vec<super::BillingFilePeriodRow>, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        backfill_file_period_totals(&mut *tx).await?;
+        let rows = sqlx::query_as(
+            "SELECT p.import_id, i.name, i.source, i.imported_ms, i.delivery, p.provider,
+                    p.billing_account_id, p.billing_period_start_ms, p.currency, p.row_count,
+                    p.billed_total, p.effective_total, p.replaced_ms, p.replaced_by
+             FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
+             ORDER BY p.billing_period_start_ms DESC, p.provider, p.billing_account_id,
+                      i.imported_ms, i.id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows)
+    })
+}
+
+pub async fn billing_imports(
+    on: impl Into<On<'_>>,
+) -> Result<Vec<super::BillingImportRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT i.id, i.source, i.name, i.imported_ms, i.row_count, i.billed_total,
+                    i.effective_total,
+                    (SELECT COUNT(*) FROM cost_lines c WHERE c.import_id = i.id) AS current_lines
+             FROM billing_imports i ORDER BY i.id",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
+pub async fn cost_lines(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::StoredCostLine>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
+                    billed_cost, effective_cost, currency, pricing_category, instance_type ",
+            super::cost_lines_in_range_sql!()
+        ))
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// The same lines as [`Store::cost_lines`], with every column, for the FOCUS export.
+pub async fn bill_lines(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::BillLine>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            "SELECT provider, billing_account_id, billing_period_start_ms,
+                    charge_period_start_ms, charge_period_end_ms, charge_category, resource_id,
+                    resource_key, billed_cost, effective_cost, list_cost, currency,
+                    pricing_category, commitment_discount_id, commitment_discount_status,
+                    service_name, sku_id, region, tags_json, extra_json ",
+            super::cost_lines_in_range_sql!()
+        ))
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}

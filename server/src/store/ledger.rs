@@ -1,0 +1,351 @@
+//! The hourly ledger as it is read: every page, API answer, CSV and Slack message that states
+//! an amount reads it here.
+
+use super::db::{on_backend, On};
+use super::rollups::in_time_and_list;
+use super::StoreError;
+
+/// [`UsageRow`]s summed over a range, with the GPU's model from its latest report.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UsageTotal {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub owner_by: String,
+    pub owner_key: String,
+    pub util_band: i64,
+    pub windows: i64,
+    pub peak_memory_bytes: i64,
+    pub gpu_name: Option<String>,
+    pub memory_total_bytes: Option<i64>,
+    /// Set for a MIG instance.
+    pub parent_uuid: Option<String>,
+}
+
+/// The hours in one day in which an experiment label had GPU work (busy or held idle).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ExperimentDayRow {
+    pub day_ms: i64,
+    pub experiment: String,
+    pub first_hour_ms: i64,
+    pub last_hour_ms: i64,
+    pub hours: i64,
+}
+
+/// Attributed cost in a currency over a range, summed in SQL.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CurrencyCostRow {
+    pub currency: String,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+}
+
+/// Per GPU, owner, kind and price: the rollup rows of `grain` (hour or day) in
+/// `[from_ms, to_ms)` summed by the database (`period_ms` is `from_ms`), GPU rows only.
+pub async fn rollup_gpu_owner_totals(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::RollupRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (table, period) = if grain.is_daily() {
+            ("rollup_days", "day_ms")
+        } else {
+            ("rollup_hours", "hour_ms")
+        };
+        // Sums stay exact: atto parts carry over into nano parts in integer math.
+        let sql = format!(
+            "SELECT CAST($1 AS BIGINT) AS period_ms, host_id, gpu_uuid, model, experiment,
+                endpoint, team, kind, pricing_category, currency, estimated,
+                CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                SUM(gpu_seconds) AS gpu_seconds, SUM(util_gpu_seconds) AS util_gpu_seconds,
+                SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j
+             FROM {table} WHERE {period} >= $1 AND {period} < $2 AND gpu_uuid <> ''
+             GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                pricing_category, currency, estimated"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
+/// The usage rows of `grain` (hour or day) in `[from_ms, to_ms)` summed per GPU, owner and
+/// utilization band by the database.
+pub async fn rollup_usage(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::UsageTotal>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (table, period) = if grain.is_daily() {
+            ("rollup_usage_days", "day_ms")
+        } else {
+            ("rollup_usage_hours", "hour_ms")
+        };
+        let sql = format!(
+            "SELECT u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band,
+                CAST(SUM(u.windows) AS BIGINT) AS windows,
+                MAX(u.peak_memory_bytes) AS peak_memory_bytes,
+                g.name AS gpu_name, g.memory_total_bytes, g.parent_uuid
+             FROM {table} u LEFT JOIN gpus g ON g.uuid = u.gpu_uuid
+             WHERE u.{period} >= $1 AND u.{period} < $2
+             GROUP BY u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band, g.name,
+                g.memory_total_bytes, g.parent_uuid"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
+/// Rollup rows with `period_ms` in `[from_ms, to_ms)`.
+pub async fn rollup_rows(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::RollupRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let sql = match grain {
+            super::RollupGrain::Hour => {
+                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2"
+            }
+            super::RollupGrain::ExperimentHour => {
+                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_hours
+                 WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''"
+            }
+            super::RollupGrain::IdleHour => {
+                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_hours
+                 WHERE hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')"
+            }
+            super::RollupGrain::Day => {
+                "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2"
+            }
+            super::RollupGrain::HostDay => {
+                "SELECT day_ms AS period_ms, host_id, '' AS gpu_uuid, model, experiment,
+                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_host_days WHERE day_ms >= $1 AND day_ms < $2"
+            }
+        };
+        Ok(sqlx::query_as(sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
+/// Whether the ledger holds anything for `[from_ms, to_ms)`: a rollup row or unattributed
+/// cost in any hour of it; with `from_windows_only`, a row attributed to a GPU (which only
+/// raw windows can give).
+pub async fn has_rollups(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    from_windows_only: bool,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let sql = if from_windows_only {
+            "SELECT EXISTS (SELECT 1 FROM rollup_hours
+                            WHERE hour_ms >= $1 AND hour_ms < $2 AND gpu_uuid <> '')"
+        } else {
+            "SELECT EXISTS (SELECT 1 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2)
+                 OR EXISTS (SELECT 1 FROM rollup_unattributed
+                            WHERE hour_ms >= $1 AND hour_ms < $2)"
+        };
+        let (any,): (bool,) = sqlx::query_as(sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_one(&mut *ex)
+            .await?;
+        Ok(any)
+    })
+}
+
+/// Unattributed cost per currency in `[from_ms, to_ms)` (hour_ms is `from_ms`).
+pub async fn rollup_unattributed(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::UnattributedRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT CAST($1 AS BIGINT) AS hour_ms, currency,
+                    CAST(SUM(cost_nano) AS BIGINT) AS cost_nano,
+                    CAST(SUM(cost_atto) AS BIGINT) AS cost_atto
+             FROM rollup_unattributed WHERE hour_ms >= $1 AND hour_ms < $2
+             GROUP BY currency ORDER BY currency",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// The `limit` GPUs that cost most in the days of `[from_ms, to_ms)`, costliest first, and
+/// how many GPUs have rows there.
+pub async fn rollup_top_gpus(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    limit: i64,
+) -> Result<(Vec<String>, i64), StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        // One pass: the window counts the grouped GPUs before the limit applies.
+        let top: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT gpu_uuid, COUNT(*) OVER () FROM rollup_days
+             WHERE day_ms >= $1 AND day_ms < $2 AND gpu_uuid <> ''
+             GROUP BY gpu_uuid
+             ORDER BY CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 DESC,
+                gpu_uuid
+             LIMIT $3",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(limit)
+        .fetch_all(&mut *ex)
+        .await?;
+        let count = top.first().map_or(0, |(_, n)| *n);
+        Ok((top.into_iter().map(|(g, _)| g).collect(), count))
+    })
+}
+
+/// The daily rows of these GPUs in `[from_ms, to_ms)`.
+pub async fn rollup_gpu_days(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    gpus: &[String],
+) -> Result<Vec<super::RollupRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let mut rows = Vec::new();
+        for chunk in gpus.chunks(500) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_days WHERE day_ms >= ",
+            );
+            q.push_bind(from_ms)
+                .push(" AND day_ms < ")
+                .push_bind(to_ms)
+                .push(" AND gpu_uuid IN (");
+            let mut list = q.separated(", ");
+            for g in chunk {
+                list.push_bind(g.clone());
+            }
+            list.push_unseparated(")");
+            rows.extend(q.build_query_as().fetch_all(&mut *ex).await?);
+        }
+        Ok(rows)
+    })
+}
+
+/// Per experiment label, its active hours in the days that start in `[from_ms, to_ms)`.
+pub async fn rollup_experiment_days(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::ExperimentDayRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT day_ms, experiment, first_hour_ms, last_hour_ms, hours
+             FROM rollup_experiment_days WHERE day_ms >= $1 AND day_ms < $2",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Attributed cost per currency of the rows of `grain` (hour or day) in `[from_ms, to_ms)`.
+pub async fn rollup_costs(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::CurrencyCostRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (table, period) = if grain.is_daily() {
+            ("rollup_days", "day_ms")
+        } else {
+            ("rollup_hours", "hour_ms")
+        };
+        // Sums stay exact: atto parts carry over into nano parts in integer math.
+        let sql = format!(
+            "SELECT currency,
+                CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto
+             FROM {table} WHERE {period} >= $1 AND {period} < $2 GROUP BY currency"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
+/// The idle and held-idle hourly rollup rows of the hosts in `host_ids` in
+/// `[from_ms, to_ms)`: what an incident's dollars are read from.
+pub async fn idle_rollups_of_hosts(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    host_ids: &[i64],
+) -> Result<Vec<super::RollupRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        const IDS_PER_STATEMENT: usize = 1_000;
+        let mut rows = Vec::new();
+        for ids in host_ids.chunks(IDS_PER_STATEMENT) {
+            let mut q = in_time_and_list(
+                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
+                 FROM rollup_hours WHERE kind IN ('idle', 'held_idle') AND",
+                ("hour_ms", from_ms, to_ms),
+                "host_id",
+                ids,
+            );
+            rows.extend(
+                q.build_query_as()
+                    .persistent(false)
+                    .fetch_all(&mut *ex)
+                    .await?,
+            );
+        }
+        Ok(rows)
+    })
+}

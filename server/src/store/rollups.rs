@@ -1,0 +1,485 @@
+//! Rolling up: hours marked for roll-up (with generations), what the roll-up reads of them,
+//! and the attributed rows that replace an hour's. What is read of the ledger afterwards is in
+//! `ledger`.
+
+use super::db::{on_backend, On};
+use super::{Dialect, StoreError};
+
+/// How one endpoint or model used one GPU in an hour or a day: its GPU windows in one 5-point
+/// band of GPU utilization and the most GPU memory one of its processes held there.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UsageRow {
+    pub period_ms: i64,
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    /// `endpoint` or `model`.
+    pub owner_by: String,
+    pub owner_key: String,
+    /// `floor(utilization / 5)`, 0 to 20; -1 for windows without utilization.
+    pub util_band: i64,
+    pub windows: i64,
+    pub peak_memory_bytes: i64,
+}
+
+/// Cost in an hour on bill lines that match no GPU host.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct UnattributedRow {
+    pub hour_ms: i64,
+    pub currency: String,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+}
+
+/// An hour to roll up again, with the generation of each mark read.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DirtyMark {
+    pub hour_ms: i64,
+    pub host_id: i64,
+    pub generation: i64,
+}
+
+/// A GPU window with its host, for attribution.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AttributionWindow {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub parent_uuid: Option<String>,
+    pub gpu_name: Option<String>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub memory_total_bytes: Option<i64>,
+    pub util_avg: Option<f64>,
+    /// Samples per utilization percent (`[[percent, samples], …]` JSON), where measured: splits
+    /// a partly busy window ([`gpuledger_core::activity::Thresholds::split`]).
+    pub util_histogram: Option<String>,
+    /// Energy inside the window (NVML's counter, physical GPUs only).
+    pub energy_mj: Option<i64>,
+}
+
+pub(crate) async fn mark_dirty(
+    on: impl Into<On<'_>>,
+    hours: &[i64],
+    host_id: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        for chunk in hours.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation) ",
+            );
+            q.push_values(chunk, |mut b, h| {
+                b.push_bind(*h).push_bind(host_id).push_bind(0i64);
+            });
+            q.push(concat!(" ", super::dirty_mark_on_conflict_sql!()));
+            q.build().execute(&mut *ex).await?;
+        }
+        Ok(())
+    })
+}
+
+/// Marks hours for the roll-up job to attribute again (a rebuild, a changed rate card).
+pub async fn mark_dirty_hours(on: impl Into<On<'_>>, hours: &[i64]) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        mark_dirty(&mut *tx, hours, super::BILLING_MARK_HOST).await?;
+        tx.commit().await?;
+        Ok(())
+    })
+}
+
+/// The oldest marks of hours in `[from_ms, to_ms)`, at most `limit` (the roll-up job reads
+/// only months still open: see `closing`).
+pub async fn dirty_marks_in(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    limit: i64,
+) -> Result<Vec<super::DirtyMark>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT hour_ms, host_id, generation FROM rollup_dirty_hours
+             WHERE hour_ms >= $2 AND hour_ms < $3
+             ORDER BY hour_ms, host_id LIMIT $1",
+        )
+        .bind(limit)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// How many host-hours in `[from_ms, to_ms)` are marked and not rolled up yet.
+pub async fn dirty_mark_count(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<i64, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM rollup_dirty_hours WHERE hour_ms >= $1 AND hour_ms < $2",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_one(&mut *ex)
+        .await?;
+        Ok(n)
+    })
+}
+
+/// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
+/// `unattributed`, rebuilds the days those hours fall in, and clears each mark whose
+/// generation is still the one read (a report that came meanwhile keeps its mark).
+pub async fn replace_rollups(
+    on: impl Into<On<'_>>,
+    marks: &[super::DirtyMark],
+    rows: &[super::RollupRow],
+    unattributed: &[super::UnattributedRow],
+    usage: &[super::UsageRow],
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        use gpuledger_core::time::DAY_MS;
+        let hours: std::collections::BTreeSet<i64> = marks.iter().map(|m| m.hour_ms).collect();
+        let days: std::collections::BTreeSet<i64> = hours
+            .iter()
+            .map(|h| h.div_euclid(DAY_MS) * DAY_MS)
+            .collect();
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        // A row lock that serializes roll-up writers across replicas and CLI runs, so two
+        // never interleave their deletes and inserts of the same hour.
+        sqlx::query(
+            "INSERT INTO job_leases (name, holder, expires_ms) VALUES ('rollup-writer', NULL, 0)
+             ON CONFLICT (name) DO UPDATE SET expires_ms = 0",
+        )
+        .execute(&mut *tx)
+        .await?;
+        for h in &hours {
+            sqlx::query("DELETE FROM rollup_hours WHERE hour_ms = $1")
+                .bind(h)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM rollup_unattributed WHERE hour_ms = $1")
+                .bind(h)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM rollup_usage_hours WHERE hour_ms = $1")
+                .bind(h)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for chunk in usage.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO rollup_usage_hours (hour_ms, host_id, gpu_uuid, owner_by,
+                    owner_key, util_band, windows, peak_memory_bytes) ",
+            );
+            q.push_values(chunk, |mut b, u| {
+                b.push_bind(u.period_ms)
+                    .push_bind(u.host_id)
+                    .push_bind(u.gpu_uuid.clone())
+                    .push_bind(u.owner_by.clone())
+                    .push_bind(u.owner_key.clone())
+                    .push_bind(u.util_band)
+                    .push_bind(u.windows)
+                    .push_bind(u.peak_memory_bytes);
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        // 17 parameters a row: 1,000 rows stay under both backends' limits.
+        for chunk in rows.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment,
+                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j) ",
+            );
+            q.push_values(chunk, |mut b, r| {
+                b.push_bind(r.period_ms)
+                    .push_bind(r.host_id)
+                    .push_bind(r.gpu_uuid.clone())
+                    .push_bind(r.model.clone())
+                    .push_bind(r.experiment.clone())
+                    .push_bind(r.endpoint.clone())
+                    .push_bind(r.team.clone())
+                    .push_bind(r.kind.clone())
+                    .push_bind(r.pricing_category.clone())
+                    .push_bind(r.currency.clone())
+                    .push_bind(r.estimated)
+                    .push_bind(r.cost_nano)
+                    .push_bind(r.cost_atto)
+                    .push_bind(r.gpu_seconds)
+                    .push_bind(r.util_gpu_seconds)
+                    .push_bind(r.util_known_seconds)
+                    .push_bind(r.energy_j);
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for chunk in unattributed.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "INSERT INTO rollup_unattributed (hour_ms, currency, cost_nano, cost_atto) ",
+            );
+            q.push_values(chunk, |mut b, u| {
+                b.push_bind(u.hour_ms)
+                    .push_bind(u.currency.clone())
+                    .push_bind(u.cost_nano)
+                    .push_bind(u.cost_atto);
+            });
+            q.build().execute(&mut *tx).await?;
+        }
+        for day in days {
+            sqlx::query("DELETE FROM rollup_days WHERE day_ms = $1")
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
+            // Sums stay exact: atto parts carry over into nano parts in integer math.
+            sqlx::query(
+                "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, model, experiment,
+                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
+                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
+                 SELECT $1, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                    pricing_category, currency, estimated,
+                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                    SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                    SUM(energy_j)
+                 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                 GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
+                    pricing_category, currency, estimated",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM rollup_host_days WHERE day_ms = $1")
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO rollup_host_days (day_ms, host_id, model, experiment, endpoint,
+                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
+                 SELECT day_ms, host_id, model, experiment, endpoint, team, kind,
+                    pricing_category, currency, estimated,
+                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                    SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                    SUM(energy_j)
+                 FROM rollup_days WHERE day_ms = $1
+                 GROUP BY day_ms, host_id, model, experiment, endpoint, team, kind,
+                    pricing_category, currency, estimated",
+            )
+            .bind(day)
+            .execute(&mut *tx)
+            .await?;
+            // Recommendations of ended ranges over this day were drawn from old rows.
+            sqlx::query(
+                "DELETE FROM recommendation_snapshots
+                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO rollup_usage_days (day_ms, host_id, gpu_uuid, owner_by,
+                    owner_key, util_band, windows, peak_memory_bytes)
+                 SELECT $1, host_id, gpu_uuid, owner_by, owner_key, util_band,
+                    CAST(SUM(windows) AS BIGINT), MAX(peak_memory_bytes)
+                 FROM rollup_usage_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                 GROUP BY host_id, gpu_uuid, owner_by, owner_key, util_band",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM rollup_experiment_days WHERE day_ms = $1")
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
+                    last_hour_ms, hours)
+                 SELECT $1, experiment, MIN(hour_ms), MAX(hour_ms), COUNT(DISTINCT hour_ms)
+                 FROM rollup_hours
+                 WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''
+                   AND kind IN ('used', 'held_idle')
+                 GROUP BY experiment",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for m in marks {
+            sqlx::query(
+                "DELETE FROM rollup_dirty_hours
+                 WHERE hour_ms = $1 AND host_id = $2 AND generation = $3",
+            )
+            .bind(m.hour_ms)
+            .bind(m.host_id)
+            .bind(m.generation)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    })
+}
+
+/// How many raw GPU windows start in each hour of `[from_ms, to_ms)` per host, as
+/// `(hour_ms, host_id, windows)` by hour and host id.
+pub async fn gpu_windows_per_hour_and_host(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT start_ms - start_ms % $3 AS hour_ms, host_id, COUNT(*) FROM gpu_windows
+             WHERE start_ms >= $1 AND start_ms < $2
+             GROUP BY start_ms - start_ms % $3, host_id ORDER BY hour_ms, host_id",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(gpuledger_core::time::HOUR_MS)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// GPU windows starting in `[from_ms, to_ms)` with their host and GPU model.
+pub async fn attribution_windows(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::AttributionWindow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
+                    w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj
+             FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
+             WHERE w.start_ms >= $1 AND w.start_ms < $2
+             ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// What attributing `[from_ms, to_ms)` of the hosts in `host_ids` reads, in one snapshot:
+/// their GPU windows (by host, start, GPU) and the process windows of those GPUs in the same
+/// time (by GPU, start, pid). Read by index, host by host and GPU by GPU, so a large fleet's
+/// hour costs the same however many groups of hosts it is read in. Where a GPU moved hosts
+/// within the range this holds process windows of the other host's windows too; readers
+/// match processes to windows.
+pub async fn attribution_inputs_of_hosts(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    host_ids: &[i64],
+) -> Result<super::AttributionInputs, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        // Ids bound per statement: far below either database's limit on parameters (and
+        // a handful in tests, so that they read in several statements).
+        const IDS_PER_STATEMENT: usize = if cfg!(test) { 3 } else { 1_000 };
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        for setting in <DB as Dialect>::ROLLUP_READ_SETTINGS {
+            sqlx::query(setting).execute(&mut *tx).await?;
+        }
+        let mut windows: Vec<super::AttributionWindow> = Vec::new();
+        for ids in host_ids.chunks(IDS_PER_STATEMENT) {
+            let mut q = in_time_and_list(
+                "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms,
+                        w.end_ms, w.memory_total_bytes, w.util_avg, w.util_histogram,
+                        w.energy_mj
+                 FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid WHERE",
+                ("w.start_ms", from_ms, to_ms),
+                "w.host_id",
+                ids,
+            );
+            // Statements differ in their number of ids and are planned for their values.
+            windows.extend(
+                q.build_query_as()
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
+                    .await?,
+            );
+        }
+        windows.sort_by(|a, b| {
+            (a.host_id, a.start_ms, &a.gpu_uuid).cmp(&(b.host_id, b.start_ms, &b.gpu_uuid))
+        });
+        let gpus: Vec<&str> = windows
+            .iter()
+            .map(|w| w.gpu_uuid.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut processes: Vec<super::StoredProcessWindow> = Vec::new();
+        for uuids in gpus.chunks(IDS_PER_STATEMENT) {
+            let mut q = in_time_and_list(
+                "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes,
+                        sm_util_avg, model, experiment, endpoint, team, labels_json,
+                        container_id, pod_uid, user_name
+                 FROM process_windows WHERE",
+                ("start_ms", from_ms, to_ms),
+                "gpu_uuid",
+                uuids,
+            );
+            processes.extend(
+                q.build_query_as()
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
+                    .await?,
+            );
+        }
+        processes.sort_by(|a, b| {
+            (&a.gpu_uuid, a.start_ms, a.pid).cmp(&(&b.gpu_uuid, b.start_ms, b.pid))
+        });
+        tx.commit().await?;
+        Ok((windows, processes))
+    })
+}
+
+/// The oldest marks, at most `limit`.
+pub async fn dirty_marks(on: impl Into<On<'_>>, limit: i64) -> Result<Vec<DirtyMark>, StoreError> {
+    dirty_marks_in(on, i64::MIN, i64::MAX, limit).await
+}
+
+/// `select` (ending in WHERE) for rows whose `time` column is in `[from, to)` and whose
+/// `column` is one of `values`, each value bound.
+pub(super) fn in_time_and_list<'a, DB, V>(
+    select: &str,
+    (time, from_ms, to_ms): (&str, i64, i64),
+    column: &str,
+    values: &'a [V],
+) -> sqlx::QueryBuilder<'a, DB>
+where
+    DB: sqlx::Database,
+    <DB as sqlx::Database>::Arguments<'a>: Default,
+    i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    V: Copy + 'a + sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut q = sqlx::QueryBuilder::<DB>::new(select);
+    q.push(format_args!(" {time} >= "))
+        .push_bind(from_ms)
+        .push(format_args!(" AND {time} < "))
+        .push_bind(to_ms)
+        .push(format_args!(" AND {column} IN ("));
+    let mut list = q.separated(", ");
+    for v in values {
+        list.push_bind(*v);
+    }
+    q.push(")");
+    q
+}

@@ -1,0 +1,262 @@
+//! What agents reported: hosts, GPUs, raw GPU and process windows, and their retention.
+
+use super::db::{on_backend, On};
+use super::StoreError;
+
+/// One GPU on the fleet page, with its host.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct FleetRow {
+    pub cluster: String,
+    pub hostname: String,
+    pub instance_type: Option<String>,
+    pub last_report_ms: i64,
+    pub spool_depth: Option<i64>,
+    pub uuid: Option<String>,
+    pub gpu_index: Option<i64>,
+    pub name: Option<String>,
+    pub parent_uuid: Option<String>,
+    pub memory_total_bytes: Option<i64>,
+    pub last_util_avg: Option<f64>,
+    pub last_memory_used_bytes: Option<i64>,
+    pub last_window_end_ms: Option<i64>,
+}
+
+/// A process in the latest window of its GPU.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct FleetProcess {
+    pub gpu_uuid: String,
+    pub pid: i64,
+    pub process_name: Option<String>,
+    pub memory_used_max_bytes: Option<i64>,
+    pub sm_util_avg: Option<f64>,
+    pub labels_json: String,
+    pub user_name: Option<String>,
+}
+
+/// A stored GPU window, as read back.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StoredGpuWindow {
+    pub gpu_uuid: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub samples: i64,
+    pub memory_total_bytes: Option<i64>,
+    pub memory_used_max_bytes: Option<i64>,
+    pub util_avg: Option<f64>,
+    pub util_max: Option<f64>,
+    /// Samples per utilization percent, as the sender reported them (JSON).
+    pub util_histogram: Option<String>,
+    pub mem_util_avg: Option<f64>,
+    pub power_avg_watts: Option<f64>,
+    pub temperature_max_c: Option<f64>,
+    pub energy_mj: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StoredProcessWindow {
+    pub gpu_uuid: String,
+    pub start_ms: i64,
+    pub pid: i64,
+    pub process_name: Option<String>,
+    pub memory_used_max_bytes: Option<i64>,
+    pub sm_util_avg: Option<f64>,
+    pub model: Option<String>,
+    pub experiment: Option<String>,
+    pub endpoint: Option<String>,
+    pub team: Option<String>,
+    pub labels_json: String,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    /// The Unix account running the process, where the agent reported it.
+    pub user_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct HostRow {
+    pub id: i64,
+    pub cluster: String,
+    pub hostname: String,
+    pub provider: Option<String>,
+    pub instance_id: Option<String>,
+    pub instance_key: Option<String>,
+    pub instance_type: Option<String>,
+    /// on_demand or spot, where the agent knows.
+    pub lifecycle: Option<String>,
+}
+
+pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        // The latest state is the GPU's newest window: one index probe per GPU.
+        Ok(sqlx::query_as(
+            "SELECT h.cluster, h.hostname, h.instance_type, h.last_report_ms, h.spool_depth,
+                    g.uuid, g.gpu_index, g.name, g.parent_uuid, g.memory_total_bytes,
+                    w.util_avg AS last_util_avg,
+                    w.memory_used_max_bytes AS last_memory_used_bytes,
+                    w.end_ms AS last_window_end_ms
+             FROM hosts h
+             LEFT JOIN gpus g ON g.host_id = h.id
+             LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid AND w.start_ms =
+                (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
+             ORDER BY h.cluster, h.hostname, g.gpu_index, g.uuid",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn fleet_processes(
+    on: impl Into<On<'_>>,
+) -> Result<Vec<super::FleetProcess>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT p.gpu_uuid, p.pid, p.process_name, p.memory_used_max_bytes, p.sm_util_avg,
+                    p.labels_json, p.user_name
+             FROM gpus g
+             JOIN process_windows p ON p.gpu_uuid = g.uuid AND p.start_ms =
+                (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
+             ORDER BY p.gpu_uuid, p.pid",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Windows that start in `[from_ms, to_ms)`, ordered by GPU and time.
+pub async fn gpu_windows(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::StoredGpuWindow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT gpu_uuid, start_ms, end_ms, samples, memory_total_bytes, memory_used_max_bytes,
+                    util_avg, util_max, util_histogram, mem_util_avg, power_avg_watts,
+                    temperature_max_c, energy_mj
+             FROM gpu_windows WHERE start_ms >= $1 AND start_ms < $2
+             ORDER BY gpu_uuid, start_ms",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn process_windows(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::StoredProcessWindow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg,
+                    model, experiment, endpoint, team, labels_json, container_id, pod_uid,
+                    user_name
+             FROM process_windows WHERE start_ms >= $1 AND start_ms < $2
+             ORDER BY gpu_uuid, start_ms, pid",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+pub async fn batch_count(on: impl Into<On<'_>>) -> Result<i64, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingested_batches")
+            .fetch_one(&mut *ex)
+            .await?;
+        Ok(n)
+    })
+}
+
+pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type,
+                    lifecycle
+             FROM hosts ORDER BY cluster, hostname",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Every MIG instance's UUID.
+pub async fn mig_instances(on: impl Into<On<'_>>) -> Result<Vec<String>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("SELECT uuid FROM gpus WHERE parent_uuid IS NOT NULL")
+                .fetch_all(&mut *ex)
+                .await?;
+        Ok(rows.into_iter().map(|(u,)| u).collect())
+    })
+}
+
+/// How far retention has deleted raw windows (hours before this may have lost theirs).
+pub async fn raw_deleted_before(on: impl Into<On<'_>>) -> Result<Option<i64>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT deleted_before_ms FROM raw_retention")
+            .fetch_optional(&mut *ex)
+            .await?;
+        Ok(row.map(|(ms,)| ms))
+    })
+}
+
+/// Records that retention deleted raw windows before `before_ms` (it only moves forward).
+pub async fn set_raw_deleted_before(
+    on: impl Into<On<'_>>,
+    before_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query(
+            "INSERT INTO raw_retention (only_row, deleted_before_ms) VALUES (1, $1)
+             ON CONFLICT (only_row) DO UPDATE SET deleted_before_ms = excluded.deleted_before_ms
+             WHERE raw_retention.deleted_before_ms < excluded.deleted_before_ms",
+        )
+        .bind(before_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// Deletes at most `limit` raw GPU windows, process windows and batch ids older than
+/// `before_ms`; returns how many rows went. Called in a loop so no transaction is long.
+pub async fn delete_raw_before(
+    on: impl Into<On<'_>>,
+    before_ms: i64,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut deleted = 0;
+        for sql in [
+            "DELETE FROM process_windows WHERE (gpu_uuid, start_ms, pid) IN
+                (SELECT gpu_uuid, start_ms, pid FROM process_windows
+                 WHERE start_ms < $1 LIMIT $2)",
+            "DELETE FROM gpu_windows WHERE (gpu_uuid, start_ms) IN
+                (SELECT gpu_uuid, start_ms FROM gpu_windows WHERE start_ms < $1 LIMIT $2)",
+            "DELETE FROM ingested_batches WHERE batch_id IN
+                (SELECT batch_id FROM ingested_batches WHERE received_ms < $1 LIMIT $2)",
+        ] {
+            deleted += sqlx::query(sql)
+                .bind(before_ms)
+                .bind(limit)
+                .execute(&mut *ex)
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
+    })
+}

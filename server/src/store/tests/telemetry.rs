@@ -1,0 +1,561 @@
+use super::*;
+
+#[tokio::test]
+async fn a_report_is_stored_once_and_reads_back_exactly() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let r = report("batch-1", T0, 80.0);
+        let status = AgentStatus {
+            spool_depth: Some(3),
+            spool_dropped: Some(0),
+        };
+        assert_eq!(
+            store.ingest(&r, token, status, T0 + 20_000).await.unwrap(),
+            IngestOutcome::Stored,
+            "{b}"
+        );
+        assert_eq!(
+            store.ingest(&r, token, status, T0 + 21_000).await.unwrap(),
+            IngestOutcome::Duplicate,
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::telemetry::batch_count(store.db())
+                .await
+                .unwrap(),
+            1,
+            "{b}"
+        );
+
+        let windows = crate::store::telemetry::gpu_windows(store.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        assert_eq!(windows.len(), 1, "{b}: a repeat stores nothing");
+        let w = &windows[0];
+        let g = &r.windows[0].gpus[0];
+        assert_eq!(
+            (w.start_ms, w.end_ms, w.samples),
+            (T0, T0 + 15_000, 15),
+            "{b}"
+        );
+        assert_eq!(w.memory_total_bytes, Some(85_899_345_920), "{b}");
+        assert_eq!(w.util_avg, g.util_avg, "{b}");
+        assert_eq!(w.mem_util_avg, None, "{b}: absent stays absent");
+        assert_eq!(w.power_avg_watts, Some(310.5), "{b}");
+        assert_eq!(w.energy_mj, Some(4_657_500), "{b}");
+
+        let procs = crate::store::telemetry::process_windows(store.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        assert_eq!(procs.len(), 1, "{b}");
+        let p = &procs[0];
+        assert_eq!(
+            (
+                p.pid,
+                p.model.as_deref(),
+                p.team.as_deref(),
+                p.experiment.as_deref()
+            ),
+            (4242, Some("llama-70b"), Some("search"), None),
+            "{b}"
+        );
+        let labels: BTreeMap<String, String> = serde_json::from_str(&p.labels_json).unwrap();
+        assert_eq!(
+            labels.get("mlflow_run_id").map(String::as_str),
+            Some("r42"),
+            "{b}"
+        );
+        assert_eq!(
+            p.pod_uid.as_deref(),
+            Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333"),
+            "{b}"
+        );
+        assert_eq!(p.user_name.as_deref(), Some("ana"), "{b}");
+        let latest = crate::store::telemetry::fleet_processes(store.db())
+            .await
+            .unwrap();
+        assert_eq!(latest[0].user_name.as_deref(), Some("ana"), "{b}");
+
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert_eq!(fleet.len(), 1, "{b}");
+        assert_eq!(
+            fleet[0].instance_type.as_deref(),
+            Some("p4d.24xlarge"),
+            "{b}"
+        );
+        assert_eq!(fleet[0].spool_depth, Some(3), "{b}");
+        assert_eq!(fleet[0].last_util_avg, Some(80.0), "{b}");
+    }
+}
+
+/// MIG instances are known as such (recommendations never pack them together).
+#[tokio::test]
+async fn mig_instances_are_listed() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("batch-mig", T0, 30.0);
+        let mut mig = r.windows[0].gpus[0].clone();
+        mig.uuid = "MIG-1".into();
+        mig.parent_uuid = Some("GPU-1".into());
+        r.windows[0].gpus.push(mig);
+        store
+            .ingest(&r, token, AgentStatus::default(), T0)
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::store::telemetry::mig_instances(store.db())
+                .await
+                .unwrap(),
+            vec!["MIG-1".to_owned()],
+            "{}",
+            db.backend
+        );
+    }
+}
+
+/// A big batch (an agent back after an outage): more rows than one bulk statement takes, several
+/// windows per GPU. Every row lands, and each GPU's row shows its newest window.
+#[tokio::test]
+async fn a_large_report_is_stored_whole_in_bulk_statements() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("big", T0, 10.0);
+        let template = r.windows[0].clone();
+        r.windows = (0..80)
+            .map(|i| {
+                let mut w = template.clone();
+                w.start_ms = T0 + i * 15_000;
+                w.end_ms = w.start_ms + 15_000;
+                w.gpus = (0..8u32)
+                    .map(|g| {
+                        let mut gpu = template.gpus[0].clone();
+                        gpu.uuid = format!("GPU-{g}");
+                        gpu.index = g;
+                        gpu.util_avg = Some(i as f64);
+                        gpu
+                    })
+                    .collect();
+                w
+            })
+            .collect();
+        // Out of order, as a spool replay may send them: the newest is not last.
+        r.windows.swap(79, 3);
+        assert_eq!(
+            store
+                .ingest(&r, token, AgentStatus::default(), T0)
+                .await
+                .unwrap(),
+            IngestOutcome::Stored,
+            "{b}"
+        );
+        let end = T0 + 80 * 15_000;
+        assert_eq!(
+            crate::store::telemetry::gpu_windows(store.db(), T0, end)
+                .await
+                .unwrap()
+                .len(),
+            640,
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::telemetry::process_windows(store.db(), T0, end)
+                .await
+                .unwrap()
+                .len(),
+            640,
+            "{b}"
+        );
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert_eq!(fleet.len(), 8, "{b}");
+        assert!(
+            fleet.iter().all(|g| g.last_util_avg == Some(79.0)),
+            "{b}: every GPU shows its newest window"
+        );
+    }
+}
+
+#[tokio::test]
+async fn late_windows_do_not_replace_the_latest_state() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let now = T0 + 120_000;
+        store
+            .ingest(
+                &report("new", T0 + 30_000, 70.0),
+                token,
+                AgentStatus::default(),
+                now,
+            )
+            .await
+            .unwrap();
+        store
+            .ingest(&report("old", T0, 10.0), token, AgentStatus::default(), now)
+            .await
+            .unwrap();
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert_eq!(
+            fleet[0].last_util_avg,
+            Some(70.0),
+            "{b}: the newest window wins"
+        );
+        assert_eq!(
+            crate::store::telemetry::gpu_windows(store.db(), T0, now)
+                .await
+                .unwrap()
+                .len(),
+            2,
+            "{b}: the late one is still kept"
+        );
+        let procs = crate::store::telemetry::fleet_processes(store.db())
+            .await
+            .unwrap();
+        assert_eq!(procs.len(), 1, "{b}: processes come from the newest window");
+        assert_eq!(procs[0].sm_util_avg, Some(69.0), "{b}");
+    }
+}
+
+/// A repeat is refused whole: it does not even touch the host's row (PostgreSQL stores a report
+/// in one statement without a transaction to roll back, so the statement itself must hold back).
+/// A retry with the same content is a duplicate; the same batch id with other content, or from
+/// another token, is refused naming `batch_id`.
+#[tokio::test]
+async fn a_repeat_changes_nothing_not_even_the_host() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let r = report("batch-1", T0, 80.0);
+        let first = AgentStatus {
+            spool_depth: Some(3),
+            spool_dropped: Some(0),
+        };
+        store.ingest(&r, token, first, T0 + 20_000).await.unwrap();
+        let later = AgentStatus {
+            spool_depth: Some(7),
+            spool_dropped: Some(1),
+        };
+        assert_eq!(
+            store.ingest(&r, token, later, T0 + 90_000).await.unwrap(),
+            IngestOutcome::Duplicate,
+            "{b}: the same content again"
+        );
+        let mut changed = r.clone();
+        changed.windows[0].gpus[0].util_avg = Some(1.0);
+        let IngestOutcome::Refused(refusal) = store
+            .ingest(&changed, token, later, T0 + 90_000)
+            .await
+            .unwrap()
+        else {
+            panic!("{b}: other content under a stored batch id must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::BatchReused, "{b}");
+        assert_eq!(refusal.field, "batch_id", "{b}");
+        crate::store::tokens::create_token(
+            store.db(),
+            &NewToken::for_cluster("other", "hash-2", "train"),
+            T0,
+        )
+        .await
+        .unwrap();
+        let other = crate::store::tokens::active_token(store.db(), "hash-2", T0)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        assert!(
+            matches!(
+                store.ingest(&r, other, later, T0 + 90_000).await.unwrap(),
+                IngestOutcome::Refused(Refusal {
+                    kind: RefusalKind::BatchReused,
+                    ..
+                })
+            ),
+            "{b}: another token's repeat of a batch is not a duplicate"
+        );
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert_eq!(
+            (fleet[0].spool_depth, fleet[0].last_report_ms),
+            (Some(3), T0 + 20_000),
+            "{b}: the host row is as the first report left it"
+        );
+        let windows = crate::store::telemetry::gpu_windows(store.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            windows[0].util_avg,
+            Some(80.0),
+            "{b}: the stored window is kept"
+        );
+    }
+}
+
+/// A GPU's row follows what it is and where it sits: it moves with its host and takes a new MIG
+/// layout, while its latest state is its newest window wherever that was reported from.
+#[tokio::test]
+async fn a_gpu_that_moves_or_changes_is_rewritten() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let status = AgentStatus::default();
+        let now = T0 + 600_000;
+        store
+            .ingest(&report("a", T0, 10.0), token, status, now)
+            .await
+            .unwrap();
+        // The same GPU, unchanged: nothing to rewrite, and the newest window shows.
+        store
+            .ingest(&report("b", T0 + 15_000, 20.0), token, status, now)
+            .await
+            .unwrap();
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert_eq!(fleet.len(), 1, "{b}");
+        assert_eq!(
+            (fleet[0].hostname.as_str(), fleet[0].last_util_avg),
+            ("gpu-01", Some(20.0)),
+            "{b}"
+        );
+        assert_eq!(
+            fleet[0].last_window_end_ms,
+            Some(T0 + 30_000),
+            "{b}: the newest window's end"
+        );
+
+        // Moved to another host, reported with a new index and less memory (a MIG layout).
+        let mut moved = report("c", T0 + 30_000, 30.0);
+        moved.host.hostname = "gpu-02".into();
+        moved.windows[0].gpus[0].index = 3;
+        moved.windows[0].gpus[0].memory_total_bytes = Some(42_949_672_960);
+        store.ingest(&moved, token, status, now).await.unwrap();
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        let gpu = |host: &str| {
+            fleet
+                .iter()
+                .find(|r| r.hostname == host)
+                .map(|r| (r.uuid.clone(), r.gpu_index, r.memory_total_bytes))
+        };
+        assert_eq!(
+            gpu("gpu-01"),
+            Some((None, None, None)),
+            "{b}: the old host has no GPU now"
+        );
+        assert_eq!(
+            gpu("gpu-02"),
+            Some((Some("GPU-1".into()), Some(3), Some(42_949_672_960))),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_ingest_stores_nothing() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        // No such token: the batch row's foreign key fails after the host row was written.
+        let result = store
+            .ingest(&report("x", T0, 50.0), 9_999, AgentStatus::default(), T0)
+            .await;
+        assert!(result.is_err(), "{b}");
+        assert!(
+            crate::store::telemetry::fleet(store.db())
+                .await
+                .unwrap()
+                .is_empty(),
+            "{b}: the host upsert was rolled back"
+        );
+        assert_eq!(
+            crate::store::telemetry::batch_count(store.db())
+                .await
+                .unwrap(),
+            0,
+            "{b}"
+        );
+        assert!(
+            crate::store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{b}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hosts_carry_a_normalised_instance_key() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("k", T0, 10.0);
+        r.host.instance_id = Some("arn:aws:ec2:us-east-1:1111:instance/i-0ABC".into());
+        store
+            .ingest(&r, token, AgentStatus::default(), T0 + 20_000)
+            .await
+            .unwrap();
+        let hosts = crate::store::telemetry::hosts(store.db()).await.unwrap();
+        assert_eq!(
+            hosts[0].instance_key.as_deref(),
+            Some("i-0abc"),
+            "{}",
+            db.backend
+        );
+        let windows = crate::store::rollups::attribution_windows(store.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            windows[0].gpu_name.as_deref(),
+            Some("NVIDIA A100-SXM4-80GB"),
+            "{}",
+            db.backend
+        );
+        // The samples per utilization percent come back as sent, for attribution's split.
+        assert_eq!(
+            windows[0].util_histogram.as_deref(),
+            Some("[[0,5],[90,10]]"),
+            "{}",
+            db.backend
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_group_of_hosts_reads_its_windows_and_their_processes() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        // Six hosts of three GPUs, two windows each; GPU-h1-0 moves to host 5 in the second.
+        for h in 0..6 {
+            let mut r = report(&format!("b{h}"), T0, 50.0);
+            r.host.hostname = format!("gpu-{h:02}");
+            r.host.instance_id = Some(format!("i-{h}"));
+            let template = r.windows[0].clone();
+            r.windows = (0..2)
+                .map(|i| {
+                    let mut w = template.clone();
+                    w.start_ms = T0 + i * 15_000;
+                    w.end_ms = w.start_ms + 15_000;
+                    w.gpus = (0..3)
+                        .map(|g| {
+                            let mut gpu = template.gpus[0].clone();
+                            gpu.uuid = format!("GPU-h{h}-{g}");
+                            gpu.processes[0].pid = 100 + g;
+                            gpu
+                        })
+                        .collect();
+                    if h == 5 && i == 1 {
+                        w.gpus[0].uuid = "GPU-h1-0".into();
+                    }
+                    if h == 1 && i == 1 {
+                        w.gpus.remove(0);
+                    }
+                    w
+                })
+                .collect();
+            store
+                .ingest(&r, token, AgentStatus::default(), T0)
+                .await
+                .unwrap();
+        }
+        let (from, to) = (T0, T0 + 30_000);
+        let all = crate::store::rollups::attribution_windows(store.db(), from, to)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 35, "{b}");
+        let mut ids: Vec<i64> = all.iter().map(|w| w.host_id).collect();
+        ids.dedup();
+        // Not host 1, which reported GPU-h1-0 first.
+        let chosen = vec![ids[2], ids[4], ids[5]];
+        let (windows, processes) =
+            crate::store::rollups::attribution_inputs_of_hosts(store.db(), from, to, &chosen)
+                .await
+                .unwrap();
+        let expected: Vec<_> = all
+            .iter()
+            .filter(|w| chosen.contains(&w.host_id))
+            .cloned()
+            .collect();
+        assert_eq!(windows, expected, "{b}: the group's windows, in order");
+        let gpus: BTreeSet<&str> = windows.iter().map(|w| w.gpu_uuid.as_str()).collect();
+        assert_eq!(windows.len(), 18, "{b}");
+        assert_eq!(gpus.len(), 10, "{b}: {gpus:?}");
+        let expected: Vec<_> = crate::store::telemetry::process_windows(store.db(), from, to)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|p| gpus.contains(p.gpu_uuid.as_str()))
+            .collect();
+        // One more than the windows: GPU-h1-0's process of its window on host 1, which readers
+        // match to no window of the group.
+        assert_eq!(processes.len(), 19, "{b}");
+        assert_eq!(processes, expected, "{b}: their GPUs' processes, in order");
+        let none = crate::store::rollups::attribution_inputs_of_hosts(store.db(), from, to, &[])
+            .await
+            .unwrap();
+        assert_eq!(none, (vec![], vec![]), "{b}: no hosts, nothing read");
+    }
+}
+
+/// A window another batch already stored is never overwritten and never answered "stored":
+/// the whole report is refused naming the window, even when its other windows are new.
+#[tokio::test]
+async fn a_window_already_stored_is_refused_not_dropped() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let status = AgentStatus::default();
+        let token = token_for(s, "rack-1", "hash-1", T0).await;
+        let now = T0 + 600_000;
+        s.ingest(&report("b-1", T0, 10.0), token, status, now)
+            .await
+            .unwrap();
+        let mut overlapping = report("b-2", T0 + 15_000, 90.0);
+        let mut old = report("b-2", T0, 90.0).windows.remove(0);
+        old.gpus[0].util_avg = Some(90.0);
+        overlapping.windows.push(old);
+        let IngestOutcome::Refused(refusal) =
+            s.ingest(&overlapping, token, status, now).await.unwrap()
+        else {
+            panic!("{b}: a report repeating a stored window under a new batch id must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::WindowStored, "{b}");
+        assert_eq!(refusal.field, "windows[1].gpus[0]", "{b}");
+        assert!(
+            refusal.message.contains("\"b-1\""),
+            "{b}: {}",
+            refusal.message
+        );
+        let windows = crate::store::telemetry::gpu_windows(s.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            windows.len(),
+            1,
+            "{b}: the new window was not stored either"
+        );
+        assert_eq!(
+            windows[0].util_avg,
+            Some(10.0),
+            "{b}: the stored one is untouched"
+        );
+        assert_eq!(
+            crate::store::telemetry::batch_count(s.db()).await.unwrap(),
+            1,
+            "{b}"
+        );
+        // The batch id was not used up: the agent can send the new window alone under it.
+        let alone = report("b-2", T0 + 15_000, 90.0);
+        assert_eq!(
+            s.ingest(&alone, token, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+    }
+}

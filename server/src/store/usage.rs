@@ -1,0 +1,91 @@
+//! Request counts per inference endpoint, as usage sources report them: what cost per
+//! request divides by.
+
+use super::db::{on_backend, On};
+use super::StoreError;
+
+/// Requests an endpoint served in `[start_ms, end_ms)`, as counted by one source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageCount {
+    pub endpoint: String,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub requests: i64,
+}
+
+/// Stores usage counts from `source` in one transaction; a count for the same endpoint,
+/// source and period start replaces the earlier one, when it came from the same token (or
+/// one no longer active). A count another active token sent is never replaced: the whole
+/// post is refused, naming it.
+pub async fn upsert_usage(
+    on: impl Into<On<'_>>,
+    source: &str,
+    counts: &[UsageCount],
+    token_id: i64,
+    now_ms: i64,
+) -> Result<Option<super::Refusal>, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        for (i, c) in counts.iter().enumerate() {
+            let written = sqlx::query(concat!(
+                "INSERT INTO usage_counts
+                   (endpoint, source, start_ms, end_ms, requests, token_id, received_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (endpoint, source, start_ms) DO UPDATE SET
+                   end_ms = excluded.end_ms, requests = excluded.requests,
+                   token_id = excluded.token_id, received_ms = excluded.received_ms
+                 WHERE usage_counts.token_id = excluded.token_id
+                    OR NOT EXISTS (SELECT 1 FROM api_tokens t
+                                   WHERE t.id = usage_counts.token_id AND ",
+                super::token_active_sql!("t", "$7"),
+                ")"
+            ))
+            .bind(&c.endpoint)
+            .bind(source)
+            .bind(c.start_ms)
+            .bind(c.end_ms)
+            .bind(c.requests)
+            .bind(token_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+            if written.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(Some(super::Refusal {
+                    kind: super::RefusalKind::SourceOfAnotherToken,
+                    field: format!("counts[{i}]"),
+                    message: format!(
+                        "source {source:?}'s count for {} from {} ms came from another \
+                         token; a source's counts are replaced only by the token that sent \
+                         them",
+                        c.endpoint, c.start_ms
+                    ),
+                }));
+            }
+        }
+        tx.commit().await?;
+        Ok(None)
+    })
+}
+
+/// Requests per endpoint for periods starting in `[from_ms, to_ms)`, all sources summed.
+pub async fn usage_totals(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        // SUM over BIGINT is NUMERIC on PostgreSQL: cast back to a 64-bit integer.
+        Ok(sqlx::query_as(
+            "SELECT endpoint, CAST(SUM(requests) AS BIGINT) FROM usage_counts
+             WHERE start_ms >= $1 AND start_ms < $2
+             GROUP BY endpoint ORDER BY endpoint",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
