@@ -104,9 +104,15 @@ impl Activity {
     }
 }
 
+/// Whether a process holds its GPU: it holds memory on it, or shows SM work. The one definition,
+/// for attribution (who pays for a held-idle window) and alerts (who is named as holding it).
+pub fn holds(memory_bytes: Option<i64>, sm_percent: Option<f64>) -> bool {
+    memory_bytes.unwrap_or(0) > 0 || sm_percent.unwrap_or(0.0) > 0.0
+}
+
 /// The activity of one window: `util` is the GPU's utilization, `processes` each process's
-/// (memory held, SM utilization). A process holds the GPU when it holds memory (or shows SM
-/// work); one without SM utilization (the driver gives none) works when the GPU is busy.
+/// (memory held, SM utilization). A process holds the GPU as [`holds`] says; one without SM
+/// utilization (the driver gives none) works when the GPU is busy.
 pub fn activity(
     util: Option<f64>,
     processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
@@ -114,12 +120,12 @@ pub fn activity(
     held_sm_percent: f64,
 ) -> Activity {
     let gpu_busy = util.map(|u| u >= threshold);
-    let mut holds = false;
+    let mut held = false;
     for (memory, sm) in processes {
-        if memory.unwrap_or(0) <= 0 && sm.unwrap_or(0.0) <= 0.0 {
+        if !holds(memory, sm) {
             continue;
         }
-        holds = true;
+        held = true;
         let works = match sm {
             Some(sm) => sm >= held_sm_percent,
             None => gpu_busy == Some(true),
@@ -128,12 +134,23 @@ pub fn activity(
             return Activity::Busy;
         }
     }
-    match (holds, gpu_busy) {
+    match (held, gpu_busy) {
         (true, _) => Activity::HeldIdle,
         (false, Some(true)) => Activity::Busy,
         (false, Some(false)) => Activity::Idle,
         (false, None) => Activity::Unknown,
     }
+}
+
+/// Width of a utilization band, in points: usage is kept as window counts per band (what
+/// right-sizing reads).
+pub const UTIL_BAND_POINTS: f64 = 5.0;
+/// Bands from 0 (under 5%) to 20 (100%).
+pub const BANDS: usize = 21;
+
+/// The band a window's utilization falls in: 0 (under 5%) to 20 (100%).
+pub fn util_band(util: f64) -> i64 {
+    ((util / UTIL_BAND_POINTS).floor() as i64).clamp(0, BANDS as i64 - 1)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! - [`time`]: hours, days and calendar months in epoch milliseconds (UTC).
 //! - [`money`]: exact amounts, their text and integer forms, and exact splits.
 //! - [`activity`]: the one definition of busy, held idle and idle.
+//! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
 
 pub mod activity;
+pub mod bill;
 pub mod money;
 pub mod time;

@@ -42,6 +42,11 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Every agent token, by name (never a secret).
+pub async fn list(store: &dyn Store) -> Result<Vec<TokenRow>, StoreError> {
+    store::tokens::list_tokens(store.db()).await
+}
+
 /// Creates a token for a scope. A host pattern that matches none of the hosts the scope's
 /// clusters already have is refused: it is almost surely a typo, and the agents it was meant
 /// for would all be refused.

@@ -26,7 +26,8 @@ use crate::store;
 use crate::store::{
     AttributionWindow, HostRow, Store, StoreError, StoredCostLine, StoredProcessWindow,
 };
-use gpuledger_core::activity::{Activity, Thresholds};
+use gpuledger_core::activity::{self, Activity, Thresholds};
+pub(crate) use gpuledger_core::bill::spread_over_hours;
 use gpuledger_core::money::{from_text, split_exact};
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
@@ -136,41 +137,6 @@ pub(crate) fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec
     )
 }
 
-/// Spreads an amount charged over `[start, end)` across its hours by overlap, exactly, and keeps
-/// the hours in `[from_ms, to_ms)`. The same split whatever the range asked for, so a line's
-/// hours add up to the line.
-pub(crate) fn spread_over_hours(
-    amount: Decimal,
-    start: i64,
-    end: i64,
-    from_ms: i64,
-    to_ms: i64,
-) -> Vec<(i64, Decimal)> {
-    if end <= start {
-        // A point-in-time charge: all of it in its hour.
-        return if (from_ms..to_ms).contains(&start) {
-            vec![(hour_floor(start), amount)]
-        } else {
-            Vec::new()
-        };
-    }
-    let mut hours = Vec::new();
-    let mut weights = Vec::new();
-    let mut h = hour_floor(start);
-    while h < end {
-        let overlap = (h + HOUR_MS).min(end) - h.max(start);
-        hours.push(h);
-        weights.push(overlap as f64);
-        h += HOUR_MS;
-    }
-    split_exact(amount, &weights)
-        .into_iter()
-        .zip(hours)
-        .filter(|(_, h)| *h >= hour_floor(from_ms) && *h < to_ms)
-        .map(|(a, h)| (h, a))
-        .collect()
-}
-
 /// Which host a bill line belongs to, by normalised instance id.
 pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
     hosts
@@ -219,7 +185,7 @@ fn window_shares(
     let holding: Vec<&StoredProcessWindow> = procs
         .iter()
         .copied()
-        .filter(|p| p.memory_used_max_bytes.unwrap_or(0) > 0 || p.sm_util_avg.unwrap_or(0.0) > 0.0)
+        .filter(|p| activity::holds(p.memory_used_max_bytes, p.sm_util_avg))
         .collect();
     let state = rules.activity(
         w.util_avg,

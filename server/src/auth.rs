@@ -173,6 +173,39 @@ pub async fn authorize_report(
     }
 }
 
+/// Last use is written at most once a minute per token: many hosts share one token, and a write
+/// per report to one row would make them queue for it.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// Notes that `token` was used from `address` at `now_ms` (shown on the tokens page), unless
+/// that was noted less than a minute ago.
+pub async fn note_use(
+    store: &dyn Store,
+    token: &TokenRow,
+    address: &str,
+    now_ms: i64,
+) -> Result<(), store::StoreError> {
+    if token
+        .last_used_ms
+        .is_none_or(|t| now_ms - t >= TOUCH_EVERY_MS)
+    {
+        store::tokens::touch_token(store.db(), token.id, now_ms, Some(address)).await?;
+    }
+    Ok(())
+}
+
+/// Counts a refused report per token, host and reason, for the fleet page.
+pub async fn record_refusal(
+    store: &dyn Store,
+    token_id: i64,
+    cluster: &str,
+    hostname: &str,
+    refusal: &Refusal,
+    now_ms: i64,
+) -> Result<(), store::StoreError> {
+    store::tokens::record_refusal(store.db(), token_id, cluster, hostname, refusal, now_ms).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,8 @@
 //! keeps the figures before and after, when and why. Raw windows of months still open are never
 //! deleted, so nothing is re-attributed from data that is gone.
 
-use crate::store;
+use crate::billing::ratecard::RateCard;
+use crate::store::{self, SignOffRow, Store, StoreError};
 use gpuledger_core::time::month_start_ms;
 use gpuledger_core::time::next_month_start;
 
@@ -92,6 +93,25 @@ impl ClosePolicy {
     }
 }
 
+/// Hours in `[from_ms, to_ms)` marked and not rolled up yet: figures of those hours may still
+/// change.
+pub async fn pending_hours(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<i64, StoreError> {
+    store::rollups::dirty_mark_count(store.db(), from_ms, to_ms).await
+}
+
+/// Every month signed off, oldest first.
+pub async fn sign_offs(store: &dyn Store) -> Result<Vec<SignOffRow>, StoreError> {
+    store::closing::sign_offs(store.db()).await
+}
+
+/// The restatements of the month starting at `month_ms`, oldest first.
+pub async fn restatements(
+    store: &dyn Store,
+    month_ms: i64,
+) -> Result<Vec<store::RestatementRow>, StoreError> {
+    store::closing::restatements(store.db(), month_ms).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,4 +172,74 @@ mod tests {
         assert!(ClosePolicy::new(-1).is_err());
         assert!(ClosePolicy::new(MAX_CLOSE_AFTER_MS + 1).is_err());
     }
+}
+
+/// How a sign-off ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignOff {
+    /// Not signed off, and why (for the person who tried).
+    Blocked(String),
+    /// Signed off (or it already was: the first sign-off stands).
+    Signed,
+}
+
+/// Signs the month `[from, to)` off for `by_user` at `now_ms`: only once it has ended, is still
+/// open, has no hours waiting for the roll-up, and its bill reconciles to the ledger to the cent.
+pub async fn sign_off(
+    store: &dyn Store,
+    rate_card: &RateCard,
+    policy: ClosePolicy,
+    (from, to): (i64, i64),
+    by_user: &str,
+    note: String,
+    now_ms: i64,
+) -> Result<SignOff, StoreError> {
+    let recs = crate::reconciliation::for_range(store, rate_card, from, to).await?;
+    let pending = store::rollups::dirty_mark_count(store.db(), from, to).await?;
+    let policy = policy.current(store).await?;
+    if let Some(why) = sign_off_blocked(&policy, &recs, pending, from, to, now_ms) {
+        return Ok(SignOff::Blocked(why));
+    }
+    let sign_off = SignOffRow {
+        month_ms: from,
+        signed_ms: now_ms,
+        by_user: by_user.to_owned(),
+        note,
+    };
+    store::closing::sign_off_month(store.db(), &sign_off).await?;
+    Ok(SignOff::Signed)
+}
+
+/// Why a month cannot be signed off now, if it cannot: a finance lead signs only a month that
+/// has ended, is still open, has no hours waiting to be rolled up and reconciles to the cent.
+pub fn sign_off_blocked(
+    close: &ClosePolicy,
+    recs: &[crate::reconciliation::Reconciliation],
+    pending_hours: i64,
+    from: i64,
+    to: i64,
+    now: i64,
+) -> Option<String> {
+    if to > now {
+        return Some("The month has not ended.".into());
+    }
+    if close.is_closed(from, now) {
+        return Some("The month is closed already.".into());
+    }
+    if pending_hours > 0 {
+        return Some(format!(
+            "{pending_hours} hours are waiting to be rolled up: try again in a minute."
+        ));
+    }
+    if recs.is_empty() {
+        return Some("There is no bill for this month.".into());
+    }
+    if let Some(r) = recs.iter().find(|r| !r.difference.is_zero()) {
+        return Some(format!(
+            "The {} bill and the ledger differ by {}: it does not reconcile.",
+            r.currency,
+            crate::format::money(r.difference, &r.currency)
+        ));
+    }
+    None
 }

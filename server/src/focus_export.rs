@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::allocation::{self, GroupBy};
 use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part};
-use crate::rollup;
+use crate::ledger;
 use crate::store;
 use crate::store::{BillLine, RollupGrain, Store, StoreError};
 use gpuledger_core::money::{from_text, parse_amount, split_exact, to_text};
@@ -254,7 +254,7 @@ pub async fn write_export(
     let mut day = from_ms;
     while day < to_ms {
         let day_end = (day + gpuledger_core::time::DAY_MS).min(to_ms);
-        let loaded = rollup::load(store, day, day_end, RollupGrain::Hour).await?;
+        let loaded = ledger::load(store, day, day_end, RollupGrain::Hour).await?;
         let attribution = if filters.is_empty() {
             loaded
         } else {

@@ -245,6 +245,58 @@ async fn notify(
     Ok(true)
 }
 
+/// Incidents open at any time in `[from_ms, to_ms)`, newest first.
+pub async fn overlapping(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<store::IncidentRow>, StoreError> {
+    store::alerts::incidents(store.db(), from_ms, to_ms).await
+}
+
+/// One incident with the Slack messages sent about it; `None` if there is no such incident.
+pub async fn with_messages(
+    store: &dyn Store,
+    id: i64,
+) -> Result<Option<(store::IncidentRow, Vec<store::SlackMessageRow>)>, StoreError> {
+    let Some(row) = store::alerts::incident(store.db(), id).await? else {
+        return Ok(None);
+    };
+    let messages = store::alerts::incident_messages(store.db(), id).await?;
+    Ok(Some((row, messages)))
+}
+
+/// Snoozes that are still running at `now_ms`, by cluster.
+pub async fn active_snoozes(
+    store: &dyn Store,
+    now_ms: i64,
+) -> Result<Vec<store::SnoozeRow>, StoreError> {
+    store::alerts::active_snoozes(store.db(), now_ms).await
+}
+
+/// Silences `cluster`'s incident alerts until `until_ms` (replacing a snooze it had).
+pub async fn snooze(
+    store: &dyn Store,
+    cluster: &str,
+    until_ms: i64,
+    by_user: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    store::alerts::snooze(store.db(), cluster, until_ms, by_user, now_ms).await
+}
+
+/// The clusters hosts report from, sorted: what a snooze can name.
+pub async fn clusters(store: &dyn Store) -> Result<Vec<String>, StoreError> {
+    let mut clusters: Vec<String> = store::telemetry::hosts(store.db())
+        .await?
+        .into_iter()
+        .map(|h| h.cluster)
+        .collect();
+    clusters.sort();
+    clusters.dedup();
+    Ok(clusters)
+}
+
 pub async fn evaluate(
     store: &dyn Store,
     card: &RateCard,

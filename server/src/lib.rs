@@ -11,6 +11,7 @@ pub mod config;
 pub mod csv_out;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod focus_export;
 pub mod format;
 #[doc(hidden)]
@@ -19,6 +20,7 @@ pub mod http;
 pub mod idle_history;
 pub mod incidents;
 pub mod jobs;
+pub mod ledger;
 pub mod metrics;
 pub mod recommend;
 pub mod reconciliation;

@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Kind, Part};
 use crate::billing::ratecard::RateCard;
-use crate::store::{AttributionWindow, StoredProcessWindow, UsageRow, UsageTotal};
+use crate::store::{self, Store, StoreError, UsageTotal};
+use gpuledger_core::activity::{BANDS, UTIL_BAND_POINTS};
 
 pub mod snapshots;
 
@@ -254,15 +255,6 @@ pub struct Recommendations {
     pub total_saving: Decimal,
 }
 
-/// Width of a utilization band, in points: usage is kept as window counts per band.
-pub const UTIL_BAND_POINTS: f64 = 5.0;
-const BANDS: usize = 21;
-
-/// The band a window's utilization falls in: 0 (under 5%) to 20 (100%).
-pub fn util_band(util: f64) -> i64 {
-    ((util / UTIL_BAND_POINTS).floor() as i64).clamp(0, BANDS as i64 - 1)
-}
-
 /// The 95th percentile of windows counted per band, as the top of its band (rounded up to the
 /// next 5 points, so a smaller GPU is never chosen on a low reading); 0 with no windows.
 fn p95_of_bands(bands: &[i64; BANDS]) -> f64 {
@@ -283,51 +275,6 @@ fn monthly(cost: Decimal, lookback_ms: i64) -> Decimal {
     cost * Decimal::from(HOURS_PER_MONTH * 3_600_000) / Decimal::from(lookback_ms.max(1))
 }
 
-/// Per hour, GPU and endpoint or model label: GPU windows per utilization band and the largest
-/// GPU memory one of its processes held (what the roll-up keeps for right-sizing). A window
-/// counts once per label however many of its processes carry it.
-pub fn usage_rows(
-    windows: &[AttributionWindow],
-    processes: &[StoredProcessWindow],
-) -> Vec<UsageRow> {
-    let window_of: HashMap<(&str, i64), &AttributionWindow> = windows
-        .iter()
-        .map(|w| ((w.gpu_uuid.as_str(), w.start_ms), w))
-        .collect();
-    type Key<'a> = (i64, i64, &'a str, &'static str, &'a str, i64);
-    let mut counted: BTreeMap<Key, (BTreeSet<i64>, i64)> = BTreeMap::new();
-    for p in processes {
-        let Some(w) = window_of.get(&(p.gpu_uuid.as_str(), p.start_ms)) else {
-            continue;
-        };
-        let band = w.util_avg.map_or(-1, util_band);
-        for (by, key) in [("endpoint", &p.endpoint), ("model", &p.model)] {
-            let Some(key) = key else { continue };
-            let hour = gpuledger_core::time::hour_floor(w.start_ms);
-            let e = counted
-                .entry((hour, w.host_id, w.gpu_uuid.as_str(), by, key.as_str(), band))
-                .or_default();
-            e.0.insert(w.start_ms);
-            e.1 = e.1.max(p.memory_used_max_bytes.unwrap_or(0));
-        }
-    }
-    counted
-        .into_iter()
-        .map(
-            |((period_ms, host_id, gpu, by, key, util_band), (starts, peak))| UsageRow {
-                period_ms,
-                host_id,
-                gpu_uuid: gpu.to_owned(),
-                owner_by: by.to_owned(),
-                owner_key: key.to_owned(),
-                util_band,
-                windows: starts.len() as i64,
-                peak_memory_bytes: peak,
-            },
-        )
-        .collect()
-}
-
 /// What recommendations are drawn from: attributed cost (and GPU utilization) per GPU, owner,
 /// kind and price over the look-back, and how each endpoint and model used its GPUs.
 #[derive(Debug, Clone, Default)]
@@ -341,6 +288,40 @@ pub struct Evidence {
     pub instance_types: HashMap<i64, String>,
 }
 
+/// What recommendations for `[from_ms, to_ms)` are drawn from, summed by the database from the
+/// rollups (whole days from the daily ones, the hours at either end from the hourly ones).
+pub async fn recommendation_evidence(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Evidence, StoreError> {
+    let mut evidence = Evidence::default();
+    for (grain, a, b) in crate::ledger::spans(from_ms, to_ms) {
+        let (totals, usage) = tokio::try_join!(
+            store::ledger::rollup_gpu_owner_totals(store.db(), grain, a, b),
+            store::ledger::rollup_usage(store.db(), grain, a, b)
+        )?;
+        evidence
+            .parts
+            .extend(totals.into_iter().map(crate::ledger::part_of));
+        evidence.usage.extend(usage);
+    }
+    evidence.mig_instances = store::telemetry::mig_instances(store.db())
+        .await?
+        .into_iter()
+        .collect();
+    for h in store::telemetry::hosts(store.db()).await? {
+        if let Some(t) = h.instance_type {
+            evidence.instance_types.insert(h.id, t);
+        }
+        evidence.hostnames.insert(h.id, h.hostname);
+    }
+    Ok(evidence)
+}
+
+#[cfg(test)]
+use crate::store::{AttributionWindow, StoredProcessWindow};
+
 #[cfg(test)]
 impl Evidence {
     /// From raw windows and their attribution: what the rollups summarize, so tests can hold
@@ -352,7 +333,7 @@ impl Evidence {
     ) -> Evidence {
         let gpu_of: HashMap<&str, &AttributionWindow> =
             windows.iter().map(|w| (w.gpu_uuid.as_str(), w)).collect();
-        let usage = usage_rows(windows, processes)
+        let usage = crate::rollup::usage_rows(windows, processes)
             .into_iter()
             .map(|u| {
                 let w = gpu_of.get(u.gpu_uuid.as_str());
@@ -747,479 +728,4 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifies_gpus_by_name_and_memory() {
-        assert_eq!(
-            identify("NVIDIA A100-SXM4-80GB", Some(85_899_345_920)).map(|c| c.name),
-            Some("A100 80GB")
-        );
-        assert_eq!(
-            identify("NVIDIA A100-SXM4-40GB", Some(42_949_672_960)).map(|c| c.name),
-            Some("A100 40GB")
-        );
-        assert_eq!(
-            identify("NVIDIA H100 80GB HBM3", None).map(|c| c.name),
-            Some("H100 80GB")
-        );
-        assert_eq!(identify("Tesla T4", None).map(|c| c.name), Some("T4"));
-        assert_eq!(identify("NVIDIA L4", None).map(|c| c.name), Some("L4"));
-        assert!(identify("Quadro P1000", None).is_none());
-    }
-
-    use crate::attribution::attribute;
-    use crate::store::{HostRow, StoredCostLine};
-    use gpuledger_core::time::HOUR_MS;
-
-    const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
-    const WEEK_HOURS: i64 = 168;
-
-    fn host(id: i64, name: &str) -> HostRow {
-        HostRow {
-            id,
-            cluster: "serve".into(),
-            hostname: name.into(),
-            provider: None,
-            instance_id: Some(format!("i-{name}")),
-            instance_key: Some(format!("i-{name}")),
-            instance_type: Some("p4de.24xlarge".into()),
-            lifecycle: None,
-        }
-    }
-
-    /// A week of hourly windows for one GPU with one process on it.
-    #[allow(clippy::too_many_arguments)]
-    fn week(
-        host_id: i64,
-        gpu: &str,
-        gpu_name: &str,
-        mem_total_gib: i64,
-        util: impl Fn(i64) -> f64,
-        mem_gib: i64,
-        endpoint: Option<&str>,
-        experiment: Option<&str>,
-    ) -> (Vec<AttributionWindow>, Vec<StoredProcessWindow>) {
-        let mut ws = Vec::new();
-        let mut ps = Vec::new();
-        for h in 0..WEEK_HOURS {
-            let start = H + h * HOUR_MS;
-            let u = util(h);
-            ws.push(AttributionWindow {
-                host_id,
-                gpu_uuid: gpu.into(),
-                parent_uuid: None,
-                gpu_name: Some(gpu_name.into()),
-                start_ms: start,
-                end_ms: start + HOUR_MS,
-                memory_total_bytes: Some(mem_total_gib << 30),
-                util_avg: Some(u),
-                util_histogram: None,
-                energy_mj: None,
-            });
-            ps.push(StoredProcessWindow {
-                gpu_uuid: gpu.into(),
-                start_ms: start,
-                pid: 1,
-                process_name: None,
-                memory_used_max_bytes: Some(mem_gib << 30),
-                sm_util_avg: Some(u.max(2.0)),
-                model: endpoint.map(|_| "mistral-7b".to_owned()),
-                experiment: experiment.map(str::to_owned),
-                endpoint: endpoint.map(str::to_owned),
-                team: None,
-                labels_json: "{}".into(),
-                container_id: None,
-                pod_uid: None,
-                user_name: None,
-            });
-        }
-        (ws, ps)
-    }
-
-    fn hourly_bill(key: &str, per_hour: &str) -> Vec<StoredCostLine> {
-        (0..WEEK_HOURS)
-            .map(|h| StoredCostLine {
-                resource_key: Some(key.into()),
-                charge_period_start_ms: H + h * HOUR_MS,
-                charge_period_end_ms: H + (h + 1) * HOUR_MS,
-                charge_category: "Usage".into(),
-                billed_cost: per_hour.into(),
-                effective_cost: per_hour.into(),
-                currency: "USD".into(),
-                pricing_category: "on_demand".into(),
-                instance_type: None,
-            })
-            .collect()
-    }
-
-    fn dec(s: &str) -> Decimal {
-        Decimal::from_str(s).unwrap()
-    }
-
-    /// An endpoint using 10 GB on an 80 GB A100 at ~20% is sent to an L4, saving the price
-    /// difference (both prices from the rate card) over the week; its model covers the same
-    /// GPU and is not counted again, nor is the GPU as a packing candidate. A busy endpoint that
-    /// needs the A100 is left alone.
-    #[test]
-    fn an_over_provisioned_endpoint_is_sent_to_an_l4_and_counted_once() {
-        let (mut ws, mut ps) = week(
-            1,
-            "GPU-chat",
-            "NVIDIA A100-SXM4-80GB",
-            80,
-            |h| 10.0 + (h % 11) as f64,
-            10,
-            Some("chat"),
-            None,
-        );
-        let (w2, p2) = week(
-            2,
-            "GPU-big",
-            "NVIDIA A100-SXM4-80GB",
-            80,
-            |_| 85.0,
-            70,
-            Some("big-llm"),
-            None,
-        );
-        ws.extend(w2);
-        let mut ps2 = p2;
-        for p in &mut ps2 {
-            p.model = Some("llama-70b".into());
-        }
-        ps.extend(ps2);
-        let mut lines = hourly_bill("i-a", "5.1207");
-        lines.extend(hourly_bill("i-b", "5.1207"));
-        let hosts = vec![host(1, "a"), host(2, "b")];
-        let card = RateCard::default_card();
-        let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
-        let attribution = attribute(hosts, &ws, &ps, &lines, &card, from, to);
-        let evidence = Evidence::from_raw(&attribution, &ws, &ps);
-        let r = recommend(&evidence, &card, to - from, Options::default());
-        assert_eq!(r.right_size.len(), 1, "{:?}", r.right_size);
-        let c = &r.right_size[0];
-        assert_eq!(
-            (
-                c.by.as_str(),
-                c.key.as_str(),
-                c.current_gpu.as_str(),
-                c.recommended_gpu.as_str(),
-                c.recommended_instance_type.as_str()
-            ),
-            ("endpoint", "chat", "A100 80GB", "L4", "g6.xlarge"),
-            "the endpoint is kept, not also its model mistral-7b on the same GPU"
-        );
-        assert_eq!(c.gpus, ["GPU-chat"]);
-        // The 95th window is at 20%: band 20–25, read as its top.
-        assert_eq!(c.p95_util, 25.0);
-        assert_eq!(c.peak_memory_gb, 10.0);
-        // The week's bill for the GPU, and the rate card's prices: g6.xlarge for one L4,
-        // p4de.24xlarge over its 8 A100s.
-        let cost = dec("5.1207") * Decimal::from(WEEK_HOURS);
-        let ratio = dec("0.8048") / (dec("40.9657") / Decimal::from(8));
-        assert_eq!(c.cost, cost.round_dp(2));
-        assert_eq!(c.saving, (cost * (Decimal::ONE - ratio)).round_dp(2));
-        assert!(c.saving < c.cost);
-        assert_eq!(
-            c.monthly_saving,
-            (cost * (Decimal::ONE - ratio) * Decimal::from(730) / Decimal::from(WEEK_HOURS))
-                .round_dp(2)
-        );
-        assert!(
-            r.consolidation.iter().all(|x| x.gpus != ["GPU-chat"]),
-            "the GPU is in the right-size already: {:?}",
-            r.consolidation
-        );
-        assert_eq!(r.total_saving, c.saving);
-    }
-
-    /// Without a price for the smaller GPU's instance type, nothing is recommended onto it:
-    /// prices come from the rate card, never from code.
-    #[test]
-    fn a_gpu_the_rate_card_does_not_price_is_never_recommended() {
-        let (ws, ps) = week(
-            1,
-            "GPU-chat",
-            "NVIDIA A100-SXM4-80GB",
-            80,
-            |_| 12.0,
-            10,
-            Some("chat"),
-            None,
-        );
-        let lines = hourly_bill("i-a", "5.1207");
-        let mut card = RateCard::default_card();
-        for t in ["g6.xlarge", "g5.xlarge", "g4dn.xlarge", "g6e.xlarge"] {
-            card.instance_types.remove(t);
-        }
-        let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
-        let a = attribute(vec![host(1, "a")], &ws, &ps, &lines, &card, from, to);
-        let r = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            &card,
-            to - from,
-            Options::default(),
-        );
-        assert!(
-            r.right_size
-                .iter()
-                .all(|x| x.recommended_gpu.contains("MIG")),
-            "only MIG slices of the priced A100 instances remain: {:?}",
-            r.right_size
-        );
-    }
-
-    /// A MIG instance is its profile: named, sized and priced as a slice of the GPU.
-    #[test]
-    fn mig_instances_are_priced_as_slices() {
-        let card = RateCard::default_card();
-        let slice = identify("NVIDIA A100-SXM4-80GB MIG 1g.10gb", Some(9_728 << 20)).unwrap();
-        assert_eq!(slice.name, "A100 80GB MIG 1g.10gb");
-        assert_eq!(
-            slice.price(&card),
-            Some(dec("40.9657") / Decimal::from(8) / Decimal::from(7))
-        );
-        let three = identify("NVIDIA H100 80GB HBM3 MIG 3g.40gb", None).unwrap();
-        assert_eq!(three.name, "H100 MIG 3g.40gb");
-        assert_eq!(
-            three.price(&card),
-            Some(dec("55.04") / Decimal::from(8) * Decimal::from(3) / Decimal::from(7))
-        );
-        assert_eq!(slice.offered_on(), "p4de.24xlarge (MIG)");
-        assert!(identify("NVIDIA A100-SXM4-80GB MIG 7g.80gb", None).is_none());
-    }
-
-    /// A quiet MIG instance is not a GPU to pack elsewhere; a quiet whole GPU is, with the
-    /// saving of the share of it its work does not need.
-    #[test]
-    fn mig_instances_are_never_packing_candidates() {
-        let (mut ws, mut ps) = week(1, "GPU-w", "NVIDIA L4", 24, |_| 9.0, 3, None, Some("nb"));
-        let (mut mig, p2) = week(
-            2,
-            "MIG-m",
-            "NVIDIA A100-SXM4-80GB",
-            10,
-            |_| 9.0,
-            3,
-            None,
-            None,
-        );
-        for w in &mut mig {
-            w.parent_uuid = Some("GPU-parent".into());
-        }
-        ws.extend(mig);
-        ps.extend(p2.into_iter().map(|mut p| {
-            p.team = Some("research".into());
-            p
-        }));
-        let mut lines = hourly_bill("i-a", "0.8");
-        lines.extend(hourly_bill("i-b", "4.1"));
-        let card = RateCard::default_card();
-        let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
-        let a = attribute(
-            vec![host(1, "a"), host(2, "b")],
-            &ws,
-            &ps,
-            &lines,
-            &card,
-            from,
-            to,
-        );
-        let r = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            &card,
-            to - from,
-            Options::default(),
-        );
-        let gpus: Vec<&[String]> = r.consolidation.iter().map(|c| c.gpus.as_slice()).collect();
-        assert_eq!(gpus, [["GPU-w".to_owned()]]);
-        let c = &r.consolidation[0];
-        assert_eq!((c.host.as_str(), c.avg_util), ("a", 9.0));
-        // 9% busy against an 80% target: it needs 11.25% of a GPU; the rest is the saving.
-        let cost = dec("0.8") * Decimal::from(WEEK_HOURS);
-        assert_eq!(c.cost, cost.round_dp(2));
-        assert_eq!(c.saving, (cost * dec("0.8875")).round_dp(2));
-        assert!(c.action.contains("11%"), "{}", c.action);
-    }
-
-    /// Training on on-demand capacity: the saving is the hours it actually ran at the rate
-    /// card's spot discount for its instance type (p4de: 60%), never more than it cost and never
-    /// projected to a month. Held-idle time and committed capacity are not offered spot.
-    #[test]
-    fn training_on_on_demand_could_run_on_spot_for_the_hours_it_ran() {
-        // A sweep that ran 104 of the week's 168 hours; then its notebook held the GPU idle.
-        let (ws, mut ps) = week(
-            1,
-            "GPU-t",
-            "NVIDIA A100-SXM4-80GB",
-            80,
-            |h| if h < 104 { 95.0 } else { 0.0 },
-            70,
-            None,
-            Some("sweep-7"),
-        );
-        for p in ps.iter_mut().skip(104) {
-            p.sm_util_avg = Some(0.0);
-        }
-        let card = RateCard::default_card();
-        let lines = hourly_bill("i-a", "5.1207");
-        let a = attribute(
-            vec![host(1, "a")],
-            &ws,
-            &ps,
-            &lines,
-            &card,
-            H,
-            H + WEEK_HOURS * HOUR_MS,
-        );
-        let r = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            &card,
-            WEEK_HOURS * HOUR_MS,
-            Options::default(),
-        );
-        assert_eq!(r.spot.len(), 1, "{r:?}");
-        let s = &r.spot[0];
-        assert_eq!(s.experiment, "sweep-7");
-        assert_eq!(s.instance_types, ["p4de.24xlarge"]);
-        assert_eq!(s.gpu_hours, 104.0);
-        let ran = dec("5.1207") * Decimal::from(104);
-        assert_eq!(s.cost, ran.round_dp(2));
-        let discount = Decimal::ONE - dec("16.3863") / dec("40.9657");
-        assert_eq!(s.saving, (ran * discount).round_dp(2));
-        assert!(s.saving < s.cost);
-
-        // The same sweep on committed capacity: nothing to move to spot.
-        let committed: Vec<StoredCostLine> = lines
-            .iter()
-            .cloned()
-            .map(|mut l| {
-                l.pricing_category = "committed".into();
-                l
-            })
-            .collect();
-        let a = attribute(
-            vec![host(1, "a")],
-            &ws,
-            &ps,
-            &committed,
-            &card,
-            H,
-            H + WEEK_HOURS * HOUR_MS,
-        );
-        let r = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            &card,
-            WEEK_HOURS * HOUR_MS,
-            Options::default(),
-        );
-        assert!(r.spot.is_empty(), "{:?}", r.spot);
-    }
-
-    /// A notebook holding a GPU idle all week is told to stop or release it (saving all it
-    /// cost), not to pack it elsewhere nor to move it to spot.
-    #[test]
-    fn a_gpu_held_idle_all_along_is_to_release() {
-        let (ws, mut ps) = week(
-            1,
-            "GPU-nb",
-            "NVIDIA A100-SXM4-80GB",
-            80,
-            |_| 0.0,
-            30,
-            None,
-            Some("notebook"),
-        );
-        for p in &mut ps {
-            p.sm_util_avg = Some(0.0);
-            p.team = Some("research".into());
-        }
-        let card = RateCard::default_card();
-        let lines = hourly_bill("i-a", "5.1207");
-        let a = attribute(
-            vec![host(1, "a")],
-            &ws,
-            &ps,
-            &lines,
-            &card,
-            H,
-            H + WEEK_HOURS * HOUR_MS,
-        );
-        let r = recommend(
-            &Evidence::from_raw(&a, &ws, &ps),
-            &card,
-            WEEK_HOURS * HOUR_MS,
-            Options::default(),
-        );
-        assert_eq!(r.release.len(), 1, "{r:?}");
-        let x = &r.release[0];
-        assert_eq!(
-            (x.host.as_str(), x.gpus.as_slice()),
-            ("a", ["GPU-nb".to_owned()].as_slice())
-        );
-        assert_eq!(x.owners["team"], "research");
-        assert_eq!(
-            x.saving,
-            (dec("5.1207") * Decimal::from(WEEK_HOURS)).round_dp(2)
-        );
-        assert!(x
-            .action
-            .starts_with("stop the idle processes or release the GPU"));
-        assert!(r.consolidation.is_empty() && r.spot.is_empty(), "{r:?}");
-        assert_eq!(r.total_saving, x.saving);
-    }
-
-    #[test]
-    fn p95_of_bands_is_the_top_of_the_band_holding_the_95th_percentile() {
-        let mut bands = [0; BANDS];
-        // 100 windows at 1..=100%: the 95th is 95% (band 19), read as its top, 100.
-        for u in 1..=100 {
-            bands[util_band(f64::from(u)) as usize] += 1;
-        }
-        assert_eq!(p95_of_bands(&bands), 100.0);
-        let mut bands = [0; BANDS];
-        bands[util_band(7.0) as usize] = 1;
-        assert_eq!(p95_of_bands(&bands), 10.0);
-        // 95 windows at 12%, 5 at 90%: the 95th window is still at 12%.
-        let mut bands = [0; BANDS];
-        bands[util_band(12.0) as usize] = 95;
-        bands[util_band(90.0) as usize] = 5;
-        assert_eq!(p95_of_bands(&bands), 15.0);
-        bands[util_band(12.0) as usize] = 94;
-        bands[util_band(90.0) as usize] = 6;
-        assert_eq!(p95_of_bands(&bands), 95.0);
-        assert_eq!(p95_of_bands(&[0; BANDS]), 0.0);
-        assert_eq!(
-            (util_band(-3.0), util_band(100.0), util_band(140.0)),
-            (0, 20, 20)
-        );
-    }
-
-    /// Two processes of one endpoint on one GPU window count it once, with the larger memory.
-    #[test]
-    fn usage_counts_a_window_once_per_label() {
-        let (ws, mut ps) = week(1, "GPU-a", "NVIDIA L4", 24, |_| 42.0, 3, Some("chat"), None);
-        let mut twin = ps[0].clone();
-        twin.pid = 2;
-        twin.memory_used_max_bytes = Some(5 << 30);
-        ps.push(twin);
-        let rows = usage_rows(&ws, &ps);
-        let first: Vec<&UsageRow> = rows
-            .iter()
-            .filter(|r| r.period_ms == H && r.owner_by == "endpoint")
-            .collect();
-        assert_eq!(first.len(), 1);
-        assert_eq!(
-            (
-                first[0].util_band,
-                first[0].windows,
-                first[0].peak_memory_bytes
-            ),
-            (8, 1, 5 << 30)
-        );
-        // One row per hour for the endpoint and one for the model.
-        assert_eq!(rows.len() as i64, 2 * WEEK_HOURS);
-    }
-}
+mod tests;

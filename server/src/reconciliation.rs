@@ -199,7 +199,7 @@ pub async fn for_range(
 ) -> Result<Vec<Reconciliation>, StoreError> {
     let lines = store::bills::cost_lines(store.db(), from_ms, to_ms).await?;
     let hosts = store::telemetry::hosts(store.db()).await?;
-    let ledger = crate::rollup::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
+    let ledger = crate::ledger::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
     Ok(reconcile(&lines, &hosts, &ledger, card, from_ms, to_ms))
 }
 

@@ -8,9 +8,9 @@
 //! Raw windows older than the retention are deleted in small batches, never before their hour
 //! has been rolled up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::attribution::{self, Attribution, Kind, Owner, Part};
+use crate::attribution::{self, Part};
 use crate::billing::ratecard::RateCard;
 use crate::config::IdleConfig;
 use crate::store;
@@ -18,17 +18,20 @@ use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
     StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
 };
-use gpuledger_core::money::{from_nano_atto, to_nano_atto};
-use gpuledger_core::time::DAY_MS;
+use gpuledger_core::activity::util_band;
+use gpuledger_core::money::to_nano_atto;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
 const HOURS_PER_PASS: usize = 24;
+
 /// Raw GPU windows attributed in one pass (their process windows come with them): about 100 MB
 /// with a process in every window, however long agents' windows are and however large the fleet.
 const WINDOWS_PER_PASS: i64 = 100_000;
+
 /// Marks read per round.
 const MARKS_PER_ROUND: i64 = 5_000;
+
 /// Raw rows deleted per statement: short transactions that never hold ingest up for long.
 pub const RETENTION_BATCH: i64 = 5_000;
 
@@ -335,7 +338,7 @@ fn attribute_read(
     from: i64,
     to: i64,
 ) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
-    let usage = crate::recommend::usage_rows(windows, processes);
+    let usage = usage_rows(windows, processes);
     let a = attribution::attribute_by(
         hosts.to_vec(),
         windows,
@@ -387,198 +390,49 @@ fn row_of(p: &Part) -> RollupRow {
     }
 }
 
-fn part_of(r: RollupRow) -> Part {
-    let opt = |v: String| (!v.is_empty()).then_some(v);
-    Part {
-        hour_ms: r.period_ms,
-        host_id: r.host_id,
-        kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
-        gpu_uuid: opt(r.gpu_uuid),
-        owner: Owner {
-            model: opt(r.model),
-            experiment: opt(r.experiment),
-            endpoint: opt(r.endpoint),
-            team: opt(r.team),
-        },
-        pricing_category: r.pricing_category,
-        currency: r.currency,
-        cost: from_nano_atto(r.cost_nano, r.cost_atto),
-        estimated: r.estimated != 0,
-        gpu_seconds: r.gpu_seconds,
-        util_gpu_seconds: r.util_gpu_seconds,
-        util_known_seconds: r.util_known_seconds,
-        energy_j: r.energy_j,
-    }
-}
-
-/// The attribution of `[from_ms, to_ms)` as rolled up. With [`RollupGrain::Day`], whole days
-/// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
-/// the hours at either end from the hourly one ([`RollupGrain::HostDay`] likewise, its day parts
-/// summed over each host's GPUs and naming none); with [`RollupGrain::Hour`], every part is an
-/// hour (and with [`RollupGrain::ExperimentHour`], every hour of experiment-labelled work).
-pub async fn load(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-    grain: RollupGrain,
-) -> Result<Attribution, StoreError> {
-    let (from, to) = (hour_floor(from_ms), to_ms);
-    let mut rows = Vec::new();
-    let daily = grain.is_daily();
-    if let (true, Some((first_whole_day, last_whole_day))) = (daily, day_split(from, to)) {
-        rows.extend(
-            store::ledger::rollup_rows(store.db(), RollupGrain::Hour, from, first_whole_day)
-                .await?,
-        );
-        rows.extend(
-            store::ledger::rollup_rows(store.db(), grain, first_whole_day, last_whole_day).await?,
-        );
-        rows.extend(
-            store::ledger::rollup_rows(store.db(), RollupGrain::Hour, last_whole_day, to).await?,
-        );
-    } else {
-        // No whole day in range: hours (experiment hours stay experiment hours).
-        let hourly = if daily { RollupGrain::Hour } else { grain };
-        rows = store::ledger::rollup_rows(store.db(), hourly, from, to).await?;
-    }
-    let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
-    // A stable order, whatever the database returns: by time, host, GPU.
-    parts.sort_by(|a, b| {
-        (a.hour_ms, a.host_id, &a.gpu_uuid).cmp(&(b.hour_ms, b.host_id, &b.gpu_uuid))
-    });
-    let unattributed = store::ledger::rollup_unattributed(store.db(), from, to)
-        .await?
-        .into_iter()
-        .map(|u| (u.currency, from_nano_atto(u.cost_nano, u.cost_atto)))
-        .filter(|(_, amount)| !amount.is_zero())
+/// Per hour, GPU and endpoint or model label: GPU windows per utilization band and the largest
+/// GPU memory one of its processes held (what the roll-up keeps for right-sizing). A window
+/// counts once per label however many of its processes carry it.
+pub(crate) fn usage_rows(
+    windows: &[AttributionWindow],
+    processes: &[StoredProcessWindow],
+) -> Vec<UsageRow> {
+    let window_of: HashMap<(&str, i64), &AttributionWindow> = windows
+        .iter()
+        .map(|w| ((w.gpu_uuid.as_str(), w.start_ms), w))
         .collect();
-    let hosts: HashMap<i64, _> = store::telemetry::hosts(store.db())
-        .await?
-        .into_iter()
-        .map(|h| (h.id, h))
-        .collect();
-    Ok(Attribution {
-        parts,
-        unattributed,
-        // Readers want the range's total; the per-hour split is only written, never read back.
-        unattributed_hours: BTreeMap::new(),
-        hosts,
-    })
-}
-
-/// The daily rows of the `limit` costliest GPUs in the whole days of `[from_ms, to_ms)` (what
-/// a utilization heatmap shows), and how many GPUs there are in all.
-pub async fn top_gpu_days(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-    limit: usize,
-) -> Result<(Vec<Part>, usize), StoreError> {
-    let (top, count) =
-        store::ledger::rollup_top_gpus(store.db(), from_ms, to_ms, limit as i64).await?;
-    let rows = store::ledger::rollup_gpu_days(store.db(), from_ms, to_ms, &top).await?;
-    Ok((
-        rows.into_iter().map(part_of).collect(),
-        usize::try_from(count).unwrap_or(0),
-    ))
-}
-
-/// What recommendations for `[from_ms, to_ms)` are drawn from, summed by the database from the
-/// rollups (whole days from the daily ones, the hours at either end from the hourly ones).
-pub async fn recommendation_evidence(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-) -> Result<crate::recommend::Evidence, StoreError> {
-    let mut evidence = crate::recommend::Evidence::default();
-    for (grain, a, b) in spans(from_ms, to_ms) {
-        let (totals, usage) = tokio::try_join!(
-            store::ledger::rollup_gpu_owner_totals(store.db(), grain, a, b),
-            store::ledger::rollup_usage(store.db(), grain, a, b)
-        )?;
-        evidence.parts.extend(totals.into_iter().map(part_of));
-        evidence.usage.extend(usage);
-    }
-    evidence.mig_instances = store::telemetry::mig_instances(store.db())
-        .await?
-        .into_iter()
-        .collect();
-    for h in store::telemetry::hosts(store.db()).await? {
-        if let Some(t) = h.instance_type {
-            evidence.instance_types.insert(h.id, t);
+    type Key<'a> = (i64, i64, &'a str, &'static str, &'a str, i64);
+    let mut counted: BTreeMap<Key, (BTreeSet<i64>, i64)> = BTreeMap::new();
+    for p in processes {
+        let Some(w) = window_of.get(&(p.gpu_uuid.as_str(), p.start_ms)) else {
+            continue;
+        };
+        let band = w.util_avg.map_or(-1, util_band);
+        for (by, key) in [("endpoint", &p.endpoint), ("model", &p.model)] {
+            let Some(key) = key else { continue };
+            let hour = gpuledger_core::time::hour_floor(w.start_ms);
+            let e = counted
+                .entry((hour, w.host_id, w.gpu_uuid.as_str(), by, key.as_str(), band))
+                .or_default();
+            e.0.insert(w.start_ms);
+            e.1 = e.1.max(p.memory_used_max_bytes.unwrap_or(0));
         }
-        evidence.hostnames.insert(h.id, h.hostname);
     }
-    Ok(evidence)
-}
-
-/// `[from_ms, to_ms)` as the rollups hold it: whole days from the daily rows, the hours at
-/// either end from the hourly ones (empty spans left out).
-fn spans(from_ms: i64, to_ms: i64) -> Vec<(RollupGrain, i64, i64)> {
-    let (from, to) = (hour_floor(from_ms), to_ms);
-    let spans = match day_split(from, to) {
-        Some((first, last)) => vec![
-            (RollupGrain::Hour, from, first),
-            (RollupGrain::Day, first, last),
-            (RollupGrain::Hour, last, to),
-        ],
-        None => vec![(RollupGrain::Hour, from, to)],
-    };
-    spans.into_iter().filter(|(_, a, b)| a < b).collect()
-}
-
-/// Splits `[from, to)` (`from` on an hour) into the hours before its first whole day, its whole
-/// days, and the hours after them; `None` for the days when there is no whole day.
-fn day_split(from: i64, to: i64) -> Option<(i64, i64)> {
-    let first_day = from.div_euclid(DAY_MS) * DAY_MS;
-    let first_whole_day = if first_day == from {
-        from
-    } else {
-        first_day + DAY_MS
-    };
-    let last_whole_day = to.div_euclid(DAY_MS) * DAY_MS;
-    (first_whole_day < last_whole_day).then_some((first_whole_day, last_whole_day))
-}
-
-/// Attributed cost per currency in `[from_ms, to_ms)`, summed by the database (what a page that
-/// shows only a total needs, without loading rows).
-pub async fn attributed_costs(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-) -> Result<BTreeMap<String, rust_decimal::Decimal>, StoreError> {
-    let mut sums = Vec::new();
-    for (grain, a, b) in spans(from_ms, to_ms) {
-        sums.extend(store::ledger::rollup_costs(store.db(), grain, a, b).await?);
-    }
-    let mut costs: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
-    for s in sums {
-        *costs.entry(s.currency).or_default() += from_nano_atto(s.cost_nano, s.cost_atto);
-    }
-    Ok(costs)
-}
-
-/// When each experiment label had GPU work in the whole days of `[from_ms, to_ms)`: first and
-/// last active hour and the number of active hours (summed over days, which never share an hour).
-pub async fn experiment_hours(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-) -> Result<HashMap<String, crate::unit_costs::RunHours>, StoreError> {
-    let mut runs: HashMap<String, crate::unit_costs::RunHours> = HashMap::new();
-    for d in store::ledger::rollup_experiment_days(store.db(), from_ms, to_ms).await? {
-        let r = runs
-            .entry(d.experiment)
-            .or_insert(crate::unit_costs::RunHours {
-                first_hour_ms: d.first_hour_ms,
-                last_hour_ms: d.last_hour_ms,
-                hours: 0,
-            });
-        r.first_hour_ms = r.first_hour_ms.min(d.first_hour_ms);
-        r.last_hour_ms = r.last_hour_ms.max(d.last_hour_ms);
-        r.hours += d.hours;
-    }
-    Ok(runs)
+    counted
+        .into_iter()
+        .map(
+            |((period_ms, host_id, gpu, by, key, util_band), (starts, peak))| UsageRow {
+                period_ms,
+                host_id,
+                gpu_uuid: gpu.to_owned(),
+                owner_by: by.to_owned(),
+                owner_key: key.to_owned(),
+                util_band,
+                windows: starts.len() as i64,
+                peak_memory_bytes: peak,
+            },
+        )
+        .collect()
 }
 
 /// Why a range was not attributed again.
@@ -594,7 +448,7 @@ pub enum RebuildError {
 /// Attributed cost per team of `[from_ms, to_ms)`, with the unattributed lines, as JSON of
 /// decimal strings: what a restatement keeps of before and after.
 async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<String, StoreError> {
-    let a = load(store, from_ms, to_ms, RollupGrain::Day).await?;
+    let a = crate::ledger::load(store, from_ms, to_ms, RollupGrain::Day).await?;
     let mut totals: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
     for row in crate::allocation::group(
         &a,

@@ -1,30 +1,25 @@
-//! People signing in: argon2 password hashes, database-backed sessions (every replica knows
-//! them), HttpOnly SameSite cookies, and a per-session CSRF token on every form.
-//!
-//! [`SignedIn`] and [`AdminOnly`] are extractors: a handler that takes one cannot run for a
-//! visitor who is not signed in (pages redirect to `/login`, the API answers 401) or, for
-//! `AdminOnly`, who is only a viewer (403).
+//! People signing in: roles, argon2 password hashes, and database-backed sessions (every
+//! replica knows them), each with its own CSRF token. What HTTP makes of them (cookies, the
+//! extractors that refuse a visitor who is not signed in, CSRF-checked forms) is in
+//! `http::session`.
 
 use std::sync::LazyLock;
 
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
-use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use subtle::ConstantTimeEq;
 
 use crate::auth::{generate_token, hash_token};
-use crate::error::ApiError;
-use crate::http::page::error_page;
-use crate::http::AppState;
-use crate::now_ms;
-use crate::store;
+use crate::store::{self, Store, StoreError};
 
-pub const SESSION_COOKIE: &str = "gpl_session";
+/// Failed sign-ins count for this long: after [`MAX_FAILURES_PER_USER`] for a name, or
+/// [`MAX_FAILURES_PER_CLIENT`] from an address, sign-in pauses until the oldest ages out.
+pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
+pub const MAX_FAILURES_PER_USER: i64 = 5;
+pub const MAX_FAILURES_PER_CLIENT: i64 = 20;
+/// Usernames are stored for counting only; a megabyte of "username" is not.
+const MAX_USERNAME_KEY: usize = 128;
 pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
 pub const MIN_PASSWORD_LEN: usize = 10;
 
@@ -94,145 +89,95 @@ pub fn tokens_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-/// The session cookie: HttpOnly (no script reads it), SameSite=Lax (not sent on cross-site
-/// posts), Secure when the server is reached over HTTPS.
-pub fn session_cookie(token: String, secure: bool) -> Cookie<'static> {
-    Cookie::build((SESSION_COOKIE, token))
-        .path("/")
-        .http_only(true)
-        .same_site(SameSite::Lax)
-        .secure(secure)
-        .max_age(cookie::time::Duration::milliseconds(SESSION_TTL_MS))
-        .build()
+/// How a sign-in ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignIn {
+    /// Too many recent failures for this name or from this client: not even checked.
+    TooManyAttempts,
+    /// Wrong name or password (which one is not said); counted as a failure.
+    Refused,
+    /// Signed in: the new session's secret token, for the cookie.
+    Started { token: String },
 }
 
-/// Starts a session; returns the cookie to set.
-pub async fn start(
-    state: &AppState,
-    user_id: i64,
-) -> Result<Cookie<'static>, crate::store::StoreError> {
+/// Signs `username` in with `password` from `client` (an address, or what stands for one) at
+/// `now_ms`: refuses while failures for the name or the client are over their limits, checks
+/// the password off the async threads (as slowly for a name that does not exist), counts a
+/// failure, or clears the name's failures and starts a session.
+pub async fn sign_in(
+    store: &dyn Store,
+    username: &str,
+    password: String,
+    client: &str,
+    now_ms: i64,
+) -> Result<SignIn, StoreError> {
+    let username = username.trim();
+    let username_key: String = username.chars().take(MAX_USERNAME_KEY).collect();
+    let (by_user, by_client) = store::accounts::sign_in_failures(
+        store.db(),
+        &username_key,
+        client,
+        now_ms - FAILURE_WINDOW_MS,
+    )
+    .await?;
+    if by_user >= MAX_FAILURES_PER_USER || by_client >= MAX_FAILURES_PER_CLIENT {
+        tracing::warn!(username = %username_key, client = %client, "sign-in refused: too many failures");
+        return Ok(SignIn::TooManyAttempts);
+    }
+    let user = store::accounts::user_by_name(store.db(), username).await?;
+    // Verifying takes ~tens of milliseconds of CPU: off the async threads.
+    let hash = user.as_ref().map(|u| u.password_hash.clone());
+    let ok = tokio::task::spawn_blocking(move || verify_or_waste_time(hash.as_deref(), &password))
+        .await
+        .unwrap_or(false);
+    let Some(user) = user.filter(|_| ok) else {
+        tracing::info!(username = %username_key, client = %client, "failed sign-in");
+        store::accounts::record_sign_in_failure(
+            store.db(),
+            &username_key,
+            client,
+            now_ms,
+            now_ms - FAILURE_WINDOW_MS,
+        )
+        .await?;
+        return Ok(SignIn::Refused);
+    };
+    if let Err(e) = store::accounts::clear_sign_in_failures(store.db(), &username_key).await {
+        tracing::error!(error = %e, "sign-in: clearing failures");
+    }
+    let token = start(store, user.id, now_ms).await?;
+    Ok(SignIn::Started { token })
+}
+
+/// The live session whose token hashes to `token_hash`, with its user.
+pub async fn find(
+    store: &dyn Store,
+    token_hash: &str,
+    now_ms: i64,
+) -> Result<Option<store::SessionRow>, StoreError> {
+    store::accounts::session(store.db(), token_hash, now_ms).await
+}
+
+/// Ends the session whose token hashes to `token_hash` (signing out).
+pub async fn end(store: &dyn Store, token_hash: &str) -> Result<(), StoreError> {
+    store::accounts::delete_session(store.db(), token_hash).await
+}
+
+/// Starts a session for `user_id` at `now_ms`; returns its secret token, which only the
+/// person's cookie holds (the database keeps its hash).
+pub async fn start(store: &dyn Store, user_id: i64, now_ms: i64) -> Result<String, StoreError> {
     let token = generate_token();
     let csrf = generate_token();
-    let now = now_ms();
     store::accounts::create_session(
-        state.store.db(),
+        store.db(),
         &hash_token(&token),
         user_id,
         &csrf,
-        now,
-        now + SESSION_TTL_MS,
+        now_ms,
+        now_ms + SESSION_TTL_MS,
     )
     .await?;
-    Ok(session_cookie(token, state.secure_cookies))
-}
-
-/// A signed-in person.
-#[derive(Debug, Clone)]
-pub struct SignedIn {
-    pub username: String,
-    pub role: Role,
-    pub csrf: String,
-    pub token_hash: String,
-}
-
-impl SignedIn {
-    pub fn is_admin(&self) -> bool {
-        self.role == Role::Admin
-    }
-
-    /// Every form carries the session's CSRF token; a form posted from elsewhere does not.
-    pub fn csrf_ok(&self, submitted: &str) -> bool {
-        tokens_equal(&self.csrf, submitted)
-    }
-}
-
-/// The answer to a form whose CSRF token is missing or wrong.
-pub fn csrf_rejected() -> Response {
-    error_page(
-        StatusCode::FORBIDDEN,
-        "This form has expired",
-        "Reload the page and try again.",
-    )
-}
-
-fn is_api(parts: &Parts) -> bool {
-    parts.uri.path().starts_with("/api/")
-}
-
-fn unauthenticated(parts: &Parts) -> Response {
-    if is_api(parts) {
-        return ApiError::Unauthorized.into_response();
-    }
-    let next = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
-    Redirect::to(&format!("/login?next={encoded}")).into_response()
-}
-
-impl FromRequestParts<AppState> for SignedIn {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let jar = CookieJar::from_headers(&parts.headers);
-        let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
-            return Err(unauthenticated(parts));
-        };
-        let token_hash = hash_token(&token);
-        match store::accounts::session(state.store.db(), &token_hash, now_ms()).await {
-            Ok(Some(s)) => Ok(SignedIn {
-                username: s.username,
-                role: Role::parse(&s.role).unwrap_or(Role::Viewer),
-                csrf: s.csrf_token,
-                token_hash,
-            }),
-            Ok(None) => Err(unauthenticated(parts)),
-            Err(e) => {
-                tracing::error!(error = %e, "reading a session");
-                Err(if is_api(parts) {
-                    ApiError::Unavailable.into_response()
-                } else {
-                    error_page(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "The database is unavailable",
-                        "Try again in a minute.",
-                    )
-                })
-            }
-        }
-    }
-}
-
-/// A signed-in admin.
-#[derive(Debug, Clone)]
-pub struct AdminOnly(pub SignedIn);
-
-impl FromRequestParts<AppState> for AdminOnly {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let user = SignedIn::from_request_parts(parts, state).await?;
-        if user.is_admin() {
-            return Ok(AdminOnly(user));
-        }
-        Err(if is_api(parts) {
-            ApiError::Forbidden.into_response()
-        } else {
-            error_page(
-                StatusCode::FORBIDDEN,
-                "Admins only",
-                "Your account can read everything here but change nothing. Ask an admin.",
-            )
-        })
-    }
+    Ok(token)
 }
 
 #[cfg(test)]

@@ -307,6 +307,34 @@ pub fn classify(
     }
 }
 
+/// The latest `limit` Slack messages, newest first, whatever their state.
+pub async fn history(
+    store: &dyn Store,
+    limit: i64,
+) -> Result<Vec<store::SlackMessageRow>, StoreError> {
+    store::alerts::slack_history(store.db(), limit).await
+}
+
+/// Queues a test message to `route`, delivered like any other.
+pub async fn send_test(
+    store: &dyn Store,
+    route: &str,
+    base_url: &str,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let payload = test_message(route, base_url);
+    store::alerts::enqueue_slack(
+        store.db(),
+        None,
+        Event::Test.as_str(),
+        route,
+        &payload.to_string(),
+        now_ms,
+    )
+    .await?;
+    Ok(())
+}
+
 /// Sends what is due in the outbox. Returns how many messages were attempted.
 pub async fn deliver_due(
     store: &dyn Store,

@@ -8,8 +8,33 @@ use serde::Serialize;
 
 use crate::allocation::{group, key_of, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
+use crate::store::{self, Refusal, Store, StoreError, UsageCount};
 use gpuledger_core::time::rfc3339;
 use gpuledger_core::time::HOUR_MS;
+
+/// Stores a source's request counts (each replaces that source's count of the same endpoint and
+/// start); a refusal when a count belongs to another token.
+pub async fn record_counts(
+    store: &dyn Store,
+    source: &str,
+    counts: &[UsageCount],
+    token_id: i64,
+    now_ms: i64,
+) -> Result<Option<Refusal>, StoreError> {
+    store::usage::upsert_usage(store.db(), source, counts, token_id, now_ms).await
+}
+
+/// What each endpoint's requests in `[from_ms, to_ms)` cost, from `a`, the same range's
+/// attribution.
+pub async fn endpoint_costs_in(
+    store: &dyn Store,
+    a: &Attribution,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<EndpointUnitCost>, StoreError> {
+    let requests = store::usage::usage_totals(store.db(), from_ms, to_ms).await?;
+    Ok(endpoint_costs(a, &requests))
+}
 
 /// The currency the unit costs are in: the one with the most attributed cost (costs in
 /// different currencies are never added together).
@@ -267,6 +292,15 @@ pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
         ])?;
     }
     w.into_string()
+}
+
+/// Requests per endpoint in `[from_ms, to_ms)`, summed over sources.
+pub async fn request_totals(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    store::usage::usage_totals(store.db(), from_ms, to_ms).await
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredProcessWindow};
-use gpuledger_core::activity::Activity;
+use gpuledger_core::activity::{self, Activity};
 
 /// Windows further apart than this break an idle run (the agent was away).
 pub const MAX_GAP_MS: i64 = 3 * 60_000;
@@ -251,7 +251,8 @@ pub fn find(
             .or_default()
             .push(p);
     }
-    let holding = |p: &&StoredProcessWindow| p.memory_used_max_bytes.unwrap_or(0) > 0;
+    let holding =
+        |p: &&StoredProcessWindow| activity::holds(p.memory_used_max_bytes, p.sm_util_avg);
 
     // Devices per host: leaves are GPUs without MIG instances, and MIG instances.
     let mut by_device: BTreeMap<(i64, &str), Leaf> = BTreeMap::new();
@@ -622,6 +623,30 @@ mod tests {
         let busy: Vec<_> = w.iter().map(|w| proc_in(w, 7, 30.0, "research")).collect();
         let w_busy = run(1, "a", T, 40, 30.0);
         assert!(find(&hosts, &w_busy, &busy, &IdleConfig::default(), T).is_empty());
+    }
+
+    /// Who holds a GPU is one rule for alerts and for the bill (`activity::holds`): a process the
+    /// driver reports SM work for but no memory holds it as much as one holding memory, so the
+    /// incident names the owner that attribution charges the held-idle hours to.
+    #[test]
+    fn a_process_without_memory_but_with_a_trickle_of_sm_is_named_as_holding() {
+        let hosts = [host(1, "c")];
+        let w = run(1, "a", T, 40, 0.0);
+        let procs: Vec<_> = w
+            .iter()
+            .map(|w| StoredProcessWindow {
+                memory_used_max_bytes: None,
+                ..proc_in(w, 7, 0.5, "research")
+            })
+            .collect();
+        let f = find(&hosts, &w, &procs, &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
+        assert_eq!(f[0].processes.len(), 1, "{f:?}");
+        assert_eq!(
+            f[0].owners.get("team").map(String::as_str),
+            Some("research")
+        );
     }
 
     /// A notebook host whose processes hold 4 GPUs idle is one finding listing the 4 GPUs, with

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
-use crate::attribution::line_hours;
 use crate::billing::ratecard::RateCard;
 use crate::store;
 use crate::store::{HostRow, Store, StoreError, StoredCostLine};
+use gpuledger_core::bill::spread_over_hours;
+use gpuledger_core::money::from_text;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// How far back bills are read to price the present hour: bills arrive hours late.
@@ -39,7 +40,14 @@ pub fn gpu_price(
     let n = Decimal::from(gpu_names.len());
     let mut per_hour: std::collections::BTreeMap<i64, Decimal> = Default::default();
     for l in lines {
-        for (h, amount) in line_hours(l, now_ms - BILL_LOOKBACK_MS, now_ms + HOUR_MS) {
+        let spread = spread_over_hours(
+            from_text(&l.effective_cost),
+            l.charge_period_start_ms,
+            l.charge_period_end_ms,
+            now_ms - BILL_LOOKBACK_MS,
+            now_ms + HOUR_MS,
+        );
+        for (h, amount) in spread {
             *per_hour.entry(h).or_default() += amount;
         }
     }

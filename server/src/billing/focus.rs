@@ -27,42 +27,7 @@ use super::{normalize_resource_id, pricing_category, CostLine};
 use gpuledger_core::money::parse_amount;
 use gpuledger_core::time::month_start_ms;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum FocusError {
-    #[error("line {line}, column {column}: {message}")]
-    Field {
-        line: u64,
-        column: String,
-        message: String,
-    },
-    #[error("line {line}: {message}")]
-    Line { line: u64, message: String },
-    #[error("line 1: the file has no {0} column: is it a FOCUS cost-and-usage export?")]
-    MissingColumn(String),
-    #[error("line 1: this is a FOCUS {0} file, not a cost-and-usage export: import the cost-and-usage dataset")]
-    OtherDataset(String),
-    #[error("the file holds no rows")]
-    Empty,
-    #[error(
-        "{repeated} of its first {sampled} lines are already in force from {other}: it looks like \
-         a new export of the same billing period, not another part of it, and importing it as \
-         a part would count the period twice. To replace the period, import it with \
-         --whole-periods (on the billing page: \"the whole of its billing periods\"), or under \
-         the name of the file it corrects"
-    )]
-    RepeatsFile {
-        other: String,
-        repeated: u64,
-        sampled: u64,
-    },
-    #[error("reading the file: {0}")]
-    Io(String),
-    #[error(
-        "the export's manifest says this file holds {expected} rows, but it has {found}: it was \
-         probably cut short in transfer; download it again"
-    )]
-    RowCount { expected: u64, found: u64 },
-}
+pub use gpuledger_core::bill::FocusError;
 
 /// Columns without which a row means nothing. Provider is checked separately: FOCUS 1.3 renamed
 /// `ProviderName` to `ServiceProviderName`.

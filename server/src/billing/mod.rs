@@ -16,56 +16,9 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::store;
+pub use crate::store::bills::{BillFiles, LineChunks};
 use crate::store::{ImportOutcome, NewImport, Replaces, Store, StoreError};
-
-/// One line of a bill: what one resource cost over one charge period.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CostLine {
-    /// Where it came from in its file (header = line 1), or its position in an API answer.
-    pub line_no: u64,
-    pub provider: String,
-    pub billing_account_id: String,
-    pub billing_period_start_ms: i64,
-    pub charge_period_start_ms: i64,
-    /// Exclusive.
-    pub charge_period_end_ms: i64,
-    /// Usage, Purchase, Tax, Credit or Adjustment.
-    pub charge_category: String,
-    pub resource_id: Option<String>,
-    /// `resource_id` normalised for joining with hosts' instance ids.
-    pub resource_key: Option<String>,
-    /// What the invoice says.
-    pub billed_cost: Decimal,
-    /// Amortized after discounts: what chargeback uses.
-    pub effective_cost: Decimal,
-    pub list_cost: Decimal,
-    pub currency: String,
-    /// on_demand, spot, committed or other.
-    pub pricing_category: String,
-    pub commitment_discount_id: Option<String>,
-    pub commitment_discount_status: Option<String>,
-    pub service_name: Option<String>,
-    pub sku_id: Option<String>,
-    pub region: Option<String>,
-    pub instance_type: Option<String>,
-    pub tags_json: String,
-    /// Provider (`x_`) columns and other details kept as they came.
-    pub extra_json: String,
-}
-
-/// The key a resource joins on: an ARN's resource id (`arn:…:instance/i-0abc` → `i-0abc`), the
-/// last segment of a path-like id (Azure, GCP), lower-cased since Azure ids ignore case.
-pub fn normalize_resource_id(id: &str) -> String {
-    let id = id.trim();
-    let last = if id.starts_with("arn:") {
-        id.rsplit(['/', ':']).next().unwrap_or(id)
-    } else if id.contains('/') {
-        id.trim_end_matches('/').rsplit('/').next().unwrap_or(id)
-    } else {
-        id
-    };
-    last.to_ascii_lowercase()
-}
+pub use gpuledger_core::bill::{normalize_resource_id, CostLine};
 
 /// FOCUS 1.0 says On-Demand / Commitment-Based / Dynamic; 1.1+ says Standard / Committed /
 /// Dynamic. Usage covered by a commitment counts as committed whatever the column says.
@@ -94,12 +47,6 @@ pub struct ImportSummary {
     /// Lines of earlier imports for the same billing periods that this one replaced.
     pub replaced_lines: u64,
 }
-
-/// Parsed lines on their way to storage, in chunks, with the first parse error last.
-pub type LineChunks = tokio::sync::mpsc::Receiver<Result<Vec<CostLine>, focus::FocusError>>;
-
-/// The files of one delivery on their way to storage, each with its lines, one file at a time.
-pub type BillFiles = tokio::sync::mpsc::Receiver<(NewImport, LineChunks)>;
 
 /// Lines a chunk; a few chunks in flight bound memory whatever the file's size.
 const CHUNK_LINES: usize = 1_000;
@@ -355,6 +302,11 @@ pub async fn import_focus(
         bytes,
     };
     import_one(store, Replaces::SameName, file, now_ms).await
+}
+
+/// Every imported bill file, newest first.
+pub async fn imports(store: &dyn Store) -> Result<Vec<store::BillingImportRow>, StoreError> {
+    store::bills::billing_imports(store.db()).await
 }
 
 #[cfg(test)]

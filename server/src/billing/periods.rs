@@ -4,7 +4,7 @@
 
 use rust_decimal::Decimal;
 
-use crate::store::BillingFilePeriodRow;
+use crate::store::{self, BillingFilePeriodRow, Store, StoreError};
 use gpuledger_core::money::from_text;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +59,18 @@ pub fn periods_of(rows: Vec<BillingFilePeriodRow>) -> Vec<BillingPeriod> {
         period.files.push(row);
     }
     out
+}
+
+/// Every billing period with the files that make it up.
+pub async fn all(store: &dyn Store) -> Result<Vec<BillingPeriod>, StoreError> {
+    Ok(periods_of(
+        store::bills::billing_file_periods(store.db()).await?,
+    ))
+}
+
+/// Every billing period's files, one row per file and period (what the billing page lists).
+pub async fn file_rows(store: &dyn Store) -> Result<Vec<BillingFilePeriodRow>, StoreError> {
+    store::bills::billing_file_periods(store.db()).await
 }
 
 #[cfg(test)]

@@ -8,14 +8,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+use super::session::SignedIn;
 use super::AppState;
 use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
 use crate::focus_export::Format;
+use crate::ledger;
 use crate::now_ms;
-use crate::rollup;
-use crate::session::SignedIn;
-use crate::store;
 use crate::store::RollupGrain;
 
 pub fn router() -> Router<AppState> {
@@ -159,7 +158,7 @@ async fn get_allocation(
         "focus-parquet" => return Ok(focus_response(state, from, to, filters, Format::Parquet)),
         _ => {}
     }
-    let loaded = rollup::load(state.store.as_ref(), from, to, grain_for(step)).await?;
+    let loaded = ledger::load(state.store.as_ref(), from, to, grain_for(step)).await?;
     // No filter: the parts as loaded, not a copy.
     let attributed = if filters.is_empty() {
         loaded
@@ -263,7 +262,7 @@ async fn get_imports(
     State(state): State<AppState>,
     _user: SignedIn,
 ) -> Result<Json<Vec<ImportView>>, ApiError> {
-    let rows = store::bills::billing_imports(state.store.db()).await?;
+    let rows = crate::billing::imports(state.store.as_ref()).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| ImportView {
@@ -312,7 +311,7 @@ async fn get_periods(
     State(state): State<AppState>,
     _user: SignedIn,
 ) -> Result<Json<Vec<PeriodJson>>, ApiError> {
-    let rows = store::bills::billing_file_periods(state.store.db()).await?;
+    let rows = crate::billing::periods::file_rows(state.store.as_ref()).await?;
     Ok(Json(
         crate::billing::periods::periods_of(rows)
             .into_iter()

@@ -14,11 +14,11 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
+use super::session::{AdminForm, AdminOnly, CsrfForm, SignedIn};
 use crate::allocation::calendar_month;
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
-use crate::session::{AdminOnly, SignedIn};
-use crate::store;
+use crate::closing::SignOff;
 use crate::store::Replaces;
 use crate::{format, now_ms};
 use gpuledger_core::money::from_text;
@@ -198,9 +198,9 @@ async fn reconciliation_page(
         let recs =
             crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
                 .await?;
-        let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
-        let periods = periods_of(store::bills::billing_file_periods(state.store.db()).await?);
-        let sign_offs = store::closing::sign_offs(state.store.db()).await?;
+        let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
+        let periods = crate::billing::periods::all(state.store.as_ref()).await?;
+        let sign_offs = crate::closing::sign_offs(state.store.as_ref()).await?;
         Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
     }
     .await;
@@ -234,7 +234,7 @@ async fn reconciliation_page(
                 }
             )
         }),
-        blocked: sign_off_blocked(&close, &recs, pending_hours, from, to, now_ms()),
+        blocked: crate::closing::sign_off_blocked(&close, &recs, pending_hours, from, to, now_ms()),
     };
     render_with_status(
         StatusCode::OK,
@@ -254,45 +254,17 @@ async fn reconciliation_page(
     )
 }
 
-/// Why a month cannot be signed off now, if it cannot: a finance lead signs only a month that
-/// has ended, is still open, has no hours waiting to be rolled up and reconciles to the cent.
-fn sign_off_blocked(
-    close: &crate::closing::ClosePolicy,
-    recs: &[crate::reconciliation::Reconciliation],
-    pending_hours: i64,
-    from: i64,
-    to: i64,
-    now: i64,
-) -> Option<String> {
-    if to > now {
-        return Some("The month has not ended.".into());
-    }
-    if close.is_closed(from, now) {
-        return Some("The month is closed already.".into());
-    }
-    if pending_hours > 0 {
-        return Some(format!(
-            "{pending_hours} hours are waiting to be rolled up: try again in a minute."
-        ));
-    }
-    if recs.is_empty() {
-        return Some("There is no bill for this month.".into());
-    }
-    if let Some(r) = recs.iter().find(|r| !r.difference.is_zero()) {
-        return Some(format!(
-            "The {} bill and the ledger differ by {}: it does not reconcile.",
-            r.currency,
-            format::money(r.difference, &r.currency)
-        ));
-    }
-    None
-}
-
 #[derive(serde::Deserialize)]
 struct SignOffForm {
     csrf: String,
     #[serde(default)]
     note: String,
+}
+
+impl CsrfForm for SignOffForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
 }
 
 fn sign_off_unavailable(e: impl std::fmt::Display) -> Response {
@@ -307,17 +279,9 @@ fn sign_off_unavailable(e: impl std::fmt::Display) -> Response {
 /// `POST /billing/YYYY-MM/sign-off` (admins): the month's bill is final, close it now.
 async fn sign_off(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
     axum::extract::Path(month): axum::extract::Path<String>,
-    axum::extract::Form(form): axum::extract::Form<SignOffForm>,
+    AdminForm { user, form }: AdminForm<SignOffForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return error_page(
-            StatusCode::FORBIDDEN,
-            "Form expired",
-            "Reload the page and try again.",
-        );
-    }
     let Some((from, to)) = calendar_month(&month) else {
         return error_page(
             StatusCode::NOT_FOUND,
@@ -325,39 +289,26 @@ async fn sign_off(
             "Use /billing/YYYY-MM.",
         );
     };
-    let now = now_ms();
-    let checked = async {
-        let recs =
-            crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
-                .await?;
-        let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
-        let close = state.close.current(state.store.as_ref()).await?;
-        Ok::<_, crate::store::StoreError>(sign_off_blocked(&close, &recs, pending, from, to, now))
-    }
-    .await;
     let note: String = form.note.trim().chars().take(500).collect();
-    match checked {
-        Ok(Some(why)) => error_page(
+    let signed = crate::closing::sign_off(
+        state.store.as_ref(),
+        &state.rate_card,
+        state.close,
+        (from, to),
+        &user.username,
+        note,
+        now_ms(),
+    )
+    .await;
+    match signed {
+        Ok(SignOff::Blocked(why)) => error_page(
             StatusCode::CONFLICT,
             "This month cannot be signed off",
             &why,
         ),
-        Ok(None) => match store::closing::sign_off_month(
-            state.store.db(),
-            &crate::store::SignOffRow {
-                month_ms: from,
-                signed_ms: now,
-                by_user: user.username.clone(),
-                note,
-            },
-        )
-        .await
-        {
-            Ok(_) => axum::response::IntoResponse::into_response(axum::response::Redirect::to(
-                &format!("/billing/{month}"),
-            )),
-            Err(e) => sign_off_unavailable(e),
-        },
+        Ok(SignOff::Signed) => axum::response::IntoResponse::into_response(
+            axum::response::Redirect::to(&format!("/billing/{month}")),
+        ),
         Err(e) => sign_off_unavailable(e),
     }
 }
@@ -384,7 +335,7 @@ async fn reconciliation_api(
     })?;
     let recs =
         crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to).await?;
-    let pending = store::rollups::dirty_mark_count(state.store.db(), from, to).await?;
+    let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
     Ok(axum::Json(serde_json::json!({
         "month": month,
         "hours_waiting_for_rollup": pending,
@@ -511,7 +462,7 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Response {
-    match store::bills::billing_file_periods(state.store.db()).await {
+    match crate::billing::periods::file_rows(state.store.as_ref()).await {
         Ok(rows) => render_with_status(
             status,
             &BillingPage {
@@ -587,8 +538,10 @@ async fn upload(
             Err(e) => return upload_failed(&state, &user, e).await,
         }
     }
+    // A multipart upload streams its files before the token field can be read, so the check
+    // comes after them (no other form is multipart: `AdminForm` checks every other one).
     if !user.csrf_ok(&csrf) {
-        return crate::session::csrf_rejected();
+        return super::session::csrf_rejected();
     }
     if files.is_empty() {
         return render(

@@ -15,13 +15,12 @@ use axum::routing::get;
 use axum::Router;
 
 use super::page::{self, Chrome};
+use super::session::SignedIn;
 use super::AppState;
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, percent, usd};
 use crate::now_ms;
-use crate::session::SignedIn;
-use crate::store;
 use crate::store::{FleetProcess, FleetRow};
 use gpuledger_core::activity::Activity;
 
@@ -299,9 +298,9 @@ pub fn build(
 
 async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
     let loaded = async {
-        let rows = store::telemetry::fleet(state.store.db()).await?;
-        let processes = store::telemetry::fleet_processes(state.store.db()).await?;
-        let hosts = store::telemetry::hosts(state.store.db()).await?;
+        let rows = crate::fleet::gpus(state.store.as_ref()).await?;
+        let processes = crate::fleet::processes(state.store.as_ref()).await?;
+        let hosts = crate::fleet::hosts(state.store.as_ref()).await?;
         let ids: HashMap<(&str, &str), i64> = hosts
             .iter()
             .map(|h| ((h.cluster.as_str(), h.hostname.as_str()), h.id))
@@ -331,7 +330,7 @@ async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
             .filter_map(|h| Some(((h.cluster.clone(), h.hostname.clone()), *by_id.get(&h.id)?)))
             .collect();
         let refused =
-            store::tokens::ingest_refusals(state.store.db(), now_ms() - REFUSED_SHOWN_MS).await?;
+            crate::fleet::refusals(state.store.as_ref(), now_ms() - REFUSED_SHOWN_MS).await?;
         Ok::<_, crate::store::StoreError>((rows, processes, refused, prices))
     }
     .await;

@@ -8,17 +8,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Json, Router};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::page::{error_page, render, Chrome};
+use super::session::{database_unavailable, AdminForm, CsrfForm, SignedIn};
 use super::AppState;
 use crate::error::ApiError;
 use crate::format::ago;
+use crate::incidents;
 use crate::now_ms;
-use crate::session::{csrf_rejected, AdminOnly, SignedIn};
 use crate::slack;
-use crate::store;
 use crate::store::{IncidentRow, SlackMessageRow};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
@@ -118,12 +118,7 @@ struct IncidentsPage {
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "incidents page");
-    error_page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "The database is unavailable",
-        "Try again in a minute.",
-    )
+    database_unavailable("incidents page", e)
 }
 
 #[derive(Deserialize)]
@@ -138,20 +133,18 @@ async fn incidents_page(
     Query(q): Query<IncidentsPageQuery>,
 ) -> Response {
     let now = now_ms();
-    let rows = match store::alerts::incidents(state.store.db(), now - 30 * DAY_MS, now + 1).await {
+    let rows = match incidents::overlapping(state.store.as_ref(), now - 30 * DAY_MS, now + 1).await
+    {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };
-    let snoozes = match store::alerts::active_snoozes(state.store.db(), now).await {
+    let snoozes = match incidents::active_snoozes(state.store.as_ref(), now).await {
         Ok(s) => s,
         Err(e) => return unavailable(e),
     };
-    let hosts = store::telemetry::hosts(state.store.db())
+    let clusters = incidents::clusters(state.store.as_ref())
         .await
         .unwrap_or_default();
-    let mut clusters: Vec<String> = hosts.into_iter().map(|h| h.cluster).collect();
-    clusters.sort();
-    clusters.dedup();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
     let wasted: rust_decimal::Decimal = views.iter().map(|v| v.wasted).sum();
     let (open, resolved): (Vec<_>, Vec<_>) = views.into_iter().partition(|v| v.open);
@@ -184,18 +177,12 @@ async fn incident_page(
     user: SignedIn,
     Path(id): Path<i64>,
 ) -> Response {
-    match store::alerts::incident(state.store.db(), id).await {
-        Ok(Some(row)) => {
-            let messages = match store::alerts::incident_messages(state.store.db(), id).await {
-                Ok(m) => m,
-                Err(e) => return unavailable(e),
-            };
-            render(&IncidentPage {
-                chrome: Some(Chrome::from(&user)),
-                i: view(row, now_ms()),
-                messages,
-            })
-        }
+    match incidents::with_messages(state.store.as_ref(), id).await {
+        Ok(Some((row, messages))) => render(&IncidentPage {
+            chrome: Some(Chrome::from(&user)),
+            i: view(row, now_ms()),
+            messages,
+        }),
         Ok(None) => error_page(
             StatusCode::NOT_FOUND,
             "No such incident",
@@ -212,14 +199,16 @@ struct SnoozeForm {
     hours: i64,
 }
 
+impl CsrfForm for SnoozeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn snooze(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<SnoozeForm>,
+    AdminForm { user, form }: AdminForm<SnoozeForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     if !(0..=24 * 14).contains(&form.hours) || form.cluster.trim().is_empty() {
         return error_page(
             StatusCode::BAD_REQUEST,
@@ -228,8 +217,8 @@ async fn snooze(
         );
     }
     let now = now_ms();
-    match store::alerts::snooze(
-        state.store.db(),
+    match incidents::snooze(
+        state.store.as_ref(),
         form.cluster.trim(),
         now + form.hours * 3_600_000,
         &user.username,
@@ -263,7 +252,7 @@ struct MessageView {
 }
 
 async fn alerts_page(State(state): State<AppState>, user: SignedIn) -> Response {
-    match store::alerts::slack_history(state.store.db(), 200).await {
+    match slack::history(state.store.as_ref(), 200).await {
         Ok(rows) => render(&AlertsPage {
             chrome: Some(Chrome::from(&user)),
             is_admin: user.is_admin(),
@@ -292,14 +281,16 @@ struct TestForm {
     route: String,
 }
 
+impl CsrfForm for TestForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn test_route(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<TestForm>,
+    AdminForm { form, .. }: AdminForm<TestForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     if state.config.slack.webhook(&form.route).is_none() {
         return error_page(
             StatusCode::BAD_REQUEST,
@@ -307,18 +298,15 @@ async fn test_route(
             "Routes come from the server's config file.",
         );
     }
-    let payload = slack::test_message(&form.route, &state.config.slack.base_url);
-    match store::alerts::enqueue_slack(
-        state.store.db(),
-        None,
-        slack::Event::Test.as_str(),
+    match slack::send_test(
+        state.store.as_ref(),
         &form.route,
-        &payload.to_string(),
+        &state.config.slack.base_url,
         now_ms(),
     )
     .await
     {
-        Ok(_) => Redirect::to("/alerts").into_response(),
+        Ok(()) => Redirect::to("/alerts").into_response(),
         Err(e) => unavailable(e),
     }
 }
@@ -344,7 +332,7 @@ async fn incidents_api(
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
-    let views: Vec<IncidentView> = store::alerts::incidents(state.store.db(), from, to)
+    let views: Vec<IncidentView> = incidents::overlapping(state.store.as_ref(), from, to)
         .await?
         .into_iter()
         .map(|r| view(r, now))
@@ -376,7 +364,7 @@ async fn idle_history_api(
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
-    let hours = crate::rollup::load(
+    let hours = crate::ledger::load(
         state.store.as_ref(),
         from,
         to,

@@ -13,7 +13,6 @@ use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL
 use super::login::{client_key, Peer};
 use super::AppState;
 use crate::error::ApiError;
-use crate::store;
 use crate::store::{AgentStatus, IngestOutcome, Refusal, TokenRow};
 use crate::{auth, now_ms, validate};
 
@@ -93,12 +92,8 @@ async fn ingest(
 ) -> Result<IngestAck, ApiError> {
     let now = now_ms();
     let token = auth::require_agent(state.store.as_ref(), headers, now).await?;
-    // Last use, at most once a minute per token: many hosts share one token, and a write per
-    // report to one row would make them queue for it.
-    if token.last_used_ms.is_none_or(|t| now - t >= TOUCH_EVERY_MS) {
-        let address = client_key(headers, peer.0, state.trust_forwarded_for);
-        store::tokens::touch_token(state.store.db(), token.id, now, Some(address.as_str())).await?;
-    }
+    let address = client_key(headers, peer.0, state.trust_forwarded_for);
+    auth::note_use(state.store.as_ref(), &token, &address, now).await?;
     let body = body.map_err(|r| body_error(r, state.max_body_bytes))?;
     let report = decode(&body)?;
     validate::validate(&report, now, &state.limits)?;
@@ -132,8 +127,6 @@ async fn ingest(
     })
 }
 
-const TOUCH_EVERY_MS: i64 = 60_000;
-
 /// Keeps a refused report on record for the fleet page (where it came from: a host of a
 /// cluster, or a source of request counts), then answers it.
 pub(crate) async fn refused(
@@ -152,9 +145,15 @@ pub(crate) async fn refused(
         "report refused: {}",
         refusal.message
     );
-    if let Err(e) =
-        store::tokens::record_refusal(state.store.db(), token.id, cluster, hostname, &refusal, now)
-            .await
+    if let Err(e) = auth::record_refusal(
+        state.store.as_ref(),
+        token.id,
+        cluster,
+        hostname,
+        &refusal,
+        now,
+    )
+    .await
     {
         tracing::error!(error = %e, "could not record a refused report");
     }

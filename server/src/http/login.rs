@@ -19,18 +19,15 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 
 use super::page::{error_page, render_with_status, Chrome};
+use super::session::{
+    database_unavailable, session_cookie, CsrfForm, SignedInForm, SESSION_COOKIE,
+};
 use super::AppState;
 use crate::auth::generate_token;
 use crate::now_ms;
-use crate::session::{self, SignedIn, SESSION_COOKIE};
-use crate::store;
+use crate::session::{self, SignIn, FAILURE_WINDOW_MS};
 
 const LOGIN_CSRF_COOKIE: &str = "gpl_login";
-pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
-pub const MAX_FAILURES_PER_USER: i64 = 5;
-pub const MAX_FAILURES_PER_CLIENT: i64 = 20;
-/// Usernames are stored for counting only; a megabyte of "username" is not.
-const MAX_USERNAME_KEY: usize = 128;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -161,14 +158,6 @@ fn too_many_attempts() -> Response {
     resp
 }
 
-fn unavailable() -> Response {
-    error_page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "The database is unavailable",
-        "Try again in a minute.",
-    )
-}
-
 async fn login(
     State(state): State<AppState>,
     Peer(peer): Peer,
@@ -187,104 +176,54 @@ async fn login(
             "Open the sign-in page again and retry.",
         );
     }
-    let username_key: String = form
-        .username
-        .trim()
-        .chars()
-        .take(MAX_USERNAME_KEY)
-        .collect();
     let client = client_key(&headers, peer, state.trust_forwarded_for);
-    let now = now_ms();
-    match store::accounts::sign_in_failures(
-        state.store.db(),
-        &username_key,
+    let outcome = session::sign_in(
+        state.store.as_ref(),
+        &form.username,
+        form.password.clone(),
         &client,
-        now - FAILURE_WINDOW_MS,
+        now_ms(),
     )
-    .await
-    {
-        Ok((by_user, by_client))
-            if by_user >= MAX_FAILURES_PER_USER || by_client >= MAX_FAILURES_PER_CLIENT =>
-        {
-            tracing::warn!(username = %username_key, client = %client, "sign-in refused: too many failures");
-            return too_many_attempts();
+    .await;
+    match outcome {
+        Ok(SignIn::TooManyAttempts) => too_many_attempts(),
+        Ok(SignIn::Refused) => {
+            let page = LoginPage {
+                chrome: None,
+                csrf: expected,
+                next: safe_next(form.next.as_deref()),
+                error: Some("Wrong username or password.".into()),
+                username: form.username,
+            };
+            render_with_status(StatusCode::UNAUTHORIZED, &page)
         }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!(error = %e, "sign-in: counting failures");
-            return unavailable();
-        }
-    }
-    let user = match store::accounts::user_by_name(state.store.db(), form.username.trim()).await {
-        Ok(u) => u,
-        Err(e) => {
-            tracing::error!(error = %e, "sign-in: reading the user");
-            return unavailable();
-        }
-    };
-    // Verifying takes ~tens of milliseconds of CPU: off the async threads.
-    let password = form.password.clone();
-    let hash = user.as_ref().map(|u| u.password_hash.clone());
-    let ok = tokio::task::spawn_blocking(move || {
-        session::verify_or_waste_time(hash.as_deref(), &password)
-    })
-    .await
-    .unwrap_or(false);
-    let Some(user) = user.filter(|_| ok) else {
-        tracing::info!(username = %username_key, client = %client, "failed sign-in");
-        if let Err(e) = store::accounts::record_sign_in_failure(
-            state.store.db(),
-            &username_key,
-            &client,
-            now,
-            now - FAILURE_WINDOW_MS,
-        )
-        .await
-        {
-            tracing::error!(error = %e, "sign-in: recording a failure");
-            return unavailable();
-        }
-        let page = LoginPage {
-            chrome: None,
-            csrf: expected,
-            next: safe_next(form.next.as_deref()),
-            error: Some("Wrong username or password.".into()),
-            username: form.username,
-        };
-        return render_with_status(StatusCode::UNAUTHORIZED, &page);
-    };
-    if let Err(e) = store::accounts::clear_sign_in_failures(state.store.db(), &username_key).await {
-        tracing::error!(error = %e, "sign-in: clearing failures");
-    }
-    match session::start(&state, user.id).await {
-        Ok(cookie) => {
+        Ok(SignIn::Started { token }) => {
             let jar = jar
                 .remove(Cookie::build(LOGIN_CSRF_COOKIE).path("/login"))
-                .add(cookie);
+                .add(session_cookie(token, state.secure_cookies));
             (jar, Redirect::to(&safe_next(form.next.as_deref()))).into_response()
         }
-        Err(e) => {
-            tracing::error!(error = %e, "sign-in: storing the session");
-            unavailable()
-        }
+        Err(e) => database_unavailable("sign-in", e),
     }
 }
 
 #[derive(Deserialize)]
-struct CsrfForm {
+struct LogoutForm {
     csrf: String,
+}
+
+impl CsrfForm for LogoutForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
 }
 
 async fn logout(
     State(state): State<AppState>,
-    user: SignedIn,
     jar: CookieJar,
-    Form(form): Form<CsrfForm>,
+    SignedInForm { user, .. }: SignedInForm<LogoutForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return session::csrf_rejected();
-    }
-    if let Err(e) = store::accounts::delete_session(state.store.db(), &user.token_hash).await {
+    if let Err(e) = session::end(state.store.as_ref(), &user.token_hash).await {
         tracing::error!(error = %e, "sign-out: deleting the session");
     }
     (

@@ -16,6 +16,7 @@ mod review;
 mod review_tests;
 #[cfg(test)]
 mod security_tests;
+pub(crate) mod session;
 #[cfg(test)]
 mod tests;
 mod tokens;

@@ -14,8 +14,8 @@ pub struct Chrome {
     pub generated: String,
 }
 
-impl From<&crate::session::SignedIn> for Chrome {
-    fn from(s: &crate::session::SignedIn) -> Self {
+impl From<&super::session::SignedIn> for Chrome {
+    fn from(s: &super::session::SignedIn) -> Self {
         Chrome {
             username: s.username.clone(),
             role: s.role.as_str(),

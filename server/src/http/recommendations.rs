@@ -11,11 +11,11 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
+use super::session::SignedIn;
 use super::AppState;
 use crate::error::ApiError;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
-use crate::session::SignedIn;
 use crate::store::StoreError;
 use gpuledger_core::time::HOUR_MS;
 

@@ -20,14 +20,13 @@ use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::allocation::{self, calendar_month, totals, GroupBy, Step};
 use crate::attribution::Attribution;
+use crate::ledger;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
-use crate::rollup;
-use crate::store;
 use crate::store::RollupGrain;
 use gpuledger_core::time::{month_label, month_of};
 
-use crate::session::SignedIn;
+use super::session::{database_unavailable, SignedIn};
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 
 pub fn router() -> Router<AppState> {
@@ -145,7 +144,7 @@ struct DrillDownPage {
 async fn heatmap_labels(
     store: &dyn crate::store::Store,
 ) -> std::collections::HashMap<String, String> {
-    match store::telemetry::fleet(store.db()).await {
+    match crate::fleet::gpus(store).await {
         Ok(fleet) => charts::gpu_labels(&fleet),
         Err(e) => {
             tracing::warn!(error = %e, "review: GPU indexes for the heatmap");
@@ -311,12 +310,7 @@ async fn this_review() -> Redirect {
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "review page");
-    error_page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "The database is unavailable",
-        "Try again in a minute.",
-    )
+    database_unavailable("review page", e)
 }
 
 fn no_such_month() -> Response {
@@ -447,16 +441,16 @@ async fn review(
     // another.
     let loaded = tokio::try_join!(
         // Per host and day: the review shows no single GPU except in the heatmap.
-        rollup::load(store, from, to, RollupGrain::HostDay),
-        rollup::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS),
-        rollup::experiment_hours(store, from, to),
+        ledger::load(store, from, to, RollupGrain::HostDay),
+        ledger::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS),
+        ledger::experiment_hours(store, from, to),
         recs,
         // Only its total is shown: summed by the database.
-        rollup::attributed_costs(store, prev_from, prev_to),
-        rollup::load(store, from, to, RollupGrain::IdleHour),
-        store::usage::usage_totals(store.db(), from, to),
-        store::rollups::dirty_mark_count(store.db(), from, to),
-        store::closing::restatements(store.db(), from),
+        ledger::attributed_costs(store, prev_from, prev_to),
+        ledger::load(store, from, to, RollupGrain::IdleHour),
+        crate::unit_costs::request_totals(store, from, to),
+        crate::closing::pending_hours(store, from, to),
+        crate::closing::restatements(store, from),
     );
     let (
         a,
@@ -685,9 +679,9 @@ async fn drill_down(
     };
     let loaded = async {
         let store = state.store.as_ref();
-        let a = rollup::load(store, from, to, RollupGrain::Day).await?;
-        let run_hours = rollup::experiment_hours(store, from, to).await?;
-        let requests = store::usage::usage_totals(store.db(), from, to).await?;
+        let a = ledger::load(store, from, to, RollupGrain::Day).await?;
+        let run_hours = ledger::experiment_hours(store, from, to).await?;
+        let requests = crate::unit_costs::request_totals(store, from, to).await?;
         Ok::<_, crate::store::StoreError>((a, run_hours, requests))
     }
     .await;
@@ -804,47 +798,4 @@ async fn drill_down(
 }
 
 #[cfg(test)]
-mod comparison_tests {
-    use super::*;
-
-    fn at(text: &str) -> i64 {
-        chrono::DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .timestamp_millis()
-    }
-
-    #[test]
-    fn a_month_in_progress_is_set_against_the_same_stretch_of_the_last() {
-        let (from, to) = (at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"));
-        let now = at("2026-11-23T14:37:00Z");
-        assert_eq!(
-            comparison(from, to, now),
-            (at("2026-10-01T00:00:00Z"), at("2026-10-23T14:00:00Z"), true)
-        );
-        // A closed month: the whole previous month.
-        assert_eq!(
-            comparison(from, to, at("2026-12-02T00:00:00Z")),
-            (
-                at("2026-10-01T00:00:00Z"),
-                at("2026-11-01T00:00:00Z"),
-                false
-            )
-        );
-        // The 30th of March goes past the end of February: all of February.
-        let (march, april) = (at("2027-03-01T00:00:00Z"), at("2027-04-01T00:00:00Z"));
-        assert_eq!(
-            comparison(march, april, at("2027-03-30T10:00:00Z")),
-            (at("2027-02-01T00:00:00Z"), at("2027-03-01T00:00:00Z"), true)
-        );
-        let caption = comparison_caption(
-            at("2026-10-01T00:00:00Z"),
-            at("2026-10-23T14:00:00Z"),
-            true,
-            "$1,000.00",
-        );
-        assert_eq!(
-            caption,
-            "month to date, against the same stretch of 2026-10 (1 Oct to 23 Oct 14:00 UTC: $1,000.00)"
-        );
-    }
-}
+mod comparison_tests;

@@ -383,7 +383,7 @@ async fn sign_in(api: &Api, username: &str, password: &str) -> (StatusCode, axum
 
 #[tokio::test]
 async fn repeated_wrong_passwords_pause_sign_in() {
-    use super::login::{FAILURE_WINDOW_MS, MAX_FAILURES_PER_CLIENT, MAX_FAILURES_PER_USER};
+    use crate::session::{FAILURE_WINDOW_MS, MAX_FAILURES_PER_CLIENT, MAX_FAILURES_PER_USER};
     for (api, _db) in apis().await {
         let hash = crate::session::hash_password("correct horse battery").unwrap();
         for name in ["ana", "bo", "cy", "dee"] {

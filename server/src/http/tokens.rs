@@ -10,16 +10,15 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::Router;
 use serde::Deserialize;
 
 use super::page::{error_page, render_with_status, Chrome};
+use super::session::{AdminForm, AdminOnly, CsrfForm};
 use super::AppState;
 use crate::agent_tokens::{self, TokenAdminError, TokenRequest};
 use crate::format::ago;
 use crate::now_ms;
-use crate::session::{csrf_rejected, AdminOnly};
-use crate::store;
 use crate::store::TokenRow;
 
 pub fn router() -> Router<AppState> {
@@ -76,14 +75,14 @@ struct TokensPage {
 
 async fn page(
     state: &AppState,
-    user: &crate::session::SignedIn,
+    user: &super::session::SignedIn,
     status: StatusCode,
     issued: Option<(String, String)>,
     problem: Option<String>,
     done: Option<String>,
 ) -> Response {
     let now = now_ms();
-    let tokens = match store::tokens::list_tokens(state.store.db()).await {
+    let tokens = match agent_tokens::list(state.store.as_ref()).await {
         Ok(t) => t.iter().map(|t| view(t, now)).collect(),
         Err(e) => {
             tracing::error!(error = %e, "tokens page: storage failed");
@@ -121,7 +120,7 @@ async fn tokens_page(State(state): State<AppState>, AdminOnly(user): AdminOnly) 
 /// What a refused form shows: the admin's mistake with a 400, storage trouble with a 503.
 async fn answer_error(
     state: &AppState,
-    user: &crate::session::SignedIn,
+    user: &super::session::SignedIn,
     e: TokenAdminError,
 ) -> Response {
     match e {
@@ -180,14 +179,16 @@ struct CreateForm {
     expires_days: String,
 }
 
+impl CsrfForm for CreateForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn create(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<CreateForm>,
+    AdminForm { user, form }: AdminForm<CreateForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     let result = async {
         let request = TokenRequest {
             name: form.name.trim().to_owned(),
@@ -212,7 +213,7 @@ async fn create(
 /// was wrong.
 async fn answer_issued(
     state: &AppState,
-    user: &crate::session::SignedIn,
+    user: &super::session::SignedIn,
     result: Result<agent_tokens::Issued, TokenAdminError>,
     done: impl FnOnce(&TokenRow) -> String,
 ) -> Response {
@@ -233,14 +234,16 @@ struct RotateForm {
     overlap_hours: String,
 }
 
+impl CsrfForm for RotateForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn rotate(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<RotateForm>,
+    AdminForm { user, form }: AdminForm<RotateForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     let result = async {
         let overlap = hours(&form.overlap_hours)?;
         agent_tokens::rotate(state.store.as_ref(), &form.name, overlap, now_ms()).await
@@ -262,14 +265,16 @@ struct NameForm {
     name: String,
 }
 
+impl CsrfForm for NameForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn revoke(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<NameForm>,
+    AdminForm { user, form }: AdminForm<NameForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     match agent_tokens::revoke(state.store.as_ref(), &form.name, now_ms()).await {
         Ok(()) => Redirect::to("/tokens").into_response(),
         Err(e) => answer_error(&state, &user, e).await,
@@ -283,14 +288,16 @@ struct RebindForm {
     token: String,
 }
 
+impl CsrfForm for RebindForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn rebind(
     State(state): State<AppState>,
-    AdminOnly(user): AdminOnly,
-    Form(form): Form<RebindForm>,
+    AdminForm { user, form }: AdminForm<RebindForm>,
 ) -> Response {
-    if !user.csrf_ok(&form.csrf) {
-        return csrf_rejected();
-    }
     let host = form.host.trim();
     match agent_tokens::rebind(state.store.as_ref(), host, form.token.trim(), now_ms()).await {
         Ok(()) => {

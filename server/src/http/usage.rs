@@ -13,14 +13,13 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::allocation::{bad, csv_response, range};
+use super::session::SignedIn;
 use super::AppState;
 use crate::error::ApiError;
-use crate::session::SignedIn;
-use crate::store;
 use crate::store::RollupGrain;
 use crate::store::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
-use crate::{attribution, rollup};
+use crate::{attribution, ledger};
 use crate::{auth, now_ms};
 use gpuledger_core::time::rfc3339;
 
@@ -139,7 +138,7 @@ async fn post_usage(
         state.limits.max_clock_skew_ms,
     )?;
     if let Some(refusal) =
-        store::usage::upsert_usage(state.store.db(), &source, &counts, token.id, now).await?
+        unit_costs::record_counts(state.store.as_ref(), &source, &counts, token.id, now).await?
     {
         state.metrics.reject(refusal.kind.reason());
         return Err(
@@ -187,8 +186,7 @@ pub(super) async fn endpoint_costs(
     from: i64,
     to: i64,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {
-    let requests = store::usage::usage_totals(state.store.db(), from, to).await?;
-    Ok(unit_costs::endpoint_costs(a, &requests))
+    Ok(unit_costs::endpoint_costs_in(state.store.as_ref(), a, from, to).await?)
 }
 
 async fn get_usage(
@@ -197,7 +195,7 @@ async fn get_usage(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
-    let a = rollup::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
+    let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
     let endpoints = endpoint_costs(&state, &a, from, to).await?;
     if csv {
         let body = unit_costs::endpoint_costs_csv(&endpoints)
@@ -225,7 +223,7 @@ async fn get_runs(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
-    let a = rollup::load(state.store.as_ref(), from, to, RollupGrain::ExperimentHour).await?;
+    let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::ExperimentHour).await?;
     let runs = unit_costs::training_runs(&a);
     if csv {
         let body =

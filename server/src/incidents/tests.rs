@@ -595,7 +595,7 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
         let ledger = |to: i64| {
             let store = store.clone();
             async move {
-                let hours = crate::rollup::load(
+                let hours = crate::ledger::load(
                     store.as_ref(),
                     T - 3 * 60 * MIN,
                     to,

@@ -90,7 +90,7 @@ pub async fn compute_and_store(
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
     let evidence =
-        crate::rollup::recommendation_evidence(store, range.from_ms, range.to_ms).await?;
+        crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms).await?;
     let r = recommend(&evidence, card, range.observed_ms, Options::default());
     match serde_json::to_string(&r) {
         Ok(body) => {

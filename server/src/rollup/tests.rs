@@ -7,12 +7,15 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use rust_decimal::Decimal;
 
 use super::*;
+use crate::attribution::{Attribution, Kind, Owner};
 use crate::billing::focus;
 use crate::config::IdleConfig;
+use crate::ledger::{attributed_costs, experiment_hours, load, top_gpu_days};
 use crate::recommend::{recommend, Evidence, Options, Recommendations};
 use crate::store;
 use crate::store::AgentStatus;
 use crate::test_support;
+use gpuledger_core::time::DAY_MS;
 
 /// Three hours before a UTC midnight, so the data spans two days.
 const DAY0: i64 = 1_800_000_000_000 - 1_800_000_000_000 % DAY_MS + DAY_MS;
@@ -126,7 +129,9 @@ const WIDE_OPEN: Options = Options {
 };
 
 async fn recommended(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> Recommendations {
-    let evidence = recommendation_evidence(store, from, to).await.unwrap();
+    let evidence = crate::recommend::recommendation_evidence(store, from, to)
+        .await
+        .unwrap();
     recommend(&evidence, card, to - from, WIDE_OPEN)
 }
 
@@ -227,7 +232,9 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
             raw.right_size.len()
         };
         assert!(listed > 0, "{what}: {raw:?}");
-        let evidence = recommendation_evidence(store, from, to).await.unwrap();
+        let evidence = crate::recommend::recommendation_evidence(store, from, to)
+            .await
+            .unwrap();
         assert_eq!(
             serde_json::to_value(recommend(&evidence, card, to - from, options)).unwrap(),
             serde_json::to_value(&raw).unwrap(),

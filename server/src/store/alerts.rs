@@ -12,7 +12,7 @@ pub struct IncidentRow {
     pub hostname: Option<String>,
     pub gpus_json: String,
     pub owners_json: String,
-    /// [`crate::waste::IdleDevice`]s: each GPU with its host, index and held-idle processes.
+    /// idle devices (`waste::IdleDevice`): each GPU with its host, index and held-idle processes.
     pub devices_json: String,
     pub started_ms: i64,
     pub ended_ms: Option<i64>,

@@ -3,6 +3,13 @@
 
 use super::db::{on_backend, On};
 use super::StoreError;
+use gpuledger_core::bill::{CostLine, FocusError};
+
+/// Parsed lines on their way to storage, in chunks, with the first parse error last.
+pub type LineChunks = tokio::sync::mpsc::Receiver<Result<Vec<CostLine>, FocusError>>;
+
+/// The files of one delivery on their way to storage, each with its lines, one file at a time.
+pub type BillFiles = tokio::sync::mpsc::Receiver<(NewImport, LineChunks)>;
 
 /// A bill about to be stored.
 #[derive(Debug, Clone)]
@@ -137,7 +144,7 @@ pub(crate) async fn insert_bill_file(
     on: impl Into<On<'_>>,
     import_id: i64,
     file: &str,
-    lines: &mut crate::billing::LineChunks,
+    lines: &mut LineChunks,
     spans: &mut std::collections::HashSet<(i64, i64)>,
 ) -> Result<super::FilePeriods, StoreError> {
     let mut conn = on.into().write().await?;
@@ -238,7 +245,7 @@ pub(crate) async fn insert_bill_file(
 pub async fn import_bill(
     on: impl Into<On<'_>>,
     replaces: super::Replaces,
-    files: &mut crate::billing::BillFiles,
+    files: &mut BillFiles,
 ) -> Result<Vec<super::ImportOutcome>, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
@@ -469,7 +476,7 @@ pub async fn import_bill(
                     if repeated > 0 && (repeated as u64) * 2 >= sampled {
                         return Err(StoreError::Rejected {
                             file: name.clone(),
-                            error: crate::billing::focus::FocusError::RepeatsFile {
+                            error: gpuledger_core::bill::FocusError::RepeatsFile {
                                 other,
                                 repeated: repeated as u64,
                                 sampled,

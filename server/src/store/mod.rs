@@ -66,7 +66,7 @@ pub enum StoreError {
     #[error("{file}: {error}")]
     Rejected {
         file: String,
-        error: crate::billing::focus::FocusError,
+        error: gpuledger_core::bill::FocusError,
     },
 }
 
@@ -144,7 +144,7 @@ pub struct PeriodTotals {
 }
 
 impl PeriodTotals {
-    fn add(&mut self, l: &crate::billing::CostLine) {
+    fn add(&mut self, l: &gpuledger_core::bill::CostLine) {
         self.rows += 1;
         self.billed += l.billed_cost;
         self.effective += l.effective_cost;
@@ -244,19 +244,17 @@ pub fn redacted_url(url: &str) -> String {
 }
 
 /// Converts a byte or counter value that validation has already bounded.
-/// The hours (UTC starts) that charge periods touch; a period is capped at 400 days so an odd
-/// line cannot mark a century. A point-in-time charge (end ≤ start) touches its own hour.
+/// The hours (UTC starts) that charge periods touch (`core::bill::charge_hours`), each period
+/// capped at 400 days so an odd line cannot mark a century.
 pub(crate) fn hours_of_spans(spans: &[(i64, i64)]) -> Vec<i64> {
-    use gpuledger_core::time::{hour_floor, HOUR_MS};
-    const MAX_SPAN_MS: i64 = 400 * 24 * HOUR_MS;
+    use gpuledger_core::time::DAY_MS;
+    const MAX_SPAN_MS: i64 = 400 * DAY_MS;
     let mut hours = std::collections::BTreeSet::new();
     for &(start, end) in spans {
-        let end = end.max(start + 1).min(start.saturating_add(MAX_SPAN_MS));
-        let mut h = hour_floor(start);
-        while h < end {
-            hours.insert(h);
-            h += HOUR_MS;
-        }
+        hours.extend(gpuledger_core::bill::charge_hours(
+            start,
+            end.min(start.saturating_add(MAX_SPAN_MS)),
+        ));
     }
     hours.into_iter().collect()
 }
@@ -333,7 +331,7 @@ macro_rules! bind_host {
             .bind(
                 h.instance_id
                     .as_deref()
-                    .map($crate::billing::normalize_resource_id),
+                    .map(gpuledger_core::bill::normalize_resource_id),
             )
             .bind(&h.lifecycle)
     }};

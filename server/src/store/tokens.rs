@@ -1,5 +1,5 @@
 //! Agent tokens and which hosts each may report: the storage side of the scope rules in
-//! [`crate::auth`]. A host is bound to the first active token that reports it
+//! `auth`. A host is bound to the first active token that reports it
 //! (`hosts.token_id`); a report from another token for that host, or for one of its GPUs, is
 //! refused until an admin moves the host ([`rebind_host`]). A host whose token
 //! was revoked or has expired is free again: the next token in scope that reports it takes it.

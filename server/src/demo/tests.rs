@@ -1,0 +1,220 @@
+use super::*;
+
+#[tokio::test]
+async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
+    let db = crate::test_support::sqlite();
+    let store = db.open().await;
+    let card = RateCard::default_card();
+    let now = 1_795_300_000_000; // 2026-11-22
+    let busy = crate::config::IdleConfig::default();
+    let reports = seed(store.as_ref(), &card, &busy, now).await.unwrap();
+    assert!(reports > 500, "{reports}");
+    let imports = store::bills::billing_imports(store.db()).await.unwrap();
+    assert_eq!(imports.len(), 1);
+    // Attribution over the previous month adds up to what the bill says about GPU hosts.
+    let (from, to) = gpuledger_core::time::month_of(month_start_ms(month_start_ms(now) - 1));
+    let a = crate::attribution::compute(store.as_ref(), &card, &busy, from, to)
+        .await
+        .unwrap();
+    let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();
+    let lines = store::bills::cost_lines(store.db(), from, to)
+        .await
+        .unwrap();
+    let gpu_hosts: Decimal = lines
+        .iter()
+        .filter(|l| {
+            l.resource_key
+                .as_deref()
+                .is_some_and(|k| k.starts_with("i-"))
+        })
+        .map(|l| gpuledger_core::money::from_text(&l.effective_cost))
+        .sum();
+    assert_eq!(attributed, gpu_hosts);
+    assert!(
+        a.parts.iter().all(|p| !p.estimated),
+        "the previous month is fully billed"
+    );
+    assert!(
+        a.unattributed
+            .get("USD")
+            .is_some_and(|u| *u > Decimal::ZERO),
+        "storage counts, unattributed"
+    );
+    // The month reconciles from the rollups: every billed dollar in one place, to the cent.
+    let recs = crate::reconciliation::for_range(store.as_ref(), &card, from, to)
+        .await
+        .unwrap();
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    assert_eq!(r.difference, Decimal::ZERO, "{r:?}");
+    assert_eq!(
+        r.attributed.total(),
+        attributed,
+        "the rollups are the ledger"
+    );
+    assert_eq!(
+        r.bill,
+        attributed + r.not_gpu_total() + r.gpu_without_agent_total()
+    );
+    assert!(
+        r.gpu_without_agent.is_empty(),
+        "every demo GPU host reports"
+    );
+    // Idle history from the ledger: the idle H100 hosts are idle the whole month, and the
+    // episodes carry exactly the month's idle and held-idle dollars.
+    let idle_hours = crate::ledger::load(
+        store.as_ref(),
+        from,
+        to,
+        crate::store::RollupGrain::IdleHour,
+    )
+    .await
+    .unwrap();
+    let episodes = crate::idle_history::episodes(&idle_hours);
+    let t = &crate::allocation::totals(&a)[0];
+    assert_eq!(
+        episodes.iter().map(|e| e.cost).sum::<Decimal>(),
+        t.idle_cost + t.held_idle_cost
+    );
+    for host in ["scratch-00", "scratch-01"] {
+        let e = episodes
+            .iter()
+            .find(|e| e.hostname == host && e.kind == "idle")
+            .unwrap_or_else(|| panic!("{host}: {episodes:?}"));
+        assert_eq!(
+            (e.start_ms, e.end_ms),
+            (from, to),
+            "{host}: the whole month"
+        );
+        assert_eq!(e.gpus.len(), 8);
+    }
+    assert!(episodes.iter().any(|e| e.kind == "held_idle"
+        && e.owners
+            .get("experiment")
+            .is_some_and(|v| v == &["notebook"])));
+    let kinds: std::collections::BTreeSet<_> = a.parts.iter().map(|p| p.kind).collect();
+    assert!(kinds.contains(&crate::attribution::Kind::Used));
+    assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
+    assert!(kinds.contains(&crate::attribution::Kind::Idle));
+    // The serving code's request counts give each endpoint a cost per 1,000 requests.
+    let requests = store::usage::usage_totals(store.db(), from, to)
+        .await
+        .unwrap();
+    let unit = crate::unit_costs::endpoint_costs(&a, &requests);
+    let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for endpoint in ["embeddings", "chat-api", "rerank"] {
+        assert!(names.contains(&endpoint), "{names:?}");
+    }
+    assert!(unit
+        .iter()
+        .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
+
+    // The review's recommendations for the previous month: on separate GPUs, each saving
+    // within what its GPUs cost over the same days, the headline their sum.
+    let range = crate::recommend::snapshots::review_range(from, to, now).unwrap();
+    let recs = crate::recommend::snapshots::get(store.as_ref(), &card, range, now)
+        .await
+        .unwrap();
+    let mut covered: Vec<(String, Decimal, Decimal)> = Vec::new();
+    for x in &recs.right_size {
+        covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+    }
+    for x in &recs.consolidation {
+        covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+    }
+    for x in &recs.spot {
+        covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+    }
+    for x in &recs.release {
+        covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));
+    }
+    // The held-idle notebooks are told to stop or release their GPUs (16 of them), not to
+    // move to spot or to pack.
+    let released: usize = recs.release.iter().map(|x| x.gpus.len()).sum();
+    assert_eq!(released, 16, "{recs:?}");
+    assert!(
+        recs.spot.iter().all(|s| s.experiment != "notebook"),
+        "{recs:?}"
+    );
+    let gpus: std::collections::BTreeSet<&str> =
+        covered.iter().map(|(g, _, _)| g.as_str()).collect();
+    assert_eq!(
+        gpus.len(),
+        covered.len(),
+        "no GPU in two recommendations: {recs:?}"
+    );
+    assert!(
+        covered.iter().all(|(_, saving, cost)| saving <= cost),
+        "{recs:?}"
+    );
+    let sum: Decimal = recs.right_size.iter().map(|x| x.saving).sum::<Decimal>()
+        + recs.consolidation.iter().map(|x| x.saving).sum::<Decimal>()
+        + recs.spot.iter().map(|x| x.saving).sum::<Decimal>()
+        + recs.release.iter().map(|x| x.saving).sum::<Decimal>();
+    assert_eq!(recs.total_saving, sum);
+    assert!(recs.total_saving > Decimal::ZERO, "{recs:?}");
+    let week = crate::ledger::load(
+        store.as_ref(),
+        range.from_ms,
+        range.to_ms,
+        crate::store::RollupGrain::HostDay,
+    )
+    .await
+    .unwrap();
+    let week_cost: Decimal = week.parts.iter().map(|p| p.cost).sum();
+    assert!(
+        recs.total_saving < week_cost,
+        "{} < {week_cost}",
+        recs.total_saving
+    );
+
+    // Started at 26 minutes past the hour, the demo's newest window is 26 minutes long: its
+    // idle H100 cluster and held-idle notebooks are incidents at once all the same (the
+    // hour-long window before it counts), and stay open while the demo keeps reporting.
+    let config = crate::config::Config::default();
+    crate::incidents::evaluate(store.as_ref(), &card, &config, now)
+        .await
+        .unwrap();
+    let kinds = |open: &[crate::store::IncidentRow]| {
+        open.iter()
+            .map(|i| (i.kind.clone(), i.cluster.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let open = store::alerts::open_incidents(store.db()).await.unwrap();
+    let found = kinds(&open);
+    assert!(
+        found.contains(&("cluster_idle".to_owned(), "scratch".to_owned())),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&("held_idle".to_owned(), "train-east".to_owned())),
+        "{found:?}"
+    );
+    // One incident per notebook host, not one per GPU.
+    assert_eq!(open.iter().filter(|i| i.kind == "held_idle").count(), 2);
+    // Idle all along: the incidents start where the idle run began (as far back as raw
+    // windows are read for it, 35 days), not at the evaluation's short look-back.
+    for i in open
+        .iter()
+        .filter(|i| i.cluster == "scratch" || i.kind == "held_idle")
+    {
+        assert!(
+            now - i.started_ms >= 34 * DAY_MS,
+            "{} {} started {} h ago",
+            i.kind,
+            i.cluster,
+            (now - i.started_ms) / HOUR_MS
+        );
+    }
+    let later = now - now % 60_000 + 10 * 60_000;
+    let fed = report_live(store.as_ref(), now - now % 60_000, later)
+        .await
+        .unwrap();
+    assert!(fed > 100, "{fed}");
+    crate::incidents::evaluate(store.as_ref(), &card, &config, later)
+        .await
+        .unwrap();
+    let still = kinds(&store::alerts::open_incidents(store.db()).await.unwrap());
+    assert!(found.is_subset(&still), "{found:?} then {still:?}");
+}

@@ -1,0 +1,215 @@
+//! What HTTP makes of sessions: the HttpOnly SameSite cookie, the extractors that keep a
+//! handler from running for a visitor who is not signed in (pages redirect to `/login`, the API
+//! answers 401) or, for admin handlers, who is only a viewer (403), and [`AdminForm`], which
+//! checks a posted form's CSRF token before the handler sees it.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
+use serde::de::DeserializeOwned;
+
+use super::page::error_page;
+use super::AppState;
+use crate::auth::hash_token;
+use crate::error::ApiError;
+use crate::now_ms;
+use crate::session::{tokens_equal, Role, SESSION_TTL_MS};
+
+pub const SESSION_COOKIE: &str = "gpl_session";
+
+/// The session cookie: HttpOnly (no script reads it), SameSite=Lax (not sent on cross-site
+/// posts), Secure when the server is reached over HTTPS.
+pub fn session_cookie(token: String, secure: bool) -> Cookie<'static> {
+    Cookie::build((SESSION_COOKIE, token))
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(secure)
+        .max_age(cookie::time::Duration::milliseconds(SESSION_TTL_MS))
+        .build()
+}
+
+/// A signed-in person.
+#[derive(Debug, Clone)]
+pub struct SignedIn {
+    pub username: String,
+    pub role: Role,
+    pub csrf: String,
+    pub token_hash: String,
+}
+
+impl SignedIn {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Every form carries the session's CSRF token; a form posted from elsewhere does not.
+    pub fn csrf_ok(&self, submitted: &str) -> bool {
+        tokens_equal(&self.csrf, submitted)
+    }
+}
+
+/// The answer to a form whose CSRF token is missing or wrong.
+pub fn csrf_rejected() -> Response {
+    error_page(
+        StatusCode::FORBIDDEN,
+        "This form has expired",
+        "Reload the page and try again.",
+    )
+}
+
+fn is_api(parts: &Parts) -> bool {
+    parts.uri.path().starts_with("/api/")
+}
+
+fn unauthenticated(parts: &Parts) -> Response {
+    if is_api(parts) {
+        return ApiError::Unauthorized.into_response();
+    }
+    let next = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    Redirect::to(&format!("/login?next={encoded}")).into_response()
+}
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let jar = CookieJar::from_headers(&parts.headers);
+        let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
+            return Err(unauthenticated(parts));
+        };
+        let token_hash = hash_token(&token);
+        match crate::session::find(state.store.as_ref(), &token_hash, now_ms()).await {
+            Ok(Some(s)) => Ok(SignedIn {
+                username: s.username,
+                role: Role::parse(&s.role).unwrap_or(Role::Viewer),
+                csrf: s.csrf_token,
+                token_hash,
+            }),
+            Ok(None) => Err(unauthenticated(parts)),
+            Err(e) => {
+                if is_api(parts) {
+                    tracing::error!(error = %e, "reading a session");
+                }
+                Err(if is_api(parts) {
+                    ApiError::Unavailable.into_response()
+                } else {
+                    database_unavailable("reading a session", &e)
+                })
+            }
+        }
+    }
+}
+
+/// A signed-in admin.
+#[derive(Debug, Clone)]
+pub struct AdminOnly(pub SignedIn);
+
+impl FromRequestParts<AppState> for AdminOnly {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let user = SignedIn::from_request_parts(parts, state).await?;
+        if user.is_admin() {
+            return Ok(AdminOnly(user));
+        }
+        Err(if is_api(parts) {
+            ApiError::Forbidden.into_response()
+        } else {
+            error_page(
+                StatusCode::FORBIDDEN,
+                "Admins only",
+                "Your account can read everything here but change nothing. Ask an admin.",
+            )
+        })
+    }
+}
+
+/// A form that carries the session's CSRF token in a `csrf` field.
+pub trait CsrfForm {
+    fn csrf(&self) -> &str;
+}
+
+/// A form a signed-in person posted, its CSRF token already checked. A form without the
+/// session's token (posted from elsewhere, or from a page older than the session) gets a page
+/// saying it has expired, and the handler never runs.
+pub struct SignedInForm<T> {
+    pub user: SignedIn,
+    // Signing out posts the token alone; a form of a signed-in viewer with fields reads this.
+    #[allow(dead_code)]
+    pub form: T,
+}
+
+/// A form an admin posted, its CSRF token already checked: every handler that changes something
+/// takes this, so none of them can forget the check. A viewer gets 403.
+pub struct AdminForm<T> {
+    pub user: SignedIn,
+    pub form: T,
+}
+
+/// The form of a request whose person has been extracted already, its token checked against
+/// theirs.
+async fn checked_form<T>(user: &SignedIn, req: Request, state: &AppState) -> Result<T, Response>
+where
+    T: DeserializeOwned + CsrfForm,
+{
+    let Form(form) = Form::<T>::from_request(req, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    if !user.csrf_ok(form.csrf()) {
+        return Err(csrf_rejected());
+    }
+    Ok(form)
+}
+
+impl<T> FromRequest<AppState> for SignedInForm<T>
+where
+    T: DeserializeOwned + CsrfForm + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let user = SignedIn::from_request_parts(&mut parts, state).await?;
+        let form = checked_form(&user, Request::from_parts(parts, body), state).await?;
+        Ok(SignedInForm { user, form })
+    }
+}
+
+impl<T> FromRequest<AppState> for AdminForm<T>
+where
+    T: DeserializeOwned + CsrfForm + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let AdminOnly(user) = AdminOnly::from_request_parts(&mut parts, state).await?;
+        let form = checked_form(&user, Request::from_parts(parts, body), state).await?;
+        Ok(AdminForm { user, form })
+    }
+}
+
+/// The page for a request the database could not answer; `context` names it in the log.
+pub fn database_unavailable(context: &str, error: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %error, "{context}");
+    error_page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The database is unavailable",
+        "Try again in a minute.",
+    )
+}
