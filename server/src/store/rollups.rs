@@ -388,7 +388,9 @@ pub async fn attribution_inputs_of_hosts(
     to_ms: i64,
     host_ids: &[i64],
 ) -> Result<super::AttributionInputs, StoreError> {
-    let mut conn = on.into().write().await?;
+    // A read, though in a transaction (PostgreSQL's settings are local to one): on SQLite it
+    // must not take the writer's turn, or ingest would wait for the roll-up's reads.
+    let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
         // Ids bound per statement: far below either database's limit on parameters (and
         // a handful in tests, so that they read in several statements).
