@@ -124,10 +124,36 @@ pub fn from_nano_atto(nano: i64, atto: i64) -> Decimal {
         .unwrap_or(Decimal::MAX)
 }
 
+/// The currency a page about these amounts is in: the one carrying the most money (by absolute
+/// amount), ties to the first by name; USD when there is none. Amounts in different currencies
+/// are never added: a page shows this one and lists the others apart.
+pub fn main_currency<'a>(amounts: impl IntoIterator<Item = (&'a str, Decimal)>) -> String {
+    let mut per: std::collections::BTreeMap<&str, Decimal> = Default::default();
+    for (currency, amount) in amounts {
+        *per.entry(currency).or_default() += amount.abs();
+    }
+    per.into_iter()
+        .max_by(|x, y| x.1.cmp(&y.1).then(y.0.cmp(x.0)))
+        .map_or_else(|| "USD".to_owned(), |(c, _)| c.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_main_currency_carries_the_most_money() {
+        let d = |s: &str| parse_amount(s).unwrap_or_default();
+        assert_eq!(main_currency([]), "USD");
+        assert_eq!(
+            main_currency([("USD", d("10")), ("EUR", d("7")), ("EUR", d("4"))]),
+            "EUR"
+        );
+        // A credit counts by its size: it is money on the page too.
+        assert_eq!(main_currency([("USD", d("3")), ("GBP", d("-5"))]), "GBP");
+        assert_eq!(main_currency([("USD", d("5")), ("EUR", d("5"))]), "EUR");
+    }
 
     #[test]
     fn nano_atto_round_trip_and_sum() {

@@ -242,6 +242,76 @@ pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<Allocati
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
+/// The currency pages about `attribution` show: the one carrying the most of its money,
+/// attributed or not ([`gpuledger_core::money::main_currency`]).
+pub fn main_currency(attribution: &Attribution) -> String {
+    gpuledger_core::money::main_currency(
+        attribution
+            .parts
+            .iter()
+            .map(|p| (p.currency.as_str(), p.cost))
+            .chain(
+                attribution
+                    .unattributed
+                    .iter()
+                    .map(|(c, d)| (c.as_str(), *d)),
+            ),
+    )
+}
+
+/// A range's attribution in the one currency a page shows, and what the bill carries in each
+/// other currency (attributed and not): listed apart, never added in.
+pub struct InCurrency {
+    pub currency: String,
+    pub attribution: Attribution,
+    pub others: Vec<(String, Decimal)>,
+}
+
+/// [`InCurrency`] for the range's main currency.
+pub fn in_main_currency(attribution: &Attribution) -> InCurrency {
+    in_currency(attribution, &main_currency(attribution))
+}
+
+/// [`InCurrency`] for `currency`.
+pub fn in_currency(attribution: &Attribution, currency: &str) -> InCurrency {
+    let mut others: BTreeMap<String, Decimal> = BTreeMap::new();
+    for p in attribution.parts.iter().filter(|p| p.currency != currency) {
+        *others.entry(p.currency.clone()).or_default() += p.cost;
+    }
+    for (c, d) in attribution
+        .unattributed
+        .iter()
+        .filter(|(c, _)| *c != currency)
+    {
+        *others.entry(c.clone()).or_default() += *d;
+    }
+    InCurrency {
+        currency: currency.to_owned(),
+        attribution: Attribution {
+            parts: attribution
+                .parts
+                .iter()
+                .filter(|p| p.currency == currency)
+                .cloned()
+                .collect(),
+            unattributed: attribution
+                .unattributed
+                .iter()
+                .filter(|(c, _)| *c == currency)
+                .map(|(c, d)| (c.clone(), *d))
+                .collect(),
+            unattributed_hours: attribution
+                .unattributed_hours
+                .iter()
+                .filter(|((_, c), _)| c == currency)
+                .map(|(k, d)| (k.clone(), *d))
+                .collect(),
+            hosts: attribution.hosts.clone(),
+        },
+        others: others.into_iter().collect(),
+    }
+}
+
 pub fn totals(attribution: &Attribution) -> Vec<Totals> {
     let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
     for p in &attribution.parts {

@@ -94,6 +94,24 @@ pub fn usd(amount: rust_decimal::Decimal) -> String {
 /// An amount in its bill's currency, to the cent with thousands separators: `$181,024.68`,
 /// `€1,250.00`, `1,250.00 CHF` (a symbol only where it names one currency).
 pub fn money(amount: rust_decimal::Decimal, currency: &str) -> String {
+    money_precise(amount, currency, 2)
+}
+
+/// Amounts in several currencies, never added across: `$1,200.00 + €300.00`; `$0.00` for none.
+pub fn money_sums<'a>(
+    sums: impl IntoIterator<Item = (&'a String, &'a rust_decimal::Decimal)>,
+) -> String {
+    let parts: Vec<String> = sums.into_iter().map(|(c, d)| money(*d, c)).collect();
+    if parts.is_empty() {
+        usd(rust_decimal::Decimal::ZERO)
+    } else {
+        parts.join(" + ")
+    }
+}
+
+/// [`money`] to `places` decimals (at least two), for unit prices such as a cost per 1,000
+/// requests: `$0.0123`.
+pub fn money_precise(amount: rust_decimal::Decimal, currency: &str, places: u32) -> String {
     let symbol = match currency {
         "USD" => Some("$"),
         "EUR" => Some("€"),
@@ -102,8 +120,13 @@ pub fn money(amount: rust_decimal::Decimal, currency: &str) -> String {
         "INR" => Some("₹"),
         _ => None,
     };
-    let cents = gpuledger_core::money::cents(amount);
-    let text = format!("{:.2}", cents.abs());
+    let places = places.max(2);
+    let cents = if places == 2 {
+        gpuledger_core::money::cents(amount)
+    } else {
+        amount.round_dp_with_strategy(places, rust_decimal::RoundingStrategy::MidpointAwayFromZero)
+    };
+    let text = format!("{:.*}", places as usize, cents.abs());
     let (whole, frac) = text.split_once('.').unwrap_or((&text, "00"));
     let mut grouped = String::new();
     for (i, c) in whole.chars().enumerate() {
@@ -138,6 +161,12 @@ mod tests {
         assert_eq!(usd(d("181024.675")), "$181,024.68");
         assert_eq!(money(d("1250"), "EUR"), "€1,250.00");
         assert_eq!(money(d("-1250.5"), "CHF"), "−1,250.50 CHF");
+        assert_eq!(money_precise(d("0.012345"), "USD", 4), "$0.0123");
+        let sums: std::collections::BTreeMap<String, rust_decimal::Decimal> =
+            [("USD".into(), d("1200")), ("EUR".into(), d("300"))].into();
+        assert_eq!(money_sums(&sums), "€300.00 + $1,200.00");
+        assert_eq!(money_sums(&std::collections::BTreeMap::new()), "$0.00");
+        assert_eq!(money_precise(d("1234.5"), "EUR", 4), "€1,234.5000");
         assert_eq!(usd(d("0")), "$0.00");
         assert_eq!(usd(d("999.999")), "$1,000.00");
         assert_eq!(usd(d("-1234.5")), "−$1,234.50");

@@ -73,19 +73,23 @@ pub struct EvaluationSummary {
     pub open: usize,
 }
 
-/// Cost per hour and whether it is estimated, for a finding.
-fn price(f: &Finding, hourly: &HashMap<i64, GpuPrice>) -> (Decimal, bool) {
+/// What a finding costs per hour, in which currency, and whether it is estimated. Hosts priced
+/// in another currency than most of the finding's (a cluster spanning two billing accounts)
+/// are left out: amounts in two currencies never add.
+fn price(f: &Finding, hourly: &HashMap<i64, GpuPrice>) -> (Decimal, String, bool) {
+    let gpus_per_host = f.gpu_equivalents / f.host_ids.len().max(1) as f64;
+    let share = Decimal::from_f64_retain(gpus_per_host).unwrap_or(Decimal::ONE);
+    let prices: Vec<&GpuPrice> = f.host_ids.iter().filter_map(|h| hourly.get(h)).collect();
+    let currency = gpuledger_core::money::main_currency(
+        prices.iter().map(|p| (p.currency.as_str(), p.per_gpu_hour)),
+    );
     let mut total = Decimal::ZERO;
     let mut estimated = false;
-    let gpus_per_host = f.gpu_equivalents / f.host_ids.len().max(1) as f64;
-    for h in &f.host_ids {
-        if let Some(p) = hourly.get(h) {
-            let share = Decimal::from_f64_retain(gpus_per_host).unwrap_or(Decimal::ONE);
-            total += p.per_gpu_hour * share;
-            estimated |= p.estimated;
-        }
+    for p in prices.into_iter().filter(|p| p.currency == currency) {
+        total += p.per_gpu_hour * share;
+        estimated |= p.estimated;
     }
-    (total.round_dp(6), estimated)
+    (total.round_dp(6), currency, estimated)
 }
 
 /// A finding's GPUs as people name them, each with the processes holding it idle.
@@ -155,7 +159,8 @@ impl Ledger {
     /// for held idle, held-idle) dollars of its GPUs where the hour is over and rolled up with
     /// nothing waiting; elsewhere (the hour under way, hours not rolled up yet) `cost_per_hour`
     /// over the idle part of the hour. Once its hours are rolled up an incident carries exactly
-    /// the dollars the ledger holds for its GPU-hours, the same the idle history shows.
+    /// the dollars the ledger holds for its GPU-hours, the same the idle history shows. Only
+    /// the ledger's amounts in the incident's `currency` count.
     #[allow(clippy::too_many_arguments)]
     pub fn wasted(
         &self,
@@ -165,7 +170,7 @@ impl Ledger {
         since_ms: i64,
         until_ms: i64,
         now_ms: i64,
-        cost_per_hour: Decimal,
+        (cost_per_hour, currency): (Decimal, &str),
     ) -> Decimal {
         use gpuledger_core::time::hour_floor;
         let ledger_kind = if kind == waste::IncidentKind::HeldIdle.as_str() {
@@ -182,7 +187,11 @@ impl Ledger {
         };
         let mut in_ledger: BTreeMap<i64, Decimal> = BTreeMap::new();
         for r in &self.rows {
-            if r.kind == ledger_kind && host_ids.contains(&r.host_id) && mine(&r.gpu_uuid) {
+            if r.kind == ledger_kind
+                && r.currency == currency
+                && host_ids.contains(&r.host_id)
+                && mine(&r.gpu_uuid)
+            {
                 *in_ledger.entry(r.period_ms).or_default() +=
                     gpuledger_core::money::from_nano_atto(r.cost_nano, r.cost_atto);
             }
@@ -388,7 +397,7 @@ pub async fn evaluate(
     let ledger = Ledger::read(store, &involved, ledger_from, now_ms + 1, parent_of).await?;
 
     for (f, since) in findings.iter().zip(sinces) {
-        let (cost_per_hour, estimated) = price(f, &hourly);
+        let (cost_per_hour, currency, estimated) = price(f, &hourly);
         let wasted = ledger.wasted(
             f.kind.as_str(),
             &f.host_ids,
@@ -396,7 +405,7 @@ pub async fn evaluate(
             since,
             now_ms,
             now_ms,
-            cost_per_hour,
+            (cost_per_hour, &currency),
         );
         let update = IncidentUpdate {
             incident_key: f.key.clone(),
@@ -410,6 +419,7 @@ pub async fn evaluate(
             started_ms: since,
             last_seen_ms: now_ms,
             cost_per_hour: to_text(cost_per_hour),
+            currency,
             estimated,
             wasted: to_text(wasted),
         };
@@ -487,7 +497,10 @@ pub async fn evaluate(
             i.started_ms,
             ended,
             now_ms,
-            gpuledger_core::money::from_text(&i.cost_per_hour),
+            (
+                gpuledger_core::money::from_text(&i.cost_per_hour),
+                &i.currency,
+            ),
         );
         if settled != gpuledger_core::money::from_text(&i.wasted) {
             store::alerts::set_incident_wasted(store.db(), i.id, &to_text(settled)).await?;

@@ -446,23 +446,35 @@ pub enum RebuildError {
 }
 
 /// Attributed cost per team of `[from_ms, to_ms)`, with the unattributed lines, as JSON of
-/// decimal strings: what a restatement keeps of before and after.
+/// decimal strings: what a restatement keeps of before and after. Amounts are in the month's
+/// main currency; another currency's are keyed `team (CUR)` and written `amount CUR`, never
+/// added to them.
 async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<String, StoreError> {
     let a = crate::ledger::load(store, from_ms, to_ms, RollupGrain::Day).await?;
-    let mut totals: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
+    let main = crate::allocation::main_currency(&a);
+    let mut totals: BTreeMap<(String, String), rust_decimal::Decimal> = BTreeMap::new();
     for row in crate::allocation::group(
         &a,
         crate::allocation::GroupBy::Team,
         crate::allocation::Step::Month,
     ) {
-        *totals.entry(row.key).or_default() += row.cost;
+        *totals.entry((row.key, row.currency)).or_default() += row.cost;
     }
-    for cost in a.unattributed.values() {
-        *totals.entry("(not a GPU host)".to_owned()).or_default() += *cost;
+    for (currency, cost) in &a.unattributed {
+        *totals
+            .entry(("(not a GPU host)".to_owned(), currency.clone()))
+            .or_default() += *cost;
     }
     let as_text: BTreeMap<String, String> = totals
         .into_iter()
-        .map(|(k, v)| (k, v.round_dp(2).to_string()))
+        .map(|((team, currency), v)| {
+            let v = v.round_dp(2);
+            if currency == main {
+                (team, v.to_string())
+            } else {
+                (format!("{team} ({currency})"), format!("{v} {currency}"))
+            }
+        })
         .collect();
     Ok(serde_json::to_string(&as_text).unwrap_or_else(|_| "{}".to_owned()))
 }

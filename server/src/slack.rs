@@ -113,10 +113,6 @@ fn gpu_count(n: usize) -> String {
     }
 }
 
-fn dollars(d: Decimal) -> String {
-    crate::format::usd(d)
-}
-
 /// What to do about an incident, in a sentence: the suggested action its message carries.
 pub fn suggestion(kind: Option<IncidentKind>, event: Event) -> &'static str {
     match (event, kind) {
@@ -162,6 +158,8 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
     };
     let end = i.ended_ms.unwrap_or(now_ms);
     let idle_for = ago(end - i.started_ms).trim_end_matches(" ago").to_owned();
+    // In the incident's own currency: the bill's of its hosts, or the rate card's.
+    let dollars = |d: Decimal| crate::format::money(d, &i.currency);
     let per_hour = from_text(&i.cost_per_hour);
     let wasted = from_text(&i.wasted);
     let est = if i.estimated != 0 { " (estimated)" } else { "" };
@@ -478,6 +476,7 @@ mod tests {
             ended_ms: None,
             last_seen_ms: 0,
             cost_per_hour: "110.08".into(),
+            currency: "USD".into(),
             wasted: "2862.08".into(),
             estimated: 0,
             last_notified_ms: None,
@@ -548,5 +547,19 @@ mod tests {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    #[test]
+    fn an_incident_speaks_its_bills_currency() {
+        let mut i = incident("train-west", None, "{}");
+        i.currency = "EUR".into();
+        for event in [Event::Opened, Event::Reminder, Event::Resolved] {
+            let m = incident_message(&i, event, "http://gpuledger.test", 3_600_000).to_string();
+            assert!(m.contains("€2,862.08"), "{m}");
+            assert!(!m.contains('$'), "{m}");
+        }
+        i.currency = "CHF".into();
+        let m = incident_message(&i, Event::Opened, "http://gpuledger.test", 0).to_string();
+        assert!(m.contains("110.08 CHF/h"), "{m}");
     }
 }

@@ -36,16 +36,10 @@ pub async fn endpoint_costs_in(
     Ok(endpoint_costs(a, &requests))
 }
 
-/// The currency the unit costs are in: the one with the most attributed cost (costs in
-/// different currencies are never added together).
+/// The currency the unit costs are in: the one the month's pages show (costs in different
+/// currencies are never added together).
 pub fn main_currency(a: &Attribution) -> String {
-    let mut per: BTreeMap<&str, Decimal> = BTreeMap::new();
-    for p in &a.parts {
-        *per.entry(p.currency.as_str()).or_default() += p.cost.abs();
-    }
-    per.into_iter()
-        .max_by(|x, y| x.1.cmp(&y.1).then(y.0.cmp(x.0)))
-        .map_or_else(|| "USD".to_owned(), |(c, _)| c.to_owned())
+    crate::allocation::main_currency(a)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -17,16 +17,19 @@ use gpuledger_core::time::{hour_floor, HOUR_MS};
 /// How far back bills are read to price the present hour: bills arrive hours late.
 pub const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
 
-/// One physical GPU's cost per hour on a host, and whether it is a rate-card estimate.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One physical GPU's cost per hour on a host, in the currency of its bill (or of the rate
+/// card), and whether it is a rate-card estimate.
+#[derive(Debug, Clone, PartialEq)]
 pub struct GpuPrice {
     pub per_gpu_hour: Decimal,
+    pub currency: String,
     pub estimated: bool,
 }
 
 /// What one physical GPU of `host` costs per hour: the newest billed hour of its lines within
 /// the look-back, divided over its GPUs, else the rate card for its instance type and GPUs.
-/// `gpu_names` are the host's physical GPUs (their NVML names).
+/// `gpu_names` are the host's physical GPUs (their NVML names). A host billed in several
+/// currencies is priced in that of its newest line: amounts in two currencies never add.
 pub fn gpu_price(
     host: &HostRow,
     lines: &[&StoredCostLine],
@@ -38,8 +41,15 @@ pub fn gpu_price(
         return None;
     }
     let n = Decimal::from(gpu_names.len());
+    let newest = lines
+        .iter()
+        .max_by_key(|l| (l.charge_period_end_ms, l.charge_period_start_ms))
+        .map(|l| l.currency.clone());
     let mut per_hour: std::collections::BTreeMap<i64, Decimal> = Default::default();
-    for l in lines {
+    for l in lines
+        .iter()
+        .filter(|l| Some(&l.currency) == newest.as_ref())
+    {
         let spread = spread_over_hours(
             from_text(&l.effective_cost),
             l.charge_period_start_ms,
@@ -51,9 +61,10 @@ pub fn gpu_price(
             *per_hour.entry(h).or_default() += amount;
         }
     }
-    if let Some((_, hourly)) = per_hour.iter().next_back() {
+    if let (Some((_, hourly)), Some(currency)) = (per_hour.iter().next_back(), newest) {
         return Some(GpuPrice {
             per_gpu_hour: *hourly / n,
+            currency,
             estimated: false,
         });
     }
@@ -61,6 +72,7 @@ pub fn gpu_price(
     card.host_price(host.instance_type.as_deref(), gpu_names, spot)
         .map(|(hourly, _)| GpuPrice {
             per_gpu_hour: hourly / n,
+            currency: card.currency.clone(),
             estimated: true,
         })
 }
@@ -151,5 +163,33 @@ mod tests {
         assert!(spot.per_gpu_hour < p.per_gpu_hour);
         assert!(gpu_price(&host("x9.huge", None), &[], &["Mystery GPU"], &card, now).is_none());
         assert!(gpu_price(&h, &[&newer], &[], &card, now).is_none());
+    }
+
+    #[test]
+    fn a_price_is_in_its_bills_currency() {
+        let card = RateCard::default_card();
+        let now = 100 * HOUR_MS + 20 * 60_000;
+        let names = ["NVIDIA A10G"; 4];
+        let h = host("g5.12xlarge", None);
+        let euro = |start: i64, cost: &str| StoredCostLine {
+            currency: "EUR".into(),
+            ..line(start * HOUR_MS, (start + 1) * HOUR_MS, cost)
+        };
+        let p = gpu_price(&h, &[&euro(98, "8.00")], &names, &card, now).unwrap();
+        assert_eq!(
+            (p.per_gpu_hour, p.currency.as_str()),
+            (Decimal::new(2, 0), "EUR")
+        );
+        // A host whose bill moved to another currency is priced in the newest line's alone.
+        let dollars = line(97 * HOUR_MS, 98 * HOUR_MS, "4.00");
+        let (old_euro, new_euro) = (euro(97, "8.00"), euro(98, "12.00"));
+        let p = gpu_price(&h, &[&dollars, &old_euro, &new_euro], &names, &card, now).unwrap();
+        assert_eq!(
+            (p.per_gpu_hour, p.currency.as_str()),
+            (Decimal::new(3, 0), "EUR")
+        );
+        // The rate card prices in its own currency.
+        let p = gpu_price(&h, &[], &names, &card, now).unwrap();
+        assert_eq!(p.currency, card.currency);
     }
 }

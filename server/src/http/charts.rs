@@ -11,10 +11,6 @@ use rust_decimal::Decimal;
 use crate::allocation::{group, period_start, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
 
-pub fn dollars(d: Decimal) -> String {
-    crate::format::usd(d)
-}
-
 /// `key=value&…` with each value URL-encoded, for links built from label values.
 pub fn query(pairs: &[(&str, &str)]) -> String {
     let mut s = form_urlencoded::Serializer::new(String::new());
@@ -114,8 +110,8 @@ pub fn title_of(by: GroupBy) -> &'static str {
     }
 }
 
-/// One month's spend by `by`, with each key linking to its drill-down and the whole table to
-/// the allocation API's CSV of the same query.
+/// One month's spend in `currency` by `by`, with each key linking to its drill-down and the
+/// whole table to the allocation API's CSV of the same query.
 pub fn table(
     a: &Attribution,
     by: GroupBy,
@@ -123,8 +119,10 @@ pub fn table(
     next_month: &str,
     filters: &[(GroupBy, String)],
     total: Decimal,
+    currency: &str,
 ) -> Table {
-    let rows = group(a, by, Step::Month);
+    let mut rows = group(a, by, Step::Month);
+    rows.retain(|r| r.currency == currency);
     let max = rows
         .iter()
         .map(|r| r.cost)
@@ -145,8 +143,8 @@ pub fn table(
                 } else {
                     format!("{}%", (r.cost / total * Decimal::from(100)).round_dp(1))
                 },
-                cost: dollars(r.cost),
-                held_idle: dollars(r.held_idle_cost),
+                cost: crate::format::money(r.cost, currency),
+                held_idle: crate::format::money(r.held_idle_cost, currency),
                 gpu_hours: crate::format::whole(r.gpu_hours),
                 avg_util: r
                     .avg_util
@@ -188,13 +186,14 @@ fn day_text(ms: i64, format: &str) -> String {
         .map_or_else(String::new, |d| d.format(format).to_string())
 }
 
-/// Daily stacked spend (used / held idle / idle and unmonitored); each day links to the
-/// allocation API's rows for that day.
+/// Daily stacked spend in `currency` (used / held idle / idle and unmonitored); each day links
+/// to the allocation API's rows for that day.
 pub fn days(
     a: &Attribution,
     from: i64,
     to: i64,
     filters: &[(GroupBy, String)],
+    currency: &str,
 ) -> (Vec<DayBar>, f64, Vec<Tick>) {
     let mut per_day: BTreeMap<i64, (Decimal, Decimal, Decimal)> = BTreeMap::new();
     let mut estimated: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
@@ -203,7 +202,7 @@ pub fn days(
         per_day.insert(d, Default::default());
         d += gpuledger_core::time::DAY_MS;
     }
-    for p in &a.parts {
+    for p in a.parts.iter().filter(|p| p.currency == currency) {
         let day = period_start(p.hour_ms, Step::Day);
         if p.estimated {
             estimated.insert(day);
@@ -228,7 +227,7 @@ pub fn days(
         .into_iter()
         .map(|i| Tick {
             y: HEIGHT - HEIGHT * i as f64 / 2.0,
-            label: crate::format::usd(max * Decimal::from(i) / Decimal::from(2)),
+            label: crate::format::money(max * Decimal::from(i) / Decimal::from(2), currency),
         })
         .collect();
     let scale = |v: Decimal| (v / max).to_f64().unwrap_or(0.0).max(0.0) * HEIGHT;
@@ -250,7 +249,7 @@ pub fn days(
                 held_h: hh,
                 used_y: HEIGHT - ih - hh - uh,
                 used_h: uh,
-                total: dollars(u + h + idle),
+                total: crate::format::money(u + h + idle, currency),
                 estimated: estimated.contains(&day),
             }
         })

@@ -19,7 +19,7 @@ use super::session::SignedIn;
 use super::AppState;
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
-use crate::format::{ago, bytes_gib, percent, usd};
+use crate::format::{ago, bytes_gib, money, money_sums, percent};
 use crate::now_ms;
 use crate::store::{FleetProcess, FleetRow};
 use gpuledger_core::activity::Activity;
@@ -142,8 +142,19 @@ fn combined(states: impl IntoIterator<Item = Activity>) -> Activity {
         .unwrap_or(Activity::Unknown)
 }
 
-fn per_hour_text(amount: Option<Decimal>) -> String {
-    amount.map_or_else(|| "—".into(), |a| format!("{}/h", usd(a)))
+fn per_hour_text(amount: Option<Decimal>, currency: &str) -> String {
+    amount.map_or_else(|| "—".into(), |a| format!("{}/h", money(a, currency)))
+}
+
+/// Per hour in each currency the hosts are billed in, never added across.
+type PerHour = BTreeMap<String, Decimal>;
+
+fn sums_text(sums: &PerHour) -> String {
+    format!("{}/h", money_sums(sums))
+}
+
+fn add(sums: &mut PerHour, currency: &str, amount: Decimal) {
+    *sums.entry(currency.to_owned()).or_default() += amount;
 }
 
 /// Groups flat rows (ordered by cluster, host) into the page's tree; `prices` per
@@ -162,10 +173,10 @@ pub fn build(
     let mut clusters: Vec<ClusterView> = Vec::new();
     let mut total_gpus = 0;
     let mut total_hosts = 0;
-    let (mut fleet_cost, mut fleet_idle) = (Decimal::ZERO, Decimal::ZERO);
+    let (mut fleet_cost, mut fleet_idle) = (PerHour::new(), PerHour::new());
     let mut unpriced_hosts = 0;
     // Per cluster being built: its cost and idle cost per hour.
-    let (mut cluster_cost, mut cluster_idle) = (Decimal::ZERO, Decimal::ZERO);
+    let (mut cluster_cost, mut cluster_idle) = (PerHour::new(), PerHour::new());
     let mut rows = rows.into_iter().peekable();
     while let Some(row) = rows.next() {
         if clusters.last().is_none_or(|c| c.name != row.cluster) {
@@ -177,7 +188,7 @@ pub fn build(
                 per_hour: String::new(),
                 idle_per_hour: String::new(),
             });
-            (cluster_cost, cluster_idle) = (Decimal::ZERO, Decimal::ZERO);
+            (cluster_cost, cluster_idle) = (PerHour::new(), PerHour::new());
         }
         let Some(cluster) = clusters.last_mut() else {
             continue;
@@ -267,22 +278,26 @@ pub fn build(
                 cluster.busy_gpus += 1;
             }
             if let Some(p) = price {
-                gpu.per_hour = per_hour_text(Some(p.per_gpu_hour));
+                gpu.per_hour = per_hour_text(Some(p.per_gpu_hour), &p.currency);
                 host_cost += p.per_gpu_hour;
                 if matches!(state, Activity::Idle | Activity::HeldIdle) {
-                    cluster_idle += p.per_gpu_hour;
-                    fleet_idle += p.per_gpu_hour;
+                    add(&mut cluster_idle, &p.currency, p.per_gpu_hour);
+                    add(&mut fleet_idle, &p.currency, p.per_gpu_hour);
                 }
             }
         }
         if price.is_none() {
             unpriced_hosts += 1;
         }
-        host.per_hour = per_hour_text(price.map(|_| host_cost));
-        cluster_cost += host_cost;
-        fleet_cost += host_cost;
-        cluster.per_hour = per_hour_text(Some(cluster_cost));
-        cluster.idle_per_hour = per_hour_text(Some(cluster_idle));
+        if let Some(p) = price {
+            host.per_hour = per_hour_text(Some(host_cost), &p.currency);
+            add(&mut cluster_cost, &p.currency, host_cost);
+            add(&mut fleet_cost, &p.currency, host_cost);
+        } else {
+            host.per_hour = per_hour_text(None, "");
+        }
+        cluster.per_hour = sums_text(&cluster_cost);
+        cluster.idle_per_hour = sums_text(&cluster_idle);
     }
     FleetPage {
         chrome: None,
@@ -290,8 +305,8 @@ pub fn build(
         clusters,
         total_hosts,
         total_gpus,
-        per_hour: per_hour_text(Some(fleet_cost)),
-        idle_per_hour: per_hour_text(Some(fleet_idle)),
+        per_hour: sums_text(&fleet_cost),
+        idle_per_hour: sums_text(&fleet_idle),
         unpriced_hosts,
     }
 }
@@ -327,7 +342,12 @@ async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
         .await?;
         let prices: HashMap<(String, String), GpuPrice> = hosts
             .iter()
-            .filter_map(|h| Some(((h.cluster.clone(), h.hostname.clone()), *by_id.get(&h.id)?)))
+            .filter_map(|h| {
+                Some((
+                    (h.cluster.clone(), h.hostname.clone()),
+                    by_id.get(&h.id)?.clone(),
+                ))
+            })
             .collect();
         let refused =
             crate::fleet::refusals(state.store.as_ref(), now_ms() - REFUSED_SHOWN_MS).await?;

@@ -56,15 +56,17 @@ pub struct IncidentView {
     pub cost_per_hour: rust_decimal::Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub wasted: rust_decimal::Decimal,
+    /// What `cost_per_hour` and `wasted` are in.
+    pub currency: String,
     pub estimated: bool,
 }
 
 impl IncidentView {
     pub fn per_hour_text(&self) -> String {
-        crate::format::usd(self.cost_per_hour)
+        crate::format::money(self.cost_per_hour, &self.currency)
     }
     pub fn wasted_text(&self) -> String {
-        crate::format::usd(self.wasted)
+        crate::format::money(self.wasted, &self.currency)
     }
     /// One line per host's idle GPUs and per process holding one.
     pub fn device_lines(&self) -> Vec<String> {
@@ -96,6 +98,7 @@ pub fn view(r: IncidentRow, now: i64) -> IncidentView {
         idle_for: ago(end - r.started_ms).trim_end_matches(" ago").to_owned(),
         cost_per_hour: from_text(&r.cost_per_hour),
         wasted: from_text(&r.wasted),
+        currency: r.currency,
         estimated: r.estimated != 0,
         cluster: r.cluster,
         hostname: r.hostname,
@@ -146,7 +149,12 @@ async fn incidents_page(
         .await
         .unwrap_or_default();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
-    let wasted: rust_decimal::Decimal = views.iter().map(|v| v.wasted).sum();
+    // Per currency, never added across.
+    let mut wasted: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
+    for v in &views {
+        *wasted.entry(v.currency.clone()).or_default() += v.wasted;
+    }
+    let wasted_30d = crate::format::money_sums(&wasted);
     let (open, resolved): (Vec<_>, Vec<_>) = views.into_iter().partition(|v| v.open);
     render(&IncidentsPage {
         chrome: Some(Chrome::from(&user)),
@@ -160,7 +168,7 @@ async fn incidents_page(
             .into_iter()
             .map(|s| (s.cluster, rfc3339(s.until_ms), s.by_user))
             .collect(),
-        wasted_30d: crate::format::usd(wasted),
+        wasted_30d,
     })
 }
 
@@ -441,6 +449,7 @@ fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
         "ended_at",
         "cost_per_hour",
         "wasted",
+        "currency",
         "estimated",
     ])?;
     for v in views {
@@ -456,6 +465,7 @@ fn incidents_csv(views: &[IncidentView]) -> Result<String, csv::Error> {
             v.ended_at.clone().unwrap_or_default(),
             v.cost_per_hour.to_string(),
             v.wasted.to_string(),
+            v.currency.clone(),
             v.estimated.to_string(),
         ])?;
     }

@@ -15,10 +15,10 @@ use axum::Router;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::charts::{self, dollars, query, DayBar, Heatmap, Table};
+use super::charts::{self, query, DayBar, Heatmap, Table};
 use super::page::{error_page, render, Chrome};
 use super::AppState;
-use crate::allocation::{self, calendar_month, totals, GroupBy, Step};
+use crate::allocation::{self, calendar_month, totals, GroupBy, InCurrency, Step};
 use crate::attribution::Attribution;
 use crate::ledger;
 use crate::now_ms;
@@ -27,7 +27,12 @@ use crate::store::RollupGrain;
 use gpuledger_core::time::{month_label, month_of};
 
 use super::session::{database_unavailable, SignedIn};
-use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
+use crate::format::money;
+use crate::unit_costs;
+use rows::{endpoint_view, episode_view, runs_view, savings_view};
+pub use rows::{EndpointRow, EpisodeView, RunRow, SavingRow};
+
+mod rows;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -48,32 +53,6 @@ pub struct Figure {
     pub href: String,
 }
 
-pub struct RunRow {
-    pub experiment: String,
-    pub href: String,
-    pub model: String,
-    pub team: String,
-    pub started: String,
-    pub hours_active: i64,
-    pub gpu_hours: String,
-    pub cost: String,
-}
-
-pub struct EndpointRow {
-    pub endpoint: String,
-    pub href: String,
-    pub requests: String,
-    pub cost: String,
-    pub per_1k: String,
-}
-
-pub struct SavingRow {
-    pub what: String,
-    pub href: String,
-    pub change: String,
-    pub saving: String,
-}
-
 #[derive(Template)]
 #[template(path = "review.html")]
 struct ReviewPage {
@@ -85,6 +64,8 @@ struct ReviewPage {
     next_begun: bool,
     figures: Vec<Figure>,
     unattributed: String,
+    /// What the bill carries in currencies other than the page's, in words ("" when none).
+    other_currencies: String,
     estimated: bool,
     tables: Vec<Table>,
     days: Vec<DayBar>,
@@ -136,6 +117,8 @@ struct DrillDownPage {
     endpoint: Option<EndpointRow>,
     runs: Vec<RunRow>,
     empty: bool,
+    /// What this key spent in currencies other than the page's, in words ("" when none).
+    other_currencies: String,
 }
 
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
@@ -150,46 +133,6 @@ async fn heatmap_labels(
             tracing::warn!(error = %e, "review: GPU indexes for the heatmap");
             Default::default()
         }
-    }
-}
-
-/// One idle episode as the review lists it.
-pub struct EpisodeView {
-    pub title: &'static str,
-    pub place: String,
-    pub href: String,
-    pub gpus: usize,
-    /// First hour and, on a second line, last hour's end with the hours in between.
-    pub from: String,
-    pub until: String,
-    pub wasted: String,
-    pub owners: String,
-}
-
-fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> EpisodeView {
-    let hours = crate::format::thousands(e.hours);
-    EpisodeView {
-        title: if e.kind == "held_idle" {
-            "Held idle"
-        } else {
-            "Idle"
-        },
-        href: charts::drill_href(month, GroupBy::Host, &e.hostname),
-        place: format!("{} / {}", e.cluster, e.hostname),
-        gpus: e.gpus.len(),
-        from: crate::format::utc_minute(e.start_ms),
-        until: format!("→ {} ({hours} h)", crate::format::utc_minute(e.end_ms)),
-        wasted: format!(
-            "{}{}",
-            crate::format::money(e.cost, &e.currency),
-            if e.estimated { "*" } else { "" }
-        ),
-        owners: e
-            .owners
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.join(", ")))
-            .collect::<Vec<_>>()
-            .join("; "),
     }
 }
 
@@ -221,6 +164,7 @@ fn closing_view(
     now: i64,
     waiting: i64,
     restatements: &[crate::store::RestatementRow],
+    currency: &str,
 ) -> ClosingView {
     let closes = close.closes_at(from);
     let closed = close.is_closed(from, now);
@@ -242,10 +186,14 @@ fn closing_view(
             let (before, after) = (parse(&r.before_json), parse(&r.after_json));
             let teams: std::collections::BTreeSet<&String> =
                 before.keys().chain(after.keys()).collect();
+            // Amounts are in the month's currency unless written "amount CUR".
             let money = |v: Option<&String>| {
                 v.map_or_else(
                     || "—".to_owned(),
-                    |v| dollars(gpuledger_core::money::from_text(v)),
+                    |v| {
+                        let (amount, c) = v.split_once(' ').unwrap_or((v, currency));
+                        money(gpuledger_core::money::from_text(amount), c)
+                    },
                 )
             };
             RestatementView {
@@ -326,100 +274,6 @@ fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)])
     charts::api_href(month, next, by, "month", filters)
 }
 
-fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
-    runs.iter()
-        .map(|r| RunRow {
-            experiment: r.experiment.clone(),
-            href: charts::drill_href(month, GroupBy::Experiment, &r.experiment),
-            model: r.model.clone().unwrap_or_else(|| "—".into()),
-            team: r.team.clone().unwrap_or_else(|| "—".into()),
-            started: day_label(&r.started),
-            hours_active: r.hours_active,
-            gpu_hours: crate::format::whole(r.gpu_hours),
-            cost: dollars(r.cost),
-        })
-        .collect()
-}
-
-fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
-    EndpointRow {
-        endpoint: e.endpoint.clone(),
-        href: charts::drill_href(month, GroupBy::Endpoint, &e.endpoint),
-        requests: e
-            .requests
-            .map_or_else(|| "no counts".into(), crate::format::thousands),
-        cost: dollars(e.cost),
-        per_1k: e
-            .cost_per_1k_requests
-            .map_or_else(|| "—".into(), |c| format!("${}", c.round_dp(4).normalize())),
-    }
-}
-
-fn savings_view(r: &Recommendations, month: &str) -> (Vec<SavingRow>, String) {
-    let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
-    for x in &r.right_size {
-        let by = if x.by == "endpoint" {
-            GroupBy::Endpoint
-        } else {
-            GroupBy::Model
-        };
-        rows.push((
-            x.saving,
-            SavingRow {
-                what: format!("{} {}", x.by, x.key),
-                href: charts::drill_href(month, by, &x.key),
-                change: format!(
-                    "{} GPU{} {} → {} ({})",
-                    x.gpus.len(),
-                    if x.gpus.len() == 1 { "" } else { "s" },
-                    x.current_gpu,
-                    x.recommended_gpu,
-                    x.recommended_instance_type
-                ),
-                saving: dollars(x.saving),
-            },
-        ));
-    }
-    for c in &r.consolidation {
-        rows.push((
-            c.saving,
-            SavingRow {
-                what: format!("GPU on {}", c.host),
-                href: charts::drill_href(month, GroupBy::Host, &c.host),
-                change: c.action.clone(),
-                saving: dollars(c.saving),
-            },
-        ));
-    }
-    for x in &r.release {
-        rows.push((
-            x.saving,
-            SavingRow {
-                what: format!("GPUs held idle on {}", x.host),
-                href: charts::drill_href(month, GroupBy::Host, &x.host),
-                change: x.action.clone(),
-                saving: dollars(x.saving),
-            },
-        ));
-    }
-    for s in &r.spot {
-        rows.push((
-            s.saving,
-            SavingRow {
-                what: format!("experiment {}", s.experiment),
-                href: charts::drill_href(month, GroupBy::Experiment, &s.experiment),
-                change: "on-demand → spot".into(),
-                saving: dollars(s.saving),
-            },
-        ));
-    }
-    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
-    (
-        rows.into_iter().map(|(_, r)| r).take(TOP_ROWS).collect(),
-        dollars(r.total_saving),
-    )
-}
-
 async fn review(
     State(state): State<AppState>,
     user: SignedIn,
@@ -453,7 +307,7 @@ async fn review(
         crate::closing::restatements(store, from),
     );
     let (
-        a,
+        all,
         (heat_parts, gpu_count),
         run_hours,
         recs,
@@ -470,12 +324,19 @@ async fn review(
         Ok(c) => c,
         Err(e) => return unavailable(e),
     };
-    let closing = closing_view(close, from, now, waiting, &restated);
     let (month, next) = (month_label(from), month_label(to));
+    // One currency on the page; what the bill carries in others is listed apart.
+    let InCurrency {
+        currency: cur,
+        attribution: a,
+        others,
+    } = allocation::in_main_currency(&all);
+    let shown = |d: Decimal| money(d, &cur);
+    let closing = closing_view(close, from, now, waiting, &restated, &cur);
     let t = totals(&a);
-    let usd = t.iter().find(|t| t.currency == "USD").or(t.first());
-    let total = usd.map_or(Decimal::ZERO, |t| t.cost);
-    let previous_total = prev.get("USD").copied().unwrap_or(Decimal::ZERO);
+    let month_totals = t.first();
+    let total = month_totals.map_or(Decimal::ZERO, |t| t.cost);
+    let previous_total = prev.get(&cur).copied().unwrap_or(Decimal::ZERO);
     let change = if previous_total.is_zero() {
         "no spend the month before".to_owned()
     } else {
@@ -483,44 +344,44 @@ async fn review(
         let pct = (diff / previous_total * Decimal::from(100)).round_dp(1);
         // One sign, written once for both figures.
         let sign = if diff.is_sign_negative() { "−" } else { "+" };
-        format!("{sign}{} ({sign}{}%)", dollars(diff.abs()), pct.abs())
+        format!("{sign}{} ({sign}{}%)", shown(diff.abs()), pct.abs())
     };
     let none: &[(GroupBy, String)] = &[];
     let figures = vec![
         Figure {
-            value: dollars(total),
+            value: shown(total),
             caption: "GPU spend, attributed to the cent".into(),
             href: api_href(&month, &next, GroupBy::Cluster, none),
         },
         Figure {
             value: change,
-            caption: comparison_caption(prev_from, prev_to, partial, &dollars(previous_total)),
+            caption: comparison_caption(prev_from, prev_to, partial, &shown(previous_total)),
             href: format!("/review/{}", month_label(prev_from)),
         },
         Figure {
-            value: dollars(usd.map_or(Decimal::ZERO, |t| t.idle_cost)),
+            value: shown(month_totals.map_or(Decimal::ZERO, |t| t.idle_cost)),
             caption: "idle (no process)".into(),
             href: charts::drill_href(&month, GroupBy::Team, allocation::IDLE_KEY),
         },
         Figure {
-            value: dollars(usd.map_or(Decimal::ZERO, |t| t.held_idle_cost)),
+            value: shown(month_totals.map_or(Decimal::ZERO, |t| t.held_idle_cost)),
             caption: "held idle (memory held at ~0%)".into(),
             href: api_href(&month, &next, GroupBy::Team, none),
         },
         Figure {
-            value: dollars(usd.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
+            value: shown(month_totals.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
             caption: "unmonitored (no agent data)".into(),
             href: charts::drill_href(&month, GroupBy::Team, allocation::UNMONITORED_KEY),
         },
         Figure {
-            value: crate::format::whole(usd.map_or(0.0, |t| t.gpu_hours)),
+            value: crate::format::whole(month_totals.map_or(0.0, |t| t.gpu_hours)),
             caption: "GPU-hours".into(),
             href: api_href(&month, &next, GroupBy::Cluster, none),
         },
         Figure {
             value: format!(
                 "{} kWh",
-                crate::format::whole(usd.map_or(0.0, |t| t.energy_kwh))
+                crate::format::whole(month_totals.map_or(0.0, |t| t.energy_kwh))
             ),
             caption: "energy measured by the GPUs".into(),
             href: api_href(&month, &next, GroupBy::Model, none),
@@ -535,9 +396,9 @@ async fn review(
         GroupBy::Cluster,
     ]
     .into_iter()
-    .map(|by| charts::table(&a, by, &month, &next, none, total))
+    .map(|by| charts::table(&a, by, &month, &next, none, total, &cur))
     .collect();
-    let (days, chart_width, ticks) = charts::days(&a, from, to, none);
+    let (days, chart_width, ticks) = charts::days(&a, from, to, none, &cur);
     let heat = Attribution {
         parts: heat_parts,
         unattributed: Default::default(),
@@ -559,13 +420,12 @@ async fn review(
     let now = now_ms();
     // Idle waste from the ledger: episodes whose dollars add up to the month's idle and held
     // idle, for any month (live incidents need raw windows, gone once a month closes).
-    let all_episodes = crate::idle_history::episodes(&idle_hours);
-    let idle_waste: Decimal = all_episodes
-        .iter()
-        .filter(|e| e.currency == "USD")
-        .map(|e| e.cost)
-        .sum();
-    let ledger_waste = usd.map_or(Decimal::ZERO, |t| t.idle_cost + t.held_idle_cost);
+    let all_episodes: Vec<_> = crate::idle_history::episodes(&idle_hours)
+        .into_iter()
+        .filter(|e| e.currency == cur)
+        .collect();
+    let idle_waste: Decimal = all_episodes.iter().map(|e| e.cost).sum();
+    let ledger_waste = month_totals.map_or(Decimal::ZERO, |t| t.idle_cost + t.held_idle_cost);
     let episode_count = all_episodes.len();
     let episodes: Vec<EpisodeView> = all_episodes
         .into_iter()
@@ -578,14 +438,19 @@ async fn review(
     let run_average = if runs.is_empty() {
         "—".to_owned()
     } else {
-        dollars(run_total / Decimal::from(runs.len() as i64))
+        shown(run_total / Decimal::from(runs.len() as i64))
     };
-    let (savings, total_saving) = savings_view(&recs, &month);
+    let (savings, total_saving) = savings_view(&recs, &month, &cur);
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
         previous: month_label(prev_from),
         figures,
-        unattributed: dollars(usd.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
+        unattributed: shown(month_totals.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
+        other_currencies: others
+            .iter()
+            .map(|(c, d)| money(*d, c))
+            .collect::<Vec<_>>()
+            .join(", "),
         estimated: a.parts.iter().any(|p| p.estimated),
         tables,
         days_estimated: days.iter().any(|d| d.estimated),
@@ -595,8 +460,8 @@ async fn review(
         heatmap,
         episodes,
         episode_count,
-        idle_waste: dollars(idle_waste),
-        ledger_waste: dollars(ledger_waste),
+        idle_waste: shown(idle_waste),
+        ledger_waste: shown(ledger_waste),
         endpoints: endpoints
             .iter()
             .take(TOP_ROWS)
@@ -691,18 +556,24 @@ async fn drill_down(
     };
     let (month, next) = (month_label(from), month_label(to));
     let filters = vec![(by, key.clone())];
-    let a = allocation::filtered(&all, &filters);
+    // In the currency that carries most of this key's spend; the rest listed apart.
+    let InCurrency {
+        currency: cur,
+        attribution: a,
+        others,
+    } = allocation::in_main_currency(&allocation::filtered(&all, &filters));
+    let shown = |d: Decimal| money(d, &cur);
     let row = allocation::group(&a, by, Step::Month);
     let mine = row.iter().find(|r| r.key == key);
     let month_total: Decimal = totals(&all)
         .iter()
-        .find(|t| t.currency == "USD")
+        .find(|t| t.currency == cur)
         .map_or(Decimal::ZERO, |t| t.cost);
     let cost = mine.map_or(Decimal::ZERO, |r| r.cost);
     let api = api_href(&month, &next, by, &filters);
     let figures = vec![
         Figure {
-            value: dollars(cost),
+            value: shown(cost),
             caption: if month_total.is_zero() {
                 format!("{} spend", by.as_str())
             } else {
@@ -726,7 +597,7 @@ async fn drill_down(
             href: api.clone(),
         },
         Figure {
-            value: dollars(mine.map_or(Decimal::ZERO, |r| r.held_idle_cost)),
+            value: shown(mine.map_or(Decimal::ZERO, |r| r.held_idle_cost)),
             caption: "held idle".into(),
             href: api.clone(),
         },
@@ -741,9 +612,9 @@ async fn drill_down(
     ];
     let tables = related(by)
         .iter()
-        .map(|other| charts::table(&a, *other, &month, &next, &filters, cost))
+        .map(|other| charts::table(&a, *other, &month, &next, &filters, cost, &cur))
         .collect();
-    let (days, chart_width, ticks) = charts::days(&a, from, to, &filters);
+    let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
     let labels = heatmap_labels(state.store.as_ref()).await;
     let heatmap = charts::heatmap(
         &a,
@@ -791,6 +662,11 @@ async fn drill_down(
         heatmap,
         endpoint,
         runs,
+        other_currencies: others
+            .iter()
+            .map(|(c, d)| money(*d, c))
+            .collect::<Vec<_>>()
+            .join(", "),
         month,
         next,
     })

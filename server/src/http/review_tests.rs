@@ -376,7 +376,7 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
         let cells: Vec<String> = row.select(&sel("td")).map(text).collect();
         assert_eq!(cells[1], "2,000");
         assert_eq!(cells[2], crate::format::usd(cost));
-        assert_eq!(cells[3], format!("${}", per_1k.round_dp(4).normalize()));
+        assert_eq!(cells[3], crate::format::money_precise(per_1k, "USD", 4));
         // The training run is listed with its cost.
         let run = doc
             .select(&sel("table.runs tbody tr"))
@@ -671,5 +671,115 @@ async fn idle_history_carries_the_months_idle_dollars() {
             .await;
         assert!(csv.starts_with("cluster,host,kind,start,end"), "{csv}");
         assert!(csv.contains("team=research"), "{csv}");
+    }
+}
+
+/// A month billed in two currencies: the page speaks the one carrying the most money, its
+/// figures and tables hold only that currency's rows (equal to the API's total in it), and the
+/// other currency is named apart, never added in.
+#[tokio::test]
+async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() {
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        // A host priced by the rate card, in dollars.
+        let mut usd = report("cur-usd");
+        usd.host.instance_type = Some("g6.xlarge".into());
+        api.post(Some(&api.token), serde_json::to_vec(&usd).unwrap())
+            .await;
+        // A host whose bill is in euros, and carries far more.
+        let mut eur = report("cur-eur");
+        eur.host.hostname = "h-eu".into();
+        eur.host.instance_id = Some("i-0e0e0e0e0e0e0e0e0".into());
+        eur.windows[0].gpus[0].uuid = "GPU-EU".into();
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&eur).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let hour = now_ms() - now_ms().rem_euclid(3_600_000);
+        let (period, _) = month_of(hour);
+        let bill = format!(
+            "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,ResourceId\n\
+             4000.00,eu-acct,EUR,{},Usage,{},{},4000.00,4000.00,Nebius,i-0e0e0e0e0e0e0e0e0\n",
+            rfc3339(period),
+            rfc3339(hour + 3_600_000),
+            rfc3339(hour),
+        );
+        crate::billing::import_focus(api.store.as_ref(), "eur.csv", bill.into_bytes(), now_ms())
+            .await
+            .unwrap();
+        crate::rollup::run(
+            api.store.as_ref(),
+            &crate::billing::ratecard::RateCard::default_card(),
+            &crate::config::IdleConfig::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+
+        let (from, to) = month_of(now_ms());
+        let (_, body) = api
+            .get_as(
+                &format!(
+                    "/api/v1/allocation?from={}&to={}&by=cluster&step=month",
+                    rfc3339(from),
+                    rfc3339(to)
+                ),
+                Some(&viewer),
+            )
+            .await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let total_in = |currency: &str| {
+            v["totals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["currency"] == currency)
+                .map(|t| gpuledger_core::money::from_text(t["cost"].as_str().unwrap()))
+                .unwrap_or_else(|| panic!("no {currency} total: {body}"))
+        };
+        let (eur_total, usd_total) = (total_in("EUR"), total_in("USD"));
+        assert!(usd_total > rust_decimal::Decimal::ZERO, "{body}");
+
+        let (status, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let doc = Html::parse_document(&page);
+        let headline = doc.select(&sel("section.headline a.big")).next().unwrap();
+        assert_eq!(
+            text(headline),
+            crate::format::money(eur_total, "EUR"),
+            "{}",
+            api.backend
+        );
+        let others = doc
+            .select(&sel("p.other-currencies"))
+            .next()
+            .map(text)
+            .unwrap_or_else(|| panic!("{}: no other currencies named", api.backend));
+        assert!(others.contains(&crate::format::usd(usd_total)), "{others}");
+        // Every spend table is in euros only, and adds up to the headline.
+        for (by, rows) in page_tables(&page) {
+            for (key, cost, _) in &rows {
+                assert!(
+                    cost.starts_with('€') && !cost.contains('$'),
+                    "{}: {by} {key} {cost}",
+                    api.backend
+                );
+            }
+        }
+        let clusters = page_tables(&page).remove("cluster").unwrap();
+        let sum: rust_decimal::Decimal = clusters
+            .iter()
+            .map(|(_, cost, _)| {
+                gpuledger_core::money::from_text(&cost.trim_start_matches('€').replace(',', ""))
+            })
+            .sum();
+        assert_eq!(
+            sum,
+            gpuledger_core::money::cents(eur_total),
+            "{}: {clusters:?}",
+            api.backend
+        );
     }
 }

@@ -858,6 +858,7 @@ async fn an_incident_names_its_gpus_processes_and_users() {
                 started_ms: now - 3_600_000,
                 last_seen_ms: now,
                 cost_per_hour: "4.10".into(),
+                currency: "USD".into(),
                 estimated: false,
                 wasted: "4.10".into(),
             },

@@ -640,3 +640,68 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
         assert_eq!(from_text(&settled.wasted), all_hours, "{b}");
     }
 }
+
+/// A cluster billed in euros alerts in euros: its price and its dollars come from the same
+/// currency's ledger rows, stored with the incident on both backends.
+#[tokio::test]
+async fn an_incident_is_in_its_clusters_currency() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        store::tokens::create_token(
+            store.db(),
+            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+            T,
+        )
+        .await
+        .unwrap();
+        let cfg = Config::default();
+        let card = RateCard {
+            currency: "EUR".into(),
+            ..RateCard::default_card()
+        };
+        windows(
+            store.as_ref(),
+            "eu-c",
+            "idle-eu",
+            T - 2 * 60 * MIN,
+            T + 15 * MIN,
+            0.0,
+            None,
+        )
+        .await;
+        crate::rollup::run(
+            store.as_ref(),
+            &card,
+            &crate::config::IdleConfig::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+        evaluate(store.as_ref(), &card, &cfg, T + 15 * MIN)
+            .await
+            .unwrap();
+        let i = store::alerts::open_incidents(store.db())
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(i.currency, "EUR", "{b}");
+        let hours = crate::ledger::load(
+            store.as_ref(),
+            T - 2 * 60 * MIN,
+            T,
+            crate::store::RollupGrain::IdleHour,
+        )
+        .await
+        .unwrap();
+        let episodes = crate::idle_history::episodes(&hours);
+        assert!(episodes.iter().all(|e| e.currency == "EUR"), "{b}");
+        let whole_hours: Decimal = episodes.iter().map(|e| e.cost).sum();
+        assert!(whole_hours > Decimal::ZERO, "{b}");
+        assert_eq!(
+            from_text(&i.wasted),
+            whole_hours + wasted(from_text(&i.cost_per_hour), T, T + 15 * MIN),
+            "{b}"
+        );
+    }
+}

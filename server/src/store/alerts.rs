@@ -18,6 +18,8 @@ pub struct IncidentRow {
     pub ended_ms: Option<i64>,
     pub last_seen_ms: i64,
     pub cost_per_hour: String,
+    /// What `cost_per_hour` and `wasted` are in.
+    pub currency: String,
     pub estimated: i64,
     pub wasted: String,
     pub last_notified_ms: Option<i64>,
@@ -36,6 +38,7 @@ pub struct IncidentUpdate {
     pub started_ms: i64,
     pub last_seen_ms: i64,
     pub cost_per_hour: String,
+    pub currency: String,
     pub estimated: bool,
     pub wasted: String,
 }
@@ -63,7 +66,8 @@ pub struct SnoozeRow {
 }
 
 const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
-    devices_json, started_ms, ended_ms, last_seen_ms, cost_per_hour, estimated, wasted, last_notified_ms";
+    devices_json, started_ms, ended_ms, last_seen_ms, cost_per_hour, currency, estimated, wasted,
+    last_notified_ms";
 const SLACK_COLUMNS: &str = "id, incident_id, event, route, payload, created_ms, status, attempts,
     next_attempt_ms, last_error, sent_ms";
 
@@ -115,8 +119,8 @@ pub async fn insert_incident(on: impl Into<On<'_>>, i: &IncidentUpdate) -> Resul
     on_backend!(conn, |ex| {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO incidents (incident_key, kind, cluster, hostname, gpus_json, owners_json,
-                started_ms, last_seen_ms, cost_per_hour, estimated, wasted, devices_json)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+                started_ms, last_seen_ms, cost_per_hour, estimated, wasted, devices_json, currency)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
         )
         .bind(&i.incident_key)
         .bind(&i.kind)
@@ -130,6 +134,7 @@ pub async fn insert_incident(on: impl Into<On<'_>>, i: &IncidentUpdate) -> Resul
         .bind(i64::from(i.estimated))
         .bind(&i.wasted)
         .bind(&i.devices_json)
+        .bind(&i.currency)
         .fetch_one(&mut *ex)
         .await?;
         Ok(id)
@@ -146,7 +151,7 @@ pub async fn update_incident(
         sqlx::query(
             "UPDATE incidents SET gpus_json = $2, owners_json = $3, last_seen_ms = $4,
                 cost_per_hour = $5, estimated = $6, wasted = $7, hostname = $8,
-                devices_json = $9
+                devices_json = $9, currency = $10
              WHERE id = $1",
         )
         .bind(id)
@@ -158,6 +163,7 @@ pub async fn update_incident(
         .bind(&i.wasted)
         .bind(&i.hostname)
         .bind(&i.devices_json)
+        .bind(&i.currency)
         .execute(&mut *ex)
         .await?;
         Ok(())

@@ -1,0 +1,173 @@
+//! The review's rows in words: training runs, endpoints, idle episodes and savings, each amount
+//! in its own currency.
+
+use rust_decimal::Decimal;
+
+use super::super::charts;
+use super::{day_label, TOP_ROWS};
+use crate::allocation::GroupBy;
+use crate::format::money;
+use crate::recommend::Recommendations;
+use crate::unit_costs::{EndpointUnitCost, TrainingRun};
+
+pub struct RunRow {
+    pub experiment: String,
+    pub href: String,
+    pub model: String,
+    pub team: String,
+    pub started: String,
+    pub hours_active: i64,
+    pub gpu_hours: String,
+    pub cost: String,
+}
+
+pub struct EndpointRow {
+    pub endpoint: String,
+    pub href: String,
+    pub requests: String,
+    pub cost: String,
+    pub per_1k: String,
+}
+
+pub struct SavingRow {
+    pub what: String,
+    pub href: String,
+    pub change: String,
+    pub saving: String,
+}
+
+/// One idle episode as the review lists it.
+pub struct EpisodeView {
+    pub title: &'static str,
+    pub place: String,
+    pub href: String,
+    pub gpus: usize,
+    /// First hour and, on a second line, last hour's end with the hours in between.
+    pub from: String,
+    pub until: String,
+    pub wasted: String,
+    pub owners: String,
+}
+
+pub fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> EpisodeView {
+    let hours = crate::format::thousands(e.hours);
+    EpisodeView {
+        title: if e.kind == "held_idle" {
+            "Held idle"
+        } else {
+            "Idle"
+        },
+        href: charts::drill_href(month, GroupBy::Host, &e.hostname),
+        place: format!("{} / {}", e.cluster, e.hostname),
+        gpus: e.gpus.len(),
+        from: crate::format::utc_minute(e.start_ms),
+        until: format!("→ {} ({hours} h)", crate::format::utc_minute(e.end_ms)),
+        wasted: format!(
+            "{}{}",
+            crate::format::money(e.cost, &e.currency),
+            if e.estimated { "*" } else { "" }
+        ),
+        owners: e
+            .owners
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+pub fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
+    runs.iter()
+        .map(|r| RunRow {
+            experiment: r.experiment.clone(),
+            href: charts::drill_href(month, GroupBy::Experiment, &r.experiment),
+            model: r.model.clone().unwrap_or_else(|| "—".into()),
+            team: r.team.clone().unwrap_or_else(|| "—".into()),
+            started: day_label(&r.started),
+            hours_active: r.hours_active,
+            gpu_hours: crate::format::whole(r.gpu_hours),
+            cost: money(r.cost, &r.currency),
+        })
+        .collect()
+}
+
+pub fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
+    EndpointRow {
+        endpoint: e.endpoint.clone(),
+        href: charts::drill_href(month, GroupBy::Endpoint, &e.endpoint),
+        requests: e
+            .requests
+            .map_or_else(|| "no counts".into(), crate::format::thousands),
+        cost: money(e.cost, &e.currency),
+        per_1k: e.cost_per_1k_requests.map_or_else(
+            || "—".into(),
+            |c| crate::format::money_precise(c, &e.currency, 4),
+        ),
+    }
+}
+
+/// Savings are priced from the rate card, in its currency.
+pub fn savings_view(r: &Recommendations, month: &str, currency: &str) -> (Vec<SavingRow>, String) {
+    let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
+    for x in &r.right_size {
+        let by = if x.by == "endpoint" {
+            GroupBy::Endpoint
+        } else {
+            GroupBy::Model
+        };
+        rows.push((
+            x.saving,
+            SavingRow {
+                what: format!("{} {}", x.by, x.key),
+                href: charts::drill_href(month, by, &x.key),
+                change: format!(
+                    "{} GPU{} {} → {} ({})",
+                    x.gpus.len(),
+                    if x.gpus.len() == 1 { "" } else { "s" },
+                    x.current_gpu,
+                    x.recommended_gpu,
+                    x.recommended_instance_type
+                ),
+                saving: money(x.saving, currency),
+            },
+        ));
+    }
+    for c in &r.consolidation {
+        rows.push((
+            c.saving,
+            SavingRow {
+                what: format!("GPU on {}", c.host),
+                href: charts::drill_href(month, GroupBy::Host, &c.host),
+                change: c.action.clone(),
+                saving: money(c.saving, currency),
+            },
+        ));
+    }
+    for x in &r.release {
+        rows.push((
+            x.saving,
+            SavingRow {
+                what: format!("GPUs held idle on {}", x.host),
+                href: charts::drill_href(month, GroupBy::Host, &x.host),
+                change: x.action.clone(),
+                saving: money(x.saving, currency),
+            },
+        ));
+    }
+    for s in &r.spot {
+        rows.push((
+            s.saving,
+            SavingRow {
+                what: format!("experiment {}", s.experiment),
+                href: charts::drill_href(month, GroupBy::Experiment, &s.experiment),
+                change: "on-demand → spot".into(),
+                saving: money(s.saving, currency),
+            },
+        ));
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    (
+        rows.into_iter().map(|(_, r)| r).take(TOP_ROWS).collect(),
+        money(r.total_saving, currency),
+    )
+}
