@@ -134,6 +134,20 @@ pub fn spread_over_hours(
         .collect()
 }
 
+/// A stored cost line, as attribution reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCostLine {
+    pub resource_key: Option<String>,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub charge_category: String,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub currency: String,
+    pub pricing_category: String,
+    pub instance_type: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,20 @@
 //! - [`money`]: exact amounts, their text and integer forms, and exact splits.
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
+//! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
+//! - [`telemetry`]: hosts, GPU and process windows as attribution reads them.
+//! - [`attribution`]: every dollar of a host-hour to who used its GPUs, exactly to the bill.
+//! - [`allocation`]: the parts grouped by owner and period, per currency, and which currency a
+//!   page speaks.
+//! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
 
 pub mod activity;
+pub mod allocation;
+pub mod attribution;
 pub mod bill;
+pub mod idle;
 pub mod money;
+pub mod ratecard;
+pub mod telemetry;
 pub mod time;
+pub mod waste;

@@ -54,20 +54,7 @@ pub fn clip(text: &str, max: usize) -> String {
     out
 }
 
-/// A GPU as people name it on its host: its NVML index (`#3`); a MIG instance also by the end
-/// of its UUID (`#3 MIG …a1b2c3`, the index is its GPU's); the end of its UUID where the index
-/// is unknown.
-pub fn gpu_label(index: Option<i64>, uuid: &str, mig: bool) -> String {
-    let tail = |n: usize| {
-        let t: String = uuid.chars().rev().take(n).collect();
-        t.chars().rev().collect::<String>()
-    };
-    match (index, mig) {
-        (Some(i), false) => format!("#{i}"),
-        (Some(i), true) => format!("#{i} MIG …{}", tail(6)),
-        (None, _) => format!("…{}", tail(8)),
-    }
-}
+pub use gpuledger_core::telemetry::gpu_label;
 
 /// A count with thousands separators: `1,234,567`.
 pub fn thousands(n: i64) -> String {

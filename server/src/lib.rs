@@ -32,7 +32,8 @@ pub mod store;
 pub mod test_support;
 pub mod unit_costs;
 pub mod validate;
-pub mod waste;
+/// Finding idle capacity: the core's rules.
+pub use gpuledger_core::waste;
 
 use std::future::Future;
 

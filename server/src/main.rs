@@ -277,7 +277,7 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
 /// The rate card at `path`, or the built-in one.
 fn rate_card_from(path: Option<&std::path::Path>) -> anyhow::Result<RateCard> {
     Ok(match path {
-        Some(path) => RateCard::load(path)?,
+        Some(path) => gpuledger_server::billing::ratecard::load(path)?,
         None => RateCard::default_card(),
     })
 }

@@ -5,6 +5,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::store::{AttributionWindow, HostRow, StoredCostLine, StoredProcessWindow};
+use gpuledger_core::activity::Activity;
+use gpuledger_core::money::split_exact;
+use gpuledger_core::time::HOUR_MS;
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
 
 const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
 const MIN: i64 = 60_000;

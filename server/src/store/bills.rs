@@ -54,20 +54,6 @@ pub struct BillingImportRow {
     pub current_lines: i64,
 }
 
-/// A stored cost line, as attribution reads it.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct StoredCostLine {
-    pub resource_key: Option<String>,
-    pub charge_period_start_ms: i64,
-    pub charge_period_end_ms: i64,
-    pub charge_category: String,
-    pub billed_cost: String,
-    pub effective_cost: String,
-    pub currency: String,
-    pub pricing_category: String,
-    pub instance_type: Option<String>,
-}
-
 /// A stored cost line with every column it came with, for the FOCUS export.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct BillLine {
@@ -542,7 +528,18 @@ pub async fn cost_lines(
 ) -> Result<Vec<super::StoredCostLine>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(concat!(
+        type Columns = (
+            Option<String>,
+            i64,
+            i64,
+            String,
+            String,
+            String,
+            String,
+            String,
+            Option<String>,
+        );
+        let rows: Vec<Columns> = sqlx::query_as(concat!(
             "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
                     billed_cost, effective_cost, currency, pricing_category, instance_type ",
             super::cost_lines_in_range_sql!()
@@ -550,7 +547,33 @@ pub async fn cost_lines(
         .bind(from_ms)
         .bind(to_ms)
         .fetch_all(&mut *ex)
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    resource_key,
+                    charge_period_start_ms,
+                    charge_period_end_ms,
+                    charge_category,
+                    billed_cost,
+                    effective_cost,
+                    currency,
+                    pricing_category,
+                    instance_type,
+                )| super::StoredCostLine {
+                    resource_key,
+                    charge_period_start_ms,
+                    charge_period_end_ms,
+                    charge_category,
+                    billed_cost,
+                    effective_cost,
+                    currency,
+                    pricing_category,
+                    instance_type,
+                },
+            )
+            .collect())
     })
 }
 

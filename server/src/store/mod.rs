@@ -38,14 +38,17 @@ use gpuledger_proto::Report;
 
 pub use accounts::{SessionRow, UserRow};
 pub use alerts::{IncidentRow, IncidentUpdate, SlackMessageRow, SnoozeRow};
-pub use bills::{BillLine, BillingFilePeriodRow, BillingImportRow, NewImport, StoredCostLine};
+pub use bills::{BillLine, BillingFilePeriodRow, BillingImportRow, NewImport};
 pub use closing::{RestatementRow, SignOffRow};
 pub use db::{Db, Dialect};
 pub use ledger::{CurrencyCostRow, ExperimentDayRow, UsageTotal};
 pub use postgres::PostgresStore;
-pub use rollups::{AttributionWindow, DirtyMark, UnattributedRow, UsageRow};
+pub use rollups::{DirtyMark, UnattributedRow, UsageRow};
 pub use sqlite::SqliteStore;
-pub use telemetry::{FleetProcess, FleetRow, HostRow, StoredGpuWindow, StoredProcessWindow};
+pub use telemetry::{FleetProcess, FleetRow, StoredGpuWindow};
+// The read models attribution takes are the core's: storage fills them.
+pub use gpuledger_core::bill::StoredCostLine;
+pub use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow};
 pub(crate) use tokens::token_active_sql;
 pub use tokens::{NewToken, Refusal, RefusalKind, RefusalRow, TokenRow};
 pub use usage::UsageCount;

@@ -31,7 +31,9 @@ impl PostgresStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
-            .acquire_timeout(Duration::from_secs(5))
+            // A page reads up to nine things side by side (the review), beside the jobs: under
+            // load a request waits its turn for a connection rather than failing at once.
+            .acquire_timeout(Duration::from_secs(15))
             .connect(url)
             .await?;
         // sqlx's migrator takes an advisory lock, so replicas starting together migrate once.

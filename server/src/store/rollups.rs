@@ -38,22 +38,53 @@ pub struct DirtyMark {
     pub generation: i64,
 }
 
-/// A GPU window with its host, for attribution.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct AttributionWindow {
-    pub host_id: i64,
-    pub gpu_uuid: String,
-    pub parent_uuid: Option<String>,
-    pub gpu_name: Option<String>,
-    pub start_ms: i64,
-    pub end_ms: i64,
-    pub memory_total_bytes: Option<i64>,
-    pub util_avg: Option<f64>,
-    /// Samples per utilization percent (`[[percent, samples], …]` JSON), where measured: splits
-    /// a partly busy window ([`gpuledger_core::activity::Thresholds::split`]).
-    pub util_histogram: Option<String>,
-    /// Energy inside the window (NVML's counter, physical GPUs only).
-    pub energy_mj: Option<i64>,
+/// The columns [`window`] reads, in its order (`w` the GPU window, `g` its GPU).
+macro_rules! window_columns {
+    () => {
+        "w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
+         w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj"
+    };
+}
+
+type WindowColumns = (
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    i64,
+    i64,
+    Option<i64>,
+    Option<f64>,
+    Option<String>,
+    Option<i64>,
+);
+
+fn window(
+    (
+        host_id,
+        gpu_uuid,
+        parent_uuid,
+        gpu_name,
+        start_ms,
+        end_ms,
+        memory_total_bytes,
+        util_avg,
+        util_histogram,
+        energy_mj,
+    ): WindowColumns,
+) -> super::AttributionWindow {
+    super::AttributionWindow {
+        host_id,
+        gpu_uuid,
+        parent_uuid,
+        gpu_name,
+        start_ms,
+        end_ms,
+        memory_total_bytes,
+        util_avg,
+        util_histogram,
+        energy_mj,
+    }
 }
 
 pub(crate) async fn mark_dirty(
@@ -362,17 +393,18 @@ pub async fn attribution_windows(
 ) -> Result<Vec<super::AttributionWindow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(
-            "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
-                    w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj
-             FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
+        let rows: Vec<WindowColumns> = sqlx::query_as(concat!(
+            "SELECT ",
+            window_columns!(),
+            " FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
              WHERE w.start_ms >= $1 AND w.start_ms < $2
-             ORDER BY w.host_id, w.start_ms, w.gpu_uuid",
-        )
+             ORDER BY w.host_id, w.start_ms, w.gpu_uuid"
+        ))
         .bind(from_ms)
         .bind(to_ms)
         .fetch_all(&mut *ex)
-        .await?)
+        .await?;
+        Ok(rows.into_iter().map(window).collect())
     })
 }
 
@@ -402,21 +434,22 @@ pub async fn attribution_inputs_of_hosts(
         let mut windows: Vec<super::AttributionWindow> = Vec::new();
         for ids in host_ids.chunks(IDS_PER_STATEMENT) {
             let mut q = in_time_and_list(
-                "SELECT w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms,
-                        w.end_ms, w.memory_total_bytes, w.util_avg, w.util_histogram,
-                        w.energy_mj
-                 FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid WHERE",
+                concat!(
+                    "SELECT ",
+                    window_columns!(),
+                    " FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid WHERE"
+                ),
                 ("w.start_ms", from_ms, to_ms),
                 "w.host_id",
                 ids,
             );
             // Statements differ in their number of ids and are planned for their values.
-            windows.extend(
-                q.build_query_as()
-                    .persistent(false)
-                    .fetch_all(&mut *tx)
-                    .await?,
-            );
+            let rows: Vec<WindowColumns> = q
+                .build_query_as()
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await?;
+            windows.extend(rows.into_iter().map(window));
         }
         windows.sort_by(|a, b| {
             (a.host_id, a.start_ms, &a.gpu_uuid).cmp(&(b.host_id, b.start_ms, &b.gpu_uuid))
@@ -430,20 +463,21 @@ pub async fn attribution_inputs_of_hosts(
         let mut processes: Vec<super::StoredProcessWindow> = Vec::new();
         for uuids in gpus.chunks(IDS_PER_STATEMENT) {
             let mut q = in_time_and_list(
-                "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes,
-                        sm_util_avg, model, experiment, endpoint, team, labels_json,
-                        container_id, pod_uid, user_name
-                 FROM process_windows WHERE",
+                concat!(
+                    "SELECT ",
+                    super::telemetry::process_window_columns!(),
+                    " FROM process_windows WHERE"
+                ),
                 ("start_ms", from_ms, to_ms),
                 "gpu_uuid",
                 uuids,
             );
-            processes.extend(
-                q.build_query_as()
-                    .persistent(false)
-                    .fetch_all(&mut *tx)
-                    .await?,
-            );
+            let rows: Vec<super::telemetry::ProcessWindowColumns> = q
+                .build_query_as()
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await?;
+            processes.extend(rows.into_iter().map(super::telemetry::process_window));
         }
         processes.sort_by(|a, b| {
             (&a.gpu_uuid, a.start_ms, a.pid).cmp(&(&b.gpu_uuid, b.start_ms, b.pid))

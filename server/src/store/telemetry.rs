@@ -52,36 +52,79 @@ pub struct StoredGpuWindow {
     pub energy_mj: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct StoredProcessWindow {
-    pub gpu_uuid: String,
-    pub start_ms: i64,
-    pub pid: i64,
-    pub process_name: Option<String>,
-    pub memory_used_max_bytes: Option<i64>,
-    pub sm_util_avg: Option<f64>,
-    pub model: Option<String>,
-    pub experiment: Option<String>,
-    pub endpoint: Option<String>,
-    pub team: Option<String>,
-    pub labels_json: String,
-    pub container_id: Option<String>,
-    pub pod_uid: Option<String>,
-    /// The Unix account running the process, where the agent reported it.
-    pub user_name: Option<String>,
-}
+// The core's read models know no database: queries read tuples, named here once.
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct HostRow {
-    pub id: i64,
-    pub cluster: String,
-    pub hostname: String,
-    pub provider: Option<String>,
-    pub instance_id: Option<String>,
-    pub instance_key: Option<String>,
-    pub instance_type: Option<String>,
-    /// on_demand or spot, where the agent knows.
-    pub lifecycle: Option<String>,
+type HostColumns = (
+    i64,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The columns [`process_window`] reads, in its order.
+macro_rules! process_window_columns {
+    () => {
+        "gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg, model,
+         experiment, endpoint, team, labels_json, container_id, pod_uid, user_name"
+    };
+}
+pub(super) use process_window_columns;
+
+pub(super) type ProcessWindowColumns = (
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+    Option<f64>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+pub(super) fn process_window(
+    (
+        gpu_uuid,
+        start_ms,
+        pid,
+        process_name,
+        memory_used_max_bytes,
+        sm_util_avg,
+        model,
+        experiment,
+        endpoint,
+        team,
+        labels_json,
+        container_id,
+        pod_uid,
+        user_name,
+    ): ProcessWindowColumns,
+) -> super::StoredProcessWindow {
+    super::StoredProcessWindow {
+        gpu_uuid,
+        start_ms,
+        pid,
+        process_name,
+        memory_used_max_bytes,
+        sm_util_avg,
+        model,
+        experiment,
+        endpoint,
+        team,
+        labels_json,
+        container_id,
+        pod_uid,
+        user_name,
+    }
 }
 
 pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreError> {
@@ -152,17 +195,17 @@ pub async fn process_windows(
 ) -> Result<Vec<super::StoredProcessWindow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(
-            "SELECT gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg,
-                    model, experiment, endpoint, team, labels_json, container_id, pod_uid,
-                    user_name
-             FROM process_windows WHERE start_ms >= $1 AND start_ms < $2
-             ORDER BY gpu_uuid, start_ms, pid",
-        )
+        let rows: Vec<ProcessWindowColumns> = sqlx::query_as(concat!(
+            "SELECT ",
+            process_window_columns!(),
+            " FROM process_windows WHERE start_ms >= $1 AND start_ms < $2
+             ORDER BY gpu_uuid, start_ms, pid"
+        ))
         .bind(from_ms)
         .bind(to_ms)
         .fetch_all(&mut *ex)
-        .await?)
+        .await?;
+        Ok(rows.into_iter().map(process_window).collect())
     })
 }
 
@@ -179,13 +222,39 @@ pub async fn batch_count(on: impl Into<On<'_>>) -> Result<i64, StoreError> {
 pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(
+        let rows: Vec<HostColumns> = sqlx::query_as(
             "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type,
                     lifecycle
              FROM hosts ORDER BY cluster, hostname",
         )
         .fetch_all(&mut *ex)
-        .await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    id,
+                    cluster,
+                    hostname,
+                    provider,
+                    instance_id,
+                    instance_key,
+                    instance_type,
+                    lifecycle,
+                )| {
+                    super::HostRow {
+                        id,
+                        cluster,
+                        hostname,
+                        provider,
+                        instance_id,
+                        instance_key,
+                        instance_type,
+                        lifecycle,
+                    }
+                },
+            )
+            .collect())
     })
 }
 

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::IdleConfig;
-use crate::store::{AttributionWindow, HostRow, StoredProcessWindow};
-use gpuledger_core::activity::{self, Activity};
+use crate::activity::{self, Activity};
+use crate::idle::IdleConfig;
+use crate::telemetry::{gpu_label, AttributionWindow, HostRow, StoredProcessWindow};
 
 /// Windows further apart than this break an idle run (the agent was away).
 pub const MAX_GAP_MS: i64 = 3 * 60_000;
@@ -128,7 +128,7 @@ pub struct IdleDevice {
 impl IdleDevice {
     /// `#3`, or the end of its UUID where the index is unknown.
     pub fn label(&self) -> String {
-        crate::format::gpu_label(self.index, &self.uuid, false)
+        gpu_label(self.index, &self.uuid, false)
     }
 }
 
@@ -677,7 +677,7 @@ mod tests {
         let mut cfg = IdleConfig::default();
         cfg.clusters.insert(
             "strict".into(),
-            crate::config::IdleOverride {
+            crate::idle::IdleOverride {
                 threshold_percent: Some(2.0),
                 duration: None,
             },

@@ -1,0 +1,392 @@
+//! Allocation reports: attributed parts grouped by an owner label or a fleet dimension, per
+//! hour, day or month, as JSON rows, CSV, or FOCUS 1.3 allocation rows for finance tools.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::{Attribution, Kind, Part};
+use crate::time::{month_of, rfc3339, HOUR_MS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    Model,
+    Experiment,
+    Endpoint,
+    Team,
+    Cluster,
+    Host,
+    /// A GPU or MIG instance, by UUID.
+    Gpu,
+    InstanceType,
+    PricingCategory,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 9] = [
+        GroupBy::Model,
+        GroupBy::Experiment,
+        GroupBy::Endpoint,
+        GroupBy::Team,
+        GroupBy::Cluster,
+        GroupBy::Host,
+        GroupBy::Gpu,
+        GroupBy::InstanceType,
+        GroupBy::PricingCategory,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Model => "model",
+            GroupBy::Experiment => "experiment",
+            GroupBy::Endpoint => "endpoint",
+            GroupBy::Team => "team",
+            GroupBy::Cluster => "cluster",
+            GroupBy::Host => "host",
+            GroupBy::Gpu => "gpu",
+            GroupBy::InstanceType => "instance_type",
+            GroupBy::PricingCategory => "pricing_category",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        GroupBy::ALL.into_iter().find(|g| g.as_str() == s)
+    }
+}
+
+/// Keeps the parts whose key under each `(dimension, value)` equals the value: the parts a
+/// drill-down page (and the API's filter parameters) are about. Bill lines that are not GPU
+/// hosts belong to no key, so a filtered view has none.
+pub fn filtered(attribution: &Attribution, filters: &[(GroupBy, String)]) -> Attribution {
+    if filters.is_empty() {
+        return attribution.clone();
+    }
+    Attribution {
+        parts: attribution
+            .parts
+            .iter()
+            .filter(|p| {
+                filters
+                    .iter()
+                    .all(|(by, value)| key_of(p, *by, attribution) == *value)
+            })
+            .cloned()
+            .collect(),
+        unattributed: BTreeMap::new(),
+        unattributed_hours: BTreeMap::new(),
+        hosts: attribution.hosts.clone(),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Hour,
+    Day,
+    Month,
+}
+
+/// Keys for costs that belong to nobody in particular.
+pub const IDLE_KEY: &str = "(idle)";
+pub const UNMONITORED_KEY: &str = "(unmonitored)";
+pub const UNLABELED_KEY: &str = "(unlabeled)";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllocationRow {
+    /// RFC 3339, UTC.
+    pub period_start: String,
+    pub key: String,
+    pub currency: String,
+    /// Everything attributed to this key: used + held idle + idle + unmonitored.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub used_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unmonitored_cost: Decimal,
+    pub gpu_hours: f64,
+    /// GPU utilization (%) averaged over this key's GPU time, where known.
+    pub avg_util: Option<f64>,
+    /// Energy measured by NVML for this key's GPU time, in kWh (0 where the GPUs report none).
+    pub energy_kwh: f64,
+    /// Whether any part comes from the rate card rather than a bill.
+    pub estimated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    pub currency: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub held_idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub idle_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unmonitored_cost: Decimal,
+    /// On the bill in this range but for resources that are not GPU hosts gpuledger knows.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unattributed_cost: Decimal,
+    pub gpu_hours: f64,
+    pub energy_kwh: f64,
+}
+
+pub fn period_start(ms: i64, step: Step) -> i64 {
+    match step {
+        Step::Hour => ms.div_euclid(HOUR_MS) * HOUR_MS,
+        Step::Day => ms.div_euclid(24 * HOUR_MS) * 24 * HOUR_MS,
+        Step::Month => crate::time::month_start_ms(ms),
+    }
+}
+
+/// The key a part counts under.
+pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
+    let host = attribution.hosts.get(&part.host_id);
+    let label = |v: &Option<String>| match part.kind {
+        Kind::Idle => IDLE_KEY.to_owned(),
+        Kind::Unmonitored => UNMONITORED_KEY.to_owned(),
+        Kind::Used | Kind::HeldIdle => v.clone().unwrap_or_else(|| UNLABELED_KEY.to_owned()),
+    };
+    match by {
+        GroupBy::Model => label(&part.owner.model),
+        GroupBy::Experiment => label(&part.owner.experiment),
+        GroupBy::Endpoint => label(&part.owner.endpoint),
+        GroupBy::Team => label(&part.owner.team),
+        GroupBy::Cluster => host.map_or_else(|| "?".into(), |h| h.cluster.clone()),
+        GroupBy::Host => host.map_or_else(|| "?".into(), |h| h.hostname.clone()),
+        GroupBy::Gpu => part
+            .gpu_uuid
+            .clone()
+            .unwrap_or_else(|| "(no GPU data)".into()),
+        GroupBy::InstanceType => host
+            .and_then(|h| h.instance_type.clone())
+            .unwrap_or_else(|| "(unknown)".into()),
+        GroupBy::PricingCategory => part.pricing_category.clone(),
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    cost: Decimal,
+    used: Decimal,
+    held: Decimal,
+    idle: Decimal,
+    unmonitored: Decimal,
+    gpu_seconds: f64,
+    util_gpu_seconds: f64,
+    util_known_seconds: f64,
+    energy_j: f64,
+    estimated: bool,
+}
+
+impl Acc {
+    fn add(&mut self, p: &Part) {
+        self.cost += p.cost;
+        match p.kind {
+            Kind::Used => self.used += p.cost,
+            Kind::HeldIdle => self.held += p.cost,
+            Kind::Idle => self.idle += p.cost,
+            Kind::Unmonitored => self.unmonitored += p.cost,
+        }
+        self.gpu_seconds += p.gpu_seconds;
+        self.util_gpu_seconds += p.util_gpu_seconds;
+        self.util_known_seconds += p.util_known_seconds;
+        self.energy_j += p.energy_j;
+        self.estimated |= p.estimated;
+    }
+}
+
+/// Rows ordered by period, then by cost (largest first), then key.
+pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<AllocationRow> {
+    let mut acc: BTreeMap<(i64, String, String), Acc> = BTreeMap::new();
+    for p in &attribution.parts {
+        let k = (
+            period_start(p.hour_ms, step),
+            key_of(p, by, attribution),
+            p.currency.clone(),
+        );
+        acc.entry(k).or_default().add(p);
+    }
+    let mut rows: Vec<(i64, AllocationRow)> = acc
+        .into_iter()
+        .map(|((period, key, currency), a)| {
+            (
+                period,
+                AllocationRow {
+                    period_start: rfc3339(period),
+                    key,
+                    currency,
+                    cost: a.cost,
+                    used_cost: a.used,
+                    held_idle_cost: a.held,
+                    idle_cost: a.idle,
+                    unmonitored_cost: a.unmonitored,
+                    gpu_hours: a.gpu_seconds / 3600.0,
+                    avg_util: (a.util_known_seconds > 0.0)
+                        .then(|| a.util_gpu_seconds / a.util_known_seconds),
+                    energy_kwh: a.energy_j / 3.6e6,
+                    estimated: a.estimated,
+                },
+            )
+        })
+        .collect();
+    rows.sort_by(|(pa, a), (pb, b)| pa.cmp(pb).then(b.cost.cmp(&a.cost)).then(a.key.cmp(&b.key)));
+    rows.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The currency pages about `attribution` show: the one carrying the most of its money,
+/// attributed or not ([`crate::money::main_currency`]).
+pub fn main_currency(attribution: &Attribution) -> String {
+    crate::money::main_currency(
+        attribution
+            .parts
+            .iter()
+            .map(|p| (p.currency.as_str(), p.cost))
+            .chain(
+                attribution
+                    .unattributed
+                    .iter()
+                    .map(|(c, d)| (c.as_str(), *d)),
+            ),
+    )
+}
+
+/// A range's attribution in the one currency a page shows, and what the bill carries in each
+/// other currency (attributed and not): listed apart, never added in.
+pub struct InCurrency {
+    pub currency: String,
+    pub attribution: Attribution,
+    pub others: Vec<(String, Decimal)>,
+}
+
+/// [`InCurrency`] for the range's main currency.
+pub fn in_main_currency(attribution: &Attribution) -> InCurrency {
+    in_currency(attribution, &main_currency(attribution))
+}
+
+/// [`InCurrency`] for `currency`.
+pub fn in_currency(attribution: &Attribution, currency: &str) -> InCurrency {
+    let mut others: BTreeMap<String, Decimal> = BTreeMap::new();
+    for p in attribution.parts.iter().filter(|p| p.currency != currency) {
+        *others.entry(p.currency.clone()).or_default() += p.cost;
+    }
+    for (c, d) in attribution
+        .unattributed
+        .iter()
+        .filter(|(c, _)| *c != currency)
+    {
+        *others.entry(c.clone()).or_default() += *d;
+    }
+    InCurrency {
+        currency: currency.to_owned(),
+        attribution: Attribution {
+            parts: attribution
+                .parts
+                .iter()
+                .filter(|p| p.currency == currency)
+                .cloned()
+                .collect(),
+            unattributed: attribution
+                .unattributed
+                .iter()
+                .filter(|(c, _)| *c == currency)
+                .map(|(c, d)| (c.clone(), *d))
+                .collect(),
+            unattributed_hours: attribution
+                .unattributed_hours
+                .iter()
+                .filter(|((_, c), _)| c == currency)
+                .map(|(k, d)| (k.clone(), *d))
+                .collect(),
+            hosts: attribution.hosts.clone(),
+        },
+        others: others.into_iter().collect(),
+    }
+}
+
+pub fn totals(attribution: &Attribution) -> Vec<Totals> {
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    for p in &attribution.parts {
+        acc.entry(p.currency.clone()).or_default().add(p);
+    }
+    for currency in attribution.unattributed.keys() {
+        acc.entry(currency.clone()).or_default();
+    }
+    acc.into_iter()
+        .map(|(currency, a)| Totals {
+            unattributed_cost: attribution
+                .unattributed
+                .get(&currency)
+                .copied()
+                .unwrap_or_default(),
+            currency,
+            cost: a.cost,
+            held_idle_cost: a.held,
+            idle_cost: a.idle,
+            unmonitored_cost: a.unmonitored,
+            gpu_hours: a.gpu_seconds / 3600.0,
+            energy_kwh: a.energy_j / 3.6e6,
+        })
+        .collect()
+}
+
+/// Parses a range bound: `YYYY-MM`, `YYYY-MM-DD` or RFC 3339.
+pub fn parse_bound(text: &str) -> Option<i64> {
+    let t = text.trim();
+    if let Ok(d) = DateTime::parse_from_rfc3339(t) {
+        return Some(d.timestamp_millis());
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        return Some(
+            Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0)?)
+                .timestamp_millis(),
+        );
+    }
+    let (y, m) = t.split_once('-')?;
+    let d = NaiveDate::from_ymd_opt(y.parse().ok()?, m.parse().ok()?, 1)?;
+    Some(
+        Utc.from_utc_datetime(&d.and_hms_opt(0, 0, 0)?)
+            .timestamp_millis(),
+    )
+}
+
+/// `[start, end)` of a calendar month written `YYYY-MM`; `None` for anything else.
+pub fn calendar_month(text: &str) -> Option<(i64, i64)> {
+    if text.len() != 7 {
+        return None;
+    }
+    Some(month_of(parse_bound(text)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_and_periods() {
+        assert_eq!(parse_bound("2026-05"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("2026-05-01"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("2026-05-01T00:00:00Z"), Some(1_777_593_600_000));
+        assert_eq!(parse_bound("May"), None);
+        let (s, e) = month_of(1_777_593_600_000 + 5 * 86_400_000);
+        assert_eq!(
+            (s, e),
+            (1_777_593_600_000, 1_777_593_600_000 + 31 * 86_400_000)
+        );
+        assert_eq!(
+            rfc3339(period_start(1_777_593_600_000 + 90 * 60_000, Step::Hour)),
+            "2026-05-01T01:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(period_start(1_777_593_600_000 + 30 * 3_600_000, Step::Day)),
+            "2026-05-02T00:00:00Z"
+        );
+    }
+}

@@ -1,0 +1,619 @@
+//! Attribution: every dollar of a GPU host's bill, hour by hour, to whoever used its GPUs.
+//!
+//! For each host and hour:
+//! 1. The cost is what the bill says for that instance in that hour (each cost line spread over
+//!    the hours of its charge period), or else the rate card's estimate.
+//! 2. The host's physical GPUs share it equally; that also spreads the instance's non-GPU cost
+//!    (CPU, memory, network) over its GPUs. A MIG-mode GPU's share is split among its
+//!    instances by their memory size.
+//! 3. Each GPU (or MIG instance) splits its share over time: each reported window by its
+//!    duration, and time no window covers is **unmonitored**.
+//! 4. Inside a window, processes doing work share it by SM utilization (by memory where the
+//!    driver gives no per-process utilization). If none works but some hold memory, they are
+//!    **held idle** and charged to their owners as such. With no process, it is **idle**.
+//!
+//! All of it becomes one list of weights per host-hour, and each cost is divided by
+//! [`split_exact`], so the parts add up to the bill exactly.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rust_decimal::prelude::ToPrimitive;
+use rust_decimal::Decimal;
+
+use crate::activity::{self, Activity, Thresholds};
+use crate::bill::{spread_over_hours, StoredCostLine};
+use crate::idle::IdleConfig;
+use crate::money::{from_text, split_exact};
+use crate::ratecard::RateCard;
+use crate::telemetry::{AttributionWindow, HostRow, StoredProcessWindow};
+use crate::time::{hour_floor, HOUR_MS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Processes doing work.
+    Used,
+    /// Processes holding GPU memory at ~0% utilization.
+    HeldIdle,
+    /// No process on the GPU.
+    Idle,
+    /// No telemetry for this time: the agent was down or not installed.
+    Unmonitored,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Used => "used",
+            Kind::HeldIdle => "held_idle",
+            Kind::Idle => "idle",
+            Kind::Unmonitored => "unmonitored",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Used, Kind::HeldIdle, Kind::Idle, Kind::Unmonitored]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    pub model: Option<String>,
+    pub experiment: Option<String>,
+    pub endpoint: Option<String>,
+    pub team: Option<String>,
+}
+
+/// One attributed part: a slice of one host-hour's cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub hour_ms: i64,
+    pub host_id: i64,
+    /// The GPU or MIG instance; `None` for a host-hour with no GPU telemetry at all.
+    pub gpu_uuid: Option<String>,
+    pub owner: Owner,
+    pub kind: Kind,
+    pub pricing_category: String,
+    pub currency: String,
+    pub cost: Decimal,
+    /// From the rate card rather than a bill.
+    pub estimated: bool,
+    /// GPU time this part stands for, in physical-GPU seconds.
+    pub gpu_seconds: f64,
+    /// GPU utilization (%) × `gpu_seconds`, over the time where utilization is known.
+    pub util_gpu_seconds: f64,
+    /// `gpu_seconds` where utilization is known.
+    pub util_known_seconds: f64,
+    /// Energy this part stands for, in joules, where NVML measured it.
+    pub energy_j: f64,
+}
+
+/// What one weight stands for before the cost is divided.
+#[derive(Debug, Clone)]
+struct Share {
+    gpu_uuid: Option<String>,
+    owner: Owner,
+    kind: Kind,
+    weight: f64,
+    gpu_seconds: f64,
+    /// Utilization × seconds, and the seconds, where utilization is known.
+    util_gpu_seconds: f64,
+    util_known_seconds: f64,
+    energy_j: f64,
+}
+
+/// One cost to divide over a host-hour.
+#[derive(Debug, Clone)]
+struct CostItem {
+    amount: Decimal,
+    currency: String,
+    pricing_category: String,
+    estimated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attribution {
+    pub parts: Vec<Part>,
+    /// Cost inside the range on lines that match no known GPU host, per currency: counted in
+    /// totals, not attributed.
+    pub unattributed: BTreeMap<String, Decimal>,
+    /// The same per (hour, currency), for the rollups.
+    pub unattributed_hours: BTreeMap<(i64, String), Decimal>,
+    pub hosts: HashMap<i64, HostRow>,
+}
+
+/// Spreads each cost line over the hours of its charge period in `[from_ms, to_ms)`, exactly.
+pub fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, Decimal)> {
+    spread_over_hours(
+        from_text(&line.effective_cost),
+        line.charge_period_start_ms,
+        line.charge_period_end_ms,
+        from_ms,
+        to_ms,
+    )
+}
+
+/// Which host a bill line belongs to, by normalised instance id.
+pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
+    hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
+        .collect()
+}
+
+fn owner_of(p: &StoredProcessWindow) -> Owner {
+    Owner {
+        model: p.model.clone(),
+        experiment: p.experiment.clone(),
+        endpoint: p.endpoint.clone(),
+        team: p.team.clone(),
+    }
+}
+
+/// The shares of one window of one leaf device, given `weight` (its part of the host-hour).
+/// Whether it was busy, held idle or idle is [`Thresholds::activity`], the same for incidents.
+#[allow(clippy::too_many_arguments)]
+fn window_shares(
+    uuid: &str,
+    w: &AttributionWindow,
+    procs: &[&StoredProcessWindow],
+    weight: f64,
+    gpu_seconds: f64,
+    energy_j: f64,
+    rules: Thresholds,
+    out: &mut Vec<Share>,
+) {
+    let share_at = |owner: Owner, kind: Kind, fraction: f64, util: Option<f64>| {
+        let secs = gpu_seconds * fraction;
+        Share {
+            energy_j: energy_j * fraction,
+            gpu_uuid: Some(uuid.to_owned()),
+            owner,
+            kind,
+            weight: weight * fraction,
+            gpu_seconds: secs,
+            util_gpu_seconds: util.map_or(0.0, |u| u * secs),
+            util_known_seconds: if util.is_some() { secs } else { 0.0 },
+        }
+    };
+    let share =
+        |owner: Owner, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
+    let holding: Vec<&StoredProcessWindow> = procs
+        .iter()
+        .copied()
+        .filter(|p| activity::holds(p.memory_used_max_bytes, p.sm_util_avg))
+        .collect();
+    let state = rules.activity(
+        w.util_avg,
+        holding
+            .iter()
+            .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+    );
+    let memory = |p: &StoredProcessWindow| p.memory_used_max_bytes.unwrap_or(0).max(0) as f64;
+    match state {
+        Activity::Busy => {
+            // A window whose samples were busy only part of the time is split: that part goes
+            // to the work, the rest to whoever held the GPU idle (or to idle), each part with
+            // its own mean utilization. Without samples the whole window is busy.
+            let split = rules.split(w.util_histogram.as_deref());
+            let (busy, busy_util) =
+                split.map_or((1.0, w.util_avg), |s| (s.busy_fraction, Some(s.busy_util)));
+            // The working processes share it by SM utilization; where the driver gives none, by
+            // memory (all of them), or by the GPU's utilization beside others that have one.
+            let working: Vec<&StoredProcessWindow> = holding
+                .iter()
+                .copied()
+                .filter(|p| rules.works(p.sm_util_avg, state))
+                .collect();
+            let by_sm = working.iter().any(|p| p.sm_util_avg.is_some());
+            let weights: Vec<f64> = working
+                .iter()
+                .map(|p| match (by_sm, p.sm_util_avg) {
+                    (true, Some(sm)) => sm,
+                    (true, None) => w.util_avg.unwrap_or(0.0),
+                    (false, _) => memory(p),
+                })
+                .collect();
+            let total: f64 = weights.iter().sum();
+            if total > 0.0 {
+                for (p, v) in working.iter().zip(weights) {
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::Used,
+                        busy * v / total,
+                        busy_util,
+                    ));
+                }
+            } else if !working.is_empty() {
+                for p in &working {
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::Used,
+                        busy / working.len() as f64,
+                        busy_util,
+                    ));
+                }
+            } else {
+                // Busy with no process in sight (another container's, say): used, by nobody
+                // gpuledger can name.
+                out.push(share_at(Owner::default(), Kind::Used, busy, busy_util));
+            }
+            if let Some(split) = split {
+                let quiet = 1.0 - split.busy_fraction;
+                let quiet_util = Some(split.quiet_util);
+                let held: f64 = holding.iter().map(|p| memory(p)).sum();
+                if holding.is_empty() {
+                    out.push(share_at(Owner::default(), Kind::Idle, quiet, quiet_util));
+                }
+                for p in &holding {
+                    let part = if held > 0.0 {
+                        memory(p) / held
+                    } else {
+                        1.0 / holding.len() as f64
+                    };
+                    out.push(share_at(
+                        owner_of(p),
+                        Kind::HeldIdle,
+                        quiet * part,
+                        quiet_util,
+                    ));
+                }
+            }
+        }
+        Activity::HeldIdle => {
+            let total: f64 = holding.iter().map(|p| memory(p)).sum();
+            for p in &holding {
+                let fraction = if total > 0.0 {
+                    memory(p) / total
+                } else {
+                    1.0 / holding.len() as f64
+                };
+                out.push(share(owner_of(p), Kind::HeldIdle, fraction));
+            }
+        }
+        Activity::Idle | Activity::Unknown => out.push(share(Owner::default(), Kind::Idle, 1.0)),
+    }
+}
+
+/// The shares of one host-hour. The first share is always a catch-all (unmonitored or idle),
+/// which is where a cost goes if every weight is 0.
+fn host_hour_shares(
+    hour_ms: i64,
+    windows: &[&AttributionWindow],
+    procs: &HashMap<(&str, i64), Vec<&StoredProcessWindow>>,
+    rules: Thresholds,
+) -> Vec<Share> {
+    let mut out = vec![Share {
+        gpu_uuid: None,
+        owner: Owner::default(),
+        kind: Kind::Unmonitored,
+        weight: 0.0,
+        gpu_seconds: 0.0,
+        util_gpu_seconds: 0.0,
+        util_known_seconds: 0.0,
+        energy_j: 0.0,
+    }];
+    // Physical GPUs and their MIG instances.
+    let mut physical: BTreeMap<&str, Vec<&AttributionWindow>> = BTreeMap::new();
+    let mut children: BTreeMap<&str, BTreeMap<&str, Vec<&AttributionWindow>>> = BTreeMap::new();
+    for w in windows {
+        match w.parent_uuid.as_deref() {
+            None => physical.entry(&w.gpu_uuid).or_default().push(w),
+            Some(parent) => children
+                .entry(parent)
+                .or_default()
+                .entry(&w.gpu_uuid)
+                .or_default()
+                .push(w),
+        }
+    }
+    for parent in children.keys() {
+        physical.entry(parent).or_default();
+    }
+    if physical.is_empty() {
+        // Billed, but no GPU reported: the whole hour is unmonitored.
+        out[0].weight = 1.0;
+        return out;
+    }
+    let gpu_share = 1.0 / physical.len() as f64;
+    let hour_end = hour_ms + HOUR_MS;
+    // The part of a window's energy that falls inside this hour.
+    let energy_in_hour = |w: &AttributionWindow| -> Option<f64> {
+        let len = (w.end_ms - w.start_ms).max(1) as f64;
+        let inside = (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64;
+        w.energy_mj.map(|e| e as f64 / 1000.0 * inside / len)
+    };
+    for (gpu, own_windows) in &physical {
+        // NVML measures energy on the physical GPU: MIG instances get it by their size.
+        let parent_energy: f64 = own_windows.iter().filter_map(|w| energy_in_hour(w)).sum();
+        let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match children.get(gpu) {
+            Some(instances) => {
+                let sizes: Vec<f64> = instances
+                    .values()
+                    .map(|ws| {
+                        ws.iter()
+                            .filter_map(|w| w.memory_total_bytes)
+                            .max()
+                            .unwrap_or(1) as f64
+                    })
+                    .collect();
+                let total: f64 = sizes.iter().sum();
+                instances
+                    .iter()
+                    .zip(sizes)
+                    .map(|((uuid, ws), size)| (*uuid, gpu_share * size / total, ws))
+                    .collect()
+            }
+            None => vec![(*gpu, gpu_share, own_windows)],
+        };
+        for (uuid, leaf_share, ws) in leaves {
+            let spans: Vec<f64> = ws
+                .iter()
+                .map(|w| (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64)
+                .collect();
+            let covered: f64 = spans.iter().sum();
+            // Overlapping windows (should not happen) are scaled into the hour.
+            let scale = if covered > HOUR_MS as f64 {
+                HOUR_MS as f64 / covered
+            } else {
+                1.0
+            };
+            let physical_fraction = leaf_share / gpu_share;
+            let is_instance = children.contains_key(gpu);
+            for (w, span) in ws.iter().zip(spans) {
+                let energy = match energy_in_hour(w) {
+                    Some(e) => e,
+                    None if is_instance && covered > 0.0 => {
+                        parent_energy * physical_fraction * span / covered
+                    }
+                    None => 0.0,
+                };
+                let t = span * scale / HOUR_MS as f64;
+                let p = procs
+                    .get(&(uuid, w.start_ms))
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                window_shares(
+                    uuid,
+                    w,
+                    p,
+                    leaf_share * t,
+                    physical_fraction * span * scale / 1000.0,
+                    energy,
+                    rules,
+                    &mut out,
+                );
+            }
+            let uncovered = (1.0 - covered * scale / HOUR_MS as f64).max(0.0);
+            if uncovered > 0.0 {
+                out.push(Share {
+                    gpu_uuid: Some(uuid.to_owned()),
+                    owner: Owner::default(),
+                    kind: Kind::Unmonitored,
+                    weight: leaf_share * uncovered,
+                    gpu_seconds: physical_fraction * uncovered * 3600.0,
+                    util_gpu_seconds: 0.0,
+                    util_known_seconds: 0.0,
+                    energy_j: 0.0,
+                });
+            }
+        }
+    }
+    merge(out)
+}
+
+/// One share per (GPU, owner, kind), in first-seen order so the catch-all stays first.
+fn merge(shares: Vec<Share>) -> Vec<Share> {
+    let mut index: HashMap<(Option<String>, Owner, Kind), usize> = HashMap::new();
+    let mut out: Vec<Share> = Vec::new();
+    for s in shares {
+        let key = (s.gpu_uuid.clone(), s.owner.clone(), s.kind);
+        match index.get(&key) {
+            Some(&i) => {
+                let m = &mut out[i];
+                m.weight += s.weight;
+                m.gpu_seconds += s.gpu_seconds;
+                m.util_gpu_seconds += s.util_gpu_seconds;
+                m.util_known_seconds += s.util_known_seconds;
+                m.energy_j += s.energy_j;
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// [`attribute_by`] with the default thresholds.
+pub fn attribute(
+    hosts: Vec<HostRow>,
+    windows: &[AttributionWindow],
+    processes: &[StoredProcessWindow],
+    lines: &[StoredCostLine],
+    card: &RateCard,
+    from_ms: i64,
+    to_ms: i64,
+) -> Attribution {
+    attribute_by(
+        hosts,
+        windows,
+        processes,
+        lines,
+        card,
+        &IdleConfig::default(),
+        from_ms,
+        to_ms,
+    )
+}
+
+/// Attributes `[from_ms, to_ms)` (whole hours) from already-loaded data; whether a window was
+/// busy, held idle or idle by each host's cluster's thresholds in `busy`.
+#[allow(clippy::too_many_arguments)]
+pub fn attribute_by(
+    hosts: Vec<HostRow>,
+    windows: &[AttributionWindow],
+    processes: &[StoredProcessWindow],
+    lines: &[StoredCostLine],
+    card: &RateCard,
+    busy: &IdleConfig,
+    from_ms: i64,
+    to_ms: i64,
+) -> Attribution {
+    let by_key = hosts_by_instance_key(&hosts);
+    // Bill items per (host, hour).
+    let mut billed: BTreeMap<(i64, i64), Vec<CostItem>> = BTreeMap::new();
+    let mut unattributed_hours: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
+    for line in lines {
+        let host = line.resource_key.as_deref().and_then(|k| by_key.get(k));
+        for (hour, amount) in line_hours(line, from_ms, to_ms) {
+            match host {
+                Some(host_id) => billed.entry((*host_id, hour)).or_default().push(CostItem {
+                    amount,
+                    currency: line.currency.clone(),
+                    pricing_category: line.pricing_category.clone(),
+                    estimated: false,
+                }),
+                None => {
+                    *unattributed_hours
+                        .entry((hour, line.currency.clone()))
+                        .or_default() += amount
+                }
+            }
+        }
+    }
+    let mut host_windows: BTreeMap<(i64, i64), Vec<&AttributionWindow>> = BTreeMap::new();
+    for w in windows {
+        host_windows
+            .entry((w.host_id, hour_floor(w.start_ms)))
+            .or_default()
+            .push(w);
+    }
+    let mut procs: HashMap<(&str, i64), Vec<&StoredProcessWindow>> = HashMap::new();
+    for p in processes {
+        procs
+            .entry((p.gpu_uuid.as_str(), p.start_ms))
+            .or_default()
+            .push(p);
+    }
+    let hosts: HashMap<i64, HostRow> = hosts.into_iter().map(|h| (h.id, h)).collect();
+
+    let mut keys: Vec<(i64, i64)> = billed.keys().chain(host_windows.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut parts = Vec::new();
+    for (host_id, hour) in keys {
+        let ws = host_windows
+            .get(&(host_id, hour))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let items = match billed.remove(&(host_id, hour)) {
+            Some(items) => items,
+            None => estimate(hosts.get(&host_id), ws, hour, card)
+                .into_iter()
+                .collect(),
+        };
+        if items.is_empty() {
+            continue;
+        }
+        let rules = hosts
+            .get(&host_id)
+            .map_or_else(|| busy.thresholds(""), |h| busy.thresholds(&h.cluster));
+        let shares = host_hour_shares(hour, ws, &procs, rules);
+        let billed_weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
+        // An estimate already covers only the time the host was seen: none of it is unmonitored.
+        let estimate_weights: Vec<f64> = shares
+            .iter()
+            .map(|s| {
+                if s.kind == Kind::Unmonitored {
+                    0.0
+                } else {
+                    s.weight
+                }
+            })
+            .collect();
+        // GPU time is shared among the cost items (say, committed and on-demand lines for
+        // the same hour) in proportion to their amounts, so it is counted once in total.
+        let magnitude: Decimal = items.iter().map(|i| i.amount.abs()).sum();
+        let count = items.len() as f64;
+        for item in items {
+            let time_fraction = if magnitude.is_zero() {
+                1.0 / count
+            } else {
+                (item.amount.abs() / magnitude).to_f64().unwrap_or(0.0)
+            };
+            let weights = if item.estimated {
+                &estimate_weights
+            } else {
+                &billed_weights
+            };
+            for ((share, cost), weight) in shares
+                .iter()
+                .zip(split_exact(item.amount, weights))
+                .zip(weights)
+            {
+                if cost.is_zero()
+                    && (*weight == 0.0 || item.estimated && share.kind == Kind::Unmonitored)
+                {
+                    continue;
+                }
+                parts.push(Part {
+                    hour_ms: hour,
+                    host_id,
+                    gpu_uuid: share.gpu_uuid.clone(),
+                    owner: share.owner.clone(),
+                    kind: share.kind,
+                    pricing_category: item.pricing_category.clone(),
+                    currency: item.currency.clone(),
+                    cost,
+                    estimated: item.estimated,
+                    gpu_seconds: share.gpu_seconds * time_fraction,
+                    util_gpu_seconds: share.util_gpu_seconds * time_fraction,
+                    util_known_seconds: share.util_known_seconds * time_fraction,
+                    energy_j: share.energy_j * time_fraction,
+                });
+            }
+        }
+    }
+    let mut unattributed: BTreeMap<String, Decimal> = BTreeMap::new();
+    for ((_, currency), amount) in &unattributed_hours {
+        *unattributed.entry(currency.clone()).or_default() += amount;
+    }
+    Attribution {
+        parts,
+        unattributed,
+        unattributed_hours,
+        hosts,
+    }
+}
+
+/// The rate card's estimate for a host-hour with telemetry and no bill: the hourly rate for the
+/// time the host was seen reporting in that hour.
+fn estimate(
+    host: Option<&HostRow>,
+    ws: &[&AttributionWindow],
+    hour: i64,
+    card: &RateCard,
+) -> Option<CostItem> {
+    let first = ws.iter().map(|w| w.start_ms).min()?;
+    let last = ws.iter().map(|w| w.end_ms).max()?;
+    let seen = (last.min(hour + HOUR_MS) - first.max(hour)).max(0);
+    let mut physical: BTreeMap<&str, &str> = BTreeMap::new();
+    for w in ws.iter().filter(|w| w.parent_uuid.is_none()) {
+        physical.insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
+    }
+    let names: Vec<&str> = physical.values().copied().collect();
+    let spot = host.and_then(|h| h.lifecycle.as_deref()) == Some("spot");
+    let (hourly, category) =
+        card.host_price(host.and_then(|h| h.instance_type.as_deref()), &names, spot)?;
+    let amount =
+        (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS)).round_dp(crate::money::MAX_SCALE);
+    Some(CostItem {
+        amount,
+        currency: card.currency.clone(),
+        pricing_category: category.into(),
+        estimated: true,
+    })
+}

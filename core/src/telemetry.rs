@@ -1,0 +1,69 @@
+//! Telemetry as attribution, incidents and recommendations read it: hosts, GPU windows and
+//! process windows. Storage fills them; nothing here reads a database.
+
+/// A GPU window with its host, for attribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributionWindow {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub parent_uuid: Option<String>,
+    pub gpu_name: Option<String>,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub memory_total_bytes: Option<i64>,
+    pub util_avg: Option<f64>,
+    /// Samples per utilization percent (`[[percent, samples], …]` JSON), where measured: splits
+    /// a partly busy window ([`crate::activity::Thresholds::split`]).
+    pub util_histogram: Option<String>,
+    /// Energy inside the window (NVML's counter, physical GPUs only).
+    pub energy_mj: Option<i64>,
+}
+
+/// A process's window on a GPU, with its owner labels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredProcessWindow {
+    pub gpu_uuid: String,
+    pub start_ms: i64,
+    pub pid: i64,
+    pub process_name: Option<String>,
+    pub memory_used_max_bytes: Option<i64>,
+    pub sm_util_avg: Option<f64>,
+    pub model: Option<String>,
+    pub experiment: Option<String>,
+    pub endpoint: Option<String>,
+    pub team: Option<String>,
+    pub labels_json: String,
+    pub container_id: Option<String>,
+    pub pod_uid: Option<String>,
+    /// The Unix account running the process, where the agent reported it.
+    pub user_name: Option<String>,
+}
+
+/// A GPU host as its agent describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostRow {
+    pub id: i64,
+    pub cluster: String,
+    pub hostname: String,
+    pub provider: Option<String>,
+    pub instance_id: Option<String>,
+    pub instance_key: Option<String>,
+    pub instance_type: Option<String>,
+    /// on_demand or spot, where the agent knows.
+    pub lifecycle: Option<String>,
+}
+
+/// A GPU as people name it on its host: its NVML index (`#3`); a MIG instance also by the end
+/// of its UUID (`#3 MIG …a1b2c3`, the index is its GPU's); the end of its UUID where the index
+/// is unknown.
+pub fn gpu_label(index: Option<i64>, uuid: &str, mig: bool) -> String {
+    let tail = |n: usize| {
+        let t: String = uuid.chars().rev().take(n).collect();
+        t.chars().rev().collect::<String>()
+    };
+    match (index, mig) {
+        (Some(i), false) => format!("#{i}"),
+        (Some(i), true) => format!("#{i} MIG …{}", tail(6)),
+        (None, _) => format!("…{}", tail(8)),
+    }
+}
