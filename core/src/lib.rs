@@ -11,6 +11,7 @@
 //! - [`attribution`]: every dollar of a host-hour to who used its GPUs, exactly to the bill.
 //! - [`allocation`]: the parts grouped by owner and period, per currency, and which currency a
 //!   page speaks.
+//! - [`recommend`]: right-sizing, packing, spot and release, each GPU's saving counted once.
 //! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
 
 pub mod activity;
@@ -20,6 +21,7 @@ pub mod bill;
 pub mod idle;
 pub mod money;
 pub mod ratecard;
+pub mod recommend;
 pub mod telemetry;
 pub mod time;
 pub mod waste;

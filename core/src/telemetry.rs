@@ -53,6 +53,23 @@ pub struct HostRow {
     pub lifecycle: Option<String>,
 }
 
+/// A GPU's usage rollups (windows per owner and utilization band) summed over a range, with
+/// the GPU's model from its latest report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageTotal {
+    pub host_id: i64,
+    pub gpu_uuid: String,
+    pub owner_by: String,
+    pub owner_key: String,
+    pub util_band: i64,
+    pub windows: i64,
+    pub peak_memory_bytes: i64,
+    pub gpu_name: Option<String>,
+    pub memory_total_bytes: Option<i64>,
+    /// Set for a MIG instance.
+    pub parent_uuid: Option<String>,
+}
+
 /// A GPU as people name it on its host: its NVML index (`#3`); a MIG instance also by the end
 /// of its UUID (`#3 MIG …a1b2c3`, the index is its GPU's); the end of its UUID where the index
 /// is unknown.

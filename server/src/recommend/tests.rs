@@ -1,4 +1,7 @@
 use super::*;
+use crate::billing::ratecard::RateCard;
+use rust_decimal::Decimal;
+use std::str::FromStr;
 
 #[test]
 fn identifies_gpus_by_name_and_memory() {
@@ -22,7 +25,6 @@ fn identifies_gpus_by_name_and_memory() {
 use crate::attribution::attribute;
 use crate::rollup::usage_rows;
 use crate::store::{HostRow, StoredCostLine, UsageRow};
-use gpuledger_core::activity::util_band;
 use gpuledger_core::time::HOUR_MS;
 
 const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
@@ -148,7 +150,7 @@ fn an_over_provisioned_endpoint_is_sent_to_an_l4_and_counted_once() {
     let card = RateCard::default_card();
     let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
     let attribution = attribute(hosts, &ws, &ps, &lines, &card, from, to);
-    let evidence = Evidence::from_raw(&attribution, &ws, &ps);
+    let evidence = evidence_from_raw(&attribution, &ws, &ps);
     let r = recommend(&evidence, &card, to - from, Options::default());
     assert_eq!(r.right_size.len(), 1, "{:?}", r.right_size);
     let c = &r.right_size[0];
@@ -209,7 +211,7 @@ fn a_gpu_the_rate_card_does_not_price_is_never_recommended() {
     let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
     let a = attribute(vec![host(1, "a")], &ws, &ps, &lines, &card, from, to);
     let r = recommend(
-        &Evidence::from_raw(&a, &ws, &ps),
+        &evidence_from_raw(&a, &ws, &ps),
         &card,
         to - from,
         Options::default(),
@@ -280,7 +282,7 @@ fn mig_instances_are_never_packing_candidates() {
         to,
     );
     let r = recommend(
-        &Evidence::from_raw(&a, &ws, &ps),
+        &evidence_from_raw(&a, &ws, &ps),
         &card,
         to - from,
         Options::default(),
@@ -327,7 +329,7 @@ fn training_on_on_demand_could_run_on_spot_for_the_hours_it_ran() {
         H + WEEK_HOURS * HOUR_MS,
     );
     let r = recommend(
-        &Evidence::from_raw(&a, &ws, &ps),
+        &evidence_from_raw(&a, &ws, &ps),
         &card,
         WEEK_HOURS * HOUR_MS,
         Options::default(),
@@ -362,7 +364,7 @@ fn training_on_on_demand_could_run_on_spot_for_the_hours_it_ran() {
         H + WEEK_HOURS * HOUR_MS,
     );
     let r = recommend(
-        &Evidence::from_raw(&a, &ws, &ps),
+        &evidence_from_raw(&a, &ws, &ps),
         &card,
         WEEK_HOURS * HOUR_MS,
         Options::default(),
@@ -400,7 +402,7 @@ fn a_gpu_held_idle_all_along_is_to_release() {
         H + WEEK_HOURS * HOUR_MS,
     );
     let r = recommend(
-        &Evidence::from_raw(&a, &ws, &ps),
+        &evidence_from_raw(&a, &ws, &ps),
         &card,
         WEEK_HOURS * HOUR_MS,
         Options::default(),
@@ -421,32 +423,6 @@ fn a_gpu_held_idle_all_along_is_to_release() {
         .starts_with("stop the idle processes or release the GPU"));
     assert!(r.consolidation.is_empty() && r.spot.is_empty(), "{r:?}");
     assert_eq!(r.total_saving, x.saving);
-}
-
-#[test]
-fn p95_of_bands_is_the_top_of_the_band_holding_the_95th_percentile() {
-    let mut bands = [0; BANDS];
-    // 100 windows at 1..=100%: the 95th is 95% (band 19), read as its top, 100.
-    for u in 1..=100 {
-        bands[util_band(f64::from(u)) as usize] += 1;
-    }
-    assert_eq!(p95_of_bands(&bands), 100.0);
-    let mut bands = [0; BANDS];
-    bands[util_band(7.0) as usize] = 1;
-    assert_eq!(p95_of_bands(&bands), 10.0);
-    // 95 windows at 12%, 5 at 90%: the 95th window is still at 12%.
-    let mut bands = [0; BANDS];
-    bands[util_band(12.0) as usize] = 95;
-    bands[util_band(90.0) as usize] = 5;
-    assert_eq!(p95_of_bands(&bands), 15.0);
-    bands[util_band(12.0) as usize] = 94;
-    bands[util_band(90.0) as usize] = 6;
-    assert_eq!(p95_of_bands(&bands), 95.0);
-    assert_eq!(p95_of_bands(&[0; BANDS]), 0.0);
-    assert_eq!(
-        (util_band(-3.0), util_band(100.0), util_band(140.0)),
-        (0, 20, 20)
-    );
 }
 
 /// Two processes of one endpoint on one GPU window count it once, with the larger memory.

@@ -11,7 +11,7 @@ use crate::attribution::{Attribution, Kind, Owner};
 use crate::billing::focus;
 use crate::config::IdleConfig;
 use crate::ledger::{attributed_costs, experiment_hours, load, top_gpu_days};
-use crate::recommend::{recommend, Evidence, Options, Recommendations};
+use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
 use crate::store;
 use crate::store::AgentStatus;
 use crate::test_support;
@@ -225,7 +225,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         let ps = store::telemetry::process_windows(store.db(), from, to)
             .await
             .unwrap();
-        let raw = recommend(&Evidence::from_raw(&a, &ws, &ps), card, to - from, options);
+        let raw = recommend(&evidence_from_raw(&a, &ws, &ps), card, to - from, options);
         let listed = if options.headroom > 1.0 {
             raw.consolidation.len()
         } else {

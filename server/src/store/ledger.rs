@@ -5,22 +5,6 @@ use super::db::{on_backend, On};
 use super::rollups::in_time_and_list;
 use super::StoreError;
 
-/// [`UsageRow`]s summed over a range, with the GPU's model from its latest report.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct UsageTotal {
-    pub host_id: i64,
-    pub gpu_uuid: String,
-    pub owner_by: String,
-    pub owner_key: String,
-    pub util_band: i64,
-    pub windows: i64,
-    pub peak_memory_bytes: i64,
-    pub gpu_name: Option<String>,
-    pub memory_total_bytes: Option<i64>,
-    /// Set for a MIG instance.
-    pub parent_uuid: Option<String>,
-}
-
 /// The hours in one day in which an experiment label had GPU work (busy or held idle).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ExperimentDayRow {
@@ -99,11 +83,51 @@ pub async fn rollup_usage(
              GROUP BY u.host_id, u.gpu_uuid, u.owner_by, u.owner_key, u.util_band, g.name,
                 g.memory_total_bytes, g.parent_uuid"
         );
-        Ok(sqlx::query_as(&sql)
+        type Columns = (
+            i64,
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            i64,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+        );
+        let rows: Vec<Columns> = sqlx::query_as(&sql)
             .bind(from_ms)
             .bind(to_ms)
             .fetch_all(&mut *ex)
-            .await?)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    host_id,
+                    gpu_uuid,
+                    owner_by,
+                    owner_key,
+                    util_band,
+                    windows,
+                    peak_memory_bytes,
+                    gpu_name,
+                    memory_total_bytes,
+                    parent_uuid,
+                )| super::UsageTotal {
+                    host_id,
+                    gpu_uuid,
+                    owner_by,
+                    owner_key,
+                    util_band,
+                    windows,
+                    peak_memory_bytes,
+                    gpu_name,
+                    memory_total_bytes,
+                    parent_uuid,
+                },
+            )
+            .collect())
     })
 }
 

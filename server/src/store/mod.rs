@@ -41,14 +41,14 @@ pub use alerts::{IncidentRow, IncidentUpdate, SlackMessageRow, SnoozeRow};
 pub use bills::{BillLine, BillingFilePeriodRow, BillingImportRow, NewImport};
 pub use closing::{RestatementRow, SignOffRow};
 pub use db::{Db, Dialect};
-pub use ledger::{CurrencyCostRow, ExperimentDayRow, UsageTotal};
+pub use ledger::{CurrencyCostRow, ExperimentDayRow};
 pub use postgres::PostgresStore;
 pub use rollups::{DirtyMark, UnattributedRow, UsageRow};
 pub use sqlite::SqliteStore;
 pub use telemetry::{FleetProcess, FleetRow, StoredGpuWindow};
 // The read models attribution takes are the core's: storage fills them.
 pub use gpuledger_core::bill::StoredCostLine;
-pub use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow};
+pub use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow, UsageTotal};
 pub(crate) use tokens::token_active_sql;
 pub use tokens::{NewToken, Refusal, RefusalKind, RefusalRow, TokenRow};
 pub use usage::UsageCount;

@@ -1,0 +1,673 @@
+//! Recommendations: inference sized for peak, GPUs that could be consolidated, and training on
+//! on-demand capacity that could run on spot, each with what it would have saved over the
+//! look-back.
+//!
+//! Right-sizing looks at each endpoint and each model over a look-back (default 7 days): its
+//! peak GPU memory per process, its p95 GPU utilization, the GPU (or MIG slice) it runs on and
+//! what it cost. A smaller GPU fits when peak memory plus headroom (20%) fits in it and the p95
+//! utilization, scaled by the two GPUs' relative compute, stays under a target (80%); the
+//! cheapest fitting one is recommended, and the saving is its cost scaled by the price ratio.
+//! Prices are the rate card's, per GPU of an instance type (a MIG slice: its sevenths).
+//!
+//! Savings are counted once: every recommendation names its GPUs, and where two cover the same
+//! GPU only the one that saves more is kept ([`disjoint`]), so the total adds up.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rust_decimal::prelude::*;
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::activity::{BANDS, UTIL_BAND_POINTS};
+use crate::attribution::{Kind, Part};
+use crate::ratecard::RateCard;
+use crate::telemetry::UsageTotal;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+pub const HOURS_PER_MONTH: i64 = 730;
+
+/// A GPU (or MIG profile) one could run on: what it holds and computes, and an instance type
+/// that offers it. Its price is not here: it is the rate card's price of that instance type per
+/// GPU ([`CatalogGpu::price`]), so recommendations use the prices the bill is checked against.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatalogGpu {
+    pub name: &'static str,
+    pub memory_gb: f64,
+    /// Dense FP16 compute, for comparing utilization.
+    pub tflops: f64,
+    pub instance_type: &'static str,
+    /// A MIG profile: its share of the GPU's compute, in sevenths (`3g.40gb` is 3).
+    pub mig_sevenths: Option<u32>,
+}
+
+const fn gpu(
+    name: &'static str,
+    memory_gb: f64,
+    tflops: f64,
+    instance_type: &'static str,
+) -> CatalogGpu {
+    CatalogGpu {
+        name,
+        memory_gb,
+        tflops,
+        instance_type,
+        mig_sevenths: None,
+    }
+}
+
+const fn mig(
+    name: &'static str,
+    memory_gb: f64,
+    full_tflops: f64,
+    sevenths: u32,
+    instance_type: &'static str,
+) -> CatalogGpu {
+    CatalogGpu {
+        name,
+        memory_gb,
+        tflops: full_tflops * sevenths as f64 / 7.0,
+        instance_type,
+        mig_sevenths: Some(sevenths),
+    }
+}
+
+/// GPUs and MIG profiles (NVIDIA's profile tables) with an AWS instance type offering each.
+pub const CATALOG: &[CatalogGpu] = &[
+    gpu("T4", 16.0, 65.0, "g4dn.xlarge"),
+    gpu("L4", 24.0, 121.0, "g6.xlarge"),
+    gpu("A10G", 24.0, 125.0, "g5.xlarge"),
+    gpu("L40S", 48.0, 362.0, "g6e.xlarge"),
+    mig("A100 40GB MIG 1g.5gb", 5.0, 312.0, 1, "p4d.24xlarge"),
+    mig("A100 40GB MIG 2g.10gb", 10.0, 312.0, 2, "p4d.24xlarge"),
+    mig("A100 40GB MIG 3g.20gb", 20.0, 312.0, 3, "p4d.24xlarge"),
+    gpu("A100 40GB", 40.0, 312.0, "p4d.24xlarge"),
+    mig("A100 80GB MIG 1g.10gb", 10.0, 312.0, 1, "p4de.24xlarge"),
+    mig("A100 80GB MIG 2g.20gb", 20.0, 312.0, 2, "p4de.24xlarge"),
+    mig("A100 80GB MIG 3g.40gb", 40.0, 312.0, 3, "p4de.24xlarge"),
+    gpu("A100 80GB", 80.0, 312.0, "p4de.24xlarge"),
+    mig("H100 MIG 1g.10gb", 10.0, 989.0, 1, "p5.48xlarge"),
+    mig("H100 MIG 2g.20gb", 20.0, 989.0, 2, "p5.48xlarge"),
+    mig("H100 MIG 3g.40gb", 40.0, 989.0, 3, "p5.48xlarge"),
+    gpu("H100 80GB", 80.0, 989.0, "p5.48xlarge"),
+    gpu("H200 141GB", 141.0, 989.0, "p5e.48xlarge"),
+];
+
+impl CatalogGpu {
+    /// On-demand price per GPU-hour (a MIG profile: its sevenths of one) from the rate card's
+    /// instance type; `None` where the rate card does not price that instance type.
+    pub fn price(&self, card: &RateCard) -> Option<Decimal> {
+        let rate = card.instance_types.get(self.instance_type)?;
+        if rate.gpus == 0 {
+            return None;
+        }
+        let per_gpu = rate.on_demand / Decimal::from(rate.gpus);
+        Some(match self.mig_sevenths {
+            Some(s) => per_gpu * Decimal::from(s) / Decimal::from(7),
+            None => per_gpu,
+        })
+    }
+
+    /// Where it runs, in words: the instance type, and MIG when it is a slice.
+    pub fn offered_on(&self) -> String {
+        match self.mig_sevenths {
+            Some(_) => format!("{} (MIG)", self.instance_type),
+            None => self.instance_type.to_owned(),
+        }
+    }
+}
+
+/// The catalog entry an NVML name and memory size describe: a MIG instance (NVML names it
+/// `NVIDIA A100-SXM4-80GB MIG 1g.10gb`) is its profile, not the whole GPU.
+pub fn identify(nvml_name: &str, memory_total_bytes: Option<i64>) -> Option<&'static CatalogGpu> {
+    let n = nvml_name.to_ascii_uppercase();
+    let mem_gb = memory_total_bytes.map(|b| b as f64 / GIB);
+    let family = ["H200", "H100", "A100", "L40S", "A10G", "L4", "T4"]
+        .into_iter()
+        .find(|f| n.contains(f))?;
+    if n.contains(" MIG") || n.starts_with("MIG") {
+        // The profile (`1G.10GB`) and, for the A100, which of its two sizes the profile fits.
+        let profile = n
+            .split_whitespace()
+            .find(|t| t.contains("G.") && t.ends_with("GB"))?
+            .split('+')
+            .next()?
+            .to_owned();
+        return CATALOG.iter().find(|c| {
+            let upper = c.name.to_ascii_uppercase();
+            upper.starts_with(family) && upper.ends_with(&format!("MIG {profile}"))
+        });
+    }
+    CATALOG
+        .iter()
+        .filter(|c| c.name.starts_with(family) && c.mig_sevenths.is_none())
+        .min_by(|a, b| {
+            let d = |c: &CatalogGpu| mem_gb.map_or(0.0, |m| (c.memory_gb - m).abs());
+            d(a).total_cmp(&d(b))
+        })
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub headroom: f64,
+    pub target_util: f64,
+    pub consolidation_below: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            headroom: 0.20,
+            target_util: 80.0,
+            consolidation_below: 50.0,
+        }
+    }
+}
+
+/// Each recommendation names the GPUs it covers; no two kept recommendations share a GPU, so
+/// their savings add up without counting a GPU-hour twice. `cost` and `saving` are over the
+/// look-back, from the ledger; a saving never exceeds the cost it comes from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RightSize {
+    /// `endpoint` or `model`.
+    pub by: String,
+    pub key: String,
+    pub current_gpu: String,
+    pub gpus: Vec<String>,
+    pub peak_memory_gb: f64,
+    pub p95_util: f64,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+    /// Serving runs all month: the look-back's rate over a 730-hour month.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_saving: Decimal,
+    pub recommended_gpu: String,
+    pub recommended_instance_type: String,
+    pub projected_p95_util: f64,
+}
+
+/// A whole GPU busy less than the threshold: its work could share another GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Consolidation {
+    pub gpus: Vec<String>,
+    pub host: String,
+    pub avg_util: f64,
+    /// The move, in words.
+    pub action: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    /// The share of its cost its work does not need at the target utilization.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_saving: Decimal,
+}
+
+/// Training that ran on on-demand capacity and could have run on spot: what its GPU-hours
+/// actually cost and what the rate card's spot prices for the same instance types would have
+/// saved. A run is not assumed to recur, so there is no monthly figure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SpotCandidate {
+    pub experiment: String,
+    pub gpus: Vec<String>,
+    pub instance_types: Vec<String>,
+    pub gpu_hours: f64,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+}
+
+/// GPUs of a host held idle (memory allocated at ~0% SM, by a forgotten notebook or a stuck
+/// job) that did no work: stop the processes or release the GPUs. Moving them to cheaper or
+/// spot capacity would only make the waste cheaper.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Release {
+    pub gpus: Vec<String>,
+    pub host: String,
+    /// The owner labels of the processes holding them.
+    pub owners: BTreeMap<String, String>,
+    pub action: String,
+    /// What holding them idle cost over the look-back: all of it is saved.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub saving: Decimal,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Recommendations {
+    pub lookback_days: f64,
+    pub right_size: Vec<RightSize>,
+    pub consolidation: Vec<Consolidation>,
+    pub spot: Vec<SpotCandidate>,
+    #[serde(default)]
+    pub release: Vec<Release>,
+    /// The savings above added up over the look-back: they cover separate GPUs.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub total_saving: Decimal,
+}
+
+/// The 95th percentile of windows counted per band, as the top of its band (rounded up to the
+/// next 5 points, so a smaller GPU is never chosen on a low reading); 0 with no windows.
+fn p95_of_bands(bands: &[i64; BANDS]) -> f64 {
+    let n: i64 = bands.iter().sum();
+    let rank = ((n * 95 + 99) / 100).max(1);
+    let mut seen = 0;
+    for (band, count) in bands.iter().enumerate() {
+        seen += count;
+        if n > 0 && seen >= rank {
+            return ((band + 1) as f64 * UTIL_BAND_POINTS).min(100.0);
+        }
+    }
+    0.0
+}
+
+/// Scales a cost over `lookback_ms` to a 730-hour month (unrounded: round what is shown).
+fn monthly(cost: Decimal, lookback_ms: i64) -> Decimal {
+    cost * Decimal::from(HOURS_PER_MONTH * 3_600_000) / Decimal::from(lookback_ms.max(1))
+}
+
+/// What recommendations are drawn from: attributed cost (and GPU utilization) per GPU, owner,
+/// kind and price over the look-back, and how each endpoint and model used its GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    pub parts: Vec<Part>,
+    pub usage: Vec<UsageTotal>,
+    /// MIG instances: never candidates for packing GPUs together.
+    pub mig_instances: BTreeSet<String>,
+    pub hostnames: HashMap<i64, String>,
+    /// Each host's instance type, where the agent reported one (spot prices are per type).
+    pub instance_types: HashMap<i64, String>,
+}
+
+pub fn recommend(
+    evidence: &Evidence,
+    card: &RateCard,
+    lookback_ms: i64,
+    options: Options,
+) -> Recommendations {
+    // Per endpoint and per model: peak process memory, windows per utilization band, GPUs,
+    // GPU models (weighted by windows).
+    #[derive(Default)]
+    struct Usage<'a> {
+        peak_bytes: i64,
+        bands: [i64; BANDS],
+        gpus: BTreeSet<&'a str>,
+        gpu_models: BTreeMap<(&'a str, Option<i64>), i64>,
+    }
+    let mut usage: BTreeMap<(&'static str, &str), Usage> = BTreeMap::new();
+    for u in &evidence.usage {
+        let by = match u.owner_by.as_str() {
+            "endpoint" => "endpoint",
+            "model" => "model",
+            _ => continue,
+        };
+        let e = usage.entry((by, u.owner_key.as_str())).or_default();
+        e.peak_bytes = e.peak_bytes.max(u.peak_memory_bytes);
+        if let Ok(band) = usize::try_from(u.util_band) {
+            e.bands[band.min(BANDS - 1)] += u.windows;
+        }
+        e.gpus.insert(&u.gpu_uuid);
+        *e.gpu_models
+            .entry((u.gpu_name.as_deref().unwrap_or(""), u.memory_total_bytes))
+            .or_default() += u.windows;
+    }
+    // What each endpoint and model cost, from the attribution (the bill, exactly), and each
+    // GPU's cost and time-weighted utilization.
+    let mut cost: HashMap<(&str, String), Decimal> = HashMap::new();
+    #[derive(Default)]
+    struct Training<'a> {
+        cost: Decimal,
+        saving: Decimal,
+        gpu_seconds: f64,
+        gpus: BTreeSet<&'a str>,
+        instance_types: BTreeSet<&'a str>,
+    }
+    let mut training: BTreeMap<&str, Training> = BTreeMap::new();
+    #[derive(Default)]
+    struct Gpu {
+        cost: Decimal,
+        util_gpu_seconds: f64,
+        util_known_seconds: f64,
+        host_id: i64,
+        in_use: bool,
+        /// Cost while held idle, and GPU time doing work.
+        held_cost: Decimal,
+        used_seconds: f64,
+        held_owners: BTreeMap<String, BTreeSet<String>>,
+    }
+    let mut gpus: BTreeMap<&str, Gpu> = BTreeMap::new();
+    for part in &evidence.parts {
+        if let Some(g) = &part.gpu_uuid {
+            let e = gpus.entry(g).or_default();
+            e.cost += part.cost;
+            e.util_gpu_seconds += part.util_gpu_seconds;
+            e.util_known_seconds += part.util_known_seconds;
+            e.host_id = part.host_id;
+            e.in_use |= matches!(part.kind, Kind::Used | Kind::HeldIdle);
+            match part.kind {
+                Kind::Used => e.used_seconds += part.gpu_seconds,
+                Kind::HeldIdle => {
+                    e.held_cost += part.cost;
+                    let o = &part.owner;
+                    for (k, v) in [
+                        ("team", &o.team),
+                        ("experiment", &o.experiment),
+                        ("model", &o.model),
+                    ] {
+                        if let Some(v) = v {
+                            e.held_owners
+                                .entry(k.to_owned())
+                                .or_default()
+                                .insert(v.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if part.kind != Kind::Used && part.kind != Kind::HeldIdle {
+            continue;
+        }
+        if let Some(e) = &part.owner.endpoint {
+            *cost.entry(("endpoint", e.clone())).or_default() += part.cost;
+        }
+        if let Some(m) = &part.owner.model {
+            *cost.entry(("model", m.clone())).or_default() += part.cost;
+        }
+        // Training on spot: an experiment that serves no endpoint, working (held-idle GPUs are
+        // to be released, not moved), on on-demand capacity (committed capacity is paid for
+        // either way), on an instance type the rate card has a spot price for.
+        let (Some(experiment), None, Kind::Used) =
+            (&part.owner.experiment, &part.owner.endpoint, part.kind)
+        else {
+            continue;
+        };
+        if part.pricing_category != "on_demand" {
+            continue;
+        }
+        let Some((instance_type, discount)) = evidence
+            .instance_types
+            .get(&part.host_id)
+            .and_then(|t| Some((t.as_str(), spot_discount(card, t)?)))
+        else {
+            continue;
+        };
+        let t = training.entry(experiment).or_default();
+        t.cost += part.cost;
+        t.saving += part.cost * discount;
+        t.gpu_seconds += part.gpu_seconds;
+        t.instance_types.insert(instance_type);
+        if let Some(g) = &part.gpu_uuid {
+            t.gpus.insert(g);
+        }
+    }
+
+    let mut right_size = Vec::new();
+    for ((by, key), u) in &usage {
+        let Some(((name, mem), _)) = u.gpu_models.iter().max_by_key(|(_, n)| **n) else {
+            continue;
+        };
+        let Some(current) = identify(name, *mem) else {
+            continue;
+        };
+        let Some(current_price) = current.price(card).filter(|p| !p.is_zero()) else {
+            continue;
+        };
+        let need_gb = u.peak_bytes as f64 / GIB * (1.0 + options.headroom);
+        let p95_util = p95_of_bands(&u.bands);
+        let best = CATALOG
+            .iter()
+            .filter_map(|c| Some((c, c.price(card)?)))
+            .filter(|(c, price)| c.memory_gb >= need_gb && *price < current_price)
+            .map(|(c, price)| (c, price, p95_util * current.tflops / c.tflops))
+            .filter(|(_, _, projected)| *projected <= options.target_util)
+            .min_by(|a, b| a.1.cmp(&b.1));
+        let Some((rec, price, projected)) = best else {
+            continue;
+        };
+        let spent = cost
+            .get(&(*by, key.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let saving = spent * (Decimal::ONE - price / current_price);
+        right_size.push(RightSize {
+            by: (*by).to_owned(),
+            key: key.to_string(),
+            current_gpu: current.name.to_owned(),
+            gpus: u.gpus.iter().map(|g| (*g).to_owned()).collect(),
+            peak_memory_gb: (u.peak_bytes as f64 / GIB * 10.0).round() / 10.0,
+            p95_util,
+            cost: spent.round_dp(2),
+            saving: saving.round_dp(2),
+            monthly_cost: monthly(spent, lookback_ms).round_dp(2),
+            monthly_saving: monthly(saving, lookback_ms).round_dp(2),
+            recommended_gpu: rec.name.to_owned(),
+            recommended_instance_type: rec.offered_on(),
+            projected_p95_util: (projected * 10.0).round() / 10.0,
+        });
+    }
+
+    // GPUs that did no work but were held idle: to release, per host.
+    #[derive(Default)]
+    struct Held {
+        gpus: Vec<String>,
+        cost: Decimal,
+        owners: BTreeMap<String, BTreeSet<String>>,
+    }
+    let mut release_by_host: BTreeMap<i64, Held> = BTreeMap::new();
+    for (g, u) in &gpus {
+        if u.used_seconds == 0.0 && u.held_cost > Decimal::ZERO {
+            let e = release_by_host.entry(u.host_id).or_default();
+            e.gpus.push((*g).to_owned());
+            e.cost += u.held_cost;
+            for (k, v) in &u.held_owners {
+                e.owners
+                    .entry(k.clone())
+                    .or_default()
+                    .extend(v.iter().cloned());
+            }
+        }
+    }
+    let release: Vec<Release> =
+        release_by_host
+            .into_iter()
+            .map(|(host_id, Held { gpus, cost, owners })| Release {
+                action: format!(
+                "stop the idle processes or release the {}: they hold memory at ~0% and did no \
+                 work",
+                if gpus.len() == 1 { "GPU".to_owned() } else { format!("{} GPUs", gpus.len()) }
+            ),
+                gpus,
+                host: evidence
+                    .hostnames
+                    .get(&host_id)
+                    .cloned()
+                    .unwrap_or_default(),
+                owners: owners
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(", ")))
+                    .collect(),
+                cost: cost.round_dp(2),
+                saving: cost.round_dp(2),
+            })
+            .collect();
+
+    // Whole GPUs busy less than the threshold, with work on them: candidates to pack together
+    // (a GPU that only sat held idle is to release, not to pack).
+    let consolidation: Vec<Consolidation> = gpus
+        .into_iter()
+        .filter(|(g, u)| {
+            u.in_use
+                && u.used_seconds > 0.0
+                && u.util_known_seconds > 0.0
+                && !evidence.mig_instances.contains(*g)
+        })
+        .map(|(g, u)| (g, u.util_gpu_seconds / u.util_known_seconds, u))
+        .filter(|(_, avg, _)| *avg < options.consolidation_below)
+        .map(|(g, avg, u)| {
+            let needed = (avg / options.target_util).clamp(0.0, 1.0);
+            let spare = Decimal::from_f64(1.0 - needed).unwrap_or_default();
+            let host = evidence
+                .hostnames
+                .get(&u.host_id)
+                .cloned()
+                .unwrap_or_default();
+            Consolidation {
+                gpus: vec![g.to_owned()],
+                action: format!(
+                    "move its work onto a GPU with room: it needs about {:.0}% of one kept {:.0}% \
+                     busy, then release this one",
+                    needed * 100.0,
+                    options.target_util
+                ),
+                host,
+                avg_util: (avg * 10.0).round() / 10.0,
+                cost: u.cost.round_dp(2),
+                saving: (u.cost * spare).round_dp(2),
+                monthly_cost: monthly(u.cost, lookback_ms).round_dp(2),
+                monthly_saving: monthly(u.cost * spare, lookback_ms).round_dp(2),
+            }
+        })
+        .collect();
+
+    let spot = training
+        .into_iter()
+        .filter(|(_, t)| t.saving > Decimal::ZERO)
+        .map(|(experiment, t)| SpotCandidate {
+            experiment: experiment.to_owned(),
+            gpus: t.gpus.iter().map(|g| (*g).to_owned()).collect(),
+            instance_types: t.instance_types.iter().map(|i| (*i).to_owned()).collect(),
+            gpu_hours: (t.gpu_seconds / 36.0).round() / 100.0,
+            cost: t.cost.round_dp(2),
+            saving: t.saving.round_dp(2),
+        })
+        .collect();
+
+    disjoint(Recommendations {
+        lookback_days: lookback_ms as f64 / crate::time::DAY_MS as f64,
+        right_size,
+        consolidation,
+        spot,
+        release,
+        total_saving: Decimal::ZERO,
+    })
+}
+
+/// The share of the on-demand price spot saves on an instance type, from the rate card; `None`
+/// where the rate card has no spot price for it.
+fn spot_discount(card: &RateCard, instance_type: &str) -> Option<Decimal> {
+    let rate = card.instance_types.get(instance_type)?;
+    let spot = rate.spot?;
+    (!rate.on_demand.is_zero() && spot < rate.on_demand)
+        .then(|| Decimal::ONE - spot / rate.on_demand)
+}
+
+/// Keeps, of recommendations that cover the same GPU, the one that saves most (ties: right-size
+/// before packing before spot before release, then by name), so the total counts no GPU twice; each list is
+/// then ordered by saving.
+fn disjoint(mut r: Recommendations) -> Recommendations {
+    let mut candidates: Vec<(Decimal, u8, String, usize, &[String])> = Vec::new();
+    for (i, x) in r.right_size.iter().enumerate() {
+        // An endpoint before the model it serves: the endpoint is what one resizes.
+        let rank = if x.by == "endpoint" { 0 } else { 1 };
+        candidates.push((x.saving, rank, x.key.clone(), i, &x.gpus));
+    }
+    for (i, x) in r.consolidation.iter().enumerate() {
+        candidates.push((x.saving, 2, x.host.clone(), i, &x.gpus));
+    }
+    for (i, x) in r.spot.iter().enumerate() {
+        candidates.push((x.saving, 3, x.experiment.clone(), i, &x.gpus));
+    }
+    for (i, x) in r.release.iter().enumerate() {
+        candidates.push((x.saving, 4, x.host.clone(), i, &x.gpus));
+    }
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    let mut keep: BTreeSet<(u8, usize)> = BTreeSet::new();
+    let mut total = Decimal::ZERO;
+    for (saving, rank, _, i, gpus) in &candidates {
+        if saving.is_zero() || gpus.iter().any(|g| taken.contains(g.as_str())) {
+            continue;
+        }
+        taken.extend(gpus.iter().map(String::as_str));
+        keep.insert((*rank, *i));
+        total += *saving;
+    }
+    let kept = |rank: u8, i: usize| keep.contains(&(rank, i));
+    r.right_size = std::mem::take(&mut r.right_size)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, x)| kept(if x.by == "endpoint" { 0 } else { 1 }, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.consolidation = std::mem::take(&mut r.consolidation)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(2, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.spot = std::mem::take(&mut r.spot)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(3, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.release = std::mem::take(&mut r.release)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept(4, *i))
+        .map(|(_, x)| x)
+        .collect();
+    r.release
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.host.cmp(&b.host)));
+    r.right_size
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.key.cmp(&b.key)));
+    r.consolidation
+        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.gpus.cmp(&b.gpus)));
+    r.spot.sort_by(|a, b| {
+        b.saving
+            .cmp(&a.saving)
+            .then(a.experiment.cmp(&b.experiment))
+    });
+    r.total_saving = total;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::activity::util_band;
+
+    #[test]
+    fn p95_of_bands_is_the_top_of_the_band_holding_the_95th_percentile() {
+        let mut bands = [0; BANDS];
+        // 100 windows at 1..=100%: the 95th is 95% (band 19), read as its top, 100.
+        for u in 1..=100 {
+            bands[util_band(f64::from(u)) as usize] += 1;
+        }
+        assert_eq!(p95_of_bands(&bands), 100.0);
+        let mut bands = [0; BANDS];
+        bands[util_band(7.0) as usize] = 1;
+        assert_eq!(p95_of_bands(&bands), 10.0);
+        // 95 windows at 12%, 5 at 90%: the 95th window is still at 12%.
+        let mut bands = [0; BANDS];
+        bands[util_band(12.0) as usize] = 95;
+        bands[util_band(90.0) as usize] = 5;
+        assert_eq!(p95_of_bands(&bands), 15.0);
+        bands[util_band(12.0) as usize] = 94;
+        bands[util_band(90.0) as usize] = 6;
+        assert_eq!(p95_of_bands(&bands), 95.0);
+        assert_eq!(p95_of_bands(&[0; BANDS]), 0.0);
+        assert_eq!(
+            (util_band(-3.0), util_band(100.0), util_band(140.0)),
+            (0, 20, 20)
+        );
+    }
+}
