@@ -77,6 +77,17 @@ fn config(webhook: &str, remind: Duration) -> Config {
     }
 }
 
+/// The agent token every test's windows are reported with.
+async fn agent_token(store: &dyn Store) {
+    store::tokens::create_token(
+        store.db(),
+        &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+        T,
+    )
+    .await
+    .unwrap();
+}
+
 /// One-minute windows over `[from, to)` for `hosts` GPUs each, at `util`, with an optional
 /// process that holds memory.
 async fn windows(
@@ -156,13 +167,7 @@ async fn an_idle_cluster_opens_reminds_and_resolves_once() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store::tokens::create_token(
-            store.db(),
-            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
-            T,
-        )
-        .await
-        .unwrap();
+        agent_token(store.as_ref()).await;
         let (rx, url) = receiver().await;
         let cfg = config(&url, Duration::from_secs(10 * 60));
         let card = RateCard::default_card();
@@ -415,13 +420,7 @@ async fn held_idle_routes_to_the_team_and_snoozes_hold_alerts_back() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store::tokens::create_token(
-            store.db(),
-            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
-            T,
-        )
-        .await
-        .unwrap();
+        agent_token(store.as_ref()).await;
         let (rx, url) = receiver().await;
         let mut cfg = config(&url, Duration::from_secs(3600));
         cfg.slack.routes[0].team = Some("research".into());
@@ -510,13 +509,7 @@ async fn a_cluster_that_stops_reporting_is_said_so_not_resolved() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store::tokens::create_token(
-            store.db(),
-            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
-            T,
-        )
-        .await
-        .unwrap();
+        agent_token(store.as_ref()).await;
         let (rx, url) = receiver().await;
         let cfg = config(&url, Duration::from_secs(3600));
         let card = RateCard::default_card();
@@ -567,13 +560,7 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store::tokens::create_token(
-            store.db(),
-            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
-            T,
-        )
-        .await
-        .unwrap();
+        agent_token(store.as_ref()).await;
         let cfg = Config::default();
         let card = RateCard::default_card();
         for host in ["idle-1", "idle-2"] {
@@ -648,13 +635,7 @@ async fn an_incident_is_in_its_clusters_currency() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        store::tokens::create_token(
-            store.db(),
-            &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
-            T,
-        )
-        .await
-        .unwrap();
+        agent_token(store.as_ref()).await;
         let cfg = Config::default();
         let card = RateCard {
             currency: "EUR".into(),

@@ -550,29 +550,17 @@ pub async fn cost_lines(
         .await?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    resource_key,
-                    charge_period_start_ms,
-                    charge_period_end_ms,
-                    charge_category,
-                    billed_cost,
-                    effective_cost,
-                    currency,
-                    pricing_category,
-                    instance_type,
-                )| super::StoredCostLine {
-                    resource_key,
-                    charge_period_start_ms,
-                    charge_period_end_ms,
-                    charge_category,
-                    billed_cost,
-                    effective_cost,
-                    currency,
-                    pricing_category,
-                    instance_type,
-                },
-            )
+            .map(super::from_columns!(super::StoredCostLine {
+                resource_key,
+                charge_period_start_ms,
+                charge_period_end_ms,
+                charge_category,
+                billed_cost,
+                effective_cost,
+                currency,
+                pricing_category,
+                instance_type
+            }))
             .collect())
     })
 }

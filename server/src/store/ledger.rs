@@ -102,31 +102,18 @@ pub async fn rollup_usage(
             .await?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    host_id,
-                    gpu_uuid,
-                    owner_by,
-                    owner_key,
-                    util_band,
-                    windows,
-                    peak_memory_bytes,
-                    gpu_name,
-                    memory_total_bytes,
-                    parent_uuid,
-                )| super::UsageTotal {
-                    host_id,
-                    gpu_uuid,
-                    owner_by,
-                    owner_key,
-                    util_band,
-                    windows,
-                    peak_memory_bytes,
-                    gpu_name,
-                    memory_total_bytes,
-                    parent_uuid,
-                },
-            )
+            .map(super::from_columns!(super::UsageTotal {
+                host_id,
+                gpu_uuid,
+                owner_by,
+                owner_key,
+                util_band,
+                windows,
+                peak_memory_bytes,
+                gpu_name,
+                memory_total_bytes,
+                parent_uuid
+            }))
             .collect())
     })
 }

@@ -266,6 +266,15 @@ pub(crate) fn to_i64(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
+/// A closure from a row read as a tuple of columns (in field order) to a core type with those
+/// fields: the core's read models know no database, so they derive no row mapping.
+macro_rules! from_columns {
+    ($ty:path { $($field:ident),+ $(,)? }) => {
+        |($($field,)+)| -> $ty { $ty { $($field),+ } }
+    };
+}
+pub(crate) use from_columns;
+
 /// The cost lines a range `[$1, $2)` reads: attribution and the FOCUS export read the same
 /// ones, so the export adds up to what was attributed.
 macro_rules! cost_lines_in_range_sql {

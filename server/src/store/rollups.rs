@@ -59,8 +59,8 @@ type WindowColumns = (
     Option<i64>,
 );
 
-fn window(
-    (
+fn window(row: WindowColumns) -> super::AttributionWindow {
+    super::from_columns!(super::AttributionWindow {
         host_id,
         gpu_uuid,
         parent_uuid,
@@ -70,21 +70,8 @@ fn window(
         memory_total_bytes,
         util_avg,
         util_histogram,
-        energy_mj,
-    ): WindowColumns,
-) -> super::AttributionWindow {
-    super::AttributionWindow {
-        host_id,
-        gpu_uuid,
-        parent_uuid,
-        gpu_name,
-        start_ms,
-        end_ms,
-        memory_total_bytes,
-        util_avg,
-        util_histogram,
-        energy_mj,
-    }
+        energy_mj
+    })(row)
 }
 
 pub(crate) async fn mark_dirty(

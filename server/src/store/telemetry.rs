@@ -91,8 +91,8 @@ pub(super) type ProcessWindowColumns = (
     Option<String>,
 );
 
-pub(super) fn process_window(
-    (
+pub(super) fn process_window(row: ProcessWindowColumns) -> super::StoredProcessWindow {
+    super::from_columns!(super::StoredProcessWindow {
         gpu_uuid,
         start_ms,
         pid,
@@ -106,25 +106,8 @@ pub(super) fn process_window(
         labels_json,
         container_id,
         pod_uid,
-        user_name,
-    ): ProcessWindowColumns,
-) -> super::StoredProcessWindow {
-    super::StoredProcessWindow {
-        gpu_uuid,
-        start_ms,
-        pid,
-        process_name,
-        memory_used_max_bytes,
-        sm_util_avg,
-        model,
-        experiment,
-        endpoint,
-        team,
-        labels_json,
-        container_id,
-        pod_uid,
-        user_name,
-    }
+        user_name
+    })(row)
 }
 
 pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreError> {
@@ -231,29 +214,16 @@ pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreEr
         .await?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    id,
-                    cluster,
-                    hostname,
-                    provider,
-                    instance_id,
-                    instance_key,
-                    instance_type,
-                    lifecycle,
-                )| {
-                    super::HostRow {
-                        id,
-                        cluster,
-                        hostname,
-                        provider,
-                        instance_id,
-                        instance_key,
-                        instance_type,
-                        lifecycle,
-                    }
-                },
-            )
+            .map(super::from_columns!(super::HostRow {
+                id,
+                cluster,
+                hostname,
+                provider,
+                instance_id,
+                instance_key,
+                instance_type,
+                lifecycle
+            }))
             .collect())
     })
 }
