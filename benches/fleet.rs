@@ -632,61 +632,97 @@ fn series(name: &str, bind: usize) -> String {
 /// notebooks (a team label only), 10% sit idle.
 async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
     seed_hosts(db, gpus).await?;
+    // The hours with their owner labels first (a scratch table), then each distinct owner once
+    // in `owners`, as the roll-up writes them: one JSON text, keys in order.
+    execute(
+        db,
+        "CREATE TABLE bench_hours (hour_ms BIGINT, host_id BIGINT, gpu_uuid TEXT, model TEXT,
+             experiment TEXT, endpoint TEXT, team TEXT, owner TEXT, kind TEXT,
+             util_gpu_seconds DOUBLE PRECISION)",
+        &[],
+    )
+    .await?;
+    let label = |name: &str| {
+        format!("CASE WHEN {name} <> '' THEN '\"{name}\":\"' || {name} || '\",' ELSE '' END")
+    };
     let rows = format!(
         "WITH RECURSIVE {g}, {h}
-         INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment, endpoint, team,
-             kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-             util_gpu_seconds, util_known_seconds, energy_j)
-         SELECT $3 + hi * $4, gi / 8 + 1, 'GPU-bench-' || gi,
-             CASE WHEN kind = 'idle' OR c = 9 THEN '' ELSE 'model-' || ((gi / 8) % 17) END,
-             CASE WHEN c < 4 AND kind = 'used' THEN 'run-' || (gi / 8) || '-' || (hi / 72) ELSE '' END,
-             CASE WHEN c BETWEEN 4 AND 7 THEN 'ep-' || ((gi / 8) % 40) ELSE '' END,
-             CASE WHEN kind = 'idle' THEN '' ELSE 'team-' || ((gi / 8) % 12) END,
-             kind, 'on_demand', 'USD', 1, 12290000000, 0, 3600.0,
-             CASE WHEN kind = 'used' THEN 2520.0 ELSE 0.0 END, 3600.0, 1440000.0
+         INSERT INTO bench_hours (hour_ms, host_id, gpu_uuid, model, experiment, endpoint, team,
+             owner, kind, util_gpu_seconds)
+         SELECT hour_ms, host_id, gpu_uuid, model, experiment, endpoint, team,
+             '{{' || rtrim({e} || {x} || {m} || {t}, ',') || '}}', kind, util_gpu_seconds
+         FROM (SELECT $3 + hi * $4 AS hour_ms, gi / 8 + 1 AS host_id, 'GPU-bench-' || gi AS gpu_uuid,
+             CASE WHEN kind = 'idle' OR c = 9 THEN '' ELSE 'model-' || ((gi / 8) % 17) END AS model,
+             CASE WHEN c < 4 AND kind = 'used' THEN 'run-' || (gi / 8) || '-' || (hi / 72) ELSE '' END
+                 AS experiment,
+             CASE WHEN c BETWEEN 4 AND 7 THEN 'ep-' || ((gi / 8) % 40) ELSE '' END AS endpoint,
+             CASE WHEN kind = 'idle' THEN '' ELSE 'team-' || ((gi / 8) % 12) END AS team,
+             kind, CASE WHEN kind = 'used' THEN 2520.0 ELSE 0.0 END AS util_gpu_seconds
          FROM (SELECT g.i AS gi, h.i AS hi, (g.i / 8) % 10 AS c,
                       CASE WHEN (g.i / 8) % 10 = 8 THEN 'idle'
                            WHEN (g.i / 8) % 10 < 4 AND h.i % 24 IN (2, 3) THEN 'idle'
                            WHEN (g.i / 8) % 10 BETWEEN 4 AND 7 AND h.i % 24 < 6 THEN 'held_idle'
                            ELSE 'used' END AS kind
-               FROM g CROSS JOIN h) x",
+               FROM g CROSS JOIN h) x) y",
         g = series("g", 1),
         h = series("h", 2),
+        e = label("endpoint"),
+        x = label("experiment"),
+        m = label("model"),
+        t = label("team"),
     );
     execute(db, &rows, &[gpus, MONTH_HOURS, MONTH_START_MS, HOUR_MS]).await?;
-    let days = "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, model, experiment, endpoint,
-             team, kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+    execute(
+        db,
+        "INSERT INTO owners (labels) SELECT DISTINCT owner FROM bench_hours",
+        &[],
+    )
+    .await?;
+    execute(
+        db,
+        "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, owner_id, kind, pricing_category,
+             currency, estimated, cost_nano, cost_atto, gpu_seconds, util_gpu_seconds,
+             util_known_seconds, energy_j)
+         SELECT b.hour_ms, b.host_id, b.gpu_uuid, o.id, b.kind, 'on_demand', 'USD', 1,
+             12290000000, 0, 3600.0, b.util_gpu_seconds, 3600.0, 1440000.0
+         FROM bench_hours b JOIN owners o ON o.labels = b.owner",
+        &[],
+    )
+    .await?;
+    let days = "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
+             pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
              util_gpu_seconds, util_known_seconds, energy_j)
-         SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, host_id, gpu_uuid, model, experiment,
-             endpoint, team, kind, pricing_category, currency, estimated, SUM(cost_nano),
-             SUM(cost_atto), SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
-             SUM(energy_j)
+         SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, host_id, gpu_uuid, owner_id, kind,
+             pricing_category, currency, estimated, SUM(cost_nano), SUM(cost_atto),
+             SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds), SUM(energy_j)
          FROM rollup_hours
-         GROUP BY day, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
-             pricing_category, currency, estimated";
+         GROUP BY day, host_id, gpu_uuid, owner_id, kind, pricing_category, currency, estimated";
     execute(db, days, &[MONTH_START_MS, DAY_MS]).await?;
-    let host_days = "INSERT INTO rollup_host_days (day_ms, host_id, model, experiment, endpoint,
-             team, kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+    let host_days = "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
+             pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
              util_gpu_seconds, util_known_seconds, energy_j)
-         SELECT day_ms, host_id, model, experiment, endpoint, team, kind, pricing_category,
-             currency, estimated, SUM(cost_nano), SUM(cost_atto), SUM(gpu_seconds),
-             SUM(util_gpu_seconds), SUM(util_known_seconds), SUM(energy_j)
+         SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
+             SUM(cost_nano), SUM(cost_atto), SUM(gpu_seconds), SUM(util_gpu_seconds),
+             SUM(util_known_seconds), SUM(energy_j)
          FROM rollup_days
-         GROUP BY day_ms, host_id, model, experiment, endpoint, team, kind, pricing_category,
-             currency, estimated";
+         GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency, estimated";
     execute(db, host_days, &[]).await?;
     let runs = "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
              last_hour_ms, hours)
          SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, experiment, MIN(hour_ms), MAX(hour_ms),
              COUNT(DISTINCT hour_ms)
-         FROM rollup_hours WHERE experiment <> '' AND kind IN ('used', 'held_idle')
+         FROM bench_hours WHERE experiment <> '' AND kind IN ('used', 'held_idle')
          GROUP BY day, experiment";
     execute(db, runs, &[MONTH_START_MS, DAY_MS]).await?;
     // Usage for right-sizing, per day (what the review's 7 whole days read): each model and
     // endpoint GPU-day's 15-second windows in three utilization bands, 10–25% (held idle: band
     // 0), at 30 GiB of peak memory: endpoints that would fit a smaller GPU.
     let usage = format!(
-        "WITH RECURSIVE {b}
+        "WITH RECURSIVE {b}, d AS (
+             SELECT $2 + ((hour_ms - $2) / $3) * $3 AS day_ms, host_id, gpu_uuid, model,
+                 endpoint, kind, 3600.0 * COUNT(*) AS gpu_seconds
+             FROM bench_hours WHERE kind IN ('used', 'held_idle')
+             GROUP BY day_ms, host_id, gpu_uuid, model, experiment, endpoint, team, kind)
          INSERT INTO rollup_usage_days (day_ms, host_id, gpu_uuid, owner_by, owner_key,
              util_band, windows, peak_memory_bytes)
          SELECT day_ms, host_id, gpu_uuid, owner_by, owner_key,
@@ -694,14 +730,15 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
              CAST(gpu_seconds / 45 AS BIGINT), 32212254720
          FROM (SELECT day_ms, host_id, gpu_uuid, 'model' AS owner_by, model AS owner_key, kind,
                       gpu_seconds
-               FROM rollup_days WHERE model <> '' AND kind IN ('used', 'held_idle')
+               FROM d WHERE model <> ''
                UNION ALL
                SELECT day_ms, host_id, gpu_uuid, 'endpoint', endpoint, kind, gpu_seconds
-               FROM rollup_days WHERE endpoint <> '' AND kind IN ('used', 'held_idle')) o
+               FROM d WHERE endpoint <> '') o
          CROSS JOIN b",
         b = series("b", 1)
     );
-    execute(db, &usage, &[3]).await?;
+    execute(db, &usage, &[3, MONTH_START_MS, DAY_MS]).await?;
+    execute(db, "DROP TABLE bench_hours", &[]).await?;
     execute(db, "ANALYZE", &[]).await?;
     Ok(())
 }
@@ -824,7 +861,9 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
              memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team, labels_json)
          SELECT 'GPU-bench-' || g.i, $3 + w.i * $4, 1000 + g.i % 8, $3 + (w.i + 1) * $4, 'python3',
              42949672960, 70.0, 'model-' || (g.i % 17), 'run-' || (g.i / 8), NULL,
-             'team-' || ((g.i / 8) % 12), '{{}}'
+             'team-' || ((g.i / 8) % 12),
+             '{{\"experiment\":\"run-' || (g.i / 8) || '\",\"model\":\"model-' || (g.i % 17)
+                 || '\",\"team\":\"team-' || ((g.i / 8) % 12) || '\"}}'
          FROM g CROSS JOIN w
          WHERE g.i % 10 <> 8 AND ((w.i * $4) / $5) % 24 NOT IN (2, 3)
          ORDER BY w.i, g.i",

@@ -222,7 +222,7 @@ fn assert_matches_scenario(
     for p in &training {
         assert_eq!(p.gpu_uuid, "GPU-e2e-a100-0");
         assert_eq!(
-            (p.model.as_deref(), p.team.as_deref()),
+            (label_of(p, "model"), label_of(p, "team")),
             (Some("llama-70b"), Some("search")),
             "{label}: labels from /proc/<pid>/environ"
         );
@@ -246,7 +246,7 @@ fn assert_matches_scenario(
             Some(0.0),
             "{label}: held-idle is 0% SM, measured"
         );
-        assert_eq!(p.experiment.as_deref(), Some("exp-notebook"), "{label}");
+        assert_eq!(label_of(p, "experiment"), Some("exp-notebook"), "{label}");
     }
     for p in find(f.serving) {
         assert_eq!(
@@ -254,7 +254,7 @@ fn assert_matches_scenario(
             "{label}: MIG processes belong to their instance"
         );
         assert_eq!(
-            (p.endpoint.as_deref(), p.model.as_deref()),
+            (label_of(p, "endpoint"), label_of(p, "model")),
             (Some("chat"), Some("mistral-7b")),
             "{label}"
         );
@@ -266,8 +266,15 @@ fn assert_matches_scenario(
             p.sm_util_avg, None,
             "{label}: no per-process data on this driver is absent, not 0"
         );
-        assert_eq!(p.team.as_deref(), Some("ads"), "{label}");
+        assert_eq!(label_of(p, "team"), Some("ads"), "{label}");
     }
+}
+
+/// A label the agent read from the process's environment, as stored.
+fn label_of<'a>(p: &'a gpuledger_server::store::StoredProcessWindow, key: &str) -> Option<&'a str> {
+    let start = p.labels_json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let len = p.labels_json[start..].find('"')?;
+    Some(&p.labels_json[start..start + len])
 }
 
 fn spool_is_drained(spool: &Path, label: &str) {
@@ -522,7 +529,7 @@ async fn documented_curl_example_is_accepted() {
     let procs = store::telemetry::process_windows(store.db(), 0, i64::MAX)
         .await
         .unwrap();
-    assert_eq!(procs[0].model.as_deref(), Some("llama-70b"));
+    assert_eq!(label_of(&procs[0], "model"), Some("llama-70b"));
 }
 
 /// On a MIG GPU without GPM (an A100), the driver can say nothing about an instance's

@@ -8,15 +8,14 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Attribution, Kind, Part};
+use crate::owners::{intern, OwnerSchema, Role};
 use crate::time::{month_of, rfc3339, HOUR_MS};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What allocation rows are keyed by: an owner dimension of the schema, or a fleet dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum GroupBy {
-    Model,
-    Experiment,
-    Endpoint,
-    Team,
+    /// An owner dimension, by name (see [`crate::owners`]).
+    Owner(&'static str),
     Cluster,
     Host,
     /// A GPU or MIG instance, by UUID.
@@ -26,11 +25,14 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
-    pub const ALL: [GroupBy; 9] = [
-        GroupBy::Model,
-        GroupBy::Experiment,
-        GroupBy::Endpoint,
-        GroupBy::Team,
+    /// The default owner dimensions, where code means them by name.
+    pub const MODEL: GroupBy = GroupBy::Owner("model");
+    pub const EXPERIMENT: GroupBy = GroupBy::Owner("experiment");
+    pub const ENDPOINT: GroupBy = GroupBy::Owner("endpoint");
+    pub const TEAM: GroupBy = GroupBy::Owner("team");
+
+    /// The dimensions every fleet has, whatever its owner schema.
+    pub const FLEET: [GroupBy; 5] = [
         GroupBy::Cluster,
         GroupBy::Host,
         GroupBy::Gpu,
@@ -38,12 +40,23 @@ impl GroupBy {
         GroupBy::PricingCategory,
     ];
 
+    /// The schema's owner dimensions, then the fleet's.
+    pub fn all(schema: &OwnerSchema) -> Vec<GroupBy> {
+        schema
+            .names()
+            .map(|n| GroupBy::Owner(intern(n)))
+            .chain(GroupBy::FLEET)
+            .collect()
+    }
+
+    /// The owner dimension playing `role`, if the schema has one.
+    pub fn role(schema: &OwnerSchema, role: Role) -> Option<GroupBy> {
+        schema.role(role).map(|n| GroupBy::Owner(intern(n)))
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
-            GroupBy::Model => "model",
-            GroupBy::Experiment => "experiment",
-            GroupBy::Endpoint => "endpoint",
-            GroupBy::Team => "team",
+            GroupBy::Owner(name) => name,
             GroupBy::Cluster => "cluster",
             GroupBy::Host => "host",
             GroupBy::Gpu => "gpu",
@@ -52,8 +65,19 @@ impl GroupBy {
         }
     }
 
-    pub fn parse(s: &str) -> Option<GroupBy> {
-        GroupBy::ALL.into_iter().find(|g| g.as_str() == s)
+    /// A dimension by name: one of the schema's or the fleet's.
+    pub fn parse(s: &str, schema: &OwnerSchema) -> Option<GroupBy> {
+        GroupBy::all(schema).into_iter().find(|g| g.as_str() == s)
+    }
+
+    pub fn is_owner(self) -> bool {
+        matches!(self, GroupBy::Owner(_))
+    }
+}
+
+impl Serialize for GroupBy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -149,16 +173,13 @@ pub fn period_start(ms: i64, step: Step) -> i64 {
 /// The key a part counts under.
 pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
     let host = attribution.hosts.get(&part.host_id);
-    let label = |v: &Option<String>| match part.kind {
+    let label = |v: Option<&str>| match part.kind {
         Kind::Idle => IDLE_KEY.to_owned(),
         Kind::Unmonitored => UNMONITORED_KEY.to_owned(),
-        Kind::Used | Kind::HeldIdle => v.clone().unwrap_or_else(|| UNLABELED_KEY.to_owned()),
+        Kind::Used | Kind::HeldIdle => v.unwrap_or(UNLABELED_KEY).to_owned(),
     };
     match by {
-        GroupBy::Model => label(&part.owner.model),
-        GroupBy::Experiment => label(&part.owner.experiment),
-        GroupBy::Endpoint => label(&part.owner.endpoint),
-        GroupBy::Team => label(&part.owner.team),
+        GroupBy::Owner(name) => label(part.owner.get(name)),
         GroupBy::Cluster => host.map_or_else(|| "?".into(), |h| h.cluster.clone()),
         GroupBy::Host => host.map_or_else(|| "?".into(), |h| h.hostname.clone()),
         GroupBy::Gpu => part

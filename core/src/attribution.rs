@@ -24,6 +24,8 @@ use crate::activity::{self, Activity, Thresholds};
 use crate::bill::{spread_over_hours, StoredCostLine};
 use crate::idle::IdleConfig;
 use crate::money::{from_text, split_exact};
+pub use crate::owners::Owner;
+use crate::owners::OwnerSchema;
 use crate::ratecard::RateCard;
 use crate::telemetry::{AttributionWindow, HostRow, StoredProcessWindow};
 use crate::time::{hour_floor, HOUR_MS};
@@ -55,14 +57,6 @@ impl Kind {
             .into_iter()
             .find(|k| k.as_str() == s)
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Owner {
-    pub model: Option<String>,
-    pub experiment: Option<String>,
-    pub endpoint: Option<String>,
-    pub team: Option<String>,
 }
 
 /// One attributed part: a slice of one host-hour's cost.
@@ -110,6 +104,8 @@ struct CostItem {
     currency: String,
     pricing_category: String,
     estimated: bool,
+    /// The line's tags, where an owner dimension reads them.
+    tags: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -142,22 +138,54 @@ pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
         .collect()
 }
 
-fn owner_of(p: &StoredProcessWindow) -> Owner {
-    Owner {
-        model: p.model.clone(),
-        experiment: p.experiment.clone(),
-        endpoint: p.endpoint.clone(),
-        team: p.team.clone(),
+/// Owners by the schema: a process's from its labels on its host's cluster (each distinct label
+/// set read once), and nobody's (idle, unmonitored) from the cluster alone.
+struct Owners<'a> {
+    schema: &'a OwnerSchema,
+    cluster: &'a str,
+    nobody: Owner,
+    cache: HashMap<(&'a str, &'a str), Owner>,
+}
+
+impl<'a> Owners<'a> {
+    fn new(schema: &'a OwnerSchema) -> Self {
+        Owners {
+            schema,
+            cluster: "",
+            nobody: schema.owner_of(&BTreeMap::new(), ""),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Owners on a host of `cluster` from now on.
+    fn on_cluster(&mut self, cluster: &'a str) {
+        if self.cluster != cluster {
+            self.cluster = cluster;
+            self.nobody = self.schema.owner_of(&BTreeMap::new(), cluster);
+        }
+    }
+
+    fn of(&mut self, p: &'a StoredProcessWindow) -> Owner {
+        let (schema, cluster) = (self.schema, self.cluster);
+        self.cache
+            .entry((p.labels_json.as_str(), cluster))
+            .or_insert_with(|| {
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_str(&p.labels_json).unwrap_or_default();
+                schema.owner_of(&labels, cluster)
+            })
+            .clone()
     }
 }
 
 /// The shares of one window of one leaf device, given `weight` (its part of the host-hour).
 /// Whether it was busy, held idle or idle is [`Thresholds::activity`], the same for incidents.
 #[allow(clippy::too_many_arguments)]
-fn window_shares(
+fn window_shares<'a>(
     uuid: &str,
     w: &AttributionWindow,
-    procs: &[&StoredProcessWindow],
+    procs: &[&'a StoredProcessWindow],
+    owners: &mut Owners<'a>,
     weight: f64,
     gpu_seconds: f64,
     energy_j: f64,
@@ -179,7 +207,7 @@ fn window_shares(
     };
     let share =
         |owner: Owner, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
-    let holding: Vec<&StoredProcessWindow> = procs
+    let holding: Vec<&'a StoredProcessWindow> = procs
         .iter()
         .copied()
         .filter(|p| activity::holds(p.memory_used_max_bytes, p.sm_util_avg))
@@ -201,7 +229,7 @@ fn window_shares(
                 split.map_or((1.0, w.util_avg), |s| (s.busy_fraction, Some(s.busy_util)));
             // The working processes share it by SM utilization; where the driver gives none, by
             // memory (all of them), or by the GPU's utilization beside others that have one.
-            let working: Vec<&StoredProcessWindow> = holding
+            let working: Vec<&'a StoredProcessWindow> = holding
                 .iter()
                 .copied()
                 .filter(|p| rules.works(p.sm_util_avg, state))
@@ -219,7 +247,7 @@ fn window_shares(
             if total > 0.0 {
                 for (p, v) in working.iter().zip(weights) {
                     out.push(share_at(
-                        owner_of(p),
+                        owners.of(p),
                         Kind::Used,
                         busy * v / total,
                         busy_util,
@@ -228,7 +256,7 @@ fn window_shares(
             } else if !working.is_empty() {
                 for p in &working {
                     out.push(share_at(
-                        owner_of(p),
+                        owners.of(p),
                         Kind::Used,
                         busy / working.len() as f64,
                         busy_util,
@@ -237,14 +265,19 @@ fn window_shares(
             } else {
                 // Busy with no process in sight (another container's, say): used, by nobody
                 // gpuledger can name.
-                out.push(share_at(Owner::default(), Kind::Used, busy, busy_util));
+                out.push(share_at(owners.nobody.clone(), Kind::Used, busy, busy_util));
             }
             if let Some(split) = split {
                 let quiet = 1.0 - split.busy_fraction;
                 let quiet_util = Some(split.quiet_util);
                 let held: f64 = holding.iter().map(|p| memory(p)).sum();
                 if holding.is_empty() {
-                    out.push(share_at(Owner::default(), Kind::Idle, quiet, quiet_util));
+                    out.push(share_at(
+                        owners.nobody.clone(),
+                        Kind::Idle,
+                        quiet,
+                        quiet_util,
+                    ));
                 }
                 for p in &holding {
                     let part = if held > 0.0 {
@@ -253,7 +286,7 @@ fn window_shares(
                         1.0 / holding.len() as f64
                     };
                     out.push(share_at(
-                        owner_of(p),
+                        owners.of(p),
                         Kind::HeldIdle,
                         quiet * part,
                         quiet_util,
@@ -269,24 +302,27 @@ fn window_shares(
                 } else {
                     1.0 / holding.len() as f64
                 };
-                out.push(share(owner_of(p), Kind::HeldIdle, fraction));
+                out.push(share(owners.of(p), Kind::HeldIdle, fraction));
             }
         }
-        Activity::Idle | Activity::Unknown => out.push(share(Owner::default(), Kind::Idle, 1.0)),
+        Activity::Idle | Activity::Unknown => {
+            out.push(share(owners.nobody.clone(), Kind::Idle, 1.0))
+        }
     }
 }
 
 /// The shares of one host-hour. The first share is always a catch-all (unmonitored or idle),
 /// which is where a cost goes if every weight is 0.
-fn host_hour_shares(
+fn host_hour_shares<'a>(
     hour_ms: i64,
     windows: &[&AttributionWindow],
-    procs: &HashMap<(&str, i64), Vec<&StoredProcessWindow>>,
+    procs: &HashMap<(&str, i64), Vec<&'a StoredProcessWindow>>,
+    owners: &mut Owners<'a>,
     rules: Thresholds,
 ) -> Vec<Share> {
     let mut out = vec![Share {
         gpu_uuid: None,
-        owner: Owner::default(),
+        owner: owners.nobody.clone(),
         kind: Kind::Unmonitored,
         weight: 0.0,
         gpu_seconds: 0.0,
@@ -378,6 +414,7 @@ fn host_hour_shares(
                     uuid,
                     w,
                     p,
+                    owners,
                     leaf_share * t,
                     physical_fraction * span * scale / 1000.0,
                     energy,
@@ -389,7 +426,7 @@ fn host_hour_shares(
             if uncovered > 0.0 {
                 out.push(Share {
                     gpu_uuid: Some(uuid.to_owned()),
-                    owner: Owner::default(),
+                    owner: owners.nobody.clone(),
                     kind: Kind::Unmonitored,
                     weight: leaf_share * uncovered,
                     gpu_seconds: physical_fraction * uncovered * 3600.0,
@@ -427,7 +464,7 @@ fn merge(shares: Vec<Share>) -> Vec<Share> {
     out
 }
 
-/// [`attribute_by`] with the default thresholds.
+/// [`attribute_by`] with the default thresholds and owner dimensions.
 pub fn attribute(
     hosts: Vec<HostRow>,
     windows: &[AttributionWindow],
@@ -444,13 +481,15 @@ pub fn attribute(
         lines,
         card,
         &IdleConfig::default(),
+        &OwnerSchema::default(),
         from_ms,
         to_ms,
     )
 }
 
 /// Attributes `[from_ms, to_ms)` (whole hours) from already-loaded data; whether a window was
-/// busy, held idle or idle by each host's cluster's thresholds in `busy`.
+/// busy, held idle or idle by each host's cluster's thresholds in `busy`; who owned it by the
+/// owner dimensions in `schema`.
 #[allow(clippy::too_many_arguments)]
 pub fn attribute_by(
     hosts: Vec<HostRow>,
@@ -459,15 +498,20 @@ pub fn attribute_by(
     lines: &[StoredCostLine],
     card: &RateCard,
     busy: &IdleConfig,
+    schema: &OwnerSchema,
     from_ms: i64,
     to_ms: i64,
 ) -> Attribution {
     let by_key = hosts_by_instance_key(&hosts);
+    let reads_tags = schema.reads_tags();
     // Bill items per (host, hour).
     let mut billed: BTreeMap<(i64, i64), Vec<CostItem>> = BTreeMap::new();
     let mut unattributed_hours: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
     for line in lines {
         let host = line.resource_key.as_deref().and_then(|k| by_key.get(k));
+        let tags: Option<BTreeMap<String, String>> = (reads_tags && host.is_some())
+            .then(|| crate::bill::tags_of(&line.tags_json))
+            .filter(|t| !t.is_empty());
         for (hour, amount) in line_hours(line, from_ms, to_ms) {
             match host {
                 Some(host_id) => billed.entry((*host_id, hour)).or_default().push(CostItem {
@@ -475,6 +519,7 @@ pub fn attribute_by(
                     currency: line.currency.clone(),
                     pricing_category: line.pricing_category.clone(),
                     estimated: false,
+                    tags: tags.clone(),
                 }),
                 None => {
                     *unattributed_hours
@@ -499,6 +544,8 @@ pub fn attribute_by(
             .push(p);
     }
     let hosts: HashMap<i64, HostRow> = hosts.into_iter().map(|h| (h.id, h)).collect();
+    let mut owners = Owners::new(schema);
+    let no_tags = BTreeMap::new();
 
     let mut keys: Vec<(i64, i64)> = billed.keys().chain(host_windows.keys()).copied().collect();
     keys.sort_unstable();
@@ -518,10 +565,10 @@ pub fn attribute_by(
         if items.is_empty() {
             continue;
         }
-        let rules = hosts
-            .get(&host_id)
-            .map_or_else(|| busy.thresholds(""), |h| busy.thresholds(&h.cluster));
-        let shares = host_hour_shares(hour, ws, &procs, rules);
+        let cluster = hosts.get(&host_id).map_or("", |h| h.cluster.as_str());
+        let rules = busy.thresholds(cluster);
+        owners.on_cluster(cluster);
+        let shares = host_hour_shares(hour, ws, &procs, &mut owners, rules);
         let billed_weights: Vec<f64> = shares.iter().map(|s| s.weight).collect();
         // An estimate already covers only the time the host was seen: none of it is unmonitored.
         let estimate_weights: Vec<f64> = shares
@@ -559,11 +606,18 @@ pub fn attribute_by(
                 {
                     continue;
                 }
+                // A dimension no process label gave may come from the line's tags.
+                let owner = if reads_tags {
+                    let tags = item.tags.as_ref().unwrap_or(&no_tags);
+                    schema.with_tags(&share.owner, tags, cluster)
+                } else {
+                    share.owner.clone()
+                };
                 parts.push(Part {
                     hour_ms: hour,
                     host_id,
                     gpu_uuid: share.gpu_uuid.clone(),
-                    owner: share.owner.clone(),
+                    owner,
                     kind: share.kind,
                     pricing_category: item.pricing_category.clone(),
                     currency: item.currency.clone(),
@@ -615,5 +669,6 @@ fn estimate(
         currency: card.currency.clone(),
         pricing_category: category.into(),
         estimated: true,
+        tags: None,
     })
 }

@@ -52,6 +52,22 @@ pub struct CostLine {
     pub extra_json: String,
 }
 
+/// A line's tags as text values (a number or boolean tag written as it reads; `null` and
+/// nested values left out), from its `tags_json`.
+pub fn tags_of(tags_json: &str) -> std::collections::BTreeMap<String, String> {
+    let parsed: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_json::from_str(tags_json).unwrap_or_default();
+    parsed
+        .into_iter()
+        .filter_map(|(k, v)| match v {
+            serde_json::Value::String(s) => Some((k, s)),
+            serde_json::Value::Number(n) => Some((k, n.to_string())),
+            serde_json::Value::Bool(b) => Some((k, b.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The key a resource joins on: an ARN's resource id (`arn:…:instance/i-0abc` → `i-0abc`), the
 /// last segment of a path-like id (Azure, GCP), lower-cased since Azure ids ignore case.
 pub fn normalize_resource_id(id: &str) -> String {
@@ -146,6 +162,8 @@ pub struct StoredCostLine {
     pub currency: String,
     pub pricing_category: String,
     pub instance_type: Option<String>,
+    /// The line's tags as JSON (`{}` for none): owner dimensions may read them.
+    pub tags_json: String,
 }
 
 #[cfg(test)]

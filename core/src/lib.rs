@@ -7,6 +7,7 @@
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
 //! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
+//! - [`owners`]: the owner dimensions as data: their names, roles and sources.
 //! - [`telemetry`]: hosts, GPU and process windows as attribution reads them.
 //! - [`attribution`]: every dollar of a host-hour to who used its GPUs, exactly to the bill.
 //! - [`allocation`]: the parts grouped by owner and period, per currency, and which currency a
@@ -20,6 +21,7 @@ pub mod attribution;
 pub mod bill;
 pub mod idle;
 pub mod money;
+pub mod owners;
 pub mod ratecard;
 pub mod recommend;
 pub mod telemetry;

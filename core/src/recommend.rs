@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::activity::{BANDS, UTIL_BAND_POINTS};
 use crate::attribution::{Kind, Part};
+use crate::owners::{OwnerSchema, Role};
 use crate::ratecard::RateCard;
 use crate::telemetry::UsageTotal;
 
@@ -284,6 +285,8 @@ pub struct Evidence {
     pub hostnames: HashMap<i64, String>,
     /// Each host's instance type, where the agent reported one (spot prices are per type).
     pub instance_types: HashMap<i64, String>,
+    /// Which owner dimensions are the endpoint, the model and the experiment.
+    pub owners: OwnerSchema,
 }
 
 pub fn recommend(
@@ -343,6 +346,8 @@ pub fn recommend(
         held_owners: BTreeMap<String, BTreeSet<String>>,
     }
     let mut gpus: BTreeMap<&str, Gpu> = BTreeMap::new();
+    let schema = &evidence.owners;
+    let endpoint_dimension = schema.role(Role::Endpoint);
     for part in &evidence.parts {
         if let Some(g) = &part.gpu_uuid {
             let e = gpus.entry(g).or_default();
@@ -355,18 +360,16 @@ pub fn recommend(
                 Kind::Used => e.used_seconds += part.gpu_seconds,
                 Kind::HeldIdle => {
                     e.held_cost += part.cost;
-                    let o = &part.owner;
-                    for (k, v) in [
-                        ("team", &o.team),
-                        ("experiment", &o.experiment),
-                        ("model", &o.model),
-                    ] {
-                        if let Some(v) = v {
-                            e.held_owners
-                                .entry(k.to_owned())
-                                .or_default()
-                                .insert(v.clone());
-                        }
+                    // Who to ask to release it: every owner value but the endpoint's.
+                    for (k, v) in part
+                        .owner
+                        .iter()
+                        .filter(|(k, _)| Some(*k) != endpoint_dimension)
+                    {
+                        e.held_owners
+                            .entry(k.to_owned())
+                            .or_default()
+                            .insert(v.to_owned());
                     }
                 }
                 _ => {}
@@ -375,18 +378,21 @@ pub fn recommend(
         if part.kind != Kind::Used && part.kind != Kind::HeldIdle {
             continue;
         }
-        if let Some(e) = &part.owner.endpoint {
-            *cost.entry(("endpoint", e.clone())).or_default() += part.cost;
+        let endpoint = schema.value(&part.owner, Role::Endpoint);
+        if let Some(e) = endpoint {
+            *cost.entry(("endpoint", e.to_owned())).or_default() += part.cost;
         }
-        if let Some(m) = &part.owner.model {
-            *cost.entry(("model", m.clone())).or_default() += part.cost;
+        if let Some(m) = schema.value(&part.owner, Role::Model) {
+            *cost.entry(("model", m.to_owned())).or_default() += part.cost;
         }
         // Training on spot: an experiment that serves no endpoint, working (held-idle GPUs are
         // to be released, not moved), on on-demand capacity (committed capacity is paid for
         // either way), on an instance type the rate card has a spot price for.
-        let (Some(experiment), None, Kind::Used) =
-            (&part.owner.experiment, &part.owner.endpoint, part.kind)
-        else {
+        let (Some(experiment), None, Kind::Used) = (
+            schema.value(&part.owner, Role::Experiment),
+            endpoint,
+            part.kind,
+        ) else {
             continue;
         };
         if part.pricing_category != "on_demand" {

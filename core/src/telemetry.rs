@@ -28,10 +28,8 @@ pub struct StoredProcessWindow {
     pub process_name: Option<String>,
     pub memory_used_max_bytes: Option<i64>,
     pub sm_util_avg: Option<f64>,
-    pub model: Option<String>,
-    pub experiment: Option<String>,
-    pub endpoint: Option<String>,
-    pub team: Option<String>,
+    /// Every label the agent read from the process's environment, as a JSON object: owner
+    /// dimensions read theirs from it (`core::owners`).
     pub labels_json: String,
     pub container_id: Option<String>,
     pub pod_uid: Option<String>,

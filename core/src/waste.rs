@@ -350,15 +350,13 @@ pub fn find(
             if now_ms - since < duration_ms {
                 continue;
             }
-            let owners: BTreeMap<String, String> = [
-                ("model", &p.model),
-                ("experiment", &p.experiment),
-                ("endpoint", &p.endpoint),
-                ("team", &p.team),
-            ]
-            .into_iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k.to_owned(), v)))
-            .collect();
+            // Every label the process carries: who to ask, whatever the owner dimensions are.
+            let owners: BTreeMap<String, String> =
+                serde_json::from_str::<BTreeMap<String, String>>(&p.labels_json)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect();
             let siblings = by_device
                 .values()
                 .filter(|l| l.parent.is_some() && l.parent == leaf.parent)
@@ -540,11 +538,7 @@ mod tests {
             process_name: None,
             memory_used_max_bytes: Some(10 << 30),
             sm_util_avg: Some(sm),
-            model: None,
-            experiment: Some("notebook".into()),
-            endpoint: None,
-            team: Some(team.into()),
-            labels_json: "{}".into(),
+            labels_json: serde_json::json!({"experiment": "notebook", "team": team}).to_string(),
             container_id: None,
             pod_uid: None,
             user_name: None,

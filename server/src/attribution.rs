@@ -2,7 +2,7 @@
 //! ([`gpuledger_core::attribution`]: every dollar of a host-hour to who used its GPUs).
 
 use crate::billing::ratecard::RateCard;
-use crate::config::IdleConfig;
+use crate::config::{IdleConfig, OwnerSchema};
 use crate::store;
 use crate::store::{Store, StoreError};
 pub use gpuledger_core::attribution::*;
@@ -14,6 +14,7 @@ pub async fn compute(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Attribution, StoreError> {
@@ -23,7 +24,7 @@ pub async fn compute(
     let processes = store::telemetry::process_windows(store.db(), from, to_ms).await?;
     let lines = store::bills::cost_lines(store.db(), from, to_ms).await?;
     Ok(attribute_by(
-        hosts, &windows, &processes, &lines, card, busy, from, to_ms,
+        hosts, &windows, &processes, &lines, card, busy, owners, from, to_ms,
     ))
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use gpuledger_core::idle::{IdleConfig, IdleOverride};
+pub use gpuledger_core::owners::OwnerSchema;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,6 +16,9 @@ pub struct Config {
     pub idle: IdleConfig,
     #[serde(default)]
     pub slack: SlackConfig,
+    /// The owner dimensions: the default four plus the `[owners]` table's.
+    #[serde(default)]
+    pub owners: OwnerSchema,
 }
 
 /// A webhook URL; shown as `<webhook>` anywhere it could be printed.

@@ -419,6 +419,7 @@ pub async fn seed(
     store: &dyn Store,
     card: &RateCard,
     busy: &crate::config::IdleConfig,
+    owners: &crate::config::OwnerSchema,
     now_ms: i64,
 ) -> Result<usize, DemoError> {
     let this_month = month_start_ms(now_ms);
@@ -535,7 +536,7 @@ pub async fn seed(
         .await
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
     // Roll it all up now, so the first page opened shows everything.
-    crate::rollup::run(store, card, busy, usize::MAX).await?;
+    crate::rollup::run(store, card, busy, owners, usize::MAX).await?;
     Ok(batches)
 }
 

@@ -517,15 +517,8 @@ async fn write_day(
                 };
                 let gpu = part.gpu_uuid.clone().unwrap_or_default();
                 let mut tags = Map::new();
-                for (k, v) in [
-                    ("model", &part.owner.model),
-                    ("experiment", &part.owner.experiment),
-                    ("endpoint", &part.owner.endpoint),
-                    ("team", &part.owner.team),
-                ] {
-                    if let Some(v) = v {
-                        tags.insert(k.into(), Value::String(v.clone()));
-                    }
+                for (k, v) in part.owner.iter() {
+                    tags.insert(k.into(), Value::String(v.into()));
                 }
                 tags.insert("gpuledger/kind".into(), part.kind.as_str().into());
                 row.insert("AllocatedMethodId", METHOD_ID.to_owned());

@@ -61,16 +61,11 @@ pub fn episodes(a: &Attribution) -> Vec<IdleEpisode> {
         if let Some(g) = &p.gpu_uuid {
             h.gpus.insert(g.clone());
         }
-        let o = &p.owner;
-        for (k, v) in [
-            ("model", &o.model),
-            ("experiment", &o.experiment),
-            ("endpoint", &o.endpoint),
-            ("team", &o.team),
-        ] {
-            if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
-                h.owners.entry(k.to_owned()).or_default().insert(v.clone());
-            }
+        for (k, v) in p.owner.iter() {
+            h.owners
+                .entry(k.to_owned())
+                .or_default()
+                .insert(v.to_owned());
         }
     }
     let mut out = Vec::new();
@@ -132,7 +127,7 @@ pub fn episodes(a: &Attribution) -> Vec<IdleEpisode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::{Owner, Part};
+    use crate::attribution::Part;
     use crate::store::HostRow;
 
     fn part(host_id: i64, hour: i64, kind: Kind, cost: i64, team: Option<&str>) -> Part {
@@ -140,10 +135,7 @@ mod tests {
             hour_ms: hour * HOUR_MS,
             host_id,
             gpu_uuid: Some(format!("GPU-{host_id}")),
-            owner: Owner {
-                team: team.map(str::to_owned),
-                ..Default::default()
-            },
+            owner: team.map(|t| ("team", t)).into_iter().collect(),
             kind,
             pricing_category: "on_demand".into(),
             currency: "USD".into(),

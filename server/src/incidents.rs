@@ -6,6 +6,7 @@
 //! resolved and says so once. Messages go to the Slack outbox, which a separate sender drains,
 //! so a slow or failing webhook never holds anything else up.
 
+use gpuledger_core::owners::{OwnerSchema, Role, Source};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rust_decimal::Decimal;
@@ -219,12 +220,30 @@ impl Ledger {
     }
 }
 
-fn teams(owners_json: &str) -> Vec<String> {
-    serde_json::from_str::<BTreeMap<String, String>>(owners_json)
-        .ok()
-        .and_then(|o| o.get("team").cloned())
-        .into_iter()
-        .collect()
+/// The teams an incident's processes belong to: the values of the labels the team's dimension
+/// reads (several held processes list theirs comma-separated), else its cluster's value.
+fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
+    let labels: BTreeMap<String, String> = serde_json::from_str(owners_json).unwrap_or_default();
+    let mut teams: Vec<String> = Vec::new();
+    let Some(team) = schema.role(Role::Team) else {
+        return teams;
+    };
+    let Some(dimension) = schema.dimensions().iter().find(|d| d.name == team) else {
+        return teams;
+    };
+    for source in &dimension.sources {
+        if let Source::Label(key) = source {
+            for value in labels.get(key).into_iter().flat_map(|v| v.split(", ")) {
+                if !value.is_empty() && !teams.iter().any(|t| t == value) {
+                    teams.push(value.to_owned());
+                }
+            }
+        }
+    }
+    if teams.is_empty() {
+        teams.extend(dimension.clusters.get(cluster).cloned());
+    }
+    teams
 }
 
 async fn notify(
@@ -234,10 +253,10 @@ async fn notify(
     event: slack::Event,
     now_ms: i64,
 ) -> Result<bool, StoreError> {
-    let Some(route) = config
-        .slack
-        .route_for(&incident.cluster, &teams(&incident.owners_json))
-    else {
+    let Some(route) = config.slack.route_for(
+        &incident.cluster,
+        &teams(&incident.owners_json, &config.owners, &incident.cluster),
+    ) else {
         return Ok(false);
     };
     let payload = slack::incident_message(incident, event, &config.slack.base_url, now_ms);

@@ -192,6 +192,7 @@ pub fn spawn_rollup_jobs(
                         store.as_ref(),
                         &card,
                         &config.idle,
+                        &config.owners,
                         24 * 7,
                         open_from,
                     )
@@ -207,6 +208,7 @@ pub fn spawn_rollup_jobs(
                         store.as_ref(),
                         &card,
                         &config.idle,
+                        &config.owners,
                         open_from,
                         now,
                     )
@@ -235,7 +237,7 @@ pub fn spawn_rollup_jobs(
                 .is_none_or(|last| now - last >= crate::recommend::snapshots::REFRESH_EVERY_MS)
             {
                 last_recommendations = Some(now);
-                refresh_recommendations(store.as_ref(), &card, &holder, now).await;
+                refresh_recommendations(store.as_ref(), &card, &config.owners, &holder, now).await;
             }
             if last_retention.is_some_and(|last| now - last < 3_600_000) {
                 continue;
@@ -284,13 +286,14 @@ pub fn spawn_rollup_jobs(
 async fn refresh_recommendations(
     store: &dyn Store,
     card: &crate::billing::ratecard::RateCard,
+    owners: &crate::config::OwnerSchema,
     holder: &str,
     now: i64,
 ) {
     use crate::recommend::snapshots::{refresh, REFRESH_JOB};
     match store::jobs::try_lease(store.db(), REFRESH_JOB, holder, now, 10 * 60_000).await {
         Ok(true) => {
-            if let Err(e) = refresh(store, card, now).await {
+            if let Err(e) = refresh(store, card, owners, now).await {
                 tracing::error!(error = %e, "recommendations refresh failed; will retry");
             }
             if let Err(e) = store::jobs::finish_lease(store.db(), REFRESH_JOB, holder, now).await {

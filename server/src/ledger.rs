@@ -12,19 +12,29 @@ use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::hour_floor;
 use gpuledger_core::time::DAY_MS;
 
-pub(crate) fn part_of(r: RollupRow) -> Part {
+/// Owners read back from their text, each distinct one once.
+#[derive(Default)]
+pub(crate) struct OwnerTexts(HashMap<String, Owner>);
+
+impl OwnerTexts {
+    fn owner(&mut self, text: String) -> Owner {
+        if let Some(o) = self.0.get(&text) {
+            return o.clone();
+        }
+        let o = Owner::from_key(&text);
+        self.0.insert(text, o.clone());
+        o
+    }
+}
+
+pub(crate) fn part_of(r: RollupRow, owners: &mut OwnerTexts) -> Part {
     let opt = |v: String| (!v.is_empty()).then_some(v);
     Part {
         hour_ms: r.period_ms,
         host_id: r.host_id,
         kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
         gpu_uuid: opt(r.gpu_uuid),
-        owner: Owner {
-            model: opt(r.model),
-            experiment: opt(r.experiment),
-            endpoint: opt(r.endpoint),
-            team: opt(r.team),
-        },
+        owner: owners.owner(r.owner),
         pricing_category: r.pricing_category,
         currency: r.currency,
         cost: from_nano_atto(r.cost_nano, r.cost_atto),
@@ -40,7 +50,7 @@ pub(crate) fn part_of(r: RollupRow) -> Part {
 /// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
 /// the hours at either end from the hourly one ([`RollupGrain::HostDay`] likewise, its day parts
 /// summed over each host's GPUs and naming none); with [`RollupGrain::Hour`], every part is an
-/// hour (and with [`RollupGrain::ExperimentHour`], every hour of experiment-labelled work).
+/// hour (and with [`RollupGrain::OwnerHour`], every hour of one dimension's owners' work).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -62,11 +72,12 @@ pub async fn load(
             store::ledger::rollup_rows(store.db(), RollupGrain::Hour, last_whole_day, to).await?,
         );
     } else {
-        // No whole day in range: hours (experiment hours stay experiment hours).
+        // No whole day in range: hours (an owner's hours stay its hours).
         let hourly = if daily { RollupGrain::Hour } else { grain };
         rows = store::ledger::rollup_rows(store.db(), hourly, from, to).await?;
     }
-    let mut parts: Vec<Part> = rows.into_iter().map(part_of).collect();
+    let mut owners = OwnerTexts::default();
+    let mut parts: Vec<Part> = rows.into_iter().map(|r| part_of(r, &mut owners)).collect();
     // A stable order, whatever the database returns: by time, host, GPU.
     parts.sort_by(|a, b| {
         (a.hour_ms, a.host_id, &a.gpu_uuid).cmp(&(b.hour_ms, b.host_id, &b.gpu_uuid))
@@ -102,8 +113,9 @@ pub async fn top_gpu_days(
     let (top, count) =
         store::ledger::rollup_top_gpus(store.db(), from_ms, to_ms, limit as i64).await?;
     let rows = store::ledger::rollup_gpu_days(store.db(), from_ms, to_ms, &top).await?;
+    let mut owners = OwnerTexts::default();
     Ok((
-        rows.into_iter().map(part_of).collect(),
+        rows.into_iter().map(|r| part_of(r, &mut owners)).collect(),
         usize::try_from(count).unwrap_or(0),
     ))
 }

@@ -473,6 +473,7 @@ async fn main() -> anyhow::Result<()> {
                             store.as_ref(),
                             &card,
                             &config.idle,
+                            &config.owners,
                             ms(from),
                             ms(to),
                             close,
@@ -489,6 +490,7 @@ async fn main() -> anyhow::Result<()> {
                         store.as_ref(),
                         &card,
                         &config.idle,
+                        &config.owners,
                         usize::MAX,
                         open_from,
                     )
@@ -498,6 +500,7 @@ async fn main() -> anyhow::Result<()> {
                             store.as_ref(),
                             &card,
                             &config.idle,
+                            &config.owners,
                             open_from,
                             now_ms(),
                         )
@@ -643,7 +646,14 @@ async fn main() -> anyhow::Result<()> {
             let seeded_at = now_ms();
             // The seed is attributed by the same thresholds as what the server rolls up later.
             let config = config_from(args.config.as_deref())?;
-            let batches = demo::seed(store.as_ref(), &card, &config.idle, seeded_at).await?;
+            let batches = demo::seed(
+                store.as_ref(),
+                &card,
+                &config.idle,
+                &config.owners,
+                seeded_at,
+            )
+            .await?;
             // From here the simulated agents keep reporting, a window a minute, so the Idle page
             // and Slack see a live fleet.
             let live = store.clone();

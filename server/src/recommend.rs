@@ -16,16 +16,23 @@ pub async fn recommendation_evidence(
     store: &dyn Store,
     from_ms: i64,
     to_ms: i64,
+    owners: &gpuledger_core::owners::OwnerSchema,
 ) -> Result<Evidence, StoreError> {
-    let mut evidence = Evidence::default();
+    let mut evidence = Evidence {
+        owners: owners.clone(),
+        ..Evidence::default()
+    };
+    let mut texts = crate::ledger::OwnerTexts::default();
     for (grain, a, b) in crate::ledger::spans(from_ms, to_ms) {
         let (totals, usage) = tokio::try_join!(
             store::ledger::rollup_gpu_owner_totals(store.db(), grain, a, b),
             store::ledger::rollup_usage(store.db(), grain, a, b)
         )?;
-        evidence
-            .parts
-            .extend(totals.into_iter().map(crate::ledger::part_of));
+        evidence.parts.extend(
+            totals
+                .into_iter()
+                .map(|r| crate::ledger::part_of(r, &mut texts)),
+        );
         evidence.usage.extend(usage);
     }
     evidence.mig_instances = store::telemetry::mig_instances(store.db())
@@ -51,25 +58,30 @@ pub fn evidence_from_raw(
 ) -> Evidence {
     let gpu_of: HashMap<&str, &AttributionWindow> =
         windows.iter().map(|w| (w.gpu_uuid.as_str(), w)).collect();
-    let usage = crate::rollup::usage_rows(windows, processes)
-        .into_iter()
-        .map(|u| {
-            let w = gpu_of.get(u.gpu_uuid.as_str());
-            UsageTotal {
-                host_id: u.host_id,
-                gpu_name: w.and_then(|w| w.gpu_name.clone()),
-                memory_total_bytes: w.and_then(|w| w.memory_total_bytes),
-                parent_uuid: w.and_then(|w| w.parent_uuid.clone()),
-                gpu_uuid: u.gpu_uuid,
-                owner_by: u.owner_by,
-                owner_key: u.owner_key,
-                util_band: u.util_band,
-                windows: u.windows,
-                peak_memory_bytes: u.peak_memory_bytes,
-            }
-        })
-        .collect();
+    let usage = crate::rollup::usage_rows(
+        windows,
+        processes,
+        &gpuledger_core::owners::OwnerSchema::default(),
+    )
+    .into_iter()
+    .map(|u| {
+        let w = gpu_of.get(u.gpu_uuid.as_str());
+        UsageTotal {
+            host_id: u.host_id,
+            gpu_name: w.and_then(|w| w.gpu_name.clone()),
+            memory_total_bytes: w.and_then(|w| w.memory_total_bytes),
+            parent_uuid: w.and_then(|w| w.parent_uuid.clone()),
+            gpu_uuid: u.gpu_uuid,
+            owner_by: u.owner_by,
+            owner_key: u.owner_key,
+            util_band: u.util_band,
+            windows: u.windows,
+            peak_memory_bytes: u.peak_memory_bytes,
+        }
+    })
+    .collect();
     Evidence {
+        owners: Default::default(),
         parts: attribution.parts.clone(),
         usage,
         mig_instances: windows

@@ -211,6 +211,7 @@ mod tests {
 
     fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {
         StoredCostLine {
+            tags_json: "{}".into(),
             resource_key: key.map(str::to_owned),
             charge_period_start_ms: 0,
             charge_period_end_ms: 2 * HOUR_MS,

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::attribution::{self, Part};
 use crate::billing::ratecard::RateCard;
-use crate::config::IdleConfig;
+use crate::config::{IdleConfig, OwnerSchema};
 use crate::store;
 use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
@@ -20,6 +20,7 @@ use crate::store::{
 };
 use gpuledger_core::activity::util_band;
 use gpuledger_core::money::to_nano_atto;
+use gpuledger_core::owners::{Owner, Role};
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
@@ -48,12 +49,14 @@ pub async fn run(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     max_hours: usize,
 ) -> Result<RollupSummary, StoreError> {
     run_in_passes(
         store,
         card,
         busy,
+        owners,
         max_hours,
         WINDOWS_PER_PASS,
         (i64::MIN, i64::MAX),
@@ -68,6 +71,7 @@ pub async fn run_open_months(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     max_hours: usize,
     open_from_ms: i64,
 ) -> Result<RollupSummary, StoreError> {
@@ -75,6 +79,7 @@ pub async fn run_open_months(
         store,
         card,
         busy,
+        owners,
         max_hours,
         WINDOWS_PER_PASS,
         (open_from_ms, i64::MAX),
@@ -86,6 +91,7 @@ async fn run_in_passes(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     max_hours: usize,
     windows_per_pass: i64,
     (from_ms, to_ms): (i64, i64),
@@ -110,7 +116,8 @@ async fn run_in_passes(
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 for group in &pass.host_groups {
                     let (r, u, us) =
-                        attribute_hours(store, card, busy, &hosts, &lines, group, from, to).await?;
+                        attribute_hours(store, card, busy, owners, &hosts, &lines, group, from, to)
+                            .await?;
                     rows.extend(r);
                     unattributed.extend(u);
                     usage.extend(us);
@@ -120,8 +127,15 @@ async fn run_in_passes(
                     .iter()
                     .flat_map(|h| by_hour.remove(h).unwrap_or_default())
                     .collect();
-                store::rollups::replace_rollups(store.db(), &marks, &rows, &unattributed, &usage)
-                    .await?;
+                store::rollups::replace_rollups(
+                    store.db(),
+                    &marks,
+                    &rows,
+                    &unattributed,
+                    &usage,
+                    owners.role(Role::Experiment),
+                )
+                .await?;
                 summary.hours += pass.hours.len();
                 summary.rows += rows.len();
                 if summary.hours >= max_hours {
@@ -285,6 +299,7 @@ async fn attribute_hours(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     hosts: &[HostRow],
     lines: &[StoredCostLine],
     group: &HostGroup,
@@ -295,7 +310,7 @@ async fn attribute_hours(
         let windows = store::rollups::attribution_windows(store.db(), from, to).await?;
         let processes = store::telemetry::process_windows(store.db(), from, to).await?;
         return Ok(attribute_read(
-            card, busy, hosts, &windows, &processes, lines, from, to,
+            card, busy, owners, hosts, &windows, &processes, lines, from, to,
         ));
     }
     let (windows, processes) =
@@ -317,6 +332,7 @@ async fn attribute_hours(
     Ok(attribute_read(
         card,
         busy,
+        owners,
         hosts,
         &windows,
         &processes,
@@ -331,6 +347,7 @@ async fn attribute_hours(
 fn attribute_read(
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     hosts: &[HostRow],
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
@@ -338,7 +355,7 @@ fn attribute_read(
     from: i64,
     to: i64,
 ) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
-    let usage = usage_rows(windows, processes);
+    let usage = usage_rows(windows, processes, owners);
     let a = attribution::attribute_by(
         hosts.to_vec(),
         windows,
@@ -346,6 +363,7 @@ fn attribute_read(
         lines,
         card,
         busy,
+        owners,
         from,
         to,
     );
@@ -367,16 +385,12 @@ fn attribute_read(
 }
 
 fn row_of(p: &Part) -> RollupRow {
-    let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let (cost_nano, cost_atto) = to_nano_atto(p.cost);
     RollupRow {
         period_ms: p.hour_ms,
         host_id: p.host_id,
-        gpu_uuid: text(&p.gpu_uuid),
-        model: text(&p.owner.model),
-        experiment: text(&p.owner.experiment),
-        endpoint: text(&p.owner.endpoint),
-        team: text(&p.owner.team),
+        gpu_uuid: p.gpu_uuid.clone().unwrap_or_default(),
+        owner: p.owner.key(),
         kind: p.kind.as_str().to_owned(),
         pricing_category: p.pricing_category.clone(),
         currency: p.currency.clone(),
@@ -390,29 +404,47 @@ fn row_of(p: &Part) -> RollupRow {
     }
 }
 
-/// Per hour, GPU and endpoint or model label: GPU windows per utilization band and the largest
-/// GPU memory one of its processes held (what the roll-up keeps for right-sizing). A window
-/// counts once per label however many of its processes carry it.
+/// Per hour, GPU and endpoint or model (the values of the dimensions with those roles, from the
+/// process's labels): GPU windows per utilization band and the largest GPU memory one of its
+/// processes held (what the roll-up keeps for right-sizing). A window counts once per value
+/// however many of its processes carry it.
 pub(crate) fn usage_rows(
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
+    owners: &OwnerSchema,
 ) -> Vec<UsageRow> {
     let window_of: HashMap<(&str, i64), &AttributionWindow> = windows
         .iter()
         .map(|w| ((w.gpu_uuid.as_str(), w.start_ms), w))
         .collect();
-    type Key<'a> = (i64, i64, &'a str, &'static str, &'a str, i64);
+    type Key<'a> = (i64, i64, &'a str, &'static str, String, i64);
     let mut counted: BTreeMap<Key, (BTreeSet<i64>, i64)> = BTreeMap::new();
+    let mut labelled: HashMap<&str, Owner> = HashMap::new();
     for p in processes {
         let Some(w) = window_of.get(&(p.gpu_uuid.as_str(), p.start_ms)) else {
             continue;
         };
         let band = w.util_avg.map_or(-1, util_band);
-        for (by, key) in [("endpoint", &p.endpoint), ("model", &p.model)] {
-            let Some(key) = key else { continue };
+        // Endpoints and models are read from labels only (not from a cluster or a bill tag).
+        let owner = labelled.entry(p.labels_json.as_str()).or_insert_with(|| {
+            let labels: BTreeMap<String, String> =
+                serde_json::from_str(&p.labels_json).unwrap_or_default();
+            owners.owner_of(&labels, "")
+        });
+        for role in [Role::Endpoint, Role::Model] {
+            let Some(key) = owners.value(owner, role) else {
+                continue;
+            };
             let hour = gpuledger_core::time::hour_floor(w.start_ms);
             let e = counted
-                .entry((hour, w.host_id, w.gpu_uuid.as_str(), by, key.as_str(), band))
+                .entry((
+                    hour,
+                    w.host_id,
+                    w.gpu_uuid.as_str(),
+                    role.as_str(),
+                    key.to_owned(),
+                    band,
+                ))
                 .or_default();
             e.0.insert(w.start_ms);
             e.1 = e.1.max(p.memory_used_max_bytes.unwrap_or(0));
@@ -426,7 +458,7 @@ pub(crate) fn usage_rows(
                 host_id,
                 gpu_uuid: gpu.to_owned(),
                 owner_by: by.to_owned(),
-                owner_key: key.to_owned(),
+                owner_key: key,
                 util_band,
                 windows: starts.len() as i64,
                 peak_memory_bytes: peak,
@@ -455,7 +487,7 @@ async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<Stri
     let mut totals: BTreeMap<(String, String), rust_decimal::Decimal> = BTreeMap::new();
     for row in crate::allocation::group(
         &a,
-        crate::allocation::GroupBy::Team,
+        crate::allocation::GroupBy::TEAM,
         crate::allocation::Step::Month,
     ) {
         *totals.entry((row.key, row.currency)).or_default() += row.cost;
@@ -489,6 +521,7 @@ pub async fn rebuild(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     from_ms: i64,
     to_ms: i64,
     close: crate::closing::ClosePolicy,
@@ -553,12 +586,21 @@ pub async fn rebuild(
         store,
         card,
         busy,
+        owners,
         usize::MAX,
         WINDOWS_PER_PASS,
         (hour_floor(from_ms), to_ms),
     )
     .await?;
-    let open = run_open_months(store, card, busy, usize::MAX, close.open_from(now_ms)).await?;
+    let open = run_open_months(
+        store,
+        card,
+        busy,
+        owners,
+        usize::MAX,
+        close.open_from(now_ms),
+    )
+    .await?;
     summary.hours += open.hours;
     summary.rows += open.rows;
     let mut restated = Vec::new();
@@ -587,6 +629,7 @@ pub async fn attribute_new_closed_months(
     store: &dyn Store,
     card: &RateCard,
     busy: &IdleConfig,
+    owners: &OwnerSchema,
     open_from_ms: i64,
     now_ms: i64,
 ) -> Result<Vec<crate::store::RestatementRow>, StoreError> {
@@ -610,6 +653,7 @@ pub async fn attribute_new_closed_months(
             store,
             card,
             busy,
+            owners,
             usize::MAX,
             WINDOWS_PER_PASS,
             (month, next),

@@ -77,6 +77,7 @@ pub async fn roll_up(store: &dyn crate::store::Store) {
         store,
         &crate::billing::ratecard::RateCard::default_card(),
         &crate::config::IdleConfig::default(),
+        &crate::config::OwnerSchema::default(),
         usize::MAX,
     )
     .await

@@ -1,5 +1,6 @@
 //! Cost per unit of work: what 1,000 requests to an endpoint cost (from request counts that
-//! serving code posts), and what each training run cost (a run is one `experiment` label value).
+//! serving code posts), and what each training run cost (a run is one value of the
+//! dimension with the experiment role).
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,9 @@ use serde::Serialize;
 
 use crate::allocation::{group, key_of, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
+use crate::config::OwnerSchema;
 use crate::store::{self, Refusal, Store, StoreError, UsageCount};
+use gpuledger_core::owners::Role;
 use gpuledger_core::time::rfc3339;
 use gpuledger_core::time::HOUR_MS;
 
@@ -31,9 +34,10 @@ pub async fn endpoint_costs_in(
     a: &Attribution,
     from_ms: i64,
     to_ms: i64,
+    schema: &OwnerSchema,
 ) -> Result<Vec<EndpointUnitCost>, StoreError> {
     let requests = store::usage::usage_totals(store.db(), from_ms, to_ms).await?;
-    Ok(endpoint_costs(a, &requests))
+    Ok(endpoint_costs(a, &requests, schema))
 }
 
 /// The currency the unit costs are in: the one the month's pages show (costs in different
@@ -67,10 +71,17 @@ fn blank(endpoint: &str, currency: &str) -> EndpointUnitCost {
 }
 
 /// Every endpoint with cost or requests in the range, costliest first.
-pub fn endpoint_costs(a: &Attribution, requests: &[(String, i64)]) -> Vec<EndpointUnitCost> {
+/// Endpoints are the values of the dimension with the endpoint role in `schema`.
+pub fn endpoint_costs(
+    a: &Attribution,
+    requests: &[(String, i64)],
+    schema: &OwnerSchema,
+) -> Vec<EndpointUnitCost> {
     let currency = main_currency(a);
     let mut out: BTreeMap<String, EndpointUnitCost> = BTreeMap::new();
-    for row in group(a, GroupBy::Endpoint, Step::Month) {
+    let rows =
+        GroupBy::role(schema, Role::Endpoint).map_or_else(Vec::new, |by| group(a, by, Step::Month));
+    for row in rows {
         if row.currency != currency || row.key.starts_with('(') {
             continue;
         }
@@ -131,8 +142,8 @@ pub struct RunHours {
 /// Only real runs: an experiment that never did work (a notebook holding GPUs idle all along)
 /// is held-idle waste, not a training run, and would skew what a run costs on average.
 /// `a` holds hourly parts.
-pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
-    runs_of(a, None)
+pub fn training_runs(a: &Attribution, schema: &OwnerSchema) -> Vec<TrainingRun> {
+    runs_of(a, None, schema)
 }
 
 /// [`training_runs`] from daily parts: a day part cannot say in which hours the run was active,
@@ -140,14 +151,20 @@ pub fn training_runs(a: &Attribution) -> Vec<TrainingRun> {
 pub fn training_runs_by_day(
     a: &Attribution,
     hours: &std::collections::HashMap<String, RunHours>,
+    schema: &OwnerSchema,
 ) -> Vec<TrainingRun> {
-    runs_of(a, Some(hours))
+    runs_of(a, Some(hours), schema)
 }
 
+/// A run is one value of the dimension with the experiment role; its model and team those of
+/// the dimensions with those roles.
 fn runs_of(
     a: &Attribution,
     run_hours: Option<&std::collections::HashMap<String, RunHours>>,
+    schema: &OwnerSchema,
 ) -> Vec<TrainingRun> {
+    let model_by = GroupBy::role(schema, Role::Model);
+    let team_by = GroupBy::role(schema, Role::Team);
     let currency = main_currency(a);
     struct Acc {
         first: i64,
@@ -167,10 +184,10 @@ fn runs_of(
         if p.currency != currency || !matches!(p.kind, Kind::Used | Kind::HeldIdle) {
             continue;
         }
-        let Some(experiment) = &p.owner.experiment else {
+        let Some(experiment) = schema.value(&p.owner, Role::Experiment) else {
             continue;
         };
-        let r = runs.entry(experiment.clone()).or_insert_with(|| Acc {
+        let r = runs.entry(experiment.to_owned()).or_insert_with(|| Acc {
             first: p.hour_ms,
             last: p.hour_ms,
             hours: Default::default(),
@@ -193,8 +210,12 @@ fn runs_of(
             r.used_seconds += p.gpu_seconds;
         }
         r.estimated |= p.estimated;
-        *r.models.entry(key_of(p, GroupBy::Model, a)).or_default() += p.cost;
-        *r.teams.entry(key_of(p, GroupBy::Team, a)).or_default() += p.cost;
+        if let Some(by) = model_by {
+            *r.models.entry(key_of(p, by, a)).or_default() += p.cost;
+        }
+        if let Some(by) = team_by {
+            *r.teams.entry(key_of(p, by, a)).or_default() += p.cost;
+        }
     }
     let top = |m: &BTreeMap<String, Decimal>| {
         m.iter()
@@ -300,7 +321,7 @@ pub async fn request_totals(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::{Owner, Part};
+    use crate::attribution::Part;
     use std::collections::HashMap;
 
     fn part(
@@ -314,12 +335,15 @@ mod tests {
             hour_ms: hour * HOUR_MS,
             host_id: 1,
             gpu_uuid: Some("GPU-1".into()),
-            owner: Owner {
-                model: Some("m".into()),
-                experiment: experiment.map(Into::into),
-                endpoint: endpoint.map(Into::into),
-                team: Some("t".into()),
-            },
+            owner: [
+                ("model", Some("m")),
+                ("experiment", experiment),
+                ("endpoint", endpoint),
+                ("team", Some("t")),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect(),
             kind,
             pricing_category: "on_demand".into(),
             currency: "USD".into(),
@@ -349,7 +373,11 @@ mod tests {
             part(0, Some("embed"), None, Kind::Used, "1.00"),
             part(0, None, None, Kind::Idle, "5.00"),
         ]);
-        let rows = endpoint_costs(&a, &[("chat".into(), 3_000), ("search".into(), 10)]);
+        let rows = endpoint_costs(
+            &a,
+            &[("chat".into(), 3_000), ("search".into(), 10)],
+            &OwnerSchema::default(),
+        );
         let chat = &rows[0];
         assert_eq!(
             (chat.endpoint.as_str(), chat.cost),
@@ -379,7 +407,7 @@ mod tests {
             part(5, None, Some("notebook"), Kind::HeldIdle, "40.00"),
             part(6, None, Some("notebook"), Kind::HeldIdle, "40.00"),
         ]);
-        let runs = training_runs(&a);
+        let runs = training_runs(&a, &crate::config::OwnerSchema::default());
         assert_eq!(runs.len(), 2, "{runs:?}");
         assert_eq!(runs[0].experiment, "run-8");
         let r7 = &runs[1];

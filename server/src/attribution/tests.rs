@@ -70,11 +70,8 @@ fn process(
         process_name: None,
         memory_used_max_bytes: Some(mem_gib * GIB),
         sm_util_avg: sm,
-        model: Some(model.into()),
-        experiment: None,
-        endpoint: None,
-        team: Some(format!("team-{model}")),
-        labels_json: "{}".into(),
+        labels_json: serde_json::json!({"model": model, "team": format!("team-{model}")})
+            .to_string(),
         container_id: None,
         pod_uid: None,
         user_name: None,
@@ -92,6 +89,7 @@ fn line(key: &str, start: i64, end: i64, cost: &str, category: &str) -> StoredCo
         currency: "USD".into(),
         pricing_category: category.into(),
         instance_type: None,
+        tags_json: "{}".into(),
     }
 }
 
@@ -100,7 +98,7 @@ fn cost_where(a: &Attribution, f: impl Fn(&Part) -> bool) -> Decimal {
 }
 
 fn model_is(p: &Part, m: &str) -> bool {
-    p.owner.model.as_deref() == Some(m)
+    p.owner.get("model") == Some(m)
 }
 
 /// Two GPUs, one hour, a $10 bill, usage known by construction.
@@ -611,6 +609,7 @@ fn attribution_and_idle_detection_agree_window_by_window() {
                 &lines,
                 &RateCard::default_card(),
                 &strict,
+                &gpuledger_core::owners::OwnerSchema::default(),
                 H,
                 H + HOUR_MS,
             );
@@ -750,6 +749,7 @@ fn the_documented_worked_example() {
         &[line("i-1", H, H + HOUR_MS, "8.00", "on_demand")],
         &RateCard::default_card(),
         &config,
+        &gpuledger_core::owners::OwnerSchema::default(),
         H,
         H + HOUR_MS,
     );

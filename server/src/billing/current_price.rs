@@ -137,6 +137,7 @@ mod tests {
             currency: "USD".into(),
             pricing_category: "on_demand".into(),
             instance_type: None,
+            tags_json: "{}".into(),
         }
     }
 

@@ -7,15 +7,30 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let card = RateCard::default_card();
     let now = 1_795_300_000_000; // 2026-11-22
     let busy = crate::config::IdleConfig::default();
-    let reports = seed(store.as_ref(), &card, &busy, now).await.unwrap();
+    let reports = seed(
+        store.as_ref(),
+        &card,
+        &busy,
+        &crate::config::OwnerSchema::default(),
+        now,
+    )
+    .await
+    .unwrap();
     assert!(reports > 500, "{reports}");
     let imports = store::bills::billing_imports(store.db()).await.unwrap();
     assert_eq!(imports.len(), 1);
     // Attribution over the previous month adds up to what the bill says about GPU hosts.
     let (from, to) = gpuledger_core::time::month_of(month_start_ms(month_start_ms(now) - 1));
-    let a = crate::attribution::compute(store.as_ref(), &card, &busy, from, to)
-        .await
-        .unwrap();
+    let a = crate::attribution::compute(
+        store.as_ref(),
+        &card,
+        &busy,
+        &crate::config::OwnerSchema::default(),
+        from,
+        to,
+    )
+    .await
+    .unwrap();
     let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();
     let lines = store::bills::cost_lines(store.db(), from, to)
         .await
@@ -100,7 +115,8 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let requests = store::usage::usage_totals(store.db(), from, to)
         .await
         .unwrap();
-    let unit = crate::unit_costs::endpoint_costs(&a, &requests);
+    let unit =
+        crate::unit_costs::endpoint_costs(&a, &requests, &crate::config::OwnerSchema::default());
     let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
     for endpoint in ["embeddings", "chat-api", "rerank"] {
@@ -113,9 +129,15 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     // The review's recommendations for the previous month: on separate GPUs, each saving
     // within what its GPUs cost over the same days, the headline their sum.
     let range = crate::recommend::snapshots::review_range(from, to, now).unwrap();
-    let recs = crate::recommend::snapshots::get(store.as_ref(), &card, range, now)
-        .await
-        .unwrap();
+    let recs = crate::recommend::snapshots::get(
+        store.as_ref(),
+        &card,
+        &crate::config::OwnerSchema::default(),
+        range,
+        now,
+    )
+    .await
+    .unwrap();
     let mut covered: Vec<(String, Decimal, Decimal)> = Vec::new();
     for x in &recs.right_size {
         covered.extend(x.gpus.iter().map(|g| (g.clone(), x.saving, x.cost)));

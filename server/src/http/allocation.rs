@@ -1,6 +1,7 @@
 //! `GET /api/v1/allocation`: who the GPU bill belongs to, and `GET /api/v1/billing/imports`:
 //! what bills are in, with their exact totals.
 
+use crate::config::OwnerSchema;
 use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -25,42 +26,43 @@ pub fn router() -> Router<AppState> {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct AllocationQuery {
     from: Option<String>,
     to: Option<String>,
     by: Option<String>,
     step: Option<String>,
     format: Option<String>,
-    // Filters: only the parts whose key under that dimension is this value.
-    model: Option<String>,
-    experiment: Option<String>,
-    endpoint: Option<String>,
-    team: Option<String>,
-    cluster: Option<String>,
-    host: Option<String>,
-    gpu: Option<String>,
-    instance_type: Option<String>,
-    pricing_category: Option<String>,
+    /// Filters: only the parts whose key under that dimension (an owner dimension of the
+    /// schema or a fleet dimension, by name) is this value. Any other name is refused.
+    #[serde(flatten)]
+    filters: std::collections::BTreeMap<String, String>,
 }
 
 impl AllocationQuery {
-    fn filters(&self) -> Vec<(GroupBy, String)> {
-        [
-            (GroupBy::Model, &self.model),
-            (GroupBy::Experiment, &self.experiment),
-            (GroupBy::Endpoint, &self.endpoint),
-            (GroupBy::Team, &self.team),
-            (GroupBy::Cluster, &self.cluster),
-            (GroupBy::Host, &self.host),
-            (GroupBy::Gpu, &self.gpu),
-            (GroupBy::InstanceType, &self.instance_type),
-            (GroupBy::PricingCategory, &self.pricing_category),
-        ]
-        .into_iter()
-        .filter_map(|(by, v)| v.clone().map(|v| (by, v)))
-        .collect()
+    fn filters(&self, schema: &OwnerSchema) -> Result<Vec<(GroupBy, String)>, ApiError> {
+        self.filters
+            .iter()
+            .map(|(name, value)| match GroupBy::parse(name, schema) {
+                Some(by) => Ok((by, value.clone())),
+                None => Err(bad(
+                    name,
+                    format!(
+                        "is not a parameter: from, to, by, step, format, or a filter by {}",
+                        dimension_names(schema)
+                    ),
+                )),
+            })
+            .collect()
     }
+}
+
+/// The dimensions `by=` and the filters take, in order, comma-separated.
+fn dimension_names(schema: &OwnerSchema) -> String {
+    GroupBy::all(schema)
+        .iter()
+        .map(|g| g.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Debug, Serialize)]
@@ -132,12 +134,17 @@ async fn get_allocation(
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
     let (from, to) = range(&q.from, &q.to)?;
-    let by: GroupBy = choice(
-        "by",
-        q.by.as_deref(),
-        "team",
-        "model, experiment, endpoint, team, cluster, host, gpu, instance_type, pricing_category",
-    )?;
+    let schema = &state.config.owners;
+    let by_name = q.by.as_deref().unwrap_or("team");
+    let by = GroupBy::parse(by_name, schema).ok_or_else(|| {
+        bad(
+            "by",
+            format!(
+                "must be one of {}, got {by_name:?}",
+                dimension_names(schema)
+            ),
+        )
+    })?;
     let step: Step = choice("step", q.step.as_deref(), "day", "hour, day, month")?;
     let format = q.format.as_deref().unwrap_or("json");
     if !["json", "csv", "focus", "focus-parquet"].contains(&format) {
@@ -146,13 +153,13 @@ async fn get_allocation(
     // Hourly rows when hours are asked for (FOCUS rows are hourly charge periods); days
     // otherwise: a month is ~30 rows a GPU instead of ~720.
     // Rows per host unless single GPUs are asked for.
-    let per_gpu = by == GroupBy::Gpu || q.gpu.is_some();
+    let per_gpu = by == GroupBy::Gpu || q.filters.contains_key("gpu");
     let grain_for = |step| match step {
         Step::Hour => RollupGrain::Hour,
         _ if per_gpu => RollupGrain::Day,
         _ => RollupGrain::HostDay,
     };
-    let filters = q.filters();
+    let filters = q.filters(schema)?;
     match format {
         "focus" => return Ok(focus_response(state, from, to, filters, Format::Csv)),
         "focus-parquet" => return Ok(focus_response(state, from, to, filters, Format::Parquet)),

@@ -77,36 +77,35 @@ pub struct Table {
     pub title: String,
     pub by: &'static str,
     /// The key column's heading: "Model", "Pricing", …
-    pub column: &'static str,
+    pub column: String,
     pub csv: String,
     pub rows: Vec<Bar>,
 }
 
-pub fn column_of(by: GroupBy) -> &'static str {
+/// A dimension's column heading: an owner dimension's name as words (`cost_center` → "Cost
+/// center").
+pub fn column_of(by: GroupBy) -> String {
     match by {
-        GroupBy::Model => "Model",
-        GroupBy::Experiment => "Experiment",
-        GroupBy::Endpoint => "Endpoint",
-        GroupBy::Team => "Team",
-        GroupBy::Cluster => "Cluster",
-        GroupBy::Host => "Host",
-        GroupBy::Gpu => "GPU",
-        GroupBy::InstanceType => "Instance type",
-        GroupBy::PricingCategory => "Pricing",
+        GroupBy::Owner(name) => {
+            let words = name.replace('_', " ");
+            let mut chars = words.chars();
+            chars.next().map_or_else(String::new, |c| {
+                c.to_uppercase().chain(chars).collect::<String>()
+            })
+        }
+        GroupBy::Cluster => "Cluster".into(),
+        GroupBy::Host => "Host".into(),
+        GroupBy::Gpu => "GPU".into(),
+        GroupBy::InstanceType => "Instance type".into(),
+        GroupBy::PricingCategory => "Pricing".into(),
     }
 }
 
-pub fn title_of(by: GroupBy) -> &'static str {
+pub fn title_of(by: GroupBy) -> String {
+    let column = column_of(by);
     match by {
-        GroupBy::Model => "By model",
-        GroupBy::Experiment => "By experiment",
-        GroupBy::Endpoint => "By endpoint",
-        GroupBy::Team => "By team",
-        GroupBy::Cluster => "By cluster",
-        GroupBy::Host => "By host",
-        GroupBy::Gpu => "By GPU",
-        GroupBy::InstanceType => "By instance type",
-        GroupBy::PricingCategory => "By pricing",
+        GroupBy::Gpu => "By GPU".into(),
+        _ => format!("By {}", column.to_lowercase()),
     }
 }
 
@@ -130,7 +129,7 @@ pub fn table(
         .unwrap_or(Decimal::ONE)
         .max(Decimal::new(1, 6));
     Table {
-        title: title_of(by).to_owned(),
+        title: title_of(by),
         by: by.as_str(),
         column: column_of(by),
         csv: csv_href(month, next_month, by, "month", filters),
@@ -241,7 +240,7 @@ pub fn days(
             DayBar {
                 label: chrono::DateTime::from_timestamp_millis(day)
                     .map_or_else(String::new, |d| d.day().to_string()),
-                href: api_href(&day_from, &day_to, GroupBy::Team, "day", filters),
+                href: api_href(&day_from, &day_to, GroupBy::TEAM, "day", filters),
                 x: AXIS_WIDTH + i as f64 * STEP,
                 idle_y: HEIGHT - ih,
                 idle_h: ih,

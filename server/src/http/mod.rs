@@ -9,6 +9,8 @@ mod health;
 mod incidents;
 pub(crate) mod ingest;
 mod login;
+#[cfg(test)]
+mod owner_dimension_tests;
 pub(crate) mod page;
 mod recommendations;
 mod review;

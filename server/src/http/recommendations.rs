@@ -55,6 +55,7 @@ async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, 
     snapshots::get(
         state.store.as_ref(),
         &state.rate_card,
+        &state.config.owners,
         snapshots::lookback_range(now, lookback_ms),
         now,
     )

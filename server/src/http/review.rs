@@ -20,10 +20,12 @@ use super::page::{error_page, render, Chrome};
 use super::AppState;
 use crate::allocation::{self, calendar_month, totals, GroupBy, InCurrency, Step};
 use crate::attribution::Attribution;
+use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
 use crate::store::RollupGrain;
+use gpuledger_core::owners::Role;
 use gpuledger_core::time::{month_label, month_of};
 
 use super::session::{database_unavailable, SignedIn};
@@ -287,7 +289,9 @@ async fn review(
     let (prev_from, prev_to, partial) = comparison(from, to, now);
     let recs = async {
         match snapshots::review_range(from, to, now) {
-            Some(range) => snapshots::get(store, &state.rate_card, range, now).await,
+            Some(range) => {
+                snapshots::get(store, &state.rate_card, &state.config.owners, range, now).await
+            }
             None => Ok(Recommendations::default()),
         }
     };
@@ -361,17 +365,17 @@ async fn review(
         Figure {
             value: shown(month_totals.map_or(Decimal::ZERO, |t| t.idle_cost)),
             caption: "idle (no process)".into(),
-            href: charts::drill_href(&month, GroupBy::Team, allocation::IDLE_KEY),
+            href: charts::drill_href(&month, GroupBy::TEAM, allocation::IDLE_KEY),
         },
         Figure {
             value: shown(month_totals.map_or(Decimal::ZERO, |t| t.held_idle_cost)),
             caption: "held idle (memory held at ~0%)".into(),
-            href: api_href(&month, &next, GroupBy::Team, none),
+            href: api_href(&month, &next, GroupBy::TEAM, none),
         },
         Figure {
             value: shown(month_totals.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
             caption: "unmonitored (no agent data)".into(),
-            href: charts::drill_href(&month, GroupBy::Team, allocation::UNMONITORED_KEY),
+            href: charts::drill_href(&month, GroupBy::TEAM, allocation::UNMONITORED_KEY),
         },
         Figure {
             value: crate::format::whole(month_totals.map_or(0.0, |t| t.gpu_hours)),
@@ -384,20 +388,26 @@ async fn review(
                 crate::format::whole(month_totals.map_or(0.0, |t| t.energy_kwh))
             ),
             caption: "energy measured by the GPUs".into(),
-            href: api_href(&month, &next, GroupBy::Model, none),
+            href: api_href(&month, &next, GroupBy::MODEL, none),
         },
     ];
-    let tables = [
-        GroupBy::Model,
-        GroupBy::Team,
-        GroupBy::Endpoint,
-        GroupBy::Experiment,
-        GroupBy::PricingCategory,
-        GroupBy::Cluster,
-    ]
-    .into_iter()
-    .map(|by| charts::table(&a, by, &month, &next, none, total, &cur))
-    .collect();
+    // One table per owner dimension (the default four first, as finance reads them), then
+    // how it was bought and where.
+    let default_order = [
+        GroupBy::MODEL,
+        GroupBy::TEAM,
+        GroupBy::ENDPOINT,
+        GroupBy::EXPERIMENT,
+    ];
+    let owner_tables = GroupBy::all(&state.config.owners)
+        .into_iter()
+        .filter(|g| g.is_owner() && !default_order.contains(g));
+    let tables = default_order
+        .into_iter()
+        .chain(owner_tables)
+        .chain([GroupBy::PricingCategory, GroupBy::Cluster])
+        .map(|by| charts::table(&a, by, &month, &next, none, total, &cur))
+        .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, none, &cur);
     let heat = Attribution {
         parts: heat_parts,
@@ -432,8 +442,9 @@ async fn review(
         .take(TOP_ROWS)
         .map(|e| episode_view(e, &month))
         .collect();
-    let endpoints = unit_costs::endpoint_costs(&a, &requests);
-    let runs = unit_costs::training_runs_by_day(&a, &run_hours);
+    let schema = &state.config.owners;
+    let endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
+    let runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
     let run_average = if runs.is_empty() {
         "—".to_owned()
@@ -494,28 +505,27 @@ struct KeyQuery {
     key: Option<String>,
 }
 
-/// Which tables a drill-down of `by` shows.
-fn related(by: GroupBy) -> &'static [GroupBy] {
+/// Which tables a drill-down of `by` shows: the fleet dimensions that narrow it down and every
+/// other owner dimension of the schema.
+fn related(by: GroupBy, schema: &OwnerSchema) -> Vec<GroupBy> {
     use GroupBy::*;
-    match by {
-        Model => &[
-            Team,
-            Endpoint,
-            Experiment,
-            Cluster,
-            Host,
-            Gpu,
-            PricingCategory,
-        ],
-        Experiment => &[Model, Team, Host, Gpu, PricingCategory],
-        Endpoint => &[Model, Team, Cluster, Host, Gpu],
-        Team => &[Model, Experiment, Endpoint, Cluster, Host],
-        Cluster => &[Host, Model, Team, Endpoint, Gpu, PricingCategory],
-        Host => &[Gpu, Model, Team, Experiment, Endpoint],
-        Gpu => &[Model, Team, Experiment, Endpoint],
-        InstanceType => &[Cluster, Host, Model, Team],
-        PricingCategory => &[Cluster, Model, Team, Experiment],
-    }
+    let owners = GroupBy::all(schema)
+        .into_iter()
+        .filter(|g| g.is_owner() && *g != by);
+    let (before, after): (&[GroupBy], &[GroupBy]) = match by {
+        Owner(_) => (&[], &[Cluster, Host, Gpu, PricingCategory]),
+        Cluster => (&[Host], &[Gpu, PricingCategory]),
+        Host => (&[Gpu], &[]),
+        Gpu => (&[], &[]),
+        InstanceType => (&[Cluster, Host], &[]),
+        PricingCategory => (&[Cluster], &[]),
+    };
+    before
+        .iter()
+        .copied()
+        .chain(owners)
+        .chain(after.iter().copied())
+        .collect()
 }
 
 async fn drill_down(
@@ -527,12 +537,13 @@ async fn drill_down(
     let Some((from, to)) = calendar_month(&month) else {
         return no_such_month();
     };
-    let Some(by) = GroupBy::parse(&dimension) else {
+    let schema = &state.config.owners;
+    let Some(by) = GroupBy::parse(&dimension, schema) else {
+        let names: Vec<&str> = GroupBy::all(schema).iter().map(|g| g.as_str()).collect();
         return error_page(
             StatusCode::NOT_FOUND,
             "No such breakdown",
-            "Drill-downs are by model, experiment, endpoint, team, cluster, host, gpu, \
-             instance_type or pricing_category.",
+            &format!("Drill-downs are by {}.", names.join(", ")),
         );
     };
     let Some(key) = q.key.filter(|k| !k.is_empty()) else {
@@ -610,9 +621,9 @@ async fn drill_down(
             href: api,
         },
     ];
-    let tables = related(by)
-        .iter()
-        .map(|other| charts::table(&a, *other, &month, &next, &filters, cost, &cur))
+    let tables = related(by, schema)
+        .into_iter()
+        .map(|other| charts::table(&a, other, &month, &next, &filters, cost, &cur))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
     let labels = heatmap_labels(state.store.as_ref()).await;
@@ -626,20 +637,27 @@ async fn drill_down(
         DRILL_HEATMAP_GPUS,
         &labels,
     );
-    let endpoint = (by == GroupBy::Endpoint)
+    let endpoint_by = GroupBy::role(schema, Role::Endpoint);
+    let endpoint = (Some(by) == endpoint_by)
         .then(|| {
-            unit_costs::endpoint_costs(&all, &requests)
+            unit_costs::endpoint_costs(&all, &requests, schema)
                 .into_iter()
                 .find(|e| e.endpoint == key)
         })
         .flatten()
         .map(|e| endpoint_view(&e, &month));
-    let runs = match by {
-        GroupBy::Model | GroupBy::Team | GroupBy::Experiment | GroupBy::Cluster => runs_view(
-            &unit_costs::training_runs_by_day(&allocation::filtered(&all, &filters), &run_hours),
+    // Training runs of an owner (but an endpoint, which serves) or of a cluster.
+    let runs = if (by.is_owner() && Some(by) != endpoint_by) || by == GroupBy::Cluster {
+        runs_view(
+            &unit_costs::training_runs_by_day(
+                &allocation::filtered(&all, &filters),
+                &run_hours,
+                schema,
+            ),
             &month,
-        ),
-        _ => Vec::new(),
+        )
+    } else {
+        Vec::new()
     };
     let (prev_from, _) = month_of(from - 1);
     let drill = |m: &str| charts::drill_href(m, by, &key);

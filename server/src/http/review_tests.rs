@@ -121,6 +121,7 @@ async fn fleet(api: &Api) {
         api.store.as_ref(),
         &card,
         &crate::config::IdleConfig::default(),
+        &crate::config::OwnerSchema::default(),
         usize::MAX,
     )
     .await
@@ -440,6 +441,7 @@ async fn no_csv_cell_can_start_a_formula() {
             api.store.as_ref(),
             &card,
             &crate::config::IdleConfig::default(),
+            &crate::config::OwnerSchema::default(),
             usize::MAX,
         )
         .await
@@ -711,6 +713,7 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
             api.store.as_ref(),
             &crate::billing::ratecard::RateCard::default_card(),
             &crate::config::IdleConfig::default(),
+            &crate::config::OwnerSchema::default(),
             usize::MAX,
         )
         .await

@@ -2,6 +2,7 @@
 //! an agent token); `GET /api/v1/usage` answers cost per 1,000 requests per endpoint and
 //! `GET /api/v1/runs` the cost of each training run, as JSON or CSV.
 
+use crate::allocation::GroupBy;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, State};
@@ -10,6 +11,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use gpuledger_core::owners::Role;
 use serde::{Deserialize, Serialize};
 
 use super::allocation::{bad, csv_response, range};
@@ -186,7 +188,10 @@ pub(super) async fn endpoint_costs(
     from: i64,
     to: i64,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {
-    Ok(unit_costs::endpoint_costs_in(state.store.as_ref(), a, from, to).await?)
+    Ok(
+        unit_costs::endpoint_costs_in(state.store.as_ref(), a, from, to, &state.config.owners)
+            .await?,
+    )
 }
 
 async fn get_usage(
@@ -223,8 +228,15 @@ async fn get_runs(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
-    let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::ExperimentHour).await?;
-    let runs = unit_costs::training_runs(&a);
+    let schema = &state.config.owners;
+    let runs = match GroupBy::role(schema, Role::Experiment) {
+        Some(GroupBy::Owner(experiment)) => {
+            let grain = RollupGrain::OwnerHour(experiment);
+            let a = ledger::load(state.store.as_ref(), from, to, grain).await?;
+            unit_costs::training_runs(&a, schema)
+        }
+        _ => Vec::new(),
+    };
     if csv {
         let body =
             unit_costs::training_runs_csv(&runs).map_err(|e| ApiError::Internal(e.to_string()))?;

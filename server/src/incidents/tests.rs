@@ -63,6 +63,7 @@ async fn receiver() -> (Receiver, String) {
 fn config(webhook: &str, remind: Duration) -> Config {
     Config {
         idle: Default::default(),
+        owners: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {
@@ -655,6 +656,7 @@ async fn an_incident_is_in_its_clusters_currency() {
             store.as_ref(),
             &card,
             &crate::config::IdleConfig::default(),
+            &crate::config::OwnerSchema::default(),
             usize::MAX,
         )
         .await

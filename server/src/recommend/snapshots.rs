@@ -8,6 +8,7 @@
 
 use super::{recommend, Options, Recommendations};
 use crate::billing::ratecard::RateCard;
+use crate::config::OwnerSchema;
 use crate::store;
 use crate::store::{Store, StoreError};
 use gpuledger_core::time::DAY_MS;
@@ -60,6 +61,7 @@ pub fn lookback_range(now_ms: i64, lookback_ms: i64) -> Range {
 pub async fn get(
     store: &dyn Store,
     card: &RateCard,
+    owners: &OwnerSchema,
     range: Range,
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
@@ -79,18 +81,20 @@ pub async fn get(
             }
         }
     }
-    compute_and_store(store, card, range, now_ms).await
+    compute_and_store(store, card, owners, range, now_ms).await
 }
 
 /// Computes recommendations for `range` from the rollups and stores them.
 pub async fn compute_and_store(
     store: &dyn Store,
     card: &RateCard,
+    owners: &OwnerSchema,
     range: Range,
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
     let evidence =
-        crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms).await?;
+        crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
+            .await?;
     let r = recommend(&evidence, card, range.observed_ms, Options::default());
     match serde_json::to_string(&r) {
         Ok(body) => {
@@ -111,14 +115,20 @@ pub async fn compute_and_store(
 
 /// What the periodic job does: recomputes the ranges pages ask for now (this month's review,
 /// the API's default look-back) and drops expired snapshots of ranges still under way.
-pub async fn refresh(store: &dyn Store, card: &RateCard, now_ms: i64) -> Result<(), StoreError> {
+pub async fn refresh(
+    store: &dyn Store,
+    card: &RateCard,
+    owners: &OwnerSchema,
+    now_ms: i64,
+) -> Result<(), StoreError> {
     let (month_from, month_to) = gpuledger_core::time::month_of(now_ms);
     if let Some(range) = review_range(month_from, month_to, now_ms) {
-        compute_and_store(store, card, range, now_ms).await?;
+        compute_and_store(store, card, owners, range, now_ms).await?;
     }
     compute_and_store(
         store,
         card,
+        owners,
         lookback_range(now_ms, DEFAULT_LOOKBACK_MS),
         now_ms,
     )

@@ -79,11 +79,17 @@ fn week(
             process_name: None,
             memory_used_max_bytes: Some(mem_gib << 30),
             sm_util_avg: Some(u.max(2.0)),
-            model: endpoint.map(|_| "mistral-7b".to_owned()),
-            experiment: experiment.map(str::to_owned),
-            endpoint: endpoint.map(str::to_owned),
-            team: None,
-            labels_json: "{}".into(),
+            labels_json: serde_json::to_string(
+                &[
+                    ("model", endpoint.map(|_| "mistral-7b")),
+                    ("experiment", experiment),
+                    ("endpoint", endpoint),
+                ]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            )
+            .unwrap(),
             container_id: None,
             pod_uid: None,
             user_name: None,
@@ -92,9 +98,18 @@ fn week(
     (ws, ps)
 }
 
+/// Sets one of a process's environment labels.
+fn set_label(p: &mut StoredProcessWindow, key: &str, value: &str) {
+    let mut labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&p.labels_json).unwrap();
+    labels.insert(key.into(), value.into());
+    p.labels_json = serde_json::to_string(&labels).unwrap();
+}
+
 fn hourly_bill(key: &str, per_hour: &str) -> Vec<StoredCostLine> {
     (0..WEEK_HOURS)
         .map(|h| StoredCostLine {
+            tags_json: "{}".into(),
             resource_key: Some(key.into()),
             charge_period_start_ms: H + h * HOUR_MS,
             charge_period_end_ms: H + (h + 1) * HOUR_MS,
@@ -141,7 +156,7 @@ fn an_over_provisioned_endpoint_is_sent_to_an_l4_and_counted_once() {
     ws.extend(w2);
     let mut ps2 = p2;
     for p in &mut ps2 {
-        p.model = Some("llama-70b".into());
+        set_label(p, "model", "llama-70b");
     }
     ps.extend(ps2);
     let mut lines = hourly_bill("i-a", "5.1207");
@@ -265,7 +280,7 @@ fn mig_instances_are_never_packing_candidates() {
     }
     ws.extend(mig);
     ps.extend(p2.into_iter().map(|mut p| {
-        p.team = Some("research".into());
+        set_label(&mut p, "team", "research");
         p
     }));
     let mut lines = hourly_bill("i-a", "0.8");
@@ -388,7 +403,7 @@ fn a_gpu_held_idle_all_along_is_to_release() {
     );
     for p in &mut ps {
         p.sm_util_avg = Some(0.0);
-        p.team = Some("research".into());
+        set_label(p, "team", "research");
     }
     let card = RateCard::default_card();
     let lines = hourly_bill("i-a", "5.1207");
@@ -433,7 +448,7 @@ fn usage_counts_a_window_once_per_label() {
     twin.pid = 2;
     twin.memory_used_max_bytes = Some(5 << 30);
     ps.push(twin);
-    let rows = usage_rows(&ws, &ps);
+    let rows = usage_rows(&ws, &ps, &crate::config::OwnerSchema::default());
     let first: Vec<&UsageRow> = rows
         .iter()
         .filter(|r| r.period_ms == H && r.owner_by == "endpoint")

@@ -9,7 +9,7 @@ use rust_decimal::Decimal;
 use super::*;
 use crate::attribution::{Attribution, Kind, Owner};
 use crate::billing::focus;
-use crate::config::IdleConfig;
+use crate::config::{IdleConfig, OwnerSchema};
 use crate::ledger::{attributed_costs, experiment_hours, load, top_gpu_days};
 use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
 use crate::store;
@@ -129,9 +129,14 @@ const WIDE_OPEN: Options = Options {
 };
 
 async fn recommended(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> Recommendations {
-    let evidence = crate::recommend::recommendation_evidence(store, from, to)
-        .await
-        .unwrap();
+    let evidence = crate::recommend::recommendation_evidence(
+        store,
+        from,
+        to,
+        &crate::config::OwnerSchema::default(),
+    )
+    .await
+    .unwrap();
     recommend(&evidence, card, to - from, WIDE_OPEN)
 }
 
@@ -150,7 +155,7 @@ fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
     let mut out: BTreeMap<Key, (Decimal, i64)> = BTreeMap::new();
     for p in parts {
         let period = match grain {
-            RollupGrain::Hour | RollupGrain::ExperimentHour | RollupGrain::IdleHour => p.hour_ms,
+            RollupGrain::Hour | RollupGrain::OwnerHour(_) | RollupGrain::IdleHour => p.hour_ms,
             RollupGrain::Day | RollupGrain::HostDay => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
         };
         let key = (
@@ -182,9 +187,16 @@ fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
-    let raw = attribution::compute(store, card, &IdleConfig::default(), from, to)
-        .await
-        .unwrap();
+    let raw = attribution::compute(
+        store,
+        card,
+        &IdleConfig::default(),
+        &crate::config::OwnerSchema::default(),
+        from,
+        to,
+    )
+    .await
+    .unwrap();
     for grain in [RollupGrain::Hour, RollupGrain::Day, RollupGrain::HostDay] {
         let rolled = load(store, from, to, grain).await.unwrap();
         assert!(
@@ -195,9 +207,16 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     }
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
-    let raw = attribution::compute(store, card, &IdleConfig::default(), from, to)
-        .await
-        .unwrap();
+    let raw = attribution::compute(
+        store,
+        card,
+        &IdleConfig::default(),
+        &crate::config::OwnerSchema::default(),
+        from,
+        to,
+    )
+    .await
+    .unwrap();
     let rolled = load(store, from, to, RollupGrain::Day).await.unwrap();
     let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
     assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
@@ -216,9 +235,16 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         ((START + HOUR_MS, END - 2 * HOUR_MS), WIDE_OPEN),
         ((START - HOUR_MS, END + HOUR_MS), PACK_ONLY),
     ] {
-        let a = attribution::compute(store, card, &IdleConfig::default(), from, to)
-            .await
-            .unwrap();
+        let a = attribution::compute(
+            store,
+            card,
+            &IdleConfig::default(),
+            &crate::config::OwnerSchema::default(),
+            from,
+            to,
+        )
+        .await
+        .unwrap();
         let ws = store::rollups::attribution_windows(store.db(), from, to)
             .await
             .unwrap();
@@ -232,9 +258,14 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
             raw.right_size.len()
         };
         assert!(listed > 0, "{what}: {raw:?}");
-        let evidence = crate::recommend::recommendation_evidence(store, from, to)
-            .await
-            .unwrap();
+        let evidence = crate::recommend::recommendation_evidence(
+            store,
+            from,
+            to,
+            &crate::config::OwnerSchema::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             serde_json::to_value(recommend(&evidence, card, to - from, options)).unwrap(),
             serde_json::to_value(&raw).unwrap(),
@@ -244,15 +275,19 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
 
     // Training runs from days (and the per-day experiment hours) equal runs from hours.
     let (from, to) = (DAY0 - DAY_MS, DAY0 + 2 * DAY_MS);
-    let hourly = load(store, from, to, RollupGrain::ExperimentHour)
+    let hourly = load(store, from, to, RollupGrain::OwnerHour("experiment"))
         .await
         .unwrap();
     let daily = load(store, from, to, RollupGrain::Day).await.unwrap();
     let hours = experiment_hours(store, from, to).await.unwrap();
     let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
     assert_eq!(
-        crate::unit_costs::training_runs_by_day(&per_host, &hours),
-        crate::unit_costs::training_runs(&hourly),
+        crate::unit_costs::training_runs_by_day(
+            &per_host,
+            &hours,
+            &crate::config::OwnerSchema::default()
+        ),
+        crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default()),
         "{what}: training runs from per-host daily rollups"
     );
     // The heatmap's GPUs: the costliest first, with all their days.
@@ -272,10 +307,14 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         "{what}: the costliest GPU"
     );
     assert!(top.iter().all(|p| p.gpu_uuid == top[0].gpu_uuid));
-    let by_hour = crate::unit_costs::training_runs(&hourly);
+    let by_hour = crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default());
     assert!(by_hour.len() >= 2, "{what}: runs in the fixture");
     assert_eq!(
-        crate::unit_costs::training_runs_by_day(&daily, &hours),
+        crate::unit_costs::training_runs_by_day(
+            &daily,
+            &hours,
+            &crate::config::OwnerSchema::default()
+        ),
         by_hour,
         "{what}: training runs from daily rollups"
     );
@@ -360,6 +399,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             usize::MAX,
             5,
             (i64::MIN, i64::MAX),
@@ -383,6 +423,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             usize::MAX,
             100,
             (i64::MIN, i64::MAX),
@@ -409,16 +450,28 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             !marked.is_empty() && marked.len() <= 8,
             "{b}: only late hours: {marked:?}"
         );
-        run(s, &card, &IdleConfig::default(), usize::MAX)
-            .await
-            .unwrap();
+        run(
+            s,
+            &card,
+            &IdleConfig::default(),
+            &OwnerSchema::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after late data")).await;
 
         // A newer export of the same billing period replaces the old one.
         import_bill(s, "bill-2", "1.5").await;
-        run(s, &card, &IdleConfig::default(), usize::MAX)
-            .await
-            .unwrap();
+        run(
+            s,
+            &card,
+            &IdleConfig::default(),
+            &OwnerSchema::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a replaced bill")).await;
 
         // A report arriving while an hour is rolled up keeps that hour marked.
@@ -433,7 +486,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             s.ingest(&b2, token, status, END).await.unwrap();
             marks
         };
-        store::rollups::replace_rollups(s.db(), &marks_before, &[], &[], &[])
+        store::rollups::replace_rollups(s.db(), &marks_before, &[], &[], &[], None)
             .await
             .unwrap();
         assert!(
@@ -446,9 +499,15 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
                     .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
             "{b}: a mark changed during the roll-up survives it"
         );
-        run(s, &card, &IdleConfig::default(), usize::MAX)
-            .await
-            .unwrap();
+        run(
+            s,
+            &card,
+            &IdleConfig::default(),
+            &OwnerSchema::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a racing report")).await;
 
         // Retention: raw windows go, the rollups keep every figure.
@@ -470,9 +529,15 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             0,
             "{b}: the month is open"
         );
-        run(s, &card, &IdleConfig::default(), usize::MAX)
-            .await
-            .unwrap();
+        run(
+            s,
+            &card,
+            &IdleConfig::default(),
+            &OwnerSchema::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
         // In batches of 50 rows: many short statements, all of it gone in the end.
         let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, i64::MAX, 50)
             .await
@@ -601,6 +666,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             usize::MAX,
             close.open_from(open_now),
         )
@@ -616,6 +682,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             usize::MAX,
             close.open_from(now),
         )
@@ -639,6 +706,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             month,
             next,
             close,
@@ -652,6 +720,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             month,
             next,
             close,
@@ -670,6 +739,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             month,
             next,
             close,
@@ -717,6 +787,7 @@ async fn a_closed_month_stays_closed_until_restated() {
             s,
             &card,
             &IdleConfig::default(),
+            &OwnerSchema::default(),
             month,
             next,
             close,
@@ -748,9 +819,16 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         let s = store.as_ref();
         import_bill(s, "old-bill", "1").await;
         let idle = IdleConfig::default();
-        let done = run_open_months(s, &card, &idle, usize::MAX, open_from)
-            .await
-            .unwrap();
+        let done = run_open_months(
+            s,
+            &card,
+            &idle,
+            &OwnerSchema::default(),
+            usize::MAX,
+            open_from,
+        )
+        .await
+        .unwrap();
         assert_eq!(done.hours, 0, "{b}: the open-month job leaves it");
         assert!(
             !store::ledger::has_rollups(s.db(), month, next, false)
@@ -759,9 +837,10 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             "{b}"
         );
 
-        let first = attribute_new_closed_months(s, &card, &idle, open_from, now)
-            .await
-            .unwrap();
+        let first =
+            attribute_new_closed_months(s, &card, &idle, &OwnerSchema::default(), open_from, now)
+                .await
+                .unwrap();
         assert_eq!(first.len(), 1, "{b}");
         assert_eq!(first[0].month_ms, month, "{b}");
         assert_eq!(first[0].before_json, "{}", "{b}");
@@ -790,9 +869,10 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
 
         // Attributed now: a corrected bill waits for a restatement like any closed month's.
         import_bill(s, "old-bill-2", "2").await;
-        let again = attribute_new_closed_months(s, &card, &idle, open_from, now)
-            .await
-            .unwrap();
+        let again =
+            attribute_new_closed_months(s, &card, &idle, &OwnerSchema::default(), open_from, now)
+                .await
+                .unwrap();
         assert!(again.is_empty(), "{b}");
         assert!(
             store::rollups::dirty_mark_count(s.db(), month, next)
@@ -810,6 +890,7 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             s,
             &card,
             &idle,
+            &OwnerSchema::default(),
             month,
             next,
             close,

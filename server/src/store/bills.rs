@@ -538,10 +538,12 @@ pub async fn cost_lines(
             String,
             String,
             Option<String>,
+            String,
         );
         let rows: Vec<Columns> = sqlx::query_as(concat!(
             "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
-                    billed_cost, effective_cost, currency, pricing_category, instance_type ",
+                    billed_cost, effective_cost, currency, pricing_category, instance_type,
+                    tags_json ",
             super::cost_lines_in_range_sql!()
         ))
         .bind(from_ms)
@@ -559,7 +561,8 @@ pub async fn cost_lines(
                 effective_cost,
                 currency,
                 pricing_category,
-                instance_type
+                instance_type,
+                tags_json
             }))
             .collect())
     })

@@ -77,6 +77,8 @@ impl Db {
 pub trait Dialect {
     /// Set for the roll-up's reads of a group of hosts (each backend's file says why).
     const ROLLUP_READ_SETTINGS: &'static [&'static str];
+    /// An owner's value in the dimension bound as `$3`, as SQL over `owners o` (NULL if none).
+    const OWNER_VALUE_SQL: &'static str;
 }
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).

@@ -5,7 +5,8 @@ use super::db::{on_backend, On};
 use super::rollups::in_time_and_list;
 use super::StoreError;
 
-/// The hours in one day in which an experiment label had GPU work (busy or held idle).
+/// The hours in one day in which an experiment (a value of the experiment's dimension) had GPU
+/// work (busy or held idle).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ExperimentDayRow {
     pub day_ms: i64,
@@ -40,15 +41,15 @@ pub async fn rollup_gpu_owner_totals(
         };
         // Sums stay exact: atto parts carry over into nano parts in integer math.
         let sql = format!(
-            "SELECT CAST($1 AS BIGINT) AS period_ms, host_id, gpu_uuid, model, experiment,
-                endpoint, team, kind, pricing_category, currency, estimated,
+            "SELECT CAST($1 AS BIGINT) AS period_ms, host_id, gpu_uuid, o.labels AS owner, kind,
+                pricing_category, currency, estimated,
                 CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
                 CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
                 SUM(gpu_seconds) AS gpu_seconds, SUM(util_gpu_seconds) AS util_gpu_seconds,
                 SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j
-             FROM {table} WHERE {period} >= $1 AND {period} < $2 AND gpu_uuid <> ''
-             GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
-                pricing_category, currency, estimated"
+             FROM {table} JOIN owners o ON o.id = owner_id
+             WHERE {period} >= $1 AND {period} < $2 AND gpu_uuid <> ''
+             GROUP BY host_id, gpu_uuid, o.labels, kind, pricing_category, currency, estimated"
         );
         Ok(sqlx::query_as(&sql)
             .bind(from_ms)
@@ -118,6 +119,10 @@ pub async fn rollup_usage(
     })
 }
 
+/// What a rollup row reads after its period and GPU: its owner's text, then the rest.
+const OWNER_AND_AMOUNTS: &str = "o.labels AS owner, kind, pricing_category, currency, estimated,
+    cost_nano, cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j";
+
 /// Rollup rows with `period_ms` in `[from_ms, to_ms)`.
 pub async fn rollup_rows(
     on: impl Into<On<'_>>,
@@ -126,46 +131,50 @@ pub async fn rollup_rows(
     to_ms: i64,
 ) -> Result<Vec<super::RollupRow>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        let sql = match grain {
-            super::RollupGrain::Hour => {
-                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2"
-            }
-            super::RollupGrain::ExperimentHour => {
-                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_hours
-                 WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''"
-            }
-            super::RollupGrain::IdleHour => {
-                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_hours
-                 WHERE hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')"
-            }
-            super::RollupGrain::Day => {
-                "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_days WHERE day_ms >= $1 AND day_ms < $2"
-            }
-            super::RollupGrain::HostDay => {
-                "SELECT day_ms AS period_ms, host_id, '' AS gpu_uuid, model, experiment,
-                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
-                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_host_days WHERE day_ms >= $1 AND day_ms < $2"
-            }
+    on_backend!(conn, |ex, DB| {
+        use super::RollupGrain::*;
+        let hours = "SELECT hour_ms AS period_ms, host_id, gpu_uuid";
+        let days = "SELECT day_ms AS period_ms, host_id, gpu_uuid";
+        let (select, table, filter) = match grain {
+            Hour => (
+                hours,
+                "rollup_hours",
+                "hour_ms >= $1 AND hour_ms < $2".to_owned(),
+            ),
+            OwnerHour(_) => (
+                hours,
+                "rollup_hours",
+                format!(
+                    "hour_ms >= $1 AND hour_ms < $2 AND {} IS NOT NULL",
+                    <DB as super::Dialect>::OWNER_VALUE_SQL
+                ),
+            ),
+            IdleHour => (
+                hours,
+                "rollup_hours",
+                "hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')".to_owned(),
+            ),
+            Day => (
+                days,
+                "rollup_days",
+                "day_ms >= $1 AND day_ms < $2".to_owned(),
+            ),
+            HostDay => (
+                "SELECT day_ms AS period_ms, host_id, '' AS gpu_uuid",
+                "rollup_host_days",
+                "day_ms >= $1 AND day_ms < $2".to_owned(),
+            ),
         };
-        Ok(sqlx::query_as(sql)
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_all(&mut *ex)
-            .await?)
+        let sql = format!(
+            "{select}, {OWNER_AND_AMOUNTS}
+             FROM {table} JOIN owners o ON o.id = owner_id WHERE {filter}"
+        );
+        let q = sqlx::query_as(&sql).bind(from_ms).bind(to_ms);
+        let q = match grain {
+            OwnerHour(dimension) => q.bind(dimension),
+            _ => q,
+        };
+        Ok(q.fetch_all(&mut *ex).await?)
     })
 }
 
@@ -259,12 +268,10 @@ pub async fn rollup_gpu_days(
     on_backend!(conn, |ex, DB| {
         let mut rows = Vec::new();
         for chunk in gpus.chunks(500) {
-            let mut q = sqlx::QueryBuilder::<DB>::new(
-                "SELECT day_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_days WHERE day_ms >= ",
-            );
+            let mut q =
+                sqlx::QueryBuilder::<DB>::new("SELECT day_ms AS period_ms, host_id, gpu_uuid, ");
+            q.push(OWNER_AND_AMOUNTS)
+                .push(" FROM rollup_days JOIN owners o ON o.id = owner_id WHERE day_ms >= ");
             q.push_bind(from_ms)
                 .push(" AND day_ms < ")
                 .push_bind(to_ms)
@@ -280,7 +287,7 @@ pub async fn rollup_gpu_days(
     })
 }
 
-/// Per experiment label, its active hours in the days that start in `[from_ms, to_ms)`.
+/// Per experiment, its active hours in the days that start in `[from_ms, to_ms)`.
 pub async fn rollup_experiment_days(
     on: impl Into<On<'_>>,
     from_ms: i64,
@@ -341,15 +348,12 @@ pub async fn idle_rollups_of_hosts(
         const IDS_PER_STATEMENT: usize = 1_000;
         let mut rows = Vec::new();
         for ids in host_ids.chunks(IDS_PER_STATEMENT) {
-            let mut q = in_time_and_list(
-                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j
-                 FROM rollup_hours WHERE kind IN ('idle', 'held_idle') AND",
-                ("hour_ms", from_ms, to_ms),
-                "host_id",
-                ids,
+            let select = format!(
+                "SELECT hour_ms AS period_ms, host_id, gpu_uuid, {OWNER_AND_AMOUNTS}
+                 FROM rollup_hours JOIN owners o ON o.id = owner_id
+                 WHERE kind IN ('idle', 'held_idle') AND"
             );
+            let mut q = in_time_and_list(&select, ("hour_ms", from_ms, to_ms), "host_id", ids);
             rows.extend(
                 q.build_query_as()
                     .persistent(false)

@@ -90,16 +90,14 @@ pub enum IngestOutcome {
 }
 
 /// One rolled-up slice of attributed cost: a host's GPU, owner, kind and price for an hour or a
-/// day. Owner labels and `gpu_uuid` are `""` when absent; cost is [`gpuledger_core::money::to_nano_atto`].
+/// day. `gpu_uuid` is `""` when absent; cost is [`gpuledger_core::money::to_nano_atto`].
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct RollupRow {
     pub period_ms: i64,
     pub host_id: i64,
     pub gpu_uuid: String,
-    pub model: String,
-    pub experiment: String,
-    pub endpoint: String,
-    pub team: String,
+    /// The owner as [`gpuledger_core::owners::Owner::key`] writes it (kept once in `owners`).
+    pub owner: String,
     pub kind: String,
     pub pricing_category: String,
     pub currency: String,
@@ -117,8 +115,9 @@ pub struct RollupRow {
 pub enum RollupGrain {
     Hour,
     Day,
-    /// Hourly rows that carry an experiment label: what training runs need, and no more.
-    ExperimentHour,
+    /// Hourly rows whose owner has a value in this dimension (the experiment's: what training
+    /// runs need, and no more).
+    OwnerHour(&'static str),
     /// Daily rows summed over each host's GPUs (no GPU in the row).
     HostDay,
     /// Hourly rows of idle and held-idle cost: what the idle history needs, and no more.

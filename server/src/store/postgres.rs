@@ -18,6 +18,7 @@ impl Dialect for Postgres {
         "SET LOCAL max_parallel_workers_per_gather = 0",
         "SET LOCAL jit = off",
     ];
+    const OWNER_VALUE_SQL: &'static str = "(o.labels::jsonb ->> $3)";
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

@@ -148,8 +148,47 @@ pub async fn dirty_mark_count(
     })
 }
 
+/// The ids of these owners (texts as [`gpuledger_core::owners::Owner::key`] writes them),
+/// adding those not known yet. Owners are few (one per combination of values), so all are read.
+async fn owner_ids<'k>(
+    on: impl Into<On<'_>>,
+    keys: impl Iterator<Item = &'k str>,
+) -> Result<std::collections::HashMap<String, i64>, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        let known: Vec<(i64, String)> = sqlx::query_as("SELECT id, labels FROM owners")
+            .fetch_all(&mut *ex)
+            .await?;
+        let mut ids: std::collections::HashMap<String, i64> =
+            known.into_iter().map(|(id, k)| (k, id)).collect();
+        let missing: std::collections::BTreeSet<&str> =
+            keys.filter(|k| !ids.contains_key(*k)).collect();
+        let missing: Vec<&str> = missing.into_iter().collect();
+        for chunk in missing.chunks(1000) {
+            // Another writer may add the same owner first: its row is the one kept.
+            let mut q = sqlx::QueryBuilder::<DB>::new("INSERT INTO owners (labels) ");
+            q.push_values(chunk, |mut b, k| {
+                b.push_bind(k.to_string());
+            });
+            q.push(" ON CONFLICT (labels) DO NOTHING");
+            q.build().execute(&mut *ex).await?;
+            let mut q =
+                sqlx::QueryBuilder::<DB>::new("SELECT id, labels FROM owners WHERE labels IN (");
+            let mut list = q.separated(", ");
+            for k in chunk {
+                list.push_bind(k.to_string());
+            }
+            q.push(")");
+            let added: Vec<(i64, String)> = q.build_query_as().fetch_all(&mut *ex).await?;
+            ids.extend(added.into_iter().map(|(id, k)| (k, id)));
+        }
+        Ok(ids)
+    })
+}
+
 /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
-/// `unattributed`, rebuilds the days those hours fall in, and clears each mark whose
+/// `unattributed`, rebuilds the days those hours fall in (and the active hours per value of
+/// `experiment`, the dimension training runs are read from), and clears each mark whose
 /// generation is still the one read (a report that came meanwhile keeps its mark).
 pub async fn replace_rollups(
     on: impl Into<On<'_>>,
@@ -157,6 +196,7 @@ pub async fn replace_rollups(
     rows: &[super::RollupRow],
     unattributed: &[super::UnattributedRow],
     usage: &[super::UsageRow],
+    experiment: Option<&str>,
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex, DB| {
@@ -206,21 +246,27 @@ pub async fn replace_rollups(
             });
             q.build().execute(&mut *tx).await?;
         }
-        // 17 parameters a row: 1,000 rows stay under both backends' limits.
-        for chunk in rows.chunks(1000) {
+        let owners = owner_ids(&mut *tx, rows.iter().map(|r| r.owner.as_str())).await?;
+        let owner_of_row =
+            rows.iter()
+                .map(|r| {
+                    owners.get(&r.owner).copied().ok_or_else(|| {
+                        StoreError::Invalid(format!("owner {} was not stored", r.owner))
+                    })
+                })
+                .collect::<Result<Vec<i64>, StoreError>>()?;
+        // 14 parameters a row: 1,000 rows stay under both backends' limits.
+        for (chunk, owner_ids) in rows.chunks(1000).zip(owner_of_row.chunks(1000)) {
             let mut q = sqlx::QueryBuilder::<DB>::new(
-                "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment,
-                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
-                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j) ",
+                "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, owner_id, kind,
+                    pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                    util_gpu_seconds, util_known_seconds, energy_j) ",
             );
-            q.push_values(chunk, |mut b, r| {
+            q.push_values(chunk.iter().zip(owner_ids), |mut b, (r, owner_id)| {
                 b.push_bind(r.period_ms)
                     .push_bind(r.host_id)
                     .push_bind(r.gpu_uuid.clone())
-                    .push_bind(r.model.clone())
-                    .push_bind(r.experiment.clone())
-                    .push_bind(r.endpoint.clone())
-                    .push_bind(r.team.clone())
+                    .push_bind(*owner_id)
                     .push_bind(r.kind.clone())
                     .push_bind(r.pricing_category.clone())
                     .push_bind(r.currency.clone())
@@ -253,18 +299,18 @@ pub async fn replace_rollups(
                 .await?;
             // Sums stay exact: atto parts carry over into nano parts in integer math.
             sqlx::query(
-                "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, model, experiment,
-                    endpoint, team, kind, pricing_category, currency, estimated, cost_nano,
-                    cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
-                 SELECT $1, host_id, gpu_uuid, model, experiment, endpoint, team, kind,
-                    pricing_category, currency, estimated,
+                "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
+                    pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                    util_gpu_seconds, util_known_seconds, energy_j)
+                 SELECT $1, host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
+                    estimated,
                     CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
                     CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
                     SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
                     SUM(energy_j)
                  FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                 GROUP BY host_id, gpu_uuid, model, experiment, endpoint, team, kind,
-                    pricing_category, currency, estimated",
+                 GROUP BY host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
+                    estimated",
             )
             .bind(day)
             .bind(day + DAY_MS)
@@ -275,18 +321,17 @@ pub async fn replace_rollups(
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
-                "INSERT INTO rollup_host_days (day_ms, host_id, model, experiment, endpoint,
-                    team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
-                    gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
-                 SELECT day_ms, host_id, model, experiment, endpoint, team, kind,
-                    pricing_category, currency, estimated,
+                "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
+                    pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                    util_gpu_seconds, util_known_seconds, energy_j)
+                 SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
                     CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
                     CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
                     SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
                     SUM(energy_j)
                  FROM rollup_days WHERE day_ms = $1
-                 GROUP BY day_ms, host_id, model, experiment, endpoint, team, kind,
-                    pricing_category, currency, estimated",
+                 GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency,
+                    estimated",
             )
             .bind(day)
             .execute(&mut *tx)
@@ -320,19 +365,25 @@ pub async fn replace_rollups(
                 .bind(day)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(
-                "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
-                    last_hour_ms, hours)
-                 SELECT $1, experiment, MIN(hour_ms), MAX(hour_ms), COUNT(DISTINCT hour_ms)
-                 FROM rollup_hours
-                 WHERE hour_ms >= $1 AND hour_ms < $2 AND experiment <> ''
-                   AND kind IN ('used', 'held_idle')
-                 GROUP BY experiment",
-            )
-            .bind(day)
-            .bind(day + DAY_MS)
-            .execute(&mut *tx)
-            .await?;
+            if let Some(experiment) = experiment {
+                let value = <DB as super::Dialect>::OWNER_VALUE_SQL;
+                let sql = format!(
+                    "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
+                        last_hour_ms, hours)
+                     SELECT $1, {value}, MIN(h.hour_ms), MAX(h.hour_ms),
+                        COUNT(DISTINCT h.hour_ms)
+                     FROM rollup_hours h JOIN owners o ON o.id = h.owner_id
+                     WHERE h.hour_ms >= $1 AND h.hour_ms < $2 AND {value} IS NOT NULL
+                       AND h.kind IN ('used', 'held_idle')
+                     GROUP BY {value}"
+                );
+                sqlx::query(&sql)
+                    .bind(day)
+                    .bind(day + DAY_MS)
+                    .bind(experiment)
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         for m in marks {
             sqlx::query(

@@ -15,6 +15,8 @@ use super::{store_impl, Db, Dialect, StoreError};
 impl Dialect for Sqlite {
     /// Nothing to set for the roll-up's reads (see the PostgreSQL store).
     const ROLLUP_READ_SETTINGS: &'static [&'static str] = &[];
+    /// Dimension names are letters, digits and `_` (see `core::owners`): safe in a JSON path.
+    const OWNER_VALUE_SQL: &'static str = "json_extract(o.labels, '$.' || $3)";
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

@@ -68,8 +68,8 @@ type HostColumns = (
 /// The columns [`process_window`] reads, in its order.
 macro_rules! process_window_columns {
     () => {
-        "gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg, model,
-         experiment, endpoint, team, labels_json, container_id, pod_uid, user_name"
+        "gpu_uuid, start_ms, pid, process_name, memory_used_max_bytes, sm_util_avg, labels_json,
+         container_id, pod_uid, user_name"
     };
 }
 pub(super) use process_window_columns;
@@ -81,10 +81,6 @@ pub(super) type ProcessWindowColumns = (
     Option<String>,
     Option<i64>,
     Option<f64>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
     String,
     Option<String>,
     Option<String>,
@@ -99,10 +95,6 @@ pub(super) fn process_window(row: ProcessWindowColumns) -> super::StoredProcessW
         process_name,
         memory_used_max_bytes,
         sm_util_avg,
-        model,
-        experiment,
-        endpoint,
-        team,
         labels_json,
         container_id,
         pod_uid,

@@ -80,7 +80,7 @@ pub fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
     runs.iter()
         .map(|r| RunRow {
             experiment: r.experiment.clone(),
-            href: charts::drill_href(month, GroupBy::Experiment, &r.experiment),
+            href: charts::drill_href(month, GroupBy::EXPERIMENT, &r.experiment),
             model: r.model.clone().unwrap_or_else(|| "—".into()),
             team: r.team.clone().unwrap_or_else(|| "—".into()),
             started: day_label(&r.started),
@@ -94,7 +94,7 @@ pub fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
 pub fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
     EndpointRow {
         endpoint: e.endpoint.clone(),
-        href: charts::drill_href(month, GroupBy::Endpoint, &e.endpoint),
+        href: charts::drill_href(month, GroupBy::ENDPOINT, &e.endpoint),
         requests: e
             .requests
             .map_or_else(|| "no counts".into(), crate::format::thousands),
@@ -111,9 +111,9 @@ pub fn savings_view(r: &Recommendations, month: &str, currency: &str) -> (Vec<Sa
     let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
     for x in &r.right_size {
         let by = if x.by == "endpoint" {
-            GroupBy::Endpoint
+            GroupBy::ENDPOINT
         } else {
-            GroupBy::Model
+            GroupBy::MODEL
         };
         rows.push((
             x.saving,
@@ -159,7 +159,7 @@ pub fn savings_view(r: &Recommendations, month: &str, currency: &str) -> (Vec<Sa
             s.saving,
             SavingRow {
                 what: format!("experiment {}", s.experiment),
-                href: charts::drill_href(month, GroupBy::Experiment, &s.experiment),
+                href: charts::drill_href(month, GroupBy::EXPERIMENT, &s.experiment),
                 change: "on-demand → spot".into(),
                 saving: money(s.saving, currency),
             },

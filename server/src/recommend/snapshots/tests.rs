@@ -1,6 +1,7 @@
 //! Stored recommendations: served while valid, recomputed when the rollups under an ended range
 //! change or a range under way gets old, on both backends.
 
+use crate::config::OwnerSchema;
 use rust_decimal::Decimal;
 
 use super::*;
@@ -21,10 +22,7 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
         period_ms: hour,
         host_id: 1,
         gpu_uuid: "GPU-a".into(),
-        model: String::new(),
-        experiment: String::new(),
-        endpoint: "chat".into(),
-        team: String::new(),
+        owner: r#"{"endpoint":"chat"}"#.into(),
         kind: "used".into(),
         pricing_category: "on_demand".into(),
         currency: "USD".into(),
@@ -46,7 +44,7 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
         windows: 240,
         peak_memory_bytes: 10 << 30,
     };
-    store::rollups::replace_rollups(store.db(), &marks, &[row], &[], &[usage])
+    store::rollups::replace_rollups(store.db(), &marks, &[row], &[], &[usage], None)
         .await
         .unwrap();
 }
@@ -100,11 +98,21 @@ async fn stored_recommendations_are_served_until_their_rollups_change_or_they_ag
             observed_ms: DAY_MS,
         };
         let later = DAY + 3 * DAY_MS;
-        let first = get(s, &card, ended, later).await.unwrap();
+        let first = get(s, &card, &OwnerSchema::default(), ended, later)
+            .await
+            .unwrap();
         // $10 a day is $304.17 over a 730-hour month.
         assert_eq!(packing_cost(&first), "304.17".parse().unwrap(), "{b}");
         tamper(s, ended, later).await;
-        let served = get(s, &card, ended, later + 30 * DAY_MS).await.unwrap();
+        let served = get(
+            s,
+            &card,
+            &OwnerSchema::default(),
+            ended,
+            later + 30 * DAY_MS,
+        )
+        .await
+        .unwrap();
         assert_eq!(served.lookback_days, 99.0, "{b}: an ended range never ages");
 
         // A range under way: served for minutes, then recomputed.
@@ -114,13 +122,29 @@ async fn stored_recommendations_are_served_until_their_rollups_change_or_they_ag
             observed_ms: DAY_MS,
         };
         let now = DAY + DAY_MS;
-        get(s, &card, under_way, now).await.unwrap();
-        tamper(s, under_way, now).await;
-        let fresh = get(s, &card, under_way, now + MAX_AGE_MS - 1)
+        get(s, &card, &OwnerSchema::default(), under_way, now)
             .await
             .unwrap();
+        tamper(s, under_way, now).await;
+        let fresh = get(
+            s,
+            &card,
+            &OwnerSchema::default(),
+            under_way,
+            now + MAX_AGE_MS - 1,
+        )
+        .await
+        .unwrap();
         assert_eq!(fresh.lookback_days, 99.0, "{b}: fresh enough");
-        let aged = get(s, &card, under_way, now + MAX_AGE_MS).await.unwrap();
+        let aged = get(
+            s,
+            &card,
+            &OwnerSchema::default(),
+            under_way,
+            now + MAX_AGE_MS,
+        )
+        .await
+        .unwrap();
         assert_eq!(aged.lookback_days, 1.0, "{b}: recomputed once old");
         tamper(s, under_way, now).await;
 
@@ -136,7 +160,15 @@ async fn stored_recommendations_are_served_until_their_rollups_change_or_they_ag
         .await
         .unwrap()
         .is_none());
-        let again = get(s, &card, ended, later + 31 * DAY_MS).await.unwrap();
+        let again = get(
+            s,
+            &card,
+            &OwnerSchema::default(),
+            ended,
+            later + 31 * DAY_MS,
+        )
+        .await
+        .unwrap();
         assert_eq!(again.lookback_days, 1.0, "{b}");
         assert_eq!(packing_cost(&again), "608.33".parse().unwrap(), "{b}");
         assert!(store::recommendations::recommendation_snapshot(

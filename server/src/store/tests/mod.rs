@@ -3,6 +3,7 @@
 mod accounts;
 mod bills;
 mod jobs;
+mod owners;
 mod telemetry;
 mod tokens;
 mod usage;
@@ -16,6 +17,56 @@ use super::{AgentStatus, IngestOutcome, NewToken, Refusal, RefusalKind, Store, S
 use crate::test_support;
 
 pub(super) const T0: i64 = 1_800_000_000_000;
+
+/// A database as it was before migration `version`: the earlier migrations only, from a copy of
+/// this backend's folder.
+pub(super) async fn migrations_before(
+    backend: &str,
+    version: &str,
+) -> (tempfile::TempDir, sqlx::migrate::Migrator) {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrations")
+        .join(backend);
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.as_str() < version {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    (dir, migrator)
+}
+
+/// Runs `migrator` on `db`'s empty database and then `statements`, before the store opens it
+/// (and runs the rest of the migrations).
+pub(super) async fn old_database(
+    db: &test_support::TestDb,
+    migrator: &sqlx::migrate::Migrator,
+    statements: &[&str],
+) {
+    if db.backend == "sqlite" {
+        use sqlx::sqlite::SqliteConnectOptions;
+        let options = std::str::FromStr::from_str(&db.url)
+            .map(|o: SqliteConnectOptions| o.create_if_missing(true));
+        let pool = sqlx::SqlitePool::connect_with(options.unwrap())
+            .await
+            .unwrap();
+        migrator.run(&pool).await.unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+        migrator.run(&pool).await.unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+}
 
 pub(super) fn report(batch: &str, start_ms: i64, util: f64) -> Report {
     Report {

@@ -51,17 +51,13 @@ async fn a_report_is_stored_once_and_reads_back_exactly() {
             .unwrap();
         assert_eq!(procs.len(), 1, "{b}");
         let p = &procs[0];
+        let labels: BTreeMap<String, String> = serde_json::from_str(&p.labels_json).unwrap();
+        let label = |k: &str| labels.get(k).map(String::as_str);
         assert_eq!(
-            (
-                p.pid,
-                p.model.as_deref(),
-                p.team.as_deref(),
-                p.experiment.as_deref()
-            ),
+            (p.pid, label("model"), label("team"), label("experiment")),
             (4242, Some("llama-70b"), Some("search"), None),
             "{b}"
         );
-        let labels: BTreeMap<String, String> = serde_json::from_str(&p.labels_json).unwrap();
         assert_eq!(
             labels.get("mlflow_run_id").map(String::as_str),
             Some("r42"),

@@ -314,24 +314,6 @@ async fn tokens_rotate_expire_and_keep_their_refusals() {
     }
 }
 
-/// A database as it was before migration 0014: migrations 0001–0013 only, from a copy of this
-/// backend's folder.
-async fn migrations_before_scopes(backend: &str) -> (tempfile::TempDir, sqlx::migrate::Migrator) {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../migrations")
-        .join(backend);
-    let dir = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.as_str() < "0014" {
-            std::fs::copy(&path, dir.path().join(&name)).unwrap();
-        }
-    }
-    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
-    (dir, migrator)
-}
-
 /// What the old schema held: t1 reported cluster a, t2 clusters b and c, t3 nothing yet.
 const BEFORE_SCOPES: &[&str] = &[
     "INSERT INTO api_tokens (id, name, token_hash, created_ms) VALUES
@@ -350,27 +332,8 @@ async fn tokens_made_before_scopes_keep_reporting_what_they_reported() {
     use gpuledger_proto::HostInfo;
     for db in test_support::both().await {
         let b = db.backend;
-        let (_dir, migrator) = migrations_before_scopes(b).await;
-        if b == "sqlite" {
-            use sqlx::sqlite::SqliteConnectOptions;
-            let options = std::str::FromStr::from_str(&db.url)
-                .map(|o: SqliteConnectOptions| o.create_if_missing(true));
-            let pool = sqlx::SqlitePool::connect_with(options.unwrap())
-                .await
-                .unwrap();
-            migrator.run(&pool).await.unwrap();
-            for sql in BEFORE_SCOPES {
-                sqlx::query(sql).execute(&pool).await.unwrap();
-            }
-            pool.close().await;
-        } else {
-            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-            migrator.run(&pool).await.unwrap();
-            for sql in BEFORE_SCOPES {
-                sqlx::query(sql).execute(&pool).await.unwrap();
-            }
-            pool.close().await;
-        }
+        let (_dir, migrator) = super::migrations_before(b, "0014").await;
+        super::old_database(&db, &migrator, BEFORE_SCOPES).await;
         let store = db.open().await;
         let s = store.as_ref();
         let tokens = crate::store::tokens::list_tokens(s.db()).await.unwrap();

@@ -1,0 +1,171 @@
+//! Owners as data: migration 0020 turns the rollups' four owner columns into rows of `owners`
+//! without losing a cent, and owners written afterwards find the migrated rows.
+
+use super::*;
+use crate::store::{DirtyMark, RollupGrain, RollupRow};
+use gpuledger_core::owners::Owner;
+use gpuledger_core::time::{DAY_MS, HOUR_MS};
+
+const HOUR: i64 = T0 - T0 % DAY_MS + 5 * HOUR_MS;
+const DAY: i64 = HOUR - 5 * HOUR_MS;
+
+/// Rollups as the old schema held them: three owners (one with a quote and a non-ASCII letter
+/// in its values, one nobody) over hours, days and host days, with atto parts to carry.
+fn before_owners() -> Vec<String> {
+    let hour = |model: &str, experiment: &str, team: &str, nano: i64, atto: i64| {
+        format!(
+            "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, model, experiment, endpoint,
+                team, kind, pricing_category, currency, estimated, cost_nano, cost_atto,
+                gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j)
+             VALUES ({HOUR}, 1, 'GPU-1', '{model}', '{experiment}', '', '{team}', 'used',
+                'on_demand', 'USD', 0, {nano}, {atto}, 1800, 900, 1800, 0)"
+        )
+    };
+    let day = |table: &str, gpu: &str, model: &str, team: &str, nano: i64, atto: i64| {
+        let gpu_column = if gpu.is_empty() { "" } else { "gpu_uuid, " };
+        let gpu_value = if gpu.is_empty() {
+            String::new()
+        } else {
+            format!("'{gpu}', ")
+        };
+        format!(
+            "INSERT INTO {table} (day_ms, host_id, {gpu_column}model, experiment, endpoint, team,
+                kind, pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                util_gpu_seconds, util_known_seconds, energy_j)
+             VALUES ({DAY}, 1, {gpu_value}'{model}', '', '', '{team}', 'used', 'on_demand',
+                'USD', 0, {nano}, {atto}, 1800, 900, 1800, 0)"
+        )
+    };
+    vec![
+        hour("llama", "run-1", "search", 1_234_567_890, 999_999_999),
+        hour("ll\"ama ü", "", "r&d", 5_000_000_000, 1),
+        hour("", "", "", 7, 0),
+        day(
+            "rollup_days",
+            "GPU-1",
+            "llama",
+            "search",
+            2_000_000_000,
+            500_000_000,
+        ),
+        day("rollup_days", "GPU-1", "", "", 3, 0),
+        day("rollup_host_days", "", "ll\"ama ü", "r&d", 4_000_000_000, 0),
+    ]
+}
+
+/// Per owner and grain, the cost as the ledger reads it back.
+async fn costs(s: &dyn Store) -> BTreeMap<(&'static str, String), rust_decimal::Decimal> {
+    let mut out = BTreeMap::new();
+    for (name, grain, from) in [
+        ("hour", RollupGrain::Hour, HOUR),
+        ("day", RollupGrain::Day, DAY),
+        ("host day", RollupGrain::HostDay, DAY),
+    ] {
+        for r in crate::store::ledger::rollup_rows(s.db(), grain, from, from + DAY_MS)
+            .await
+            .unwrap()
+        {
+            *out.entry((name, r.owner)).or_default() +=
+                gpuledger_core::money::from_nano_atto(r.cost_nano, r.cost_atto);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn rollups_keep_every_cent_and_their_owners_through_the_migration() {
+    for db in test_support::both().await {
+        let b = db.backend;
+        let (_dir, migrator) = migrations_before(b, "0020").await;
+        let statements = before_owners();
+        let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+        old_database(&db, &migrator, &statements).await;
+        let store = db.open().await;
+        let s = store.as_ref();
+
+        let owner = |pairs: &[(&str, &str)]| pairs.iter().copied().collect::<Owner>().key();
+        let llama = owner(&[
+            ("model", "llama"),
+            ("experiment", "run-1"),
+            ("team", "search"),
+        ]);
+        let quoted = owner(&[("model", "ll\"ama ü"), ("team", "r&d")]);
+        let nobody = Owner::default().key();
+        let d = |s: &str| gpuledger_core::money::from_text(s);
+        let want: BTreeMap<(&str, String), rust_decimal::Decimal> = [
+            (("hour", llama.clone()), d("1.234567890999999999")),
+            (("hour", quoted.clone()), d("5.000000000000000001")),
+            (("hour", nobody.clone()), d("0.000000007")),
+            (
+                ("day", owner(&[("model", "llama"), ("team", "search")])),
+                d("2.0000000005"),
+            ),
+            (("day", nobody.clone()), d("0.000000003")),
+            (("host day", quoted.clone()), d("4")),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(costs(s).await, want, "{b}: every owner, every cent");
+
+        // The server's own text of a migrated owner finds its row: writing the hour again under
+        // the same owners adds none.
+        let owners_before: i64 = count_owners(s).await;
+        assert_eq!(owners_before, 4, "{b}: one row per distinct owner");
+        crate::store::rollups::mark_dirty_hours(s.db(), &[HOUR])
+            .await
+            .unwrap();
+        let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 10)
+            .await
+            .unwrap();
+        let row = |owner: &str, nano: i64| RollupRow {
+            period_ms: HOUR,
+            host_id: 1,
+            gpu_uuid: "GPU-1".into(),
+            owner: owner.into(),
+            kind: "used".into(),
+            pricing_category: "on_demand".into(),
+            currency: "USD".into(),
+            estimated: 0,
+            cost_nano: nano,
+            cost_atto: 0,
+            gpu_seconds: 1800.0,
+            util_gpu_seconds: 900.0,
+            util_known_seconds: 1800.0,
+            energy_j: 0.0,
+        };
+        crate::store::rollups::replace_rollups(
+            s.db(),
+            &marks,
+            &[row(&llama, 10), row(&quoted, 20)],
+            &[],
+            &[],
+            Some("experiment"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(count_owners(s).await, owners_before, "{b}: no owner twice");
+        let after = costs(s).await;
+        assert_eq!(after[&("hour", quoted.clone())], d("0.00000002"), "{b}");
+        let runs = crate::store::ledger::rollup_experiment_days(s.db(), DAY, DAY + DAY_MS)
+            .await
+            .unwrap();
+        assert_eq!(
+            runs.iter()
+                .map(|r| r.experiment.as_str())
+                .collect::<Vec<_>>(),
+            ["run-1"],
+            "{b}: runs read from the experiment dimension's values"
+        );
+    }
+}
+
+async fn count_owners(s: &dyn Store) -> i64 {
+    let mut conn = s.db().read().await.unwrap();
+    crate::store::db::on_backend!(conn, |ex| {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM owners")
+            .fetch_one(&mut *ex)
+            .await
+            .unwrap();
+        n
+    })
+}
