@@ -249,11 +249,11 @@ async fn cost_explorer_sync(db: TestDb) {
     assert_eq!(aaa.len(), 2, "{label}");
     assert_eq!(
         (
-            aaa[0].effective_cost.as_str(),
-            aaa[0].billed_cost.as_str(),
+            aaa[0].effective_cost.to_string(),
+            aaa[0].billed_cost.to_string(),
             aaa[0].pricing_category.as_str()
         ),
-        ("20", "32.7726", "committed")
+        ("20".to_owned(), "32.7726".to_owned(), "committed")
     );
     assert_eq!(aaa[1].pricing_category, "spot");
     assert_eq!(
@@ -264,10 +264,10 @@ async fn cost_explorer_sync(db: TestDb) {
     let bbb = for_key(Some("i-0bbb"));
     assert_eq!(
         (
-            bbb[0].effective_cost.as_str(),
+            bbb[0].effective_cost.to_string(),
             bbb[0].instance_type.as_deref()
         ),
-        ("786.5424", Some("p4d.24xlarge"))
+        ("786.5424".to_owned(), Some("p4d.24xlarge"))
     );
     assert_eq!(
         for_key(None).len(),

@@ -720,7 +720,7 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
             .await
             .unwrap()
             .into_iter()
-            .map(|l| l.effective_cost)
+            .map(|l| l.effective_cost.to_string())
             .collect();
         costs.sort();
         costs

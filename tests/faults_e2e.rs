@@ -318,10 +318,7 @@ async fn billed_total(db: &TestDb) -> (Decimal, usize) {
     let lines = store::bills::cost_lines(store.db(), from, from + 31 * 86_400_000)
         .await
         .unwrap();
-    let total = lines
-        .iter()
-        .map(|l| gpuledger_core::money::from_text(&l.billed_cost))
-        .sum();
+    let total = lines.iter().map(|l| l.billed_cost).sum();
     (total, lines.len())
 }
 

@@ -23,7 +23,7 @@ use rust_decimal::Decimal;
 use crate::activity::{self, Activity, Thresholds};
 use crate::bill::{spread_over_hours, StoredCostLine};
 use crate::idle::IdleConfig;
-use crate::money::{from_text, split_exact};
+use crate::money::split_exact;
 pub use crate::owners::Owner;
 use crate::owners::OwnerSchema;
 use crate::ratecard::RateCard;
@@ -122,7 +122,7 @@ pub struct Attribution {
 /// Spreads each cost line over the hours of its charge period in `[from_ms, to_ms)`, exactly.
 pub fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, Decimal)> {
     spread_over_hours(
-        from_text(&line.effective_cost),
+        line.effective_cost,
         line.charge_period_start_ms,
         line.charge_period_end_ms,
         from_ms,

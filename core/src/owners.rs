@@ -15,6 +15,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -117,14 +118,20 @@ impl Default for OwnerSchema {
     }
 }
 
-/// Names that grouping already uses for something else.
-const RESERVED: [&str; 6] = [
+/// Names that grouping or the allocation API and drill-downs already use for something else.
+const RESERVED: [&str; 12] = [
     "cluster",
     "host",
     "gpu",
     "instance_type",
     "pricing_category",
     "kind",
+    "from",
+    "to",
+    "by",
+    "step",
+    "format",
+    "key",
 ];
 
 impl TryFrom<OwnersConfig> for OwnerSchema {
@@ -139,10 +146,12 @@ impl OwnerSchema {
     /// The default four with the config's changes and additions; an error names what is wrong.
     pub fn from_config(config: &OwnersConfig) -> Result<OwnerSchema, String> {
         let mut schema = OwnerSchema::default();
-        // A role given explicitly to one dimension leaves the default dimension that had it.
+        // A role given explicitly to one dimension leaves the default dimension that had it
+        // (unless the config gives it that role again).
         let claimed: BTreeSet<Role> = config.values().filter_map(|d| d.role).collect();
         for d in &mut schema.dimensions {
-            if d.role.is_some_and(|r| claimed.contains(&r)) && !config.contains_key(&d.name) {
+            let restated = config.get(&d.name).and_then(|c| c.role);
+            if d.role.is_some_and(|r| claimed.contains(&r)) && restated != d.role {
                 d.role = None;
             }
         }
@@ -161,8 +170,8 @@ impl OwnerSchema {
             }
             if RESERVED.contains(&name.as_str()) {
                 return Err(format!(
-                    "owners.{name}: `{name}` is already a grouping of its own; name the \
-                     dimension otherwise"
+                    "owners.{name}: `{name}` already means something else (a grouping or a \
+                     parameter of the API); name the dimension otherwise"
                 ));
             }
             let sources = match &spec.from {
@@ -202,6 +211,14 @@ impl OwnerSchema {
                     "owners: role {} is given to {}; give it to one dimension",
                     role.as_str(),
                     with.join(" and ")
+                ));
+            }
+            // Runs, cost per request, right-sizing and team alerts each need theirs.
+            if with.is_empty() {
+                return Err(format!(
+                    "owners: no dimension has the role {}; give it to one (role = \"{}\")",
+                    role.as_str(),
+                    role.as_str()
                 ));
             }
         }
@@ -257,7 +274,7 @@ impl OwnerSchema {
                 owner.insert(d.name.clone(), v.clone());
             }
         }
-        Owner(owner)
+        Owner(Arc::new(owner))
     }
 
     /// `owner` (from [`OwnerSchema::owner_of`]) completed from the tags of the bill line that
@@ -274,13 +291,17 @@ impl OwnerSchema {
             if out.0.contains_key(&d.name) {
                 continue;
             }
+            // Bill tags are free text: a control character (a JSON `\u0000`, say) never
+            // becomes part of an owner, as it never does from a process label.
             let tag = d.sources.iter().find_map(|s| match s {
-                Source::Tag(k) => tags.get(k).filter(|v| !v.is_empty()),
+                Source::Tag(k) => tags
+                    .get(k)
+                    .filter(|v| !v.is_empty() && !v.chars().any(char::is_control)),
                 Source::Label(_) => None,
             });
             if let Some(v) = tag.or_else(|| d.clusters.get(cluster)) {
                 if !v.is_empty() {
-                    out.0.insert(d.name.clone(), v.clone());
+                    Arc::make_mut(&mut out.0).insert(d.name.clone(), v.clone());
                 }
             }
         }
@@ -310,9 +331,10 @@ pub fn intern(name: &str) -> &'static str {
     leaked
 }
 
-/// One owner: a value per dimension that has one (no entry where none is known).
+/// One owner: a value per dimension that has one (no entry where none is known). Shared, not
+/// copied: a month's ledger holds millions of parts and a few thousand distinct owners.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Owner(BTreeMap<String, String>);
+pub struct Owner(Arc<BTreeMap<String, String>>);
 
 impl Owner {
     pub fn get(&self, dimension: &str) -> Option<&str> {
@@ -330,9 +352,9 @@ impl Owner {
     /// The same owner with `dimension` set (an empty value clears it).
     pub fn with(mut self, dimension: &str, value: &str) -> Owner {
         if value.is_empty() {
-            self.0.remove(dimension);
+            Arc::make_mut(&mut self.0).remove(dimension);
         } else {
-            self.0.insert(dimension.to_owned(), value.to_owned());
+            Arc::make_mut(&mut self.0).insert(dimension.to_owned(), value.to_owned());
         }
         self
     }
@@ -340,14 +362,14 @@ impl Owner {
     /// The owner's one text form, as the owners table keys it: a JSON object with keys in
     /// order and no spaces (`{"model":"llama","team":"research"}`; `{}` for nobody).
     pub fn key(&self) -> String {
-        serde_json::to_string(&self.0).unwrap_or_else(|_| "{}".to_owned())
+        serde_json::to_string(&*self.0).unwrap_or_else(|_| "{}".to_owned())
     }
 
     /// Reads [`Owner::key`]'s form back (any JSON object of strings; other values are skipped).
     pub fn from_key(key: &str) -> Owner {
         let parsed: BTreeMap<String, serde_json::Value> =
             serde_json::from_str(key).unwrap_or_default();
-        Owner(
+        Owner(Arc::new(
             parsed
                 .into_iter()
                 .filter_map(|(k, v)| match v {
@@ -355,18 +377,18 @@ impl Owner {
                     _ => None,
                 })
                 .collect(),
-        )
+        ))
     }
 }
 
 impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Owner {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
-        Owner(
+        Owner(Arc::new(
             iter.into_iter()
                 .map(|(k, v)| (k.into(), v.into()))
                 .filter(|(_, v)| !v.is_empty())
                 .collect(),
-        )
+        ))
     }
 }
 
@@ -432,6 +454,12 @@ cost_center = { from = ["label:cost_center", "tag:CostCenter"], clusters = { lab
             Some("cc-lab")
         );
         assert_eq!(priced(&none, &none, "other").get("cost_center"), None);
+        let control = map(&[("CostCenter", "cc\u{0}")]);
+        assert_eq!(
+            priced(&none, &control, "other").get("cost_center"),
+            None,
+            "a control character in a tag never becomes an owner"
+        );
         assert_eq!(
             s.owner_of(&none, "lab").get("cost_center"),
             None,
@@ -441,7 +469,10 @@ cost_center = { from = ["label:cost_center", "tag:CostCenter"], clusters = { lab
 
     #[test]
     fn a_role_moves_to_the_dimension_that_claims_it() {
-        let s = config("[owners]\nservice = { role = \"endpoint\" }").unwrap();
+        let s = config(
+            "[owners]\nservice = { role = \"endpoint\" }\nendpoint = { from = [\"label:ep\"] }",
+        )
+        .unwrap();
         assert_eq!(s.role(Role::Endpoint), Some("service"));
         assert!(
             s.has("endpoint"),
@@ -456,7 +487,11 @@ cost_center = { from = ["label:cost_center", "tag:CostCenter"], clusters = { lab
         let e = config("[owners]\nCost = {}").unwrap_err();
         assert!(e.contains("owners.Cost"), "{e}");
         let e = config("[owners]\nhost = {}").unwrap_err();
-        assert!(e.contains("already a grouping"), "{e}");
+        assert!(e.contains("already means something else"), "{e}");
+        let e = config("[owners]\nformat = {}").unwrap_err();
+        assert!(e.contains("owners.format"), "{e}");
+        let e = config("[owners]\nexperiment = { role = \"team\" }").unwrap_err();
+        assert!(e.contains("no dimension has the role experiment"), "{e}");
         let e = config("[owners]\na = { from = [\"env:X\"] }").unwrap_err();
         assert!(e.contains("label:KEY"), "{e}");
         let e = config("[owners]\na = { role = \"team\" }\nb = { role = \"team\" }").unwrap_err();

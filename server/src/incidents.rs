@@ -231,13 +231,14 @@ fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> 
     let Some(dimension) = schema.dimensions().iter().find(|d| d.name == team) else {
         return teams;
     };
-    for source in &dimension.sources {
-        if let Source::Label(key) = source {
-            for value in labels.get(key).into_iter().flat_map(|v| v.split(", ")) {
-                if !value.is_empty() && !teams.iter().any(|t| t == value) {
-                    teams.push(value.to_owned());
-                }
-            }
+    // The first listed label that is set, as attribution reads it.
+    let first = dimension.sources.iter().find_map(|source| match source {
+        Source::Label(key) => labels.get(key).filter(|v| !v.is_empty()),
+        Source::Tag(_) => None,
+    });
+    for value in first.into_iter().flat_map(|v| v.split(", ")) {
+        if !value.is_empty() && !teams.iter().any(|t| t == value) {
+            teams.push(value.to_owned());
         }
     }
     if teams.is_empty() {

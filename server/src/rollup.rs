@@ -481,13 +481,19 @@ pub enum RebuildError {
 /// decimal strings: what a restatement keeps of before and after. Amounts are in the month's
 /// main currency; another currency's are keyed `team (CUR)` and written `amount CUR`, never
 /// added to them.
-async fn team_totals(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<String, StoreError> {
+async fn team_totals(
+    store: &dyn Store,
+    owners: &OwnerSchema,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<String, StoreError> {
     let a = crate::ledger::load(store, from_ms, to_ms, RollupGrain::Day).await?;
     let main = crate::allocation::main_currency(&a);
     let mut totals: BTreeMap<(String, String), rust_decimal::Decimal> = BTreeMap::new();
     for row in crate::allocation::group(
         &a,
-        crate::allocation::GroupBy::TEAM,
+        crate::allocation::GroupBy::role(owners, Role::Team)
+            .unwrap_or(crate::allocation::GroupBy::TEAM),
         crate::allocation::Step::Month,
     ) {
         *totals.entry((row.key, row.currency)).or_default() += row.cost;
@@ -575,7 +581,15 @@ pub async fn rebuild(
     }
     let mut before = Vec::new();
     for m in &closed {
-        before.push(team_totals(store, *m, gpuledger_core::time::next_month_start(*m)).await?);
+        before.push(
+            team_totals(
+                store,
+                owners,
+                *m,
+                gpuledger_core::time::next_month_start(*m),
+            )
+            .await?,
+        );
     }
     let hours: Vec<i64> = (hour_floor(from_ms)..to_ms)
         .step_by(HOUR_MS as usize)
@@ -611,8 +625,13 @@ pub async fn rebuild(
                 created_ms: now_ms,
                 reason: reason.clone(),
                 before_json,
-                after_json: team_totals(store, *m, gpuledger_core::time::next_month_start(*m))
-                    .await?,
+                after_json: team_totals(
+                    store,
+                    owners,
+                    *m,
+                    gpuledger_core::time::next_month_start(*m),
+                )
+                .await?,
             };
             store::closing::add_restatement(store.db(), &row).await?;
             restated.push(row);
@@ -659,7 +678,7 @@ pub async fn attribute_new_closed_months(
             (month, next),
         )
         .await?;
-        let after_json = team_totals(store, month, next).await?;
+        let after_json = team_totals(store, owners, month, next).await?;
         if after_json == "{}" {
             continue; // the marks held nothing to attribute
         }

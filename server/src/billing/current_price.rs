@@ -11,7 +11,6 @@ use crate::billing::ratecard::RateCard;
 use crate::store;
 use crate::store::{HostRow, Store, StoreError, StoredCostLine};
 use gpuledger_core::bill::spread_over_hours;
-use gpuledger_core::money::from_text;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// How far back bills are read to price the present hour: bills arrive hours late.
@@ -51,7 +50,7 @@ pub fn gpu_price(
         .filter(|l| Some(&l.currency) == newest.as_ref())
     {
         let spread = spread_over_hours(
-            from_text(&l.effective_cost),
+            l.effective_cost,
             l.charge_period_start_ms,
             l.charge_period_end_ms,
             now_ms - BILL_LOOKBACK_MS,
@@ -132,8 +131,8 @@ mod tests {
             charge_period_start_ms: start_ms,
             charge_period_end_ms: end_ms,
             charge_category: "Usage".into(),
-            billed_cost: cost.into(),
-            effective_cost: cost.into(),
+            billed_cost: gpuledger_core::money::from_text(cost),
+            effective_cost: gpuledger_core::money::from_text(cost),
             currency: "USD".into(),
             pricing_category: "on_demand".into(),
             instance_type: None,

@@ -42,7 +42,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
                 .as_deref()
                 .is_some_and(|k| k.starts_with("i-"))
         })
-        .map(|l| gpuledger_core::money::from_text(&l.effective_cost))
+        .map(|l| l.effective_cost)
         .sum();
     assert_eq!(attributed, gpu_hosts);
     assert!(

@@ -451,7 +451,7 @@ async fn review(
     } else {
         shown(run_total / Decimal::from(runs.len() as i64))
     };
-    let (savings, total_saving) = savings_view(&recs, &month, &cur);
+    let (savings, total_saving) = savings_view(&recs, &month, &cur, schema);
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
         previous: month_label(prev_from),
@@ -476,7 +476,7 @@ async fn review(
         endpoints: endpoints
             .iter()
             .take(TOP_ROWS)
-            .map(|e| endpoint_view(e, &month))
+            .map(|e| endpoint_view(e, &month, schema))
             .collect(),
         endpoints_csv: format!(
             "/api/v1/usage?{}",
@@ -484,7 +484,7 @@ async fn review(
         ),
         run_count: runs.len(),
         run_average,
-        runs: runs_view(&runs[..runs.len().min(TOP_ROWS)], &month),
+        runs: runs_view(&runs[..runs.len().min(TOP_ROWS)], &month, schema),
         runs_csv: format!(
             "/api/v1/runs?{}",
             query(&[("from", &month), ("to", &next), ("format", "csv")])
@@ -645,7 +645,7 @@ async fn drill_down(
                 .find(|e| e.endpoint == key)
         })
         .flatten()
-        .map(|e| endpoint_view(&e, &month));
+        .map(|e| endpoint_view(&e, &month, schema));
     // Training runs of an owner (but an endpoint, which serves) or of a cluster.
     let runs = if (by.is_owner() && Some(by) != endpoint_by) || by == GroupBy::Cluster {
         runs_view(
@@ -655,6 +655,7 @@ async fn drill_down(
                 schema,
             ),
             &month,
+            schema,
         )
     } else {
         Vec::new()

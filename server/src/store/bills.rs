@@ -550,20 +550,35 @@ pub async fn cost_lines(
         .bind(to_ms)
         .fetch_all(&mut *ex)
         .await?;
+        // Amounts are stored as the exact decimal text they were imported as.
+        let amount = |text: String| gpuledger_core::money::from_text(&text);
         Ok(rows
             .into_iter()
-            .map(super::from_columns!(super::StoredCostLine {
-                resource_key,
-                charge_period_start_ms,
-                charge_period_end_ms,
-                charge_category,
-                billed_cost,
-                effective_cost,
-                currency,
-                pricing_category,
-                instance_type,
-                tags_json
-            }))
+            .map(
+                |(
+                    resource_key,
+                    charge_period_start_ms,
+                    charge_period_end_ms,
+                    charge_category,
+                    billed_cost,
+                    effective_cost,
+                    currency,
+                    pricing_category,
+                    instance_type,
+                    tags_json,
+                )| super::StoredCostLine {
+                    resource_key,
+                    charge_period_start_ms,
+                    charge_period_end_ms,
+                    charge_category,
+                    billed_cost: amount(billed_cost),
+                    effective_cost: amount(effective_cost),
+                    currency,
+                    pricing_category,
+                    instance_type,
+                    tags_json,
+                },
+            )
             .collect())
     })
 }

@@ -6,9 +6,11 @@ use rust_decimal::Decimal;
 use super::super::charts;
 use super::{day_label, TOP_ROWS};
 use crate::allocation::GroupBy;
+use crate::config::OwnerSchema;
 use crate::format::money;
 use crate::recommend::Recommendations;
 use crate::unit_costs::{EndpointUnitCost, TrainingRun};
+use gpuledger_core::owners::Role;
 
 pub struct RunRow {
     pub experiment: String,
@@ -76,11 +78,17 @@ pub fn episode_view(e: crate::idle_history::IdleEpisode, month: &str) -> Episode
     }
 }
 
-pub fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
+/// The dimension playing `role`, for links (every role is held: `core::owners`).
+fn by_role(schema: &OwnerSchema, role: Role) -> GroupBy {
+    GroupBy::role(schema, role).unwrap_or(GroupBy::Owner(role.as_str()))
+}
+
+pub fn runs_view(runs: &[TrainingRun], month: &str, schema: &OwnerSchema) -> Vec<RunRow> {
+    let experiment = by_role(schema, Role::Experiment);
     runs.iter()
         .map(|r| RunRow {
             experiment: r.experiment.clone(),
-            href: charts::drill_href(month, GroupBy::EXPERIMENT, &r.experiment),
+            href: charts::drill_href(month, experiment, &r.experiment),
             model: r.model.clone().unwrap_or_else(|| "—".into()),
             team: r.team.clone().unwrap_or_else(|| "—".into()),
             started: day_label(&r.started),
@@ -91,10 +99,10 @@ pub fn runs_view(runs: &[TrainingRun], month: &str) -> Vec<RunRow> {
         .collect()
 }
 
-pub fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
+pub fn endpoint_view(e: &EndpointUnitCost, month: &str, schema: &OwnerSchema) -> EndpointRow {
     EndpointRow {
         endpoint: e.endpoint.clone(),
-        href: charts::drill_href(month, GroupBy::ENDPOINT, &e.endpoint),
+        href: charts::drill_href(month, by_role(schema, Role::Endpoint), &e.endpoint),
         requests: e
             .requests
             .map_or_else(|| "no counts".into(), crate::format::thousands),
@@ -107,13 +115,18 @@ pub fn endpoint_view(e: &EndpointUnitCost, month: &str) -> EndpointRow {
 }
 
 /// Savings are priced from the rate card, in its currency.
-pub fn savings_view(r: &Recommendations, month: &str, currency: &str) -> (Vec<SavingRow>, String) {
+pub fn savings_view(
+    r: &Recommendations,
+    month: &str,
+    currency: &str,
+    schema: &OwnerSchema,
+) -> (Vec<SavingRow>, String) {
     let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
     for x in &r.right_size {
         let by = if x.by == "endpoint" {
-            GroupBy::ENDPOINT
+            by_role(schema, Role::Endpoint)
         } else {
-            GroupBy::MODEL
+            by_role(schema, Role::Model)
         };
         rows.push((
             x.saving,
@@ -159,7 +172,7 @@ pub fn savings_view(r: &Recommendations, month: &str, currency: &str) -> (Vec<Sa
             s.saving,
             SavingRow {
                 what: format!("experiment {}", s.experiment),
-                href: charts::drill_href(month, GroupBy::EXPERIMENT, &s.experiment),
+                href: charts::drill_href(month, by_role(schema, Role::Experiment), &s.experiment),
                 change: "on-demand → spot".into(),
                 saving: money(s.saving, currency),
             },

@@ -80,7 +80,8 @@ async fn bills_import_once_and_a_newer_export_replaces_its_period() {
             .unwrap();
         assert_eq!(lines.len(), 2, "{b}");
         assert_eq!(
-            lines[1].effective_cost, "0.000000000000001",
+            lines[1].effective_cost.to_string(),
+            "0.000000000000001",
             "{b}: amounts round-trip exactly"
         );
 
@@ -101,7 +102,7 @@ async fn bills_import_once_and_a_newer_export_replaces_its_period() {
             .await
             .unwrap();
         assert_eq!(lines.len(), 1, "{b}");
-        assert_eq!(lines[0].effective_cost, "30", "{b}");
+        assert_eq!(lines[0].effective_cost.to_string(), "30", "{b}");
         let imports = crate::store::bills::billing_imports(store.db())
             .await
             .unwrap();
@@ -149,7 +150,10 @@ async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again(
         let s = store.as_ref();
         let b = db.backend;
         let in_force = |lines: Vec<crate::store::StoredCostLine>| {
-            let mut costs: Vec<String> = lines.into_iter().map(|l| l.effective_cost).collect();
+            let mut costs: Vec<String> = lines
+                .into_iter()
+                .map(|l| l.effective_cost.to_string())
+                .collect();
             costs.sort();
             costs
         };
