@@ -184,19 +184,24 @@ fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -
             .all(|((ka, va), (kb, vb))| ka == kb && va.0 == vb.0 && (va.1 - vb.1).abs() <= 1)
 }
 
-/// The rollups say exactly what attribution from raw data says, per hour and per day.
-async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
-    let (from, to) = (START - HOUR_MS, END + HOUR_MS);
-    let raw = attribution::compute(
+/// Attribution of `[from, to)` from raw data, with the default thresholds and owners.
+async fn raw_attribution(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> Attribution {
+    attribution::compute(
         store,
         card,
         &IdleConfig::default(),
-        &crate::config::OwnerSchema::default(),
+        &OwnerSchema::default(),
         from,
         to,
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The rollups say exactly what attribution from raw data says, per hour and per day.
+async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
+    let (from, to) = (START - HOUR_MS, END + HOUR_MS);
+    let raw = raw_attribution(store, card, from, to).await;
     for grain in [RollupGrain::Hour, RollupGrain::Day, RollupGrain::HostDay] {
         let rolled = load(store, from, to, grain).await.unwrap();
         assert!(
@@ -207,16 +212,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     }
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
-    let raw = attribution::compute(
-        store,
-        card,
-        &IdleConfig::default(),
-        &crate::config::OwnerSchema::default(),
-        from,
-        to,
-    )
-    .await
-    .unwrap();
+    let raw = raw_attribution(store, card, from, to).await;
     let rolled = load(store, from, to, RollupGrain::Day).await.unwrap();
     let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
     assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
@@ -235,16 +231,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         ((START + HOUR_MS, END - 2 * HOUR_MS), WIDE_OPEN),
         ((START - HOUR_MS, END + HOUR_MS), PACK_ONLY),
     ] {
-        let a = attribution::compute(
-            store,
-            card,
-            &IdleConfig::default(),
-            &crate::config::OwnerSchema::default(),
-            from,
-            to,
-        )
-        .await
-        .unwrap();
+        let a = raw_attribution(store, card, from, to).await;
         let ws = store::rollups::attribution_windows(store.db(), from, to)
             .await
             .unwrap();
