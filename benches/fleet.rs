@@ -565,8 +565,8 @@ async fn raw_inserts(db: &Db, reports_per_agent: i64) -> Result<f64> {
                             .collect();
                         let mut q = sqlx::QueryBuilder::<$db>::new(
                             "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms,
-                                process_name, memory_used_max_bytes, sm_util_avg, model,
-                                experiment, endpoint, team, labels_json, container_id, pod_uid) ",
+                                process_name, memory_used_max_bytes, sm_util_avg, labels_json,
+                                container_id, pod_uid) ",
                         );
                         q.push_values(procs, |mut b, (g, p)| {
                             b.push_bind(g.uuid.clone())
@@ -576,10 +576,6 @@ async fn raw_inserts(db: &Db, reports_per_agent: i64) -> Result<f64> {
                                 .push_bind(p.name.clone())
                                 .push_bind(p.memory_used_max_bytes.map(|v| v as i64))
                                 .push_bind(p.sm_util_avg)
-                                .push_bind(p.labels.get("model").cloned())
-                                .push_bind(p.labels.get("experiment").cloned())
-                                .push_bind(p.labels.get("endpoint").cloned())
-                                .push_bind(p.labels.get("team").cloned())
                                 .push_bind(serde_json::to_string(&p.labels).unwrap_or_default())
                                 .push_bind(p.container_id.clone())
                                 .push_bind(p.pod_uid.clone());
@@ -858,10 +854,9 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
     let process_rows = format!(
         "WITH RECURSIVE {g}, {w}
          INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-             memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team, labels_json)
+             memory_used_max_bytes, sm_util_avg, labels_json)
          SELECT 'GPU-bench-' || g.i, $3 + w.i * $4, 1000 + g.i % 8, $3 + (w.i + 1) * $4, 'python3',
-             42949672960, 70.0, 'model-' || (g.i % 17), 'run-' || (g.i / 8), NULL,
-             'team-' || ((g.i / 8) % 12),
+             42949672960, 70.0,
              '{{\"experiment\":\"run-' || (g.i / 8) || '\",\"model\":\"model-' || (g.i % 17)
                  || '\",\"team\":\"team-' || ((g.i / 8) % 12) || '\"}}'
          FROM g CROSS JOIN w

@@ -83,7 +83,7 @@ async fn ingest_report(
            AND NOT EXISTS (
                SELECT 1 FROM gpus x JOIN hosts y ON y.id = x.host_id
                JOIN api_tokens t ON t.id = y.token_id
-               WHERE x.uuid = ANY($42::text[]) AND y.token_id <> $14 AND ",
+               WHERE x.uuid = ANY($38::text[]) AND y.token_id <> $14 AND ",
         super::token_active_sql!("t", "$8"),
         ")
          ",
@@ -93,7 +93,7 @@ async fn ingest_report(
          ), b AS (
             INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows,
                                           content_sha256)
-            SELECT $13, h.id, $14, $8, $15, $48 FROM h
+            SELECT $13, h.id, $14, $8, $15, $44 FROM h
             ON CONFLICT DO NOTHING
             RETURNING host_id
          ), gw AS (
@@ -106,7 +106,7 @@ async fn ingest_report(
                 u.util_histogram
             FROM b, UNNEST($16::text[], $17::int8[], $18::int8[], $19::int8[], $20::int8[],
                            $21::int8[], $22::float8[], $23::float8[], $24::float8[],
-                           $25::float8[], $26::float8[], $27::int8[], $51::text[])
+                           $25::float8[], $26::float8[], $27::int8[], $47::text[])
               AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
                    temperature_max_c, energy_mj, util_histogram)
@@ -114,28 +114,27 @@ async fn ingest_report(
             RETURNING 1
          ), pw AS (
             INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-                memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
-                labels_json, container_id, pod_uid, user_name)
+                memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
+                user_name)
             SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
-                u.memory_used_max_bytes, u.sm_util_avg, u.model, u.experiment, u.endpoint,
-                u.team, u.labels_json, u.container_id, u.pod_uid, u.user_name
+                u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
+                u.pod_uid, u.user_name
             FROM b, UNNEST($28::text[], $29::int8[], $30::int8[], $31::int8[], $32::text[],
-                           $33::int8[], $34::float8[], $35::text[], $36::text[], $37::text[],
-                           $38::text[], $39::text[], $40::text[], $41::text[], $50::text[])
+                           $33::int8[], $34::float8[], $35::text[], $36::text[],
+                           $37::text[], $46::text[])
               AS u(gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
-                   sm_util_avg, model, experiment, endpoint, team, labels_json, container_id,
-                   pod_uid, user_name)
+                   sm_util_avg, labels_json, container_id, pod_uid, user_name)
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), guard AS (
             INSERT INTO ingest_window_guard (windows_all_new)
             SELECT false
             WHERE (SELECT COUNT(*) FROM gw) + (SELECT COUNT(*) FROM pw)
-                  <> (SELECT COUNT(*) FROM b) * $49
+                  <> (SELECT COUNT(*) FROM b) * $45
          ), g AS (
             INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
             SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes
-            FROM b, UNNEST($42::text[], $43::int8[], $44::text[], $45::text[], $46::int8[])
+            FROM b, UNNEST($38::text[], $39::int8[], $40::text[], $41::text[], $42::int8[])
               AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes)
             -- The usual case, a GPU as it was, writes nothing (not even a row lock). A scalar
             -- subquery, so that each GPU is one primary-key probe (as an anti-join the planner
@@ -148,7 +147,7 @@ async fn ingest_report(
         super::gpu_identity_on_conflict_sql!(),
         "), d AS (
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
-            SELECT hr, b.host_id, 0 FROM b, UNNEST($47::int8[]) AS hr
+            SELECT hr, b.host_id, 0 FROM b, UNNEST($43::int8[]) AS hr
             ",
         super::dirty_mark_on_conflict_sql!(),
         "
@@ -178,10 +177,6 @@ async fn ingest_report(
         .bind(&p.process_name)
         .bind(&p.memory_used_max_bytes)
         .bind(&p.sm_util_avg)
-        .bind(&p.model)
-        .bind(&p.experiment)
-        .bind(&p.endpoint)
-        .bind(&p.team)
         .bind(&p.labels_json)
         .bind(&p.container_id)
         .bind(&p.pod_uid)

@@ -38,10 +38,6 @@ pub(crate) struct ProcessColumns {
     pub process_name: Vec<Option<String>>,
     pub memory_used_max_bytes: Vec<Option<i64>>,
     pub sm_util_avg: Vec<Option<f64>>,
-    pub model: Vec<Option<String>>,
-    pub experiment: Vec<Option<String>>,
-    pub endpoint: Vec<Option<String>>,
-    pub team: Vec<Option<String>>,
     pub labels_json: Vec<String>,
     pub container_id: Vec<Option<String>>,
     pub pod_uid: Vec<Option<String>>,
@@ -118,7 +114,6 @@ impl ReportRows {
                 }
 
                 for p in &g.processes {
-                    let label = |k: &str| p.labels.get(k).cloned();
                     let c = &mut rows.processes;
                     c.gpu_uuid.push(g.uuid.clone());
                     c.start_ms.push(w.start_ms);
@@ -128,10 +123,6 @@ impl ReportRows {
                     c.memory_used_max_bytes
                         .push(to_i64(p.memory_used_max_bytes));
                     c.sm_util_avg.push(p.sm_util_avg);
-                    c.model.push(label("model"));
-                    c.experiment.push(label("experiment"));
-                    c.endpoint.push(label("endpoint"));
-                    c.team.push(label("team"));
                     c.labels_json.push(
                         serde_json::to_string(&p.labels)
                             .map_err(|e| StoreError::Invalid(e.to_string()))?,

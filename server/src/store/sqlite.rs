@@ -108,8 +108,8 @@ async fn insert_report_rows(
     for chunk in indexes.chunks(ROWS_PER_STATEMENT) {
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-                memory_used_max_bytes, sm_util_avg, model, experiment, endpoint, team,
-                labels_json, container_id, pod_uid, user_name) ",
+                memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
+                user_name) ",
         );
         q.push_values(chunk, |mut b, &i| {
             b.push_bind(&p.gpu_uuid[i])
@@ -119,10 +119,6 @@ async fn insert_report_rows(
                 .push_bind(&p.process_name[i])
                 .push_bind(p.memory_used_max_bytes[i])
                 .push_bind(p.sm_util_avg[i])
-                .push_bind(&p.model[i])
-                .push_bind(&p.experiment[i])
-                .push_bind(&p.endpoint[i])
-                .push_bind(&p.team[i])
                 .push_bind(&p.labels_json[i])
                 .push_bind(&p.container_id[i])
                 .push_bind(&p.pod_uid[i])
