@@ -175,7 +175,9 @@ pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
     let host = attribution.hosts.get(&part.host_id);
     let label = |v: Option<&str>| match part.kind {
         Kind::Idle => IDLE_KEY.to_owned(),
-        Kind::Unmonitored => UNMONITORED_KEY.to_owned(),
+        // Time nobody watched belongs to whom the bill's tag or the cluster map names as the
+        // machine's owner (no process label reaches it); to the bucket where neither does.
+        Kind::Unmonitored => v.unwrap_or(UNMONITORED_KEY).to_owned(),
         Kind::Used | Kind::HeldIdle => v.unwrap_or(UNLABELED_KEY).to_owned(),
     };
     match by {

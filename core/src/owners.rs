@@ -250,6 +250,14 @@ impl OwnerSchema {
         owner.get(self.role(role)?)
     }
 
+    /// Whether `dimension` can name the owner of time nobody watched (unmonitored cost), from a
+    /// bill tag or the cluster map: then not all of that cost is under "(unmonitored)" in it.
+    pub fn names_unwatched_owners(&self, dimension: &str) -> bool {
+        self.dimensions
+            .iter()
+            .any(|d| d.name == dimension && (d.reads_tags() || !d.clusters.is_empty()))
+    }
+
     /// Whether any dimension reads bill tags (attribution parses them only then).
     pub fn reads_tags(&self) -> bool {
         self.dimensions.iter().any(Dimension::reads_tags)

@@ -764,3 +764,41 @@ fn the_documented_worked_example() {
     assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("2.00"));
     assert_eq!(cost_where(&a, |_| true), d("8.00"));
 }
+
+/// A billed host whose agent was away half the hour: the bill line's tag says whose machine it
+/// is, so its unmonitored half counts under that team (as unmonitored cost) while its idle half
+/// stays "(idle)". A host whose line has no tag keeps its cost under "(unmonitored)".
+#[test]
+fn a_bill_tag_names_the_owner_of_unmonitored_time_never_of_idle() {
+    use gpuledger_core::allocation::{group, GroupBy, Step, IDLE_KEY, UNMONITORED_KEY};
+    let schema: gpuledger_core::owners::OwnerSchema =
+        toml::from_str(r#"team = { from = ["label:team", "tag:team"] }"#).unwrap();
+    let mut tagged = line("i-1", H, H + HOUR_MS, "6", "on_demand");
+    tagged.tags_json = r#"{"team":"search"}"#.into();
+    let untagged = line("i-2", H, H + HOUR_MS, "4", "on_demand");
+    let windows = [window(1, "GPU-0", None, H, 30, Some(0.0))];
+    let a = attribute_by(
+        vec![host(1, "i-1", "g5.xlarge"), host(2, "i-2", "g5.xlarge")],
+        &windows,
+        &[],
+        &[tagged, untagged],
+        &RateCard::default_card(),
+        &IdleConfig::default(),
+        &schema,
+        H,
+        H + HOUR_MS,
+    );
+    let rows = group(&a, GroupBy::TEAM, Step::Month);
+    let by_key: BTreeMap<&str, (Decimal, Decimal, Decimal)> = rows
+        .iter()
+        .map(|r| (r.key.as_str(), (r.cost, r.unmonitored_cost, r.idle_cost)))
+        .collect();
+    assert_eq!(by_key["search"], (d("3"), d("3"), d("0")), "{rows:?}");
+    assert_eq!(by_key[IDLE_KEY], (d("3"), d("0"), d("3")), "{rows:?}");
+    assert_eq!(
+        by_key[UNMONITORED_KEY],
+        (d("4"), d("4"), d("0")),
+        "{rows:?}"
+    );
+    assert_eq!(by_key.len(), 3, "{rows:?}");
+}

@@ -2,12 +2,12 @@
 //! what bills are in, with their exact totals.
 
 use crate::config::OwnerSchema;
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::session::SignedIn;
 use super::AppState;
@@ -25,7 +25,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/billing/periods", get(get_periods))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default)]
 struct AllocationQuery {
     from: Option<String>,
     to: Option<String>,
@@ -34,11 +34,39 @@ struct AllocationQuery {
     format: Option<String>,
     /// Filters: only the parts whose key under that dimension (an owner dimension of the
     /// schema or a fleet dimension, by name) is this value. Any other name is refused.
-    #[serde(flatten)]
     filters: std::collections::BTreeMap<String, String>,
 }
 
 impl AllocationQuery {
+    /// Reads the query string. Filter names come from the owner schema, so they are read by
+    /// hand rather than by a fixed struct; a name given twice (`team=a&team=b`) is refused
+    /// rather than one value silently winning.
+    fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let mut q = AllocationQuery::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for (name, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+            if !seen.insert(name.clone()) {
+                return Err(bad(
+                    &name,
+                    "is given more than once; each parameter takes one value",
+                ));
+            }
+            let slot = match name.as_ref() {
+                "from" => &mut q.from,
+                "to" => &mut q.to,
+                "by" => &mut q.by,
+                "step" => &mut q.step,
+                "format" => &mut q.format,
+                _ => {
+                    q.filters.insert(name.into_owned(), value.into_owned());
+                    continue;
+                }
+            };
+            *slot = Some(value.into_owned());
+        }
+        Ok(q)
+    }
+
     fn filters(&self, schema: &OwnerSchema) -> Result<Vec<(GroupBy, String)>, ApiError> {
         self.filters
             .iter()
@@ -130,9 +158,9 @@ fn choice<T: serde::de::DeserializeOwned>(
 async fn get_allocation(
     State(state): State<AppState>,
     _user: SignedIn,
-    query: Result<Query<AllocationQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let q = query_of(query)?;
+    let q = AllocationQuery::parse(raw.as_deref())?;
     let (from, to) = range(&q.from, &q.to)?;
     let schema = &state.config.owners;
     let by_name = q.by.as_deref().unwrap_or("team");

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use rust_decimal::Decimal;
 
 use super::session::{AdminForm, AdminOnly, CsrfForm, SignedIn};
-use crate::allocation::calendar_month;
+use crate::allocation::{calendar_month, GroupBy};
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
 use crate::closing::SignOff;
@@ -88,7 +88,14 @@ struct ReconciliationPage {
 /// Rows of "not GPU" listed; the rest are counted (the FOCUS export has every line).
 const NOT_GPU_LISTED: usize = 20;
 
-fn recon_view(r: &crate::reconciliation::Reconciliation, month: &str, next: &str) -> ReconView {
+/// `unwatched_by_team`: whether unmonitored cost may count under a team (see
+/// `OwnerSchema::names_unwatched_owners`), so that its line links to all of it.
+fn recon_view(
+    r: &crate::reconciliation::Reconciliation,
+    month: &str,
+    next: &str,
+    unwatched_by_team: bool,
+) -> ReconView {
     let money = |d: Decimal| format::money(d, &r.currency);
     let alloc = format!("/api/v1/allocation?from={month}&to={next}&by=host&step=month&format=csv");
     let drill = |key: &str| format!("/review/{month}/team?key={key}");
@@ -149,7 +156,11 @@ fn recon_view(r: &crate::reconciliation::Reconciliation, month: &str, next: &str
                 "unmonitored (billed hours with no agent data)",
                 r.attributed.unmonitored,
                 2,
-                Some(drill(crate::allocation::UNMONITORED_KEY)),
+                Some(if unwatched_by_team {
+                    alloc.clone()
+                } else {
+                    drill(crate::allocation::UNMONITORED_KEY)
+                }),
             ),
             line(
                 "GPU instances no agent reports",
@@ -221,6 +232,10 @@ async fn reconciliation_page(
         .filter(|p| p.period_start_ms >= from && p.period_start_ms < to)
         .collect();
     let close = state.close.with_sign_offs(&sign_offs);
+    let unwatched_by_team = state
+        .config
+        .owners
+        .names_unwatched_owners(GroupBy::TEAM.as_str());
     let sign_off = SignOffView {
         done: sign_offs.iter().find(|s| s.month_ms == from).map(|s| {
             format!(
@@ -247,7 +262,10 @@ async fn reconciliation_page(
             next: (to <= now_ms()).then(|| next.clone()),
             pending_hours,
             periods: views(periods),
-            recs: recs.iter().map(|r| recon_view(r, &month, &next)).collect(),
+            recs: recs
+                .iter()
+                .map(|r| recon_view(r, &month, &next, unwatched_by_team))
+                .collect(),
             api: format!("/api/v1/billing/reconciliation?month={month}"),
             month,
         },

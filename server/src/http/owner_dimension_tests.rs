@@ -139,6 +139,24 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
             );
         }
 
+        // Host h-b's billed hour beyond its report is nobody's work but the tagged machine's:
+        // by cost center it is cc-bill's (as unmonitored cost); by team, which reads no tag, it
+        // stays "(unmonitored)".
+        let unwatched = |v: &serde_json::Value, key: &str| -> Decimal {
+            v["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["key"] == key)
+                .map(|r| from_text(r["unmonitored_cost"].as_str().unwrap()))
+                .sum()
+        };
+        let (_, teams) = allocation(&api, &viewer, "by=team").await;
+        let bucket = unwatched(&teams, "(unmonitored)");
+        assert!(bucket > Decimal::ZERO, "{b}: {teams}");
+        assert_eq!(unwatched(&v, "cc-bill"), bucket, "{b}: {v}");
+        assert!(!rows.contains_key("(unmonitored)"), "{b}: {rows:?}");
+
         // The bill's tag priced host h-b's unlabelled work; the labelled process kept its label.
         let (_, hosts) = allocation(&api, &viewer, "by=host&cost_center=cc-bill").await;
         assert_eq!(by_key(&hosts).keys().collect::<Vec<_>>(), ["h-b"], "{b}");
@@ -165,6 +183,17 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
             StatusCode::BAD_REQUEST,
             "{b}: an unknown filter is refused"
         );
+        for twice in ["by=team&team=a&team=b", "by=team&by=model"] {
+            let (status, v) = allocation(&api, &viewer, twice).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{b}: {twice}");
+            assert!(
+                v["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("more than once"),
+                "{b}: {twice}: {v}"
+            );
+        }
 
         let (status, page) = api
             .get_as(&format!("/review/{}", month()), Some(&viewer))

@@ -375,7 +375,17 @@ async fn review(
         Figure {
             value: shown(month_totals.map_or(Decimal::ZERO, |t| t.unmonitored_cost)),
             caption: "unmonitored (no agent data)".into(),
-            href: charts::drill_href(&month, GroupBy::TEAM, allocation::UNMONITORED_KEY),
+            // Where bill tags or the cluster map name owners of unwatched time, the cost is
+            // spread over teams: the API lists it per team, as for held idle.
+            href: if state
+                .config
+                .owners
+                .names_unwatched_owners(GroupBy::TEAM.as_str())
+            {
+                api_href(&month, &next, GroupBy::TEAM, none)
+            } else {
+                charts::drill_href(&month, GroupBy::TEAM, allocation::UNMONITORED_KEY)
+            },
         },
         Figure {
             value: crate::format::whole(month_totals.map_or(0.0, |t| t.gpu_hours)),

@@ -79,6 +79,9 @@ pub trait Dialect {
     const ROLLUP_READ_SETTINGS: &'static [&'static str];
     /// An owner's value in the dimension bound as `$3`, as SQL over `owners o` (NULL if none).
     const OWNER_VALUE_SQL: &'static str;
+    /// The owners' unique key, as SQL around an owner's text (`labels` or a bound text): the
+    /// text before and after it.
+    const OWNER_KEY: (&'static str, &'static str);
 }
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).

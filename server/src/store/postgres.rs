@@ -19,6 +19,8 @@ impl Dialect for Postgres {
         "SET LOCAL jit = off",
     ];
     const OWNER_VALUE_SQL: &'static str = "(o.labels::jsonb ->> $3)";
+    /// The text's MD5: a long text would not fit a btree entry (migration 0022).
+    const OWNER_KEY: (&'static str, &'static str) = ("md5(", ")");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

@@ -149,37 +149,56 @@ pub async fn dirty_mark_count(
 }
 
 /// The ids of these owners (texts as [`gpuledger_core::owners::Owner::key`] writes them),
-/// adding those not known yet. Owners are few (one per combination of values), so all are read.
+/// adding those not known yet. Only these owners are read, a thousand at a time: a dimension
+/// with a value per run makes the table large.
 async fn owner_ids<'k>(
     on: impl Into<On<'_>>,
     keys: impl Iterator<Item = &'k str>,
 ) -> Result<std::collections::HashMap<String, i64>, StoreError> {
+    let keys: Vec<&str> = keys
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex, DB| {
-        let known: Vec<(i64, String)> = sqlx::query_as("SELECT id, labels FROM owners")
-            .fetch_all(&mut *ex)
-            .await?;
-        let mut ids: std::collections::HashMap<String, i64> =
-            known.into_iter().map(|(id, k)| (k, id)).collect();
-        let missing: std::collections::BTreeSet<&str> =
-            keys.filter(|k| !ids.contains_key(*k)).collect();
-        let missing: Vec<&str> = missing.into_iter().collect();
-        for chunk in missing.chunks(1000) {
-            // Another writer may add the same owner first: its row is the one kept.
-            let mut q = sqlx::QueryBuilder::<DB>::new("INSERT INTO owners (labels) ");
-            q.push_values(chunk, |mut b, k| {
-                b.push_bind(k.to_string());
-            });
-            q.push(" ON CONFLICT (labels) DO NOTHING");
-            q.build().execute(&mut *ex).await?;
-            let mut q =
-                sqlx::QueryBuilder::<DB>::new("SELECT id, labels FROM owners WHERE labels IN (");
+        let (open, close) = <DB as super::Dialect>::OWNER_KEY;
+        let select = |chunk: &[&str]| {
+            let mut q = sqlx::QueryBuilder::<DB>::new(format!(
+                "SELECT id, labels FROM owners WHERE {open}labels{close} IN ("
+            ));
             let mut list = q.separated(", ");
             for k in chunk {
-                list.push_bind(k.to_string());
+                list.push(open);
+                list.push_bind_unseparated(k.to_string());
+                list.push_unseparated(close);
             }
             q.push(")");
-            let added: Vec<(i64, String)> = q.build_query_as().fetch_all(&mut *ex).await?;
+            q
+        };
+        let mut ids = std::collections::HashMap::with_capacity(keys.len());
+        for chunk in keys.chunks(1000) {
+            let known: Vec<(i64, String)> =
+                select(chunk).build_query_as().fetch_all(&mut *ex).await?;
+            ids.extend(known.into_iter().map(|(id, k)| (k, id)));
+            let missing: Vec<&str> = chunk
+                .iter()
+                .copied()
+                .filter(|k| !ids.contains_key(*k))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            // Another writer may add the same owner first: its row is the one kept.
+            let mut q = sqlx::QueryBuilder::<DB>::new("INSERT INTO owners (labels) ");
+            q.push_values(&missing, |mut b, k| {
+                b.push_bind(k.to_string());
+            });
+            q.push(format!(" ON CONFLICT ({open}labels{close}) DO NOTHING"));
+            q.build().execute(&mut *ex).await?;
+            let added: Vec<(i64, String)> = select(&missing)
+                .build_query_as()
+                .fetch_all(&mut *ex)
+                .await?;
             ids.extend(added.into_iter().map(|(id, k)| (k, id)));
         }
         Ok(ids)

@@ -17,6 +17,8 @@ impl Dialect for Sqlite {
     const ROLLUP_READ_SETTINGS: &'static [&'static str] = &[];
     /// Dimension names are letters, digits and `_` (see `core::owners`): safe in a JSON path.
     const OWNER_VALUE_SQL: &'static str = "json_extract(o.labels, '$.' || $3)";
+    /// The text itself.
+    const OWNER_KEY: (&'static str, &'static str) = ("", "");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

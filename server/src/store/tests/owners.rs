@@ -169,3 +169,75 @@ async fn count_owners(s: &dyn Store) -> i64 {
         n
     })
 }
+
+/// An owner of many dimensions with long values is a text of several KB, more than one
+/// PostgreSQL btree entry holds: it is stored, found again, and never stored twice.
+#[tokio::test]
+async fn an_owner_of_many_long_values_is_stored_once() {
+    for db in test_support::both().await {
+        let b = db.backend;
+        let store = db.open().await;
+        let s = store.as_ref();
+        // Values that do not compress (PostgreSQL compresses a long repetitive key to fit).
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut value = || {
+            (0..40)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    format!("{:x}", seed >> 40)
+                })
+                .collect::<String>()
+        };
+        let long: Owner = (0..16)
+            .map(|i| (format!("dimension_{i}"), format!("\"é{}", value())))
+            .collect();
+        let long = long.key();
+        assert!(long.len() > 4000, "{b}: {} bytes", long.len());
+        let short = [("team", "search")].into_iter().collect::<Owner>().key();
+        let row = |owner: &str, nano: i64| RollupRow {
+            period_ms: HOUR,
+            host_id: 1,
+            gpu_uuid: "GPU-1".into(),
+            owner: owner.into(),
+            kind: "used".into(),
+            pricing_category: "on_demand".into(),
+            currency: "USD".into(),
+            estimated: 0,
+            cost_nano: nano,
+            cost_atto: 0,
+            gpu_seconds: 1800.0,
+            util_gpu_seconds: 900.0,
+            util_known_seconds: 1800.0,
+            energy_j: 0.0,
+        };
+        for pass in 0..2 {
+            crate::store::rollups::mark_dirty_hours(s.db(), &[HOUR])
+                .await
+                .unwrap();
+            let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 10)
+                .await
+                .unwrap();
+            crate::store::rollups::replace_rollups(
+                s.db(),
+                &marks,
+                &[row(&long, 10 + pass), row(&short, 20)],
+                &[],
+                &[],
+                Some("experiment"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{b}: pass {pass}: {e}"));
+            assert_eq!(
+                count_owners(s).await,
+                2,
+                "{b}: pass {pass}: each owner once"
+            );
+        }
+        let costs = costs(s).await;
+        assert_eq!(
+            costs[&("hour", long.clone())],
+            gpuledger_core::money::from_text("0.000000011"),
+            "{b}: the long owner's row, as written the second time"
+        );
+    }
+}
