@@ -854,6 +854,33 @@ async fn focus_export_passes_the_validator(db: TestDb) {
         files.push(path);
     }
 
+    // The Parquet holds exactly the CSV's rows, read back by the importer: every amount, time,
+    // id and tag. GPU-hours are a double there (`1` where the CSV writes `1.000000`).
+    let read = |p: &Path| {
+        let mut lines =
+            gpuledger_server::billing::focus::parse(&std::fs::read(p).unwrap()).unwrap();
+        for l in &mut lines {
+            let mut extra: serde_json::Map<String, Value> =
+                serde_json::from_str(&l.extra_json).unwrap();
+            if let Some(Value::String(h)) = extra.get_mut("x_GpuHours") {
+                *h = format!("{:.6}", h.parse::<f64>().unwrap());
+            }
+            l.extra_json = Value::Object(extra).to_string();
+        }
+        lines
+    };
+    let (from_csv, from_parquet) = (read(&files[0]), read(&files[1]));
+    assert!(from_csv.len() > 1000, "{}: {}", db.backend, from_csv.len());
+    assert_eq!(from_csv.len(), from_parquet.len(), "{}", db.backend);
+    if let Some((i, (a, b))) = from_csv
+        .iter()
+        .zip(&from_parquet)
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+    {
+        panic!("{}: row {i}: CSV {a:?}\nParquet {b:?}", db.backend);
+    }
+
     // The CSV adds up to the bill over the month, and a split line's rows to the line.
     let mut reader = csv::Reader::from_path(&files[0]).unwrap();
     let headers = reader.headers().unwrap().clone();

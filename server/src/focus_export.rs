@@ -607,8 +607,72 @@ impl SharedBuf {
 struct ParquetSink {
     writer: parquet::file::writer::SerializedFileWriter<SharedBuf>,
     buf: SharedBuf,
-    /// Buffered rows, a cell per column in file order (FOCUS's, then gpuledger's).
-    rows: Vec<Vec<Option<String>>>,
+    /// The row group under way, a column at a time in file order (FOCUS's, then gpuledger's).
+    columns: Vec<ColumnBuf>,
+    rows: usize,
+}
+
+/// One column's cells of the row group under way, already in their Parquet type: a decimal is
+/// 16 bytes rather than its text, and a text equal to the cell before shares its bytes (the
+/// rows a bill line splits into repeat most of its columns).
+enum ColumnCells {
+    Decimal(Vec<parquet::data_type::FixedLenByteArray>),
+    Time(Vec<i64>),
+    Double(Vec<f64>),
+    Text(Vec<parquet::data_type::ByteArray>),
+}
+
+struct ColumnBuf {
+    cells: ColumnCells,
+    /// Parquet's definition levels: 1 where the row has a value, 0 where it is null.
+    defs: Vec<i16>,
+}
+
+impl ColumnBuf {
+    fn for_column(index: usize) -> Self {
+        let cells = match COLUMNS.get(index) {
+            Some(c) if DECIMAL_COLUMNS.contains(c) => ColumnCells::Decimal(Vec::new()),
+            Some(c) if TIME_COLUMNS.contains(c) => ColumnCells::Time(Vec::new()),
+            None if index == COLUMNS.len() + 2 => ColumnCells::Double(Vec::new()),
+            _ => ColumnCells::Text(Vec::new()),
+        };
+        ColumnBuf {
+            cells,
+            defs: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, cell: Option<String>) {
+        let Some(text) = cell.filter(|v| !v.is_empty()) else {
+            self.defs.push(0);
+            return;
+        };
+        let added = match &mut self.cells {
+            ColumnCells::Decimal(v) => push_some(v, decimal_bytes(&text)),
+            ColumnCells::Time(v) => push_some(v, crate::billing::focus::parse_time_ms(&text)),
+            ColumnCells::Double(v) => push_some(v, text.parse().ok()),
+            ColumnCells::Text(v) => {
+                let same = v
+                    .last()
+                    .filter(|last| last.data() == text.as_bytes())
+                    .cloned();
+                v.push(same.unwrap_or_else(|| text.into_bytes().into()));
+                true
+            }
+        };
+        self.defs.push(i16::from(added));
+    }
+}
+
+/// Pushes `value` if there is one; whether it did.
+fn push_some<T>(cells: &mut Vec<T>, value: Option<T>) -> bool {
+    match value {
+        Some(v) => {
+            cells.push(v);
+            true
+        }
+        None => false,
+    }
 }
 
 fn parquet_schema() -> String {
@@ -661,72 +725,53 @@ impl ParquetSink {
         Ok(ParquetSink {
             writer,
             buf,
-            rows: Vec::with_capacity(ROW_GROUP_ROWS),
+            columns: (0..COLUMNS.len() + EXTRA_COLUMNS.len())
+                .map(ColumnBuf::for_column)
+                .collect(),
+            rows: 0,
         })
     }
 
     /// Writes the buffered rows as one row group, column by column.
     fn flush_group(&mut self) -> Result<(), ExportError> {
-        use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int64Type};
-        if self.rows.is_empty() {
+        use parquet::data_type::{ByteArrayType, DoubleType, FixedLenByteArrayType, Int64Type};
+        if self.rows == 0 {
             return Ok(());
         }
-        let rows = std::mem::take(&mut self.rows);
+        self.rows = 0;
         let mut group = self.writer.next_row_group()?;
-        let mut index = 0;
+        let mut buffered = self.columns.iter_mut();
         while let Some(mut column) = group.next_column()? {
-            let name = COLUMNS.get(index).copied();
-            let cell =
-                |r: &Vec<Option<String>>| -> Option<String> { r.get(index).cloned().flatten() };
-            let mut defs = Vec::with_capacity(rows.len());
-            match name {
-                Some(n) if DECIMAL_COLUMNS.contains(&n) => {
-                    let values: Vec<_> = rows
-                        .iter()
-                        .map(|r| cell(r).and_then(|t| decimal_bytes(&t)))
-                        .inspect(|v| defs.push(i16::from(v.is_some())))
-                        .flatten()
-                        .collect();
+            let Some(b) = buffered.next() else {
+                return Err(ExportError::Parquet(
+                    parquet::errors::ParquetError::General(
+                        "more columns in the schema than buffered".into(),
+                    ),
+                ));
+            };
+            let defs = Some(b.defs.as_slice());
+            match &mut b.cells {
+                ColumnCells::Decimal(v) => {
                     column
-                        .typed::<parquet::data_type::FixedLenByteArrayType>()
-                        .write_batch(&values, Some(&defs), None)?;
+                        .typed::<FixedLenByteArrayType>()
+                        .write_batch(v, defs, None)?;
+                    v.clear();
                 }
-                Some(n) if TIME_COLUMNS.contains(&n) => {
-                    let values: Vec<i64> = rows
-                        .iter()
-                        .map(|r| cell(r).and_then(|t| crate::billing::focus::parse_time_ms(&t)))
-                        .inspect(|v| defs.push(i16::from(v.is_some())))
-                        .flatten()
-                        .collect();
-                    column
-                        .typed::<Int64Type>()
-                        .write_batch(&values, Some(&defs), None)?;
+                ColumnCells::Time(v) => {
+                    column.typed::<Int64Type>().write_batch(v, defs, None)?;
+                    v.clear();
                 }
-                None if index == COLUMNS.len() + 2 => {
-                    let values: Vec<f64> = rows
-                        .iter()
-                        .map(|r| cell(r).and_then(|t| t.parse().ok()))
-                        .inspect(|v| defs.push(i16::from(v.is_some())))
-                        .flatten()
-                        .collect();
-                    column
-                        .typed::<DoubleType>()
-                        .write_batch(&values, Some(&defs), None)?;
+                ColumnCells::Double(v) => {
+                    column.typed::<DoubleType>().write_batch(v, defs, None)?;
+                    v.clear();
                 }
-                _ => {
-                    let values: Vec<ByteArray> = rows
-                        .iter()
-                        .map(|r| cell(r).map(|t| ByteArray::from(t.into_bytes())))
-                        .inspect(|v| defs.push(i16::from(v.is_some())))
-                        .flatten()
-                        .collect();
-                    column
-                        .typed::<ByteArrayType>()
-                        .write_batch(&values, Some(&defs), None)?;
+                ColumnCells::Text(v) => {
+                    column.typed::<ByteArrayType>().write_batch(v, defs, None)?;
+                    v.clear();
                 }
             }
+            b.defs.clear();
             column.close()?;
-            index += 1;
         }
         group.close()?;
         Ok(())
@@ -739,11 +784,12 @@ impl Sink for ParquetSink {
         let cells = COLUMNS
             .iter()
             .map(|c| row.remove(c))
-            .chain(extra.into_iter().map(Some))
-            .map(|v| v.filter(|v| !v.is_empty()))
-            .collect();
-        self.rows.push(cells);
-        if self.rows.len() >= ROW_GROUP_ROWS {
+            .chain(extra.into_iter().map(Some));
+        for (column, cell) in self.columns.iter_mut().zip(cells) {
+            column.push(cell);
+        }
+        self.rows += 1;
+        if self.rows >= ROW_GROUP_ROWS {
             self.flush_group()?;
         }
         Ok(())
