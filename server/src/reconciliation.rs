@@ -7,13 +7,14 @@
 //! them (by instance key); the ledger side from the rollups. Both are exact decimals, so every
 //! check is to the cent and a difference means something is wrong or still being rolled up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rust_decimal::Decimal;
 use serde::Serialize;
 
 use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind};
 use crate::billing::ratecard::RateCard;
+use crate::config::OwnerSchema;
 use crate::store;
 use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
 
@@ -25,6 +26,10 @@ pub struct ResourceCost {
     pub instance_type: Option<String>,
     #[serde(with = "rust_decimal::serde::str")]
     pub cost: Decimal,
+    /// For a GPU instance no agent reports: whose the bill's tags say it is, per owner dimension
+    /// that reads a tag (each value once). Its cost stays unattributed: nobody saw it used.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub owners: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// Used, held idle, idle and unmonitored dollars.
@@ -98,12 +103,14 @@ fn is_gpu_instance(line: &StoredCostLine, card: &RateCard) -> bool {
     })
 }
 
-/// Reconciles `[from_ms, to_ms)` from its bill lines and its (rolled-up) attribution.
+/// Reconciles `[from_ms, to_ms)` from its bill lines and its (rolled-up) attribution; GPU
+/// instances no agent reports carry the owners their lines' tags name under `schema`.
 pub fn reconcile(
     lines: &[StoredCostLine],
     hosts: &[HostRow],
     ledger: &Attribution,
     card: &RateCard,
+    schema: &OwnerSchema,
     from_ms: i64,
     to_ms: i64,
 ) -> Vec<Reconciliation> {
@@ -113,6 +120,7 @@ pub fn reconcile(
         known: Decimal,
         gpu_without_agent: BTreeMap<(String, Option<String>), Decimal>,
         not_gpu: BTreeMap<(String, Option<String>), Decimal>,
+        hints: BTreeMap<(String, Option<String>), BTreeMap<String, BTreeSet<String>>>,
         attributed: ByKind,
         estimated: ByKind,
     }
@@ -137,12 +145,22 @@ pub fn reconcile(
             key.unwrap_or("(none)").to_owned(),
             line.instance_type.clone(),
         );
-        let bucket = if is_gpu_instance(line, card) {
-            &mut a.gpu_without_agent
-        } else {
-            &mut a.not_gpu
-        };
-        *bucket.entry(resource).or_default() += amount;
+        if !is_gpu_instance(line, card) {
+            *a.not_gpu.entry(resource).or_default() += amount;
+            continue;
+        }
+        if schema.reads_tags() {
+            let tags = gpuledger_core::bill::tags_of(&line.tags_json);
+            let owner = schema.with_tags(&Default::default(), &tags, "");
+            let hints = a.hints.entry(resource.clone()).or_default();
+            for (dimension, value) in owner.iter() {
+                hints
+                    .entry(dimension.to_owned())
+                    .or_default()
+                    .insert(value.to_owned());
+            }
+        }
+        *a.gpu_without_agent.entry(resource).or_default() += amount;
     }
     for p in &ledger.parts {
         let a = acc.entry(p.currency.clone()).or_default();
@@ -155,13 +173,15 @@ pub fn reconcile(
     for currency in ledger.unattributed.keys() {
         acc.entry(currency.clone()).or_default();
     }
-    let listed = |m: BTreeMap<(String, Option<String>), Decimal>| {
+    let listed = |m: BTreeMap<(String, Option<String>), Decimal>,
+                  hints: &mut BTreeMap<(String, Option<String>), _>| {
         let mut v: Vec<ResourceCost> = m
             .into_iter()
             .filter(|(_, c)| !c.is_zero())
-            .map(|((resource, instance_type), cost)| ResourceCost {
-                resource,
-                instance_type,
+            .map(|(key, cost)| ResourceCost {
+                owners: hints.remove(&key).unwrap_or_default(),
+                resource: key.0,
+                instance_type: key.1,
                 cost,
             })
             .collect();
@@ -169,7 +189,7 @@ pub fn reconcile(
         v
     };
     acc.into_iter()
-        .map(|(currency, a)| {
+        .map(|(currency, mut a)| {
             let ledger_unattributed = ledger
                 .unattributed
                 .get(&currency)
@@ -180,8 +200,8 @@ pub fn reconcile(
                 currency,
                 bill: a.bill,
                 bill_on_known_hosts: a.known,
-                gpu_without_agent: listed(a.gpu_without_agent),
-                not_gpu: listed(a.not_gpu),
+                gpu_without_agent: listed(a.gpu_without_agent, &mut a.hints),
+                not_gpu: listed(a.not_gpu, &mut BTreeMap::new()),
                 attributed: a.attributed,
                 estimated: a.estimated,
                 ledger_unattributed,
@@ -194,13 +214,16 @@ pub fn reconcile(
 pub async fn for_range(
     store: &dyn Store,
     card: &RateCard,
+    schema: &OwnerSchema,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<Reconciliation>, StoreError> {
     let lines = store::bills::cost_lines(store.db(), from_ms, to_ms).await?;
     let hosts = store::telemetry::hosts(store.db()).await?;
     let ledger = crate::ledger::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
-    Ok(reconcile(&lines, &hosts, &ledger, card, from_ms, to_ms))
+    Ok(reconcile(
+        &lines, &hosts, &ledger, card, schema, from_ms, to_ms,
+    ))
 }
 
 #[cfg(test)]
@@ -272,7 +295,15 @@ mod tests {
             hosts: Default::default(),
         };
         let card = RateCard::default_card();
-        let r = &reconcile(&lines, &hosts, &ledger, &card, 0, HOUR_MS)[0];
+        let r = &reconcile(
+            &lines,
+            &hosts,
+            &ledger,
+            &card,
+            &OwnerSchema::default(),
+            0,
+            HOUR_MS,
+        )[0];
         assert_eq!(r.bill, Decimal::from(17));
         assert_eq!(r.bill_on_known_hosts, Decimal::from(10));
         assert_eq!(r.attributed.total(), Decimal::from(10));
@@ -289,7 +320,90 @@ mod tests {
         assert_eq!(r.difference, Decimal::ZERO);
         // A ledger that lost an hour of idle shows the gap, to the cent.
         ledger.parts.remove(1);
-        let r = &reconcile(&lines, &hosts, &ledger, &card, 0, HOUR_MS)[0];
+        let r = &reconcile(
+            &lines,
+            &hosts,
+            &ledger,
+            &card,
+            &OwnerSchema::default(),
+            0,
+            HOUR_MS,
+        )[0];
         assert_eq!(r.difference, Decimal::from(4));
+    }
+
+    /// A GPU instance no agent reports carries the owners its lines' tags name (each value once,
+    /// over the month's lines), under the dimensions that read a tag; its cost stays where it
+    /// was, and a CPU instance gets no hint.
+    #[test]
+    fn a_gpu_instance_without_agent_names_its_owners_from_its_tags() {
+        let schema: OwnerSchema = toml::from_str(
+            r#"team = { from = ["label:team", "tag:Team"] }
+cost_center = { from = ["tag:CostCenter"] }"#,
+        )
+        .unwrap();
+        let tagged = |key: &str, instance_type: &str, tags: &str| {
+            let mut l = line(Some(key), Some(instance_type), "2");
+            l.tags_json = tags.into();
+            l
+        };
+        let lines = [
+            tagged(
+                "i-ghost",
+                "p4d.24xlarge",
+                r#"{"Team":"search","CostCenter":"cc-1"}"#,
+            ),
+            tagged("i-ghost", "p4d.24xlarge", r#"{"Team":"ads"}"#),
+            tagged("i-untagged", "g5.xlarge", "{}"),
+            tagged("i-cpu", "m5.large", r#"{"Team":"search"}"#),
+        ];
+        let ledger = Attribution {
+            parts: Vec::new(),
+            unattributed: Default::default(),
+            unattributed_hours: Default::default(),
+            hosts: Default::default(),
+        };
+        let card = RateCard::default_card();
+        let r = &reconcile(&lines, &[], &ledger, &card, &schema, 0, HOUR_MS)[0];
+        let ghost = r
+            .gpu_without_agent
+            .iter()
+            .find(|c| c.resource == "i-ghost")
+            .unwrap();
+        assert_eq!(
+            ghost.cost,
+            Decimal::from(2),
+            "two lines, half of each in the hour"
+        );
+        let owners: Vec<(&str, Vec<&str>)> = ghost
+            .owners
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("cost_center", vec!["cc-1"]),
+                ("team", vec!["ads", "search"])
+            ]
+        );
+        let untagged = r
+            .gpu_without_agent
+            .iter()
+            .find(|c| c.resource == "i-untagged")
+            .unwrap();
+        assert!(untagged.owners.is_empty());
+        assert!(r.not_gpu.iter().all(|c| c.owners.is_empty()));
+        // Without a tag source, no hints at all.
+        let plain = &reconcile(
+            &lines,
+            &[],
+            &ledger,
+            &card,
+            &OwnerSchema::default(),
+            0,
+            HOUR_MS,
+        )[0];
+        assert!(plain.gpu_without_agent.iter().all(|c| c.owners.is_empty()));
     }
 }

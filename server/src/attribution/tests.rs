@@ -537,7 +537,15 @@ proptest! {
             .flat_map(|l| line_hours(l, from, to))
             .map(|(_, amount)| amount)
             .sum();
-        let recs = crate::reconciliation::reconcile(&lines, &hosts, &a, &card, from, to);
+        let recs = crate::reconciliation::reconcile(
+            &lines,
+            &hosts,
+            &a,
+            &card,
+            &gpuledger_core::owners::OwnerSchema::default(),
+            from,
+            to,
+        );
         prop_assert_eq!(recs.len(), 1);
         let r = &recs[0];
         prop_assert_eq!(r.bill, bill);

@@ -56,9 +56,15 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         "storage counts, unattributed"
     );
     // The month reconciles from the rollups: every billed dollar in one place, to the cent.
-    let recs = crate::reconciliation::for_range(store.as_ref(), &card, from, to)
-        .await
-        .unwrap();
+    let recs = crate::reconciliation::for_range(
+        store.as_ref(),
+        &card,
+        &gpuledger_core::owners::OwnerSchema::default(),
+        from,
+        to,
+    )
+    .await
+    .unwrap();
     assert_eq!(recs.len(), 1);
     let r = &recs[0];
     assert_eq!(r.difference, Decimal::ZERO, "{r:?}");

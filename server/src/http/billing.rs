@@ -56,7 +56,8 @@ pub struct ReconView {
     pub attribution_gap: Option<String>,
     pub estimated: String,
     pub estimated_parts: String,
-    pub gpu_without_agent: Vec<(String, String, String)>,
+    /// Resource, instance type, cost, and whose its bill tags say it is ("team: search").
+    pub gpu_without_agent: Vec<(String, String, String, String)>,
     pub not_gpu: Vec<(String, String, String)>,
     pub not_gpu_more: usize,
 }
@@ -186,7 +187,23 @@ fn recon_view(
             money(r.estimated.idle),
             money(r.estimated.unmonitored)
         ),
-        gpu_without_agent: rows(&r.gpu_without_agent, usize::MAX),
+        gpu_without_agent: r
+            .gpu_without_agent
+            .iter()
+            .zip(rows(&r.gpu_without_agent, usize::MAX))
+            .map(|(c, (resource, instance_type, cost))| {
+                let owners = c
+                    .owners
+                    .iter()
+                    .map(|(dimension, values)| {
+                        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+                        format!("{}: {}", dimension.replace('_', " "), values.join(", "))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                (resource, instance_type, cost, owners)
+            })
+            .collect(),
         not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),
         not_gpu_more: r.not_gpu.len().saturating_sub(NOT_GPU_LISTED),
     }
@@ -206,9 +223,14 @@ async fn reconciliation_page(
         );
     };
     let loaded = async {
-        let recs =
-            crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to)
-                .await?;
+        let recs = crate::reconciliation::for_range(
+            state.store.as_ref(),
+            &state.rate_card,
+            &state.config.owners,
+            from,
+            to,
+        )
+        .await?;
         let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
         let periods = crate::billing::periods::all(state.store.as_ref()).await?;
         let sign_offs = crate::closing::sign_offs(state.store.as_ref()).await?;
@@ -351,8 +373,14 @@ async fn reconciliation_api(
         message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
         field: Some("month".into()),
     })?;
-    let recs =
-        crate::reconciliation::for_range(state.store.as_ref(), &state.rate_card, from, to).await?;
+    let recs = crate::reconciliation::for_range(
+        state.store.as_ref(),
+        &state.rate_card,
+        &state.config.owners,
+        from,
+        to,
+    )
+    .await?;
     let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
     Ok(axum::Json(serde_json::json!({
         "month": month,

@@ -89,11 +89,12 @@ async fn fleet(api: &Api, config: &Config) {
     let hour = now_ms() - now_ms().rem_euclid(3_600_000);
     let (period, _) = month_of(hour);
     let bill = format!(
-        "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,ResourceId,Tags\n\
-         100.00,acct,USD,{},Usage,{},{},100.00,100.00,AWS,i-0b0b0b0b0b0b0b0b0,\"{{\"\"CostCenter\"\":\"\"cc-bill\"\"}}\"\n",
-        rfc3339(period),
-        rfc3339(hour + 3_600_000),
-        rfc3339(hour),
+        "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,ResourceId,Tags,x_InstanceType\n\
+         100.00,acct,USD,{p},Usage,{e},{s},100.00,100.00,AWS,i-0b0b0b0b0b0b0b0b0,\"{{\"\"CostCenter\"\":\"\"cc-bill\"\"}}\",\n\
+         50.00,acct,USD,{p},Usage,{e},{s},50.00,50.00,AWS,i-0f0f0f0f0f0f0f0f0,\"{{\"\"CostCenter\"\":\"\"cc-ghost\"\"}}\",p4d.24xlarge\n",
+        p = rfc3339(period),
+        e = rfc3339(hour + 3_600_000),
+        s = rfc3339(hour),
     );
     crate::billing::import_focus(
         api.store.as_ref(),
@@ -214,6 +215,25 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
             "{b}: {keys:?}"
         );
         assert!(page.contains("By cost center"), "{b}");
+
+        // A GPU instance no agent reports stays unattributed, and the billing page names the
+        // cost center its tag gives.
+        assert!(!rows.contains_key("cc-ghost"), "{b}: {rows:?}");
+        let (status, billing) = api
+            .get_as(&format!("/billing/{}", month()), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let doc = Html::parse_document(&billing);
+        let ghost_row = Selector::parse("#gpu-without-agent + p + table tr").unwrap();
+        let ghost: Vec<String> = doc
+            .select(&ghost_row)
+            .map(|r| r.text().collect::<String>())
+            .filter(|t| t.contains("i-0f0f0f0f0f0f0f0f0"))
+            .collect();
+        assert!(
+            ghost.len() == 1 && ghost[0].contains("cost center: cc-ghost"),
+            "{b}: {ghost:?}"
+        );
 
         let (status, drill) = api
             .get_as(
