@@ -5,12 +5,14 @@
 //! episodes add up exactly to the month's idle and held-idle dollars, and they exist for any
 //! month the ledger holds.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Kind};
+use crate::attribution::{Attribution, Kind, Owner};
+use crate::store::{self, HostRow, Store, StoreError};
+use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::HOUR_MS;
 
 /// One host idle (or held idle) for a run of consecutive hours.
@@ -43,34 +45,114 @@ struct Hour {
     estimated: bool,
 }
 
+/// What a host carried in one hour, of one kind and currency: a ledger part (one GPU, one
+/// owner) or the database's sum over the host's GPUs and owners.
+struct HourFact {
+    host_id: i64,
+    kind: Kind,
+    currency: String,
+    hour_ms: i64,
+    cost: Decimal,
+    estimated: bool,
+    gpus: Vec<String>,
+    owners: Vec<Owner>,
+}
+
 /// The episodes of `a` (hourly parts), costliest first.
 pub fn episodes(a: &Attribution) -> Vec<IdleEpisode> {
+    let facts = a
+        .parts
+        .iter()
+        .filter(|p| matches!(p.kind, Kind::Idle | Kind::HeldIdle))
+        .map(|p| HourFact {
+            host_id: p.host_id,
+            kind: p.kind,
+            currency: p.currency.clone(),
+            hour_ms: p.hour_ms,
+            cost: p.cost,
+            estimated: p.estimated,
+            gpus: p.gpu_uuid.iter().cloned().collect(),
+            owners: vec![p.owner.clone()],
+        });
+    episodes_of(facts, &a.hosts)
+}
+
+/// The idle episodes of `[from_ms, to_ms)` (whole hours), costliest first: the same as
+/// [`episodes`] of the range's hourly ledger, with the sums over each host-hour's GPUs and
+/// owners made by the database (a month of 1,000 GPUs is some 170,000 idle GPU-hours).
+pub async fn load(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<IdleEpisode>, StoreError> {
+    let (rows, hosts) = tokio::try_join!(
+        store::ledger::idle_hours(store.db(), from_ms, to_ms),
+        store::telemetry::hosts(store.db()),
+    )?;
+    let hosts: HashMap<i64, HostRow> = hosts.into_iter().map(|h| (h.id, h)).collect();
+    let mut known: HashMap<String, Owner> = HashMap::new();
+    let mut facts = Vec::with_capacity(rows.len());
+    for r in rows {
+        let Some(kind) = Kind::parse(&r.kind) else {
+            continue;
+        };
+        let texts = |json: &str| -> Result<Vec<String>, StoreError> {
+            serde_json::from_str(json)
+                .map_err(|e| StoreError::Invalid(format!("idle hours' list {json:?}: {e}")))
+        };
+        let owners = texts(&r.owners)?
+            .into_iter()
+            .map(|t| {
+                known
+                    .entry(t)
+                    .or_insert_with_key(|t| Owner::from_key(t))
+                    .clone()
+            })
+            .collect();
+        facts.push(HourFact {
+            host_id: r.host_id,
+            kind,
+            currency: r.currency,
+            hour_ms: r.hour_ms,
+            cost: from_nano_atto(r.cost_nano, r.cost_atto),
+            estimated: r.estimated != 0,
+            gpus: texts(&r.gpus)?
+                .into_iter()
+                .filter(|g| !g.is_empty())
+                .collect(),
+            owners,
+        });
+    }
+    Ok(episodes_of(facts, &hosts))
+}
+
+fn episodes_of(
+    facts: impl IntoIterator<Item = HourFact>,
+    hosts: &HashMap<i64, HostRow>,
+) -> Vec<IdleEpisode> {
     // (host, kind, currency) -> hour -> what it carried.
     let mut by_host: BTreeMap<(i64, Kind, String), BTreeMap<i64, Hour>> = BTreeMap::new();
-    for p in &a.parts {
-        if !matches!(p.kind, Kind::Idle | Kind::HeldIdle) {
-            continue;
-        }
+    for f in facts {
         let h = by_host
-            .entry((p.host_id, p.kind, p.currency.clone()))
+            .entry((f.host_id, f.kind, f.currency))
             .or_default()
-            .entry(p.hour_ms)
+            .entry(f.hour_ms)
             .or_default();
-        h.cost += p.cost;
-        h.estimated |= p.estimated;
-        if let Some(g) = &p.gpu_uuid {
-            h.gpus.insert(g.clone());
-        }
-        for (k, v) in p.owner.iter() {
-            h.owners
-                .entry(k.to_owned())
-                .or_default()
-                .insert(v.to_owned());
+        h.cost += f.cost;
+        h.estimated |= f.estimated;
+        h.gpus.extend(f.gpus);
+        for owner in &f.owners {
+            for (k, v) in owner.iter() {
+                h.owners
+                    .entry(k.to_owned())
+                    .or_default()
+                    .insert(v.to_owned());
+            }
         }
     }
     let mut out = Vec::new();
     for ((host_id, kind, currency), hours) in by_host {
-        let (cluster, hostname) = a.hosts.get(&host_id).map_or_else(
+        let (cluster, hostname) = hosts.get(&host_id).map_or_else(
             || (String::new(), format!("host {host_id}")),
             |h| (h.cluster.clone(), h.hostname.clone()),
         );
@@ -204,5 +286,70 @@ mod tests {
             .map(|p| p.cost)
             .sum();
         assert_eq!(e.iter().map(|x| x.cost).sum::<Decimal>(), idle);
+    }
+
+    /// The database's sums per host-hour (JSON sets of GPUs and owners, money in nano and atto
+    /// parts) give exactly the episodes of the hourly ledger itself, on both backends.
+    #[tokio::test]
+    async fn episodes_summed_by_the_database_equal_those_of_the_hourly_ledger() {
+        use crate::store::{DirtyMark, RollupGrain, RollupRow};
+        const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
+        for db in crate::test_support::both().await {
+            let b = db.backend;
+            let store = db.open().await;
+            let s = store.as_ref();
+            let row =
+                |hour: i64, host: i64, gpu: &str, owner: &[(&str, &str)], kind: &str| RollupRow {
+                    period_ms: H + hour * HOUR_MS,
+                    host_id: host,
+                    gpu_uuid: gpu.into(),
+                    owner: owner.iter().copied().collect::<Owner>().key(),
+                    kind: kind.into(),
+                    pricing_category: "on_demand".into(),
+                    currency: if host == 2 { "EUR" } else { "USD" }.into(),
+                    estimated: i64::from(gpu == "GPU-2"),
+                    cost_nano: 1_000_000_000 + hour,
+                    cost_atto: 999_999_999,
+                    gpu_seconds: 3600.0,
+                    util_gpu_seconds: 0.0,
+                    util_known_seconds: 3600.0,
+                    energy_j: 0.0,
+                };
+            let rows = [
+                row(0, 1, "GPU-1", &[("team", "c-team")], "idle"),
+                row(0, 1, "GPU-2", &[("team", "c-team")], "idle"),
+                row(0, 1, "GPU-3", &[("team", "a"), ("model", "m")], "held_idle"),
+                row(0, 1, "GPU-4", &[("team", "b")], "held_idle"),
+                row(0, 1, "GPU-5", &[("team", "a")], "used"),
+                row(1, 1, "GPU-1", &[("team", "c-team")], "idle"),
+                row(1, 1, "", &[], "idle"),
+                row(1, 2, "GPU-9", &[], "idle"),
+                row(3, 1, "GPU-1", &[("team", "c-team")], "idle"),
+            ];
+            let hours: Vec<i64> = (0..4).map(|h| H + h * HOUR_MS).collect();
+            crate::store::rollups::mark_dirty_hours(s.db(), &hours)
+                .await
+                .unwrap();
+            let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 100)
+                .await
+                .unwrap();
+            crate::store::rollups::replace_rollups(s.db(), &marks, &rows, &[], &[], None)
+                .await
+                .unwrap();
+            let (from, to) = (H, H + 4 * HOUR_MS);
+            let summed = load(s, from, to).await.unwrap();
+            let hourly = crate::ledger::load(s, from, to, RollupGrain::Hour)
+                .await
+                .unwrap();
+            let want = episodes(&hourly);
+            assert_eq!(want.len(), 4, "{b}: {want:?}");
+            assert_eq!(summed, want, "{b}");
+            let first = &summed[0];
+            assert_eq!(
+                (first.kind, first.hours, first.gpus.len(), first.estimated),
+                ("idle", 2, 2, true),
+                "{b}: {first:?}"
+            );
+        }
     }
 }

@@ -83,15 +83,14 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     );
     // Idle history from the ledger: the idle H100 hosts are idle the whole month, and the
     // episodes carry exactly the month's idle and held-idle dollars.
-    let idle_hours = crate::ledger::load(
-        store.as_ref(),
-        from,
-        to,
-        crate::store::RollupGrain::IdleHour,
-    )
-    .await
-    .unwrap();
-    let episodes = crate::idle_history::episodes(&idle_hours);
+    let episodes = crate::idle_history::load(store.as_ref(), from, to)
+        .await
+        .unwrap();
+    // The database's sums per host-hour give exactly the episodes of the hourly ledger itself.
+    let hourly = crate::ledger::load(store.as_ref(), from, to, crate::store::RollupGrain::Hour)
+        .await
+        .unwrap();
+    assert_eq!(episodes, crate::idle_history::episodes(&hourly));
     let t = &crate::allocation::totals(&a)[0];
     assert_eq!(
         episodes.iter().map(|e| e.cost).sum::<Decimal>(),

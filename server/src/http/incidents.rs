@@ -372,14 +372,7 @@ async fn idle_history_api(
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
-    let hours = crate::ledger::load(
-        state.store.as_ref(),
-        from,
-        to,
-        crate::store::RollupGrain::IdleHour,
-    )
-    .await?;
-    let episodes = crate::idle_history::episodes(&hours);
+    let episodes = crate::idle_history::load(state.store.as_ref(), from, to).await?;
     match q.format.as_deref().unwrap_or("json") {
         "json" => Ok(Json(serde_json::json!({
             "from": gpuledger_core::time::rfc3339(from),

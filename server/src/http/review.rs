@@ -305,7 +305,7 @@ async fn review(
         recs,
         // Only its total is shown: summed by the database.
         ledger::attributed_costs(store, prev_from, prev_to),
-        ledger::load(store, from, to, RollupGrain::IdleHour),
+        crate::idle_history::load(store, from, to),
         crate::unit_costs::request_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
@@ -316,7 +316,7 @@ async fn review(
         run_hours,
         recs,
         prev,
-        idle_hours,
+        idle_episodes,
         requests,
         waiting,
         restated,
@@ -440,7 +440,7 @@ async fn review(
     let now = now_ms();
     // Idle waste from the ledger: episodes whose dollars add up to the month's idle and held
     // idle, for any month (live incidents need raw windows, gone once a month closes).
-    let all_episodes: Vec<_> = crate::idle_history::episodes(&idle_hours)
+    let all_episodes: Vec<_> = idle_episodes
         .into_iter()
         .filter(|e| e.currency == cur)
         .collect();

@@ -583,15 +583,9 @@ async fn an_incident_carries_the_ledgers_idle_dollars_of_its_gpu_hours() {
         let ledger = |to: i64| {
             let store = store.clone();
             async move {
-                let hours = crate::ledger::load(
-                    store.as_ref(),
-                    T - 3 * 60 * MIN,
-                    to,
-                    crate::store::RollupGrain::IdleHour,
-                )
-                .await
-                .unwrap();
-                crate::idle_history::episodes(&hours)
+                crate::idle_history::load(store.as_ref(), T - 3 * 60 * MIN, to)
+                    .await
+                    .unwrap()
                     .iter()
                     .filter(|e| e.cluster == "idle-c")
                     .map(|e| e.cost)
@@ -669,15 +663,9 @@ async fn an_incident_is_in_its_clusters_currency() {
             .unwrap()
             .remove(0);
         assert_eq!(i.currency, "EUR", "{b}");
-        let hours = crate::ledger::load(
-            store.as_ref(),
-            T - 2 * 60 * MIN,
-            T,
-            crate::store::RollupGrain::IdleHour,
-        )
-        .await
-        .unwrap();
-        let episodes = crate::idle_history::episodes(&hours);
+        let episodes = crate::idle_history::load(store.as_ref(), T - 2 * 60 * MIN, T)
+            .await
+            .unwrap();
         assert!(episodes.iter().all(|e| e.currency == "EUR"), "{b}");
         let whole_hours: Decimal = episodes.iter().map(|e| e.cost).sum();
         assert!(whole_hours > Decimal::ZERO, "{b}");

@@ -155,7 +155,7 @@ fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
     let mut out: BTreeMap<Key, (Decimal, i64)> = BTreeMap::new();
     for p in parts {
         let period = match grain {
-            RollupGrain::Hour | RollupGrain::OwnerHour(_) | RollupGrain::IdleHour => p.hour_ms,
+            RollupGrain::Hour | RollupGrain::OwnerHour(_) => p.hour_ms,
             RollupGrain::Day | RollupGrain::HostDay => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
         };
         let key = (

@@ -82,6 +82,9 @@ pub trait Dialect {
     /// The owners' unique key, as SQL around an owner's text (`labels` or a bound text): the
     /// text before and after it.
     const OWNER_KEY: (&'static str, &'static str);
+    /// An aggregate of the distinct values of an expression as a JSON array's text: the SQL
+    /// before and after the expression.
+    const JSON_SET: (&'static str, &'static str);
 }
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).

@@ -149,11 +149,6 @@ pub async fn rollup_rows(
                     <DB as super::Dialect>::OWNER_VALUE_SQL
                 ),
             ),
-            IdleHour => (
-                hours,
-                "rollup_hours",
-                "hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')".to_owned(),
-            ),
             Day => (
                 days,
                 "rollup_days",
@@ -175,6 +170,34 @@ pub async fn rollup_rows(
             _ => q,
         };
         Ok(q.fetch_all(&mut *ex).await?)
+    })
+}
+
+/// Idle and held-idle cost per host, hour, kind and currency in `[from_ms, to_ms)`, with the
+/// GPUs and owners that carried it: summed in the database, which sends a row per host-hour
+/// instead of one per GPU and owner.
+pub async fn idle_hours(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<super::IdleHourRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let (set, end) = <DB as super::Dialect>::JSON_SET;
+        let sql = format!(
+            "SELECT hour_ms, host_id, kind, currency, MAX(estimated) AS estimated,
+                CAST(SUM(cost_nano) AS BIGINT) AS cost_nano,
+                CAST(SUM(cost_atto) AS BIGINT) AS cost_atto,
+                {set}gpu_uuid{end} AS gpus, {set}o.labels{end} AS owners
+             FROM rollup_hours JOIN owners o ON o.id = owner_id
+             WHERE hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')
+             GROUP BY hour_ms, host_id, kind, currency"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
     })
 }
 

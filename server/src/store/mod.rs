@@ -120,8 +120,26 @@ pub enum RollupGrain {
     OwnerHour(&'static str),
     /// Daily rows summed over each host's GPUs (no GPU in the row).
     HostDay,
-    /// Hourly rows of idle and held-idle cost: what the idle history needs, and no more.
-    IdleHour,
+}
+
+/// A host's idle (or held-idle) cost in one hour and currency, summed by the database over its
+/// GPUs and owners: what the idle history reads (a row per host-hour, where the hourly rollups
+/// hold one per GPU and owner).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct IdleHourRow {
+    pub hour_ms: i64,
+    pub host_id: i64,
+    pub kind: String,
+    pub currency: String,
+    /// 1 if any of it is a rate-card estimate.
+    pub estimated: i64,
+    pub cost_nano: i64,
+    /// May exceed a nanodollar: the sum of the rows' parts.
+    pub cost_atto: i64,
+    /// The GPUs that carried it, a JSON array of texts (`""` for cost on no GPU).
+    pub gpus: String,
+    /// Its owners, a JSON array of owner texts.
+    pub owners: String,
 }
 
 impl RollupGrain {

@@ -21,6 +21,7 @@ impl Dialect for Postgres {
     const OWNER_VALUE_SQL: &'static str = "(o.labels::jsonb ->> $3)";
     /// The text's MD5: a long text would not fit a btree entry (migration 0022).
     const OWNER_KEY: (&'static str, &'static str) = ("md5(", ")");
+    const JSON_SET: (&'static str, &'static str) = ("json_agg(DISTINCT ", ")::text");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

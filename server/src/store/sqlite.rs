@@ -19,6 +19,7 @@ impl Dialect for Sqlite {
     const OWNER_VALUE_SQL: &'static str = "json_extract(o.labels, '$.' || $3)";
     /// The text itself.
     const OWNER_KEY: (&'static str, &'static str) = ("", "");
+    const JSON_SET: (&'static str, &'static str) = ("json_group_array(DISTINCT ", ")");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
