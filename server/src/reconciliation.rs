@@ -295,15 +295,19 @@ mod tests {
             hosts: Default::default(),
         };
         let card = RateCard::default_card();
-        let r = &reconcile(
-            &lines,
-            &hosts,
-            &ledger,
-            &card,
-            &OwnerSchema::default(),
-            0,
-            HOUR_MS,
-        )[0];
+        let first_hour = |ledger: &Attribution| {
+            reconcile(
+                &lines,
+                &hosts,
+                ledger,
+                &card,
+                &OwnerSchema::default(),
+                0,
+                HOUR_MS,
+            )
+            .remove(0)
+        };
+        let r = &first_hour(&ledger);
         assert_eq!(r.bill, Decimal::from(17));
         assert_eq!(r.bill_on_known_hosts, Decimal::from(10));
         assert_eq!(r.attributed.total(), Decimal::from(10));
@@ -320,16 +324,7 @@ mod tests {
         assert_eq!(r.difference, Decimal::ZERO);
         // A ledger that lost an hour of idle shows the gap, to the cent.
         ledger.parts.remove(1);
-        let r = &reconcile(
-            &lines,
-            &hosts,
-            &ledger,
-            &card,
-            &OwnerSchema::default(),
-            0,
-            HOUR_MS,
-        )[0];
-        assert_eq!(r.difference, Decimal::from(4));
+        assert_eq!(first_hour(&ledger).difference, Decimal::from(4));
     }
 
     /// A GPU instance no agent reports carries the owners its lines' tags name (each value once,

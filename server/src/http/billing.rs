@@ -209,6 +209,20 @@ fn recon_view(
     }
 }
 
+/// The month's bill against the ledger (GPU instances without agent named by their tags'
+/// owners), and the hours still waiting for the roll-up: what the page and the API show.
+async fn month_reconciliation(
+    state: &AppState,
+    from: i64,
+    to: i64,
+) -> Result<(Vec<crate::reconciliation::Reconciliation>, i64), crate::store::StoreError> {
+    let store = state.store.as_ref();
+    let recs =
+        crate::reconciliation::for_range(store, &state.rate_card, &state.config.owners, from, to)
+            .await?;
+    Ok((recs, crate::closing::pending_hours(store, from, to).await?))
+}
+
 /// `/billing/YYYY-MM`: the month's bill against the ledger, each figure linked to its rows.
 async fn reconciliation_page(
     State(state): State<AppState>,
@@ -223,15 +237,7 @@ async fn reconciliation_page(
         );
     };
     let loaded = async {
-        let recs = crate::reconciliation::for_range(
-            state.store.as_ref(),
-            &state.rate_card,
-            &state.config.owners,
-            from,
-            to,
-        )
-        .await?;
-        let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
+        let (recs, pending) = month_reconciliation(&state, from, to).await?;
         let periods = crate::billing::periods::all(state.store.as_ref()).await?;
         let sign_offs = crate::closing::sign_offs(state.store.as_ref()).await?;
         Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
@@ -373,15 +379,7 @@ async fn reconciliation_api(
         message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
         field: Some("month".into()),
     })?;
-    let recs = crate::reconciliation::for_range(
-        state.store.as_ref(),
-        &state.rate_card,
-        &state.config.owners,
-        from,
-        to,
-    )
-    .await?;
-    let pending = crate::closing::pending_hours(state.store.as_ref(), from, to).await?;
+    let (recs, pending) = month_reconciliation(&state, from, to).await?;
     Ok(axum::Json(serde_json::json!({
         "month": month,
         "hours_waiting_for_rollup": pending,

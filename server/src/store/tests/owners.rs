@@ -53,6 +53,33 @@ fn before_owners() -> Vec<String> {
     ]
 }
 
+/// An hour of GPU-1's used time on host 1, for `owner`, of `nano` nanodollars.
+fn used_row(owner: &str, nano: i64) -> RollupRow {
+    RollupRow {
+        period_ms: HOUR,
+        host_id: 1,
+        gpu_uuid: "GPU-1".into(),
+        owner: owner.into(),
+        kind: "used".into(),
+        pricing_category: "on_demand".into(),
+        currency: "USD".into(),
+        estimated: 0,
+        cost_nano: nano,
+        cost_atto: 0,
+        gpu_seconds: 1800.0,
+        util_gpu_seconds: 900.0,
+        util_known_seconds: 1800.0,
+        energy_j: 0.0,
+    }
+}
+
+/// Rolls `HOUR` up again as `rows`, as the roll-up would.
+async fn rewrite_hour(s: &dyn Store, rows: &[RollupRow]) -> Result<(), StoreError> {
+    crate::store::rollups::mark_dirty_hours(s.db(), &[HOUR]).await?;
+    let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 10).await?;
+    crate::store::rollups::replace_rollups(s.db(), &marks, rows, &[], &[], Some("experiment")).await
+}
+
 /// Per owner and grain, the cost as the ledger reads it back.
 async fn costs(s: &dyn Store) -> BTreeMap<(&'static str, String), rust_decimal::Decimal> {
     let mut out = BTreeMap::new();
@@ -111,38 +138,9 @@ async fn rollups_keep_every_cent_and_their_owners_through_the_migration() {
         // the same owners adds none.
         let owners_before: i64 = count_owners(s).await;
         assert_eq!(owners_before, 4, "{b}: one row per distinct owner");
-        crate::store::rollups::mark_dirty_hours(s.db(), &[HOUR])
+        rewrite_hour(s, &[used_row(&llama, 10), used_row(&quoted, 20)])
             .await
             .unwrap();
-        let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 10)
-            .await
-            .unwrap();
-        let row = |owner: &str, nano: i64| RollupRow {
-            period_ms: HOUR,
-            host_id: 1,
-            gpu_uuid: "GPU-1".into(),
-            owner: owner.into(),
-            kind: "used".into(),
-            pricing_category: "on_demand".into(),
-            currency: "USD".into(),
-            estimated: 0,
-            cost_nano: nano,
-            cost_atto: 0,
-            gpu_seconds: 1800.0,
-            util_gpu_seconds: 900.0,
-            util_known_seconds: 1800.0,
-            energy_j: 0.0,
-        };
-        crate::store::rollups::replace_rollups(
-            s.db(),
-            &marks,
-            &[row(&llama, 10), row(&quoted, 20)],
-            &[],
-            &[],
-            Some("experiment"),
-        )
-        .await
-        .unwrap();
         assert_eq!(count_owners(s).await, owners_before, "{b}: no owner twice");
         let after = costs(s).await;
         assert_eq!(after[&("hour", quoted.clone())], d("0.00000002"), "{b}");
@@ -194,39 +192,10 @@ async fn an_owner_of_many_long_values_is_stored_once() {
         let long = long.key();
         assert!(long.len() > 4000, "{b}: {} bytes", long.len());
         let short = [("team", "search")].into_iter().collect::<Owner>().key();
-        let row = |owner: &str, nano: i64| RollupRow {
-            period_ms: HOUR,
-            host_id: 1,
-            gpu_uuid: "GPU-1".into(),
-            owner: owner.into(),
-            kind: "used".into(),
-            pricing_category: "on_demand".into(),
-            currency: "USD".into(),
-            estimated: 0,
-            cost_nano: nano,
-            cost_atto: 0,
-            gpu_seconds: 1800.0,
-            util_gpu_seconds: 900.0,
-            util_known_seconds: 1800.0,
-            energy_j: 0.0,
-        };
         for pass in 0..2 {
-            crate::store::rollups::mark_dirty_hours(s.db(), &[HOUR])
+            rewrite_hour(s, &[used_row(&long, 10 + pass), used_row(&short, 20)])
                 .await
-                .unwrap();
-            let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 10)
-                .await
-                .unwrap();
-            crate::store::rollups::replace_rollups(
-                s.db(),
-                &marks,
-                &[row(&long, 10 + pass), row(&short, 20)],
-                &[],
-                &[],
-                Some("experiment"),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{b}: pass {pass}: {e}"));
+                .unwrap_or_else(|e| panic!("{b}: pass {pass}: {e}"));
             assert_eq!(
                 count_owners(s).await,
                 2,
