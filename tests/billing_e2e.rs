@@ -1061,7 +1061,15 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
         rolled.contains("restated 2024-09: before {}"),
         "first attribution recorded: {rolled}"
     );
-    let server = start_server(&db.url, free_port()).await;
+    // The sample's resource tags name a business unit: an owner dimension reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpuledger.toml");
+    std::fs::write(
+        &config,
+        "[owners]\nbusiness_unit = { from = [\"tag:business_unit\"] }\n",
+    )
+    .unwrap();
+    let server = start_server_with(&db.url, free_port(), Some(&config)).await;
     let viewer = signed_in(&server, "viewer").await;
     let rec = get_json(
         &viewer,
@@ -1102,6 +1110,16 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
     assert!(gpu.iter().any(|t| t == "g5.4xlarge"), "{rec}");
     assert!(gpu.iter().any(|t| t == "g3.4xlarge"), "{rec}");
     assert_eq!(gpu.len(), 8, "{rec}");
+    // Each g5.4xlarge names the business unit its tags give, for whoever installs the agent.
+    for r in usd["gpu_without_agent"].as_array().unwrap() {
+        if r["instance_type"] == "g5.4xlarge" {
+            assert_eq!(
+                r["owners"]["business_unit"],
+                serde_json::json!(["PeoriaData"]),
+                "{r}"
+            );
+        }
+    }
     assert!(
         types("not_gpu")
             .iter()

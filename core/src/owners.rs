@@ -225,16 +225,8 @@ impl OwnerSchema {
         Ok(schema)
     }
 
-    pub fn dimensions(&self) -> &[Dimension] {
-        &self.dimensions
-    }
-
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.dimensions.iter().map(|d| d.name.as_str())
-    }
-
-    pub fn has(&self, name: &str) -> bool {
-        self.dimensions.iter().any(|d| d.name == name)
     }
 
     /// The dimension playing `role`, if any does.
@@ -349,22 +341,8 @@ impl Owner {
         self.0.get(dimension).map(String::as_str)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// The same owner with `dimension` set (an empty value clears it).
-    pub fn with(mut self, dimension: &str, value: &str) -> Owner {
-        if value.is_empty() {
-            Arc::make_mut(&mut self.0).remove(dimension);
-        } else {
-            Arc::make_mut(&mut self.0).insert(dimension.to_owned(), value.to_owned());
-        }
-        self
     }
 
     /// The owner's one text form, as the owners table keys it: a JSON object with keys in
@@ -483,7 +461,7 @@ cost_center = { from = ["label:cost_center", "tag:CostCenter"], clusters = { lab
         .unwrap();
         assert_eq!(s.role(Role::Endpoint), Some("service"));
         assert!(
-            s.has("endpoint"),
+            s.names().any(|n| n == "endpoint"),
             "the old dimension stays, without the role"
         );
         let o = s.owner_of(&map(&[("service", "chat")]), "c");

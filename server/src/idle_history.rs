@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Kind, Owner};
+use crate::attribution::{Kind, Owner};
 use crate::store::{self, HostRow, Store, StoreError};
 use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::HOUR_MS;
@@ -58,8 +58,10 @@ struct HourFact {
     owners: Vec<Owner>,
 }
 
-/// The episodes of `a` (hourly parts), costliest first.
-pub fn episodes(a: &Attribution) -> Vec<IdleEpisode> {
+/// The episodes of `a` (hourly parts), costliest first: what [`load`] must equal, computed from
+/// the ledger's parts themselves (the tests' reference).
+#[cfg(test)]
+pub fn episodes(a: &crate::attribution::Attribution) -> Vec<IdleEpisode> {
     let facts = a
         .parts
         .iter()
@@ -77,9 +79,9 @@ pub fn episodes(a: &Attribution) -> Vec<IdleEpisode> {
     episodes_of(facts, &a.hosts)
 }
 
-/// The idle episodes of `[from_ms, to_ms)` (whole hours), costliest first: the same as
-/// [`episodes`] of the range's hourly ledger, with the sums over each host-hour's GPUs and
-/// owners made by the database (a month of 1,000 GPUs is some 170,000 idle GPU-hours).
+/// The idle episodes of `[from_ms, to_ms)` (whole hours), costliest first, from the range's
+/// hourly ledger, with the sums over each host-hour's GPUs and owners made by the database (a
+/// month of 1,000 GPUs is some 170,000 idle GPU-hours).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -96,11 +98,7 @@ pub async fn load(
         let Some(kind) = Kind::parse(&r.kind) else {
             continue;
         };
-        let texts = |json: &str| -> Result<Vec<String>, StoreError> {
-            serde_json::from_str(json)
-                .map_err(|e| StoreError::Invalid(format!("idle hours' list {json:?}: {e}")))
-        };
-        let owners = texts(&r.owners)?
+        let owners = json_texts(&r.owners)?
             .into_iter()
             .map(|t| {
                 known
@@ -116,7 +114,7 @@ pub async fn load(
             hour_ms: r.hour_ms,
             cost: from_nano_atto(r.cost_nano, r.cost_atto),
             estimated: r.estimated != 0,
-            gpus: texts(&r.gpus)?
+            gpus: json_texts(&r.gpus)?
                 .into_iter()
                 .filter(|g| !g.is_empty())
                 .collect(),
@@ -124,6 +122,12 @@ pub async fn load(
         });
     }
     Ok(episodes_of(facts, &hosts))
+}
+
+/// A JSON array of texts, as the database gathered it.
+fn json_texts(json: &str) -> Result<Vec<String>, StoreError> {
+    serde_json::from_str(json)
+        .map_err(|e| StoreError::Invalid(format!("idle hours' list {json:?}: {e}")))
 }
 
 fn episodes_of(
@@ -209,6 +213,7 @@ fn episodes_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::Attribution;
     use crate::attribution::Part;
     use crate::store::HostRow;
 

@@ -6,7 +6,7 @@
 //! resolved and says so once. Messages go to the Slack outbox, which a separate sender drains,
 //! so a slow or failing webhook never holds anything else up.
 
-use gpuledger_core::owners::{OwnerSchema, Role, Source};
+use gpuledger_core::owners::{OwnerSchema, Role};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rust_decimal::Decimal;
@@ -220,29 +220,25 @@ impl Ledger {
     }
 }
 
-/// The teams an incident's processes belong to: the values of the labels the team's dimension
-/// reads (several held processes list theirs comma-separated), else its cluster's value.
+/// The teams an incident's processes belong to: the team dimension's value as attribution
+/// reads it from their labels (several held processes list theirs comma-separated), else the
+/// cluster's value. An incident has no bill line, so no tag.
 fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
     let labels: BTreeMap<String, String> = serde_json::from_str(owners_json).unwrap_or_default();
+    let owner = schema.with_tags(
+        &schema.owner_of(&labels, cluster),
+        &BTreeMap::new(),
+        cluster,
+    );
     let mut teams: Vec<String> = Vec::new();
-    let Some(team) = schema.role(Role::Team) else {
-        return teams;
-    };
-    let Some(dimension) = schema.dimensions().iter().find(|d| d.name == team) else {
-        return teams;
-    };
-    // The first listed label that is set, as attribution reads it.
-    let first = dimension.sources.iter().find_map(|source| match source {
-        Source::Label(key) => labels.get(key).filter(|v| !v.is_empty()),
-        Source::Tag(_) => None,
-    });
-    for value in first.into_iter().flat_map(|v| v.split(", ")) {
+    for value in schema
+        .value(&owner, Role::Team)
+        .into_iter()
+        .flat_map(|v| v.split(", "))
+    {
         if !value.is_empty() && !teams.iter().any(|t| t == value) {
             teams.push(value.to_owned());
         }
-    }
-    if teams.is_empty() {
-        teams.extend(dimension.clusters.get(cluster).cloned());
     }
     teams
 }

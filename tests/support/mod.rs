@@ -111,11 +111,17 @@ pub fn create_token(db_url: &str, name: &str, cluster: &str) -> String {
 }
 
 pub async fn start_server(db_url: &str, port: u16) -> Server {
-    let child = server_cmd(db_url)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn server");
+    start_server_with(db_url, port, None).await
+}
+
+/// [`start_server`] with a config file (`--config`).
+pub async fn start_server_with(db_url: &str, port: u16, config: Option<&Path>) -> Server {
+    let mut cmd = server_cmd(db_url);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let child = cmd.stdout(Stdio::null()).spawn().expect("spawn server");
     let server = Server {
         proc: Proc(child),
         url: format!("http://127.0.0.1:{port}"),
