@@ -347,21 +347,28 @@ async fn split_to_the_cent(db: TestDb) {
         d("8.19315"),
         "{label}"
     );
+    // The GPU instance no agent reports is in the ledger on a host known from the bill:
+    // unmonitored, nobody's by model.
+    assert_eq!(
+        d(rows["(unmonitored)"]["unmonitored_cost"].as_str().unwrap()),
+        d("30"),
+        "{label}: {by_model}"
+    );
     let sum: Decimal = rows.values().map(|r| d(r["cost"].as_str().unwrap())).sum();
     assert_eq!(
         sum,
-        d("32.7726"),
-        "{label}: the parts sum to the bill exactly"
+        d("62.7726"),
+        "{label}: the parts sum to the GPU lines of the bill exactly"
     );
     assert!((rows["llama-70b"]["gpu_hours"].as_f64().unwrap() - 0.75).abs() < 1e-9);
     assert_eq!(rows["llama-70b"]["avg_util"].as_f64(), Some(80.0));
     assert_eq!(rows["llama-70b"]["estimated"], false);
     let totals = &by_model["totals"][0];
-    assert_eq!(d(totals["cost"].as_str().unwrap()), d("32.7726"));
+    assert_eq!(d(totals["cost"].as_str().unwrap()), d("62.7726"));
     assert_eq!(
         d(totals["unattributed_cost"].as_str().unwrap()),
-        d("35"),
-        "{label}: the S3 line and the GPU instance without agent count, unattributed"
+        d("5"),
+        "{label}: the S3 line counts, unattributed"
     );
 
     // The month's reconciliation: every dollar of the bill, where the ledger puts it.
@@ -378,7 +385,7 @@ async fn split_to_the_cent(db: TestDb) {
     assert_eq!(usd["currency"], "USD", "{label}: {rec}");
     let dec = |v: &Value| d(v.as_str().unwrap());
     assert_eq!(dec(&usd["bill"]), d("67.7726"), "{label}: {rec}");
-    assert_eq!(dec(&usd["bill_on_known_hosts"]), d("32.7726"), "{label}");
+    assert_eq!(dec(&usd["bill_on_known_hosts"]), d("62.7726"), "{label}");
     assert_eq!(dec(&usd["attributed"]["used"]), d("16.3863"), "{label}");
     assert_eq!(
         dec(&usd["attributed"]["held_idle"]),
@@ -386,7 +393,7 @@ async fn split_to_the_cent(db: TestDb) {
         "{label}"
     );
     assert_eq!(dec(&usd["attributed"]["idle"]), d("8.19315"), "{label}");
-    assert_eq!(dec(&usd["attributed"]["unmonitored"]), d("0"), "{label}");
+    assert_eq!(dec(&usd["attributed"]["unmonitored"]), d("30"), "{label}");
     assert_eq!(
         dec(&usd["estimated"]["used"]),
         d("0"),
@@ -397,10 +404,11 @@ async fn split_to_the_cent(db: TestDb) {
     assert_eq!(no_agent[0]["resource"], "i-0ccc", "{label}");
     assert_eq!(no_agent[0]["instance_type"], "p4d.24xlarge", "{label}");
     assert_eq!(dec(&no_agent[0]["cost"]), d("30"), "{label}");
+    assert_eq!(no_agent[0]["in_ledger"], true, "{label}");
     let not_gpu = usd["not_gpu"].as_array().unwrap();
     assert_eq!(not_gpu.len(), 1, "{label}: {rec}");
     assert_eq!(dec(&not_gpu[0]["cost"]), d("5"), "{label}");
-    assert_eq!(dec(&usd["ledger_unattributed"]), d("35"), "{label}");
+    assert_eq!(dec(&usd["ledger_unattributed"]), d("5"), "{label}");
     assert_eq!(dec(&usd["difference"]), d("0"), "{label}: to the cent");
     let page = client
         .get(format!("{}/billing/{month}", server.url))
@@ -452,7 +460,7 @@ async fn split_to_the_cent(db: TestDb) {
     );
     assert_eq!(
         d(by_pricing["on_demand"]["cost"].as_str().unwrap()),
-        d("32.7726")
+        d("62.7726")
     );
 
     let csv_text = client
@@ -507,12 +515,12 @@ async fn split_to_the_cent(db: TestDb) {
     assert_eq!(
         focus_sum,
         d("67.7726"),
-        "{label}: the FOCUS export sums to the bill, S3 and unreported GPU lines included"
+        "{label}: the FOCUS export sums to the bill, the S3 line included"
     );
     assert_eq!(
         split_sum,
-        d("32.7726"),
-        "{label}: the GPU host's line is the one split"
+        d("62.7726"),
+        "{label}: the GPU hosts' lines are the ones split, the one no agent reports included"
     );
 
     // A bad parameter is named.
@@ -1046,7 +1054,9 @@ async fn rollup_into_a_closed_month_needs_reopen() {
 /// The FOCUS project's public sample (September 2024, long closed), imported into a fresh
 /// database with the real binary: `rollup` attributes the month for the first time (no
 /// `--reopen`: the ledger never held it) and records that on the month; its reconciliation holds
-/// the whole bill to the cent, the g5.4xlarge hosts no agent reports counted as GPU instances.
+/// the whole bill to the cent. The GPU instances no agent reports (g5.4xlarge, g3.4xlarge) are
+/// in the ledger on hosts known from the bill, as unmonitored cost of the business unit their
+/// real tags name.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_focus_projects_sample_is_attributed_and_reconciles() {
     let db = test_support::sqlite();
@@ -1056,11 +1066,6 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
         &db.url,
         &["billing", "import-focus", sample.to_str().unwrap()],
     );
-    let rolled = server_run(&db.url, &["rollup"]);
-    assert!(
-        rolled.contains("restated 2024-09: before {}"),
-        "first attribution recorded: {rolled}"
-    );
     // The sample's resource tags name a business unit: an owner dimension reads it.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gpuledger.toml");
@@ -1069,6 +1074,11 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
         "[owners]\nbusiness_unit = { from = [\"tag:business_unit\"] }\n",
     )
     .unwrap();
+    let rolled = server_run(&db.url, &["rollup", "--config", config.to_str().unwrap()]);
+    assert!(
+        rolled.contains("restated 2024-09: before {}"),
+        "first attribution recorded: {rolled}"
+    );
     let server = start_server_with(&db.url, free_port(), Some(&config)).await;
     let viewer = signed_in(&server, "viewer").await;
     let rec = get_json(
@@ -1095,7 +1105,32 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
     assert_eq!(usd["currency"], "USD", "{rec}");
     assert_eq!(dec(&usd["bill"]), effective, "{rec}");
     assert_eq!(dec(&usd["difference"]), d("0"), "to the cent: {rec}");
-    assert_eq!(dec(&usd["ledger_unattributed"]), effective, "{rec}");
+    let listed = |list: &str| -> Decimal {
+        usd[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| dec(&r["cost"]))
+            .sum()
+    };
+    // What the ledger leaves aside is what is not a GPU host; the GPU instances without agent
+    // are all of its attributed cost, as unmonitored.
+    assert_eq!(dec(&usd["ledger_unattributed"]), listed("not_gpu"), "{rec}");
+    assert_eq!(
+        dec(&usd["attributed"]["unmonitored"]),
+        listed("gpu_without_agent"),
+        "{rec}"
+    );
+    assert_eq!(dec(&usd["attributed"]["used"]), d("0"), "{rec}");
+    assert!(listed("gpu_without_agent") > d("0"), "{rec}");
+    assert!(
+        usd["gpu_without_agent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["in_ledger"] == true),
+        "{rec}"
+    );
     // The sample's GPU hosts: g5.4xlarge (A10G) and g3.4xlarge (M60), whatever the rate card
     // lists; the m4, c5 and Azure D11 hosts are not GPU hosts.
     let types = |list: &str| -> Vec<String> {
@@ -1130,6 +1165,31 @@ async fn the_focus_projects_sample_is_attributed_and_reconciles() {
         rec["hours_waiting_for_rollup"], 0,
         "nothing left to roll up: {rec}"
     );
+    // By business unit, PeoriaData holds its tagged GPU instances' cost, all unmonitored.
+    let peoria: Decimal = usd["gpu_without_agent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["owners"]["business_unit"] == serde_json::json!(["PeoriaData"]))
+        .map(|r| dec(&r["cost"]))
+        .sum();
+    assert!(peoria > d("0"), "{rec}");
+    let by_unit = get_json(
+        &viewer,
+        &format!(
+            "{}/api/v1/allocation?from=2024-09&to=2024-10&by=business_unit&step=month",
+            server.url
+        ),
+    )
+    .await;
+    let row = by_unit["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "PeoriaData")
+        .unwrap_or_else(|| panic!("no PeoriaData row: {by_unit}"));
+    assert_eq!(dec(&row["cost"]), peoria, "{by_unit}");
+    assert_eq!(dec(&row["unmonitored_cost"]), peoria, "{by_unit}");
 }
 
 /// An Azure Cost Management export run: parts and `manifest.json` in the run's folder, as

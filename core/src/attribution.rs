@@ -130,12 +130,24 @@ pub fn line_hours(line: &StoredCostLine, from_ms: i64, to_ms: i64) -> Vec<(i64, 
     )
 }
 
-/// Which host a bill line belongs to, by normalised instance id.
+/// Which host a bill line belongs to, by normalised instance id. Where an agent reports an
+/// instance that was known from the bill alone, the agent's host takes its lines (and of two
+/// agents' hosts, the newer): each line has one host, so an hour attributed again moves whole,
+/// never counted on both.
 pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
-    hosts
-        .iter()
-        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
-        .collect()
+    let mut by_key: HashMap<&str, &HostRow> = HashMap::new();
+    for h in hosts {
+        let Some(key) = h.instance_key.as_deref() else {
+            continue;
+        };
+        let preferred = by_key
+            .get(key)
+            .is_none_or(|held| (h.from_bill, -h.id) < (held.from_bill, -held.id));
+        if preferred {
+            by_key.insert(key, h);
+        }
+    }
+    by_key.into_iter().map(|(k, h)| (k, h.id)).collect()
 }
 
 /// Owners by the schema: a process's from its labels on its host's cluster (each distinct label

@@ -37,7 +37,7 @@ pub struct StoredProcessWindow {
     pub user_name: Option<String>,
 }
 
-/// A GPU host as its agent describes it.
+/// A GPU host as its agent describes it, or as the bill names it where no agent reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostRow {
     pub id: i64,
@@ -49,7 +49,13 @@ pub struct HostRow {
     pub instance_type: Option<String>,
     /// on_demand or spot, where the agent knows.
     pub lifecycle: Option<String>,
+    /// Known from the bill alone: a GPU instance the bill charges and no agent has reported
+    /// (its cluster is [`BILLED_ONLY_CLUSTER`], its name the bill's resource id).
+    pub from_bill: bool,
 }
+
+/// The cluster of hosts known from the bill alone: what a page groups them under.
+pub const BILLED_ONLY_CLUSTER: &str = "(no agent)";
 
 /// A GPU's usage rollups (windows per owner and utilization band) summed over a range, with
 /// the GPU's model from its latest report.

@@ -509,6 +509,7 @@ mod tests {
             instance_key: None,
             instance_type: None,
             lifecycle: None,
+            from_bill: false,
         }
     }
 

@@ -66,7 +66,7 @@ pub async fn create(
         let known: Vec<String> = store::telemetry::hosts(store.db())
             .await?
             .into_iter()
-            .filter(|h| scope.permits_cluster(&h.cluster))
+            .filter(|h| !h.from_bill && scope.permits_cluster(&h.cluster))
             .map(|h| h.hostname)
             .collect();
         if !known.is_empty() && !known.iter().any(|h| scope.permits_host(h)) {

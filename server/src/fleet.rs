@@ -13,9 +13,11 @@ pub async fn processes(store: &dyn Store) -> Result<Vec<FleetProcess>, StoreErro
     store::telemetry::fleet_processes(store.db()).await
 }
 
-/// Every host that has reported.
+/// Every host an agent has reported (not those known from the bill alone).
 pub async fn hosts(store: &dyn Store) -> Result<Vec<HostRow>, StoreError> {
-    store::telemetry::hosts(store.db()).await
+    let mut hosts = store::telemetry::hosts(store.db()).await?;
+    hosts.retain(|h| !h.from_bill);
+    Ok(hosts)
 }
 
 /// Reports refused since `since_ms`, per token, host and reason, latest first.

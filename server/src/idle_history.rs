@@ -246,6 +246,7 @@ mod tests {
             instance_key: None,
             instance_type: None,
             lifecycle: None,
+            from_bill: false,
         };
         let a = Attribution {
             parts: vec![

@@ -315,6 +315,7 @@ pub async fn clusters(store: &dyn Store) -> Result<Vec<String>, StoreError> {
     let mut clusters: Vec<String> = store::telemetry::hosts(store.db())
         .await?
         .into_iter()
+        .filter(|h| !h.from_bill)
         .map(|h| h.cluster)
         .collect();
     clusters.sort();

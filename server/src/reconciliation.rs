@@ -27,9 +27,13 @@ pub struct ResourceCost {
     #[serde(with = "rust_decimal::serde::str")]
     pub cost: Decimal,
     /// For a GPU instance no agent reports: whose the bill's tags say it is, per owner dimension
-    /// that reads a tag (each value once). Its cost stays unattributed: nobody saw it used.
+    /// that reads a tag (each value once).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub owners: BTreeMap<String, BTreeSet<String>>,
+    /// For a GPU instance no agent reports: whether the ledger holds its cost, on a host known
+    /// from the bill alone (as unmonitored, under the owners its tags name), or not yet (the
+    /// roll-up has not met it since its bill arrived).
+    pub in_ledger: bool,
 }
 
 /// Used, held idle, idle and unmonitored dollars.
@@ -66,10 +70,12 @@ pub struct Reconciliation {
     /// What the bill's lines charge for the month's hours.
     #[serde(with = "rust_decimal::serde::str")]
     pub bill: Decimal,
-    /// Of it: lines of GPU hosts that agents report (the ledger attributes them).
+    /// Of it: lines of the ledger's GPU hosts, those agents report and those known from the
+    /// bill alone (the ledger attributes them).
     #[serde(with = "rust_decimal::serde::str")]
     pub bill_on_known_hosts: Decimal,
-    /// Lines of GPU instances (by the rate card's instance types) no agent has reported.
+    /// Lines of GPU instances (by the rate card's instance types or a GPU instance family) no
+    /// agent reports: in the ledger on hosts known from the bill alone, or not yet.
     pub gpu_without_agent: Vec<ResourceCost>,
     /// Everything else on the bill: storage, network, CPU instances, support, tax…
     pub not_gpu: Vec<ResourceCost>,
@@ -86,21 +92,21 @@ pub struct Reconciliation {
 }
 
 impl Reconciliation {
+    /// GPU instances no agent reports, in the ledger or not.
     pub fn gpu_without_agent_total(&self) -> Decimal {
         self.gpu_without_agent.iter().map(|r| r.cost).sum()
+    }
+    /// Of them, those the ledger does not hold yet.
+    pub fn gpu_without_agent_unattributed(&self) -> Decimal {
+        self.gpu_without_agent
+            .iter()
+            .filter(|r| !r.in_ledger)
+            .map(|r| r.cost)
+            .sum()
     }
     pub fn not_gpu_total(&self) -> Decimal {
         self.not_gpu.iter().map(|r| r.cost).sum()
     }
-}
-
-/// Whether a bill line is for a GPU instance: its instance type is one the rate card prices
-/// with GPUs, or of a provider's GPU instance family.
-fn is_gpu_instance(line: &StoredCostLine, card: &RateCard) -> bool {
-    line.instance_type.as_deref().is_some_and(|t| {
-        card.instance_types.get(t).is_some_and(|r| r.gpus > 0)
-            || crate::billing::gpu_instances::is_gpu_instance_type(t)
-    })
 }
 
 /// Reconciles `[from_ms, to_ms)` from its bill lines and its (rolled-up) attribution; GPU
@@ -118,13 +124,14 @@ pub fn reconcile(
     struct Acc {
         bill: Decimal,
         known: Decimal,
-        gpu_without_agent: BTreeMap<(String, Option<String>), Decimal>,
+        gpu_without_agent: BTreeMap<(String, Option<String>), (Decimal, bool)>,
         not_gpu: BTreeMap<(String, Option<String>), Decimal>,
         hints: BTreeMap<(String, Option<String>), BTreeMap<String, BTreeSet<String>>>,
         attributed: ByKind,
         estimated: ByKind,
     }
     let by_key = hosts_by_instance_key(hosts);
+    let from_bill: BTreeSet<i64> = hosts.iter().filter(|h| h.from_bill).map(|h| h.id).collect();
     let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
     for line in lines {
         let amount: Decimal = line_hours(line, from_ms, to_ms)
@@ -137,15 +144,20 @@ pub fn reconcile(
         let a = acc.entry(line.currency.clone()).or_default();
         a.bill += amount;
         let key = line.resource_key.as_deref();
-        if key.is_some_and(|k| by_key.contains_key(k)) {
+        let host = key.and_then(|k| by_key.get(k));
+        if host.is_some() {
             a.known += amount;
-            continue;
         }
+        let in_ledger = match host {
+            Some(id) if from_bill.contains(id) => true,
+            Some(_) => continue,
+            None => false,
+        };
         let resource = (
             key.unwrap_or("(none)").to_owned(),
             line.instance_type.clone(),
         );
-        if !is_gpu_instance(line, card) {
+        if !in_ledger && !crate::billing::gpu_instances::is_gpu_line(line, card) {
             *a.not_gpu.entry(resource).or_default() += amount;
             continue;
         }
@@ -160,7 +172,9 @@ pub fn reconcile(
                     .insert(value.to_owned());
             }
         }
-        *a.gpu_without_agent.entry(resource).or_default() += amount;
+        let listed = a.gpu_without_agent.entry(resource).or_default();
+        listed.0 += amount;
+        listed.1 = in_ledger;
     }
     for p in &ledger.parts {
         let a = acc.entry(p.currency.clone()).or_default();
@@ -173,16 +187,17 @@ pub fn reconcile(
     for currency in ledger.unattributed.keys() {
         acc.entry(currency.clone()).or_default();
     }
-    let listed = |m: BTreeMap<(String, Option<String>), Decimal>,
+    let listed = |m: BTreeMap<(String, Option<String>), (Decimal, bool)>,
                   hints: &mut BTreeMap<(String, Option<String>), _>| {
         let mut v: Vec<ResourceCost> = m
             .into_iter()
-            .filter(|(_, c)| !c.is_zero())
-            .map(|(key, cost)| ResourceCost {
+            .filter(|(_, (c, _))| !c.is_zero())
+            .map(|(key, (cost, in_ledger))| ResourceCost {
                 owners: hints.remove(&key).unwrap_or_default(),
                 resource: key.0,
                 instance_type: key.1,
                 cost,
+                in_ledger,
             })
             .collect();
         v.sort_by(|a, b| b.cost.cmp(&a.cost).then(a.resource.cmp(&b.resource)));
@@ -201,7 +216,13 @@ pub fn reconcile(
                 bill: a.bill,
                 bill_on_known_hosts: a.known,
                 gpu_without_agent: listed(a.gpu_without_agent, &mut a.hints),
-                not_gpu: listed(a.not_gpu, &mut BTreeMap::new()),
+                not_gpu: listed(
+                    a.not_gpu
+                        .into_iter()
+                        .map(|(k, c)| (k, (c, false)))
+                        .collect(),
+                    &mut BTreeMap::new(),
+                ),
                 attributed: a.attributed,
                 estimated: a.estimated,
                 ledger_unattributed,
@@ -276,6 +297,7 @@ mod tests {
             instance_key: Some("i-known".into()),
             instance_type: None,
             lifecycle: None,
+            from_bill: false,
         }];
         // Two-hour lines, read for the first hour only: half of each counts.
         let lines = [
@@ -325,6 +347,80 @@ mod tests {
         // A ledger that lost an hour of idle shows the gap, to the cent.
         ledger.parts.remove(1);
         assert_eq!(first_hour(&ledger).difference, Decimal::from(4));
+    }
+
+    /// A GPU instance on a host known from the bill alone is in the ledger: its lines count with
+    /// the known hosts' and it is still listed as without agent, marked in the ledger; once an
+    /// agent's host has the same instance, it is that host's and no longer listed.
+    #[test]
+    fn a_host_known_from_the_bill_is_in_the_ledger_and_listed_until_an_agent_reports() {
+        let billed = HostRow {
+            id: 2,
+            cluster: gpuledger_core::telemetry::BILLED_ONLY_CLUSTER.into(),
+            hostname: "i-ghost".into(),
+            provider: None,
+            instance_id: Some("i-ghost".into()),
+            instance_key: Some("i-ghost".into()),
+            instance_type: Some("p4d.24xlarge".into()),
+            lifecycle: None,
+            from_bill: true,
+        };
+        let lines = [
+            line(Some("i-ghost"), Some("p4d.24xlarge"), "8"),
+            line(Some("i-nobody"), Some("g5.xlarge"), "6"),
+        ];
+        let mut unmonitored = part(Kind::Unmonitored, "4", false);
+        unmonitored.host_id = 2;
+        let ledger = Attribution {
+            parts: vec![unmonitored],
+            unattributed: [("USD".to_owned(), Decimal::from(3))].into(),
+            unattributed_hours: Default::default(),
+            hosts: Default::default(),
+        };
+        let card = RateCard::default_card();
+        let schema = OwnerSchema::default();
+        let r = &reconcile(
+            &lines,
+            std::slice::from_ref(&billed),
+            &ledger,
+            &card,
+            &schema,
+            0,
+            HOUR_MS,
+        )[0];
+        assert_eq!(r.bill_on_known_hosts, Decimal::from(4));
+        let listed: Vec<(&str, bool)> = r
+            .gpu_without_agent
+            .iter()
+            .map(|c| (c.resource.as_str(), c.in_ledger))
+            .collect();
+        assert_eq!(listed, [("i-ghost", true), ("i-nobody", false)]);
+        assert_eq!(r.gpu_without_agent_total(), Decimal::from(7));
+        assert_eq!(r.gpu_without_agent_unattributed(), Decimal::from(3));
+        assert_eq!(r.difference, Decimal::ZERO);
+        let agent = HostRow {
+            id: 3,
+            cluster: "c".into(),
+            hostname: "gpu-7".into(),
+            from_bill: false,
+            ..billed.clone()
+        };
+        let r = &reconcile(
+            &lines,
+            &[billed, agent],
+            &ledger,
+            &card,
+            &schema,
+            0,
+            HOUR_MS,
+        )[0];
+        assert_eq!(r.bill_on_known_hosts, Decimal::from(4));
+        let listed: Vec<&str> = r
+            .gpu_without_agent
+            .iter()
+            .map(|c| c.resource.as_str())
+            .collect();
+        assert_eq!(listed, ["i-nobody"]);
     }
 
     /// A GPU instance no agent reports carries the owners its lines' tags name (each value once,

@@ -111,8 +111,8 @@ async fn run_in_passes(
         'runs: for run in consecutive_runs(&hours) {
             for pass in split_by_windows(store, &run, windows_per_pass).await? {
                 let (from, to) = (pass.hours[0], pass.hours[pass.hours.len() - 1] + HOUR_MS);
-                let hosts = store::telemetry::hosts(store.db()).await?;
                 let lines = store::bills::cost_lines(store.db(), from, to).await?;
+                let hosts = hosts_for(store, card, &lines).await?;
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 for group in &pass.host_groups {
                     let (r, u, us) =
@@ -145,6 +145,22 @@ async fn run_in_passes(
         }
     }
     Ok(summary)
+}
+
+/// Every host, with one known from the bill alone added for each GPU instance `lines` charge that
+/// no host has yet ([`crate::billing::gpu_instances::without_host`]).
+async fn hosts_for(
+    store: &dyn Store,
+    card: &RateCard,
+    lines: &[StoredCostLine],
+) -> Result<Vec<HostRow>, StoreError> {
+    let hosts = store::telemetry::hosts(store.db()).await?;
+    let missing = crate::billing::gpu_instances::without_host(lines, &hosts, card);
+    if missing.is_empty() {
+        return Ok(hosts);
+    }
+    store::telemetry::add_billed_hosts(store.db(), &missing).await?;
+    store::telemetry::hosts(store.db()).await
 }
 
 /// Consecutive hours attributed and stored together, their raw data loaded a range of hosts at
@@ -315,10 +331,7 @@ async fn attribute_hours(
     }
     let (windows, processes) =
         store::rollups::attribution_inputs_of_hosts(store.db(), from, to, &group.host_ids).await?;
-    let host_of: HashMap<&str, i64> = hosts
-        .iter()
-        .filter_map(|h| h.instance_key.as_deref().map(|k| (k, h.id)))
-        .collect();
+    let host_of = attribution::hosts_by_instance_key(hosts);
     let group_lines: Vec<StoredCostLine> = lines
         .iter()
         .filter(

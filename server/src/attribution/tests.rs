@@ -30,6 +30,7 @@ fn host(id: i64, key: &str, instance_type: &str) -> HostRow {
         instance_key: Some(key.into()),
         instance_type: Some(instance_type.into()),
         lifecycle: None,
+        from_bill: false,
     }
 }
 
@@ -809,4 +810,30 @@ fn a_bill_tag_names_the_owner_of_unmonitored_time_never_of_idle() {
         "{rows:?}"
     );
     assert_eq!(by_key.len(), 3, "{rows:?}");
+}
+
+/// Each bill line has one host: an agent's host over one known from the bill alone for the
+/// same instance (whatever their order), and of two agents' hosts the newer.
+#[test]
+fn a_line_belongs_to_the_agent_host_over_the_bill_host() {
+    let billed = HostRow {
+        from_bill: true,
+        ..host(1, "i-a", "p4d.24xlarge")
+    };
+    let agent = host(5, "i-a", "p4d.24xlarge");
+    let renamed = host(9, "i-a", "p4d.24xlarge");
+    let only_billed = HostRow {
+        from_bill: true,
+        ..host(3, "i-b", "p4d.24xlarge")
+    };
+    for hosts in [
+        vec![billed.clone(), agent.clone(), only_billed.clone()],
+        vec![only_billed.clone(), agent.clone(), billed.clone()],
+    ] {
+        let by_key = hosts_by_instance_key(&hosts);
+        assert_eq!(by_key.get("i-a"), Some(&5));
+        assert_eq!(by_key.get("i-b"), Some(&3));
+    }
+    let hosts = [agent, billed, renamed];
+    assert_eq!(hosts_by_instance_key(&hosts).get("i-a"), Some(&9));
 }

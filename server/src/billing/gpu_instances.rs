@@ -2,9 +2,14 @@
 //! providers' GPU instance families (`gpu_instances.toml`), so a bill's GPU host that no agent
 //! reports is told from storage, network and CPU hosts whatever the rate card lists.
 
+use std::collections::{BTreeMap, HashSet};
 use std::sync::OnceLock;
 
 use serde::Deserialize;
+
+use crate::billing::ratecard::RateCard;
+use crate::store::telemetry::BilledHost;
+use crate::store::{HostRow, StoredCostLine};
 
 const CATALOGUE: &str = include_str!("gpu_instances.toml");
 
@@ -39,9 +44,99 @@ pub fn is_gpu_instance_type(instance_type: &str) -> bool {
         .any(|p| p.matches_with(instance_type, options))
 }
 
+/// Whether a bill line is for a GPU instance: its instance type is one the rate card prices
+/// with GPUs, or of a provider's GPU instance family.
+pub fn is_gpu_line(line: &StoredCostLine, card: &RateCard) -> bool {
+    line.instance_type.as_deref().is_some_and(|t| {
+        card.instance_types.get(t).is_some_and(|r| r.gpus > 0) || is_gpu_instance_type(t)
+    })
+}
+
+/// The GPU instances `lines` charge that no host has (by instance key): each gets a host known
+/// from the bill alone, so its cost is attributed rather than left aside. Each once, in key
+/// order, with the first instance type its lines name.
+pub fn without_host(
+    lines: &[StoredCostLine],
+    hosts: &[HostRow],
+    card: &RateCard,
+) -> Vec<BilledHost> {
+    let known: HashSet<&str> = hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref())
+        .collect();
+    let mut missing: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for line in lines {
+        let Some(key) = line.resource_key.as_deref() else {
+            continue;
+        };
+        if !known.contains(key) && is_gpu_line(line, card) {
+            missing.entry(key).or_insert(line.instance_type.as_deref());
+        }
+    }
+    missing
+        .into_iter()
+        .map(|(key, instance_type)| BilledHost {
+            resource_key: key.to_owned(),
+            instance_type: instance_type.map(str::to_owned),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only GPU instances (by the rate card or a GPU family) that no host has get a host from
+    /// the bill: each once, with the instance type of its first line.
+    #[test]
+    fn gpu_instances_without_a_host_are_listed_once() {
+        let line = |key: Option<&str>, instance_type: Option<&str>| StoredCostLine {
+            tags_json: "{}".into(),
+            resource_key: key.map(str::to_owned),
+            charge_period_start_ms: 0,
+            charge_period_end_ms: 3_600_000,
+            charge_category: "Usage".into(),
+            billed_cost: rust_decimal::Decimal::ONE,
+            effective_cost: rust_decimal::Decimal::ONE,
+            currency: "USD".into(),
+            pricing_category: "on_demand".into(),
+            instance_type: instance_type.map(str::to_owned),
+        };
+        let lines = [
+            line(Some("i-ghost"), Some("p4d.24xlarge")),
+            line(Some("i-ghost"), None),
+            line(Some("i-known"), Some("p4d.24xlarge")),
+            line(Some("i-cpu"), Some("m5.large")),
+            line(None, Some("g5.xlarge")),
+            line(Some("vm-nc"), Some("Standard_NC24ads_A100_v4")),
+            line(Some("bucket"), None),
+        ];
+        let known = HostRow {
+            id: 1,
+            cluster: "c".into(),
+            hostname: "h".into(),
+            provider: None,
+            instance_id: None,
+            instance_key: Some("i-known".into()),
+            instance_type: None,
+            lifecycle: None,
+            from_bill: false,
+        };
+        let missing = without_host(&lines, &[known], &RateCard::default_card());
+        assert_eq!(
+            missing,
+            [
+                BilledHost {
+                    resource_key: "i-ghost".into(),
+                    instance_type: Some("p4d.24xlarge".into()),
+                },
+                BilledHost {
+                    resource_key: "vm-nc".into(),
+                    instance_type: Some("Standard_NC24ads_A100_v4".into()),
+                },
+            ]
+        );
+    }
 
     #[test]
     fn the_catalogue_reads_whole() {

@@ -40,7 +40,7 @@ pub fn router(max_upload_bytes: usize) -> Router<AppState> {
 pub struct ReconLine {
     pub label: String,
     pub amount: String,
-    /// 0: the bill; 1: a part of it; 2: a part of a part.
+    /// 0: the bill; 1: a part of it; 2: a part of a part; 3: a part of that.
     pub depth: u8,
     pub href: Option<String>,
 }
@@ -56,10 +56,20 @@ pub struct ReconView {
     pub attribution_gap: Option<String>,
     pub estimated: String,
     pub estimated_parts: String,
-    /// Resource, instance type, cost, and whose its bill tags say it is ("team: search").
-    pub gpu_without_agent: Vec<(String, String, String, String)>,
+    pub gpu_without_agent: Vec<GpuWithoutAgentRow>,
     pub not_gpu: Vec<(String, String, String)>,
     pub not_gpu_more: usize,
+}
+
+/// A GPU instance no agent reports, as the page lists it.
+pub struct GpuWithoutAgentRow {
+    pub resource: String,
+    pub instance_type: String,
+    pub cost: String,
+    /// Whose its bill tags say it is ("team: search"); empty where they say nothing.
+    pub owners: String,
+    /// Whether the ledger holds its cost yet (on a host known from the bill alone).
+    pub in_ledger: bool,
 }
 
 /// Whether the month can be signed off now, and if not, why.
@@ -130,7 +140,7 @@ fn recon_view(
                 Some(focus.clone()),
             ),
             line(
-                "GPU hosts that agents report, attributed",
+                "GPU hosts in the ledger, attributed",
                 r.attributed.total(),
                 1,
                 Some(alloc.clone()),
@@ -164,8 +174,14 @@ fn recon_view(
                 }),
             ),
             line(
-                "GPU instances no agent reports",
-                r.gpu_without_agent_total(),
+                "of it, GPU instances no agent reports, on hosts known from the bill",
+                r.gpu_without_agent_total() - r.gpu_without_agent_unattributed(),
+                3,
+                Some("#gpu-without-agent".into()),
+            ),
+            line(
+                "GPU instances no agent reports, not yet in the ledger",
+                r.gpu_without_agent_unattributed(),
                 1,
                 Some("#gpu-without-agent".into()),
             ),
@@ -201,7 +217,13 @@ fn recon_view(
                     })
                     .collect::<Vec<_>>()
                     .join("; ");
-                (resource, instance_type, cost, owners)
+                GpuWithoutAgentRow {
+                    resource,
+                    instance_type,
+                    cost,
+                    owners,
+                    in_ledger: c.in_ledger,
+                }
             })
             .collect(),
         not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),

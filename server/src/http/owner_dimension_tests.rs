@@ -142,7 +142,8 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
 
         // Host h-b's billed hour beyond its report is nobody's work but the tagged machine's:
         // by cost center it is cc-bill's (as unmonitored cost); by team, which reads no tag, it
-        // stays "(unmonitored)".
+        // stays "(unmonitored)". So is the whole hour of the GPU instance no agent reports
+        // (i-0f…, $50, tagged cc-ghost): on a host known from the bill alone.
         let unwatched = |v: &serde_json::Value, key: &str| -> Decimal {
             v["rows"]
                 .as_array()
@@ -154,9 +155,25 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
         };
         let (_, teams) = allocation(&api, &viewer, "by=team").await;
         let bucket = unwatched(&teams, "(unmonitored)");
-        assert!(bucket > Decimal::ZERO, "{b}: {teams}");
-        assert_eq!(unwatched(&v, "cc-bill"), bucket, "{b}: {v}");
+        assert!(bucket > Decimal::from(50), "{b}: {teams}");
+        assert_eq!(
+            rows.get("cc-ghost"),
+            Some(&Decimal::from(50)),
+            "{b}: {rows:?}"
+        );
+        assert_eq!(unwatched(&v, "cc-ghost"), Decimal::from(50), "{b}: {v}");
+        assert_eq!(
+            unwatched(&v, "cc-bill") + unwatched(&v, "cc-ghost"),
+            bucket,
+            "{b}: {v}"
+        );
         assert!(!rows.contains_key("(unmonitored)"), "{b}: {rows:?}");
+        let (_, ghost) = allocation(&api, &viewer, "by=cluster&cost_center=cc-ghost").await;
+        assert_eq!(
+            by_key(&ghost).into_iter().collect::<Vec<_>>(),
+            [("(no agent)".to_owned(), Decimal::from(50))],
+            "{b}: {ghost}"
+        );
 
         // The bill's tag priced host h-b's unlabelled work; the labelled process kept its label.
         let (_, hosts) = allocation(&api, &viewer, "by=host&cost_center=cc-bill").await;
@@ -216,9 +233,8 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
         );
         assert!(page.contains("By cost center"), "{b}");
 
-        // A GPU instance no agent reports stays unattributed, and the billing page names the
-        // cost center its tag gives.
-        assert!(!rows.contains_key("cc-ghost"), "{b}: {rows:?}");
+        // The billing page lists the GPU instance no agent reports, with the cost center its
+        // tag gives, as held in the ledger; the bill balances to the cent.
         let (status, billing) = api
             .get_as(&format!("/billing/{}", month()), Some(&viewer))
             .await;
@@ -231,8 +247,30 @@ async fn a_dimension_added_by_one_config_line_reaches_the_api_the_review_and_dri
             .filter(|t| t.contains("i-0f0f0f0f0f0f0f0f0"))
             .collect();
         assert!(
-            ghost.len() == 1 && ghost[0].contains("cost center: cc-ghost"),
+            ghost.len() == 1
+                && ghost[0].contains("cost center: cc-ghost")
+                && ghost[0].contains("as unmonitored"),
             "{b}: {ghost:?}"
+        );
+        assert!(billing.contains("✓ to the cent"), "{b}");
+        let (status, recs) = api
+            .get_as(
+                &format!("/api/v1/billing/reconciliation?month={}", month()),
+                Some(&viewer),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {recs}");
+        let recs: serde_json::Value = serde_json::from_str(&recs).unwrap();
+        let r = &recs["currencies"][0];
+        assert!(
+            from_text(r["difference"].as_str().unwrap()).is_zero(),
+            "{b}: {r}"
+        );
+        assert_eq!(r["gpu_without_agent"][0]["in_ledger"], true, "{b}: {r}");
+        assert_eq!(
+            from_text(r["bill_on_known_hosts"].as_str().unwrap()),
+            Decimal::from(150),
+            "{b}: {r}"
         );
 
         let (status, drill) = api

@@ -896,3 +896,136 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         );
     }
 }
+
+/// A GPU instance the bill charges and no agent reports is attributed on a host known from the
+/// bill (unmonitored, to the team its tag names), to the cent. When an agent starts reporting
+/// the same instance, each hour attributed again moves whole to the agent's host: every hour on
+/// one host, the bill counted once, and after every hour is attributed again, all of it on the
+/// agent's host, as attribution from raw data says.
+#[tokio::test]
+async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
+    let card = RateCard::default_card();
+    let idle = IdleConfig::default();
+    let schema: OwnerSchema =
+        toml::from_str(r#"team = { from = ["label:team", "tag:team"] }"#).unwrap();
+    let (from, to) = (DAY0 - DAY_MS, DAY0 + DAY_MS);
+    let billed = "340.000000000000001".parse::<Decimal>().unwrap();
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let period = iso(DAY0 - DAY_MS);
+        let mut csv = String::from(FOCUS_HEADER);
+        for (day, cost) in [(DAY0 - DAY_MS, "240.000000000000001"), (DAY0, "100")] {
+            csv.push_str(&format!(
+                "\nAWS,1,{period},{},{},Usage,{cost},{cost},{cost},USD,Standard,,EC2,s,\
+                 \"{{\"\"InstanceType\"\":\"\"p4d.24xlarge\"\"}}\",i-ghost,us-east-1,\
+                 \"{{\"\"team\"\":\"\"vision\"\"}}\"",
+                iso(day),
+                iso(day + DAY_MS)
+            ));
+        }
+        let lines = focus::parse(csv.as_bytes()).unwrap();
+        crate::billing::store_lines(s, "focus", "ghost", "sha-ghost".into(), lines, DAY0)
+            .await
+            .unwrap();
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+
+        let hosts = store::telemetry::hosts(s.db()).await.unwrap();
+        let ghost = hosts
+            .iter()
+            .find(|h| h.from_bill)
+            .expect("a host from the bill");
+        let ledger = load(s, from, to, RollupGrain::Hour).await.unwrap();
+        assert_eq!(ledger.parts.len(), 48, "{b}: one part per hour");
+        assert!(
+            ledger.parts.iter().all(|p| p.host_id == ghost.id
+                && p.kind == Kind::Unmonitored
+                && p.owner.get("team") == Some("vision")),
+            "{b}: {:?}",
+            ledger.parts.first()
+        );
+        let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
+        assert_eq!(total(&ledger), billed, "{b}");
+        assert!(ledger.unattributed.is_empty(), "{b}");
+
+        // The agent comes: two hours of day 0 from host g, on the same instance.
+        store::tokens::create_token(
+            s.db(),
+            &crate::store::NewToken::for_cluster("t", "h", "c"),
+            DAY0,
+        )
+        .await
+        .unwrap();
+        let token = store::tokens::active_token(s.db(), "h", DAY0)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        let g = report("g-1", "g", "i-ghost", DAY0 + 2 * HOUR_MS, 6, "llama");
+        s.ingest(&g, token, AgentStatus::default(), DAY0 + 5 * HOUR_MS)
+            .await
+            .unwrap();
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        let hosts = store::telemetry::hosts(s.db()).await.unwrap();
+        let agent = hosts
+            .iter()
+            .find(|h| !h.from_bill)
+            .expect("the agent's host");
+        let ledger = load(s, from, to, RollupGrain::Hour).await.unwrap();
+        assert_eq!(total(&ledger), billed, "{b}: counted once");
+        let mut hosts_of_hour: BTreeMap<i64, std::collections::BTreeSet<i64>> = BTreeMap::new();
+        for p in &ledger.parts {
+            hosts_of_hour
+                .entry(p.hour_ms)
+                .or_default()
+                .insert(p.host_id);
+        }
+        assert_eq!(hosts_of_hour.len(), 48, "{b}");
+        for (hour, on) in &hosts_of_hour {
+            let expected = if (DAY0 + 2 * HOUR_MS..DAY0 + 4 * HOUR_MS).contains(hour) {
+                agent.id
+            } else {
+                ghost.id
+            };
+            assert_eq!(
+                on.iter().collect::<Vec<_>>(),
+                [&expected],
+                "{b}: hour {hour}"
+            );
+        }
+        assert!(
+            ledger
+                .parts
+                .iter()
+                .any(|p| p.host_id == agent.id && p.kind == Kind::Used),
+            "{b}: the agent's hours are used"
+        );
+
+        // Every hour attributed again: all of it on the agent's host, as from raw data.
+        let hours: Vec<i64> = (from..to).step_by(HOUR_MS as usize).collect();
+        store::rollups::mark_dirty_hours(s.db(), &hours)
+            .await
+            .unwrap();
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        let ledger = load(s, from, to, RollupGrain::Hour).await.unwrap();
+        assert_eq!(total(&ledger), billed, "{b}");
+        assert!(ledger.parts.iter().all(|p| p.host_id == agent.id), "{b}");
+        let raw = attribution::compute(s, &card, &idle, &schema, from, to)
+            .await
+            .unwrap();
+        assert!(
+            close(
+                &summed(&ledger.parts, RollupGrain::Hour),
+                &summed(&raw.parts, RollupGrain::Hour)
+            ),
+            "{b}: rollups equal raw attribution"
+        );
+        let r = &crate::reconciliation::for_range(s, &card, &schema, from, to)
+            .await
+            .unwrap()[0];
+        assert!(r.gpu_without_agent.is_empty(), "{b}: {r:?}");
+        assert_eq!(r.bill_on_known_hosts, billed, "{b}");
+        assert_eq!(r.difference, Decimal::ZERO, "{b}");
+    }
+}

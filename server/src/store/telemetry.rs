@@ -63,6 +63,7 @@ type HostColumns = (
     Option<String>,
     Option<String>,
     Option<String>,
+    bool,
 );
 
 /// The columns [`process_window`] reads, in its order.
@@ -102,6 +103,8 @@ pub(super) fn process_window(row: ProcessWindowColumns) -> super::StoredProcessW
     })(row)
 }
 
+/// Each GPU of every host an agent reports, with its newest window (hosts known from the bill
+/// alone have no GPU to show).
 pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
@@ -116,6 +119,7 @@ pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreE
              LEFT JOIN gpus g ON g.host_id = h.id
              LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid AND w.start_ms =
                 (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
+             WHERE h.from_bill = 0
              ORDER BY h.cluster, h.hostname, g.gpu_index, g.uuid",
         )
         .fetch_all(&mut *ex)
@@ -199,7 +203,7 @@ pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreEr
     on_backend!(conn, |ex| {
         let rows: Vec<HostColumns> = sqlx::query_as(
             "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type,
-                    lifecycle
+                    lifecycle, (from_bill <> 0) AS from_bill
              FROM hosts ORDER BY cluster, hostname",
         )
         .fetch_all(&mut *ex)
@@ -214,9 +218,64 @@ pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreEr
                 instance_id,
                 instance_key,
                 instance_type,
-                lifecycle
+                lifecycle,
+                from_bill
             }))
             .collect())
+    })
+}
+
+/// A GPU instance the bill charges and no host has: see [`add_billed_hosts`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BilledHost {
+    /// The bill's normalised resource id: the host's name and instance key.
+    pub resource_key: String,
+    pub instance_type: Option<String>,
+}
+
+/// Adds a host known from the bill alone for each instance no host has yet (in cluster
+/// [`gpuledger_core::telemetry::BILLED_ONLY_CLUSTER`]), and marks every hour its bill lines
+/// charge for the roll-up: hours attributed before it existed held its cost as unattributed.
+/// One transaction; a host another replica added first is left as it is. Returns how many
+/// hosts were added.
+pub async fn add_billed_hosts(
+    on: impl Into<On<'_>>,
+    hosts: &[BilledHost],
+) -> Result<usize, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut added = 0;
+        for h in hosts {
+            let inserted = sqlx::query(
+                "INSERT INTO hosts (cluster, hostname, instance_id, instance_key, instance_type,
+                                    last_report_ms, from_bill)
+                 SELECT $1, $2, $2, $2, $3, 0, 1
+                 WHERE NOT EXISTS (SELECT 1 FROM hosts WHERE instance_key = $2)
+                 ON CONFLICT (cluster, hostname) DO NOTHING",
+            )
+            .bind(gpuledger_core::telemetry::BILLED_ONLY_CLUSTER)
+            .bind(&h.resource_key)
+            .bind(&h.instance_type)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                continue;
+            }
+            added += 1;
+            let spans: Vec<(i64, i64)> = sqlx::query_as(
+                "SELECT charge_period_start_ms, charge_period_end_ms FROM cost_lines
+                 WHERE resource_key = $1",
+            )
+            .bind(&h.resource_key)
+            .fetch_all(&mut *tx)
+            .await?;
+            let hours = super::hours_of_spans(&spans);
+            super::rollups::mark_dirty(&mut *tx, &hours, super::BILLING_MARK_HOST).await?;
+        }
+        tx.commit().await?;
+        Ok(added)
     })
 }
 

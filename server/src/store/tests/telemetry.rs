@@ -555,3 +555,110 @@ async fn a_window_already_stored_is_refused_not_dropped() {
         );
     }
 }
+
+/// A GPU instance only the bill names gets one host (known from the bill, in cluster
+/// "(no agent)", named by its resource), once however often it is asked for; none where an
+/// agent's host has the instance; and every hour its lines charge, beyond the hours at hand
+/// too, is marked for the roll-up again.
+#[tokio::test]
+async fn a_host_known_from_the_bill_is_added_once_and_marks_its_hours() {
+    use crate::store::telemetry::{add_billed_hosts, BilledHost};
+    const HOUR: i64 = 3_600_000;
+    let t = T0 - T0.rem_euclid(HOUR);
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("k", t, 10.0);
+        r.host.instance_id = Some("i-0agent".into());
+        store
+            .ingest(&r, token, AgentStatus::default(), t + 20_000)
+            .await
+            .unwrap();
+        let iso = gpuledger_core::time::rfc3339;
+        let bill = format!(
+            "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,ResourceId,x_InstanceType\n\
+             8.00,acct,USD,{p},Usage,{e1},{s1},8.00,8.00,AWS,i-0ghost,p4d.24xlarge\n\
+             4.00,acct,USD,{p},Usage,{e2},{s2},4.00,4.00,AWS,i-0ghost,p4d.24xlarge\n",
+            p = iso(t - 40 * 24 * HOUR),
+            s1 = iso(t),
+            e1 = iso(t + 2 * HOUR),
+            s2 = iso(t + 30 * HOUR),
+            e2 = iso(t + 31 * HOUR),
+        );
+        crate::billing::import_focus(store.as_ref(), "ghost.csv", bill.into_bytes(), t)
+            .await
+            .unwrap();
+        let generations = || async {
+            crate::store::rollups::dirty_marks_in(store.db(), t, t + 40 * HOUR, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|m| m.host_id == crate::store::BILLING_MARK_HOST)
+                .map(|m| (m.hour_ms, m.generation))
+                .collect::<Vec<_>>()
+        };
+        let before = generations().await;
+        let wanted = [
+            BilledHost {
+                resource_key: "i-0ghost".into(),
+                instance_type: Some("p4d.24xlarge".into()),
+            },
+            BilledHost {
+                resource_key: "i-0agent".into(),
+                instance_type: None,
+            },
+        ];
+        assert_eq!(
+            add_billed_hosts(store.db(), &wanted).await.unwrap(),
+            1,
+            "{b}"
+        );
+        let after = generations().await;
+        assert_eq!(
+            after.iter().map(|(h, _)| *h).collect::<Vec<_>>(),
+            [t, t + HOUR, t + 30 * HOUR],
+            "{b}: every hour the instance's lines charge"
+        );
+        assert!(
+            after
+                .iter()
+                .zip(&before)
+                .all(|((h, g), (h0, g0))| h == h0 && *g == g0 + 1),
+            "{b}: marked again: {before:?} → {after:?}"
+        );
+        assert_eq!(
+            add_billed_hosts(store.db(), &wanted).await.unwrap(),
+            0,
+            "{b}"
+        );
+        assert_eq!(generations().await, after, "{b}: nothing marked twice");
+        let hosts = crate::store::telemetry::hosts(store.db()).await.unwrap();
+        assert_eq!(hosts.len(), 2, "{b}: {hosts:?}");
+        let ghost = hosts.iter().find(|h| h.from_bill).unwrap();
+        assert_eq!(
+            (
+                ghost.cluster.as_str(),
+                ghost.hostname.as_str(),
+                ghost.instance_key.as_deref(),
+                ghost.instance_type.as_deref()
+            ),
+            (
+                "(no agent)",
+                "i-0ghost",
+                Some("i-0ghost"),
+                Some("p4d.24xlarge")
+            ),
+            "{b}"
+        );
+        assert!(
+            hosts
+                .iter()
+                .any(|h| !h.from_bill && h.instance_key.as_deref() == Some("i-0agent")),
+            "{b}"
+        );
+        // The fleet shows what agents report, not the bill's hosts.
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        assert!(fleet.iter().all(|f| f.hostname != "i-0ghost"), "{b}");
+    }
+}
