@@ -225,6 +225,9 @@ fn billed_hourly(
     }
 }
 
+/// The demo bill's GPU instance that no agent reports.
+pub const FORGOTTEN_INSTANCE: &str = "i-0f0e0d0c0b0a09080";
+
 fn instance_id(spec: &HostSpec) -> String {
     format!(
         "i-0{:0>16x}",
@@ -249,6 +252,8 @@ struct DemoLine<'a> {
     resource: (String, String, &'a str),
     description: String,
     unit: &'a str,
+    /// The resource's tags, as a FOCUS `Tags` JSON object.
+    tags: &'a str,
 }
 
 /// A FOCUS 1.2 export as AWS Data Exports writes it ("FOCUS 1.2 with AWS columns"): every GPU
@@ -324,7 +329,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
                 "SubAccountId" => "444455556666".into(),
                 "SubAccountName" => "ml-platform".into(),
                 "SubAccountType" => "Linked Account".into(),
-                "Tags" => "{}".into(),
+                "Tags" => l.tags.into(),
                 "x_ServiceCode" => l.service.1.replace(' ', ""),
                 "x_UsageType" => format!("USE1-{}", l.sku),
                 _ => String::new(),
@@ -376,9 +381,45 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
                     spec.instance_type
                 ),
                 unit: "Hours",
+                tags: "{}",
             });
             t += HOUR_MS;
         }
+    }
+    // A GPU dev box somebody started and nobody installed the agent on: billed every hour,
+    // known only from the bill, its tags saying whose it is.
+    let (box_type, box_id) = ("g5.xlarge", FORGOTTEN_INSTANCE);
+    let box_rate = card
+        .instance_types
+        .get(box_type)
+        .map_or(Decimal::ZERO, |r| r.on_demand);
+    let mut t = start;
+    while t + HOUR_MS <= billed_until {
+        row(DemoLine {
+            start: t,
+            len: HOUR_MS,
+            billed: box_rate,
+            effective: box_rate,
+            list_unit: box_rate,
+            pricing: "Standard",
+            commitment: None,
+            service: (
+                "Compute",
+                "Amazon Elastic Compute Cloud",
+                "Virtual Machines",
+            ),
+            sku: "DEMOEC2SKU",
+            details: format!("{{\"InstanceType\":\"{box_type}\"}}"),
+            resource: (
+                format!("arn:aws:ec2:us-east-1:111122223333:instance/{box_id}"),
+                "vision-devbox".into(),
+                "Instance",
+            ),
+            description: format!("${box_rate} per On Demand Linux {box_type} Instance Hour"),
+            unit: "Hours",
+            tags: r#"{"team":"vision","owner":"dana"}"#,
+        });
+        t += HOUR_MS;
     }
     // Shared storage: on the bill, no GPU host's.
     let mut t = start;
@@ -402,6 +443,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             ),
             description: "$0.023 per GB-Mo for storage used in US East (N. Virginia)".into(),
             unit: "Hours",
+            tags: r#"{"team":"data-platform"}"#,
         });
         t += DAY_MS;
     }

@@ -554,7 +554,8 @@ proptest! {
         prop_assert_eq!(
             r.bill,
             r.attributed.used + r.attributed.held_idle + r.attributed.idle
-                + r.attributed.unmonitored + r.gpu_without_agent_total() + r.not_gpu_total()
+                + r.attributed.unmonitored + r.gpu_without_agent_unattributed()
+                + r.not_gpu_total()
         );
         let parts: Decimal = a.parts.iter().map(|p| p.cost).sum();
         prop_assert_eq!(parts, r.attributed.total() + r.estimated.total());
@@ -566,7 +567,10 @@ proptest! {
             t.idle_cost + t.held_idle_cost,
             r.attributed.idle + r.attributed.held_idle + r.estimated.idle + r.estimated.held_idle
         );
-        prop_assert_eq!(t.unattributed_cost, r.gpu_without_agent_total() + r.not_gpu_total());
+        prop_assert_eq!(
+            t.unattributed_cost,
+            r.gpu_without_agent_unattributed() + r.not_gpu_total()
+        );
     }
 }
 
