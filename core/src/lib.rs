@@ -14,6 +14,8 @@
 //!   page speaks.
 //! - [`recommend`]: right-sizing, packing, spot and release, each GPU's saving counted once.
 //! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
+//! - [`variance`]: why each owner's spend changed from one period to the next (volume, idle,
+//!   mix, price), the parts adding up exactly to the change.
 
 pub mod activity;
 pub mod allocation;
@@ -26,4 +28,5 @@ pub mod ratecard;
 pub mod recommend;
 pub mod telemetry;
 pub mod time;
+pub mod variance;
 pub mod waste;

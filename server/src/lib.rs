@@ -32,6 +32,7 @@ pub mod store;
 pub mod test_support;
 pub mod unit_costs;
 pub mod validate;
+pub mod variance;
 /// Finding idle capacity: the core's rules.
 pub use gpuledger_core::waste;
 

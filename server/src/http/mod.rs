@@ -23,6 +23,9 @@ pub(crate) mod session;
 mod tests;
 mod tokens;
 pub(crate) mod usage;
+mod variance;
+#[cfg(test)]
+mod variance_tests;
 
 use std::sync::Arc;
 
@@ -83,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .merge(billing::router(state.max_upload_bytes))
         .merge(tokens::router())
         .merge(allocation::router())
+        .merge(variance::router())
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())

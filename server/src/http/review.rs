@@ -31,6 +31,7 @@ use gpuledger_core::time::{month_label, month_of};
 use super::session::{database_unavailable, SignedIn};
 use crate::format::money;
 use crate::unit_costs;
+use crate::variance::comparison;
 use rows::{endpoint_view, episode_view, runs_view, savings_view};
 pub use rows::{EndpointRow, EpisodeView, RunRow, SavingRow};
 
@@ -89,6 +90,8 @@ struct ReviewPage {
     runs_csv: String,
     savings: Vec<SavingRow>,
     total_saving: String,
+    /// Why spend changed against the previous month, per team.
+    variance: rows::VarianceView,
     /// Whether the month's figures are final, in words.
     closing: ClosingView,
     /// The days the recommendations looked at.
@@ -217,19 +220,6 @@ fn closing_view(
     }
 }
 
-/// What a month's spend is set against. A month in progress is set against the same stretch of
-/// the previous month (its first days and hours, up to where this one has got), never against a
-/// whole month; a closed month against the whole previous month. Returns the range and whether
-/// it is a part of the previous month.
-fn comparison(from: i64, to: i64, now: i64) -> (i64, i64, bool) {
-    let (prev_from, _) = month_of(from - 1);
-    if now >= to {
-        return (prev_from, from, false);
-    }
-    let elapsed = gpuledger_core::time::hour_floor(now.max(from)) - from;
-    ((prev_from), (prev_from + elapsed).min(from), true)
-}
-
 /// How the comparison is named on the page.
 fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) -> String {
     let at = |ms: i64, f: &str| {
@@ -303,8 +293,8 @@ async fn review(
         ledger::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS),
         ledger::experiment_hours(store, from, to),
         recs,
-        // Only its total is shown: summed by the database.
-        ledger::attributed_costs(store, prev_from, prev_to),
+        // Its total, and why this month differs from it.
+        ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
         crate::idle_history::load(store, from, to),
         crate::unit_costs::request_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
@@ -340,7 +330,22 @@ async fn review(
     let t = totals(&a);
     let month_totals = t.first();
     let total = month_totals.map_or(Decimal::ZERO, |t| t.cost);
-    let previous_total = prev.get(&cur).copied().unwrap_or(Decimal::ZERO);
+    let previous_total: Decimal = prev
+        .parts
+        .iter()
+        .filter(|p| p.currency == cur)
+        .map(|p| p.cost)
+        .sum();
+    // Why it differs, per team (or the cluster where the schema has no team dimension).
+    let variance = rows::variance_view(
+        &crate::variance::of(
+            &all,
+            &prev,
+            GroupBy::role(&state.config.owners, Role::Team).unwrap_or(GroupBy::Cluster),
+            (from, to, prev_from, prev_to, partial),
+        ),
+        &month_label(from),
+    );
     let change = if previous_total.is_zero() {
         "no spend the month before".to_owned()
     } else {
@@ -466,6 +471,7 @@ async fn review(
         chrome: Some(Chrome::from(&user)),
         previous: month_label(prev_from),
         figures,
+        variance,
         unattributed: shown(month_totals.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
         other_currencies: others
             .iter()

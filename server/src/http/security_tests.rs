@@ -46,6 +46,7 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/review", Access::Viewer),
     ("GET", "/review/{month}", Access::Viewer),
     ("GET", "/api/v1/allocation", Access::Viewer),
+    ("GET", "/api/v1/variance", Access::Viewer),
     ("GET", "/api/v1/billing/imports", Access::Viewer),
     ("GET", "/api/v1/billing/periods", Access::Viewer),
     ("GET", "/api/v1/billing/reconciliation", Access::Viewer),

@@ -184,3 +184,77 @@ pub fn savings_view(
         money(r.total_saving, currency),
     )
 }
+
+/// One owner's change on the review, in cents that add up as shown: volume, idle and mix are
+/// rounded to the cent and price is the rounded change less them.
+pub struct VarianceRowView {
+    pub key: String,
+    pub href: Option<String>,
+    pub previous: String,
+    pub cost: String,
+    pub change: String,
+    pub volume: String,
+    pub idle: String,
+    pub mix: String,
+    pub price: String,
+}
+
+/// The review's "why spend changed" table: the largest changes, the rest in one row, and the
+/// whole change.
+pub struct VarianceView {
+    pub dimension: String,
+    /// Month to date, against the same stretch of the month before.
+    pub month_to_date: bool,
+    pub rows: Vec<VarianceRowView>,
+    pub total: VarianceRowView,
+    pub api: String,
+    pub csv: String,
+}
+
+pub fn variance_view(v: &crate::variance::Variance, month: &str) -> VarianceView {
+    use crate::variance::VarianceRow;
+    let cur = &v.currency;
+    let view = |r: &VarianceRow, href: Option<String>| {
+        let cents = gpuledger_core::money::cents;
+        let (volume, idle, mix) = (cents(r.volume), cents(r.idle), cents(r.mix));
+        let change = cents(r.change);
+        VarianceRowView {
+            key: r.key.clone(),
+            href,
+            previous: money(r.previous_cost, cur),
+            cost: money(r.cost, cur),
+            change: money(change, cur),
+            volume: money(volume, cur),
+            idle: money(idle, cur),
+            mix: money(mix, cur),
+            price: money(change - volume - idle - mix, cur),
+        }
+    };
+    let mut rows: Vec<VarianceRowView> = v
+        .rows
+        .iter()
+        .take(TOP_ROWS)
+        .map(|r| {
+            let href =
+                v.by.is_owner()
+                    .then(|| charts::drill_href(month, v.by, &r.key));
+            view(r, href)
+        })
+        .collect();
+    if v.rows.len() > TOP_ROWS {
+        let rest = VarianceRow::sum(
+            &format!("{} others", v.rows.len() - TOP_ROWS),
+            &v.rows[TOP_ROWS..],
+        );
+        rows.push(view(&rest, None));
+    }
+    let api = format!("/api/v1/variance?month={month}&by={}", v.by.as_str());
+    VarianceView {
+        dimension: v.by.as_str().replace('_', " "),
+        month_to_date: v.month_to_date,
+        rows,
+        total: view(&v.total, None),
+        csv: format!("{api}&format=csv"),
+        api,
+    }
+}
