@@ -6,6 +6,7 @@
 //! - [`money`]: exact amounts, their text and integer forms, and exact splits.
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
+//! - [`budget`]: budgets in force per owner and month-end forecasts from the weekday pattern.
 //! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
 //! - [`owners`]: the owner dimensions as data: their names, roles and sources.
 //! - [`telemetry`]: hosts, GPU and process windows as attribution reads them.
@@ -21,6 +22,7 @@ pub mod activity;
 pub mod allocation;
 pub mod attribution;
 pub mod bill;
+pub mod budget;
 pub mod idle;
 pub mod money;
 pub mod owners;

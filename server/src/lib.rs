@@ -6,6 +6,7 @@ pub mod allocation;
 pub mod attribution;
 pub mod auth;
 pub mod billing;
+pub mod budgets;
 pub mod closing;
 pub mod config;
 pub mod csv_out;

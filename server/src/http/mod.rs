@@ -3,6 +3,9 @@
 mod allocation;
 mod assets;
 mod billing;
+mod budgets;
+#[cfg(test)]
+mod budgets_tests;
 mod charts;
 mod fleet;
 mod health;
@@ -87,6 +90,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tokens::router())
         .merge(allocation::router())
         .merge(variance::router())
+        .merge(budgets::router())
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())

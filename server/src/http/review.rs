@@ -90,6 +90,8 @@ struct ReviewPage {
     runs_csv: String,
     savings: Vec<SavingRow>,
     total_saving: String,
+    /// The month's budgets in words ("2 of 5 over budget, 1 heading over"); empty when none.
+    budgets: String,
     /// Why spend changed against the previous month, per team.
     variance: rows::VarianceView,
     /// Whether the month's figures are final, in words.
@@ -220,6 +222,22 @@ fn closing_view(
     }
 }
 
+/// The month's budgets in a line: how many are over, heading over and on track.
+fn budget_result(budgets: &[crate::budgets::BudgetStatus]) -> String {
+    use crate::budgets::Standing;
+    if budgets.is_empty() {
+        return String::new();
+    }
+    let count = |s: Standing| budgets.iter().filter(|b| b.standing == s).count();
+    let over = count(Standing::Over);
+    let risk = count(Standing::AtRisk);
+    format!(
+        "{over} of {} budgets over, {risk} heading over, {} on track",
+        budgets.len(),
+        count(Standing::OnTrack)
+    )
+}
+
 /// How the comparison is named on the page.
 fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) -> String {
     let at = |ms: i64, f: &str| {
@@ -299,6 +317,7 @@ async fn review(
         crate::unit_costs::request_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
+        crate::budgets::for_month(store, &state.config.owners, (from, to), now),
     );
     let (
         all,
@@ -310,6 +329,7 @@ async fn review(
         requests,
         waiting,
         restated,
+        budgets,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
@@ -471,6 +491,7 @@ async fn review(
         chrome: Some(Chrome::from(&user)),
         previous: month_label(prev_from),
         figures,
+        budgets: budget_result(&budgets),
         variance,
         unattributed: shown(month_totals.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
         other_currencies: others

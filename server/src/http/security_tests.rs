@@ -47,6 +47,8 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/review/{month}", Access::Viewer),
     ("GET", "/api/v1/allocation", Access::Viewer),
     ("GET", "/api/v1/variance", Access::Viewer),
+    ("GET", "/api/v1/budgets", Access::Viewer),
+    ("GET", "/budgets", Access::Viewer),
     ("GET", "/api/v1/billing/imports", Access::Viewer),
     ("GET", "/api/v1/billing/periods", Access::Viewer),
     ("GET", "/api/v1/billing/reconciliation", Access::Viewer),
@@ -63,6 +65,10 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/tokens/rotate", Access::Admin),
     ("POST", "/tokens/revoke", Access::Admin),
     ("POST", "/tokens/rebind", Access::Admin),
+    ("POST", "/budgets", Access::Admin),
+    ("POST", "/budgets/delete", Access::Admin),
+    ("PUT", "/api/v1/budgets", Access::Admin),
+    ("DELETE", "/api/v1/budgets", Access::Admin),
 ];
 
 /// A concrete address for a route pattern.
@@ -209,7 +215,12 @@ async fn every_route_admits_exactly_its_audience() {
                             StatusCode::FORBIDDEN,
                             "{who}: a viewer may not {method} {path}"
                         );
-                        assert!(body.contains("Admins only"), "{body}");
+                        // A page says so in words; the API in its JSON error.
+                        assert!(
+                            body.contains("Admins only")
+                                || (path.starts_with("/api/") && body.contains("\"forbidden\"")),
+                            "{body}"
+                        );
                     } else if method == "GET" {
                         assert!(
                             status == StatusCode::OK

@@ -387,3 +387,14 @@ pub async fn idle_rollups_of_hosts(
         Ok(rows)
     })
 }
+
+/// The first day the ledger holds a row for: where a pattern of past spend can begin.
+pub async fn first_day(on: impl Into<On<'_>>) -> Result<Option<i64>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (first,): (Option<i64>,) = sqlx::query_as("SELECT MIN(day_ms) FROM rollup_days")
+            .fetch_one(&mut *ex)
+            .await?;
+        Ok(first)
+    })
+}

@@ -16,6 +16,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod bills;
+pub mod budgets;
 pub mod closing;
 pub mod db;
 pub mod jobs;

@@ -1,0 +1,263 @@
+//! Budgets against the month: each budget in force, what its owner has spent, and where the
+//! month is heading ([`gpuledger_core::budget`]), all from the hourly ledger.
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use crate::allocation::{key_of, GroupBy};
+use crate::config::OwnerSchema;
+use crate::ledger;
+use crate::store::budgets::BudgetRow;
+use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::budget::{forecast, in_force, PATTERN_WEEKS};
+pub use gpuledger_core::budget::{Budget, Forecast, Standing};
+use gpuledger_core::time::{day_floor, month_label, DAY_MS};
+
+/// One budget in force, against its owner's month.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetStatus {
+    pub dimension: String,
+    pub key: String,
+    /// The month it was set from (`YYYY-MM`).
+    pub from_month: String,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub amount: Decimal,
+    pub currency: String,
+    pub set_by: String,
+    #[serde(flatten)]
+    pub forecast: Forecast,
+    pub standing: Standing,
+}
+
+impl BudgetStatus {
+    /// How far the month is heading past the budget: the page's order (most at risk first).
+    pub fn risk(&self) -> Decimal {
+        if self.amount.is_zero() {
+            return if self.forecast.expected.is_zero() {
+                Decimal::ZERO
+            } else {
+                Decimal::MAX
+            };
+        }
+        self.forecast.expected / self.amount
+    }
+}
+
+fn budget_of(row: &BudgetRow) -> Option<Budget> {
+    Some(Budget {
+        dimension: row.dimension.clone(),
+        key: row.owner_key.clone(),
+        from_month_ms: row.from_month_ms,
+        amount: row.amount.parse().ok()?,
+        currency: row.currency.clone(),
+    })
+}
+
+/// The budgets in force in the month `[from, to)` at `now`, each with its owner's spend and
+/// forecast; most at risk first.
+pub async fn for_month(
+    store: &dyn Store,
+    schema: &OwnerSchema,
+    (from, to): (i64, i64),
+    now: i64,
+) -> Result<Vec<BudgetStatus>, StoreError> {
+    let rows = crate::store::budgets::budgets(store.db()).await?;
+    let budgets: Vec<(Budget, &BudgetRow)> = rows
+        .iter()
+        .filter_map(|r| budget_of(r).map(|b| (b, r)))
+        .collect();
+    let all: Vec<Budget> = budgets.iter().map(|(b, _)| b.clone()).collect();
+    let held = in_force(&all, from);
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let until = now.min(to).max(from);
+    let load_from = (day_floor(until) - PATTERN_WEEKS * 7 * DAY_MS).min(from);
+    let (ledger, first) = tokio::try_join!(
+        ledger::load(store, load_from, until, RollupGrain::HostDay),
+        crate::store::ledger::first_day(store.db()),
+    )?;
+    // Cost per (dimension, key, currency, day), for the dimensions budgets name.
+    let mut dimensions: Vec<(String, GroupBy)> = held
+        .iter()
+        .filter_map(|b| GroupBy::parse(&b.dimension, schema).map(|g| (b.dimension.clone(), g)))
+        .collect();
+    dimensions.sort();
+    dimensions.dedup();
+    let mut daily: BTreeMap<(&str, String, &str), BTreeMap<i64, Decimal>> = BTreeMap::new();
+    for p in &ledger.parts {
+        for (name, by) in &dimensions {
+            *daily
+                .entry((name.as_str(), key_of(p, *by, &ledger), p.currency.as_str()))
+                .or_default()
+                .entry(day_floor(p.hour_ms))
+                .or_default() += p.cost;
+        }
+    }
+    let empty = BTreeMap::new();
+    let mut out: Vec<BudgetStatus> = held
+        .into_iter()
+        .map(|b| {
+            let days = daily
+                .get(&(b.dimension.as_str(), b.key.clone(), b.currency.as_str()))
+                .unwrap_or(&empty);
+            let f = forecast(days, (from, to), first.unwrap_or(from), now);
+            let set_by = budgets
+                .iter()
+                .find(|(x, _)| x == b)
+                .map_or_else(String::new, |(_, r)| r.set_by.clone());
+            BudgetStatus {
+                dimension: b.dimension.clone(),
+                key: b.key.clone(),
+                from_month: month_label(b.from_month_ms),
+                amount: b.amount,
+                currency: b.currency.clone(),
+                set_by,
+                standing: Standing::of(b.amount, &f),
+                forecast: f,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        a.standing
+            .cmp(&b.standing)
+            .then(b.risk().cmp(&a.risk()))
+            .then(a.key.cmp(&b.key))
+    });
+    Ok(out)
+}
+
+/// Why a budget cannot be set as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    #[error("{message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> BudgetError {
+    BudgetError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// A budget as an admin asks for it, checked: a known dimension, a key the ledger has seen in
+/// the three months to `from_month` (or since), an amount that is a decimal ≥ 0, a currency
+/// code. Nothing is stored when any of it is wrong.
+pub struct SetBudget<'a> {
+    pub dimension: &'a str,
+    pub key: &'a str,
+    pub amount: &'a str,
+    pub currency: &'a str,
+    pub from_month: &'a str,
+}
+
+pub async fn set(
+    store: &dyn Store,
+    schema: &OwnerSchema,
+    ask: SetBudget<'_>,
+    by_user: &str,
+    now: i64,
+) -> Result<BudgetStatus, BudgetError> {
+    let by = GroupBy::parse(ask.dimension, schema).ok_or_else(|| {
+        let names: Vec<&str> = GroupBy::all(schema).iter().map(|g| g.as_str()).collect();
+        invalid(
+            "dimension",
+            format!("{:?} is none of {}", ask.dimension, names.join(", ")),
+        )
+    })?;
+    let key = ask.key.trim();
+    if key.is_empty() || key.chars().count() > 200 || key.chars().any(char::is_control) {
+        return Err(invalid(
+            "key",
+            "a key is 1 to 200 characters without control characters",
+        ));
+    }
+    let amount: Decimal = ask.amount.trim().parse().map_err(|_| {
+        invalid(
+            "amount",
+            format!("{:?} is not a decimal amount", ask.amount),
+        )
+    })?;
+    if amount.is_sign_negative() && !amount.is_zero() {
+        return Err(invalid("amount", "a budget cannot be negative"));
+    }
+    let currency = ask.currency.trim().to_ascii_uppercase();
+    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_uppercase()) {
+        return Err(invalid(
+            "currency",
+            format!("{:?} is not a three-letter currency code", ask.currency),
+        ));
+    }
+    let (month_from, month_to) = crate::allocation::calendar_month(ask.from_month.trim())
+        .ok_or_else(|| {
+            invalid(
+                "from_month",
+                format!(
+                    "must be a calendar month, YYYY-MM, got {:?}",
+                    ask.from_month
+                ),
+            )
+        })?;
+    // The key must be one the ledger knows: a typo would otherwise be a budget nobody spends.
+    let seen_from = gpuledger_core::time::month_start_ms(
+        gpuledger_core::time::month_start_ms(month_from - 1) - 1,
+    );
+    let seen = ledger::load(store, seen_from, now.max(month_to), RollupGrain::HostDay).await?;
+    let mut keys: Vec<String> = seen.parts.iter().map(|p| key_of(p, by, &seen)).collect();
+    keys.sort();
+    keys.dedup();
+    if !keys.iter().any(|k| k == key) {
+        let some: Vec<&str> = keys.iter().take(8).map(String::as_str).collect();
+        return Err(invalid(
+            "key",
+            format!(
+                "no cost was attributed to {} {key:?} from {} on; known: {}",
+                by.as_str(),
+                month_label(seen_from),
+                if some.is_empty() {
+                    "none yet".to_owned()
+                } else {
+                    some.join(", ")
+                }
+            ),
+        ));
+    }
+    crate::store::budgets::set_budget(
+        store.db(),
+        &BudgetRow {
+            dimension: by.as_str().to_owned(),
+            owner_key: key.to_owned(),
+            from_month_ms: month_from,
+            amount: gpuledger_core::money::to_text(amount),
+            currency: currency.clone(),
+            set_by: by_user.to_owned(),
+            set_ms: now,
+        },
+    )
+    .await?;
+    let this = gpuledger_core::time::month_of(now);
+    let shown = for_month(store, schema, this.max((month_from, month_to)), now).await?;
+    shown
+        .into_iter()
+        .find(|s| s.dimension == by.as_str() && s.key == key)
+        .ok_or_else(|| invalid("from_month", "the budget was stored but is not in force"))
+}
+
+/// Removes the budget set for a key and dimension from a month; false where there was none.
+pub async fn remove(
+    store: &dyn Store,
+    dimension: &str,
+    key: &str,
+    from_month_ms: i64,
+) -> Result<bool, StoreError> {
+    crate::store::budgets::delete_budget(store.db(), dimension.trim(), key.trim(), from_month_ms)
+        .await
+}

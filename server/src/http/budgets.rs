@@ -1,0 +1,326 @@
+//! Budgets: the page at `/budgets` (admins set and remove them there) and
+//! `/api/v1/budgets` (GET for everyone signed in; PUT and DELETE for admins, JSON only, so no
+//! other site's form can send them).
+
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::allocation::{bad, query_of};
+use super::page::{error_page, render_with_status, Chrome};
+use super::session::{AdminForm, AdminOnly, CsrfForm, SignedIn};
+use super::AppState;
+use crate::allocation::calendar_month;
+use crate::budgets::{BudgetError, BudgetStatus, SetBudget};
+use crate::error::ApiError;
+use crate::format::money;
+use crate::now_ms;
+use gpuledger_core::time::{month_label, month_of};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/budgets", get(budgets_page).post(set_from_form))
+        .route("/budgets/delete", post(delete_from_form))
+        .route(
+            "/api/v1/budgets",
+            get(budgets_api).put(set_api).delete(delete_api),
+        )
+}
+
+#[derive(Debug, Deserialize)]
+struct MonthQuery {
+    month: Option<String>,
+}
+
+/// `?month=YYYY-MM` (this month by default) as its range and label.
+fn month_range(month: Option<String>) -> Result<((i64, i64), String), String> {
+    let month = month.unwrap_or_else(|| month_label(now_ms()));
+    calendar_month(&month)
+        .map(|r| (r, month.clone()))
+        .ok_or_else(|| format!("must be a calendar month, YYYY-MM, got {month:?}"))
+}
+
+impl From<BudgetError> for ApiError {
+    fn from(e: BudgetError) -> Self {
+        match e {
+            BudgetError::Invalid { field, message } => bad(field, message),
+            BudgetError::Store(s) => ApiError::Store(s),
+        }
+    }
+}
+
+/// `GET /api/v1/budgets[?month=YYYY-MM]`: each budget in force, spent, forecast and range.
+async fn budgets_api(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = query_of(query)?;
+    let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
+    let rows =
+        crate::budgets::for_month(state.store.as_ref(), &state.config.owners, range, now_ms())
+            .await?;
+    Ok(Json(serde_json::json!({ "month": month, "budgets": rows })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct SetBody {
+    dimension: String,
+    key: String,
+    /// A decimal string (`"12500.00"`), never a float.
+    amount: String,
+    #[serde(default = "usd")]
+    currency: String,
+    /// `YYYY-MM`; this month by default.
+    from_month: Option<String>,
+}
+
+fn usd() -> String {
+    "USD".into()
+}
+
+/// `PUT /api/v1/budgets` (admins): sets a budget; answers it as it now stands.
+async fn set_api(
+    State(state): State<AppState>,
+    AdminOnly(user): AdminOnly,
+    body: Result<Json<SetBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(b) = body.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
+    let from_month = b.from_month.unwrap_or_else(|| month_label(now_ms()));
+    let status = crate::budgets::set(
+        state.store.as_ref(),
+        &state.config.owners,
+        SetBudget {
+            dimension: &b.dimension,
+            key: &b.key,
+            amount: &b.amount,
+            currency: &b.currency,
+            from_month: &from_month,
+        },
+        &user.username,
+        now_ms(),
+    )
+    .await?;
+    Ok(Json(status).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct DeleteBody {
+    dimension: String,
+    key: String,
+    from_month: String,
+}
+
+/// `DELETE /api/v1/budgets` (admins), the budget named in the JSON body: 204, or 404.
+async fn delete_api(
+    State(state): State<AppState>,
+    AdminOnly(_user): AdminOnly,
+    body: Result<Json<DeleteBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(b) = body.map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })?;
+    let ((from, _), _) = month_range(Some(b.from_month)).map_err(|m| bad("from_month", m))?;
+    let gone = crate::budgets::remove(state.store.as_ref(), &b.dimension, &b.key, from).await?;
+    Ok(if gone {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({"error": "not_found", "message": "no such budget"})),
+        )
+            .into_response()
+    })
+}
+
+/// A budget as the page shows it.
+pub struct BudgetView {
+    pub dimension: String,
+    pub dimension_label: String,
+    pub key: String,
+    pub from_month: String,
+    pub budget: String,
+    pub spent: String,
+    pub forecast: String,
+    pub range: String,
+    pub standing: &'static str,
+    pub class: &'static str,
+    pub set_by: String,
+}
+
+#[derive(Template)]
+#[template(path = "budgets.html")]
+struct BudgetsPage {
+    chrome: Option<Chrome>,
+    is_admin: bool,
+    csrf: String,
+    month: String,
+    previous: String,
+    next: String,
+    budgets: Vec<BudgetView>,
+    dimensions: Vec<&'static str>,
+    error: Option<String>,
+    /// The form as it was sent, kept after an error.
+    form: BudgetForm,
+}
+
+fn view(s: &BudgetStatus) -> BudgetView {
+    let m = |d| money(d, &s.currency);
+    BudgetView {
+        dimension: s.dimension.clone(),
+        dimension_label: s.dimension.replace('_', " "),
+        key: s.key.clone(),
+        from_month: s.from_month.clone(),
+        budget: m(s.amount),
+        spent: m(s.forecast.spent),
+        forecast: m(s.forecast.expected),
+        range: if s.forecast.basis_days == 0 {
+            "no history yet".into()
+        } else {
+            format!("{} – {}", m(s.forecast.low), m(s.forecast.high))
+        },
+        standing: s.standing.as_str(),
+        class: match s.standing {
+            crate::budgets::Standing::Over => "over",
+            crate::budgets::Standing::AtRisk => "risk",
+            crate::budgets::Standing::OnTrack => "ok",
+        },
+        set_by: s.set_by.clone(),
+    }
+}
+
+async fn page(
+    state: &AppState,
+    user: &SignedIn,
+    month: Option<String>,
+    error: Option<String>,
+    form: BudgetForm,
+) -> Response {
+    let ((from, to), month) = match month_range(month) {
+        Ok(x) => x,
+        Err(m) => return error_page(StatusCode::NOT_FOUND, "No such month", &m),
+    };
+    let rows = match crate::budgets::for_month(
+        state.store.as_ref(),
+        &state.config.owners,
+        (from, to),
+        now_ms(),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(e) => return super::session::database_unavailable("budgets page", e),
+    };
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    render_with_status(
+        status,
+        &BudgetsPage {
+            chrome: Some(Chrome::from(user)),
+            is_admin: user.is_admin(),
+            csrf: user.csrf.clone(),
+            previous: month_label(month_of(from - 1).0),
+            next: month_label(to),
+            month,
+            budgets: rows.iter().map(view).collect(),
+            dimensions: crate::allocation::GroupBy::all(&state.config.owners)
+                .into_iter()
+                .map(|g| g.as_str())
+                .collect(),
+            error,
+            form,
+        },
+    )
+}
+
+/// `GET /budgets[?month=YYYY-MM]`: budget, spent, forecast and range per owner, most at risk
+/// first.
+async fn budgets_page(
+    State(state): State<AppState>,
+    user: SignedIn,
+    Query(q): Query<MonthQuery>,
+) -> Response {
+    page(&state, &user, q.month, None, BudgetForm::default()).await
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+pub struct BudgetForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    pub dimension: String,
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub amount: String,
+    #[serde(default)]
+    pub currency: String,
+    #[serde(default)]
+    pub from_month: String,
+}
+
+impl CsrfForm for BudgetForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /budgets` (admins): sets a budget from the page's form.
+async fn set_from_form(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<BudgetForm>,
+) -> Response {
+    let currency = if form.currency.trim().is_empty() {
+        "USD"
+    } else {
+        form.currency.as_str()
+    };
+    let set = crate::budgets::set(
+        state.store.as_ref(),
+        &state.config.owners,
+        SetBudget {
+            dimension: &form.dimension,
+            key: &form.key,
+            amount: &form.amount,
+            currency,
+            from_month: &form.from_month,
+        },
+        &user.username,
+        now_ms(),
+    )
+    .await;
+    match set {
+        Ok(_) => {
+            Redirect::to(&format!("/budgets?month={}", form.from_month.trim())).into_response()
+        }
+        Err(BudgetError::Invalid { message, .. }) => {
+            page(&state, &user, None, Some(message), form).await
+        }
+        Err(BudgetError::Store(e)) => super::session::database_unavailable("setting a budget", e),
+    }
+}
+
+/// `POST /budgets/delete` (admins): removes the budget the row's button names.
+async fn delete_from_form(
+    State(state): State<AppState>,
+    AdminForm { form, .. }: AdminForm<BudgetForm>,
+) -> Response {
+    let Some((from, _)) = calendar_month(form.from_month.trim()) else {
+        return error_page(StatusCode::BAD_REQUEST, "No such month", "Use YYYY-MM.");
+    };
+    match crate::budgets::remove(state.store.as_ref(), &form.dimension, &form.key, from).await {
+        Ok(_) => Redirect::to("/budgets").into_response(),
+        Err(e) => super::session::database_unavailable("removing a budget", e),
+    }
+}
