@@ -4,15 +4,17 @@
 //! An owner's cost is its GPU-hours times what a GPU-hour cost, over the instance types it ran
 //! on. Against the previous period:
 //! - **volume**: the change in working GPU-hours (used and unmonitored), at the previous period's
-//!   average cost per GPU-hour;
+//!   average cost per GPU-hour, and the change in cost that carries no GPU-hours (a GPU
+//!   instance no agent reports: more or fewer such machines);
 //! - **idle**: the change in idle and held-idle GPU-hours, at the same average (the `(idle)` key
 //!   is all idle time, so its change is mostly this);
 //! - **mix**: moving GPU-hours between instance types of different cost per GPU-hour (this
 //!   period's hours at the previous period's cost per GPU-hour of each type, against the same
 //!   hours at the previous average);
 //! - **price**: the rest, which is this period's hours times the change in cost per GPU-hour of
-//!   each type (a new price, a discount, on demand moved to spot), and cost that carries no
-//!   GPU-hours.
+//!   each type (a new price, a discount, on demand moved to spot).
+//!
+//! Averages and costs per GPU-hour are of the cost that carries GPU-hours only.
 //!
 //! The first three are rounded to the nano-unit and price is what is left, so the parts sum to
 //! the change exactly. A type new this period is priced at its own cost (its hours count as
@@ -85,9 +87,18 @@ impl VarianceRow {
 /// One owner's cost and GPU-hours on one instance type in one period.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cell {
+    /// All of the cost, and the part of it that carries no GPU-hours.
     cost: Decimal,
+    cost_without_hours: Decimal,
     hours: Decimal,
     idle_hours: Decimal,
+}
+
+impl Cell {
+    /// Cost per GPU-hour, of the cost that carries GPU-hours.
+    fn rate(&self) -> Option<Decimal> {
+        (!self.hours.is_zero()).then(|| (self.cost - self.cost_without_hours) / self.hours)
+    }
 }
 
 type Cells = BTreeMap<String, Cell>;
@@ -109,6 +120,9 @@ fn cells(a: &Attribution, by: GroupBy, currency: &str) -> BTreeMap<String, Cells
             .or_default();
         let hours = hours_of(p);
         c.cost += p.cost;
+        if hours.is_zero() {
+            c.cost_without_hours += p.cost;
+        }
         c.hours += hours;
         if matches!(p.kind, Kind::Idle | Kind::HeldIdle) {
             c.idle_hours += hours;
@@ -120,6 +134,7 @@ fn cells(a: &Attribution, by: GroupBy, currency: &str) -> BTreeMap<String, Cells
 fn total(cells: &Cells) -> Cell {
     cells.values().fold(Cell::default(), |t, c| Cell {
         cost: t.cost + c.cost,
+        cost_without_hours: t.cost_without_hours + c.cost_without_hours,
         hours: t.hours + c.hours,
         idle_hours: t.idle_hours + c.idle_hours,
     })
@@ -129,21 +144,22 @@ fn explain_key(key: String, before: &Cells, after: &Cells) -> VarianceRow {
     let (b, a) = (total(before), total(after));
     let change = a.cost - b.cost;
     let (mut volume, mut idle, mut mix) = (change, Decimal::ZERO, Decimal::ZERO);
-    if !b.hours.is_zero() {
-        let average = b.cost / b.hours;
+    if let Some(average) = b.rate() {
         let round = |d: Decimal| d.round_dp(SCALE);
         let (work_before, work_after) = (b.hours - b.idle_hours, a.hours - a.idle_hours);
-        volume = round((work_after - work_before) * average);
+        volume = round(
+            (work_after - work_before) * average + a.cost_without_hours - b.cost_without_hours,
+        );
         idle = round((a.idle_hours - b.idle_hours) * average);
         // This period's hours at the previous period's cost per GPU-hour of each type.
         let at_old_prices: Decimal = after
             .iter()
             .map(|(t, c)| {
-                let rate = match before.get(t) {
-                    Some(o) if !o.hours.is_zero() => o.cost / o.hours,
-                    _ if !c.hours.is_zero() => c.cost / c.hours,
-                    _ => Decimal::ZERO,
-                };
+                let rate = before
+                    .get(t)
+                    .and_then(Cell::rate)
+                    .or_else(|| c.rate())
+                    .unwrap_or_default();
                 c.hours * rate
             })
             .sum();
@@ -352,6 +368,35 @@ mod tests {
             idle.idle > Decimal::ZERO && idle.volume.is_zero(),
             "{idle:?}"
         );
+    }
+
+    /// A GPU instance no agent reports costs the same in both months but carries no GPU-hours:
+    /// twice the watched hours at the same price is all volume, nothing of mix or price.
+    #[test]
+    fn cost_without_gpu_hours_does_not_skew_the_rates() {
+        let r = one(
+            vec![
+                part(1, "a", Kind::Used, "1000", 100.0),
+                part(2, "a", Kind::Unmonitored, "750", 0.0),
+            ],
+            vec![
+                part(1, "a", Kind::Used, "2000", 200.0),
+                part(2, "a", Kind::Unmonitored, "750", 0.0),
+            ],
+        );
+        assert_eq!(parts(&r), [d("1000"), d("0"), d("0"), d("0")]);
+        // More such machines is volume too.
+        let r = one(
+            vec![
+                part(2, "a", Kind::Unmonitored, "750", 0.0),
+                part(1, "a", Kind::Used, "10", 1.0),
+            ],
+            vec![
+                part(2, "a", Kind::Unmonitored, "1500", 0.0),
+                part(1, "a", Kind::Used, "10", 1.0),
+            ],
+        );
+        assert_eq!(parts(&r), [d("750"), d("0"), d("0"), d("0")]);
     }
 
     #[test]

@@ -34,14 +34,13 @@ pub struct BudgetStatus {
 impl BudgetStatus {
     /// How far the month is heading past the budget: the page's order (most at risk first).
     pub fn risk(&self) -> Decimal {
-        if self.amount.is_zero() {
-            return if self.forecast.expected.is_zero() {
-                Decimal::ZERO
-            } else {
-                Decimal::MAX
-            };
+        if self.forecast.expected.is_zero() {
+            return Decimal::ZERO;
         }
-        self.forecast.expected / self.amount
+        self.forecast
+            .expected
+            .checked_div(self.amount)
+            .unwrap_or(Decimal::MAX)
     }
 }
 
@@ -74,7 +73,8 @@ pub async fn for_month(
         return Ok(Vec::new());
     }
     let until = now.min(to).max(from);
-    let load_from = (day_floor(until) - PATTERN_WEEKS * 7 * DAY_MS).min(from);
+    // The weeks before today are the pattern, whichever month is asked for.
+    let load_from = (day_floor(now) - PATTERN_WEEKS * 7 * DAY_MS).min(from);
     let (ledger, first) = tokio::try_join!(
         ledger::load(store, load_from, until, RollupGrain::HostDay),
         crate::store::ledger::first_day(store.db()),
@@ -149,8 +149,8 @@ fn invalid(field: &'static str, message: impl Into<String>) -> BudgetError {
 }
 
 /// A budget as an admin asks for it, checked: a known dimension, a key the ledger has seen in
-/// the three months to `from_month` (or since), an amount that is a decimal ≥ 0, a currency
-/// code. Nothing is stored when any of it is wrong.
+/// the two months before `from_month` or since, an amount that is a decimal ≥ 0 with at most six
+/// decimals, a currency code the key is billed in. Nothing is stored when any of it is wrong.
 pub struct SetBudget<'a> {
     pub dimension: &'a str,
     pub key: &'a str,
@@ -189,6 +189,12 @@ pub async fn set(
     if amount.is_sign_negative() && !amount.is_zero() {
         return Err(invalid("amount", "a budget cannot be negative"));
     }
+    if amount.normalize().scale() > 6 {
+        return Err(invalid(
+            "amount",
+            "a budget has at most six decimals (cents are two)",
+        ));
+    }
     let currency = ask.currency.trim().to_ascii_uppercase();
     if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_uppercase()) {
         return Err(invalid(
@@ -214,6 +220,24 @@ pub async fn set(
     let mut keys: Vec<String> = seen.parts.iter().map(|p| key_of(p, by, &seen)).collect();
     keys.sort();
     keys.dedup();
+    let mut currencies: Vec<&str> = seen
+        .parts
+        .iter()
+        .filter(|p| key_of(p, by, &seen) == key)
+        .map(|p| p.currency.as_str())
+        .collect();
+    currencies.sort_unstable();
+    currencies.dedup();
+    if !currencies.is_empty() && !currencies.contains(&currency.as_str()) {
+        return Err(invalid(
+            "currency",
+            format!(
+                "{} {key:?} is billed in {}, not {currency}: a budget in {currency} would never be spent",
+                by.as_str(),
+                currencies.join(", ")
+            ),
+        ));
+    }
     if !keys.iter().any(|k| k == key) {
         let some: Vec<&str> = keys.iter().take(8).map(String::as_str).collect();
         return Err(invalid(
@@ -243,12 +267,16 @@ pub async fn set(
         },
     )
     .await?;
-    let this = gpuledger_core::time::month_of(now);
-    let shown = for_month(store, schema, this.max((month_from, month_to)), now).await?;
+    // As it stands in its first month (it is the one in force there, whatever is set later).
+    let shown = for_month(store, schema, (month_from, month_to), now).await?;
     shown
         .into_iter()
         .find(|s| s.dimension == by.as_str() && s.key == key)
-        .ok_or_else(|| invalid("from_month", "the budget was stored but is not in force"))
+        .ok_or_else(|| {
+            BudgetError::Store(StoreError::Invalid(
+                "a budget just stored is not in force in its own month".into(),
+            ))
+        })
 }
 
 /// Removes the budget set for a key and dimension from a month; false where there was none.

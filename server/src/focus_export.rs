@@ -340,7 +340,10 @@ pub enum ExportError {
 }
 
 /// The parts of each (host, hour, pricing category, currency), billed only.
-type HourParts<'a> = HashMap<(i64, i64, &'a str, &'a str), Vec<&'a Part>>;
+/// Parts per (instance key, hour, pricing category, currency): a bill line finds its hour's
+/// parts by its instance, whichever host held the instance when the hour was attributed (an
+/// hour rolled up before an agent took over a billed instance sits on the bill's host).
+type HourParts<'a> = HashMap<(&'a str, i64, &'a str, &'a str), Vec<&'a Part>>;
 
 /// Bytes handed to the client at a time: a day of a large fleet is tens of megabytes.
 const CHUNK_BYTES: usize = 1 << 20;
@@ -357,9 +360,17 @@ async fn write_day(
 ) -> Result<bool, ExportError> {
     let mut parts: HourParts = HashMap::new();
     for p in attribution.parts.iter().filter(|p| !p.estimated) {
+        // Billed parts are of hosts with an instance key: their lines were matched by it.
+        let Some(key) = attribution
+            .hosts
+            .get(&p.host_id)
+            .and_then(|h| h.instance_key.as_deref())
+        else {
+            continue;
+        };
         parts
             .entry((
-                p.host_id,
+                key,
                 p.hour_ms,
                 p.pricing_category.as_str(),
                 p.currency.as_str(),
@@ -367,16 +378,22 @@ async fn write_day(
             .or_default()
             .push(p);
     }
-    // How many lines share each host-hour and category: a lone line takes the parts' own
+    // How many lines share each instance-hour and category: a lone line takes the parts' own
     // amounts, which then equal the rollups exactly.
-    let mut sharing: HashMap<(i64, i64, &str, &str), usize> = HashMap::new();
-    let host_of = |l: &BillLine| {
+    let mut sharing: HashMap<(&str, i64, &str, &str), usize> = HashMap::new();
+    /// The instance of a line on a known host.
+    fn instance_of<'l>(l: &'l BillLine, by_key: &HashMap<&str, i64>) -> Option<&'l str> {
         l.resource_key
             .as_deref()
-            .and_then(|k| by_key.get(k).copied())
+            .filter(|k| by_key.contains_key(*k))
+    }
+    let name_of = |host: Option<i64>| {
+        host.and_then(|id| attribution.hosts.get(&id))
+            .map(|h| h.hostname.clone())
+            .unwrap_or_default()
     };
     for l in lines {
-        if let Some(host) = host_of(l) {
+        if let Some(host) = instance_of(l, by_key) {
             for (hour, _) in spread_over_hours(
                 Decimal::ONE,
                 l.charge_period_start_ms,
@@ -416,7 +433,7 @@ async fn write_day(
             .find(|(c, _)| *c == "EffectiveCost")
             .map(|(_, h)| h.iter().map(|(h, _)| *h).collect())
             .unwrap_or_default();
-        let host = host_of(line);
+        let host = instance_of(line, by_key);
         if host.is_none() {
             // Not a GPU host's line: once, in the day its part of the range starts.
             let first = line.charge_period_start_ms.max(from_ms);
@@ -450,11 +467,7 @@ async fn write_day(
             continue;
         }
         let host = host.unwrap_or_default();
-        let host_name = attribution
-            .hosts
-            .get(&host)
-            .map(|h| h.hostname.clone())
-            .unwrap_or_default();
+        let host_name = name_of(by_key.get(host).copied());
         for (i, hour) in hours.iter().enumerate() {
             let at = |col: &str| {
                 spread
@@ -540,7 +553,7 @@ async fn write_day(
                     row,
                     [
                         part.kind.as_str().to_owned(),
-                        host_name.clone(),
+                        name_of(Some(part.host_id)),
                         format!("{:.6}", part.gpu_seconds / 3600.0),
                     ],
                 )?;

@@ -131,6 +131,14 @@ pub fn reconcile(
         estimated: ByKind,
     }
     let by_key = hosts_by_instance_key(hosts);
+    // A host known from the bill holds its cost only once the roll-up has attributed its hours
+    // (a closed month rolled up before it existed still holds that cost as unattributed).
+    let in_ledger: BTreeSet<i64> = ledger
+        .parts
+        .iter()
+        .filter(|p| !p.estimated)
+        .map(|p| p.host_id)
+        .collect();
     let from_bill: BTreeSet<i64> = hosts.iter().filter(|h| h.from_bill).map(|h| h.id).collect();
     let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
     for line in lines {
@@ -144,7 +152,9 @@ pub fn reconcile(
         let a = acc.entry(line.currency.clone()).or_default();
         a.bill += amount;
         let key = line.resource_key.as_deref();
-        let host = key.and_then(|k| by_key.get(k));
+        let host = key
+            .and_then(|k| by_key.get(k))
+            .filter(|id| !from_bill.contains(*id) || in_ledger.contains(*id));
         if host.is_some() {
             a.known += amount;
         }
@@ -388,6 +398,22 @@ mod tests {
             0,
             HOUR_MS,
         )[0];
+        // Before the roll-up attributed its hours, the bill's host holds nothing yet.
+        let empty = Attribution {
+            parts: Vec::new(),
+            ..ledger.clone()
+        };
+        let before = &reconcile(
+            &lines,
+            std::slice::from_ref(&billed),
+            &empty,
+            &card,
+            &schema,
+            0,
+            HOUR_MS,
+        )[0];
+        assert_eq!(before.bill_on_known_hosts, Decimal::ZERO);
+        assert!(before.gpu_without_agent.iter().all(|c| !c.in_ledger));
         assert_eq!(r.bill_on_known_hosts, Decimal::from(4));
         let listed: Vec<(&str, bool)> = r
             .gpu_without_agent

@@ -55,6 +55,10 @@ pub fn is_gpu_line(line: &StoredCostLine, card: &RateCard) -> bool {
 /// The GPU instances `lines` charge that no host has (by instance key): each gets a host known
 /// from the bill alone, so its cost is attributed rather than left aside. Each once, in key
 /// order, with the first instance type its lines name.
+///
+/// Not one of a type that an agent's host without an instance id runs (its metadata could not
+/// be read): that host is priced from the rate card and may be this very instance, so its bill
+/// stays unattributed rather than counted twice.
 pub fn without_host(
     lines: &[StoredCostLine],
     hosts: &[HostRow],
@@ -64,12 +68,21 @@ pub fn without_host(
         .iter()
         .filter_map(|h| h.instance_key.as_deref())
         .collect();
+    let unmatched_types: HashSet<&str> = hosts
+        .iter()
+        .filter(|h| !h.from_bill && h.instance_key.is_none())
+        .filter_map(|h| h.instance_type.as_deref())
+        .collect();
     let mut missing: BTreeMap<&str, Option<&str>> = BTreeMap::new();
     for line in lines {
         let Some(key) = line.resource_key.as_deref() else {
             continue;
         };
-        if !known.contains(key) && is_gpu_line(line, card) {
+        let unmatched = line
+            .instance_type
+            .as_deref()
+            .is_some_and(|t| unmatched_types.contains(t));
+        if !known.contains(key) && !unmatched && is_gpu_line(line, card) {
             missing.entry(key).or_insert(line.instance_type.as_deref());
         }
     }
@@ -87,7 +100,8 @@ mod tests {
     use super::*;
 
     /// Only GPU instances (by the rate card or a GPU family) that no host has get a host from
-    /// the bill: each once, with the instance type of its first line.
+    /// the bill: each once, with the instance type of its first line; none of a type that an
+    /// agent's host without an instance id runs (it may be that instance).
     #[test]
     fn gpu_instances_without_a_host_are_listed_once() {
         let line = |key: Option<&str>, instance_type: Option<&str>| StoredCostLine {
@@ -122,7 +136,19 @@ mod tests {
             lifecycle: None,
             from_bill: false,
         };
-        let missing = without_host(&lines, &[known], &RateCard::default_card());
+        let no_id = HostRow {
+            id: 2,
+            hostname: "h2".into(),
+            instance_key: None,
+            instance_type: Some("g5.2xlarge".into()),
+            ..known.clone()
+        };
+        let lines = [
+            lines.as_slice(),
+            &[line(Some("i-maybe-h2"), Some("g5.2xlarge"))],
+        ]
+        .concat();
+        let missing = without_host(&lines, &[known, no_id], &RateCard::default_card());
         assert_eq!(
             missing,
             [

@@ -129,6 +129,11 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
             (set("nobody", "10"), "key"),
             (set("a", "-5"), "amount"),
             (set("a", "ten"), "amount"),
+            (set("a", "0.0000000000000000000000000001"), "amount"),
+            (
+                serde_json::json!({"dimension": "team", "key": "a", "amount": "1", "currency": "EUR"}),
+                "currency",
+            ),
             (
                 serde_json::json!({"dimension": "squad", "key": "a", "amount": "1"}),
                 "dimension",
@@ -176,6 +181,27 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
         }
         assert_eq!(budgets[1]["standing"], "on_track", "{b}: {v}");
         assert_eq!(budgets[1]["set_by"], "admin-user", "{b}");
+
+        // Next month: nothing spent yet, its forecast from the same recent weeks.
+        let next = month_label(to);
+        let (status, later) = send(
+            &api,
+            "PUT",
+            "/api/v1/budgets",
+            &admin,
+            serde_json::json!({"dimension": "team", "key": "a", "amount": "900", "from_month": next}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {later}");
+        let (_, next_to) = month_of(to);
+        let want =
+            gpuledger_core::budget::forecast(&daily["a"], (to, next_to), first_day, now_ms());
+        assert_eq!(
+            [d(&later["spent"]), d(&later["expected"])],
+            [Decimal::ZERO, want.expected],
+            "{b}: {later}"
+        );
+        assert!(want.expected > Decimal::ZERO, "{b}");
 
         // The review says how the month's budgets stand, and links here.
         let (status, review) = api.get_as(&format!("/review/{month}"), Some(&viewer)).await;

@@ -1002,6 +1002,42 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
             "{b}: the agent's hours are used"
         );
 
+        // The FOCUS export splits every line-hour of the instance, whichever host holds it.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let export = tokio::spawn({
+            let store = store.clone();
+            async move {
+                crate::focus_export::write_export(
+                    store.as_ref(),
+                    from,
+                    to,
+                    &[],
+                    crate::focus_export::Format::Csv,
+                    &tx,
+                )
+                .await
+            }
+        });
+        let mut csv = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            csv.extend(chunk.unwrap());
+        }
+        export.await.unwrap().unwrap();
+        let mut reader = csv::Reader::from_reader(csv.as_slice());
+        let headers = reader.headers().unwrap().clone();
+        let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+        let (method, cost) = (col("AllocatedMethodId"), col("EffectiveCost"));
+        let (mut split, mut whole) = (Decimal::ZERO, 0);
+        for r in reader.records() {
+            let r = r.unwrap();
+            if r[method].is_empty() {
+                whole += 1;
+            } else {
+                split += r[cost].parse::<Decimal>().unwrap();
+            }
+        }
+        assert_eq!((whole, split), (0, billed), "{b}: every line-hour split");
+
         // Every hour attributed again: all of it on the agent's host, as from raw data.
         let hours: Vec<i64> = (from..to).step_by(HOUR_MS as usize).collect();
         store::rollups::mark_dirty_hours(s.db(), &hours)
