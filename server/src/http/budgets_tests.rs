@@ -9,11 +9,10 @@ use axum::http::{Request, StatusCode};
 use rust_decimal::Decimal;
 use tower::ServiceExt;
 
-use super::tests::{apis, Api};
+use super::tests::{apis, write_ledger, Api};
 use crate::now_ms;
 use crate::store::telemetry::{add_billed_hosts, BilledHost};
-use crate::store::{DirtyMark, RollupRow};
-use gpuledger_core::money::{from_text, to_nano_atto};
+use gpuledger_core::money::from_text;
 use gpuledger_core::time::{day_floor, month_label, month_of, DAY_MS};
 
 /// `METHOD path` with a JSON body, as `cookie`.
@@ -56,44 +55,21 @@ async fn ledger(api: &Api) -> BTreeMap<&'static str, BTreeMap<i64, Decimal>> {
         .unwrap()[0]
         .id;
     let today = day_floor(now_ms());
-    let (mut rows, mut marks, mut daily) = (Vec::new(), Vec::new(), BTreeMap::new());
+    let (mut entries, mut daily) = (Vec::new(), BTreeMap::new());
     for i in 0..=35 {
         let day = today - i * DAY_MS;
         let monday =
             chrono::Datelike::weekday(&chrono::DateTime::from_timestamp_millis(day).unwrap())
                 == chrono::Weekday::Mon;
         for (team, cost) in [("a", if monday { 100 } else { 10 }), ("b", 5)] {
-            let (cost_nano, cost_atto) = to_nano_atto(Decimal::from(cost));
-            marks.push(DirtyMark {
-                hour_ms: day,
-                host_id: host,
-                generation: 0,
-            });
-            rows.push(RollupRow {
-                period_ms: day,
-                host_id: host,
-                gpu_uuid: "GPU-budget".into(),
-                owner: format!("{{\"team\":\"{team}\"}}"),
-                kind: "used".into(),
-                pricing_category: "on_demand".into(),
-                currency: "USD".into(),
-                estimated: 0,
-                cost_nano,
-                cost_atto,
-                gpu_seconds: 3600.0,
-                util_gpu_seconds: 0.0,
-                util_known_seconds: 0.0,
-                energy_j: 0.0,
-            });
+            entries.push((day, host, team, "used", Decimal::from(cost)));
             daily
                 .entry(team)
                 .or_insert_with(BTreeMap::new)
                 .insert(day, Decimal::from(cost));
         }
     }
-    crate::store::rollups::replace_rollups(api.store.db(), &marks, &rows, &[], &[], None)
-        .await
-        .unwrap();
+    write_ledger(api, &entries).await;
     daily
 }
 

@@ -25,6 +25,48 @@ pub(super) async fn apis() -> Vec<(Api, test_support::TestDb)> {
     apis_with(|_| {}).await
 }
 
+/// Writes the ledger's hourly rows as the roll-up would (and the days from them): for tests
+/// of pages that read months no agent could report any more. Each entry is `(hour, host, team,
+/// kind, cost)`, one GPU-hour each; an idle row belongs to nobody.
+pub(super) async fn write_ledger(
+    api: &Api,
+    entries: &[(i64, i64, &str, &str, rust_decimal::Decimal)],
+) {
+    let mut rows = Vec::new();
+    let mut marks = Vec::new();
+    for &(hour, host, team, kind, cost) in entries {
+        let (cost_nano, cost_atto) = gpuledger_core::money::to_nano_atto(cost);
+        marks.push(store::DirtyMark {
+            hour_ms: hour,
+            host_id: host,
+            generation: 0,
+        });
+        rows.push(store::RollupRow {
+            period_ms: hour,
+            host_id: host,
+            gpu_uuid: format!("GPU-{host}"),
+            owner: if kind == "idle" {
+                "{}".to_owned()
+            } else {
+                format!("{{\"team\":\"{team}\"}}")
+            },
+            kind: kind.to_owned(),
+            pricing_category: "on_demand".into(),
+            currency: "USD".into(),
+            estimated: 0,
+            cost_nano,
+            cost_atto,
+            gpu_seconds: 3600.0,
+            util_gpu_seconds: 0.0,
+            util_known_seconds: 0.0,
+            energy_j: 0.0,
+        });
+    }
+    store::rollups::replace_rollups(api.store.db(), &marks, &rows, &[], &[], None)
+        .await
+        .unwrap();
+}
+
 /// [`apis`] with the state changed by `change` first.
 pub(super) async fn apis_with(change: impl Fn(&mut AppState)) -> Vec<(Api, test_support::TestDb)> {
     let mut out = Vec::new();

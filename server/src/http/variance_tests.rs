@@ -5,54 +5,23 @@ use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use scraper::{Html, Selector};
 
-use super::tests::{apis, Api};
+use super::tests::{apis, write_ledger, Api};
 use crate::now_ms;
 use crate::store::telemetry::{add_billed_hosts, BilledHost};
-use crate::store::{DirtyMark, RollupRow};
-use gpuledger_core::money::{from_text, to_nano_atto};
+use gpuledger_core::money::from_text;
 use gpuledger_core::time::{month_label, month_start_ms, HOUR_MS};
 
 /// `(host, team, kind, cost per hour, hours)`: that many hourly rows from the month's start.
 type Use = (i64, &'static str, &'static str, &'static str, i64);
 
 async fn month_of_rows(api: &Api, month: i64, uses: &[Use]) {
-    let mut rows = Vec::new();
-    let mut marks = Vec::new();
+    let mut entries = Vec::new();
     for &(host, team, kind, rate, hours) in uses {
-        let owner = if kind == "idle" {
-            "{}".to_owned()
-        } else {
-            format!("{{\"team\":\"{team}\"}}")
-        };
         for h in 0..hours {
-            let (cost_nano, cost_atto) = to_nano_atto(from_text(rate));
-            let hour = month + h * HOUR_MS;
-            marks.push(DirtyMark {
-                hour_ms: hour,
-                host_id: host,
-                generation: 0,
-            });
-            rows.push(RollupRow {
-                period_ms: hour,
-                host_id: host,
-                gpu_uuid: format!("GPU-{host}"),
-                owner: owner.clone(),
-                kind: kind.to_owned(),
-                pricing_category: "on_demand".into(),
-                currency: "USD".into(),
-                estimated: 0,
-                cost_nano,
-                cost_atto,
-                gpu_seconds: 3600.0,
-                util_gpu_seconds: 0.0,
-                util_known_seconds: 0.0,
-                energy_j: 0.0,
-            });
+            entries.push((month + h * HOUR_MS, host, team, kind, from_text(rate)));
         }
     }
-    crate::store::rollups::replace_rollups(api.store.db(), &marks, &rows, &[], &[], None)
-        .await
-        .unwrap();
+    write_ledger(api, &entries).await;
 }
 
 async fn json(api: &Api, cookie: &str, query: &str) -> (StatusCode, serde_json::Value) {
