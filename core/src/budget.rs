@@ -169,6 +169,57 @@ impl Standing {
     }
 }
 
+/// What a budget alert measures against the budget: what is spent, or the month-end forecast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    Spent,
+    Forecast,
+}
+
+impl Basis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Spent => "spent",
+            Basis::Forecast => "forecast",
+        }
+    }
+}
+
+/// The thresholds (percent of the budget) the month has reached: by what is spent, and by the
+/// forecast where there is a pattern to forecast from. A budget of nothing is reached by any
+/// spend.
+pub fn crossed(
+    amount: Decimal,
+    f: &Forecast,
+    spent_at: &[u32],
+    forecast_at: &[u32],
+) -> Vec<(Basis, u32)> {
+    let reached = |value: Decimal, percent: u32| {
+        if amount.is_zero() {
+            value > Decimal::ZERO
+        } else {
+            value * Decimal::from(100) >= amount * Decimal::from(percent)
+        }
+    };
+    let mut out: Vec<(Basis, u32)> = spent_at
+        .iter()
+        .filter(|p| reached(f.spent, **p))
+        .map(|p| (Basis::Spent, *p))
+        .collect();
+    if f.basis_days > 0 {
+        out.extend(
+            forecast_at
+                .iter()
+                .filter(|p| reached(f.expected, **p))
+                .map(|p| (Basis::Forecast, *p)),
+        );
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +333,29 @@ mod tests {
         let oct = in_force(&all, at("2026-10-01T00:00:00Z"));
         assert_eq!(oct[0].amount, d(1000));
         assert_eq!(in_force(&all, at("2027-02-01T00:00:00Z")).len(), 2);
+    }
+
+    #[test]
+    fn thresholds_reached_by_spend_and_by_forecast() {
+        let f = Forecast {
+            spent: d(80),
+            expected: d(130),
+            low: d(100),
+            high: d(160),
+            basis_days: 28,
+        };
+        assert_eq!(
+            crossed(d(100), &f, &[50, 80, 100], &[100, 150]),
+            [
+                (Basis::Spent, 50),
+                (Basis::Spent, 80),
+                (Basis::Forecast, 100)
+            ]
+        );
+        // No pattern yet: no forecast alert.
+        let unknown = Forecast { basis_days: 0, ..f };
+        assert_eq!(crossed(d(100), &unknown, &[100], &[100]), []);
+        assert_eq!(crossed(d(0), &f, &[100], &[]), [(Basis::Spent, 100)]);
     }
 
     #[test]

@@ -289,3 +289,83 @@ pub async fn remove(
     crate::store::budgets::delete_budget(store.db(), dimension.trim(), key.trim(), from_month_ms)
         .await
 }
+
+/// Announces in Slack each budget threshold this month has reached (`[budgets]` in the config:
+/// percents of the budget spent, and of it forecast), each once per owner and month: the
+/// threshold is claimed in the transaction that queues the message, so with several replicas
+/// one announces it. A budget on a team goes to the team's route, on a cluster to the cluster's,
+/// others to the default; with no route, nothing is claimed. Several thresholds reached at once
+/// make one message, about the highest. Returns how many messages were queued.
+pub async fn alert(
+    store: &dyn Store,
+    config: &crate::config::Config,
+    now: i64,
+) -> Result<usize, StoreError> {
+    use gpuledger_core::budget::{crossed, Basis};
+    let (from, to) = gpuledger_core::time::month_of(now);
+    let month = month_label(from);
+    let team = config
+        .owners
+        .role(gpuledger_core::owners::Role::Team)
+        .map(str::to_owned);
+    let mut queued = 0;
+    for b in for_month(store, &config.owners, (from, to), now).await? {
+        let reached = crossed(
+            b.amount,
+            &b.forecast,
+            &config.budgets.alert_spent_percent,
+            &config.budgets.alert_forecast_percent,
+        );
+        if reached.is_empty() {
+            continue;
+        }
+        let (cluster, teams) = if team.as_deref() == Some(b.dimension.as_str()) {
+            ("", vec![b.key.clone()])
+        } else if b.dimension == GroupBy::Cluster.as_str() {
+            (b.key.as_str(), Vec::new())
+        } else {
+            ("", Vec::new())
+        };
+        let Some(route) = config.slack.route_for(cluster, &teams) else {
+            continue;
+        };
+        for basis in [Basis::Spent, Basis::Forecast] {
+            let mut tx = store.db().begin().await?;
+            let mut newest = None;
+            for (_, percent) in reached.iter().filter(|(x, _)| *x == basis) {
+                let claimed = crate::store::budgets::claim_alert(
+                    &mut tx,
+                    (&b.dimension, &b.key, from),
+                    basis.as_str(),
+                    i64::from(*percent),
+                    now,
+                )
+                .await?;
+                if claimed {
+                    newest = Some(*percent);
+                }
+            }
+            if let Some(percent) = newest {
+                let payload = crate::slack::budget_message(
+                    &b,
+                    basis,
+                    percent,
+                    &month,
+                    &config.slack.base_url,
+                );
+                crate::store::alerts::enqueue_slack(
+                    &mut tx,
+                    None,
+                    "budget",
+                    &route,
+                    &payload.to_string(),
+                    now,
+                )
+                .await?;
+                queued += 1;
+            }
+            tx.commit().await?;
+        }
+    }
+    Ok(queued)
+}

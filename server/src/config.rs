@@ -19,6 +19,35 @@ pub struct Config {
     /// The owner dimensions: the default four plus the `[owners]` table's.
     #[serde(default)]
     pub owners: OwnerSchema,
+    #[serde(default)]
+    pub budgets: BudgetAlerts,
+}
+
+/// When a budget is announced in Slack: at these percents of it spent, and of it forecast for
+/// the month's end. Each threshold once per owner and month.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetAlerts {
+    #[serde(default = "default_spent_percents")]
+    pub alert_spent_percent: Vec<u32>,
+    #[serde(default = "default_forecast_percents")]
+    pub alert_forecast_percent: Vec<u32>,
+}
+
+fn default_spent_percents() -> Vec<u32> {
+    vec![80, 100]
+}
+fn default_forecast_percents() -> Vec<u32> {
+    vec![100]
+}
+
+impl Default for BudgetAlerts {
+    fn default() -> Self {
+        BudgetAlerts {
+            alert_spent_percent: default_spent_percents(),
+            alert_forecast_percent: default_forecast_percents(),
+        }
+    }
 }
 
 /// A webhook URL; shown as `<webhook>` anywhere it could be printed.
@@ -162,6 +191,17 @@ impl Config {
                 return Err(err(format!("threshold_percent {t} is not within 0..=100")));
             }
         }
+        let b = &config.budgets;
+        if let Some(p) = b
+            .alert_spent_percent
+            .iter()
+            .chain(&b.alert_forecast_percent)
+            .find(|p| !(1..=1000).contains(*p))
+        {
+            return Err(err(format!(
+                "[budgets] alert percent {p} is not within 1..=1000"
+            )));
+        }
         Ok(config)
     }
 }
@@ -243,5 +283,14 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             .contains("bad.toml"));
         std::fs::write(&p, "[idle]\nduration = \"soon\"\n").unwrap();
         assert!(Config::load(&p).is_err());
+        std::fs::write(&p, "[budgets]\nalert_spent_percent = [80, 0]\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("alert percent 0"), "{e}");
+        std::fs::write(&p, "[budgets]\nalert_forecast_percent = [90, 110]\n").unwrap();
+        let c = Config::load(&p).unwrap();
+        assert_eq!(
+            (c.budgets.alert_spent_percent, c.budgets.alert_forecast_percent),
+            (vec![80, 100], vec![90, 110])
+        );
     }
 }

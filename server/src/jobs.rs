@@ -93,9 +93,11 @@ pub fn spawn_aws_sync(
 
 pub const IDLE_JOB: &str = "idle-evaluation";
 pub const SLACK_JOB: &str = "slack-sender";
+pub const BUDGET_JOB: &str = "budget-alerts";
 
-/// Evaluates idle incidents every minute and drains the Slack outbox every few seconds, each
-/// under its own lease so that with several replicas one does each.
+/// Evaluates idle incidents every minute, budget thresholds every five minutes, and drains the
+/// Slack outbox every few seconds, each under its own lease so that with several replicas one
+/// does each.
 pub fn spawn_waste_jobs(
     store: Arc<dyn Store>,
     card: Arc<crate::billing::ratecard::RateCard>,
@@ -128,6 +130,26 @@ pub fn spawn_waste_jobs(
                     }
                     Ok(false) => {}
                     Err(e) => tracing::error!(error = %e, "idle evaluation: lease"),
+                }
+            }
+        });
+    }
+    {
+        // Budgets move with the ledger, which the roll-up refreshes every few minutes.
+        let (store, config, holder) = (store.clone(), config.clone(), holder.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(300));
+            loop {
+                tick.tick().await;
+                let now = crate::now_ms();
+                match store::jobs::try_lease(store.db(), BUDGET_JOB, &holder, now, 240_000).await {
+                    Ok(true) => match crate::budgets::alert(store.as_ref(), &config, now).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(messages = n, "budget alerts"),
+                        Err(e) => tracing::error!(error = %e, "budget alerts failed"),
+                    },
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "budget alerts: lease"),
                 }
             }
         });

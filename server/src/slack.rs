@@ -246,6 +246,54 @@ fn devices_section(devices_json: &str) -> String {
     )
 }
 
+/// A budget reaching a threshold: what is spent (or forecast) against it, and where to look.
+pub fn budget_message(
+    b: &crate::budgets::BudgetStatus,
+    basis: gpuledger_core::budget::Basis,
+    percent: u32,
+    month: &str,
+    base_url: &str,
+) -> Value {
+    use gpuledger_core::budget::Basis;
+    let m = |d: Decimal| crate::format::money(d, &b.currency);
+    let who = format!("{} {}", b.dimension.replace('_', " "), b.key);
+    let headline = match basis {
+        Basis::Spent => format!("Budget {percent}% spent: {who}"),
+        Basis::Forecast => format!("Budget heading to {percent}%: {who}"),
+    };
+    let f = &b.forecast;
+    let text = format!(
+        "{headline} in {month}: {} spent of {}; the month is heading for {} ({} to {}).",
+        m(f.spent),
+        m(b.amount),
+        m(f.expected),
+        m(f.low),
+        m(f.high)
+    );
+    let field = |label: &str, value: &str| {
+        let head = format!("*{label}*\n");
+        let room = limits::SECTION_FIELD - head.chars().count();
+        format!("{head}{}", clip_escaped(value, room))
+    };
+    let link = format!("{}/budgets?month={month}", base_url.trim_end_matches('/'));
+    json!({
+        "text": clip_escaped(&text, limits::FALLBACK),
+        "blocks": [
+            { "type": "header", "text": { "type": "plain_text", "text": clip(&headline, limits::HEADER) } },
+            { "type": "section", "fields": [
+                { "type": "mrkdwn", "text": field("Owner", &who) },
+                { "type": "mrkdwn", "text": field("Budget", &format!("{} ({month})", m(b.amount))) },
+                { "type": "mrkdwn", "text": field("Spent", &m(f.spent)) },
+                { "type": "mrkdwn", "text": field("Forecast", &format!("{} ({} to {})", m(f.expected), m(f.low), m(f.high))) }
+            ]},
+            { "type": "actions", "elements": [
+                { "type": "button", "text": { "type": "plain_text", "text": "Open budgets" },
+                  "url": clip(&link, limits::BUTTON_URL) }
+            ]}
+        ]
+    })
+}
+
 pub fn test_message(route: &str, base_url: &str) -> Value {
     json!({
         "text": clip_escaped(&format!("gpuledger test message for route {route}"), limits::FALLBACK),
@@ -533,6 +581,33 @@ mod tests {
         let path = dir.path().join("test.json");
         std::fs::write(&path, test_message(&huge, &ampersands).to_string()).unwrap();
         files.push(path);
+        // A budget on the longest, most hostile key, by spend and by forecast.
+        let budget = crate::budgets::BudgetStatus {
+            dimension: "cost_center".into(),
+            key: "<k>&".repeat(50),
+            from_month: "2026-11".into(),
+            amount: Decimal::from(1_000_000),
+            currency: "EUR".into(),
+            set_by: "ana".into(),
+            forecast: gpuledger_core::budget::Forecast {
+                spent: Decimal::from(900_000),
+                expected: Decimal::from(1_200_000),
+                low: Decimal::from(1_100_000),
+                high: Decimal::from(1_300_000),
+                basis_days: 28,
+            },
+            standing: gpuledger_core::budget::Standing::AtRisk,
+        };
+        for basis in [
+            gpuledger_core::budget::Basis::Spent,
+            gpuledger_core::budget::Basis::Forecast,
+        ] {
+            let m = budget_message(&budget, basis, 90, "2026-11", &ampersands);
+            assert!(!m.to_string().contains('$'), "{m}");
+            let path = dir.path().join(format!("budget-{}.json", basis.as_str()));
+            std::fs::write(&path, m.to_string()).unwrap();
+            files.push(path);
+        }
         let script =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slack-validate");
         let out = std::process::Command::new(script)

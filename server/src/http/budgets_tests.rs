@@ -259,3 +259,62 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
         );
     }
 }
+
+/// Each threshold reached is announced once per owner and month, in the owner's route: a team's
+/// budget of a cent is past 80% and 100% spent and forecast (one message for each measure, about
+/// the highest); team a, well within its budget, says nothing; a second run sends nothing.
+#[tokio::test]
+async fn budget_thresholds_reach_slack_once() {
+    let config: crate::config::Config = toml::from_str(
+        r#"
+[slack]
+default_webhook = "https://hooks.slack.com/services/T/B/default"
+[[slack.routes]]
+team = "b"
+webhook = "https://hooks.slack.com/services/T/B/team-b"
+"#,
+    )
+    .unwrap();
+    let shared = std::sync::Arc::new(config.clone());
+    let month = month_label(now_ms());
+    for (api, _db) in super::tests::apis_with(|s| s.config = shared.clone()).await {
+        let b = api.backend;
+        let (admin, _) = api.session("admin").await;
+        ledger(&api).await;
+        for (key, amount) in [("a", "100000"), ("b", "0.01")] {
+            let (status, v) = send(
+                &api,
+                "PUT",
+                "/api/v1/budgets",
+                &admin,
+                serde_json::json!({"dimension": "team", "key": key, "amount": amount, "from_month": month}),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{b}: {v}");
+        }
+        let queued = crate::budgets::alert(api.store.as_ref(), &config, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(queued, 2, "{b}: spent and forecast, team b only");
+        let again = crate::budgets::alert(api.store.as_ref(), &config, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(again, 0, "{b}: each threshold once per month");
+        let sent = crate::store::alerts::slack_history(api.store.db(), 10)
+            .await
+            .unwrap();
+        assert_eq!(sent.len(), 2, "{b}");
+        for m in &sent {
+            assert_eq!(
+                (m.event.as_str(), m.route.as_str()),
+                ("budget", "team:b"),
+                "{b}"
+            );
+            assert!(
+                m.payload.contains("team b") && m.payload.contains("100%"),
+                "{b}: {}",
+                m.payload
+            );
+        }
+    }
+}

@@ -63,6 +63,7 @@ async fn receiver() -> (Receiver, String) {
 fn config(webhook: &str, remind: Duration) -> Config {
     Config {
         idle: Default::default(),
+        budgets: Default::default(),
         owners: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),

@@ -73,3 +73,30 @@ pub async fn budgets(on: impl Into<On<'_>>) -> Result<Vec<BudgetRow>, StoreError
         .await?)
     })
 }
+
+/// Claims a budget threshold's alert for an owner's month: true only the first time, so one
+/// replica announces it once.
+pub async fn claim_alert(
+    on: impl Into<On<'_>>,
+    (dimension, owner_key, month_ms): (&str, &str, i64),
+    basis: &str,
+    percent: i64,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let done = sqlx::query(
+            "INSERT INTO budget_alerts (dimension, owner_key, month_ms, basis, percent, sent_ms)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(dimension)
+        .bind(owner_key)
+        .bind(month_ms)
+        .bind(basis)
+        .bind(percent)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    })
+}
