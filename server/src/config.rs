@@ -285,11 +285,17 @@ webhook = "https://hooks.slack.com/services/T/B/train"
         assert!(Config::load(&p).is_err());
         std::fs::write(&p, "[budgets]\nalert_spent_percent = [80, 0]\n").unwrap();
         let e = Config::load(&p).unwrap_err().to_string();
-        assert!(e.contains("bad.toml") && e.contains("alert percent 0"), "{e}");
+        assert!(
+            e.contains("bad.toml") && e.contains("alert percent 0"),
+            "{e}"
+        );
         std::fs::write(&p, "[budgets]\nalert_forecast_percent = [90, 110]\n").unwrap();
         let c = Config::load(&p).unwrap();
         assert_eq!(
-            (c.budgets.alert_spent_percent, c.budgets.alert_forecast_percent),
+            (
+                c.budgets.alert_spent_percent,
+                c.budgets.alert_forecast_percent
+            ),
             (vec![80, 100], vec![90, 110])
         );
     }

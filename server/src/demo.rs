@@ -579,7 +579,52 @@ pub async fn seed(
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
     // Roll it all up now, so the first page opened shows everything.
     crate::rollup::run(store, card, busy, owners, usize::MAX).await?;
+    set_budgets(store, owners, now_ms).await?;
     Ok(batches)
+}
+
+/// This month's budgets for the demo's teams, from what each spent last month: training a
+/// little above it, serving below it (heading over), research well above.
+async fn set_budgets(
+    store: &dyn Store,
+    owners: &crate::config::OwnerSchema,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    use crate::allocation::{key_of, GroupBy};
+    let Some(team) = GroupBy::role(owners, gpuledger_core::owners::Role::Team) else {
+        return Ok(());
+    };
+    let this = month_start_ms(now_ms);
+    let (from, to) = gpuledger_core::time::month_of(this - 1);
+    let last = crate::ledger::load(store, from, to, crate::store::RollupGrain::HostDay).await?;
+    for (name, percent) in [("foundation", 110), ("applied", 85), ("research", 150)] {
+        let spent: Decimal = last
+            .parts
+            .iter()
+            .filter(|p| p.currency == "USD" && key_of(p, team, &last) == name)
+            .map(|p| p.cost)
+            .sum();
+        // In round hundreds, as a finance lead would set it.
+        let amount =
+            (spent * Decimal::from(percent) / Decimal::from(10_000)).round() * Decimal::from(100);
+        if amount.is_zero() {
+            continue;
+        }
+        store::budgets::set_budget(
+            store.db(),
+            &store::budgets::BudgetRow {
+                dimension: team.as_str().to_owned(),
+                owner_key: name.to_owned(),
+                from_month_ms: this,
+                amount: gpuledger_core::money::to_text(amount),
+                currency: "USD".into(),
+                set_by: "demo".into(),
+                set_ms: now_ms,
+            },
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Keeps the simulated fleet reporting while the demo serves, as its agents would: the windows

@@ -93,6 +93,25 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     assert!(forgotten > Decimal::ZERO);
     assert_eq!(r.gpu_without_agent_total(), forgotten);
     assert_eq!(r.attributed.unmonitored, forgotten, "{r:?}");
+    // This month's budgets for the three teams, each with a forecast from the weekday pattern.
+    let budgets = crate::budgets::for_month(
+        store.as_ref(),
+        &crate::config::OwnerSchema::default(),
+        gpuledger_core::time::month_of(now),
+        now,
+    )
+    .await
+    .unwrap();
+    let teams: std::collections::BTreeSet<&str> = budgets.iter().map(|b| b.key.as_str()).collect();
+    assert_eq!(teams, ["applied", "foundation", "research"].into());
+    for b in &budgets {
+        assert!(b.forecast.basis_days >= 28, "{b:?}");
+        assert!(
+            b.forecast.expected > b.forecast.spent,
+            "{b:?}: the month goes on"
+        );
+        assert!(b.forecast.low <= b.forecast.expected && b.forecast.expected <= b.forecast.high);
+    }
     // Idle history from the ledger: the idle H100 hosts are idle the whole month, and the
     // episodes carry exactly the month's idle and held-idle dollars.
     let episodes = crate::idle_history::load(store.as_ref(), from, to)
