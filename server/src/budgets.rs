@@ -346,8 +346,16 @@ pub async fn alert(
                 }
             }
             if let Some(percent) = newest {
+                let budget = Budget {
+                    dimension: b.dimension.clone(),
+                    key: b.key.clone(),
+                    from_month_ms: from,
+                    amount: b.amount,
+                    currency: b.currency.clone(),
+                };
                 let payload = crate::slack::budget_message(
-                    &b,
+                    &budget,
+                    &b.forecast,
                     basis,
                     percent,
                     &month,

@@ -248,7 +248,8 @@ fn devices_section(devices_json: &str) -> String {
 
 /// A budget reaching a threshold: what is spent (or forecast) against it, and where to look.
 pub fn budget_message(
-    b: &crate::budgets::BudgetStatus,
+    b: &gpuledger_core::budget::Budget,
+    f: &gpuledger_core::budget::Forecast,
     basis: gpuledger_core::budget::Basis,
     percent: u32,
     month: &str,
@@ -261,7 +262,6 @@ pub fn budget_message(
         Basis::Spent => format!("Budget {percent}% spent: {who}"),
         Basis::Forecast => format!("Budget heading to {percent}%: {who}"),
     };
-    let f = &b.forecast;
     let text = format!(
         "{headline} in {month}: {} spent of {}; the month is heading for {} ({} to {}).",
         m(f.spent),
@@ -582,27 +582,25 @@ mod tests {
         std::fs::write(&path, test_message(&huge, &ampersands).to_string()).unwrap();
         files.push(path);
         // A budget on the longest, most hostile key, by spend and by forecast.
-        let budget = crate::budgets::BudgetStatus {
+        let budget = gpuledger_core::budget::Budget {
             dimension: "cost_center".into(),
             key: "<k>&".repeat(50),
-            from_month: "2026-11".into(),
+            from_month_ms: 0,
             amount: Decimal::from(1_000_000),
             currency: "EUR".into(),
-            set_by: "ana".into(),
-            forecast: gpuledger_core::budget::Forecast {
-                spent: Decimal::from(900_000),
-                expected: Decimal::from(1_200_000),
-                low: Decimal::from(1_100_000),
-                high: Decimal::from(1_300_000),
-                basis_days: 28,
-            },
-            standing: gpuledger_core::budget::Standing::AtRisk,
+        };
+        let forecast = gpuledger_core::budget::Forecast {
+            spent: Decimal::from(900_000),
+            expected: Decimal::from(1_200_000),
+            low: Decimal::from(1_100_000),
+            high: Decimal::from(1_300_000),
+            basis_days: 28,
         };
         for basis in [
             gpuledger_core::budget::Basis::Spent,
             gpuledger_core::budget::Basis::Forecast,
         ] {
-            let m = budget_message(&budget, basis, 90, "2026-11", &ampersands);
+            let m = budget_message(&budget, &forecast, basis, 90, "2026-11", &ampersands);
             assert!(!m.to_string().contains('$'), "{m}");
             let path = dir.path().join(format!("budget-{}.json", basis.as_str()));
             std::fs::write(&path, m.to_string()).unwrap();
