@@ -1,6 +1,6 @@
 //! Budgets: the page at `/budgets` (admins set and remove them there) and
-//! `/api/v1/budgets` (GET for everyone signed in; PUT and DELETE for admins, JSON only, so no
-//! other site's form can send them).
+//! `/api/v1/budgets` (GET for everyone signed in; PUT and DELETE for admins, JSON only and
+//! refused when a browser says another site sent them).
 
 use askama::Template;
 use axum::extract::{Query, State};
@@ -83,12 +83,34 @@ fn usd() -> String {
     "USD".into()
 }
 
+/// Whether a write sent with the session cookie comes from this site. A browser says where a
+/// request comes from (`Sec-Fetch-Site`, `Origin`); a script or BI tool says neither. JSON bodies
+/// and `SameSite=Lax` already keep other sites out; this says so outright, so that a CORS layer
+/// added one day cannot let them in.
+fn from_this_site(headers: &axum::http::HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if header("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none") {
+        return false;
+    }
+    match (header("origin"), header("host")) {
+        (None, _) => true,
+        (Some(origin), Some(host)) => origin
+            .split_once("://")
+            .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)),
+        (Some(_), None) => false,
+    }
+}
+
 /// `PUT /api/v1/budgets` (admins): sets a budget; answers it as it now stands.
 async fn set_api(
     State(state): State<AppState>,
     AdminOnly(user): AdminOnly,
+    headers: axum::http::HeaderMap,
     body: Result<Json<SetBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
+    if !from_this_site(&headers) {
+        return Err(ApiError::Forbidden);
+    }
     let Json(b) = body.map_err(|e| ApiError::BadRequest {
         message: e.body_text(),
         field: None,
@@ -122,8 +144,12 @@ struct DeleteBody {
 async fn delete_api(
     State(state): State<AppState>,
     AdminOnly(_user): AdminOnly,
+    headers: axum::http::HeaderMap,
     body: Result<Json<DeleteBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
+    if !from_this_site(&headers) {
+        return Err(ApiError::Forbidden);
+    }
     let Json(b) = body.map_err(|e| ApiError::BadRequest {
         message: e.body_text(),
         field: None,

@@ -242,6 +242,36 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
             .clone();
         assert_eq!(d(&a["amount"]), from_text("2500.50"), "{b}: {a}");
 
+        // A write another site's page sends is refused, whatever its cookie; this site's is not.
+        for (name, value) in [
+            ("origin", "https://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+        ] {
+            let req = Request::builder()
+                .method("PUT")
+                .uri("/api/v1/budgets")
+                .header("content-type", "application/json")
+                .header("cookie", &admin)
+                .header("host", "gpuledger.test")
+                .header(name, value)
+                .body(Body::from(set("a", "1").to_string()))
+                .unwrap();
+            let resp = api.app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{b}: {name}: {value}");
+        }
+        let req = Request::builder()
+            .method("PUT")
+            .uri("/api/v1/budgets")
+            .header("content-type", "application/json")
+            .header("cookie", &admin)
+            .header("host", "gpuledger.test")
+            .header("origin", "https://gpuledger.test")
+            .header("sec-fetch-site", "same-origin")
+            .body(Body::from(set("a", "2500.50").to_string()))
+            .unwrap();
+        let resp = api.app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{b}: from this site");
+
         // Removed: 204, then 404.
         let gone = serde_json::json!({"dimension": "team", "key": "b", "from_month": month});
         let (status, _) = send(&api, "DELETE", "/api/v1/budgets", &admin, gone.clone()).await;
