@@ -101,6 +101,20 @@ fn from_this_site(headers: &axum::http::HeaderMap) -> bool {
     }
 }
 
+/// A budget write's JSON body, from this site only ([`from_this_site`]).
+fn write_body<T>(
+    headers: &axum::http::HeaderMap,
+    body: Result<Json<T>, axum::extract::rejection::JsonRejection>,
+) -> Result<T, ApiError> {
+    if !from_this_site(headers) {
+        return Err(ApiError::Forbidden);
+    }
+    body.map(|Json(b)| b).map_err(|e| ApiError::BadRequest {
+        message: e.body_text(),
+        field: None,
+    })
+}
+
 /// `PUT /api/v1/budgets` (admins): sets a budget; answers it as it now stands.
 async fn set_api(
     State(state): State<AppState>,
@@ -108,13 +122,7 @@ async fn set_api(
     headers: axum::http::HeaderMap,
     body: Result<Json<SetBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    if !from_this_site(&headers) {
-        return Err(ApiError::Forbidden);
-    }
-    let Json(b) = body.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let b = write_body(&headers, body)?;
     let from_month = b.from_month.unwrap_or_else(|| month_label(now_ms()));
     let status = crate::budgets::set(
         state.store.as_ref(),
@@ -147,13 +155,7 @@ async fn delete_api(
     headers: axum::http::HeaderMap,
     body: Result<Json<DeleteBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
-    if !from_this_site(&headers) {
-        return Err(ApiError::Forbidden);
-    }
-    let Json(b) = body.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+    let b = write_body(&headers, body)?;
     let ((from, _), _) = month_range(Some(b.from_month)).map_err(|m| bad("from_month", m))?;
     let gone = crate::budgets::remove(state.store.as_ref(), &b.dimension, &b.key, from).await?;
     Ok(if gone {
