@@ -437,6 +437,25 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .is_empty());
     std::fs::write(shots.join("drilldown.png"), c.screenshot().await.unwrap()).unwrap();
 
+    // Yesterday's load test is on its month's review, with the hosts that drove it.
+    let yesterday = (chrono::Utc::now() - chrono::Duration::days(1))
+        .format("%Y-%m")
+        .to_string();
+    c.set_window_size(1280, 900).await.unwrap();
+    c.goto(&format!("{url}/review/{yesterday}#anomalies"))
+        .await
+        .unwrap();
+    let anomalies = text_of(&c, "table.anomalies").await;
+    assert!(
+        anomalies.contains("team applied") && anomalies.contains("scratch-0"),
+        "{anomalies}"
+    );
+    std::fs::write(
+        shots.join("review-anomalies.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+
     // Every page at 1280 px, once the long names are rolled up into this month.
     c.set_window_size(1280, 900).await.unwrap();
     let long_model = long_name("model");
@@ -543,13 +562,15 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         let budget = headers
             .iter()
             .any(|h| h == "Budget heading to 100%: team applied");
-        if cluster && notebooks >= 2 && budget {
+        // Serving's load test on the idle cluster yesterday: a spend spike, heard of at once.
+        let spike = headers.iter().any(|h| h == "Spend spike: team applied");
+        if cluster && notebooks >= 2 && budget && spike {
             break headers;
         }
         assert!(
             Instant::now() < deadline,
-            "Slack got no message for the idle cluster, both notebook hosts and the serving \
-             team's budget: {headers:?}"
+            "Slack got no message for the idle cluster, both notebook hosts, the serving \
+             team's budget and its spend spike: {headers:?}"
         );
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
@@ -575,6 +596,18 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
             .is_some_and(|h| h.starts_with("Budget"))
         {
             continue; // about money, not GPUs
+        }
+        if p["blocks"][0]["text"]["text"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("Spend spike"))
+        {
+            // About money, driven by GPUs: the load test's hosts and what ran there.
+            let drivers = p["blocks"][3]["text"]["text"].as_str().unwrap_or("");
+            assert!(
+                drivers.starts_with("*Driven by") && drivers.contains("scratch-0"),
+                "{p}"
+            );
+            continue;
         }
         let gpus = p["blocks"][2]["text"]["text"].as_str().unwrap_or("");
         assert!(gpus.starts_with("*Which GPUs:*"), "{p}");

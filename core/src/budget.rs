@@ -9,11 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{Datelike, TimeZone, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::time::DAY_MS;
+use crate::time::{weekday, DAY_MS};
 
 /// Weeks of history the weekday pattern is read from.
 pub const PATTERN_WEEKS: i64 = 4;
@@ -58,12 +57,6 @@ pub struct Forecast {
     pub high: Decimal,
     /// Days of history the pattern was read from (0: no basis, the forecast is what is spent).
     pub basis_days: i64,
-}
-
-fn weekday(day_ms: i64) -> u32 {
-    Utc.timestamp_millis_opt(day_ms)
-        .single()
-        .map_or(0, |d| d.weekday().num_days_from_monday())
 }
 
 /// The forecast for the month `[month_from, month_to)` at `now`, from one owner's cost per UTC

@@ -7,6 +7,7 @@
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
 //! - [`budget`]: budgets in force per owner and month-end forecasts from the weekday pattern.
+//! - [`anomaly`]: days an owner spent well above what that weekday usually costs it.
 //! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
 //! - [`owners`]: the owner dimensions as data: their names, roles and sources.
 //! - [`telemetry`]: hosts, GPU and process windows as attribution reads them.
@@ -20,6 +21,7 @@
 
 pub mod activity;
 pub mod allocation;
+pub mod anomaly;
 pub mod attribution;
 pub mod bill;
 pub mod budget;

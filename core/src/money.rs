@@ -97,6 +97,12 @@ pub fn split_exact(amount: Decimal, weights: &[f64]) -> Vec<Decimal> {
         .collect()
 }
 
+/// A currency code as people type it (` usd`), as bills write it (`USD`): three ASCII letters.
+pub fn currency_code(text: &str) -> Option<String> {
+    let code = text.trim().to_ascii_uppercase();
+    (code.len() == 3 && code.chars().all(|c| c.is_ascii_uppercase())).then_some(code)
+}
+
 /// Rounds for display: two decimals, half away from zero, as invoices do.
 pub fn cents(amount: Decimal) -> Decimal {
     amount.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero)

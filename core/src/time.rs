@@ -16,6 +16,11 @@ pub fn day_floor(ms: i64) -> i64 {
     ms.div_euclid(DAY_MS) * DAY_MS
 }
 
+/// The UTC weekday of `ms`, Monday 0 to Sunday 6 (1970-01-01 was a Thursday).
+pub fn weekday(ms: i64) -> u32 {
+    (ms.div_euclid(DAY_MS) + 3).rem_euclid(7) as u32
+}
+
 /// The first instant of the month `ms` falls in.
 pub fn month_start_ms(ms: i64) -> i64 {
     DateTime::from_timestamp_millis(ms)

@@ -195,13 +195,12 @@ pub async fn set(
             "a budget has at most six decimals (cents are two)",
         ));
     }
-    let currency = ask.currency.trim().to_ascii_uppercase();
-    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_uppercase()) {
-        return Err(invalid(
+    let currency = gpuledger_core::money::currency_code(ask.currency).ok_or_else(|| {
+        invalid(
             "currency",
             format!("{:?} is not a three-letter currency code", ask.currency),
-        ));
-    }
+        )
+    })?;
     let (month_from, month_to) = crate::allocation::calendar_month(ask.from_month.trim())
         .ok_or_else(|| {
             invalid(

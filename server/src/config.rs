@@ -21,6 +21,50 @@ pub struct Config {
     pub owners: OwnerSchema,
     #[serde(default)]
     pub budgets: BudgetAlerts,
+    #[serde(default)]
+    pub anomalies: AnomalyConfig,
+}
+
+/// Which owners' daily spend is watched for anomalies, and how large a rise must be to count
+/// (besides the usual noise, see [`gpuledger_core::anomaly`]).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnomalyConfig {
+    /// Owner dimensions watched; empty: the team dimension, else every owner dimension.
+    #[serde(default)]
+    pub dimensions: Vec<String>,
+    /// A rise smaller than this amount a day (in the bill's currency) is never an anomaly.
+    #[serde(default = "default_min_increase")]
+    pub min_increase: rust_decimal::Decimal,
+    /// Nor one smaller than this percent of what the day was expected to cost.
+    #[serde(default = "default_min_increase_percent")]
+    pub min_increase_percent: u32,
+}
+
+fn default_min_increase() -> rust_decimal::Decimal {
+    rust_decimal::Decimal::from(50)
+}
+fn default_min_increase_percent() -> u32 {
+    30
+}
+
+impl Default for AnomalyConfig {
+    fn default() -> Self {
+        AnomalyConfig {
+            dimensions: Vec::new(),
+            min_increase: default_min_increase(),
+            min_increase_percent: default_min_increase_percent(),
+        }
+    }
+}
+
+impl AnomalyConfig {
+    pub fn sensitivity(&self) -> gpuledger_core::anomaly::Sensitivity {
+        gpuledger_core::anomaly::Sensitivity {
+            min_increase: self.min_increase,
+            min_increase_percent: self.min_increase_percent,
+        }
+    }
 }
 
 /// When a budget is announced in Slack: at these percents of it spent, and of it forecast for
@@ -200,6 +244,27 @@ impl Config {
         {
             return Err(err(format!(
                 "[budgets] alert percent {p} is not within 1..=1000"
+            )));
+        }
+        let a = &config.anomalies;
+        if a.min_increase <= rust_decimal::Decimal::ZERO {
+            return Err(err(
+                "[anomalies] min_increase must be more than 0: on a steady history any rise \
+                 would be an anomaly"
+                    .into(),
+            ));
+        }
+        if a.min_increase_percent > 1000 {
+            return Err(err(format!(
+                "[anomalies] min_increase_percent {} is not within 0..=1000",
+                a.min_increase_percent
+            )));
+        }
+        let names: Vec<&str> = config.owners.names().collect();
+        if let Some(d) = a.dimensions.iter().find(|d| !names.contains(&d.as_str())) {
+            return Err(err(format!(
+                "[anomalies] dimension {d:?} is none of the owner dimensions {}",
+                names.join(", ")
             )));
         }
         Ok(config)

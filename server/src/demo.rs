@@ -115,11 +115,35 @@ fn wobble(seed: u64) -> f64 {
     ((x >> 33) % 1000) as f64 / 1000.0
 }
 
-fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
+/// The day the serving team borrowed the idle H100 cluster for a load test: the day before the
+/// demo starts, so its spend spike is on the review and in Slack.
+fn load_test_day(now_ms: i64) -> (i64, i64) {
+    let today = gpuledger_core::time::day_floor(now_ms);
+    (today - DAY_MS, today)
+}
+
+/// What a host runs at `t_ms`: its own workload, but serving's load test on the idle cluster's
+/// hosts during `load_test`.
+fn workload_at(spec: &HostSpec, t_ms: i64, load_test: Option<(i64, i64)>) -> Workload {
+    match (spec.workload, load_test) {
+        (Workload::Idle, Some((from, to))) if (from..to).contains(&t_ms) => {
+            Workload::Inference("chat-api", "mistral-7b")
+        }
+        (w, _) => w,
+    }
+}
+
+fn gpu_window(
+    spec: &HostSpec,
+    g: u32,
+    t_ms: i64,
+    len_ms: i64,
+    load_test: Option<(i64, i64)>,
+) -> GpuWindow {
     let seed = (t_ms as u64 / 1000) ^ (u64::from(g) << 40) ^ spec.hostname.len() as u64;
     let hour = (t_ms / 3_600_000) % 24;
-    let (util, mem, proc_labels): (f64, u64, Option<BTreeMap<String, String>>) = match spec.workload
-    {
+    let workload = workload_at(spec, t_ms, load_test);
+    let (util, mem, proc_labels): (f64, u64, Option<BTreeMap<String, String>>) = match workload {
         Workload::Training(model, exp) => (
             85.0 + 10.0 * wobble(seed),
             spec.gpu_mem * 9 / 10,
@@ -161,7 +185,7 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
         Workload::Idle => (0.0, 0, None),
     };
     // Who runs each kind of work: service accounts for jobs, a person for the notebook.
-    let user = match spec.workload {
+    let user = match workload {
         Workload::Training(..) => "svc-train",
         Workload::Inference(..) => "svc-serve",
         _ => "maria",
@@ -171,7 +195,7 @@ fn gpu_window(spec: &HostSpec, g: u32, t_ms: i64, len_ms: i64) -> GpuWindow {
             vec![ProcessWindow {
                 pid: 10_000 + g,
                 name: Some(
-                    match spec.workload {
+                    match workload {
                         Workload::HeldIdle(_) => "jupyter-kernel",
                         _ => "python3",
                     }
@@ -467,6 +491,7 @@ pub async fn seed(
     let this_month = month_start_ms(now_ms);
     let start = month_start_ms(this_month - 1);
     let end = now_ms - now_ms % 60_000;
+    let load_test = load_test_day(now_ms);
     // The demo carries two months of history, more than the default 35-day ingest window.
     let limits = Limits {
         retention_ms: end - start + HOUR_MS,
@@ -512,7 +537,7 @@ pub async fn seed(
             while t < day_end {
                 let w_end = (t + HOUR_MS).min(day_end);
                 let gpus: Vec<GpuWindow> = (0..spec.gpus)
-                    .map(|g| gpu_window(&spec, g, t, w_end - t))
+                    .map(|g| gpu_window(&spec, g, t, w_end - t, Some(load_test)))
                     .collect();
                 if let Workload::Inference(endpoint, _) = spec.workload {
                     // The serving code's request counter: requests follow the load.
@@ -658,7 +683,7 @@ pub async fn report_live(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<
                 end_ms: to_ms,
                 samples: ((to_ms - from_ms) / 1000) as u32,
                 gpus: (0..spec.gpus)
-                    .map(|g| gpu_window(&spec, g, from_ms, to_ms - from_ms))
+                    .map(|g| gpu_window(&spec, g, from_ms, to_ms - from_ms, None))
                     .collect(),
             }],
         };

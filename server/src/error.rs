@@ -30,6 +30,12 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Internal(String),
+    /// What the request names does not exist (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// What the request would do is already done (409).
+    #[error("{0}")]
+    Conflict(String),
     /// A report refused because of who sent it (403) or what was already stored (409).
     #[error("{}", .0.message)]
     Refused(crate::store::Refusal),
@@ -57,6 +63,8 @@ impl ApiError {
                 (StatusCode::FORBIDDEN, "forbidden", Some(r.field.clone()))
             }
             ApiError::Refused(r) => (StatusCode::CONFLICT, "conflict", Some(r.field.clone())),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", None),
             ApiError::Store(_) | ApiError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
             }

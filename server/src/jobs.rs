@@ -94,10 +94,11 @@ pub fn spawn_aws_sync(
 pub const IDLE_JOB: &str = "idle-evaluation";
 pub const SLACK_JOB: &str = "slack-sender";
 pub const BUDGET_JOB: &str = "budget-alerts";
+pub const ANOMALY_JOB: &str = "anomaly-alerts";
 
-/// Evaluates idle incidents every minute, budget thresholds every five minutes, and drains the
-/// Slack outbox every few seconds, each under its own lease so that with several replicas one
-/// does each.
+/// Evaluates idle incidents every minute, budget thresholds and spend anomalies every five
+/// minutes, and drains the Slack outbox every few seconds, each under its own lease so that with
+/// several replicas one does each.
 pub fn spawn_waste_jobs(
     store: Arc<dyn Store>,
     card: Arc<crate::billing::ratecard::RateCard>,
@@ -154,6 +155,16 @@ pub fn spawn_waste_jobs(
             }
         });
     }
+    announce_every_five_minutes(
+        (store.clone(), config.clone(), holder.clone()),
+        BUDGET_JOB,
+        |store, config, now| async move { crate::budgets::alert(store.as_ref(), &config, now).await },
+    );
+    announce_every_five_minutes(
+        (store.clone(), config.clone(), holder.clone()),
+        ANOMALY_JOB,
+        |store, config, now| async move { crate::anomalies::alert(store.as_ref(), &config, now).await },
+    );
     tokio::spawn(async move {
         let client = crate::slack::client();
         let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -325,6 +336,34 @@ async fn refresh_recommendations(
         Ok(false) => {}
         Err(e) => tracing::error!(error = %e, "recommendations: lease"),
     }
+}
+
+/// Runs `announce` (which queues Slack messages and says how many) every five minutes under the
+/// lease `job`, so that with several replicas one does it.
+fn announce_every_five_minutes<F, Fut>(
+    (store, config, holder): (Arc<dyn Store>, Arc<crate::config::Config>, String),
+    job: &'static str,
+    announce: F,
+) where
+    F: Fn(Arc<dyn Store>, Arc<crate::config::Config>, i64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<usize, store::StoreError>> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(300));
+        loop {
+            tick.tick().await;
+            let now = crate::now_ms();
+            match store::jobs::try_lease(store.db(), job, &holder, now, 240_000).await {
+                Ok(true) => match announce(store.clone(), config.clone(), now).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(job, messages = n, "announced in Slack"),
+                    Err(e) => tracing::error!(job, error = %e, "failed"),
+                },
+                Ok(false) => {}
+                Err(e) => tracing::error!(job, error = %e, "lease"),
+            }
+        }
+    });
 }
 
 #[cfg(test)]

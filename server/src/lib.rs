@@ -3,6 +3,7 @@
 
 pub mod agent_tokens;
 pub mod allocation;
+pub mod anomalies;
 pub mod attribution;
 pub mod auth;
 pub mod billing;

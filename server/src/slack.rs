@@ -294,6 +294,107 @@ pub fn budget_message(
     })
 }
 
+/// A day (`2026-11-23`) and its weekday, as a message names it.
+fn day_name(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|d| d.format("%a %Y-%m-%d").to_string())
+        .unwrap_or_default()
+}
+
+/// An owner's spend anomaly: what it cost against what that weekday usually costs, and the
+/// GPUs, hosts and processes behind it.
+pub fn anomaly_message(
+    (dimension, key, currency): (&str, &str, &str),
+    a: &gpuledger_core::anomaly::Anomaly,
+    drivers: &[gpuledger_core::anomaly::Driver],
+    base_url: &str,
+) -> Value {
+    use gpuledger_core::anomaly::AnomalyKind;
+    let m = |d: Decimal| crate::format::money(d, currency);
+    let who = format!("{} {key}", dimension.replace('_', " "));
+    let days = a.days.len() as i64;
+    let (headline, text) = match a.kind {
+        AnomalyKind::Spike if days == 1 => (
+            format!("Spend spike: {who}"),
+            format!(
+                "{who} spent {} on {}{}, where that weekday usually costs {}: {} more.",
+                m(a.actual),
+                day_name(a.last_day_ms()),
+                if a.days.last().is_some_and(|d| d.partial) {
+                    " so far"
+                } else {
+                    ""
+                },
+                m(a.expected),
+                m(a.excess())
+            ),
+        ),
+        AnomalyKind::Spike => (
+            format!("Spend spike: {who}"),
+            format!(
+                "{who} spent {} over {days} days since {}, where those days usually cost {}: \
+                 {} more.",
+                m(a.actual),
+                day_name(a.start_ms),
+                m(a.expected),
+                m(a.excess())
+            ),
+        ),
+        AnomalyKind::NewLevel => (
+            format!("New spend level: {who}"),
+            format!(
+                "{who} has spent about {} a day since {}, where those days usually cost {}: \
+                 {} more over {days} days.",
+                m(a.actual / Decimal::from(days)),
+                day_name(a.start_ms),
+                m(a.expected / Decimal::from(days)),
+                m(a.excess())
+            ),
+        ),
+    };
+    let field = |label: &str, value: &str| {
+        let head = format!("*{label}*\n");
+        let room = limits::SECTION_FIELD - head.chars().count();
+        format!("{head}{}", clip_escaped(value, room))
+    };
+    let lines: Vec<String> = drivers
+        .iter()
+        .map(|d| format!("• {}", d.label(m)))
+        .collect();
+    let driven = if lines.is_empty() {
+        "No host's cost to it rose on its own: the rise is spread thin.".to_owned()
+    } else {
+        format!(
+            "*Driven by, on {}*\n{}",
+            day_name(a.peak_day_ms()),
+            lines.join("\n")
+        )
+    };
+    let month = gpuledger_core::time::month_label(a.last_day_ms());
+    let link = format!(
+        "{}/review/{month}#anomalies",
+        base_url.trim_end_matches('/')
+    );
+    json!({
+        "text": clip_escaped(&text, limits::FALLBACK),
+        "blocks": [
+            { "type": "header", "text": { "type": "plain_text", "text": clip(&headline, limits::HEADER) } },
+            { "type": "section", "text": { "type": "mrkdwn", "text": clip_escaped(&text, limits::SECTION_TEXT) } },
+            { "type": "section", "fields": [
+                { "type": "mrkdwn", "text": field("Owner", &who) },
+                { "type": "mrkdwn", "text": field("Since", &day_name(a.start_ms)) },
+                { "type": "mrkdwn", "text": field("Expected", &m(a.expected)) },
+                { "type": "mrkdwn", "text": field("Actual", &m(a.actual)) }
+            ]},
+            { "type": "section", "text": { "type": "mrkdwn", "text": clip_escaped(&driven, limits::SECTION_TEXT) } },
+            { "type": "actions", "elements": [
+                { "type": "button", "text": { "type": "plain_text", "text": "Open the review" },
+                  "url": clip(&link, limits::BUTTON_URL) }
+            ]}
+        ]
+    })
+}
+
 pub fn test_message(route: &str, base_url: &str) -> Value {
     json!({
         "text": clip_escaped(&format!("gpuledger test message for route {route}"), limits::FALLBACK),
@@ -603,6 +704,49 @@ mod tests {
             let m = budget_message(&budget, &forecast, basis, 90, "2026-11", &ampersands);
             assert!(!m.to_string().contains('$'), "{m}");
             let path = dir.path().join(format!("budget-{}.json", basis.as_str()));
+            std::fs::write(&path, m.to_string()).unwrap();
+            files.push(path);
+        }
+        // Anomalies on the same key, spike and new level, with many long drivers.
+        use gpuledger_core::anomaly::{AnomalousDay, Anomaly, AnomalyKind, Driver, ProcessSeen};
+        let days: Vec<AnomalousDay> = (0..5)
+            .map(|i| AnomalousDay {
+                day_ms: i * 86_400_000,
+                expected: Decimal::from(1_000),
+                actual: Decimal::from(9_000),
+                partial: i == 4,
+            })
+            .collect();
+        let drivers: Vec<Driver> = (0..5)
+            .map(|i| Driver {
+                cluster: huge.clone(),
+                host: format!("{huge}-{i}"),
+                gpus: vec![format!("GPU-{ampersands}"); 8],
+                expected: Decimal::from(10),
+                actual: Decimal::from(900),
+                processes: vec![ProcessSeen {
+                    name: "<python>&".repeat(40),
+                    user: Some(ampersands.clone()),
+                    labels: [("team".to_owned(), "<k>&".repeat(50))].into(),
+                }],
+            })
+            .collect();
+        for (kind, n) in [(AnomalyKind::Spike, 1), (AnomalyKind::NewLevel, 5)] {
+            let a = Anomaly {
+                kind,
+                start_ms: 0,
+                days: days[..n].to_vec(),
+                expected: Decimal::from(1_000 * n as i64),
+                actual: Decimal::from(9_000 * n as i64),
+            };
+            let m = anomaly_message(
+                ("cost_center", &budget.key, "EUR"),
+                &a,
+                &drivers,
+                &ampersands,
+            );
+            assert!(!m.to_string().contains('$'), "{m}");
+            let path = dir.path().join(format!("anomaly-{}.json", kind.as_str()));
             std::fs::write(&path, m.to_string()).unwrap();
             files.push(path);
         }

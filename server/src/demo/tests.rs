@@ -251,12 +251,12 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     );
     // One incident per notebook host, not one per GPU.
     assert_eq!(open.iter().filter(|i| i.kind == "held_idle").count(), 2);
-    // Idle all along: the incidents start where the idle run began (as far back as raw
-    // windows are read for it, 35 days), not at the evaluation's short look-back.
-    for i in open
-        .iter()
-        .filter(|i| i.cluster == "scratch" || i.kind == "held_idle")
-    {
+    // The incidents start where the idle run began, not at the evaluation's short look-back:
+    // the H100 cluster at midnight, when yesterday's load test ended; the notebooks, idle all
+    // along, as far back as raw windows are read for it (35 days).
+    let scratch = open.iter().find(|i| i.cluster == "scratch").unwrap();
+    assert_eq!(scratch.started_ms, load_test_day(now).1);
+    for i in open.iter().filter(|i| i.kind == "held_idle") {
         assert!(
             now - i.started_ms >= 34 * DAY_MS,
             "{} {} started {} h ago",

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::allocation::{bad, query_of};
 use super::page::{error_page, render_with_status, Chrome};
-use super::session::{AdminForm, AdminOnly, CsrfForm, SignedIn};
+use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn};
 use super::AppState;
 use crate::allocation::calendar_month;
 use crate::budgets::{BudgetError, BudgetStatus, SetBudget};
@@ -81,38 +81,6 @@ struct SetBody {
 
 fn usd() -> String {
     "USD".into()
-}
-
-/// Whether a write sent with the session cookie comes from this site. A browser says where a
-/// request comes from (`Sec-Fetch-Site`, `Origin`); a script or BI tool says neither. JSON bodies
-/// and `SameSite=Lax` already keep other sites out; this says so outright, so that a CORS layer
-/// added one day cannot let them in.
-fn from_this_site(headers: &axum::http::HeaderMap) -> bool {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if header("sec-fetch-site").is_some_and(|s| s != "same-origin" && s != "none") {
-        return false;
-    }
-    match (header("origin"), header("host")) {
-        (None, _) => true,
-        (Some(origin), Some(host)) => origin
-            .split_once("://")
-            .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)),
-        (Some(_), None) => false,
-    }
-}
-
-/// A budget write's JSON body, from this site only ([`from_this_site`]).
-fn write_body<T>(
-    headers: &axum::http::HeaderMap,
-    body: Result<Json<T>, axum::extract::rejection::JsonRejection>,
-) -> Result<T, ApiError> {
-    if !from_this_site(headers) {
-        return Err(ApiError::Forbidden);
-    }
-    body.map(|Json(b)| b).map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })
 }
 
 /// `PUT /api/v1/budgets` (admins): sets a budget; answers it as it now stands.

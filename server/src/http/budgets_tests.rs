@@ -15,8 +15,27 @@ use crate::store::telemetry::{add_billed_hosts, BilledHost};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::{day_floor, month_label, month_of, DAY_MS};
 
+/// A host known from the bill alone (a p4d.24xlarge), for ledger rows to stand on; its id.
+pub(super) async fn billed_host(api: &Api, resource_key: &str) -> i64 {
+    add_billed_hosts(
+        api.store.db(),
+        &[BilledHost {
+            resource_key: resource_key.into(),
+            instance_type: Some("p4d.24xlarge".into()),
+        }],
+    )
+    .await
+    .unwrap();
+    crate::store::telemetry::hosts(api.store.db())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|h| h.hostname == resource_key)
+        .map_or_else(|| panic!("no host for {resource_key}"), |h| h.id)
+}
+
 /// `METHOD path` with a JSON body, as `cookie`.
-async fn send(
+pub(super) async fn send(
     api: &Api,
     method: &str,
     path: &str,
@@ -41,19 +60,7 @@ async fn send(
 /// Each of the 35 days before today, and today: team a's weekly sweep (100 on Mondays, 10
 /// otherwise) and team b's steady 5, one hourly row a day. Returns each team's cost per day.
 async fn ledger(api: &Api) -> BTreeMap<&'static str, BTreeMap<i64, Decimal>> {
-    add_billed_hosts(
-        api.store.db(),
-        &[BilledHost {
-            resource_key: "i-budget".into(),
-            instance_type: Some("p4d.24xlarge".into()),
-        }],
-    )
-    .await
-    .unwrap();
-    let host = crate::store::telemetry::hosts(api.store.db())
-        .await
-        .unwrap()[0]
-        .id;
+    let host = billed_host(api, "i-budget").await;
     let today = day_floor(now_ms());
     let (mut entries, mut daily) = (Vec::new(), BTreeMap::new());
     for i in 0..=35 {

@@ -1,6 +1,9 @@
 //! The HTTP surface: one module per concern, each with its own routes, merged here.
 
 mod allocation;
+mod anomalies;
+#[cfg(test)]
+mod anomalies_tests;
 mod assets;
 mod billing;
 mod budgets;
@@ -91,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .merge(allocation::router())
         .merge(variance::router())
         .merge(budgets::router())
+        .merge(anomalies::router())
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())

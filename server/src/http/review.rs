@@ -92,6 +92,11 @@ struct ReviewPage {
     total_saving: String,
     /// The month's budgets in words ("2 of 5 over budget, 1 heading over"); empty when none.
     budgets: String,
+    /// Days an owner spent well above its usual, biggest first (dismissed ones last).
+    anomalies: Vec<super::anomalies::AnomalyView>,
+    /// Admins see a button to dismiss each.
+    is_admin: bool,
+    csrf: String,
     /// Why spend changed against the previous month, per team.
     variance: rows::VarianceView,
     /// Whether the month's figures are final, in words.
@@ -318,6 +323,7 @@ async fn review(
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, &state.config.owners, (from, to), now),
+        crate::anomalies::find(store, &state.config, (from, to), now),
     );
     let (
         all,
@@ -330,6 +336,7 @@ async fn review(
         waiting,
         restated,
         budgets,
+        anomalies,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
@@ -492,6 +499,9 @@ async fn review(
         previous: month_label(prev_from),
         figures,
         budgets: budget_result(&budgets),
+        anomalies: anomalies.iter().map(super::anomalies::view).collect(),
+        is_admin: user.is_admin(),
+        csrf: user.csrf.clone(),
         variance,
         unattributed: shown(month_totals.map_or(Decimal::ZERO, |t| t.unattributed_cost)),
         other_currencies: others

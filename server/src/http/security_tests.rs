@@ -48,6 +48,7 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/allocation", Access::Viewer),
     ("GET", "/api/v1/variance", Access::Viewer),
     ("GET", "/api/v1/budgets", Access::Viewer),
+    ("GET", "/api/v1/anomalies", Access::Viewer),
     ("GET", "/budgets", Access::Viewer),
     ("GET", "/api/v1/billing/imports", Access::Viewer),
     ("GET", "/api/v1/billing/periods", Access::Viewer),
@@ -69,6 +70,8 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/budgets/delete", Access::Admin),
     ("PUT", "/api/v1/budgets", Access::Admin),
     ("DELETE", "/api/v1/budgets", Access::Admin),
+    ("POST", "/anomalies/dismiss", Access::Admin),
+    ("POST", "/api/v1/anomalies/dismiss", Access::Admin),
 ];
 
 /// A concrete address for a route pattern.

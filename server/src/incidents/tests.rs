@@ -64,6 +64,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
     Config {
         idle: Default::default(),
         budgets: Default::default(),
+        anomalies: Default::default(),
         owners: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),

@@ -15,6 +15,7 @@
 
 pub mod accounts;
 pub mod alerts;
+pub mod anomalies;
 pub mod bills;
 pub mod budgets;
 pub mod closing;

@@ -350,3 +350,48 @@ pub async fn delete_raw_before(
         Ok(deleted)
     })
 }
+
+/// The processes seen on some GPUs in `[from_ms, to_ms)`: per GPU, process name, user and
+/// labels, how many windows each was in.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct GpuProcessRow {
+    pub gpu_uuid: String,
+    pub process_name: Option<String>,
+    pub user_name: Option<String>,
+    pub labels_json: String,
+    pub windows: i64,
+}
+
+pub async fn processes_on(
+    on: impl Into<On<'_>>,
+    gpus: &[String],
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<GpuProcessRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let mut rows = Vec::new();
+        for chunk in gpus.chunks(500) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "SELECT gpu_uuid, process_name, user_name, labels_json, COUNT(*) AS windows
+                 FROM process_windows WHERE start_ms >= ",
+            );
+            q.push_bind(from_ms)
+                .push(" AND start_ms < ")
+                .push_bind(to_ms)
+                .push(" AND gpu_uuid IN (");
+            let mut list = q.separated(", ");
+            for g in chunk {
+                list.push_bind(g.clone());
+            }
+            list.push_unseparated(")");
+            q.push(
+                " GROUP BY gpu_uuid, process_name, user_name, labels_json
+                  ORDER BY gpu_uuid, windows DESC, COALESCE(process_name, ''),
+                           COALESCE(user_name, ''), labels_json",
+            );
+            rows.extend(q.build_query_as().fetch_all(&mut *ex).await?);
+        }
+        Ok(rows)
+    })
+}

@@ -1,0 +1,326 @@
+//! Anomalies on the simulated fleet: none on its normal pattern (weekly sweeps, day and night
+//! serving, estimates for the days the bill has not covered), and every spike and new level
+//! injected into it found, announced once and dismissable; on both databases.
+
+use std::collections::BTreeMap;
+
+use gpuledger_core::anomaly::AnomalyKind;
+use gpuledger_core::time::{month_start_ms, DAY_MS, HOUR_MS};
+use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
+
+use super::*;
+use crate::store::AgentStatus;
+
+/// Monday 2026-11-23, 20:00 UTC.
+const NOW: i64 = 1_795_464_000_000;
+
+fn day(s: &str) -> i64 {
+    chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc()
+        .timestamp_millis()
+}
+
+fn config(dimensions: &[&str]) -> Config {
+    let mut c: Config = toml::from_str(
+        r#"
+[slack]
+default_webhook = "https://hooks.slack.com/services/T/B/default"
+[[slack.routes]]
+team = "research"
+webhook = "https://hooks.slack.com/services/T/B/research"
+"#,
+    )
+    .unwrap();
+    c.anomalies.dimensions = dimensions.iter().map(|d| d.to_string()).collect();
+    c
+}
+
+/// Hosts that were not in the fleet: `count` machines of `instance_type` in `cluster`, every
+/// GPU running one process labelled with `team`, busy or holding memory, in `[from, to)`.
+async fn inject(
+    store: &dyn Store,
+    (cluster, instance_type, count): (&str, &str, usize),
+    (team, busy): (&str, bool),
+    (from, to): (i64, i64),
+) {
+    let token = crate::store::tokens::token_by_name(store.db(), &format!("demo-{cluster}"))
+        .await
+        .unwrap()
+        .unwrap();
+    for h in 0..count {
+        let hostname = format!("{cluster}-extra-{team}-{h}");
+        let mut windows = Vec::new();
+        let mut t = from;
+        while t < to {
+            let end = (t + HOUR_MS).min(to);
+            let util = if busy { 90.0 } else { 0.5 };
+            windows.push(Window {
+                start_ms: t,
+                end_ms: end,
+                samples: ((end - t) / 1000) as u32,
+                gpus: (0..8)
+                    .map(|g| GpuWindow {
+                        uuid: format!("GPU-extra-{hostname}-{g}"),
+                        index: g,
+                        name: "NVIDIA H100 80GB HBM3".into(),
+                        memory_total_bytes: Some(80 << 30),
+                        memory_used_max_bytes: Some(40 << 30),
+                        util_avg: Some(util),
+                        util_max: Some(util),
+                        processes: vec![ProcessWindow {
+                            pid: 20_000 + g,
+                            name: Some("python3".into()),
+                            user: Some("svc-burst".into()),
+                            memory_used_max_bytes: Some(40 << 30),
+                            labels: BTreeMap::from([("team".into(), team.into())]),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    })
+                    .collect(),
+            });
+            t = end;
+        }
+        for (i, chunk) in windows.chunks(24).enumerate() {
+            let report = Report {
+                batch_id: format!("extra-{hostname}-{i}"),
+                agent_version: "test".into(),
+                host: HostInfo {
+                    hostname: hostname.clone(),
+                    cluster: cluster.into(),
+                    provider: Some("aws".into()),
+                    instance_id: Some(format!("i-0extra{team}{h}")),
+                    instance_type: Some(instance_type.into()),
+                    region: Some("us-east-1".into()),
+                    lifecycle: Some("on_demand".into()),
+                },
+                windows: chunk.to_vec(),
+            };
+            let outcome = store
+                .ingest(&report, token.id, AgentStatus::default(), NOW)
+                .await
+                .unwrap();
+            assert_eq!(outcome, crate::store::IngestOutcome::Stored);
+        }
+    }
+}
+
+fn summary(found: &[OwnerAnomaly]) -> Vec<(String, String, String, AnomalyKind)> {
+    let mut out: Vec<_> = found
+        .iter()
+        .map(|a| {
+            (
+                a.dimension.clone(),
+                a.key.clone(),
+                gpuledger_core::time::rfc3339(a.anomaly.start_ms)[..10].to_owned(),
+                a.anomaly.kind,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet() {
+    for db in crate::test_support::both().await {
+        let b = db.backend;
+        let store = db.open().await;
+        let card = crate::billing::ratecard::RateCard::default_card();
+        let all = config(&["model", "experiment", "endpoint", "team"]);
+        crate::demo::seed(store.as_ref(), &card, &all.idle, &all.owners, NOW)
+            .await
+            .unwrap();
+        // The normal pattern, every owner dimension, from the first day a baseline exists:
+        // nothing but the serving team's load test on the idle H100s yesterday.
+        let demo_from = month_start_ms(month_start_ms(NOW) - 1);
+        let quiet = find(store.as_ref(), &all, (demo_from, NOW + DAY_MS), NOW)
+            .await
+            .unwrap();
+        let yesterday = |dimension: &str, key: &str| {
+            (
+                dimension.to_owned(),
+                key.to_owned(),
+                "2026-11-22".to_owned(),
+                AnomalyKind::Spike,
+            )
+        };
+        assert_eq!(
+            summary(&quiet),
+            vec![
+                yesterday("endpoint", "chat-api"),
+                // Serving carries no experiment label.
+                yesterday("experiment", "(unlabeled)"),
+                yesterday("model", "mistral-7b"),
+                yesterday("team", "applied"),
+            ],
+            "{b}: {quiet:#?}"
+        );
+        let load_test = quiet.iter().find(|a| a.key == "applied").unwrap();
+        // The idle cluster's two hosts drove it most (then the spot hosts the rate card
+        // prices above what their bill charged).
+        assert!(
+            load_test.drivers[..2]
+                .iter()
+                .all(|d| d.cluster == "scratch"),
+            "{b}: the idle cluster's hosts drove it: {:#?}",
+            load_test.drivers
+        );
+
+        // A spike: two H100 hosts serving for team applied all Wednesday the 11th.
+        inject(
+            store.as_ref(),
+            ("serve-west", "p5.48xlarge", 2),
+            ("applied", true),
+            (day("2026-11-11"), day("2026-11-12")),
+        )
+        .await;
+        // A new level: two more A100 hosts held by research from Sunday the 15th on.
+        inject(
+            store.as_ref(),
+            ("train-east", "p4d.24xlarge", 2),
+            ("research", false),
+            (day("2026-11-15"), NOW),
+        )
+        .await;
+        // Today's spike: four H100 hosts training for foundation since midnight.
+        inject(
+            store.as_ref(),
+            ("train-east", "p5.48xlarge", 4),
+            ("foundation", true),
+            (day("2026-11-23"), NOW),
+        )
+        .await;
+        crate::test_support::roll_up(store.as_ref()).await;
+        let teams = config(&["team"]);
+        let found = find(
+            store.as_ref(),
+            &teams,
+            (day("2026-11-01"), NOW + DAY_MS),
+            NOW,
+        )
+        .await
+        .unwrap();
+        let t = |k: &str, d: &str, kind| ("team".to_owned(), k.to_owned(), d.to_owned(), kind);
+        assert_eq!(
+            summary(&found),
+            vec![
+                t("applied", "2026-11-11", AnomalyKind::Spike),
+                t("applied", "2026-11-22", AnomalyKind::Spike),
+                t("foundation", "2026-11-23", AnomalyKind::Spike),
+                t("research", "2026-11-15", AnomalyKind::NewLevel),
+            ],
+            "{b}: {found:#?}"
+        );
+        let applied = found
+            .iter()
+            .find(|a| a.key == "applied" && a.anomaly.start_ms == day("2026-11-11"))
+            .unwrap();
+        assert!(applied.anomaly.actual > applied.anomaly.expected, "{b}");
+        assert!(
+            applied
+                .drivers
+                .iter()
+                .all(|d| d.host.starts_with("serve-west-extra-applied")),
+            "{b}: the new hosts drove it: {:#?}",
+            applied.drivers
+        );
+        assert!(
+            applied.drivers[0].processes[0]
+                .label()
+                .contains("svc-burst"),
+            "{b}: {:#?}",
+            applied.drivers
+        );
+        let today = found.iter().find(|a| a.key == "foundation").unwrap();
+        assert!(
+            today.anomaly.days[0].partial,
+            "{b}: found the day it happens"
+        );
+
+        // Slack: what is going on now (foundation today, the load test yesterday, research's
+        // level), once each; the spike of the 11th is past.
+        let queued = alert(store.as_ref(), &teams, NOW).await.unwrap();
+        assert_eq!(queued, 3, "{b}");
+        assert_eq!(
+            alert(store.as_ref(), &teams, NOW + 60_000).await.unwrap(),
+            0,
+            "{b}"
+        );
+        let sent = crate::store::alerts::slack_history(store.db(), 10)
+            .await
+            .unwrap();
+        let mut routes: Vec<(&str, &str)> = sent
+            .iter()
+            .map(|m| (m.event.as_str(), m.route.as_str()))
+            .collect();
+        routes.sort_unstable();
+        assert_eq!(
+            routes,
+            vec![
+                ("anomaly", "default"),
+                ("anomaly", "default"),
+                ("anomaly", "team:research")
+            ],
+            "{b}"
+        );
+        let research = sent.iter().find(|m| m.route == "team:research").unwrap();
+        assert!(
+            research.payload.contains("New spend level: team research")
+                && research.payload.contains("train-east-extra-research"),
+            "{b}: {}",
+            research.payload
+        );
+
+        // Dismissed: recorded with who and why, shown so, not announced again; once only.
+        let ask = |start| Dismiss {
+            dimension: "team",
+            key: "research",
+            currency: "usd",
+            start,
+            reason: "capacity for the December launch",
+        };
+        let row = dismiss(store.as_ref(), &teams, ask("2026-11-15"), "ana", NOW)
+            .await
+            .unwrap();
+        assert_eq!((row.dismissed_by.as_str(), row.dismissed_ms), ("ana", NOW));
+        let again = dismiss(store.as_ref(), &teams, ask("2026-11-15"), "bo", NOW).await;
+        assert!(
+            matches!(again, Err(DismissError::AlreadyDismissed(ref m)) if m.contains("ana")),
+            "{b}: {again:?}"
+        );
+        let missing = dismiss(store.as_ref(), &teams, ask("2026-11-16"), "bo", NOW).await;
+        assert!(
+            matches!(missing, Err(DismissError::NotFound(_))),
+            "{b}: {missing:?}"
+        );
+        let bad = dismiss(store.as_ref(), &teams, ask("15/11/2026"), "bo", NOW).await;
+        assert!(
+            matches!(bad, Err(DismissError::Invalid { field: "start", .. })),
+            "{b}: {bad:?}"
+        );
+        let shown = find(
+            store.as_ref(),
+            &teams,
+            (day("2026-11-01"), NOW + DAY_MS),
+            NOW,
+        )
+        .await
+        .unwrap();
+        let r = shown.iter().find(|a| a.key == "research").unwrap();
+        assert_eq!(
+            r.dismissed
+                .as_ref()
+                .map(|d| (d.by.as_str(), d.reason.as_str())),
+            Some(("ana", "capacity for the December launch")),
+            "{b}"
+        );
+        assert!(
+            shown.last().is_some_and(|a| a.key == "research"),
+            "{b}: dismissed last"
+        );
+    }
+}
