@@ -502,6 +502,8 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         ("reconciliation", format!("/billing/{previous}")),
         ("budgets", "/budgets".to_owned()),
         ("tokens", "/tokens".to_owned()),
+        ("users", "/users".to_owned()),
+        ("account", "/account".to_owned()),
     ];
     for (name, path) in &pages {
         fits_at_1280(&c, &url, path, &shots.join(format!("{name}.png"))).await;

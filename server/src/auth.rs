@@ -17,11 +17,16 @@ const PREFIX: &str = "gpl_";
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 pub fn generate_token() -> String {
+    generate_secret(PREFIX)
+}
+
+/// 32 random characters after `prefix`, which says what kind of secret it is.
+pub fn generate_secret(prefix: &str) -> String {
     let mut rng = rand::rng();
     let body: String = (0..32)
         .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
         .collect();
-    format!("{PREFIX}{body}")
+    format!("{prefix}{body}")
 }
 
 pub fn hash_token(token: &str) -> String {

@@ -39,6 +39,11 @@ enum Command {
         #[command(subcommand)]
         command: UserCommand,
     },
+    /// Manage read-only API tokens (for BI tools: they read what a viewer reads, by GET).
+    ReadToken {
+        #[command(subcommand)]
+        command: ReadTokenCommand,
+    },
     /// Import bills.
     Billing {
         #[command(subcommand)]
@@ -194,6 +199,20 @@ enum UserCommand {
     },
     /// List people and their roles.
     List,
+    /// Remove a person and end their sessions (never the last admin).
+    Remove { username: String },
+    /// Set a person's password (read as for `add`) and end their sessions.
+    Password { username: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum ReadTokenCommand {
+    /// Make a read-only token and print its secret (shown only this once).
+    Create { name: String },
+    /// List read-only tokens, their state and last use.
+    List,
+    /// Revoke a read-only token: it stops working at once.
+    Revoke { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -309,7 +328,7 @@ fn config_from(path: Option<&std::path::Path>) -> anyhow::Result<gpuledger_serve
     })
 }
 
-/// The new user's password: from the environment, a terminal prompt, or standard input.
+/// A user's new password: from the environment, a terminal prompt, or standard input.
 fn read_password() -> anyhow::Result<String> {
     use std::io::IsTerminal;
     if let Ok(p) = std::env::var("GPULEDGER_PASSWORD") {
@@ -406,6 +425,45 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::ReadToken { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
+            match command {
+                ReadTokenCommand::Create { name } => {
+                    let secret = gpuledger_server::read_tokens::create(
+                        store.as_ref(),
+                        &name,
+                        "command line",
+                        now_ms(),
+                    )
+                    .await?;
+                    println!("{secret}");
+                }
+                ReadTokenCommand::List => {
+                    for t in gpuledger_server::read_tokens::list(store.as_ref()).await? {
+                        let state = if t.revoked_ms.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        };
+                        let used = t
+                            .last_used_ms
+                            .map_or_else(|| "never used".to_owned(), gpuledger_core::time::rfc3339);
+                        println!("{}\t{state}\t{used}", t.name);
+                    }
+                }
+                ReadTokenCommand::Revoke { name } => {
+                    if !gpuledger_server::read_tokens::revoke(store.as_ref(), &name, now_ms())
+                        .await?
+                    {
+                        anyhow::bail!("there is no active read-only token {name:?}");
+                    }
+                    println!("read-only token {name:?} revoked");
+                }
+            }
+            Ok(())
+        }
         Command::User { command } => {
             let store = store::connect(&cli.database_url)
                 .await
@@ -413,16 +471,17 @@ async fn main() -> anyhow::Result<()> {
             match command {
                 UserCommand::Add { username, role } => {
                     let password = read_password()?;
-                    let hash = session::hash_password(&password)?;
-                    store::accounts::create_user(
-                        store.db(),
-                        username.trim(),
-                        &hash,
-                        &role,
-                        now_ms(),
-                    )
-                    .await?;
+                    session::add_user(store.as_ref(), &username, &role, password, now_ms()).await?;
                     println!("user {username:?} added as {role}");
+                }
+                UserCommand::Remove { username } => {
+                    session::remove_user(store.as_ref(), &username).await?;
+                    println!("user {username:?} removed; their sessions ended");
+                }
+                UserCommand::Password { username } => {
+                    let password = read_password()?;
+                    session::set_password(store.as_ref(), &username, password).await?;
+                    println!("password of {username:?} set; their sessions ended");
                 }
                 UserCommand::List => {
                     for u in store::accounts::list_users(store.db()).await? {

@@ -180,6 +180,133 @@ pub async fn start(store: &dyn Store, user_id: i64, now_ms: i64) -> Result<Strin
     Ok(token)
 }
 
+/// Why a change to people was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AccountError {
+    #[error("there is no user {0:?}")]
+    NoSuchUser(String),
+    #[error("{0:?} is the last admin: add another admin first, or nobody could manage the server")]
+    LastAdmin(String),
+    #[error("the current password is not right")]
+    WrongPassword,
+    #[error("the two new passwords differ")]
+    Mismatch,
+    #[error("{0:?} is not a user name: 1 to 64 characters, no spaces")]
+    BadName(String),
+    #[error("{0:?} is not a role: viewer or admin")]
+    BadRole(String),
+    #[error("there is a user {0:?} already")]
+    Exists(String),
+    #[error(transparent)]
+    Password(#[from] PasswordError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Hashes off the async threads: argon2 takes tens of milliseconds of CPU.
+async fn hash_off_thread(password: String) -> Result<String, AccountError> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| AccountError::Password(PasswordError::Hash(e.to_string())))?
+        .map_err(AccountError::from)
+}
+
+/// Adds a person: a name of 1 to 64 characters without spaces or control characters, a role,
+/// a password of at least [`MIN_PASSWORD_LEN`] characters.
+pub async fn add_user(
+    store: &dyn Store,
+    username: &str,
+    role: &str,
+    password: String,
+    now_ms: i64,
+) -> Result<(), AccountError> {
+    let username = username.trim();
+    if username.is_empty()
+        || username.chars().count() > 64
+        || username
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(AccountError::BadName(username.chars().take(80).collect()));
+    }
+    let role = Role::parse(role.trim()).ok_or_else(|| AccountError::BadRole(role.to_owned()))?;
+    let hash = hash_off_thread(password).await?;
+    store::accounts::create_user(store.db(), username, &hash, role.as_str(), now_ms)
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => AccountError::Exists(username.to_owned()),
+            e => AccountError::Store(e),
+        })?;
+    tracing::info!(username, role = role.as_str(), "user added");
+    Ok(())
+}
+
+/// Everybody who signs in, by name.
+pub async fn list_users(store: &dyn Store) -> Result<Vec<store::UserRow>, StoreError> {
+    store::accounts::list_users(store.db()).await
+}
+
+/// Removes a user and ends their sessions. The last admin cannot be removed: the admins' rows
+/// are locked first, so two admins removing each other at once cannot leave none.
+pub async fn remove_user(store: &dyn Store, username: &str) -> Result<(), AccountError> {
+    let username = username.trim();
+    let mut tx = store.db().begin().await?;
+    store::accounts::lock_admins(&mut tx).await?;
+    let user = store::accounts::user_by_name(&mut tx, username)
+        .await?
+        .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    if user.role == Role::Admin.as_str() && store::accounts::admin_count(&mut tx).await? <= 1 {
+        return Err(AccountError::LastAdmin(user.username));
+    }
+    store::accounts::delete_user(&mut tx, user.id).await?;
+    tx.commit().await?;
+    tracing::info!(username = %user.username, "user removed");
+    Ok(())
+}
+
+/// Sets a user's password (an admin, or the command line) and ends every session of theirs.
+pub async fn set_password(
+    store: &dyn Store,
+    username: &str,
+    password: String,
+) -> Result<(), AccountError> {
+    let username = username.trim();
+    let user = store::accounts::user_by_name(store.db(), username)
+        .await?
+        .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    let hash = hash_off_thread(password).await?;
+    store::accounts::set_password_hash(store.db(), user.id, &hash, None).await?;
+    tracing::info!(username = %user.username, "password set; sessions ended");
+    Ok(())
+}
+
+/// A signed-in person changes their own password: the current one first, the new one twice.
+/// Their other sessions end; the one they changed it from (`session_hash`) goes on.
+pub async fn change_own_password(
+    store: &dyn Store,
+    username: &str,
+    session_hash: &str,
+    (current, new, repeated): (String, String, String),
+) -> Result<(), AccountError> {
+    if new != repeated {
+        return Err(AccountError::Mismatch);
+    }
+    let user = store::accounts::user_by_name(store.db(), username)
+        .await?
+        .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    let old_hash = user.password_hash.clone();
+    let ok = tokio::task::spawn_blocking(move || verify_password(&old_hash, &current))
+        .await
+        .unwrap_or(false);
+    if !ok {
+        return Err(AccountError::WrongPassword);
+    }
+    let hash = hash_off_thread(new).await?;
+    store::accounts::set_password_hash(store.db(), user.id, &hash, Some(session_hash)).await?;
+    tracing::info!(username = %user.username, "password changed; other sessions ended");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,9 @@ pub(crate) mod session;
 mod tests;
 mod tokens;
 pub(crate) mod usage;
+mod users;
+#[cfg(test)]
+mod users_tests;
 mod variance;
 #[cfg(test)]
 mod variance_tests;
@@ -95,6 +98,7 @@ pub fn router(state: AppState) -> Router {
         .merge(variance::router())
         .merge(budgets::router())
         .merge(anomalies::router())
+        .merge(users::router())
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())

@@ -57,6 +57,8 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/idle/history", Access::Viewer),
     ("GET", "/api/v1/recommendations", Access::Viewer),
     ("POST", "/logout", Access::Viewer),
+    ("GET", "/account", Access::Viewer),
+    ("POST", "/account/password", Access::Viewer),
     ("POST", "/snoozes", Access::Admin),
     ("POST", "/alerts/test", Access::Admin),
     ("POST", "/billing/import", Access::Admin),
@@ -66,11 +68,17 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/tokens/rotate", Access::Admin),
     ("POST", "/tokens/revoke", Access::Admin),
     ("POST", "/tokens/rebind", Access::Admin),
+    ("POST", "/tokens/read", Access::Admin),
+    ("POST", "/tokens/read/revoke", Access::Admin),
     ("POST", "/budgets", Access::Admin),
     ("POST", "/budgets/delete", Access::Admin),
     ("PUT", "/api/v1/budgets", Access::Admin),
     ("DELETE", "/api/v1/budgets", Access::Admin),
     ("POST", "/anomalies/dismiss", Access::Admin),
+    ("GET", "/users", Access::Admin),
+    ("POST", "/users", Access::Admin),
+    ("POST", "/users/remove", Access::Admin),
+    ("POST", "/users/password", Access::Admin),
     ("POST", "/api/v1/anomalies/dismiss", Access::Admin),
 ];
 
@@ -171,6 +179,10 @@ async fn every_route_admits_exactly_its_audience() {
     for (api, _db) in apis().await {
         let (viewer, viewer_csrf) = api.session("viewer").await;
         let (admin, admin_csrf) = api.session("admin").await;
+        // A BI tool's read-only token: a viewer's reads, by GET only.
+        let read = crate::read_tokens::create(api.store.as_ref(), "bi", "admin-user", now_ms())
+            .await
+            .unwrap();
         for &(method, pattern, access) in ROUTES {
             let path = concrete(pattern);
             let who = api.backend;
@@ -186,11 +198,13 @@ async fn every_route_admits_exactly_its_audience() {
                     assert_eq!(status, StatusCode::OK, "{who}: anyone may {method} {path}");
                 }
                 Access::Agent => {
-                    // A person's session is not an agent token.
+                    // A person's session is not an agent token, nor is a read-only token.
                     let (status, _, body) =
                         call(&api, method, &path, Some(&admin), None, "{}").await;
                     assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: {method} {path}");
                     assert_eq!(error_of(body.as_bytes()).error, "unauthorized");
+                    let (status, _, _) = call(&api, method, &path, None, Some(&read), "{}").await;
+                    assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: read token {path}");
                     if path == gpuledger_proto::REPORTS_PATH {
                         // A rogue agent: a valid token, a valid report, another cluster.
                         let rogue = agent_token(&api, "rogue", "elsewhere", None).await;
@@ -208,6 +222,28 @@ async fn every_route_admits_exactly_its_audience() {
                     let (status, _, body) =
                         call(&api, method, &path, None, Some(&api.token), &viewer_body).await;
                     assert_not_signed_in(method, &path, status, &body, "agent token");
+                    let (read_status, read_headers, _) =
+                        call(&api, method, &path, None, Some(&read), &viewer_body).await;
+                    if method != "GET" || access == Access::Admin {
+                        assert_eq!(
+                            read_status,
+                            StatusCode::FORBIDDEN,
+                            "{who}: a read-only token may not {method} {path}"
+                        );
+                    } else {
+                        let within = read_status.is_redirection()
+                            && !read_headers["location"]
+                                .to_str()
+                                .unwrap()
+                                .starts_with("/login");
+                        assert!(
+                            read_status == StatusCode::OK
+                                || within
+                                || (pattern == "/incidents/{id}"
+                                    && read_status == StatusCode::NOT_FOUND),
+                            "{who}: a read-only token may {method} {path}: {read_status}"
+                        );
+                    }
                     let (status, headers, body) =
                         call(&api, method, &path, Some(&viewer), None, &viewer_body).await;
                     let redirected_within = status.is_redirection()
@@ -294,6 +330,21 @@ async fn every_route_admits_exactly_its_audience() {
             StatusCode::SEE_OTHER
         );
         assert_eq!(api.get_as("/", Some(&admin)).await.0, StatusCode::OK);
+        // A revoked read-only token reads nothing, at once; a made-up one never did.
+        let allocation = "/api/v1/allocation";
+        let (status, _, _) = call(&api, "GET", allocation, None, Some(&read), "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            crate::read_tokens::revoke(api.store.as_ref(), "bi", now_ms())
+                .await
+                .unwrap()
+        );
+        for token in [read.clone(), format!("{}x", crate::read_tokens::PREFIX)] {
+            let (status, _, _) = call(&api, "GET", allocation, None, Some(&token), "").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{token}");
+        }
+        let stored = crate::read_tokens::list(api.store.as_ref()).await.unwrap();
+        assert!(stored[0].last_used_ms.is_some() && stored[0].revoked_ms.is_some());
     }
 }
 

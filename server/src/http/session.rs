@@ -5,7 +5,7 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Form, Json};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
@@ -87,7 +87,7 @@ impl FromRequestParts<AppState> for SignedIn {
     ) -> Result<Self, Self::Rejection> {
         let jar = CookieJar::from_headers(&parts.headers);
         let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
-            return Err(unauthenticated(parts));
+            return read_only_token(parts, state).await;
         };
         let token_hash = hash_token(&token);
         match crate::session::find(state.store.as_ref(), &token_hash, now_ms()).await {
@@ -108,6 +108,45 @@ impl FromRequestParts<AppState> for SignedIn {
                     database_unavailable("reading a session", &e)
                 })
             }
+        }
+    }
+}
+
+/// A BI tool's read-only token (`Authorization: Bearer gpr_…`) reads as a viewer does, by GET
+/// only: any other method is refused (403), and the CSRF token it carries is random, so no
+/// form could ever pass with it. Anything else is not signed in.
+async fn read_only_token(parts: &Parts, state: &AppState) -> Result<SignedIn, Response> {
+    let Some(secret) =
+        crate::auth::bearer(&parts.headers).filter(|s| s.starts_with(crate::read_tokens::PREFIX))
+    else {
+        return Err(unauthenticated(parts));
+    };
+    if !matches!(parts.method, Method::GET | Method::HEAD) {
+        return Err(if is_api(parts) {
+            ApiError::Forbidden.into_response()
+        } else {
+            error_page(
+                StatusCode::FORBIDDEN,
+                "Read-only token",
+                "A read-only API token reads; it changes nothing.",
+            )
+        });
+    }
+    match crate::read_tokens::authenticate(state.store.as_ref(), secret, now_ms()).await {
+        Ok(Some(t)) => Ok(SignedIn {
+            username: format!("token {}", t.name),
+            role: Role::Viewer,
+            csrf: crate::auth::generate_token(),
+            token_hash: String::new(),
+        }),
+        Ok(None) => Err(unauthenticated(parts)),
+        Err(e) => {
+            tracing::error!(error = %e, "reading a read-only token");
+            Err(if is_api(parts) {
+                ApiError::Unavailable.into_response()
+            } else {
+                database_unavailable("reading a token", &e)
+            })
         }
     }
 }

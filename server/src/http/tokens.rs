@@ -27,6 +27,30 @@ pub fn router() -> Router<AppState> {
         .route("/tokens/rotate", post(rotate))
         .route("/tokens/revoke", post(revoke))
         .route("/tokens/rebind", post(rebind))
+        .route("/tokens/read", post(create_read))
+        .route("/tokens/read/revoke", post(revoke_read))
+}
+
+struct ReadTokenView {
+    name: String,
+    state: &'static str,
+    created: String,
+    created_by: String,
+    last_used: String,
+}
+
+fn read_view(t: &crate::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
+    ReadTokenView {
+        name: t.name.clone(),
+        state: if t.revoked_ms.is_some() {
+            "revoked"
+        } else {
+            "active"
+        },
+        created: when(Some(t.created_ms)),
+        created_by: t.created_by.clone(),
+        last_used: t.last_used_ms.map_or("never".to_owned(), |u| ago(now - u)),
+    }
 }
 
 struct TokenView {
@@ -66,6 +90,7 @@ struct TokensPage {
     chrome: Option<Chrome>,
     csrf: String,
     tokens: Vec<TokenView>,
+    read_tokens: Vec<ReadTokenView>,
     /// A secret just made: (token name, secret).
     issued: Option<(String, String)>,
     /// What went wrong with the last form, in words.
@@ -82,8 +107,15 @@ async fn page(
     done: Option<String>,
 ) -> Response {
     let now = now_ms();
-    let tokens = match agent_tokens::list(state.store.as_ref()).await {
-        Ok(t) => t.iter().map(|t| view(t, now)).collect(),
+    let listed = tokio::try_join!(
+        agent_tokens::list(state.store.as_ref()),
+        crate::read_tokens::list(state.store.as_ref()),
+    );
+    let (tokens, read_tokens) = match listed {
+        Ok((t, r)) => (
+            t.iter().map(|t| view(t, now)).collect(),
+            r.iter().map(|r| read_view(r, now)).collect(),
+        ),
         Err(e) => {
             tracing::error!(error = %e, "tokens page: storage failed");
             return error_page(
@@ -100,6 +132,7 @@ async fn page(
             chrome: Some(Chrome::from(user)),
             csrf: user.csrf.clone(),
             tokens,
+            read_tokens,
             issued,
             problem,
             done,
@@ -308,5 +341,50 @@ async fn rebind(
             page(&state, &user, StatusCode::OK, None, None, Some(done)).await
         }
         Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+/// `POST /tokens/read` (admins): makes a read-only API token; its secret is shown once.
+async fn create_read(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<NameForm>,
+) -> Response {
+    match crate::read_tokens::create(state.store.as_ref(), &form.name, &user.username, now_ms())
+        .await
+    {
+        Ok(secret) => {
+            let name = form.name.trim().to_owned();
+            let done = format!("Read-only token {name:?} created.");
+            page(
+                &state,
+                &user,
+                StatusCode::OK,
+                Some((name, secret)),
+                None,
+                Some(done),
+            )
+            .await
+        }
+        Err(crate::read_tokens::ReadTokenError::Invalid(m)) => {
+            answer_error(&state, &user, TokenAdminError::Invalid(m)).await
+        }
+        Err(crate::read_tokens::ReadTokenError::Store(e)) => {
+            answer_error(&state, &user, TokenAdminError::Store(e)).await
+        }
+    }
+}
+
+/// `POST /tokens/read/revoke` (admins): the token stops working at once.
+async fn revoke_read(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<NameForm>,
+) -> Response {
+    match crate::read_tokens::revoke(state.store.as_ref(), &form.name, now_ms()).await {
+        Ok(true) => Redirect::to("/tokens").into_response(),
+        Ok(false) => {
+            let m = format!("there is no active read-only token {:?}", form.name.trim());
+            answer_error(&state, &user, TokenAdminError::Invalid(m)).await
+        }
+        Err(e) => answer_error(&state, &user, TokenAdminError::Store(e)).await,
     }
 }

@@ -74,6 +74,68 @@ pub async fn list_users(on: impl Into<On<'_>>) -> Result<Vec<UserRow>, StoreErro
     })
 }
 
+/// Locks the admins' rows until the transaction ends, so that two admins removed at once
+/// cannot both see the other still there (PostgreSQL; SQLite has one writer anyway).
+pub async fn lock_admins(on: impl Into<On<'_>>) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("UPDATE users SET role = role WHERE role = 'admin'")
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}
+
+pub async fn admin_count(on: impl Into<On<'_>>) -> Result<i64, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM users WHERE role = 'admin'")
+            .fetch_one(&mut *ex)
+            .await?;
+        Ok(n)
+    })
+}
+
+/// Removes a user and every session of theirs.
+pub async fn delete_user(on: impl Into<On<'_>>, user_id: i64) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&mut *ex)
+            .await?;
+        sqlx::query("DELETE FROM users WHERE id = $1")
+            .bind(user_id)
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}
+
+/// Sets a user's password hash and ends their sessions, but the one `keep` names (the hash of
+/// the session that changed its own password).
+pub async fn set_password_hash(
+    on: impl Into<On<'_>>,
+    user_id: i64,
+    password_hash: &str,
+    keep: Option<&str>,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(password_hash)
+            .bind(user_id)
+            .execute(&mut *ex)
+            .await?;
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1 AND token_hash <> $2")
+            .bind(user_id)
+            .bind(keep.unwrap_or(""))
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}
+
 pub async fn create_session(
     on: impl Into<On<'_>>,
     token_hash: &str,

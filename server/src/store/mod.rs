@@ -23,6 +23,7 @@ pub mod db;
 pub mod jobs;
 pub mod ledger;
 mod postgres;
+pub mod read_tokens;
 pub mod recommendations;
 mod report_rows;
 pub mod rollups;

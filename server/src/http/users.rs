@@ -1,0 +1,228 @@
+//! People: admins add and remove users and set their passwords on `/users` (the same as
+//! `gpuledger-server user ...`); everybody signed in changes their own password on `/account`.
+//! All of it goes through [`crate::session`].
+
+use askama::Template;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+
+use super::page::{render_with_status, Chrome};
+use super::session::{
+    database_unavailable, AdminForm, AdminOnly, CsrfForm, SignedIn, SignedInForm,
+};
+use super::AppState;
+use crate::now_ms;
+use crate::session::AccountError;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/users", get(users_page).post(add))
+        .route("/users/remove", post(remove))
+        .route("/users/password", post(set_password))
+        .route("/account", get(account_page))
+        .route("/account/password", post(change_own_password))
+}
+
+struct UserView {
+    username: String,
+    role: String,
+    created: String,
+    is_me: bool,
+}
+
+#[derive(Template)]
+#[template(path = "users.html")]
+struct UsersPage {
+    chrome: Option<Chrome>,
+    csrf: String,
+    users: Vec<UserView>,
+    problem: Option<String>,
+    done: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "account.html")]
+struct AccountPage {
+    chrome: Option<Chrome>,
+    csrf: String,
+    username: String,
+    role: &'static str,
+    problem: Option<String>,
+    done: Option<String>,
+}
+
+/// What the form's outcome says: done (200), the person's mistake (400), or storage (503).
+type Outcome = Result<String, AccountError>;
+
+/// What a page says after a form: its status, what was done or what was wrong; storage
+/// trouble is a page of its own.
+fn said(
+    outcome: Option<Outcome>,
+    context: &str,
+) -> Result<(StatusCode, Option<String>, Option<String>), Box<Response>> {
+    match outcome {
+        None => Ok((StatusCode::OK, None, None)),
+        Some(Ok(done)) => Ok((StatusCode::OK, Some(done), None)),
+        Some(Err(AccountError::Store(e))) => Err(Box::new(database_unavailable(context, e))),
+        Some(Err(e)) => Ok((StatusCode::BAD_REQUEST, None, Some(e.to_string()))),
+    }
+}
+
+async fn users(state: &AppState, user: &SignedIn, outcome: Option<Outcome>) -> Response {
+    let (status, done, problem) = match said(outcome, "changing users") {
+        Ok(x) => x,
+        Err(page) => return *page,
+    };
+    let rows = match crate::session::list_users(state.store.as_ref()).await {
+        Ok(rows) => rows,
+        Err(e) => return database_unavailable("users page", e),
+    };
+    render_with_status(
+        status,
+        &UsersPage {
+            chrome: Some(Chrome::from(user)),
+            csrf: user.csrf.clone(),
+            users: rows
+                .into_iter()
+                .map(|u| UserView {
+                    is_me: u.username == user.username,
+                    username: u.username,
+                    role: u.role,
+                    created: crate::format::utc_minute(u.created_ms),
+                })
+                .collect(),
+            problem,
+            done,
+        },
+    )
+}
+
+/// `GET /users` (admins): every user and their role, with forms to add, remove and set
+/// passwords.
+async fn users_page(State(state): State<AppState>, AdminOnly(user): AdminOnly) -> Response {
+    users(&state, &user, None).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct UserForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    password: String,
+}
+
+impl CsrfForm for UserForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /users` (admins): adds a user.
+async fn add(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<UserForm>,
+) -> Response {
+    let outcome = crate::session::add_user(
+        state.store.as_ref(),
+        &form.username,
+        &form.role,
+        form.password,
+        now_ms(),
+    )
+    .await
+    .map(|()| format!("{} added as {}.", form.username.trim(), form.role.trim()));
+    users(&state, &user, Some(outcome)).await
+}
+
+/// `POST /users/remove` (admins): removes a user and ends their sessions (never the last
+/// admin).
+async fn remove(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<UserForm>,
+) -> Response {
+    let outcome = crate::session::remove_user(state.store.as_ref(), &form.username)
+        .await
+        .map(|()| format!("{} removed; their sessions ended.", form.username.trim()));
+    users(&state, &user, Some(outcome)).await
+}
+
+/// `POST /users/password` (admins): sets a user's password and ends their sessions.
+async fn set_password(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<UserForm>,
+) -> Response {
+    let outcome = crate::session::set_password(state.store.as_ref(), &form.username, form.password)
+        .await
+        .map(|()| {
+            format!(
+                "{}'s password is set; their sessions ended.",
+                form.username.trim()
+            )
+        });
+    users(&state, &user, Some(outcome)).await
+}
+
+async fn account(user: &SignedIn, outcome: Option<Outcome>) -> Response {
+    let (status, done, problem) = match said(outcome, "changing a password") {
+        Ok(x) => x,
+        Err(page) => return *page,
+    };
+    render_with_status(
+        status,
+        &AccountPage {
+            chrome: Some(Chrome::from(user)),
+            csrf: user.csrf.clone(),
+            username: user.username.clone(),
+            role: user.role.as_str(),
+            problem,
+            done,
+        },
+    )
+}
+
+/// `GET /account`: who is signed in, and a form to change one's own password.
+async fn account_page(user: SignedIn) -> Response {
+    account(&user, None).await
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PasswordForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    current: String,
+    #[serde(default)]
+    new: String,
+    #[serde(default)]
+    repeat: String,
+}
+
+impl CsrfForm for PasswordForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /account/password`: the current password, the new one twice; other sessions end.
+async fn change_own_password(
+    State(state): State<AppState>,
+    SignedInForm { user, form }: SignedInForm<PasswordForm>,
+) -> Response {
+    let outcome = crate::session::change_own_password(
+        state.store.as_ref(),
+        &user.username,
+        &user.token_hash,
+        (form.current, form.new, form.repeat),
+    )
+    .await
+    .map(|()| "Your password is changed; your other sessions ended.".to_owned());
+    account(&user, Some(outcome)).await
+}
