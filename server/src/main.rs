@@ -475,7 +475,7 @@ async fn main() -> anyhow::Result<()> {
                     println!("user {username:?} added as {role}");
                 }
                 UserCommand::Remove { username } => {
-                    session::remove_user(store.as_ref(), &username).await?;
+                    session::remove_user(store.as_ref(), &username, now_ms()).await?;
                     println!("user {username:?} removed; their sessions ended");
                 }
                 UserCommand::Password { username } => {

@@ -70,7 +70,12 @@ pub async fn authenticate(
         return Ok(None);
     }
     let token = crate::store::read_tokens::active(store.db(), &hash_token(secret)).await?;
-    if let Some(t) = &token {
+    // Its use is recorded at most once a minute: a write waits its turn (SQLite has one
+    // writer), and a BI refresh makes many reads.
+    if let Some(t) = token
+        .as_ref()
+        .filter(|t| t.last_used_ms.is_none_or(|u| now_ms - u >= 60_000))
+    {
         // Knowing when a token was last used matters less than answering the read.
         if let Err(e) = crate::store::read_tokens::touch(store.db(), t.id, now_ms).await {
             tracing::warn!(error = %e, "recording a read-only token's use");

@@ -18,6 +18,9 @@ use crate::store::{self, Store, StoreError};
 pub const FAILURE_WINDOW_MS: i64 = 15 * 60 * 1000;
 pub const MAX_FAILURES_PER_USER: i64 = 5;
 pub const MAX_FAILURES_PER_CLIENT: i64 = 20;
+/// Where wrong current passwords at a password change are counted from (with the name's failed
+/// sign-ins: both are guesses at the same password).
+const PASSWORD_CHANGE_CLIENT: &str = "password change";
 /// Usernames are stored for counting only; a megabyte of "username" is not.
 const MAX_USERNAME_KEY: usize = 128;
 pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;
@@ -189,9 +192,11 @@ pub enum AccountError {
     LastAdmin(String),
     #[error("the current password is not right")]
     WrongPassword,
+    #[error("too many wrong passwords for this name: wait a quarter of an hour")]
+    TooManyAttempts,
     #[error("the two new passwords differ")]
     Mismatch,
-    #[error("{0:?} is not a user name: 1 to 64 characters, no spaces")]
+    #[error("{0:?} is not a user name: 1 to 64 letters, digits and . _ @ -")]
     BadName(String),
     #[error("{0:?} is not a role: viewer or admin")]
     BadRole(String),
@@ -221,11 +226,13 @@ pub async fn add_user(
     now_ms: i64,
 ) -> Result<(), AccountError> {
     let username = username.trim();
+    // Plain characters only: a name is shown and recorded as who did what, and must not look
+    // like another (no spaces, no look-alike or direction-changing characters).
     if username.is_empty()
         || username.chars().count() > 64
-        || username
+        || !username
             .chars()
-            .any(|c| c.is_whitespace() || c.is_control())
+            .all(|c| c.is_ascii_alphanumeric() || "._@-".contains(c))
     {
         return Err(AccountError::BadName(username.chars().take(80).collect()));
     }
@@ -246,9 +253,14 @@ pub async fn list_users(store: &dyn Store) -> Result<Vec<store::UserRow>, StoreE
     store::accounts::list_users(store.db()).await
 }
 
-/// Removes a user and ends their sessions. The last admin cannot be removed: the admins' rows
-/// are locked first, so two admins removing each other at once cannot leave none.
-pub async fn remove_user(store: &dyn Store, username: &str) -> Result<(), AccountError> {
+/// Removes a user, ends their sessions and revokes the read-only tokens they made (a departing
+/// admin keeps no way in). The last admin cannot be removed: the admins' rows are locked first,
+/// so two admins removing each other at once cannot leave none.
+pub async fn remove_user(
+    store: &dyn Store,
+    username: &str,
+    now_ms: i64,
+) -> Result<(), AccountError> {
     let username = username.trim();
     let mut tx = store.db().begin().await?;
     store::accounts::lock_admins(&mut tx).await?;
@@ -259,8 +271,9 @@ pub async fn remove_user(store: &dyn Store, username: &str) -> Result<(), Accoun
         return Err(AccountError::LastAdmin(user.username));
     }
     store::accounts::delete_user(&mut tx, user.id).await?;
+    let revoked = store::read_tokens::revoke_made_by(&mut tx, &user.username, now_ms).await?;
     tx.commit().await?;
-    tracing::info!(username = %user.username, "user removed");
+    tracing::info!(username = %user.username, revoked, "user removed, with their read-only tokens");
     Ok(())
 }
 
@@ -275,21 +288,40 @@ pub async fn set_password(
         .await?
         .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
     let hash = hash_off_thread(password).await?;
-    store::accounts::set_password_hash(store.db(), user.id, &hash, None).await?;
+    // The new hash and the end of every session, as one change.
+    let mut tx = store.db().begin().await?;
+    store::accounts::set_password_hash(&mut tx, user.id, &hash, None).await?;
+    tx.commit().await?;
     tracing::info!(username = %user.username, "password set; sessions ended");
     Ok(())
 }
 
 /// A signed-in person changes their own password: the current one first, the new one twice.
-/// Their other sessions end; the one they changed it from (`session_hash`) goes on.
+/// Wrong guesses at the current one count as failed sign-ins (the same limits), so a stolen
+/// session cannot be used to find the password. Every session of theirs ends, the one they
+/// changed it from too (it may be the stolen one): returns the secret of a new session.
 pub async fn change_own_password(
     store: &dyn Store,
     username: &str,
-    session_hash: &str,
     (current, new, repeated): (String, String, String),
-) -> Result<(), AccountError> {
+    now_ms: i64,
+) -> Result<String, AccountError> {
     if new != repeated {
         return Err(AccountError::Mismatch);
+    }
+    if new.chars().count() < MIN_PASSWORD_LEN {
+        return Err(AccountError::Password(PasswordError::TooShort));
+    }
+    let username_key: String = username.chars().take(MAX_USERNAME_KEY).collect();
+    let (by_user, _) = store::accounts::sign_in_failures(
+        store.db(),
+        &username_key,
+        PASSWORD_CHANGE_CLIENT,
+        now_ms - FAILURE_WINDOW_MS,
+    )
+    .await?;
+    if by_user >= MAX_FAILURES_PER_USER {
+        return Err(AccountError::TooManyAttempts);
     }
     let user = store::accounts::user_by_name(store.db(), username)
         .await?
@@ -299,12 +331,33 @@ pub async fn change_own_password(
         .await
         .unwrap_or(false);
     if !ok {
+        tracing::warn!(username = %username_key, "wrong current password at a password change");
+        store::accounts::record_sign_in_failure(
+            store.db(),
+            &username_key,
+            PASSWORD_CHANGE_CLIENT,
+            now_ms,
+            now_ms - FAILURE_WINDOW_MS,
+        )
+        .await?;
         return Err(AccountError::WrongPassword);
     }
     let hash = hash_off_thread(new).await?;
-    store::accounts::set_password_hash(store.db(), user.id, &hash, Some(session_hash)).await?;
-    tracing::info!(username = %user.username, "password changed; other sessions ended");
-    Ok(())
+    let (token, csrf) = (generate_token(), generate_token());
+    let mut tx = store.db().begin().await?;
+    store::accounts::set_password_hash(&mut tx, user.id, &hash, None).await?;
+    store::accounts::create_session(
+        &mut tx,
+        &hash_token(&token),
+        user.id,
+        &csrf,
+        now_ms,
+        now_ms + SESSION_TTL_MS,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(username = %user.username, "password changed; sessions ended, a new one started");
+    Ok(token)
 }
 
 #[cfg(test)]

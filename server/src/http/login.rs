@@ -53,7 +53,15 @@ struct NextQuery {
 /// Only same-site paths: `/review/2026-11`, never `//evil.example` or `https://…`.
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        // Browsers drop tabs and newlines from a URL: `/\t/evil.example` would be `//evil.example`.
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.chars().any(char::is_control) =>
+        {
+            n.to_owned()
+        }
         _ => "/".to_owned(),
     }
 }
@@ -258,6 +266,8 @@ mod tests {
         assert_eq!(safe_next(Some("//evil.example/")), "/");
         assert_eq!(safe_next(Some("https://evil.example/")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");
+        assert_eq!(safe_next(Some("/\t/evil.example")), "/");
+        assert_eq!(safe_next(Some("/\n/evil.example")), "/");
         assert_eq!(safe_next(None), "/");
     }
 }

@@ -39,6 +39,8 @@ pub struct SignedIn {
     pub role: Role,
     pub csrf: String,
     pub token_hash: String,
+    /// A BI tool's read-only token rather than a person's session: it reads, never posts.
+    pub read_token: bool,
 }
 
 impl SignedIn {
@@ -96,6 +98,7 @@ impl FromRequestParts<AppState> for SignedIn {
                 role: Role::parse(&s.role).unwrap_or(Role::Viewer),
                 csrf: s.csrf_token,
                 token_hash,
+                read_token: false,
             }),
             Ok(None) => Err(unauthenticated(parts)),
             Err(e) => {
@@ -138,6 +141,7 @@ async fn read_only_token(parts: &Parts, state: &AppState) -> Result<SignedIn, Re
             role: Role::Viewer,
             csrf: crate::auth::generate_token(),
             token_hash: String::new(),
+            read_token: true,
         }),
         Ok(None) => Err(unauthenticated(parts)),
         Err(e) => {
@@ -206,6 +210,15 @@ async fn checked_form<T>(user: &SignedIn, req: Request, state: &AppState) -> Res
 where
     T: DeserializeOwned + CsrfForm,
 {
+    // A read-only token never gets this far (it may only GET); should that ever change, no
+    // form of any kind is posted with one.
+    if user.read_token {
+        return Err(error_page(
+            StatusCode::FORBIDDEN,
+            "Read-only token",
+            "A read-only API token reads; it changes nothing.",
+        ));
+    }
     let Form(form) = Form::<T>::from_request(req, state)
         .await
         .map_err(IntoResponse::into_response)?;

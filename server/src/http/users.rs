@@ -3,9 +3,9 @@
 //! All of it goes through [`crate::session`].
 
 use askama::Template;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
@@ -51,6 +51,8 @@ struct AccountPage {
     csrf: String,
     username: String,
     role: &'static str,
+    /// A read-only token has no password to change.
+    read_token: bool,
     problem: Option<String>,
     done: Option<String>,
 }
@@ -148,7 +150,7 @@ async fn remove(
     State(state): State<AppState>,
     AdminForm { user, form }: AdminForm<UserForm>,
 ) -> Response {
-    let outcome = crate::session::remove_user(state.store.as_ref(), &form.username)
+    let outcome = crate::session::remove_user(state.store.as_ref(), &form.username, now_ms())
         .await
         .map(|()| format!("{} removed; their sessions ended.", form.username.trim()));
     users(&state, &user, Some(outcome)).await
@@ -182,15 +184,24 @@ async fn account(user: &SignedIn, outcome: Option<Outcome>) -> Response {
             csrf: user.csrf.clone(),
             username: user.username.clone(),
             role: user.role.as_str(),
+            read_token: user.read_token,
             problem,
             done,
         },
     )
 }
 
+#[derive(Debug, Deserialize)]
+struct AccountQuery {
+    changed: Option<String>,
+}
+
 /// `GET /account`: who is signed in, and a form to change one's own password.
-async fn account_page(user: SignedIn) -> Response {
-    account(&user, None).await
+async fn account_page(user: SignedIn, Query(q): Query<AccountQuery>) -> Response {
+    let done = q
+        .changed
+        .map(|_| Ok("Your password is changed; every other session of yours ended.".to_owned()));
+    account(&user, done).await
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -211,18 +222,25 @@ impl CsrfForm for PasswordForm {
     }
 }
 
-/// `POST /account/password`: the current password, the new one twice; other sessions end.
+/// `POST /account/password`: the current password, the new one twice. Every session ends,
+/// this one too; the answer carries a new session's cookie and goes back to `/account`.
 async fn change_own_password(
     State(state): State<AppState>,
     SignedInForm { user, form }: SignedInForm<PasswordForm>,
 ) -> Response {
-    let outcome = crate::session::change_own_password(
+    let changed = crate::session::change_own_password(
         state.store.as_ref(),
         &user.username,
-        &user.token_hash,
         (form.current, form.new, form.repeat),
+        now_ms(),
     )
-    .await
-    .map(|()| "Your password is changed; your other sessions ended.".to_owned());
-    account(&user, Some(outcome)).await
+    .await;
+    match changed {
+        Ok(token) => {
+            let jar = axum_extra::extract::cookie::CookieJar::new()
+                .add(super::session::session_cookie(token, state.secure_cookies));
+            (jar, Redirect::to("/account?changed=1")).into_response()
+        }
+        Err(e) => account(&user, Some(Err(e))).await,
+    }
 }

@@ -19,6 +19,19 @@ async fn signed_in(api: &super::tests::Api, name: &str, password: &str) -> Optio
     }
 }
 
+/// The CSRF token of the session behind `cookie`.
+async fn csrf_of(api: &super::tests::Api, cookie: &str) -> String {
+    crate::store::accounts::session(
+        api.store.db(),
+        &crate::auth::hash_token(cookie.trim_start_matches("gpl_session=")),
+        now_ms(),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .csrf_token
+}
+
 async fn works(api: &super::tests::Api, cookie: &str) -> bool {
     api.get_as("/account", Some(cookie)).await.0 == StatusCode::OK
 }
@@ -91,15 +104,7 @@ async fn admins_manage_people_and_everybody_their_own_password() {
         // ends, this one goes on.
         let here = signed_in(&api, "dana", "set by the admin").await.unwrap();
         let elsewhere = signed_in(&api, "dana", "set by the admin").await.unwrap();
-        let dana_csrf = crate::store::accounts::session(
-            api.store.db(),
-            &crate::auth::hash_token(here.trim_start_matches("gpl_session=")),
-            now_ms(),
-        )
-        .await
-        .unwrap()
-        .unwrap()
-        .csrf_token;
+        let dana_csrf = csrf_of(&api, &here).await;
         let change = |current: &str, new: &str, repeat: &str| {
             format!(
                 "csrf={dana_csrf}&current={}&new={}&repeat={}",
@@ -124,16 +129,29 @@ async fn admins_manage_people_and_everybody_their_own_password() {
             assert!(page.contains(why), "{b}: {why}: {page}");
         }
         assert!(works(&api, &elsewhere).await, "{b}: nothing changed yet");
-        let (status, _, page) = api
+        let (status, headers, page) = api
             .post_form(
                 "/account/password",
                 &here,
                 &change("set by the admin", "dana's own secret", "dana's own secret"),
             )
             .await;
-        assert_eq!(status, StatusCode::OK, "{b}: {page}");
-        assert!(works(&api, &here).await, "{b}: this session goes on");
-        assert!(!works(&api, &elsewhere).await, "{b}: the other ended");
+        assert_eq!(status, StatusCode::SEE_OTHER, "{b}: {page}");
+        let fresh = headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        assert!(
+            works(&api, &fresh).await,
+            "{b}: a new session, in the answer's cookie"
+        );
+        assert!(
+            !works(&api, &here).await && !works(&api, &elsewhere).await,
+            "{b}: every old session ended, the one it was changed from too"
+        );
         assert!(
             signed_in(&api, "dana", "set by the admin").await.is_none(),
             "{b}"
@@ -142,6 +160,38 @@ async fn admins_manage_people_and_everybody_their_own_password() {
             signed_in(&api, "dana", "dana's own secret").await.is_some(),
             "{b}"
         );
+        // Guessing the current password from a session counts as failed sign-ins: after five,
+        // even the right one waits.
+        let fresh_csrf = csrf_of(&api, &fresh).await;
+        let guess = |current: &str| {
+            format!(
+                "csrf={fresh_csrf}&current={}&new=another+long+one&repeat=another+long+one",
+                urlencoding(current)
+            )
+        };
+        for i in 0..5 {
+            let (status, _, page) = api
+                .post_form(
+                    "/account/password",
+                    &fresh,
+                    &guess(&format!("guess number {i}")),
+                )
+                .await;
+            assert!(
+                status == StatusCode::BAD_REQUEST && page.contains("not right"),
+                "{b}: {i}"
+            );
+        }
+        let (status, _, page) = api
+            .post_form("/account/password", &fresh, &guess("dana's own secret"))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(page.contains("too many"), "{b}: {page}");
+        let here = fresh;
+        // Her read-only tokens go with her.
+        crate::read_tokens::create(api.store.as_ref(), "dana-bi", "dana", now_ms())
+            .await
+            .unwrap();
 
         // Removed: her sessions end at once. The last admin stays.
         let (status, _, _) = api
@@ -149,6 +199,8 @@ async fn admins_manage_people_and_everybody_their_own_password() {
             .await;
         assert_eq!(status, StatusCode::OK, "{b}");
         assert!(!works(&api, &here).await, "{b}");
+        let tokens = crate::read_tokens::list(api.store.as_ref()).await.unwrap();
+        assert!(tokens[0].revoked_ms.is_some(), "{b}: {tokens:?}");
         let (status, _, page) = api
             .post_form(
                 "/users/remove",
@@ -170,8 +222,8 @@ async fn admins_manage_people_and_everybody_their_own_password() {
             .await
             .unwrap();
         let (one, other) = tokio::join!(
-            crate::session::remove_user(store, "admin-user"),
-            crate::session::remove_user(store, "ops")
+            crate::session::remove_user(store, "admin-user", now_ms()),
+            crate::session::remove_user(store, "ops", now_ms())
         );
         let refused = [&one, &other]
             .iter()

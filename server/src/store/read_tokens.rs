@@ -84,6 +84,25 @@ pub async fn revoke(on: impl Into<On<'_>>, name: &str, now_ms: i64) -> Result<bo
     })
 }
 
+/// Revokes every active token `created_by` made (a person removed takes their tokens along).
+pub async fn revoke_made_by(
+    on: impl Into<On<'_>>,
+    created_by: &str,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let done = sqlx::query(
+            "UPDATE read_tokens SET revoked_ms = $1 WHERE created_by = $2 AND revoked_ms IS NULL",
+        )
+        .bind(now_ms)
+        .bind(created_by)
+        .execute(&mut *ex)
+        .await?;
+        Ok(done.rows_affected())
+    })
+}
+
 /// Records a use, at most once a minute per token (a BI refresh makes many requests).
 pub async fn touch(on: impl Into<On<'_>>, id: i64, now_ms: i64) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
