@@ -523,6 +523,35 @@ async fn split_to_the_cent(db: TestDb) {
         "{label}: the GPU hosts' lines are the ones split, the one no agent reports included"
     );
 
+    // Filtered to one team, the export carries that team's rows only, each line-hour split over
+    // everybody's parts as unfiltered: its rows add up to the team's allocation, to the digit,
+    // never to the whole host's hour.
+    let by_team_all = rows_by_key(
+        &get_json(
+            &viewer,
+            &format!("{}/api/v1/allocation?{q}&by=team", server.url),
+        )
+        .await,
+    );
+    for (team, row) in &by_team_all {
+        let focus = client
+            .get(format!("{}/api/v1/allocation?{q}&format=focus", server.url))
+            .query(&[("team", team)])
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let mut reader = csv::Reader::from_reader(focus.as_bytes());
+        let sum: Decimal = reader.records().map(|r| d(&r.unwrap()[cost_idx])).sum();
+        assert_eq!(
+            sum,
+            d(row["cost"].as_str().unwrap()),
+            "{label}: team {team}'s FOCUS rows"
+        );
+    }
+
     // A bad parameter is named.
     let resp = client
         .get(format!(

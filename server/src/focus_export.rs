@@ -256,12 +256,9 @@ pub async fn write_export(
     let mut day = from_ms;
     while day < to_ms {
         let day_end = (day + gpuledger_core::time::DAY_MS).min(to_ms);
-        let loaded = ledger::load(store, day, day_end, RollupGrain::Hour).await?;
-        let attribution = if filters.is_empty() {
-            loaded
-        } else {
-            allocation::filtered(&loaded, filters)
-        };
+        // Every part, filtered or not: a line-hour is split over all of them, and a filter
+        // keeps only its rows (split over its own parts alone, it would take the whole hour).
+        let attribution = ledger::load(store, day, day_end, RollupGrain::Hour).await?;
         let lines = store::bills::bill_lines(store.db(), day, day_end).await?;
         let open = write_day(
             sink.as_mut(),
@@ -270,7 +267,7 @@ pub async fn write_export(
             &lines,
             &by_key,
             (from_ms, to_ms, day, day_end),
-            !filters.is_empty(),
+            filters,
         )
         .await?;
         if !open {
@@ -356,8 +353,9 @@ async fn write_day(
     lines: &[BillLine],
     by_key: &HashMap<&str, i64>,
     (from_ms, to_ms, day, day_end): (i64, i64, i64, i64),
-    filtered: bool,
+    filters: &[(GroupBy, String)],
 ) -> Result<bool, ExportError> {
+    let filtered = !filters.is_empty();
     let mut parts: HourParts = HashMap::new();
     for p in attribution.parts.iter().filter(|p| !p.estimated) {
         // Billed parts are of hosts with an instance key: their lines were matched by it.
@@ -517,6 +515,12 @@ async fn write_day(
                 }
             }
             for (j, part) in hour_parts.iter().enumerate() {
+                if !filters
+                    .iter()
+                    .all(|(by, value)| allocation::key_of(part, *by, attribution) == *value)
+                {
+                    continue;
+                }
                 let mut row = base.clone();
                 for (col, values) in &split {
                     row.insert(col, to_text(values.get(j).copied().unwrap_or_default()));
