@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -274,7 +275,7 @@ pub fn expected_on(
         .max(sensitivity.min_increase);
     let gs_margin =
         (gs_noise * Decimal::from(NOISE_SIGMAS)).max(gs * percent / Decimal::ONE_HUNDRED);
-    let to_f64 = |d: Decimal| d.to_string().parse::<f64>().unwrap_or(0.0);
+    let to_f64 = |d: Decimal| d.to_f64().unwrap_or(0.0);
     // In cents: an expectation is shown, summed and subtracted as people read money.
     let cost = crate::money::cents(cost);
     Some(Expected {
@@ -289,7 +290,7 @@ pub fn expected_on(
 /// margin; on an estimated day, in GPU time as well as in cost.
 fn above(spend: &DaySpend, e: &Expected, share: Decimal) -> bool {
     let cost_line = e.cost + (e.threshold - e.cost) * share;
-    let share = share.to_string().parse::<f64>().unwrap_or(1.0);
+    let share = share.to_f64().unwrap_or(1.0);
     let gs_line = e.gpu_seconds + (e.gpu_seconds_threshold - e.gpu_seconds) * share;
     spend.cost > cost_line && (!spend.estimated || spend.gpu_seconds > gs_line)
 }

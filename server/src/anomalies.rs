@@ -88,14 +88,28 @@ pub fn watched(config: &Config) -> Vec<GroupBy> {
     }
 }
 
-/// The anomalies with a day in `[from, to)` at `now`, biggest excess first (dismissed ones
-/// last).
+/// The anomalies with a day in `[from, to)` at `now`, with their drivers, biggest excess first
+/// (dismissed ones last).
 pub async fn find(
+    store: &dyn Store,
+    config: &Config,
+    range: (i64, i64),
+    now: i64,
+) -> Result<Vec<OwnerAnomaly>, StoreError> {
+    let (mut found, history_from) = detect(store, config, range, now).await?;
+    add_drivers(store, config, &mut found, history_from, now).await?;
+    Ok(found)
+}
+
+/// The anomalies as [`find`] has them, but without their drivers (which read days of per-GPU
+/// ledger and raw processes: the Slack job looks for them only for what it will announce);
+/// and the day the ledger begins.
+async fn detect(
     store: &dyn Store,
     config: &Config,
     (from, to): (i64, i64),
     now: i64,
-) -> Result<Vec<OwnerAnomaly>, StoreError> {
+) -> Result<(Vec<OwnerAnomaly>, i64), StoreError> {
     let dimensions = watched(config);
     let load_from =
         day_floor(from) - (anomaly::RUN_LOOKBACK_DAYS + anomaly::BASELINE_WEEKS * 7) * DAY_MS;
@@ -129,25 +143,15 @@ pub async fn find(
         }
     }
     let dismissed = crate::store::anomalies::dismissals(store.db(), load_from, to).await?;
-    let mut days = DayLedgers::default();
     let mut out = Vec::new();
     for (by, key, currency, a) in found {
-        let peak = a.peak_day_ms();
-        let drivers = drivers(
-            store,
-            &mut days,
-            (by, &key, &currency),
-            (peak, a.start_ms),
-            (history_from, now),
-        )
-        .await?;
         let mut o = OwnerAnomaly {
             dimension: by.as_str().to_owned(),
             key,
             currency,
+            peak_day_ms: a.peak_day_ms(),
             anomaly: a,
-            peak_day_ms: peak,
-            drivers,
+            drivers: Vec::new(),
             dismissed: None,
         };
         o.dismissed = dismissed
@@ -174,7 +178,32 @@ pub async fn find(
                 &b.key,
             ))
     });
-    Ok(out)
+    Ok((out, history_from))
+}
+
+/// Fills in each anomaly's drivers, each day of per-GPU ledger read once for all of them.
+async fn add_drivers(
+    store: &dyn Store,
+    config: &Config,
+    anomalies: &mut [OwnerAnomaly],
+    history_from: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut days = DayLedgers::default();
+    for a in anomalies {
+        let Some(by) = GroupBy::parse(&a.dimension, &config.owners) else {
+            continue;
+        };
+        a.drivers = drivers(
+            store,
+            &mut days,
+            (by, &a.key, &a.currency),
+            (a.peak_day_ms, a.anomaly.start_ms),
+            (history_from, now),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Days of the ledger per GPU, each read once however many anomalies look at it.
@@ -406,11 +435,20 @@ pub async fn dismiss(
 pub async fn alert(store: &dyn Store, config: &Config, now: i64) -> Result<usize, StoreError> {
     let today = day_floor(now);
     let team = GroupBy::role(&config.owners, Role::Team);
-    let mut queued = 0;
-    for a in find(store, config, (today - DAY_MS, today + DAY_MS), now).await? {
-        if a.dismissed.is_some() {
-            continue;
+    let (found, history_from) =
+        detect(store, config, (today - DAY_MS, today + DAY_MS), now).await?;
+    // Drivers only for what may be announced: not dismissed, its kind not claimed yet.
+    let mut due = Vec::new();
+    for a in found.into_iter().filter(|a| a.dismissed.is_none()) {
+        let kind = a.anomaly.kind.as_str();
+        let claimed = crate::store::anomalies::claims(store.db(), &a.id(), kind).await?;
+        if !claimed.iter().any(|c| a.is_named_by(c)) {
+            due.push(a);
         }
+    }
+    add_drivers(store, config, &mut due, history_from, now).await?;
+    let mut queued = 0;
+    for a in due {
         let teams = if team.is_some_and(|t| t.as_str() == a.dimension) {
             vec![a.key.clone()]
         } else {

@@ -11,10 +11,10 @@ use axum::{routing::get, Json, Router};
 use serde::Deserialize;
 
 use super::allocation::{bad, query_of};
+use super::budgets::month_range;
 use super::page::error_page;
 use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn};
 use super::AppState;
-use crate::allocation::calendar_month;
 use crate::anomalies::{DismissError, OwnerAnomaly};
 use crate::error::ApiError;
 use crate::format::money;
@@ -52,13 +52,7 @@ async fn anomalies_api(
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
-    let month = q.month.unwrap_or_else(|| month_label(now_ms()));
-    let range = calendar_month(&month).ok_or_else(|| {
-        bad(
-            "month",
-            format!("must be a calendar month, YYYY-MM, got {month:?}"),
-        )
-    })?;
+    let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
     let found =
         crate::anomalies::find(state.store.as_ref(), &state.config, range, now_ms()).await?;
     Ok(Json(serde_json::json!({ "month": month, "anomalies": found })).into_response())

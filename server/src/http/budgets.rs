@@ -37,7 +37,7 @@ struct MonthQuery {
 }
 
 /// `?month=YYYY-MM` (this month by default) as its range and label.
-fn month_range(month: Option<String>) -> Result<((i64, i64), String), String> {
+pub(super) fn month_range(month: Option<String>) -> Result<((i64, i64), String), String> {
     let month = month.unwrap_or_else(|| month_label(now_ms()));
     calendar_month(&month)
         .map(|r| (r, month.clone()))

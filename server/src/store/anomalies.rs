@@ -46,7 +46,7 @@ pub async fn claims(
     id: &AnomalyId,
     kind: &str,
 ) -> Result<Vec<AnomalyId>, StoreError> {
-    let mut conn = on.into().write().await?;
+    let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         let starts: Vec<(i64,)> = sqlx::query_as(
             "SELECT start_ms FROM anomaly_alerts
