@@ -552,6 +552,71 @@ async fn split_to_the_cent(db: TestDb) {
         );
     }
 
+    // A read-only token scoped to one team gets that team's figures and nothing else: its
+    // allocation is the team's row to the digit, its FOCUS export the team's rows alone, and
+    // any team filter it asks for beyond its own is empty.
+    let mut scoped_teams = 0;
+    for (i, (team, row)) in by_team_all.iter().enumerate() {
+        if team.starts_with('(') {
+            continue; // idle and unmonitored belong to no team here
+        }
+        scoped_teams += 1;
+        let secret = server_run(
+            &db.url,
+            &["read-token", "create", &format!("bi-{i}"), "--teams", team],
+        )
+        .trim()
+        .to_owned();
+        // No session cookie: the token alone says who is asking.
+        let bare = reqwest::Client::new();
+        let scoped = |url: String| bare.get(url).bearer_auth(&secret).send();
+        let body: Value = scoped(format!("{}/api/v1/allocation?{q}&by=team", server.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let seen = rows_by_key(&body);
+        assert_eq!(
+            seen.keys().collect::<Vec<_>>(),
+            vec![team],
+            "{label}: a token of team {team} sees its team only"
+        );
+        assert_eq!(seen[team]["cost"], row["cost"], "{label}: {team}");
+        let focus = scoped(format!("{}/api/v1/allocation?{q}&format=focus", server.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let mut reader = csv::Reader::from_reader(focus.as_bytes());
+        let sum: Decimal = reader.records().map(|r| d(&r.unwrap()[cost_idx])).sum();
+        assert_eq!(
+            sum,
+            d(row["cost"].as_str().unwrap()),
+            "{label}: team {team}'s scoped FOCUS export"
+        );
+        let others = scoped(format!(
+            "{}/api/v1/allocation?{q}&by=team&team=%28idle%29",
+            server.url
+        ))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+        assert!(others.contains("\"rows\":[]"), "{label}: {others}");
+        let fleet = scoped(format!("{}/api/v1/billing/reconciliation", server.url))
+            .await
+            .unwrap();
+        assert_eq!(
+            fleet.status(),
+            403,
+            "{label}: the whole bill is every team's"
+        );
+    }
+    assert!(scoped_teams >= 2, "{label}: {by_team_all:?}");
+
     // A bad parameter is named.
     let resp = client
         .get(format!(

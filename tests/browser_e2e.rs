@@ -622,6 +622,62 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
             assert!(gpus.contains("jupyter-kernel, user maria"), "{gpus}");
         }
     }
+    // A team lead signs in and sees their team's month only: the other teams' budgets are
+    // not there, and the pages that cover every team are not offered.
+    c.goto(&format!("{url}/account")).await.unwrap();
+    c.find(Locator::Css("form.who button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.goto(&format!("{url}/login")).await.unwrap();
+    for (field, value) in [
+        ("username", "applied-lead"),
+        ("password", password.as_str()),
+    ] {
+        c.find(Locator::Css(&format!("input[name={field}]")))
+            .await
+            .unwrap()
+            .send_keys(value)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("main button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .ends_with("/budgets")
+    {
+        assert!(Instant::now() < deadline, "the team lead lands on budgets");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let budgets = text_of(&c, "table.budgets").await;
+    assert!(
+        budgets.contains("applied") && !budgets.contains("foundation"),
+        "{budgets}"
+    );
+    let menu = text_of(&c, "header nav").await;
+    assert!(
+        !menu.contains("Billing") && menu.contains("Budgets"),
+        "{menu}"
+    );
+    std::fs::write(
+        shots.join("budgets-team.png"),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+    c.goto(&format!("{url}/billing")).await.unwrap();
+    assert_eq!(text_of(&c, "h1").await, "Every team's figures");
+
     eprintln!("screenshots and PDF in {}", shots.display());
     c.close().await.unwrap();
 }

@@ -48,9 +48,37 @@ async fn the_command_line_sets_passwords_and_removes_people() {
     let (_, list) = user(&db.url, &["list"], None);
     let name = list
         .lines()
-        .find_map(|l| l.strip_suffix("\tviewer"))
+        .find_map(|l| l.strip_suffix("\tviewer\tevery team"))
         .expect("the viewer is listed")
         .to_owned();
+
+    // Scoped to a team, the open session sees that team's figures only, at once.
+    let status = |path: &'static str| {
+        let url = format!("{}{path}", server.url);
+        let c = viewer.clone();
+        async move { c.get(url).send().await.unwrap().status() }
+    };
+    assert_eq!(status("/billing").await, reqwest::StatusCode::OK);
+    let (ok, out) = user(&db.url, &["teams", &name, "serving, research"], None);
+    assert!(ok && out.contains("now sees research, serving"), "{out}");
+    let (_, list) = user(&db.url, &["list"], None);
+    assert!(
+        list.contains(&format!("{name}\tviewer\tresearch, serving")),
+        "{list}"
+    );
+    assert_eq!(status("/billing").await, reqwest::StatusCode::FORBIDDEN);
+    assert_eq!(status("/budgets").await, reqwest::StatusCode::OK);
+    let (ok, out) = user(&db.url, &["teams", &name, "bad\u{7}"], None);
+    assert!(!ok && out.contains("not a team name"), "{out}");
+    let (ok, _) = user(&db.url, &["teams", &name, ""], None);
+    assert!(ok);
+    assert_eq!(status("/billing").await, reqwest::StatusCode::OK);
+    let (ok, out) = user(
+        &db.url,
+        &["add", "lead", "--role", "admin", "--teams", "serving"],
+        Some("lead long password"),
+    );
+    assert!(!ok && out.contains("admins see every team"), "{out}");
 
     let (ok, out) = user(&db.url, &["password", &name], Some("short"));
     assert!(!ok && out.contains("at least 10"), "{out}");

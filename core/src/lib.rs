@@ -30,6 +30,7 @@ pub mod money;
 pub mod owners;
 pub mod ratecard;
 pub mod recommend;
+pub mod scope;
 pub mod telemetry;
 pub mod time;
 pub mod variance;

@@ -38,7 +38,7 @@ pub struct StoredProcessWindow {
 }
 
 /// A GPU host as its agent describes it, or as the bill names it where no agent reports it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostRow {
     pub id: i64,
     pub cluster: String,

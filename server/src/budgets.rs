@@ -1,7 +1,7 @@
 //! Budgets against the month: each budget in force, what its owner has spent, and where the
 //! month is heading ([`gpuledger_core::budget`]), all from the hourly ledger.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -13,6 +13,8 @@ use crate::store::budgets::BudgetRow;
 use crate::store::{RollupGrain, Store, StoreError};
 use gpuledger_core::budget::{forecast, in_force, PATTERN_WEEKS};
 pub use gpuledger_core::budget::{Budget, Forecast, Standing};
+use gpuledger_core::owners::Role;
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, month_label, DAY_MS};
 
 /// One budget in force, against its owner's month.
@@ -55,10 +57,12 @@ fn budget_of(row: &BudgetRow) -> Option<Budget> {
 }
 
 /// The budgets in force in the month `[from, to)` at `now`, each with its owner's spend and
-/// forecast; most at risk first.
+/// forecast; most at risk first. A team-scoped reader sees its teams' budgets, and those of
+/// other owners (a model, an endpoint) whose spend in the months read is all its teams': never
+/// a figure that includes another team's spend.
 pub async fn for_month(
     store: &dyn Store,
-    schema: &OwnerSchema,
+    (schema, scope): (&OwnerSchema, &Scope),
     (from, to): (i64, i64),
     now: i64,
 ) -> Result<Vec<BudgetStatus>, StoreError> {
@@ -87,18 +91,34 @@ pub async fn for_month(
     dimensions.sort();
     dimensions.dedup();
     let mut daily: BTreeMap<(&str, String, &str), BTreeMap<i64, Decimal>> = BTreeMap::new();
+    // Keys with spend of the scope's teams, and keys with spend of others.
+    let (mut inside, mut outside) = (BTreeSet::new(), BTreeSet::new());
     for p in &ledger.parts {
+        let admitted = scope.admits_part(p, schema);
         for (name, by) in &dimensions {
+            let key = key_of(p, *by, &ledger);
+            if !scope.is_all() {
+                let seen = if admitted { &mut inside } else { &mut outside };
+                seen.insert((name.as_str(), key.clone()));
+            }
             *daily
-                .entry((name.as_str(), key_of(p, *by, &ledger), p.currency.as_str()))
+                .entry((name.as_str(), key, p.currency.as_str()))
                 .or_default()
                 .entry(day_floor(p.hour_ms))
                 .or_default() += p.cost;
         }
     }
+    let team = schema.role(Role::Team);
+    let visible = |b: &Budget| {
+        scope.is_all()
+            || (Some(b.dimension.as_str()) == team && scope.admits_team(&b.key))
+            || (inside.contains(&(b.dimension.as_str(), b.key.clone()))
+                && !outside.contains(&(b.dimension.as_str(), b.key.clone())))
+    };
     let empty = BTreeMap::new();
     let mut out: Vec<BudgetStatus> = held
         .into_iter()
+        .filter(|b| visible(b))
         .map(|b| {
             let days = daily
                 .get(&(b.dimension.as_str(), b.key.clone(), b.currency.as_str()))
@@ -267,7 +287,7 @@ pub async fn set(
     )
     .await?;
     // As it stands in its first month (it is the one in force there, whatever is set later).
-    let shown = for_month(store, schema, (month_from, month_to), now).await?;
+    let shown = for_month(store, (schema, &Scope::all()), (month_from, month_to), now).await?;
     shown
         .into_iter()
         .find(|s| s.dimension == by.as_str() && s.key == key)
@@ -308,7 +328,7 @@ pub async fn alert(
         .role(gpuledger_core::owners::Role::Team)
         .map(str::to_owned);
     let mut queued = 0;
-    for b in for_month(store, &config.owners, (from, to), now).await? {
+    for b in for_month(store, (&config.owners, &Scope::all()), (from, to), now).await? {
         let reached = crossed(
             b.amount,
             &b.forecast,

@@ -15,6 +15,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("this needs an admin")]
     Forbidden,
+    /// What a team-scoped viewer or token may not read (403), and why.
+    #[error("{0}")]
+    OutOfScope(String),
     #[error("{message}")]
     BadRequest {
         message: String,
@@ -46,6 +49,7 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", None),
             ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden", None),
+            ApiError::OutOfScope(_) => (StatusCode::FORBIDDEN, "out_of_scope", None),
             ApiError::BadRequest { field, .. } => {
                 (StatusCode::BAD_REQUEST, "bad_request", field.clone())
             }

@@ -21,10 +21,12 @@ use serde_json::{Map, Value};
 
 use crate::allocation::{self, GroupBy};
 use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part};
+use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::store;
 use crate::store::{BillLine, RollupGrain, Store, StoreError};
 use gpuledger_core::money::{from_text, parse_amount, split_exact, to_text};
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 
 mod parquet_sink;
@@ -235,15 +237,46 @@ pub enum Format {
     Parquet,
 }
 
+/// Which split rows an export keeps: those matching the allocation API's filters, of the
+/// teams the reader sees.
+pub struct Selection<'a> {
+    pub filters: &'a [(GroupBy, String)],
+    pub scope: &'a Scope,
+    pub schema: &'a OwnerSchema,
+}
+
+impl<'a> Selection<'a> {
+    /// Every row.
+    pub fn everything(schema: &'a OwnerSchema) -> Selection<'a> {
+        Selection {
+            filters: &[],
+            scope: &gpuledger_core::scope::EVERY_TEAM,
+            schema,
+        }
+    }
+
+    /// Everything: no filter, every team.
+    fn is_everything(&self) -> bool {
+        self.filters.is_empty() && self.scope.is_all()
+    }
+
+    fn keeps(&self, part: &Part, attribution: &Attribution) -> bool {
+        self.scope.admits_part(part, self.schema)
+            && self
+                .filters
+                .iter()
+                .all(|(by, value)| allocation::key_of(part, *by, attribution) == *value)
+    }
+}
+
 /// Writes the FOCUS rows of `[from_ms, to_ms)`, a day at a time, sending the bytes ready after
-/// each day to `out` (which waits while the reader is behind). `filters` (the allocation API's)
-/// keep only matching split rows; with a filter, lines that belong to no GPU host are left
-/// out.
+/// each day to `out` (which waits while the reader is behind). `selection` keeps only matching
+/// split rows; unless it is everything, lines that belong to no GPU host are left out.
 pub async fn write_export(
     store: &dyn Store,
     from_ms: i64,
     to_ms: i64,
-    filters: &[(GroupBy, String)],
+    selection: &Selection<'_>,
     format: Format,
     out: &Chunks,
 ) -> Result<(), ExportError> {
@@ -267,7 +300,7 @@ pub async fn write_export(
             &lines,
             &by_key,
             (from_ms, to_ms, day, day_end),
-            filters,
+            selection,
         )
         .await?;
         if !open {
@@ -353,9 +386,9 @@ async fn write_day(
     lines: &[BillLine],
     by_key: &HashMap<&str, i64>,
     (from_ms, to_ms, day, day_end): (i64, i64, i64, i64),
-    filters: &[(GroupBy, String)],
+    selection: &Selection<'_>,
 ) -> Result<bool, ExportError> {
-    let filtered = !filters.is_empty();
+    let filtered = !selection.is_everything();
     let mut parts: HourParts = HashMap::new();
     for p in attribution.parts.iter().filter(|p| !p.estimated) {
         // Billed parts are of hosts with an instance key: their lines were matched by it.
@@ -515,10 +548,7 @@ async fn write_day(
                 }
             }
             for (j, part) in hour_parts.iter().enumerate() {
-                if !filters
-                    .iter()
-                    .all(|(by, value)| allocation::key_of(part, *by, attribution) == *value)
-                {
+                if !selection.keeps(part, attribution) {
                     continue;
                 }
                 let mut row = base.clone();

@@ -193,10 +193,16 @@ enum UserCommand {
     /// terminal, else read from the first line of standard input.
     Add {
         username: String,
-        /// viewer reads everything; admin also manages tokens, bills, alert routes and snoozes.
+        /// viewer reads everything (or only its teams'); admin also manages tokens, bills,
+        /// alert routes and snoozes.
         #[arg(long, value_parser = ["viewer", "admin"])]
         role: String,
+        /// Only these teams' figures, comma-separated (viewers only); every team if left out.
+        #[arg(long, default_value = "")]
+        teams: String,
     },
+    /// Scope a viewer to teams (comma-separated), or to every team with an empty list.
+    Teams { username: String, teams: String },
     /// List people and their roles.
     List,
     /// Remove a person and end their sessions (never the last admin).
@@ -208,7 +214,12 @@ enum UserCommand {
 #[derive(Subcommand, Debug)]
 enum ReadTokenCommand {
     /// Make a read-only token and print its secret (shown only this once).
-    Create { name: String },
+    Create {
+        name: String,
+        /// Only these teams' figures, comma-separated; every team if left out.
+        #[arg(long, default_value = "")]
+        teams: String,
+    },
     /// List read-only tokens, their state and last use.
     List,
     /// Revoke a read-only token: it stops working at once.
@@ -430,10 +441,11 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
-                ReadTokenCommand::Create { name } => {
+                ReadTokenCommand::Create { name, teams } => {
                     let secret = gpuledger_server::read_tokens::create(
                         store.as_ref(),
                         &name,
+                        &session::Scope::parse_list(&teams)?,
                         "command line",
                         now_ms(),
                     )
@@ -450,7 +462,8 @@ async fn main() -> anyhow::Result<()> {
                         let used = t
                             .last_used_ms
                             .map_or_else(|| "never used".to_owned(), gpuledger_core::time::rfc3339);
-                        println!("{}\t{state}\t{used}", t.name);
+                        let teams = gpuledger_server::read_tokens::scope_of(&t).describe();
+                        println!("{}\t{state}\t{teams}\t{used}", t.name);
                     }
                 }
                 ReadTokenCommand::Revoke { name } => {
@@ -469,10 +482,24 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
             match command {
-                UserCommand::Add { username, role } => {
+                UserCommand::Add {
+                    username,
+                    role,
+                    teams,
+                } => {
+                    let scope = session::Scope::parse_list(&teams)?;
                     let password = read_password()?;
-                    session::add_user(store.as_ref(), &username, &role, password, now_ms()).await?;
-                    println!("user {username:?} added as {role}");
+                    session::add_user(store.as_ref(), &username, &role, &scope, password, now_ms())
+                        .await?;
+                    println!(
+                        "user {username:?} added as {role}, seeing {}",
+                        scope.describe()
+                    );
+                }
+                UserCommand::Teams { username, teams } => {
+                    let scope = session::Scope::parse_list(&teams)?;
+                    session::set_teams(store.as_ref(), &username, &scope).await?;
+                    println!("user {username:?} now sees {}", scope.describe());
                 }
                 UserCommand::Remove { username } => {
                     session::remove_user(store.as_ref(), &username, now_ms()).await?;
@@ -485,7 +512,8 @@ async fn main() -> anyhow::Result<()> {
                 }
                 UserCommand::List => {
                     for u in store::accounts::list_users(store.db()).await? {
-                        println!("{}\t{}", u.username, u.role);
+                        let teams = session::scope_of(&u.role, u.teams.as_deref()).describe();
+                        println!("{}\t{}\t{teams}", u.username, u.role);
                     }
                 }
             }
@@ -735,6 +763,7 @@ async fn main() -> anyhow::Result<()> {
                 "demo",
                 &session::hash_password(&password)?,
                 "admin",
+                None,
                 now_ms(),
             )
             .await?;
@@ -754,6 +783,17 @@ async fn main() -> anyhow::Result<()> {
                 "demo: agent token for trying ingest yourself (cluster \"sandbox\"): {}",
                 sandbox.secret
             );
+            // A team lead who sees their team's figures only.
+            session::add_user(
+                store.as_ref(),
+                "applied-lead",
+                "viewer",
+                &session::Scope::teams(["applied"])?,
+                password.clone(),
+                now_ms(),
+            )
+            .await?;
+            println!("demo: a viewer of team \"applied\" only:  applied-lead / {password}");
             println!("demo: sign in as  demo / {password}");
             run_server(state_for(store, &args)?, &args).await
         }

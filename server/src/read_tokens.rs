@@ -6,6 +6,7 @@
 use crate::auth::{generate_secret, hash_token};
 pub use crate::store::read_tokens::ReadTokenRow;
 use crate::store::{Store, StoreError};
+pub use gpuledger_core::scope::Scope;
 
 /// What a read-only token's secret starts with (agent tokens start `gpl_`).
 pub const PREFIX: &str = "gpr_";
@@ -18,11 +19,12 @@ pub enum ReadTokenError {
     Store(#[from] StoreError),
 }
 
-/// Makes a token named `name` (1 to 64 characters, no control characters) for `by_user`;
-/// returns its secret, which is never stored.
+/// Makes a token named `name` (1 to 64 characters, no control characters) for `by_user`, that
+/// reads what `scope` sees; returns its secret, which is never stored.
 pub async fn create(
     store: &dyn Store,
     name: &str,
+    scope: &Scope,
     by_user: &str,
     now_ms: i64,
 ) -> Result<String, ReadTokenError> {
@@ -34,15 +36,23 @@ pub async fn create(
         )));
     }
     let secret = generate_secret(PREFIX);
-    crate::store::read_tokens::create(store.db(), name, &hash_token(&secret), by_user, now_ms)
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => {
-                ReadTokenError::Invalid(format!("there is a token {name:?} already"))
-            }
-            e => ReadTokenError::Store(e),
-        })?;
-    tracing::info!(name, by = by_user, "read-only token made");
+    let teams = scope.to_stored();
+    crate::store::read_tokens::create(
+        store.db(),
+        name,
+        &hash_token(&secret),
+        teams.as_deref(),
+        by_user,
+        now_ms,
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Conflict(_) => {
+            ReadTokenError::Invalid(format!("there is a token {name:?} already"))
+        }
+        e => ReadTokenError::Store(e),
+    })?;
+    tracing::info!(name, by = by_user, teams = %scope.describe(), "read-only token made");
     Ok(secret)
 }
 
@@ -82,4 +92,9 @@ pub async fn authenticate(
         }
     }
     Ok(token)
+}
+
+/// What a token reads: its teams, or every team.
+pub fn scope_of(token: &ReadTokenRow) -> Scope {
+    Scope::from_stored(token.teams.as_deref())
 }

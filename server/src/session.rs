@@ -12,6 +12,7 @@ use subtle::ConstantTimeEq;
 
 use crate::auth::{generate_token, hash_token};
 use crate::store::{self, Store, StoreError};
+pub use gpuledger_core::scope::{Scope, ScopeError};
 
 /// Failed sign-ins count for this long: after [`MAX_FAILURES_PER_USER`] for a name, or
 /// [`MAX_FAILURES_PER_CLIENT`] from an address, sign-in pauses until the oldest ages out.
@@ -202,6 +203,10 @@ pub enum AccountError {
     BadRole(String),
     #[error("there is a user {0:?} already")]
     Exists(String),
+    #[error("admins see every team: only a viewer is scoped to teams")]
+    AdminScoped,
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
     #[error(transparent)]
     Password(#[from] PasswordError),
     #[error(transparent)]
@@ -217,11 +222,13 @@ async fn hash_off_thread(password: String) -> Result<String, AccountError> {
 }
 
 /// Adds a person: a name of 1 to 64 characters without spaces or control characters, a role,
-/// a password of at least [`MIN_PASSWORD_LEN`] characters.
+/// the teams a viewer sees (admins see all), a password of at least [`MIN_PASSWORD_LEN`]
+/// characters.
 pub async fn add_user(
     store: &dyn Store,
     username: &str,
     role: &str,
+    scope: &Scope,
     password: String,
     now_ms: i64,
 ) -> Result<(), AccountError> {
@@ -237,14 +244,55 @@ pub async fn add_user(
         return Err(AccountError::BadName(username.chars().take(80).collect()));
     }
     let role = Role::parse(role.trim()).ok_or_else(|| AccountError::BadRole(role.to_owned()))?;
+    if role == Role::Admin && !scope.is_all() {
+        return Err(AccountError::AdminScoped);
+    }
     let hash = hash_off_thread(password).await?;
-    store::accounts::create_user(store.db(), username, &hash, role.as_str(), now_ms)
-        .await
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => AccountError::Exists(username.to_owned()),
-            e => AccountError::Store(e),
-        })?;
-    tracing::info!(username, role = role.as_str(), "user added");
+    let teams = scope.to_stored();
+    store::accounts::create_user(
+        store.db(),
+        username,
+        &hash,
+        role.as_str(),
+        teams.as_deref(),
+        now_ms,
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Conflict(_) => AccountError::Exists(username.to_owned()),
+        e => AccountError::Store(e),
+    })?;
+    tracing::info!(username, role = role.as_str(), teams = %scope.describe(), "user added");
+    Ok(())
+}
+
+/// What a user sees: their teams, or every team (admins always).
+pub fn scope_of(user_role: &str, stored_teams: Option<&str>) -> Scope {
+    if Role::parse(user_role) == Some(Role::Admin) {
+        return Scope::all();
+    }
+    Scope::from_stored(stored_teams)
+}
+
+/// Scopes a viewer to teams, or to every team; open sessions see the change at their next
+/// request. Admins see every team and cannot be scoped.
+pub async fn set_teams(
+    store: &dyn Store,
+    username: &str,
+    scope: &Scope,
+) -> Result<(), AccountError> {
+    let username = username.trim();
+    let user = store::accounts::user_by_name(store.db(), username)
+        .await?
+        .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    if user.role == Role::Admin.as_str() && !scope.is_all() {
+        return Err(AccountError::AdminScoped);
+    }
+    let teams = scope.to_stored();
+    if !store::accounts::set_teams(store.db(), user.id, teams.as_deref()).await? {
+        return Err(AccountError::NoSuchUser(username.to_owned()));
+    }
+    tracing::info!(username = %user.username, teams = %scope.describe(), "user's teams set");
     Ok(())
 }
 

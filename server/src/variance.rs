@@ -6,8 +6,10 @@ use serde::Serialize;
 
 use crate::allocation::{main_currency, GroupBy};
 use crate::attribution::Attribution;
+use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{hour_floor, month_of, rfc3339};
 pub use gpuledger_core::variance::VarianceRow;
 
@@ -83,19 +85,22 @@ pub fn of(
 }
 
 /// The month `[from, to)` against what it is set against ([`comparison`]), keys `by` one
-/// dimension.
+/// dimension; of the teams `scope` sees.
 pub async fn for_month(
     store: &dyn Store,
-    from: i64,
-    to: i64,
-    now: i64,
+    (from, to, now): (i64, i64, i64),
     by: GroupBy,
+    (scope, schema): (&Scope, &OwnerSchema),
 ) -> Result<Variance, StoreError> {
     let (prev_from, prev_to, partial) = comparison(from, to, now);
     let (current, previous) = tokio::try_join!(
         ledger::load(store, from, to, RollupGrain::HostDay),
         ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
     )?;
+    let (current, previous) = (
+        scope.restrict(current, schema),
+        scope.restrict(previous, schema),
+    );
     Ok(of(
         &current,
         &previous,

@@ -96,7 +96,10 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     // This month's budgets for the three teams, each with a forecast from the weekday pattern.
     let budgets = crate::budgets::for_month(
         store.as_ref(),
-        &crate::config::OwnerSchema::default(),
+        (
+            &crate::config::OwnerSchema::default(),
+            &gpuledger_core::scope::Scope::all(),
+        ),
         gpuledger_core::time::month_of(now),
         now,
     )

@@ -9,13 +9,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
-use super::session::SignedIn;
+use super::session::{SignedIn, TeamScoped};
 use super::AppState;
 use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
 use crate::focus_export::Format;
 use crate::ledger;
 use crate::now_ms;
+use crate::session::Scope;
 use crate::store::RollupGrain;
 
 pub fn router() -> Router<AppState> {
@@ -155,9 +156,11 @@ fn choice<T: serde::de::DeserializeOwned>(
         .map_err(|_| bad(field, format!("must be one of {allowed}, got {v:?}")))
 }
 
+/// Everything below is narrowed to the reader's teams: a team-scoped viewer or token gets its
+/// teams' parts only, and no bill line outside GPU hosts.
 async fn get_allocation(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let q = AllocationQuery::parse(raw.as_deref())?;
@@ -188,12 +191,30 @@ async fn get_allocation(
         _ => RollupGrain::HostDay,
     };
     let filters = q.filters(schema)?;
+    let scope = user.scope;
     match format {
-        "focus" => return Ok(focus_response(state, from, to, filters, Format::Csv)),
-        "focus-parquet" => return Ok(focus_response(state, from, to, filters, Format::Parquet)),
+        "focus" => {
+            return Ok(focus_response(
+                state,
+                from,
+                to,
+                (filters, scope),
+                Format::Csv,
+            ))
+        }
+        "focus-parquet" => {
+            return Ok(focus_response(
+                state,
+                from,
+                to,
+                (filters, scope),
+                Format::Parquet,
+            ))
+        }
         _ => {}
     }
     let loaded = ledger::load(state.store.as_ref(), from, to, grain_for(step)).await?;
+    let loaded = scope.restrict(loaded, schema);
     // No filter: the parts as loaded, not a copy.
     let attributed = if filters.is_empty() {
         loaded
@@ -224,17 +245,22 @@ fn focus_response(
     state: AppState,
     from: i64,
     to: i64,
-    filters: Vec<(GroupBy, String)>,
+    (filters, scope): (Vec<(GroupBy, String)>, Scope),
     format: Format,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
     tokio::spawn(async move {
         // Each send waits for the client to take the day before: memory stays at a day or two.
+        let selection = crate::focus_export::Selection {
+            filters: &filters,
+            scope: &scope,
+            schema: &state.config.owners,
+        };
         let result = crate::focus_export::write_export(
             state.store.as_ref(),
             from,
             to,
-            &filters,
+            &selection,
             format,
             &tx,
         )

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::allocation::{bad, query_of};
 use super::page::{error_page, render_with_status, Chrome};
-use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn};
+use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
 use crate::allocation::calendar_month;
 use crate::budgets::{BudgetError, BudgetStatus, SetBudget};
@@ -56,14 +56,18 @@ impl From<BudgetError> for ApiError {
 /// `GET /api/v1/budgets[?month=YYYY-MM]`: each budget in force, spent, forecast and range.
 async fn budgets_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
     let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
-    let rows =
-        crate::budgets::for_month(state.store.as_ref(), &state.config.owners, range, now_ms())
-            .await?;
+    let rows = crate::budgets::for_month(
+        state.store.as_ref(),
+        (&state.config.owners, &user.scope),
+        range,
+        now_ms(),
+    )
+    .await?;
     Ok(Json(serde_json::json!({ "month": month, "budgets": rows })).into_response())
 }
 
@@ -206,7 +210,7 @@ async fn page(
     };
     let rows = match crate::budgets::for_month(
         state.store.as_ref(),
-        &state.config.owners,
+        (&state.config.owners, &user.scope),
         (from, to),
         now_ms(),
     )
@@ -244,7 +248,7 @@ async fn page(
 /// first.
 async fn budgets_page(
     State(state): State<AppState>,
-    user: SignedIn,
+    TeamScoped(user): TeamScoped,
     Query(q): Query<MonthQuery>,
 ) -> Response {
     page(&state, &user, q.month, None, BudgetForm::default()).await

@@ -10,12 +10,12 @@ use rust_decimal::Decimal;
 use askama::Template;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 
 use super::page::{self, Chrome};
-use super::session::SignedIn;
+use super::session::TeamScoped;
 use super::AppState;
 use crate::billing::current_price::{self, GpuPrice};
 use crate::config::IdleConfig;
@@ -311,7 +311,12 @@ pub fn build(
     }
 }
 
-async fn fleet_page(State(state): State<AppState>, user: SignedIn) -> Response {
+/// `GET /`: the fleet as it stands, for those who see every team. A team-scoped viewer, who
+/// signs in here, is sent to the budgets page, which shows their teams' month.
+async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
+    if !user.scope.is_all() {
+        return Redirect::to("/budgets").into_response();
+    }
     let loaded = async {
         let rows = crate::fleet::gpus(state.store.as_ref()).await?;
         let processes = crate::fleet::processes(state.store.as_ref()).await?;

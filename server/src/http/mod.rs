@@ -23,6 +23,8 @@ mod review;
 #[cfg(test)]
 mod review_tests;
 #[cfg(test)]
+mod scope_tests;
+#[cfg(test)]
 mod security_tests;
 pub(crate) mod session;
 #[cfg(test)]

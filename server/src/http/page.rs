@@ -10,6 +10,9 @@ pub struct Chrome {
     pub username: String,
     pub role: &'static str,
     pub csrf: String,
+    /// The teams a scoped viewer sees (`serving, research`); `None` for every team. The menu
+    /// then offers only the pages that narrow to them.
+    pub teams: Option<String>,
     /// `YYYY-MM-DD HH:MM UTC`, in the printed footer beside the page numbers.
     pub generated: String,
 }
@@ -20,6 +23,7 @@ impl From<&super::session::SignedIn> for Chrome {
             username: s.username.clone(),
             role: s.role.as_str(),
             csrf: s.csrf.clone(),
+            teams: (!s.scope.is_all()).then(|| s.scope.describe()),
             generated: crate::format::utc_minute(chrono::Utc::now().timestamp_millis()),
         }
     }

@@ -310,6 +310,7 @@ async fn review(
     };
     // Independent reads, side by side: the database works on one while this process decodes
     // another.
+    let every_team = gpuledger_core::scope::Scope::all();
     let loaded = tokio::try_join!(
         // Per host and day: the review shows no single GPU except in the heatmap.
         ledger::load(store, from, to, RollupGrain::HostDay),
@@ -322,7 +323,7 @@ async fn review(
         crate::unit_costs::request_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
-        crate::budgets::for_month(store, &state.config.owners, (from, to), now),
+        crate::budgets::for_month(store, (&state.config.owners, &every_team), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
     );
     let (

@@ -13,7 +13,7 @@ use crate::store;
 
 /// Who may use a route.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Access {
+pub(super) enum Access {
     /// Anyone: sign-in, health, metrics, the stylesheet.
     Public,
     /// Only an agent token.
@@ -26,7 +26,7 @@ enum Access {
 
 /// Every route the server has. `every_route_is_in_the_access_table` fails when a route is
 /// added without a line here, so a new route cannot skip these checks.
-const ROUTES: &[(&str, &str, Access)] = &[
+pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/login", Access::Public),
     ("GET", "/healthz", Access::Public),
     ("GET", "/metrics", Access::Public),
@@ -79,11 +79,12 @@ const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/users", Access::Admin),
     ("POST", "/users/remove", Access::Admin),
     ("POST", "/users/password", Access::Admin),
+    ("POST", "/users/teams", Access::Admin),
     ("POST", "/api/v1/anomalies/dismiss", Access::Admin),
 ];
 
 /// A concrete address for a route pattern.
-fn concrete(path: &str) -> String {
+pub(super) fn concrete(path: &str) -> String {
     path.replace("{id}", "1")
         .replace("{month}", "2026-05")
         .replace("{dimension}", "model?key=llama")
@@ -129,7 +130,7 @@ fn every_route_is_in_the_access_table() {
     );
 }
 
-async fn call(
+pub(super) async fn call(
     api: &Api,
     method: &str,
     path: &str,
@@ -180,9 +181,15 @@ async fn every_route_admits_exactly_its_audience() {
         let (viewer, viewer_csrf) = api.session("viewer").await;
         let (admin, admin_csrf) = api.session("admin").await;
         // A BI tool's read-only token: a viewer's reads, by GET only.
-        let read = crate::read_tokens::create(api.store.as_ref(), "bi", "admin-user", now_ms())
-            .await
-            .unwrap();
+        let read = crate::read_tokens::create(
+            api.store.as_ref(),
+            "bi",
+            &crate::read_tokens::Scope::all(),
+            "admin-user",
+            now_ms(),
+        )
+        .await
+        .unwrap();
         for &(method, pattern, access) in ROUTES {
             let path = concrete(pattern);
             let who = api.backend;
@@ -453,7 +460,7 @@ async fn repeated_wrong_passwords_pause_sign_in() {
     for (api, _db) in apis().await {
         let hash = crate::session::hash_password("correct horse battery").unwrap();
         for name in ["ana", "bo", "cy", "dee"] {
-            store::accounts::create_user(api.store.db(), name, &hash, "viewer", now_ms())
+            store::accounts::create_user(api.store.db(), name, &hash, "viewer", None, now_ms())
                 .await
                 .unwrap();
         }

@@ -2,6 +2,10 @@
 //! handler from running for a visitor who is not signed in (pages redirect to `/login`, the API
 //! answers 401) or, for admin handlers, who is only a viewer (403), and [`AdminForm`], which
 //! checks a posted form's CSRF token before the handler sees it.
+//!
+//! Team scopes are refused by default: [`SignedIn`] admits only people and tokens that see every
+//! team, so a handler shows a team-scoped viewer nothing until it takes [`TeamScoped`] instead,
+//! which it does only once it narrows every figure to [`SignedIn::scope`].
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -16,7 +20,7 @@ use super::AppState;
 use crate::auth::hash_token;
 use crate::error::ApiError;
 use crate::now_ms;
-use crate::session::{tokens_equal, Role, SESSION_TTL_MS};
+use crate::session::{tokens_equal, Role, Scope, SESSION_TTL_MS};
 
 pub const SESSION_COOKIE: &str = "gpl_session";
 
@@ -41,6 +45,8 @@ pub struct SignedIn {
     pub token_hash: String,
     /// A BI tool's read-only token rather than a person's session: it reads, never posts.
     pub read_token: bool,
+    /// The teams whose figures this person or token sees (admins: every team).
+    pub scope: Scope,
 }
 
 impl SignedIn {
@@ -80,6 +86,23 @@ fn unauthenticated(parts: &Parts) -> Response {
     Redirect::to(&format!("/login?next={encoded}")).into_response()
 }
 
+/// A signed-in person or read-only token whose handler narrows what it shows to
+/// [`SignedIn::scope`]: the one extractor that lets a team-scoped viewer through.
+#[derive(Debug, Clone)]
+pub struct TeamScoped(pub SignedIn);
+
+impl FromRequestParts<AppState> for TeamScoped {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        signed_in(parts, state).await.map(TeamScoped)
+    }
+}
+
+/// Somebody who sees every team: a team-scoped viewer or token gets 403, saying why.
 impl FromRequestParts<AppState> for SignedIn {
     type Rejection = Response;
 
@@ -87,30 +110,50 @@ impl FromRequestParts<AppState> for SignedIn {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let jar = CookieJar::from_headers(&parts.headers);
-        let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
-            return read_only_token(parts, state).await;
-        };
-        let token_hash = hash_token(&token);
-        match crate::session::find(state.store.as_ref(), &token_hash, now_ms()).await {
-            Ok(Some(s)) => Ok(SignedIn {
-                username: s.username,
-                role: Role::parse(&s.role).unwrap_or(Role::Viewer),
-                csrf: s.csrf_token,
-                token_hash,
-                read_token: false,
-            }),
-            Ok(None) => Err(unauthenticated(parts)),
-            Err(e) => {
-                if is_api(parts) {
-                    tracing::error!(error = %e, "reading a session");
-                }
-                Err(if is_api(parts) {
-                    ApiError::Unavailable.into_response()
-                } else {
-                    database_unavailable("reading a session", &e)
-                })
+        let who = signed_in(parts, state).await?;
+        if who.scope.is_all() {
+            return Ok(who);
+        }
+        let message = format!(
+            "This covers every team; {} sees {} only. Each team's own figures are on the \
+             budgets page and in the allocation and variance API.",
+            who.username,
+            who.scope.describe()
+        );
+        Err(if is_api(parts) {
+            ApiError::OutOfScope(message).into_response()
+        } else {
+            error_page(StatusCode::FORBIDDEN, "Every team's figures", &message)
+        })
+    }
+}
+
+/// Whoever the request's session cookie or read-only token names, with their scope.
+async fn signed_in(parts: &Parts, state: &AppState) -> Result<SignedIn, Response> {
+    let jar = CookieJar::from_headers(&parts.headers);
+    let Some(token) = jar.get(SESSION_COOKIE).map(|c| c.value().to_owned()) else {
+        return read_only_token(parts, state).await;
+    };
+    let token_hash = hash_token(&token);
+    match crate::session::find(state.store.as_ref(), &token_hash, now_ms()).await {
+        Ok(Some(s)) => Ok(SignedIn {
+            scope: crate::session::scope_of(&s.role, s.teams.as_deref()),
+            username: s.username,
+            role: Role::parse(&s.role).unwrap_or(Role::Viewer),
+            csrf: s.csrf_token,
+            token_hash,
+            read_token: false,
+        }),
+        Ok(None) => Err(unauthenticated(parts)),
+        Err(e) => {
+            if is_api(parts) {
+                tracing::error!(error = %e, "reading a session");
             }
+            Err(if is_api(parts) {
+                ApiError::Unavailable.into_response()
+            } else {
+                database_unavailable("reading a session", &e)
+            })
         }
     }
 }
@@ -137,6 +180,7 @@ async fn read_only_token(parts: &Parts, state: &AppState) -> Result<SignedIn, Re
     }
     match crate::read_tokens::authenticate(state.store.as_ref(), secret, now_ms()).await {
         Ok(Some(t)) => Ok(SignedIn {
+            scope: crate::read_tokens::scope_of(&t),
             username: format!("token {}", t.name),
             role: Role::Viewer,
             csrf: crate::auth::generate_token(),
@@ -236,7 +280,8 @@ where
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let user = SignedIn::from_request_parts(&mut parts, state).await?;
+        // Signing out and changing one's password show no team's figures.
+        let TeamScoped(user) = TeamScoped::from_request_parts(&mut parts, state).await?;
         let form = checked_form(&user, Request::from_parts(parts, body), state).await?;
         Ok(SignedInForm { user, form })
     }

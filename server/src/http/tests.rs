@@ -191,7 +191,7 @@ impl Api {
     pub(super) async fn session(&self, role: &str) -> (String, String) {
         let name = format!("{role}-user");
         let hash = crate::session::hash_password("correct horse battery").unwrap();
-        store::accounts::create_user(self.store.db(), &name, &hash, role, now_ms())
+        store::accounts::create_user(self.store.db(), &name, &hash, role, None, now_ms())
             .await
             .unwrap();
         let user = store::accounts::user_by_name(self.store.db(), &name)
@@ -519,7 +519,7 @@ async fn pages_and_read_apis_need_a_session() {
 async fn sign_in_sets_a_hardened_cookie_and_checks_the_form_token() {
     for (api, _db) in apis().await {
         let hash = crate::session::hash_password("correct horse battery").unwrap();
-        store::accounts::create_user(api.store.db(), "ana", &hash, "admin", now_ms())
+        store::accounts::create_user(api.store.db(), "ana", &hash, "admin", None, now_ms())
             .await
             .unwrap();
         let resp = api

@@ -37,6 +37,7 @@ struct ReadTokenView {
     created: String,
     created_by: String,
     last_used: String,
+    teams: String,
 }
 
 fn read_view(t: &crate::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
@@ -50,6 +51,7 @@ fn read_view(t: &crate::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
         created: when(Some(t.created_ms)),
         created_by: t.created_by.clone(),
         last_used: t.last_used_ms.map_or("never".to_owned(), |u| ago(now - u)),
+        teams: crate::read_tokens::scope_of(t).describe(),
     }
 }
 
@@ -296,6 +298,9 @@ async fn rotate(
 struct NameForm {
     csrf: String,
     name: String,
+    /// A read-only token's teams, comma-separated; blank for every team.
+    #[serde(default)]
+    teams: String,
 }
 
 impl CsrfForm for NameForm {
@@ -349,12 +354,27 @@ async fn create_read(
     State(state): State<AppState>,
     AdminForm { user, form }: AdminForm<NameForm>,
 ) -> Response {
-    match crate::read_tokens::create(state.store.as_ref(), &form.name, &user.username, now_ms())
-        .await
+    let scope = match crate::read_tokens::Scope::parse_list(&form.teams) {
+        Ok(scope) => scope,
+        Err(e) => {
+            return answer_error(&state, &user, TokenAdminError::Invalid(e.to_string())).await
+        }
+    };
+    match crate::read_tokens::create(
+        state.store.as_ref(),
+        &form.name,
+        &scope,
+        &user.username,
+        now_ms(),
+    )
+    .await
     {
         Ok(secret) => {
             let name = form.name.trim().to_owned();
-            let done = format!("Read-only token {name:?} created.");
+            let done = format!(
+                "Read-only token {name:?} created; it reads {}.",
+                scope.describe()
+            );
             page(
                 &state,
                 &user,

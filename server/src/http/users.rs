@@ -12,17 +12,18 @@ use serde::Deserialize;
 
 use super::page::{render_with_status, Chrome};
 use super::session::{
-    database_unavailable, AdminForm, AdminOnly, CsrfForm, SignedIn, SignedInForm,
+    database_unavailable, AdminForm, AdminOnly, CsrfForm, SignedIn, SignedInForm, TeamScoped,
 };
 use super::AppState;
 use crate::now_ms;
-use crate::session::AccountError;
+use crate::session::{AccountError, Scope};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/users", get(users_page).post(add))
         .route("/users/remove", post(remove))
         .route("/users/password", post(set_password))
+        .route("/users/teams", post(set_teams))
         .route("/account", get(account_page))
         .route("/account/password", post(change_own_password))
 }
@@ -30,6 +31,8 @@ pub fn router() -> Router<AppState> {
 struct UserView {
     username: String,
     role: String,
+    /// The teams a viewer sees, comma-separated; empty for every team.
+    teams: String,
     created: String,
     is_me: bool,
 }
@@ -51,6 +54,8 @@ struct AccountPage {
     csrf: String,
     username: String,
     role: &'static str,
+    /// The teams whose figures they see.
+    teams: String,
     /// A read-only token has no password to change.
     read_token: bool,
     problem: Option<String>,
@@ -92,6 +97,10 @@ async fn users(state: &AppState, user: &SignedIn, outcome: Option<Outcome>) -> R
                 .into_iter()
                 .map(|u| UserView {
                     is_me: u.username == user.username,
+                    teams: crate::session::scope_of(&u.role, u.teams.as_deref())
+                        .team_names()
+                        .map(|t| t.iter().cloned().collect::<Vec<_>>().join(", "))
+                        .unwrap_or_default(),
                     username: u.username,
                     role: u.role,
                     created: crate::format::utc_minute(u.created_ms),
@@ -119,6 +128,9 @@ struct UserForm {
     role: String,
     #[serde(default)]
     password: String,
+    /// Comma-separated; blank for every team.
+    #[serde(default)]
+    teams: String,
 }
 
 impl CsrfForm for UserForm {
@@ -132,15 +144,40 @@ async fn add(
     State(state): State<AppState>,
     AdminForm { user, form }: AdminForm<UserForm>,
 ) -> Response {
-    let outcome = crate::session::add_user(
-        state.store.as_ref(),
-        &form.username,
-        &form.role,
-        form.password,
-        now_ms(),
-    )
-    .await
-    .map(|()| format!("{} added as {}.", form.username.trim(), form.role.trim()));
+    let outcome = match Scope::parse_list(&form.teams) {
+        Err(e) => Err(AccountError::from(e)),
+        Ok(scope) => crate::session::add_user(
+            state.store.as_ref(),
+            &form.username,
+            &form.role,
+            &scope,
+            form.password,
+            now_ms(),
+        )
+        .await
+        .map(|()| {
+            format!(
+                "{} added as {}, seeing {}.",
+                form.username.trim(),
+                form.role.trim(),
+                scope.describe()
+            )
+        }),
+    };
+    users(&state, &user, Some(outcome)).await
+}
+
+/// `POST /users/teams` (admins): scopes a viewer to teams (blank: every team).
+async fn set_teams(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<UserForm>,
+) -> Response {
+    let outcome = match Scope::parse_list(&form.teams) {
+        Err(e) => Err(AccountError::from(e)),
+        Ok(scope) => crate::session::set_teams(state.store.as_ref(), &form.username, &scope)
+            .await
+            .map(|()| format!("{} now sees {}.", form.username.trim(), scope.describe())),
+    };
     users(&state, &user, Some(outcome)).await
 }
 
@@ -184,6 +221,7 @@ async fn account(user: &SignedIn, outcome: Option<Outcome>) -> Response {
             csrf: user.csrf.clone(),
             username: user.username.clone(),
             role: user.role.as_str(),
+            teams: user.scope.describe(),
             read_token: user.read_token,
             problem,
             done,
@@ -197,7 +235,7 @@ struct AccountQuery {
 }
 
 /// `GET /account`: who is signed in, and a form to change one's own password.
-async fn account_page(user: SignedIn, Query(q): Query<AccountQuery>) -> Response {
+async fn account_page(TeamScoped(user): TeamScoped, Query(q): Query<AccountQuery>) -> Response {
     let done = q
         .changed
         .map(|_| Ok("Your password is changed; every other session of yours ended.".to_owned()));

@@ -189,9 +189,15 @@ async fn admins_manage_people_and_everybody_their_own_password() {
         assert!(page.contains("too many"), "{b}: {page}");
         let here = fresh;
         // Her read-only tokens go with her.
-        crate::read_tokens::create(api.store.as_ref(), "dana-bi", "dana", now_ms())
-            .await
-            .unwrap();
+        crate::read_tokens::create(
+            api.store.as_ref(),
+            "dana-bi",
+            &crate::read_tokens::Scope::all(),
+            "dana",
+            now_ms(),
+        )
+        .await
+        .unwrap();
 
         // Removed: her sessions end at once. The last admin stays.
         let (status, _, _) = api
@@ -218,9 +224,16 @@ async fn admins_manage_people_and_everybody_their_own_password() {
 
         // Two admins removing each other at once leave one.
         let store = api.store.as_ref();
-        crate::session::add_user(store, "ops", "admin", "ops long secret".into(), now_ms())
-            .await
-            .unwrap();
+        crate::session::add_user(
+            store,
+            "ops",
+            "admin",
+            &crate::session::Scope::all(),
+            "ops long secret".into(),
+            now_ms(),
+        )
+        .await
+        .unwrap();
         let (one, other) = tokio::join!(
             crate::session::remove_user(store, "admin-user", now_ms()),
             crate::session::remove_user(store, "ops", now_ms())

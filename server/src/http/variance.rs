@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::allocation::{bad, csv_response, query_of};
-use super::session::SignedIn;
+use super::session::TeamScoped;
 use super::AppState;
 use crate::allocation::{calendar_month, GroupBy};
 use crate::error::ApiError;
@@ -29,7 +29,7 @@ struct VarianceQuery {
 /// default), `format=json|csv`.
 async fn variance_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<VarianceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
@@ -53,7 +53,13 @@ async fn variance_api(
             bad("by", format!("{name:?} is none of {}", names.join(", ")))
         })?,
     };
-    let v = crate::variance::for_month(state.store.as_ref(), from, to, now, by).await?;
+    let v = crate::variance::for_month(
+        state.store.as_ref(),
+        (from, to, now),
+        by,
+        (&user.scope, schema),
+    )
+    .await?;
     match q.format.as_deref().unwrap_or("json") {
         "json" => Ok(Json(v).into_response()),
         "csv" => {

@@ -1011,7 +1011,9 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
                     store.as_ref(),
                     from,
                     to,
-                    &[],
+                    &crate::focus_export::Selection::everything(
+                        &crate::config::OwnerSchema::default(),
+                    ),
                     crate::focus_export::Format::Csv,
                     &tx,
                 )

@@ -10,6 +10,8 @@ pub struct UserRow {
     pub password_hash: String,
     pub role: String,
     pub created_ms: i64,
+    /// The teams a viewer sees (a JSON array); NULL for every team.
+    pub teams: Option<String>,
 }
 
 /// A live session with its user.
@@ -18,6 +20,7 @@ pub struct SessionRow {
     pub user_id: i64,
     pub username: String,
     pub role: String,
+    pub teams: Option<String>,
     pub csrf_token: String,
     pub expires_ms: i64,
 }
@@ -27,17 +30,19 @@ pub async fn create_user(
     username: &str,
     password_hash: &str,
     role: &str,
+    teams: Option<&str>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
         let result = sqlx::query(
-            "INSERT INTO users (username, password_hash, role, created_ms) VALUES ($1, $2, $3, $4)
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO users (username, password_hash, role, teams, created_ms)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(username)
         .bind(password_hash)
         .bind(role)
+        .bind(teams)
         .bind(now_ms)
         .execute(&mut *ex)
         .await?;
@@ -55,7 +60,7 @@ pub async fn user_by_name(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, username, password_hash, role, created_ms FROM users WHERE username = $1",
+            "SELECT id, username, password_hash, role, created_ms, teams FROM users WHERE username = $1",
         )
         .bind(username)
         .fetch_optional(&mut *ex)
@@ -67,10 +72,27 @@ pub async fn list_users(on: impl Into<On<'_>>) -> Result<Vec<UserRow>, StoreErro
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, username, password_hash, role, created_ms FROM users ORDER BY username",
+            "SELECT id, username, password_hash, role, created_ms, teams FROM users ORDER BY username",
         )
         .fetch_all(&mut *ex)
         .await?)
+    })
+}
+
+/// Sets the teams a user sees (`None`: every team). False where there is no such user.
+pub async fn set_teams(
+    on: impl Into<On<'_>>,
+    user_id: i64,
+    teams: Option<&str>,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let done = sqlx::query("UPDATE users SET teams = $1 WHERE id = $2")
+            .bind(teams)
+            .bind(user_id)
+            .execute(&mut *ex)
+            .await?;
+        Ok(done.rows_affected() == 1)
     })
 }
 
@@ -175,7 +197,7 @@ pub async fn session(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT s.user_id, u.username, u.role, s.csrf_token, s.expires_ms
+            "SELECT s.user_id, u.username, u.role, u.teams, s.csrf_token, s.expires_ms
              FROM sessions s JOIN users u ON u.id = s.user_id
              WHERE s.token_hash = $1 AND s.expires_ms > $2",
         )

@@ -12,23 +12,27 @@ pub struct ReadTokenRow {
     pub created_ms: i64,
     pub revoked_ms: Option<i64>,
     pub last_used_ms: Option<i64>,
+    /// The teams it reads (a JSON array); NULL for every team.
+    pub teams: Option<String>,
 }
 
 pub async fn create(
     on: impl Into<On<'_>>,
     name: &str,
     token_hash: &str,
+    teams: Option<&str>,
     created_by: &str,
     now_ms: i64,
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
         let done = sqlx::query(
-            "INSERT INTO read_tokens (name, token_hash, created_by, created_ms)
-             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            "INSERT INTO read_tokens (name, token_hash, teams, created_by, created_ms)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(name)
         .bind(token_hash)
+        .bind(teams)
         .bind(created_by)
         .bind(now_ms)
         .execute(&mut *ex)
@@ -44,7 +48,7 @@ pub async fn list(on: impl Into<On<'_>>) -> Result<Vec<ReadTokenRow>, StoreError
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, name, created_by, created_ms, revoked_ms, last_used_ms
+            "SELECT id, name, created_by, created_ms, revoked_ms, last_used_ms, teams
              FROM read_tokens ORDER BY name",
         )
         .fetch_all(&mut *ex)
@@ -60,7 +64,7 @@ pub async fn active(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, name, created_by, created_ms, revoked_ms, last_used_ms
+            "SELECT id, name, created_by, created_ms, revoked_ms, last_used_ms, teams
              FROM read_tokens WHERE token_hash = $1 AND revoked_ms IS NULL",
         )
         .bind(token_hash)

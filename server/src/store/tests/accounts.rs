@@ -5,12 +5,13 @@ async fn users_and_sessions() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
-        crate::store::accounts::create_user(store.db(), "ana", "hash", "admin", T0)
+        crate::store::accounts::create_user(store.db(), "ana", "hash", "admin", None, T0)
             .await
             .unwrap();
         assert!(
             matches!(
-                crate::store::accounts::create_user(store.db(), "ana", "h2", "viewer", T0).await,
+                crate::store::accounts::create_user(store.db(), "ana", "h2", "viewer", None, T0)
+                    .await,
                 Err(StoreError::Conflict(_))
             ),
             "{b}"
@@ -100,4 +101,56 @@ fn database_passwords_never_reach_logs() {
         "sqlite://gpuledger.db"
     );
     assert_eq!(redacted_url("sqlite:data.db"), "sqlite:data.db");
+}
+
+#[tokio::test]
+async fn a_users_teams_are_read_with_every_session() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        crate::store::accounts::create_user(
+            store.db(),
+            "vic",
+            "hash",
+            "viewer",
+            Some(r#"["serving"]"#),
+            T0,
+        )
+        .await
+        .unwrap();
+        let vic = crate::store::accounts::user_by_name(store.db(), "vic")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(vic.teams.as_deref(), Some(r#"["serving"]"#), "{b}");
+        crate::store::accounts::create_session(store.db(), "s", vic.id, "c", T0, T0 + 1_000)
+            .await
+            .unwrap();
+        let teams = |store: std::sync::Arc<dyn crate::store::Store>| async move {
+            crate::store::accounts::session(store.db(), "s", T0 + 1)
+                .await
+                .unwrap()
+                .unwrap()
+                .teams
+        };
+        assert_eq!(
+            teams(store.clone()).await.as_deref(),
+            Some(r#"["serving"]"#),
+            "{b}"
+        );
+        // A change of scope reaches sessions already open: it is read with each of them.
+        assert!(
+            crate::store::accounts::set_teams(store.db(), vic.id, None)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+        assert_eq!(teams(store.clone()).await, None, "{b}");
+        assert!(
+            !crate::store::accounts::set_teams(store.db(), vic.id + 99, Some("[]"))
+                .await
+                .unwrap(),
+            "{b}: no such user"
+        );
+    }
 }

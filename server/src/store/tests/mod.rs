@@ -200,7 +200,7 @@ async fn one_transaction_spans_concerns_and_rolls_back_whole() {
         let b = db.backend;
 
         let mut tx = store.db().begin().await.unwrap();
-        accounts::create_user(&mut tx, "ana", "hash", "admin", T0)
+        accounts::create_user(&mut tx, "ana", "hash", "admin", None, T0)
             .await
             .unwrap();
         alerts::snooze(&mut tx, "train", T0 + 3_600_000, "ana", T0)
@@ -231,7 +231,7 @@ async fn one_transaction_spans_concerns_and_rolls_back_whole() {
         );
 
         let mut tx = store.db().begin().await.unwrap();
-        accounts::create_user(&mut tx, "ana", "hash", "admin", T0)
+        accounts::create_user(&mut tx, "ana", "hash", "admin", None, T0)
             .await
             .unwrap();
         jobs::try_lease(&mut tx, "nightly", "replica-1", T0, 60_000)

@@ -1,0 +1,270 @@
+//! Team scopes, route by route: a viewer and a read-only token of team alpha get nothing of team
+//! bravo from any page, API or CSV (every route either narrows to alpha or refuses), and what
+//! they do get is alpha's figures to the digit; on both backends.
+
+use axum::http::StatusCode;
+
+use super::budgets_tests::{billed_host, send};
+use super::security_tests::{call, concrete, Access, ROUTES};
+use super::tests::{apis, write_ledger, Api};
+use crate::auth::{generate_token, hash_token};
+use crate::now_ms;
+use crate::store;
+use gpuledger_core::time::{month_start_ms, HOUR_MS};
+
+/// A viewer of `teams` (a JSON array) signed in; the Cookie header.
+async fn scoped_session(api: &Api, name: &str, teams: &str) -> String {
+    let hash = crate::session::hash_password("correct horse battery").unwrap();
+    store::accounts::create_user(api.store.db(), name, &hash, "viewer", Some(teams), now_ms())
+        .await
+        .unwrap();
+    let user = store::accounts::user_by_name(api.store.db(), name)
+        .await
+        .unwrap()
+        .unwrap();
+    let token = generate_token();
+    store::accounts::create_session(
+        api.store.db(),
+        &hash_token(&token),
+        user.id,
+        "csrf",
+        now_ms(),
+        now_ms() + 60_000,
+    )
+    .await
+    .unwrap();
+    format!("gpl_session={token}")
+}
+
+/// Alpha's and bravo's work on a host each, this month and the last, and a budget each.
+async fn two_teams(api: &Api, admin: &str) {
+    let this = month_start_ms(now_ms());
+    let last = month_start_ms(this - 1);
+    let alpha = billed_host(api, "i-alpha").await;
+    let bravo = billed_host(api, "i-bravo").await;
+    let mut entries = Vec::new();
+    for month in [last, this] {
+        for h in 0..4 {
+            let hour = month + h * HOUR_MS;
+            entries.push((hour, alpha, "alpha", "used", "10".parse().unwrap()));
+            entries.push((hour, bravo, "bravo", "used", "7".parse().unwrap()));
+            entries.push((hour, bravo, "bravo", "held_idle", "1".parse().unwrap()));
+        }
+    }
+    write_ledger(api, &entries).await;
+    for (team, amount) in [("alpha", "1000"), ("bravo", "500")] {
+        let body = serde_json::json!({"dimension": "team", "key": team, "amount": amount,
+            "currency": "USD"});
+        let (status, v) = send(api, "PUT", "/api/v1/budgets", admin, body).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+}
+
+/// What a scoped reader may get of a route: alpha's figures (200, or a redirect within), a
+/// refusal that says why (403), or nothing there (404); never a word of bravo.
+fn assert_nothing_of_bravo(who: &str, path: &str, status: StatusCode, body: &str) {
+    assert!(
+        !body.to_lowercase().contains("bravo"),
+        "{who}: GET {path} ({status}) shows bravo: {body:.600}"
+    );
+    match status {
+        StatusCode::OK | StatusCode::NOT_FOUND | StatusCode::SEE_OTHER => {}
+        StatusCode::FORBIDDEN if path.starts_with("/api/") => {
+            assert!(body.contains("\"out_of_scope\""), "{who}: {path}: {body}");
+        }
+        StatusCode::FORBIDDEN => assert!(body.contains("Every team"), "{who}: {path}: {body}"),
+        other => panic!("{who}: GET {path}: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (admin, admin_csrf) = api.session("admin").await;
+        two_teams(&api, &admin).await;
+        let viewer = scoped_session(&api, "alice", r#"["alpha"]"#).await;
+        let token = crate::read_tokens::create(
+            api.store.as_ref(),
+            "alpha-bi",
+            &crate::read_tokens::Scope::teams(["alpha"]).unwrap(),
+            "admin-user",
+            now_ms(),
+        )
+        .await
+        .unwrap();
+        let extra = [
+            "/api/v1/allocation?by=host",
+            "/api/v1/allocation?by=cluster&step=hour",
+            "/api/v1/allocation?by=team&format=csv",
+            "/api/v1/allocation?team=bravo",
+            "/api/v1/allocation?format=focus",
+            "/api/v1/variance?by=host&format=csv",
+            "/budgets?month=2026-05",
+        ];
+        let routes = ROUTES
+            .iter()
+            .filter(|(m, _, a)| *m == "GET" && *a == Access::Viewer)
+            .map(|(_, p, _)| concrete(p))
+            .chain(extra.iter().map(|p| p.to_string()));
+        let mut answered = Vec::new();
+        for path in routes {
+            let (status, _, body) = call(&api, "GET", &path, Some(&viewer), None, "").await;
+            assert_nothing_of_bravo(&format!("{b} viewer"), &path, status, &body);
+            let (t_status, _, body) = call(&api, "GET", &path, None, Some(&token), "").await;
+            assert_nothing_of_bravo(&format!("{b} token"), &path, t_status, &body);
+            assert_eq!(
+                status, t_status,
+                "{b}: {path}: the token reads as the viewer"
+            );
+            if status == StatusCode::OK {
+                answered.push(path);
+            }
+        }
+        // What is narrowed is shown, not refused.
+        for path in [
+            "/api/v1/allocation",
+            "/api/v1/variance",
+            "/api/v1/budgets",
+            "/budgets",
+            "/account",
+        ] {
+            assert!(
+                answered.iter().any(|a| a == path),
+                "{b}: {path}: {answered:?}"
+            );
+        }
+        let (status, location) = api.get_as("/", Some(&viewer)).await;
+        assert_eq!(
+            (status, location.as_str()),
+            (StatusCode::SEE_OTHER, "/budgets")
+        );
+
+        // Alpha's figures are alpha's, to the digit.
+        let json = |cookie: String, path: &'static str| {
+            let api = &api;
+            async move {
+                let (status, body) = api.get_as(path, Some(&cookie)).await;
+                assert_eq!(status, StatusCode::OK, "{path}: {body}");
+                serde_json::from_str::<serde_json::Value>(&body).unwrap()
+            }
+        };
+        let keys = |v: &serde_json::Value| -> Vec<(String, String)> {
+            v["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let key = r["key"].as_str().unwrap().to_owned();
+                    (key, r["cost"].as_str().unwrap_or_default().to_owned())
+                })
+                .collect()
+        };
+        let q = "/api/v1/allocation?by=team&step=month";
+        let everyone = keys(&json(admin.clone(), q).await);
+        let alpha = keys(&json(viewer.clone(), q).await);
+        assert_eq!(everyone.len(), 2, "{b}: {everyone:?}");
+        assert_eq!(
+            alpha,
+            everyone
+                .iter()
+                .filter(|(k, _)| k == "alpha")
+                .cloned()
+                .collect::<Vec<_>>(),
+            "{b}"
+        );
+        assert_eq!(alpha, vec![("alpha".to_owned(), "40".to_owned())], "{b}");
+        let variance = json(viewer.clone(), "/api/v1/variance").await;
+        assert_eq!(
+            variance["rows"].as_array().unwrap().len(),
+            1,
+            "{b}: {variance}"
+        );
+        assert_eq!(variance["total"]["cost"], "40", "{b}: {variance}");
+        let budgets = json(viewer.clone(), "/api/v1/budgets").await;
+        let shown: Vec<&str> = budgets["budgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["key"].as_str().unwrap())
+            .collect();
+        assert_eq!(shown, vec!["alpha"], "{b}");
+
+        // Admins cannot be scoped; a viewer's scope changes at their next request.
+        let (status, _, body) = api
+            .post_form(
+                "/users/teams",
+                &admin,
+                &format!("csrf={admin_csrf}&username=admin-user&teams=alpha"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(body.contains("admins see every team"), "{b}: {body:.300}");
+        let (status, _, _) = api
+            .post_form(
+                "/users/teams",
+                &admin,
+                &format!("csrf={admin_csrf}&username=alice&teams=alpha%2C+bravo"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let both = keys(&json(viewer.clone(), q).await);
+        assert_eq!(both, everyone, "{b}: alice now sees both teams");
+        let (_, users) = api.get_as("/users", Some(&admin)).await;
+        assert!(users.contains("value=\"alpha, bravo\""), "{b}");
+        let (status, _, _) = api
+            .post_form(
+                "/users/teams",
+                &admin,
+                &format!("csrf={admin_csrf}&username=alice&teams="),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let (status, _) = api.get_as("/billing", Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{b}: every team again");
+    }
+}
+
+#[tokio::test]
+async fn scoped_tokens_are_made_listed_and_refused_when_malformed() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (admin, csrf) = api.session("admin").await;
+        let (status, _, body) = api
+            .post_form(
+                "/tokens/read",
+                &admin,
+                &format!("csrf={csrf}&name=serving-bi&teams=serving%2C+research"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(body.contains("it reads research, serving"), "{b}");
+        let token = crate::read_tokens::list(api.store.as_ref())
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == "serving-bi")
+            .unwrap();
+        assert_eq!(
+            crate::read_tokens::scope_of(&token).describe(),
+            "research, serving"
+        );
+        let (status, _, body) = api
+            .post_form(
+                "/tokens/read",
+                &admin,
+                &format!("csrf={csrf}&name=bad-bi&teams=ok%2C%07"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(body.contains("is not a team name"), "{b}: {body:.300}");
+        assert!(
+            !crate::read_tokens::list(api.store.as_ref())
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name == "bad-bi"),
+            "{b}: nothing stored"
+        );
+    }
+}
