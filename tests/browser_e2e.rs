@@ -650,16 +650,33 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !c
-        .current_url()
-        .await
-        .unwrap()
-        .as_str()
-        .ends_with("/budgets")
-    {
-        assert!(Instant::now() < deadline, "the team lead lands on budgets");
+    while c.current_url().await.unwrap().as_str() != review {
+        assert!(
+            Instant::now() < deadline,
+            "the team lead lands on the review"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    assert_eq!(
+        text_of(&c, "h1").await,
+        format!("GPU review: {month} · applied")
+    );
+    let teams = text_of(&c, "table.spend[data-by=team]").await;
+    assert!(
+        teams.contains("applied") && !teams.contains("foundation"),
+        "{teams}"
+    );
+    std::fs::write(shots.join("review-team.png"), c.screenshot().await.unwrap()).unwrap();
+    // Yesterday's spike is the team's: on its review, with what drove it.
+    c.goto(&format!("{url}/review/{yesterday}#anomalies"))
+        .await
+        .unwrap();
+    let anomalies = text_of(&c, "table.anomalies").await;
+    assert!(
+        anomalies.contains("team applied") && anomalies.contains("scratch-0"),
+        "{anomalies}"
+    );
+    c.goto(&format!("{url}/budgets")).await.unwrap();
     let budgets = text_of(&c, "table.budgets").await;
     assert!(
         budgets.contains("applied") && !budgets.contains("foundation"),

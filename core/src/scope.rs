@@ -6,7 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::attribution::{Attribution, Part};
+use crate::allocation::{key_of, GroupBy};
+use crate::attribution::{Attribution, Kind, Part};
 use crate::owners::{Owner, OwnerSchema, Role};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -117,6 +118,37 @@ impl Scope {
         self.admits(&part.owner, schema)
     }
 
+    /// The keys of `by` (owners, hosts, GPUs, …) that are wholly the scope's teams': every part
+    /// under them is one of its teams', or idle or unwatched time that names no team, and one
+    /// part at least is its teams'. What a scoped reader may see of anything listed by key
+    /// (a budget, an anomaly, a recommendation's GPUs, a host's idle episode) without seeing
+    /// another team's money in it. `None`: every key (the scope is every team).
+    pub fn held_keys(
+        &self,
+        attribution: &Attribution,
+        by: GroupBy,
+        schema: &OwnerSchema,
+    ) -> Option<BTreeSet<String>> {
+        if self.is_all() {
+            return None;
+        }
+        let (mut ours, mut theirs) = (BTreeSet::new(), BTreeSet::new());
+        for p in &attribution.parts {
+            let nobodys = schema.value(&p.owner, Role::Team).is_none()
+                && matches!(p.kind, Kind::Idle | Kind::Unmonitored);
+            if nobodys {
+                continue;
+            }
+            let key = key_of(p, by, attribution);
+            if self.admits_part(p, schema) {
+                ours.insert(key);
+            } else {
+                theirs.insert(key);
+            }
+        }
+        Some(ours.difference(&theirs).cloned().collect())
+    }
+
     /// The attribution as the scope sees it: its teams' parts, the hosts they are on, and no
     /// cost outside GPU hosts. Every team's is the attribution itself.
     pub fn restrict(&self, attribution: Attribution, schema: &OwnerSchema) -> Attribution {
@@ -205,6 +237,40 @@ mod tests {
         assert_eq!(
             Scope::all().restrict(attribution.clone(), &schema),
             attribution
+        );
+    }
+
+    #[test]
+    fn a_key_is_held_when_no_other_team_has_a_part_of_it() {
+        let schema = OwnerSchema::default();
+        let attribution = Attribution {
+            parts: vec![
+                part(1, Some("alpha"), Kind::Used),
+                part(1, None, Kind::Idle),
+                part(2, Some("alpha"), Kind::Used),
+                part(2, Some("bravo"), Kind::HeldIdle),
+                part(3, None, Kind::Used),
+                part(3, Some("alpha"), Kind::Used),
+                part(4, None, Kind::Idle),
+            ],
+            unattributed: BTreeMap::new(),
+            unattributed_hours: BTreeMap::new(),
+            hosts: HashMap::from([(1, host(1)), (2, host(2)), (3, host(3)), (4, host(4))]),
+        };
+        let alpha = Scope::teams(["alpha"]).unwrap();
+        // Host 1: alpha's work and nobody's idle time. Host 2 has bravo's part, host 3 work of
+        // no known team, host 4 nothing of alpha's.
+        assert_eq!(
+            alpha.held_keys(&attribution, GroupBy::Host, &schema),
+            Some(BTreeSet::from(["h1".to_owned()]))
+        );
+        assert_eq!(
+            alpha.held_keys(&attribution, GroupBy::TEAM, &schema),
+            Some(BTreeSet::from(["alpha".to_owned()]))
+        );
+        assert_eq!(
+            Scope::all().held_keys(&attribution, GroupBy::Host, &schema),
+            None
         );
     }
 

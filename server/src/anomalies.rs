@@ -9,12 +9,13 @@ use serde::Serialize;
 
 use crate::allocation::{key_of, GroupBy};
 use crate::attribution::Attribution;
-use crate::config::Config;
+use crate::config::{Config, OwnerSchema};
 use crate::ledger;
 use crate::store::anomalies::{AnomalyId, DismissalRow};
 use crate::store::{RollupGrain, Store, StoreError};
 use gpuledger_core::anomaly::{self, Anomaly, DaySpend, Driver, ProcessSeen};
 use gpuledger_core::owners::Role;
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, weekday, DAY_MS};
 
 /// Hosts named as an anomaly's drivers, and processes per host.
@@ -99,6 +100,37 @@ pub async fn find(
     let (mut found, history_from) = detect(store, config, range, now).await?;
     add_drivers(store, config, &mut found, history_from, now).await?;
     Ok(found)
+}
+
+/// The anomalies a team-scoped reader may see: of owners wholly its teams' in `month` (the
+/// month's ledger), their drivers showing only its teams' processes. All of them for every team.
+pub fn within_scope(
+    found: Vec<OwnerAnomaly>,
+    (scope, schema): (&Scope, &OwnerSchema),
+    month: &Attribution,
+) -> Vec<OwnerAnomaly> {
+    if scope.is_all() {
+        return found;
+    }
+    let mut held: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    found
+        .into_iter()
+        .filter(|a| {
+            let keys = held.entry(a.dimension.clone()).or_insert_with(|| {
+                GroupBy::parse(&a.dimension, schema)
+                    .and_then(|by| scope.held_keys(month, by, schema))
+            });
+            keys.as_ref().is_some_and(|k| k.contains(&a.key))
+        })
+        .map(|mut a| {
+            for d in &mut a.drivers {
+                let cluster = d.cluster.clone();
+                d.processes
+                    .retain(|p| scope.admits(&schema.owner_of(&p.labels, &cluster), schema));
+            }
+            a
+        })
+        .collect()
 }
 
 /// The anomalies as [`find`] has them, but without their drivers (which read days of per-GPU

@@ -91,29 +91,27 @@ pub async fn for_month(
     dimensions.sort();
     dimensions.dedup();
     let mut daily: BTreeMap<(&str, String, &str), BTreeMap<i64, Decimal>> = BTreeMap::new();
-    // Keys with spend of the scope's teams, and keys with spend of others.
-    let (mut inside, mut outside) = (BTreeSet::new(), BTreeSet::new());
     for p in &ledger.parts {
-        let admitted = scope.admits_part(p, schema);
         for (name, by) in &dimensions {
-            let key = key_of(p, *by, &ledger);
-            if !scope.is_all() {
-                let seen = if admitted { &mut inside } else { &mut outside };
-                seen.insert((name.as_str(), key.clone()));
-            }
             *daily
-                .entry((name.as_str(), key, p.currency.as_str()))
+                .entry((name.as_str(), key_of(p, *by, &ledger), p.currency.as_str()))
                 .or_default()
                 .entry(day_floor(p.hour_ms))
                 .or_default() += p.cost;
         }
     }
+    // What a scoped reader sees: its teams' budgets, and the owners wholly its teams'.
+    let wholly: BTreeMap<&str, Option<BTreeSet<String>>> = dimensions
+        .iter()
+        .map(|(name, by)| (name.as_str(), scope.held_keys(&ledger, *by, schema)))
+        .collect();
     let team = schema.role(Role::Team);
     let visible = |b: &Budget| {
         scope.is_all()
             || (Some(b.dimension.as_str()) == team && scope.admits_team(&b.key))
-            || (inside.contains(&(b.dimension.as_str(), b.key.clone()))
-                && !outside.contains(&(b.dimension.as_str(), b.key.clone())))
+            || wholly
+                .get(b.dimension.as_str())
+                .is_some_and(|keys| keys.as_ref().is_none_or(|k| k.contains(&b.key)))
     };
     let empty = BTreeMap::new();
     let mut out: Vec<BudgetStatus> = held

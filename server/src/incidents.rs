@@ -279,6 +279,31 @@ pub async fn overlapping(
     store::alerts::incidents(store.db(), from_ms, to_ms).await
 }
 
+/// The incidents a team-scoped reader may see: those whose GPUs are all its teams' over
+/// `[from_ms, to_ms)` ([`gpuledger_core::scope::Scope::held_keys`] of the ledger's GPU days), so
+/// no other team's GPU, process or owner is named. All of them for every team.
+pub async fn for_scope(
+    store: &dyn Store,
+    rows: Vec<store::IncidentRow>,
+    (from_ms, to_ms): (i64, i64),
+    (scope, owners): (&gpuledger_core::scope::Scope, &OwnerSchema),
+) -> Result<Vec<store::IncidentRow>, StoreError> {
+    if scope.is_all() || rows.is_empty() {
+        return Ok(rows);
+    }
+    let days = crate::ledger::load(store, from_ms, to_ms, store::RollupGrain::Day).await?;
+    let held = scope
+        .held_keys(&days, crate::allocation::GroupBy::Gpu, owners)
+        .unwrap_or_default();
+    Ok(rows
+        .into_iter()
+        .filter(|r| {
+            let gpus: Vec<String> = serde_json::from_str(&r.gpus_json).unwrap_or_default();
+            !gpus.is_empty() && gpus.iter().all(|g| held.contains(g))
+        })
+        .collect())
+}
+
 /// One incident with the Slack messages sent about it; `None` if there is no such incident.
 pub async fn with_messages(
     store: &dyn Store,

@@ -10,6 +10,59 @@ use std::collections::HashMap;
 
 pub mod snapshots;
 
+/// The recommendations of `range` a team-scoped reader may see ([`within_scope`], its GPUs
+/// judged over the same range); all of them for every team.
+pub async fn for_scope(
+    store: &dyn Store,
+    recs: Recommendations,
+    range: snapshots::Range,
+    (scope, owners): (
+        &gpuledger_core::scope::Scope,
+        &gpuledger_core::owners::OwnerSchema,
+    ),
+) -> Result<Recommendations, StoreError> {
+    if scope.is_all() {
+        return Ok(recs);
+    }
+    let gpu_days =
+        crate::ledger::load(store, range.from_ms, range.to_ms, store::RollupGrain::Day).await?;
+    let held = scope.held_keys(&gpu_days, crate::allocation::GroupBy::Gpu, owners);
+    Ok(within_scope(recs, held.as_ref()))
+}
+
+/// The recommendations a team-scoped reader may see: those whose GPUs are all its teams'
+/// (`held_gpus`, from [`gpuledger_core::scope::Scope::held_keys`] over the look-back), their
+/// savings added up again. `None`: every team, all of them.
+pub fn within_scope(
+    recs: Recommendations,
+    held_gpus: Option<&std::collections::BTreeSet<String>>,
+) -> Recommendations {
+    let Some(held) = held_gpus else {
+        return recs;
+    };
+    let ours = |gpus: &[String]| !gpus.is_empty() && gpus.iter().all(|g| held.contains(g));
+    let mut kept = Recommendations {
+        lookback_days: recs.lookback_days,
+        right_size: recs
+            .right_size
+            .into_iter()
+            .filter(|r| ours(&r.gpus))
+            .collect(),
+        consolidation: (recs.consolidation.into_iter())
+            .filter(|r| ours(&r.gpus))
+            .collect(),
+        spot: recs.spot.into_iter().filter(|r| ours(&r.gpus)).collect(),
+        release: recs.release.into_iter().filter(|r| ours(&r.gpus)).collect(),
+        total_saving: rust_decimal::Decimal::ZERO,
+    };
+    kept.total_saving = (kept.right_size.iter().map(|r| r.saving))
+        .chain(kept.consolidation.iter().map(|r| r.saving))
+        .chain(kept.spot.iter().map(|r| r.saving))
+        .chain(kept.release.iter().map(|r| r.saving))
+        .sum();
+    kept
+}
+
 /// What recommendations for `[from_ms, to_ms)` are drawn from, summed by the database from the
 /// rollups (whole days from the daily ones, the hours at either end from the hourly ones).
 pub async fn recommendation_evidence(
@@ -104,3 +157,37 @@ pub fn evidence_from_raw(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+    use rust_decimal::Decimal;
+
+    #[test]
+    fn a_scope_keeps_recommendations_on_its_gpus_alone_and_adds_them_up_again() {
+        let release = |gpus: &[&str], saving: i64| Release {
+            gpus: gpus.iter().map(|g| g.to_string()).collect(),
+            host: "h".into(),
+            owners: Default::default(),
+            action: "stop".into(),
+            cost: Decimal::from(saving),
+            saving: Decimal::from(saving),
+        };
+        let all = Recommendations {
+            lookback_days: 7.0,
+            release: vec![
+                release(&["GPU-a1"], 5),
+                release(&["GPU-a2", "GPU-b1"], 7),
+                release(&[], 11),
+            ],
+            total_saving: Decimal::from(23),
+            ..Default::default()
+        };
+        let held = std::collections::BTreeSet::from(["GPU-a1".to_owned(), "GPU-a2".to_owned()]);
+        let mine = within_scope(all.clone(), Some(&held));
+        assert_eq!(mine.release.len(), 1);
+        assert_eq!(mine.release[0].gpus, vec!["GPU-a1"]);
+        assert_eq!(mine.total_saving, Decimal::from(5));
+        assert_eq!(within_scope(all, None).total_saving, Decimal::from(23));
+    }
+}

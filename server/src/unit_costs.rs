@@ -12,6 +12,7 @@ use crate::attribution::{Attribution, Kind};
 use crate::config::OwnerSchema;
 use crate::store::{self, Refusal, Store, StoreError, UsageCount};
 use gpuledger_core::owners::Role;
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 use gpuledger_core::time::HOUR_MS;
 
@@ -32,12 +33,38 @@ pub async fn record_counts(
 pub async fn endpoint_costs_in(
     store: &dyn Store,
     a: &Attribution,
-    from_ms: i64,
-    to_ms: i64,
-    schema: &OwnerSchema,
+    (from_ms, to_ms): (i64, i64),
+    (schema, scope): (&OwnerSchema, &Scope),
 ) -> Result<Vec<EndpointUnitCost>, StoreError> {
     let requests = store::usage::usage_totals(store.db(), from_ms, to_ms).await?;
-    Ok(endpoint_costs(a, &requests, schema))
+    if scope.is_all() {
+        return Ok(endpoint_costs(a, &requests, schema));
+    }
+    // A team-scoped reader: the endpoints wholly its teams', from its part of the ledger.
+    let held = requests_of_held_endpoints(a, requests, (schema, scope));
+    Ok(endpoint_costs(
+        &scope.restrict(a.clone(), schema),
+        &held,
+        schema,
+    ))
+}
+
+/// The request counts of the endpoints wholly the scope's teams' in `a` (every count for
+/// every team): a scoped reader never sees another team's traffic.
+pub fn requests_of_held_endpoints(
+    a: &Attribution,
+    requests: Vec<(String, i64)>,
+    (schema, scope): (&OwnerSchema, &Scope),
+) -> Vec<(String, i64)> {
+    let held = GroupBy::role(schema, Role::Endpoint).map(|by| scope.held_keys(a, by, schema));
+    match held {
+        None if !scope.is_all() => Vec::new(),
+        None | Some(None) => requests,
+        Some(Some(keys)) => requests
+            .into_iter()
+            .filter(|(endpoint, _)| keys.contains(endpoint))
+            .collect(),
+    }
 }
 
 /// The currency the unit costs are in: the one the month's pages show (costs in different

@@ -324,3 +324,91 @@ async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet(
         );
     }
 }
+
+/// A team-scoped reader sees the anomalies of owners wholly its teams', and of their drivers
+/// only its teams' processes.
+#[test]
+fn a_scoped_reader_sees_its_teams_anomalies_and_processes_only() {
+    use crate::attribution::{Kind, Owner, Part};
+    use gpuledger_core::anomaly::AnomalyKind;
+    let schema = OwnerSchema::default();
+    let part = |team: &str, model: &str| Part {
+        hour_ms: 0,
+        host_id: 1,
+        gpu_uuid: None,
+        owner: Owner::from_iter([("team", team), ("model", model)]),
+        kind: Kind::Used,
+        pricing_category: "on_demand".into(),
+        currency: "USD".into(),
+        cost: Decimal::ONE,
+        estimated: false,
+        gpu_seconds: 1.0,
+        util_gpu_seconds: 0.0,
+        util_known_seconds: 0.0,
+        energy_j: 0.0,
+    };
+    // Model "shared" runs for both teams; "mine" for alpha alone.
+    let month = Attribution {
+        parts: vec![
+            part("alpha", "mine"),
+            part("alpha", "shared"),
+            part("bravo", "shared"),
+        ],
+        unattributed: BTreeMap::new(),
+        unattributed_hours: BTreeMap::new(),
+        hosts: Default::default(),
+    };
+    let process = |team: &str| ProcessSeen {
+        name: "python3".into(),
+        user: Some(format!("svc-{team}")),
+        labels: BTreeMap::from([("team".to_owned(), team.to_owned())]),
+    };
+    let anomaly = |dimension: &str, key: &str| OwnerAnomaly {
+        dimension: dimension.into(),
+        key: key.into(),
+        currency: "USD".into(),
+        anomaly: Anomaly {
+            kind: AnomalyKind::Spike,
+            start_ms: 0,
+            days: Vec::new(),
+            expected: Decimal::ONE,
+            actual: Decimal::TEN,
+        },
+        peak_day_ms: 0,
+        drivers: vec![Driver {
+            cluster: "c".into(),
+            host: "h".into(),
+            gpus: Vec::new(),
+            expected: Decimal::ONE,
+            actual: Decimal::TEN,
+            processes: vec![process("alpha"), process("bravo")],
+        }],
+        dismissed: None,
+    };
+    let found = vec![
+        anomaly("team", "alpha"),
+        anomaly("team", "bravo"),
+        anomaly("model", "mine"),
+        anomaly("model", "shared"),
+        anomaly("nonsense", "alpha"),
+    ];
+    let alpha = Scope::teams(["alpha"]).unwrap();
+    let seen = within_scope(found.clone(), (&alpha, &schema), &month);
+    let names: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|a| (a.dimension.as_str(), a.key.as_str()))
+        .collect();
+    assert_eq!(names, vec![("team", "alpha"), ("model", "mine")]);
+    for a in &seen {
+        let users: Vec<_> = a.drivers[0]
+            .processes
+            .iter()
+            .map(|p| p.user.clone())
+            .collect();
+        assert_eq!(users, vec![Some("svc-alpha".to_owned())]);
+    }
+    assert_eq!(
+        within_scope(found.clone(), (&Scope::all(), &schema), &month),
+        found
+    );
+}

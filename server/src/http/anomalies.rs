@@ -13,12 +13,13 @@ use serde::Deserialize;
 use super::allocation::{bad, query_of};
 use super::budgets::month_range;
 use super::page::error_page;
-use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn};
+use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, TeamScoped};
 use super::AppState;
 use crate::anomalies::{DismissError, OwnerAnomaly};
 use crate::error::ApiError;
 use crate::format::money;
 use crate::now_ms;
+use crate::store::RollupGrain;
 use gpuledger_core::time::{month_label, rfc3339};
 
 pub fn router() -> Router<AppState> {
@@ -48,13 +49,17 @@ impl From<DismissError> for ApiError {
 /// each with its days, expected and actual cost, drivers and dismissal.
 async fn anomalies_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
     let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
-    let found =
-        crate::anomalies::find(state.store.as_ref(), &state.config, range, now_ms()).await?;
+    let store = state.store.as_ref();
+    let mut found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
+    if !user.scope.is_all() {
+        let ledger = crate::ledger::load(store, range.0, range.1, RollupGrain::HostDay).await?;
+        found = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners), &ledger);
+    }
     Ok(Json(serde_json::json!({ "month": month, "anomalies": found })).into_response())
 }
 

@@ -312,10 +312,10 @@ pub fn build(
 }
 
 /// `GET /`: the fleet as it stands, for those who see every team. A team-scoped viewer, who
-/// signs in here, is sent to the budgets page, which shows their teams' month.
+/// signs in here, is sent to the review, which shows their teams' month.
 async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
     if !user.scope.is_all() {
-        return Redirect::to("/budgets").into_response();
+        return Redirect::to("/review").into_response();
     }
     let loaded = async {
         let rows = crate::fleet::gpus(state.store.as_ref()).await?;

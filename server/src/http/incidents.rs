@@ -12,14 +12,14 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::page::{error_page, render, Chrome};
-use super::session::{database_unavailable, AdminForm, CsrfForm, SignedIn};
+use super::session::{database_unavailable, AdminForm, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
 use crate::error::ApiError;
 use crate::format::ago;
 use crate::incidents;
 use crate::now_ms;
 use crate::slack;
-use crate::store::{IncidentRow, SlackMessageRow};
+use crate::store::{IncidentRow, RollupGrain, SlackMessageRow};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::rfc3339;
@@ -124,20 +124,37 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
     database_unavailable("incidents page", e)
 }
 
+/// Incidents overlapping `range`, those on the scope's GPUs alone.
+async fn scoped_incidents(
+    state: &AppState,
+    range: (i64, i64),
+    scope: &crate::session::Scope,
+) -> Result<Vec<IncidentRow>, crate::store::StoreError> {
+    let rows = incidents::overlapping(state.store.as_ref(), range.0, range.1).await?;
+    incidents::for_scope(
+        state.store.as_ref(),
+        rows,
+        range,
+        (scope, &state.config.owners),
+    )
+    .await
+}
+
 #[derive(Deserialize)]
 struct IncidentsPageQuery {
     /// The cluster to preselect in the snooze form (Slack's "Snooze the cluster" links here).
     snooze: Option<String>,
 }
 
+/// `GET /incidents`: the last 30 days' incidents; a scoped reader's those on its teams' GPUs.
 async fn incidents_page(
     State(state): State<AppState>,
-    user: SignedIn,
+    TeamScoped(user): TeamScoped,
     Query(q): Query<IncidentsPageQuery>,
 ) -> Response {
     let now = now_ms();
-    let rows = match incidents::overlapping(state.store.as_ref(), now - 30 * DAY_MS, now + 1).await
-    {
+    let range = (now - 30 * DAY_MS, now + 1);
+    let rows = match scoped_incidents(&state, range, &user.scope).await {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };
@@ -149,6 +166,11 @@ async fn incidents_page(
         .await
         .unwrap_or_default();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
+    // A scoped reader hears of snoozes of the clusters its incidents are on, no others.
+    let snoozes: Vec<_> = snoozes
+        .into_iter()
+        .filter(|s| user.scope.is_all() || views.iter().any(|v| v.cluster == s.cluster))
+        .collect();
     // Per currency, never added across.
     let mut wasted: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
     for v in &views {
@@ -180,12 +202,30 @@ struct IncidentPage {
     messages: Vec<SlackMessageRow>,
 }
 
+/// `GET /incidents/ID`; not found for a scoped reader unless its GPUs are the reader's teams'.
 async fn incident_page(
     State(state): State<AppState>,
-    user: SignedIn,
+    TeamScoped(user): TeamScoped,
     Path(id): Path<i64>,
 ) -> Response {
-    match incidents::with_messages(state.store.as_ref(), id).await {
+    let found = async {
+        let Some((row, messages)) = incidents::with_messages(state.store.as_ref(), id).await?
+        else {
+            return Ok(None);
+        };
+        // Judged as the list judges it: over the last 30 days, or since it started.
+        let now = now_ms();
+        let range = ((now - 30 * DAY_MS).min(row.started_ms), now + 1);
+        let kept = incidents::for_scope(
+            state.store.as_ref(),
+            vec![row],
+            range,
+            (&user.scope, &state.config.owners),
+        )
+        .await?;
+        Ok::<_, crate::store::StoreError>(kept.into_iter().next().map(|row| (row, messages)))
+    };
+    match found.await {
         Ok(Some((row, messages))) => render(&IncidentPage {
             chrome: Some(Chrome::from(&user)),
             i: view(row, now_ms()),
@@ -330,7 +370,7 @@ struct IncidentsQuery {
 /// Incidents overlapping `[from, to)` (the last 30 days by default), as JSON or CSV.
 async fn incidents_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = super::allocation::query_of(query)?;
@@ -340,7 +380,7 @@ async fn incidents_api(
     } else {
         super::allocation::range(&q.from, &q.to)?
     };
-    let views: Vec<IncidentView> = incidents::overlapping(state.store.as_ref(), from, to)
+    let views: Vec<IncidentView> = scoped_incidents(&state, (from, to), &user.scope)
         .await?
         .into_iter()
         .map(|r| view(r, now))
@@ -363,7 +403,7 @@ async fn incidents_api(
 /// to the range's idle and held-idle dollars.
 async fn idle_history_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = super::allocation::query_of(query)?;
@@ -373,6 +413,22 @@ async fn idle_history_api(
         super::allocation::range(&q.from, &q.to)?
     };
     let episodes = crate::idle_history::load(state.store.as_ref(), from, to).await?;
+    let episodes = if user.scope.is_all() {
+        episodes
+    } else {
+        // A host's episodes where the host is wholly the reader's teams' over the range.
+        let schema = &state.config.owners;
+        let ledger =
+            crate::ledger::load(state.store.as_ref(), from, to, RollupGrain::HostDay).await?;
+        let held = user
+            .scope
+            .held_keys(&ledger, crate::allocation::GroupBy::Host, schema)
+            .unwrap_or_default();
+        episodes
+            .into_iter()
+            .filter(|e| held.contains(&e.hostname))
+            .collect()
+    };
     match q.format.as_deref().unwrap_or("json") {
         "json" => Ok(Json(serde_json::json!({
             "from": gpuledger_core::time::rfc3339(from),

@@ -11,11 +11,12 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
-use super::session::SignedIn;
+use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
+use crate::session::Scope;
 use crate::store::StoreError;
 use gpuledger_core::time::HOUR_MS;
 
@@ -50,21 +51,22 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
     Ok(ms)
 }
 
-async fn compute(state: &AppState, lookback_ms: i64) -> Result<Recommendations, StoreError> {
+/// The look-back's recommendations, those of the reader's teams alone where it is scoped.
+async fn compute(
+    state: &AppState,
+    lookback_ms: i64,
+    scope: &Scope,
+) -> Result<Recommendations, StoreError> {
     let now = now_ms();
-    snapshots::get(
-        state.store.as_ref(),
-        &state.rate_card,
-        &state.config.owners,
-        snapshots::lookback_range(now, lookback_ms),
-        now,
-    )
-    .await
+    let range = snapshots::lookback_range(now, lookback_ms);
+    let store = state.store.as_ref();
+    let all = snapshots::get(store, &state.rate_card, &state.config.owners, range, now).await?;
+    crate::recommend::for_scope(store, all, range, (scope, &state.config.owners)).await
 }
 
 async fn api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<LookbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = super::allocation::query_of(query)?;
@@ -73,7 +75,7 @@ async fn api(
         "csv" => true,
         _ => return Err(super::allocation::bad("format", "must be json or csv")),
     };
-    let r = compute(&state, lookback(&q)?).await?;
+    let r = compute(&state, lookback(&q)?, &user.scope).await?;
     if csv {
         let body = recommendations_csv(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(super::allocation::csv_response(
@@ -184,8 +186,8 @@ impl RecommendationsPage {
     }
 }
 
-async fn page(State(state): State<AppState>, user: SignedIn) -> Response {
-    match compute(&state, 7 * gpuledger_core::time::DAY_MS).await {
+async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
+    match compute(&state, 7 * gpuledger_core::time::DAY_MS, &user.scope).await {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
             total_saving: crate::format::usd(r.total_saving),

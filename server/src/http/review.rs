@@ -4,7 +4,7 @@
 //! `GET /api/v1/allocation`; each table links to that query as CSV and each row to its
 //! drill-down.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -28,7 +28,7 @@ use crate::store::RollupGrain;
 use gpuledger_core::owners::Role;
 use gpuledger_core::time::{month_label, month_of};
 
-use super::session::{database_unavailable, SignedIn};
+use super::session::{database_unavailable, TeamScoped};
 use crate::format::money;
 use crate::unit_costs;
 use crate::variance::comparison;
@@ -60,6 +60,8 @@ pub struct Figure {
 #[template(path = "review.html")]
 struct ReviewPage {
     chrome: Option<Chrome>,
+    /// A team-scoped reader's teams: the page is theirs alone.
+    teams: Option<String>,
     month: String,
     previous: String,
     next: String,
@@ -289,9 +291,12 @@ fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)])
     charts::api_href(month, next, by, "month", filters)
 }
 
+/// `GET /review/YYYY-MM`. A team-scoped reader gets the review of its teams: every figure and
+/// table from their part of the ledger, and of lists (recommendations, idle episodes,
+/// anomalies, endpoints' requests) only what is wholly theirs.
 async fn review(
     State(state): State<AppState>,
-    user: SignedIn,
+    TeamScoped(user): TeamScoped,
     Path(month): Path<String>,
 ) -> Response {
     let Some((from, to)) = calendar_month(&month) else {
@@ -303,14 +308,27 @@ async fn review(
     let recs = async {
         match snapshots::review_range(from, to, now) {
             Some(range) => {
-                snapshots::get(store, &state.rate_card, &state.config.owners, range, now).await
+                let all = snapshots::get(store, &state.rate_card, &state.config.owners, range, now)
+                    .await?;
+                let scoped = (&user.scope, &state.config.owners);
+                crate::recommend::for_scope(store, all, range, scoped).await
             }
             None => Ok(Recommendations::default()),
         }
     };
     // Independent reads, side by side: the database works on one while this process decodes
     // another.
-    let every_team = gpuledger_core::scope::Scope::all();
+    let scope = &user.scope;
+    let schema = &state.config.owners;
+    // A scoped reader's GPUs: which recommendations are theirs, and their heatmap.
+    let scoped_gpus = async {
+        if scope.is_all() {
+            return Ok(None);
+        }
+        ledger::load(store, from, to, RollupGrain::Day)
+            .await
+            .map(Some)
+    };
     let loaded = tokio::try_join!(
         // Per host and day: the review shows no single GPU except in the heatmap.
         ledger::load(store, from, to, RollupGrain::HostDay),
@@ -323,8 +341,9 @@ async fn review(
         crate::unit_costs::request_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
-        crate::budgets::for_month(store, (&state.config.owners, &every_team), (from, to), now),
+        crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
+        scoped_gpus,
     );
     let (
         all,
@@ -338,9 +357,36 @@ async fn review(
         restated,
         budgets,
         anomalies,
+        scoped_gpus,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
+    };
+    // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
+    let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema), &all);
+    let held_hosts = scope.held_keys(&all, GroupBy::Host, schema);
+    let idle_episodes: Vec<_> = idle_episodes
+        .into_iter()
+        .filter(|e| held_hosts.as_ref().is_none_or(|h| h.contains(&e.hostname)))
+        .collect();
+    let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
+    // The bill's restatements are the whole bill's: not a team's to read.
+    let restated = if scope.is_all() { restated } else { Vec::new() };
+    let all = scope.restrict(all, schema);
+    let prev = scope.restrict(prev, schema);
+    // The heatmap of the scope's own GPU-days, or the fleet's costliest GPUs.
+    let (heat_parts, gpu_count) = match scoped_gpus {
+        Some(days) => {
+            let days = scope.restrict(days, schema);
+            let gpus: BTreeSet<&str> = days
+                .parts
+                .iter()
+                .filter_map(|p| p.gpu_uuid.as_deref())
+                .collect();
+            let count = gpus.len();
+            (days.parts, count)
+        }
+        None => (heat_parts, gpu_count),
     };
     let close = match state.close.current(store).await {
         Ok(c) => c,
@@ -485,7 +531,6 @@ async fn review(
         .take(TOP_ROWS)
         .map(|e| episode_view(e, &month))
         .collect();
-    let schema = &state.config.owners;
     let endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
     let runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
@@ -497,6 +542,7 @@ async fn review(
     let (savings, total_saving) = savings_view(&recs, &month, &cur, schema);
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
+        teams: (!scope.is_all()).then(|| scope.describe()),
         previous: month_label(prev_from),
         figures,
         budgets: budget_result(&budgets),
@@ -576,9 +622,11 @@ fn related(by: GroupBy, schema: &OwnerSchema) -> Vec<GroupBy> {
         .collect()
 }
 
+/// `GET /review/YYYY-MM/DIMENSION?key=…`. A team-scoped reader sees its teams' part of the
+/// key, and a key with nothing of its teams is not found (its name is not repeated back).
 async fn drill_down(
     State(state): State<AppState>,
-    user: SignedIn,
+    TeamScoped(user): TeamScoped,
     Path((month, dimension)): Path<(String, String)>,
     Query(q): Query<KeyQuery>,
 ) -> Response {
@@ -613,8 +661,22 @@ async fn drill_down(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    let scope = &user.scope;
+    let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
+    let all = scope.restrict(all, schema);
     let (month, next) = (month_label(from), month_label(to));
     let filters = vec![(by, key.clone())];
+    if !scope.is_all() && allocation::filtered(&all, &filters).parts.is_empty() {
+        return error_page(
+            StatusCode::NOT_FOUND,
+            "Nothing of your teams here",
+            &format!(
+                "This {} has no spend of {} in {month}.",
+                by.as_str(),
+                scope.describe()
+            ),
+        );
+    }
     // In the currency that carries most of this key's spend; the rest listed apart.
     let InCurrency {
         currency: cur,
@@ -637,8 +699,13 @@ async fn drill_down(
                 format!("{} spend", by.as_str())
             } else {
                 format!(
-                    "{}% of the month's GPU spend",
-                    (cost / month_total * Decimal::from(100)).round_dp(1)
+                    "{}% of {} GPU spend",
+                    (cost / month_total * Decimal::from(100)).round_dp(1),
+                    if scope.is_all() {
+                        "the month's"
+                    } else {
+                        "your teams'"
+                    }
                 )
             },
             href: api.clone(),

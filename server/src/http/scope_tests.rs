@@ -36,8 +36,34 @@ async fn scoped_session(api: &Api, name: &str, teams: &str) -> String {
     format!("gpl_session={token}")
 }
 
-/// Alpha's and bravo's work on a host each, this month and the last, and a budget each.
-async fn two_teams(api: &Api, admin: &str) {
+/// An idle incident on `host`'s GPU, open for the last hour; its id.
+async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
+    let now = now_ms();
+    store::alerts::insert_incident(
+        api.store.db(),
+        &store::IncidentUpdate {
+            incident_key: format!("held:c/{team}"),
+            kind: "held_idle".into(),
+            cluster: "c".into(),
+            hostname: Some(format!("host-of-{team}")),
+            gpus_json: format!(r#"["GPU-{host}"]"#),
+            owners_json: format!(r#"{{"team":"{team}"}}"#),
+            devices_json: "[]".into(),
+            started_ms: now - 3_600_000,
+            last_seen_ms: now,
+            cost_per_hour: "1".into(),
+            currency: "USD".into(),
+            estimated: false,
+            wasted: "1".into(),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Alpha's and bravo's work on a host each, this month and the last, a budget each, an
+/// incident each, and requests to a bravo endpoint.
+async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
     let this = month_start_ms(now_ms());
     let last = month_start_ms(this - 1);
     let alpha = billed_host(api, "i-alpha").await;
@@ -58,6 +84,23 @@ async fn two_teams(api: &Api, admin: &str) {
         let (status, v) = send(api, "PUT", "/api/v1/budgets", admin, body).await;
         assert_eq!(status, StatusCode::OK, "{v}");
     }
+    let hour = gpuledger_core::time::hour_floor(now_ms()) - HOUR_MS;
+    let usage = serde_json::json!({"source": "pod-1", "counts": [{"endpoint": "bravo-chat",
+        "start": gpuledger_core::time::rfc3339(hour),
+        "end": gpuledger_core::time::rfc3339(hour + HOUR_MS), "requests": 1200}]});
+    let req = axum::http::Request::post("/api/v1/usage")
+        .header("authorization", format!("Bearer {}", api.token))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(usage.to_string()))
+        .unwrap();
+    let resp = tower::ServiceExt::oneshot(api.app.clone(), req)
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    (
+        incident_on(api, alpha, "alpha").await,
+        incident_on(api, bravo, "bravo").await,
+    )
 }
 
 /// What a scoped reader may get of a route: alpha's figures (200, or a redirect within), a
@@ -82,7 +125,7 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
     for (api, _db) in apis().await {
         let b = api.backend;
         let (admin, admin_csrf) = api.session("admin").await;
-        two_teams(&api, &admin).await;
+        let (alpha_incident, bravo_incident) = two_teams(&api, &admin).await;
         let viewer = scoped_session(&api, "alice", r#"["alpha"]"#).await;
         let token = crate::read_tokens::create(
             api.store.as_ref(),
@@ -93,7 +136,13 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
         )
         .await
         .unwrap();
+        let alpha_page = format!("/incidents/{alpha_incident}");
+        let bravo_page = format!("/incidents/{bravo_incident}");
         let extra = [
+            alpha_page.as_str(),
+            bravo_page.as_str(),
+            "/review/2026-05/host?key=i-bravo",
+            "/review/2026-05/team?key=bravo",
             "/api/v1/allocation?by=host",
             "/api/v1/allocation?by=cluster&step=hour",
             "/api/v1/allocation?by=team&format=csv",
@@ -122,12 +171,24 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
             }
         }
         // What is narrowed is shown, not refused.
+        let this_month = gpuledger_core::time::month_label(now_ms());
+        let review = format!("/review/{this_month}");
+        let drill = format!("/review/{this_month}/host?key=i-alpha");
         for path in [
             "/api/v1/allocation",
             "/api/v1/variance",
             "/api/v1/budgets",
+            "/api/v1/anomalies",
+            "/api/v1/usage",
+            "/api/v1/runs",
+            "/api/v1/incidents",
+            "/api/v1/idle/history",
+            "/api/v1/recommendations",
             "/budgets",
+            "/incidents",
+            "/recommendations",
             "/account",
+            alpha_page.as_str(),
         ] {
             assert!(
                 answered.iter().any(|a| a == path),
@@ -137,8 +198,16 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
         let (status, location) = api.get_as("/", Some(&viewer)).await;
         assert_eq!(
             (status, location.as_str()),
-            (StatusCode::SEE_OTHER, "/budgets")
+            (StatusCode::SEE_OTHER, "/review")
         );
+        for path in [&review, &drill] {
+            let (status, _, body) = call(&api, "GET", path, Some(&viewer), None, "").await;
+            assert_nothing_of_bravo(b, path, status, &body);
+            assert_eq!(status, StatusCode::OK, "{b}: {path}");
+            assert!(body.contains("$40.00"), "{b}: {path}: alpha's month");
+        }
+        let (status, _) = api.get_as(&bravo_page, Some(&viewer)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{b}: bravo's incident");
 
         // Alpha's figures are alpha's, to the digit.
         let json = |cookie: String, path: &'static str| {
@@ -189,6 +258,12 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
             .map(|b| b["key"].as_str().unwrap())
             .collect();
         assert_eq!(shown, vec!["alpha"], "{b}");
+        let incidents = json(viewer.clone(), "/api/v1/incidents").await;
+        assert_eq!(
+            incidents.as_array().map(Vec::len),
+            Some(1),
+            "{b}: {incidents}"
+        );
 
         // Admins cannot be scoped; a viewer's scope changes at their next request.
         let (status, _, body) = api

@@ -116,7 +116,8 @@ impl FromRequestParts<AppState> for SignedIn {
         }
         let message = format!(
             "This covers every team; {} sees {} only. Each team's own figures are on the \
-             budgets page and in the allocation and variance API.",
+             review and the budgets page, and in the API's allocation, variance, budgets and \
+             anomalies.",
             who.username,
             who.scope.describe()
         );

@@ -15,9 +15,10 @@ use gpuledger_core::owners::Role;
 use serde::{Deserialize, Serialize};
 
 use super::allocation::{bad, csv_response, range};
-use super::session::SignedIn;
+use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
+use crate::session::Scope;
 use crate::store::RollupGrain;
 use crate::store::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
@@ -185,23 +186,27 @@ struct UsageResponse {
 pub(super) async fn endpoint_costs(
     state: &AppState,
     a: &attribution::Attribution,
-    from: i64,
-    to: i64,
+    range: (i64, i64),
+    scope: &Scope,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {
-    Ok(
-        unit_costs::endpoint_costs_in(state.store.as_ref(), a, from, to, &state.config.owners)
-            .await?,
+    Ok(unit_costs::endpoint_costs_in(
+        state.store.as_ref(),
+        a,
+        range,
+        (&state.config.owners, scope),
     )
+    .await?)
 }
 
+/// `GET /api/v1/usage`: cost per 1,000 requests per endpoint; a scoped reader's endpoints only.
 async fn get_usage(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
     let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
-    let endpoints = endpoint_costs(&state, &a, from, to).await?;
+    let endpoints = endpoint_costs(&state, &a, (from, to), &user.scope).await?;
     if csv {
         let body = unit_costs::endpoint_costs_csv(&endpoints)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -222,9 +227,10 @@ struct RunsResponse {
     runs: Vec<TrainingRun>,
 }
 
+/// `GET /api/v1/runs`: training runs, from a scoped reader's part of the ledger.
 async fn get_runs(
     State(state): State<AppState>,
-    _user: SignedIn,
+    TeamScoped(user): TeamScoped,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, csv) = range_query(query)?;
@@ -233,7 +239,7 @@ async fn get_runs(
         Some(GroupBy::Owner(experiment)) => {
             let grain = RollupGrain::OwnerHour(experiment);
             let a = ledger::load(state.store.as_ref(), from, to, grain).await?;
-            unit_costs::training_runs(&a, schema)
+            unit_costs::training_runs(&user.scope.restrict(a, schema), schema)
         }
         _ => Vec::new(),
     };
