@@ -23,6 +23,79 @@ pub struct Config {
     pub budgets: BudgetAlerts,
     #[serde(default)]
     pub anomalies: AnomalyConfig,
+    /// Sign-in through an OpenID Connect provider, besides local users.
+    #[serde(default)]
+    pub oidc: Option<OidcConfig>,
+}
+
+/// Single sign-on through an OpenID Connect provider (authorization code with PKCE). Who may
+/// sign in, and what they see, comes from the provider's groups claim at every sign-in.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OidcConfig {
+    /// The provider's issuer, exactly as its discovery document gives it.
+    pub issuer: String,
+    pub client_id: String,
+    /// Better left out of the file: `GPULEDGER_OIDC_CLIENT_SECRET` is read where it is.
+    #[serde(default)]
+    pub client_secret: Option<Secret>,
+    /// This server's `/login/oidc/callback` as browsers reach it, registered at the provider.
+    pub redirect_url: String,
+    /// What the sign-in button calls the provider.
+    #[serde(default = "default_oidc_name")]
+    pub name: String,
+    /// Scopes asked for besides `openid`.
+    #[serde(default = "default_oidc_scopes")]
+    pub scopes: Vec<String>,
+    /// The claim (in the ID token, else from the user-info endpoint) listing the groups.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// Members are admins (and see every team).
+    #[serde(default)]
+    pub admin_groups: Vec<String>,
+    /// Members are viewers of every team.
+    #[serde(default)]
+    pub viewer_groups: Vec<String>,
+    /// Group → team: members are viewers of those teams only. Anybody in none of these
+    /// groups is refused.
+    #[serde(default)]
+    pub team_groups: std::collections::BTreeMap<String, String>,
+}
+
+/// Checks a config's `[oidc]` table: URLs that parse, a callback at this server's path, and at
+/// least one group that gives access.
+pub fn check_oidc(c: &OidcConfig) -> Result<(), String> {
+    openidconnect::IssuerUrl::new(c.issuer.clone())
+        .map_err(|e| format!("issuer {:?}: {e}", c.issuer))?;
+    let redirect = openidconnect::RedirectUrl::new(c.redirect_url.clone())
+        .map_err(|e| format!("redirect_url {:?}: {e}", c.redirect_url))?;
+    if redirect.url().path() != "/login/oidc/callback" {
+        return Err(format!(
+            "redirect_url {:?} must be this server's /login/oidc/callback",
+            c.redirect_url
+        ));
+    }
+    if c.client_id.trim().is_empty() {
+        return Err("client_id is empty".into());
+    }
+    if c.admin_groups.is_empty() && c.viewer_groups.is_empty() && c.team_groups.is_empty() {
+        return Err("no admin_groups, viewer_groups or team_groups: nobody could sign in".into());
+    }
+    if !c.team_groups.is_empty() {
+        gpuledger_core::scope::Scope::teams(c.team_groups.values())
+            .map_err(|e| format!("team_groups: {e}"))?;
+    }
+    Ok(())
+}
+
+fn default_oidc_name() -> String {
+    "single sign-on".into()
+}
+fn default_oidc_scopes() -> Vec<String> {
+    ["profile", "email", "groups"].map(String::from).to_vec()
+}
+fn default_groups_claim() -> String {
+    "groups".into()
 }
 
 /// Which owners' daily spend is watched for anomalies, and how large a rise must be to count
@@ -94,7 +167,7 @@ impl Default for BudgetAlerts {
     }
 }
 
-/// A webhook URL; shown as `<webhook>` anywhere it could be printed.
+/// A webhook URL or a client secret; shown as `<webhook>` anywhere it could be printed.
 #[derive(Clone, Deserialize, PartialEq)]
 #[serde(transparent)]
 pub struct Secret(pub String);
@@ -259,6 +332,9 @@ impl Config {
                 "[anomalies] min_increase_percent {} is not within 0..=1000",
                 a.min_increase_percent
             )));
+        }
+        if let Some(o) = &config.oidc {
+            check_oidc(o).map_err(|m| err(format!("[oidc] {m}")))?;
         }
         let names: Vec<&str> = config.owners.names().collect();
         if let Some(d) = a.dimensions.iter().find(|d| !names.contains(&d.as_str())) {

@@ -24,6 +24,7 @@ pub mod incidents;
 pub mod jobs;
 pub mod ledger;
 pub mod metrics;
+pub mod oidc;
 pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;

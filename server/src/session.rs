@@ -205,6 +205,13 @@ pub enum AccountError {
     Exists(String),
     #[error("admins see every team: only a viewer is scoped to teams")]
     AdminScoped,
+    #[error(
+        "there is a local user {0:?} already (or another of the provider's accounts took the \
+         name): an admin removes it before {0} signs in through the provider"
+    )]
+    NameTaken(String),
+    #[error("{0} signs in through the provider: their role and teams come from its groups")]
+    FromProvider(String),
     #[error(transparent)]
     Scope(#[from] ScopeError),
     #[error(transparent)]
@@ -232,17 +239,7 @@ pub async fn add_user(
     password: String,
     now_ms: i64,
 ) -> Result<(), AccountError> {
-    let username = username.trim();
-    // Plain characters only: a name is shown and recorded as who did what, and must not look
-    // like another (no spaces, no look-alike or direction-changing characters).
-    if username.is_empty()
-        || username.chars().count() > 64
-        || !username
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._@-".contains(c))
-    {
-        return Err(AccountError::BadName(username.chars().take(80).collect()));
-    }
+    let username = checked_name(username)?;
     let role = Role::parse(role.trim()).ok_or_else(|| AccountError::BadRole(role.to_owned()))?;
     if role == Role::Admin && !scope.is_all() {
         return Err(AccountError::AdminScoped);
@@ -285,6 +282,9 @@ pub async fn set_teams(
     let user = store::accounts::user_by_name(store.db(), username)
         .await?
         .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    if user.oidc_subject.is_some() {
+        return Err(AccountError::FromProvider(user.username));
+    }
     if user.role == Role::Admin.as_str() && !scope.is_all() {
         return Err(AccountError::AdminScoped);
     }
@@ -294,6 +294,70 @@ pub async fn set_teams(
     }
     tracing::info!(username = %user.username, teams = %scope.describe(), "user's teams set");
     Ok(())
+}
+
+/// A name of 1 to 64 plain characters: a name is shown and recorded as who did what, and must
+/// not look like another (no spaces, no look-alike or direction-changing characters).
+fn checked_name(username: &str) -> Result<&str, AccountError> {
+    let username = username.trim();
+    if username.is_empty()
+        || username.chars().count() > 64
+        || !username
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._@-".contains(c))
+    {
+        return Err(AccountError::BadName(username.chars().take(80).collect()));
+    }
+    Ok(username)
+}
+
+/// Signs in a person the OpenID Connect provider vouched for, named by its `subject`
+/// (`ISSUER#SUB`): added at their first sign-in (with no password of ours), and their role and
+/// teams set from the provider's groups at every one, so a change of groups there takes effect
+/// at the next sign-in. A local user of the same name is never taken over. Returns the new
+/// session's secret.
+pub async fn sign_in_from_provider(
+    store: &dyn Store,
+    subject: &str,
+    username: &str,
+    (role, scope): (Role, &Scope),
+    now_ms: i64,
+) -> Result<String, AccountError> {
+    let username = checked_name(username)?;
+    let teams = scope.to_stored();
+    let mut tx = store.db().begin().await?;
+    let user_id = match store::accounts::oidc_user(&mut tx, subject).await? {
+        Some(user) => {
+            store::accounts::set_role_and_teams(&mut tx, user.id, role.as_str(), teams.as_deref())
+                .await?;
+            user.id
+        }
+        None => store::accounts::create_oidc_user(
+            &mut tx,
+            username,
+            subject,
+            (role.as_str(), teams.as_deref()),
+            now_ms,
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => AccountError::NameTaken(username.to_owned()),
+            e => AccountError::Store(e),
+        })?,
+    };
+    let (token, csrf) = (generate_token(), generate_token());
+    store::accounts::create_session(
+        &mut tx,
+        &hash_token(&token),
+        user_id,
+        &csrf,
+        now_ms,
+        now_ms + SESSION_TTL_MS,
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(username, role = role.as_str(), teams = %scope.describe(), "signed in through the provider");
+    Ok(token)
 }
 
 /// Everybody who signs in, by name.

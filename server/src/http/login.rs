@@ -1,4 +1,5 @@
-//! `/login` and `/logout`.
+//! `/login` and `/logout`; single sign-on through an OpenID Connect provider at `/login/oidc`
+//! and its callback ([`crate::oidc`]).
 //!
 //! The sign-in form has no session yet, so it is protected from cross-site posting by a
 //! double-submit token: a random value both in a SameSite=Strict cookie and in the form.
@@ -25,13 +26,18 @@ use super::session::{
 use super::AppState;
 use crate::auth::generate_token;
 use crate::now_ms;
+use crate::oidc::{self, OidcError};
 use crate::session::{self, SignIn, FAILURE_WINDOW_MS};
 
 const LOGIN_CSRF_COOKIE: &str = "gpl_login";
+/// The state of a sign-in sent to the provider, kept by the browser that started it.
+const OIDC_STATE_COOKIE: &str = "gpl_oidc";
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/login", get(login_form).post(login))
+        .route("/login/oidc", get(oidc_start))
+        .route("/login/oidc/callback", get(oidc_callback))
         .route("/logout", post(logout))
 }
 
@@ -43,6 +49,8 @@ struct LoginPage {
     next: String,
     error: Option<String>,
     username: String,
+    /// The provider's name on the single sign-on button, where one is set up.
+    sso: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +99,7 @@ async fn login_form(
         next: safe_next(q.next.as_deref()),
         error: None,
         username: String::new(),
+        sso: sso_name(&state),
     };
     (
         jar.add(login_cookie(csrf, state.secure_cookies)),
@@ -202,6 +211,7 @@ async fn login(
                 next: safe_next(form.next.as_deref()),
                 error: Some("Wrong username or password.".into()),
                 username: form.username,
+                sso: sso_name(&state),
             };
             render_with_status(StatusCode::UNAUTHORIZED, &page)
         }
@@ -212,6 +222,115 @@ async fn login(
             (jar, Redirect::to(&safe_next(form.next.as_deref()))).into_response()
         }
         Err(e) => database_unavailable("sign-in", e),
+    }
+}
+
+fn sso_name(state: &AppState) -> Option<String> {
+    state.config.oidc.as_ref().map(|o| o.name.clone())
+}
+
+/// The sign-in page again, saying why single sign-on did not sign the person in; the password
+/// form works as before.
+fn sso_failed(state: &AppState, jar: CookieJar, error: &OidcError) -> Response {
+    let status = match error {
+        OidcError::NotConfigured => StatusCode::NOT_FOUND,
+        OidcError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        OidcError::Refused(_) => StatusCode::BAD_GATEWAY,
+        OidcError::Expired => StatusCode::BAD_REQUEST,
+        OidcError::Denied(_) | OidcError::NoAccess(_) | OidcError::Account(_) => {
+            StatusCode::FORBIDDEN
+        }
+        OidcError::Store(e) => return database_unavailable("single sign-on", e),
+    };
+    tracing::warn!(error = %error, "single sign-on refused");
+    let csrf = jar
+        .get(LOGIN_CSRF_COOKIE)
+        .map(|c| c.value().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(generate_token);
+    let page = LoginPage {
+        chrome: None,
+        csrf: csrf.clone(),
+        next: "/".into(),
+        error: Some(format!(
+            "Single sign-on failed: {error}. Nothing was changed; sign in with a password, or \
+             try again."
+        )),
+        username: String::new(),
+        sso: sso_name(state),
+    };
+    let jar = jar
+        .remove(Cookie::build(OIDC_STATE_COOKIE).path("/login/oidc"))
+        .add(login_cookie(csrf, state.secure_cookies));
+    (jar, render_with_status(status, &page)).into_response()
+}
+
+/// `GET /login/oidc[?next=…]`: off to the provider, the state in a cookie of this browser's.
+async fn oidc_start(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    Query(q): Query<NextQuery>,
+) -> Response {
+    let next = safe_next(q.next.as_deref());
+    match oidc::begin(
+        state.store.as_ref(),
+        state.config.oidc.as_ref(),
+        &next,
+        now_ms(),
+    )
+    .await
+    {
+        Ok(started) => {
+            // Lax: the provider's redirect back is a top-level navigation from its site.
+            let cookie = Cookie::build((OIDC_STATE_COOKIE, started.state))
+                .path("/login/oidc")
+                .http_only(true)
+                .same_site(SameSite::Lax)
+                .secure(state.secure_cookies)
+                .max_age(cookie::time::Duration::milliseconds(oidc::LOGIN_TTL_MS))
+                .build();
+            (jar.add(cookie), Redirect::to(&started.authorize_url)).into_response()
+        }
+        Err(e) => sso_failed(&state, jar, &e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `GET /login/oidc/callback`: the provider's answer, verified before anything is stored.
+async fn oidc_callback(
+    State(state): State<AppState>,
+    jar: CookieJar,
+    Query(q): Query<CallbackQuery>,
+) -> Response {
+    let back = oidc::Callback {
+        cookie_state: jar.get(OIDC_STATE_COOKIE).map(|c| c.value().to_owned()),
+        state: q.state,
+        code: q.code,
+        error: q.error,
+        error_description: q.error_description,
+    };
+    match oidc::finish(
+        state.store.as_ref(),
+        state.config.oidc.as_ref(),
+        back,
+        now_ms(),
+    )
+    .await
+    {
+        Ok(signed_in) => {
+            let jar = jar
+                .remove(Cookie::build(OIDC_STATE_COOKIE).path("/login/oidc"))
+                .add(session_cookie(signed_in.session, state.secure_cookies));
+            (jar, Redirect::to(&safe_next(Some(&signed_in.next)))).into_response()
+        }
+        Err(e) => sso_failed(&state, jar, &e),
     }
 }
 

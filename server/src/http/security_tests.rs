@@ -28,6 +28,8 @@ pub(super) enum Access {
 /// added without a line here, so a new route cannot skip these checks.
 pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/login", Access::Public),
+    ("GET", "/login/oidc", Access::Public),
+    ("GET", "/login/oidc/callback", Access::Public),
     ("GET", "/healthz", Access::Public),
     ("GET", "/metrics", Access::Public),
     ("GET", "/static/app.css", Access::Public),
@@ -200,6 +202,12 @@ async fn every_route_admits_exactly_its_audience() {
                 format!("csrf={viewer_csrf}&cluster=c1&hours=4&route=default")
             };
             match access {
+                Access::Public if path.starts_with("/login/oidc") => {
+                    // Without a provider set up, single sign-on is not there, for anyone.
+                    let (status, _, body) = call(&api, method, &path, None, None, "").await;
+                    assert_eq!(status, StatusCode::NOT_FOUND, "{who}: {method} {path}");
+                    assert!(body.contains("not set up"), "{body}");
+                }
                 Access::Public => {
                     let (status, _, _) = call(&api, method, &path, None, None, "").await;
                     assert_eq!(status, StatusCode::OK, "{who}: anyone may {method} {path}");

@@ -33,6 +33,8 @@ struct UserView {
     role: String,
     /// The teams a viewer sees, comma-separated; empty for every team.
     teams: String,
+    /// Signs in through the provider, whose groups set their role and teams.
+    sso: bool,
     created: String,
     is_me: bool,
 }
@@ -97,6 +99,7 @@ async fn users(state: &AppState, user: &SignedIn, outcome: Option<Outcome>) -> R
                 .into_iter()
                 .map(|u| UserView {
                     is_me: u.username == user.username,
+                    sso: u.oidc_subject.is_some(),
                     teams: crate::session::scope_of(&u.role, u.teams.as_deref())
                         .team_names()
                         .map(|t| t.iter().cloned().collect::<Vec<_>>().join(", "))

@@ -66,6 +66,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
         budgets: Default::default(),
         anomalies: Default::default(),
         owners: Default::default(),
+        oidc: None,
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {

@@ -12,6 +12,8 @@ pub struct UserRow {
     pub created_ms: i64,
     /// The teams a viewer sees (a JSON array); NULL for every team.
     pub teams: Option<String>,
+    /// `ISSUER#SUBJECT` for a person who signs in through OpenID Connect.
+    pub oidc_subject: Option<String>,
 }
 
 /// A live session with its user.
@@ -60,7 +62,7 @@ pub async fn user_by_name(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, username, password_hash, role, created_ms, teams FROM users WHERE username = $1",
+            "SELECT id, username, password_hash, role, created_ms, teams, oidc_subject FROM users WHERE username = $1",
         )
         .bind(username)
         .fetch_optional(&mut *ex)
@@ -72,7 +74,7 @@ pub async fn list_users(on: impl Into<On<'_>>) -> Result<Vec<UserRow>, StoreErro
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT id, username, password_hash, role, created_ms, teams FROM users ORDER BY username",
+            "SELECT id, username, password_hash, role, created_ms, teams, oidc_subject FROM users ORDER BY username",
         )
         .fetch_all(&mut *ex)
         .await?)
@@ -279,5 +281,125 @@ pub async fn clear_sign_in_failures(
             .execute(&mut *ex)
             .await?;
         Ok(())
+    })
+}
+
+/// The person the OpenID Connect provider names `subject` (`ISSUER#SUB`).
+pub async fn oidc_user(
+    on: impl Into<On<'_>>,
+    subject: &str,
+) -> Result<Option<UserRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT id, username, password_hash, role, created_ms, teams, oidc_subject
+             FROM users WHERE oidc_subject = $1",
+        )
+        .bind(subject)
+        .fetch_optional(&mut *ex)
+        .await?)
+    })
+}
+
+/// Adds a person who signs in through the provider: no password of ours can sign them in (the
+/// hash is not one). A name already taken, or the subject already known, is a conflict.
+pub async fn create_oidc_user(
+    on: impl Into<On<'_>>,
+    username: &str,
+    subject: &str,
+    (role, teams): (&str, Option<&str>),
+    now_ms: i64,
+) -> Result<i64, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let id: Option<(i64,)> = sqlx::query_as(
+            "INSERT INTO users (username, password_hash, role, teams, created_ms, oidc_subject)
+             VALUES ($1, '!', $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
+        )
+        .bind(username)
+        .bind(role)
+        .bind(teams)
+        .bind(now_ms)
+        .bind(subject)
+        .fetch_optional(&mut *ex)
+        .await?;
+        id.map(|(id,)| id)
+            .ok_or_else(|| StoreError::Conflict(format!("user {username:?}")))
+    })
+}
+
+/// Sets a person's role and teams (from the provider's groups at each sign-in).
+pub async fn set_role_and_teams(
+    on: impl Into<On<'_>>,
+    user_id: i64,
+    role: &str,
+    teams: Option<&str>,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("UPDATE users SET role = $1, teams = $2 WHERE id = $3")
+            .bind(role)
+            .bind(teams)
+            .bind(user_id)
+            .execute(&mut *ex)
+            .await?;
+        Ok(())
+    })
+}
+
+/// A sign-in under way at the provider, as its callback needs it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OidcLogin {
+    pub verifier: String,
+    pub nonce: String,
+    pub next: String,
+}
+
+/// Records a sign-in sent to the provider, and forgets those started before `expired_before`.
+pub async fn put_oidc_login(
+    on: impl Into<On<'_>>,
+    state_hash: &str,
+    login: &OidcLogin,
+    now_ms: i64,
+    expired_before: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query("DELETE FROM oidc_logins WHERE created_ms < $1")
+            .bind(expired_before)
+            .execute(&mut *ex)
+            .await?;
+        sqlx::query(
+            "INSERT INTO oidc_logins (state_hash, verifier, nonce, next, created_ms)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(state_hash)
+        .bind(&login.verifier)
+        .bind(&login.nonce)
+        .bind(&login.next)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// Takes the sign-in `state_hash` names, once: a second callback with the same state finds
+/// nothing. `None` also where it started before `not_before`.
+pub async fn take_oidc_login(
+    on: impl Into<On<'_>>,
+    state_hash: &str,
+    not_before: i64,
+) -> Result<Option<OidcLogin>, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "DELETE FROM oidc_logins WHERE state_hash = $1 AND created_ms >= $2
+             RETURNING verifier, nonce, next",
+        )
+        .bind(state_hash)
+        .bind(not_before)
+        .fetch_optional(&mut *ex)
+        .await?)
     })
 }

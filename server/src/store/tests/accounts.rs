@@ -154,3 +154,118 @@ async fn a_users_teams_are_read_with_every_session() {
         );
     }
 }
+
+#[tokio::test]
+async fn provider_sign_ins_are_taken_once_and_never_take_over_a_local_name() {
+    use crate::session::{sign_in_from_provider, AccountError, Role, Scope, SignIn};
+    use crate::store::accounts::{put_oidc_login, take_oidc_login, OidcLogin};
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let login = OidcLogin {
+            verifier: "v".into(),
+            nonce: "n".into(),
+            next: "/budgets".into(),
+        };
+        put_oidc_login(store.db(), "s1", &login, T0, T0 - 600_000)
+            .await
+            .unwrap();
+        put_oidc_login(store.db(), "old", &login, T0 - 700_000, T0 - 800_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            take_oidc_login(store.db(), "s1", T0 - 600_000)
+                .await
+                .unwrap(),
+            Some(login.clone()),
+            "{b}"
+        );
+        assert_eq!(
+            take_oidc_login(store.db(), "s1", T0 - 600_000)
+                .await
+                .unwrap(),
+            None,
+            "{b}: once"
+        );
+        assert_eq!(
+            take_oidc_login(store.db(), "old", T0 - 600_000)
+                .await
+                .unwrap(),
+            None,
+            "{b}: expired"
+        );
+
+        // First sign-in adds the person, later ones set their role and teams from the groups.
+        let serving = Scope::teams(["serving"]).unwrap();
+        let subject = "https://idp#ana-1";
+        sign_in_from_provider(store.as_ref(), subject, "ana", (Role::Viewer, &serving), T0)
+            .await
+            .unwrap();
+        let ana = crate::store::accounts::oidc_user(store.db(), subject)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (ana.role.as_str(), ana.teams.as_deref()),
+            ("viewer", Some(r#"["serving"]"#)),
+            "{b}"
+        );
+        sign_in_from_provider(
+            store.as_ref(),
+            subject,
+            "ana",
+            (Role::Admin, &Scope::all()),
+            T0,
+        )
+        .await
+        .unwrap();
+        let ana = crate::store::accounts::user_by_name(store.db(), "ana")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((ana.role.as_str(), ana.teams), ("admin", None), "{b}");
+        assert!(
+            matches!(
+                crate::session::set_teams(store.as_ref(), "ana", &serving).await,
+                Err(AccountError::FromProvider(_))
+            ),
+            "{b}: the provider's groups say"
+        );
+        // No password of ours signs them in.
+        assert!(
+            matches!(
+                crate::session::sign_in(store.as_ref(), "ana", "!".into(), "c", T0).await,
+                Ok(SignIn::Refused)
+            ),
+            "{b}"
+        );
+        // A local user's name is not the provider's to take: nothing is added.
+        crate::store::accounts::create_user(store.db(), "lee", "hash", "viewer", None, T0)
+            .await
+            .unwrap();
+        let taken = sign_in_from_provider(
+            store.as_ref(),
+            "https://idp#lee-9",
+            "lee",
+            (Role::Admin, &Scope::all()),
+            T0,
+        )
+        .await;
+        assert!(
+            matches!(taken, Err(AccountError::NameTaken(_))),
+            "{b}: {taken:?}"
+        );
+        let lee = crate::store::accounts::user_by_name(store.db(), "lee")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (lee.role.as_str(), lee.oidc_subject),
+            ("viewer", None),
+            "{b}"
+        );
+        let bad =
+            sign_in_from_provider(store.as_ref(), "s#x", "a b", (Role::Viewer, &serving), T0).await;
+        assert!(matches!(bad, Err(AccountError::BadName(_))), "{b}");
+    }
+}
