@@ -650,13 +650,21 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while c.current_url().await.unwrap().as_str() != review {
+    while c.current_url().await.unwrap().as_str() != format!("{url}/") {
         assert!(
             Instant::now() < deadline,
-            "the team lead lands on the review"
+            "the team lead lands on the fleet"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Their hosts now: the serving clusters', never the training ones.
+    let fleet = text_of(&c, "main").await;
+    assert!(
+        fleet.contains("serve-") && !fleet.contains("train-east"),
+        "{fleet}"
+    );
+    std::fs::write(shots.join("fleet-team.png"), c.screenshot().await.unwrap()).unwrap();
+    c.goto(&review).await.unwrap();
     assert_eq!(
         text_of(&c, "h1").await,
         format!("GPU review: {month} · applied")

@@ -24,3 +24,53 @@ pub async fn hosts(store: &dyn Store) -> Result<Vec<HostRow>, StoreError> {
 pub async fn refusals(store: &dyn Store, since_ms: i64) -> Result<Vec<RefusalRow>, StoreError> {
     store::tokens::ingest_refusals(store.db(), since_ms).await
 }
+
+/// How far back the ledger says which hosts are a team's, for its fleet page.
+pub const HELD_LOOKBACK_MS: i64 = 7 * gpuledger_core::time::DAY_MS;
+
+/// The fleet as a team-scoped reader sees it: the hosts wholly its teams' over the last week of
+/// the ledger ([`gpuledger_core::scope::Scope::held_keys`]), with its teams' processes alone on
+/// them. Everything for every team.
+pub async fn within_scope(
+    store: &dyn Store,
+    (rows, processes): (Vec<FleetRow>, Vec<FleetProcess>),
+    (scope, schema): (
+        &gpuledger_core::scope::Scope,
+        &gpuledger_core::owners::OwnerSchema,
+    ),
+    now_ms: i64,
+) -> Result<(Vec<FleetRow>, Vec<FleetProcess>), StoreError> {
+    if scope.is_all() {
+        return Ok((rows, processes));
+    }
+    let week = crate::ledger::load(
+        store,
+        now_ms - HELD_LOOKBACK_MS,
+        now_ms,
+        store::RollupGrain::HostDay,
+    )
+    .await?;
+    let held = scope
+        .held_keys(&week, crate::allocation::GroupBy::Host, schema)
+        .unwrap_or_default();
+    let rows: Vec<FleetRow> = rows
+        .into_iter()
+        .filter(|r| held.contains(&r.hostname))
+        .collect();
+    let cluster_of: std::collections::HashMap<&str, &str> = rows
+        .iter()
+        .filter_map(|r| Some((r.uuid.as_deref()?, r.cluster.as_str())))
+        .collect();
+    let processes = processes
+        .into_iter()
+        .filter(|p| {
+            let Some(cluster) = cluster_of.get(p.gpu_uuid.as_str()) else {
+                return false;
+            };
+            let labels: std::collections::BTreeMap<String, String> =
+                serde_json::from_str(&p.labels_json).unwrap_or_default();
+            scope.admits(&schema.owner_of(&labels, cluster), schema)
+        })
+        .collect();
+    Ok((rows, processes))
+}

@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 use askama::Template;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 
@@ -311,15 +311,19 @@ pub fn build(
     }
 }
 
-/// `GET /`: the fleet as it stands, for those who see every team. A team-scoped viewer, who
-/// signs in here, is sent to the review, which shows their teams' month.
+/// `GET /`: the fleet as it stands. A team-scoped reader sees the hosts that are its teams' and
+/// its teams' processes on them ([`crate::fleet::within_scope`]), and no refused reports.
 async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
-    if !user.scope.is_all() {
-        return Redirect::to("/review").into_response();
-    }
     let loaded = async {
         let rows = crate::fleet::gpus(state.store.as_ref()).await?;
         let processes = crate::fleet::processes(state.store.as_ref()).await?;
+        let (rows, processes) = crate::fleet::within_scope(
+            state.store.as_ref(),
+            (rows, processes),
+            (&user.scope, &state.config.owners),
+            now_ms(),
+        )
+        .await?;
         let hosts = crate::fleet::hosts(state.store.as_ref()).await?;
         let ids: HashMap<(&str, &str), i64> = hosts
             .iter()
@@ -354,8 +358,12 @@ async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped)
                 ))
             })
             .collect();
-        let refused =
-            crate::fleet::refusals(state.store.as_ref(), now_ms() - REFUSED_SHOWN_MS).await?;
+        // Which agent tokens were refused is the fleet's business, not a team's.
+        let refused = if user.scope.is_all() {
+            crate::fleet::refusals(state.store.as_ref(), now_ms() - REFUSED_SHOWN_MS).await?
+        } else {
+            Vec::new()
+        };
         Ok::<_, crate::store::StoreError>((rows, processes, refused, prices))
     }
     .await;

@@ -97,6 +97,33 @@ async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
         .await
         .unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
+    // The fleet now: alpha's host runs an alpha job and a bravo one; bravo's host, bravo's.
+    for (host, teams) in [
+        ("i-alpha", &["alpha", "bravo"][..]),
+        ("i-bravo", &["bravo"][..]),
+    ] {
+        let mut r = super::tests::report(host);
+        r.host.hostname = host.into();
+        r.windows[0].gpus[0].uuid = format!("GPU-now-{host}");
+        r.windows[0].gpus[0].processes = teams
+            .iter()
+            .enumerate()
+            .map(|(i, team)| gpuledger_proto::ProcessWindow {
+                pid: i as u32 + 1,
+                name: Some(format!("{team}-job")),
+                labels: [("team".to_owned(), team.to_string())].into(),
+                ..Default::default()
+            })
+            .collect();
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+            .await;
+        assert!(
+            status.is_success(),
+            "{status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
     (
         incident_on(api, alpha, "alpha").await,
         incident_on(api, bravo, "bravo").await,
@@ -195,11 +222,6 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
                 "{b}: {path}: {answered:?}"
             );
         }
-        let (status, location) = api.get_as("/", Some(&viewer)).await;
-        assert_eq!(
-            (status, location.as_str()),
-            (StatusCode::SEE_OTHER, "/review")
-        );
         for path in [&review, &drill] {
             let (status, _, body) = call(&api, "GET", path, Some(&viewer), None, "").await;
             assert_nothing_of_bravo(b, path, status, &body);
@@ -297,6 +319,36 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
         assert_eq!(status, StatusCode::OK, "{b}");
         let (status, _) = api.get_as("/billing", Some(&viewer)).await;
         assert_eq!(status, StatusCode::OK, "{b}: every team again");
+
+        // The fleet, from the hosts the last week of the ledger says are alpha's: alpha's
+        // host with alpha's job; the bravo job beside it is not shown, nor bravo's host.
+        let (alpha, bravo) = (
+            billed_host(&api, "i-alpha").await,
+            billed_host(&api, "i-bravo").await,
+        );
+        let hour = gpuledger_core::time::hour_floor(now_ms()) - 2 * HOUR_MS;
+        write_ledger(
+            &api,
+            &[
+                (hour, alpha, "alpha", "used", "1".parse().unwrap()),
+                (hour, bravo, "bravo", "used", "1".parse().unwrap()),
+            ],
+        )
+        .await;
+        let viewer = scoped_session(&api, "alec", r#"["alpha"]"#).await;
+        // The fleet: alpha's host with alpha's job; the bravo job beside it is not shown.
+        let (status, fleet) = api.get_as("/", Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(
+            fleet.contains("i-alpha") && fleet.contains("alpha-job"),
+            "{b}"
+        );
+        assert!(!fleet.contains("bravo"), "{b}");
+        let (_, everything) = api.get_as("/", Some(&admin)).await;
+        assert!(
+            everything.contains("bravo-job") && everything.contains("i-bravo"),
+            "{b}"
+        );
     }
 }
 
