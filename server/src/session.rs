@@ -170,10 +170,18 @@ pub async fn end(store: &dyn Store, token_hash: &str) -> Result<(), StoreError> 
 /// Starts a session for `user_id` at `now_ms`; returns its secret token, which only the
 /// person's cookie holds (the database keeps its hash).
 pub async fn start(store: &dyn Store, user_id: i64, now_ms: i64) -> Result<String, StoreError> {
-    let token = generate_token();
-    let csrf = generate_token();
+    open_session(store.db(), user_id, now_ms).await
+}
+
+/// [`start`] on `on` (a transaction, where the session starts with another change).
+async fn open_session(
+    on: impl Into<store::db::On<'_>>,
+    user_id: i64,
+    now_ms: i64,
+) -> Result<String, StoreError> {
+    let (token, csrf) = (generate_token(), generate_token());
     store::accounts::create_session(
-        store.db(),
+        on,
         &hash_token(&token),
         user_id,
         &csrf,
@@ -345,16 +353,7 @@ pub async fn sign_in_from_provider(
             e => AccountError::Store(e),
         })?,
     };
-    let (token, csrf) = (generate_token(), generate_token());
-    store::accounts::create_session(
-        &mut tx,
-        &hash_token(&token),
-        user_id,
-        &csrf,
-        now_ms,
-        now_ms + SESSION_TTL_MS,
-    )
-    .await?;
+    let token = open_session(&mut tx, user_id, now_ms).await?;
     tx.commit().await?;
     tracing::info!(username, role = role.as_str(), teams = %scope.describe(), "signed in through the provider");
     Ok(token)
@@ -455,18 +454,9 @@ pub async fn change_own_password(
         return Err(AccountError::WrongPassword);
     }
     let hash = hash_off_thread(new).await?;
-    let (token, csrf) = (generate_token(), generate_token());
     let mut tx = store.db().begin().await?;
     store::accounts::set_password_hash(&mut tx, user.id, &hash, None).await?;
-    store::accounts::create_session(
-        &mut tx,
-        &hash_token(&token),
-        user.id,
-        &csrf,
-        now_ms,
-        now_ms + SESSION_TTL_MS,
-    )
-    .await?;
+    let token = open_session(&mut tx, user.id, now_ms).await?;
     tx.commit().await?;
     tracing::info!(username = %user.username, "password changed; sessions ended, a new one started");
     Ok(token)

@@ -74,6 +74,14 @@ fn safe_next(next: Option<&str>) -> String {
     }
 }
 
+/// The sign-in form's token: the one this browser's cookie already holds, else a new one.
+fn form_token(jar: &CookieJar) -> String {
+    jar.get(LOGIN_CSRF_COOKIE)
+        .map(|c| c.value().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(generate_token)
+}
+
 fn login_cookie(value: String, secure: bool) -> Cookie<'static> {
     Cookie::build((LOGIN_CSRF_COOKIE, value))
         .path("/login")
@@ -88,11 +96,7 @@ async fn login_form(
     jar: CookieJar,
     Query(q): Query<NextQuery>,
 ) -> Response {
-    let csrf = jar
-        .get(LOGIN_CSRF_COOKIE)
-        .map(|c| c.value().to_owned())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(generate_token);
+    let csrf = form_token(&jar);
     let page = LoginPage {
         chrome: None,
         csrf: csrf.clone(),
@@ -243,11 +247,7 @@ fn sso_failed(state: &AppState, jar: CookieJar, error: &OidcError) -> Response {
         OidcError::Store(e) => return database_unavailable("single sign-on", e),
     };
     tracing::warn!(error = %error, "single sign-on refused");
-    let csrf = jar
-        .get(LOGIN_CSRF_COOKIE)
-        .map(|c| c.value().to_owned())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(generate_token);
+    let csrf = form_token(&jar);
     let page = LoginPage {
         chrome: None,
         csrf: csrf.clone(),
