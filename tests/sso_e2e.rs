@@ -19,14 +19,25 @@ struct Provider {
     url: String,
 }
 
+/// How the provider answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Groups in the ID token, signed with the key it publishes.
+    Usual,
+    /// Signed with a key it does not publish.
+    BadSignature,
+    /// Groups only at the user-info endpoint.
+    GroupsAtUserInfo,
+}
+
 /// The provider on `port`, its users and their claims as `users` (JSON), signing with the key
-/// in `key_file`, or (`bad_signature`) with another one under the same key id.
+/// in `key_file`, answering as `mode` says.
 fn start_provider(
     port: u16,
     redirect: &str,
     users: &serde_json::Value,
     key_file: &Path,
-    bad_signature: bool,
+    mode: Mode,
 ) -> Provider {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oidc-provider");
     assert!(
@@ -39,7 +50,18 @@ fn start_provider(
         .env("OP_REDIRECT_URI", redirect)
         .env("OP_USERS", users.to_string())
         .env("OP_KEY_FILE", key_file)
-        .env("OP_BAD_SIGNATURE", if bad_signature { "1" } else { "0" })
+        .env(
+            "OP_BAD_SIGNATURE",
+            if mode == Mode::BadSignature { "1" } else { "0" },
+        )
+        .env(
+            "OP_GROUPS_AT_USERINFO",
+            if mode == Mode::GroupsAtUserInfo {
+                "1"
+            } else {
+                "0"
+            },
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -136,7 +158,7 @@ async fn single_sign_on(db: TestDb) {
         "eve": {"groups": ["everyone"]},
         "lee": {"groups": ["gpl-admins"]},
     });
-    let provider = start_provider(op_port, &redirect, &users, &key, false);
+    let provider = start_provider(op_port, &redirect, &users, &key, Mode::Usual);
     let config = dir.path().join("gpuledger.toml");
     std::fs::write(
         &config,
@@ -250,7 +272,7 @@ team_groups = {{ team-serving = "serving" }}
 
     // A provider that signs with a key it does not publish: the ID token does not verify.
     drop(provider);
-    let provider = start_provider(op_port, &redirect, &users, &key, true);
+    let provider = start_provider(op_port, &redirect, &users, &key, Mode::BadSignature);
     let zed = browser();
     let resp = sign_in(&zed, &server_url, &provider.url, "ana").await;
     assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{label}");
@@ -278,7 +300,7 @@ team_groups = {{ team-serving = "serving" }}
     // Groups are read at every sign-in: sam, made an admin at the provider, is one.
     let mut promoted = users.clone();
     promoted["sam"]["groups"] = serde_json::json!(["gpl-admins"]);
-    let provider = start_provider(op_port, &redirect, &promoted, &key, false);
+    let provider = start_provider(op_port, &redirect, &promoted, &key, Mode::Usual);
     let sam_again = browser();
     let resp = sign_in(&sam_again, &server_url, &provider.url, "sam").await;
     assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{label}");
@@ -287,6 +309,35 @@ team_groups = {{ team-serving = "serving" }}
     assert!(
         server_run(&db.url, &["user", "list"]).contains("sam\tadmin\tevery team"),
         "{label}"
+    );
+
+    // A provider that keeps groups out of the ID token: they are read at its user-info endpoint.
+    drop(provider);
+    let provider = start_provider(op_port, &redirect, &users, &key, Mode::GroupsAtUserInfo);
+    let sam_later = browser();
+    let resp = sign_in(&sam_later, &server_url, &provider.url, "sam").await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER, "{label}");
+    let (status, account) = page(&sam_later, format!("{server_url}/account")).await;
+    assert_eq!(status, StatusCode::OK, "{label}");
+    assert!(
+        account.contains("seeing the figures of serving"),
+        "{label}: from user info"
+    );
+
+    // Taken out of every group at the provider: refused at the next sign-in, and the sessions
+    // already open end then too.
+    drop(provider);
+    let mut removed = users.clone();
+    removed["sam"]["groups"] = serde_json::json!([]);
+    let provider = start_provider(op_port, &redirect, &removed, &key, Mode::Usual);
+    let resp = sign_in(&browser(), &server_url, &provider.url, "sam").await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN, "{label}");
+    drop(provider);
+    let (status, _) = page(&sam_later, format!("{server_url}/account")).await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "{label}: sam's open session ended"
     );
 }
 

@@ -22,7 +22,9 @@ pub static EVERY_TEAM: Scope = Scope::all();
 /// Why a list of teams cannot be a scope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScopeError {
-    #[error("{0:?} is not a team name: 1 to 64 characters, no control characters")]
+    #[error(
+        "{0:?} is not a team name: 1 to 64 characters, no control characters, not starting with ("
+    )]
     BadTeam(String),
     #[error("a scope names at least one team (leave it out to see every team)")]
     Empty,
@@ -43,7 +45,12 @@ impl Scope {
         let mut set = BTreeSet::new();
         for team in teams {
             let team = team.as_ref().trim();
-            if team.is_empty() || team.chars().count() > 64 || team.chars().any(char::is_control) {
+            // "(idle)" and its like name the buckets of nobody in particular, never a team.
+            if team.is_empty()
+                || team.starts_with('(')
+                || team.chars().count() > 64
+                || team.chars().any(char::is_control)
+            {
                 return Err(ScopeError::BadTeam(team.chars().take(80).collect()));
             }
             set.insert(team.to_owned());
@@ -123,11 +130,39 @@ impl Scope {
     /// part at least is its teams'. What a scoped reader may see of anything listed by key
     /// (a budget, an anomaly, a recommendation's GPUs, a host's idle episode) without seeing
     /// another team's money in it. `None`: every key (the scope is every team).
+    ///
+    /// The buckets of nobody in particular (`(idle)`, `(unmonitored)`, `(unlabeled)`, a host
+    /// not known) are never held: they are the whole fleet's.
     pub fn held_keys(
         &self,
         attribution: &Attribution,
         by: GroupBy,
         schema: &OwnerSchema,
+    ) -> Option<BTreeSet<String>> {
+        self.held_by(attribution, schema, |p| key_of(p, by, attribution))
+    }
+
+    /// The hosts wholly the scope's teams', as [`host_key`]s (a name alone may be in two
+    /// clusters).
+    pub fn held_hosts(
+        &self,
+        attribution: &Attribution,
+        schema: &OwnerSchema,
+    ) -> Option<BTreeSet<String>> {
+        self.held_by(attribution, schema, |p| {
+            attribution
+                .hosts
+                .get(&p.host_id)
+                .map_or_else(|| "?".to_owned(), |h| host_key(&h.cluster, &h.hostname))
+        })
+    }
+
+    /// [`Scope::held_keys`] keyed by `key` (a host's cluster and name, say).
+    pub fn held_by(
+        &self,
+        attribution: &Attribution,
+        schema: &OwnerSchema,
+        key: impl Fn(&Part) -> String,
     ) -> Option<BTreeSet<String>> {
         if self.is_all() {
             return None;
@@ -139,14 +174,19 @@ impl Scope {
             if nobodys {
                 continue;
             }
-            let key = key_of(p, by, attribution);
+            let key = key(p);
             if self.admits_part(p, schema) {
                 ours.insert(key);
             } else {
                 theirs.insert(key);
             }
         }
-        Some(ours.difference(&theirs).cloned().collect())
+        Some(
+            ours.difference(&theirs)
+                .filter(|k| !k.starts_with('(') && k.as_str() != "?")
+                .cloned()
+                .collect(),
+        )
     }
 
     /// The attribution as the scope sees it: its teams' parts, the hosts they are on, and no
@@ -173,6 +213,11 @@ impl Scope {
             hosts,
         }
     }
+}
+
+/// A host as [`Scope::held_hosts`] names it: `cluster/hostname`.
+pub fn host_key(cluster: &str, hostname: &str) -> String {
+    format!("{cluster}/{hostname}")
 }
 
 #[cfg(test)]
@@ -272,6 +317,23 @@ mod tests {
             Scope::all().held_keys(&attribution, GroupBy::Host, &schema),
             None
         );
+        // Idle time on a cluster mapped to alpha is alpha's, but "(idle)" is everybody's
+        // bucket: never held.
+        let idle = Attribution {
+            parts: vec![
+                part(1, Some("alpha"), Kind::Idle),
+                part(4, None, Kind::Idle),
+            ],
+            ..attribution.clone()
+        };
+        assert_eq!(
+            alpha.held_keys(&idle, GroupBy::TEAM, &schema),
+            Some(BTreeSet::new())
+        );
+        assert_eq!(
+            alpha.held_keys(&idle, GroupBy::Host, &schema),
+            Some(BTreeSet::from(["h1".to_owned()]))
+        );
     }
 
     #[test]
@@ -288,6 +350,10 @@ mod tests {
         assert_eq!(Scope::parse_list(" , ").unwrap(), Scope::all());
         assert!(matches!(
             Scope::teams(["ok", "bad\u{7}"]),
+            Err(ScopeError::BadTeam(_))
+        ));
+        assert!(matches!(
+            Scope::teams(["(idle)"]),
             Err(ScopeError::BadTeam(_))
         ));
         assert_eq!(Scope::teams(Vec::<String>::new()), Err(ScopeError::Empty));

@@ -102,26 +102,20 @@ pub async fn find(
     Ok(found)
 }
 
-/// The anomalies a team-scoped reader may see: of owners wholly its teams' in `month` (the
-/// month's ledger), their drivers showing only its teams' processes. All of them for every team.
+/// The anomalies a team-scoped reader may see: its own teams' (on the team dimension; an
+/// anomaly of a model or endpoint is judged on weeks of history that may be another team's),
+/// their drivers showing only its teams' processes. All of them for every team.
 pub fn within_scope(
     found: Vec<OwnerAnomaly>,
     (scope, schema): (&Scope, &OwnerSchema),
-    month: &Attribution,
 ) -> Vec<OwnerAnomaly> {
     if scope.is_all() {
         return found;
     }
-    let mut held: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
+    let team = schema.role(Role::Team);
     found
         .into_iter()
-        .filter(|a| {
-            let keys = held.entry(a.dimension.clone()).or_insert_with(|| {
-                GroupBy::parse(&a.dimension, schema)
-                    .and_then(|by| scope.held_keys(month, by, schema))
-            });
-            keys.as_ref().is_some_and(|k| k.contains(&a.key))
-        })
+        .filter(|a| Some(a.dimension.as_str()) == team && scope.admits_team(&a.key))
         .map(|mut a| {
             for d in &mut a.drivers {
                 let cluster = d.cluster.clone();

@@ -65,8 +65,18 @@ pub struct OidcConfig {
 /// Checks a config's `[oidc]` table: URLs that parse, a callback at this server's path, and at
 /// least one group that gives access.
 pub fn check_oidc(c: &OidcConfig) -> Result<(), String> {
-    openidconnect::IssuerUrl::new(c.issuer.clone())
+    let issuer = openidconnect::IssuerUrl::new(c.issuer.clone())
         .map_err(|e| format!("issuer {:?}: {e}", c.issuer))?;
+    let loopback = matches!(
+        issuer.url().host_str(),
+        Some("127.0.0.1" | "localhost" | "[::1]")
+    );
+    if issuer.url().scheme() != "https" && !loopback {
+        return Err(format!(
+            "issuer {:?} is not https: tokens and keys would travel in the clear",
+            c.issuer
+        ));
+    }
     let redirect = openidconnect::RedirectUrl::new(c.redirect_url.clone())
         .map_err(|e| format!("redirect_url {:?}: {e}", c.redirect_url))?;
     if redirect.url().path() != "/login/oidc/callback" {

@@ -2,6 +2,7 @@
 //! reports refused lately (what the fleet page and the review's heatmap labels read).
 
 use crate::store::{self, FleetProcess, FleetRow, HostRow, RefusalRow, Store, StoreError};
+use gpuledger_core::scope::host_key;
 
 /// Each GPU's latest window, by host.
 pub async fn gpus(store: &dyn Store) -> Result<Vec<FleetRow>, StoreError> {
@@ -50,12 +51,10 @@ pub async fn within_scope(
         store::RollupGrain::HostDay,
     )
     .await?;
-    let held = scope
-        .held_keys(&week, crate::allocation::GroupBy::Host, schema)
-        .unwrap_or_default();
+    let held = scope.held_hosts(&week, schema).unwrap_or_default();
     let rows: Vec<FleetRow> = rows
         .into_iter()
-        .filter(|r| held.contains(&r.hostname))
+        .filter(|r| held.contains(&host_key(&r.cluster, &r.hostname)))
         .collect();
     let cluster_of: std::collections::HashMap<&str, &str> = rows
         .iter()

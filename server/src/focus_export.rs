@@ -389,6 +389,11 @@ async fn write_day(
     selection: &Selection<'_>,
 ) -> Result<bool, ExportError> {
     let filtered = !selection.is_everything();
+    // A team-scoped export: hosts shared with another team keep their rows of the team's parts,
+    // but not the line's tags nor the ratio to the line's whole cost (both are the host's).
+    let held_hosts = selection
+        .scope
+        .held_by(attribution, selection.schema, |p| p.host_id.to_string());
     let mut parts: HourParts = HashMap::new();
     for p in attribution.parts.iter().filter(|p| !p.estimated) {
         // Billed parts are of hosts with an instance key: their lines were matched by it.
@@ -571,10 +576,17 @@ async fn write_day(
                 }
                 tags.insert("gpuledger/kind".into(), part.kind.as_str().into());
                 row.insert("AllocatedMethodId", METHOD_ID.to_owned());
-                row.insert(
-                    "AllocatedMethodDetails",
-                    method_details(ratio, part.gpu_seconds / 3600.0),
-                );
+                let shared = held_hosts
+                    .as_ref()
+                    .is_some_and(|h| !h.contains(&part.host_id.to_string()));
+                if shared {
+                    row.insert("Tags", String::new());
+                } else {
+                    row.insert(
+                        "AllocatedMethodDetails",
+                        method_details(ratio, part.gpu_seconds / 3600.0),
+                    );
+                }
                 if !gpu.is_empty() {
                     row.insert("AllocatedResourceId", gpu.clone());
                     row.insert(

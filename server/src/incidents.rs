@@ -295,11 +295,24 @@ pub async fn for_scope(
     let held = scope
         .held_keys(&days, crate::allocation::GroupBy::Gpu, owners)
         .unwrap_or_default();
+    // The ledger lags the live findings by up to an hour: the processes an incident names
+    // must be the scope's teams' too.
+    let only_ours = |r: &store::IncidentRow| {
+        let devices: Vec<IdleDevice> = serde_json::from_str(&r.devices_json).unwrap_or_default();
+        teams(&r.owners_json, owners, &r.cluster)
+            .iter()
+            .all(|t| scope.admits_team(t))
+            && devices.iter().flat_map(|d| &d.processes).all(|p| {
+                let labels = serde_json::to_string(&p.owners).unwrap_or_default();
+                let named = teams(&labels, owners, &r.cluster);
+                !named.is_empty() && named.iter().all(|t| scope.admits_team(t))
+            })
+    };
     Ok(rows
         .into_iter()
         .filter(|r| {
             let gpus: Vec<String> = serde_json::from_str(&r.gpus_json).unwrap_or_default();
-            !gpus.is_empty() && gpus.iter().all(|g| held.contains(g))
+            !gpus.is_empty() && gpus.iter().all(|g| held.contains(g)) && only_ours(r)
         })
         .collect())
 }

@@ -313,18 +313,19 @@ pub async fn finish(
         .map(|u| u.as_str().to_owned())
         .or_else(|| claims.email().map(|e| e.as_str().to_owned()))
         .unwrap_or_else(|| claims.subject().as_str().to_owned());
+    let subject = format!("{}#{}", c.issuer, claims.subject().as_str());
     let Some((role, scope)) = access_of(c, &groups) else {
         tracing::warn!(
             username,
             ?groups,
             "single sign-on: in no group that gives access"
         );
+        crate::session::end_provider_sessions(store, &subject).await?;
         return Err(OidcError::NoAccess(format!(
             "{username} is in none of the provider's groups that give access to gpuledger: \
              ask an admin."
         )));
     };
-    let subject = format!("{}#{}", c.issuer, claims.subject().as_str());
     let session =
         crate::session::sign_in_from_provider(store, &subject, &username, (role, &scope), now_ms)
             .await?;
@@ -390,6 +391,11 @@ mod tests {
         assert!(check_config(&c)
             .unwrap_err()
             .contains("/login/oidc/callback"));
+        let mut c = config();
+        c.issuer = "http://idp.example.com".into();
+        assert!(check_config(&c).unwrap_err().contains("not https"));
+        c.issuer = "http://127.0.0.1:9000".into();
+        assert_eq!(check_config(&c), Ok(()), "a provider on this machine");
         let mut c = config();
         c.issuer = "not a url".into();
         assert!(check_config(&c).unwrap_err().contains("issuer"));

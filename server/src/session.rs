@@ -359,6 +359,18 @@ pub async fn sign_in_from_provider(
     Ok(token)
 }
 
+/// The provider vouched for a person it no longer puts in any group that gives access (removed,
+/// or moved): every session of theirs ends now, not when it expires. False for a stranger.
+pub async fn end_provider_sessions(store: &dyn Store, subject: &str) -> Result<bool, StoreError> {
+    let Some(user) = store::accounts::oidc_user(store.db(), subject).await? else {
+        return Ok(false);
+    };
+    // Their hash stays one no password matches; only the sessions go.
+    store::accounts::set_password_hash(store.db(), user.id, &user.password_hash, None).await?;
+    tracing::warn!(username = %user.username, "in no group that gives access any more: sessions ended");
+    Ok(true)
+}
+
 /// Everybody who signs in, by name.
 pub async fn list_users(store: &dyn Store) -> Result<Vec<store::UserRow>, StoreError> {
     store::accounts::list_users(store.db()).await
@@ -398,6 +410,10 @@ pub async fn set_password(
     let user = store::accounts::user_by_name(store.db(), username)
         .await?
         .ok_or_else(|| AccountError::NoSuchUser(username.to_owned()))?;
+    if user.oidc_subject.is_some() {
+        // A password of ours would let them in past the provider.
+        return Err(AccountError::FromProvider(user.username));
+    }
     let hash = hash_off_thread(password).await?;
     // The new hash and the end of every session, as one change.
     let mut tx = store.db().begin().await?;

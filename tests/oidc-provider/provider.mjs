@@ -10,6 +10,7 @@
 //   OP_KEY_FILE        the signing key (a private JWK), made on first use
 //   OP_BAD_SIGNATURE=1 publish that key but sign with another under the same key id: every
 //                      ID token's signature is wrong
+//   OP_GROUPS_AT_USERINFO=1  keep the ID token to the standard claims: groups only at /me
 import { generateKeyPairSync } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
@@ -48,8 +49,9 @@ const provider = new Provider(issuer, {
     email: ['email', 'email_verified'],
     groups: ['groups'],
   },
-  // Claims of the requested scopes in the ID token itself, as most company providers do.
-  conformIdTokenClaims: false,
+  // Claims of the requested scopes in the ID token itself, as most company providers do; or
+  // only at the user-info endpoint, as the specification's strict reading has it.
+  conformIdTokenClaims: process.env.OP_GROUPS_AT_USERINFO === '1',
   pkce: { methods: ['S256'], required: () => true },
   features: { devInteractions: { enabled: true } },
   async findAccount(ctx, sub) {

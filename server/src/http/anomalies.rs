@@ -19,7 +19,6 @@ use crate::anomalies::{DismissError, OwnerAnomaly};
 use crate::error::ApiError;
 use crate::format::money;
 use crate::now_ms;
-use crate::store::RollupGrain;
 use gpuledger_core::time::{month_label, rfc3339};
 
 pub fn router() -> Router<AppState> {
@@ -55,11 +54,8 @@ async fn anomalies_api(
     let q = query_of(query)?;
     let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
     let store = state.store.as_ref();
-    let mut found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
-    if !user.scope.is_all() {
-        let ledger = crate::ledger::load(store, range.0, range.1, RollupGrain::HostDay).await?;
-        found = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners), &ledger);
-    }
+    let found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
+    let found = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners));
     Ok(Json(serde_json::json!({ "month": month, "anomalies": found })).into_response())
 }
 

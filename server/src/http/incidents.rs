@@ -22,6 +22,7 @@ use crate::slack;
 use crate::store::{IncidentRow, RollupGrain, SlackMessageRow};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
+use gpuledger_core::scope::host_key;
 use gpuledger_core::time::rfc3339;
 
 use gpuledger_core::time::DAY_MS;
@@ -420,13 +421,10 @@ async fn idle_history_api(
         let schema = &state.config.owners;
         let ledger =
             crate::ledger::load(state.store.as_ref(), from, to, RollupGrain::HostDay).await?;
-        let held = user
-            .scope
-            .held_keys(&ledger, crate::allocation::GroupBy::Host, schema)
-            .unwrap_or_default();
+        let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
         episodes
             .into_iter()
-            .filter(|e| held.contains(&e.hostname))
+            .filter(|e| held.contains(&host_key(&e.cluster, &e.hostname)))
             .collect()
     };
     match q.format.as_deref().unwrap_or("json") {

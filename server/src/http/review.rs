@@ -363,15 +363,23 @@ async fn review(
         Err(e) => return unavailable(e),
     };
     // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
-    let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema), &all);
-    let held_hosts = scope.held_keys(&all, GroupBy::Host, schema);
+    let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema));
+    let held_hosts = scope.held_hosts(&all, schema);
+    let held_runs =
+        GroupBy::role(schema, Role::Experiment).and_then(|by| scope.held_keys(&all, by, schema));
     let idle_episodes: Vec<_> = idle_episodes
         .into_iter()
-        .filter(|e| held_hosts.as_ref().is_none_or(|h| h.contains(&e.hostname)))
+        .filter(|e| {
+            held_hosts.as_ref().is_none_or(|h| {
+                h.contains(&gpuledger_core::scope::host_key(&e.cluster, &e.hostname))
+            })
+        })
         .collect();
     let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
     // The bill's restatements are the whole bill's: not a team's to read.
     let restated = if scope.is_all() { restated } else { Vec::new() };
+    // Nor is how much of the whole fleet changed after the month closed.
+    let waiting = if scope.is_all() { waiting } else { 0 };
     let all = scope.restrict(all, schema);
     let prev = scope.restrict(prev, schema);
     // The heatmap of the scope's own GPU-days, or the fleet's costliest GPUs.
@@ -532,7 +540,9 @@ async fn review(
         .map(|e| episode_view(e, &month))
         .collect();
     let endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
-    let runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
+    let mut runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
+    // A run shared with another team is not the scope's to read (its hours are both teams').
+    runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
     let run_average = if runs.is_empty() {
         "—".to_owned()
@@ -663,6 +673,8 @@ async fn drill_down(
     };
     let scope = &user.scope;
     let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
+    let held_runs =
+        GroupBy::role(schema, Role::Experiment).and_then(|by| scope.held_keys(&all, by, schema));
     let all = scope.restrict(all, schema);
     let (month, next) = (month_label(from), month_label(to));
     let filters = vec![(by, key.clone())];
@@ -763,15 +775,13 @@ async fn drill_down(
         .map(|e| endpoint_view(&e, &month, schema));
     // Training runs of an owner (but an endpoint, which serves) or of a cluster.
     let runs = if (by.is_owner() && Some(by) != endpoint_by) || by == GroupBy::Cluster {
-        runs_view(
-            &unit_costs::training_runs_by_day(
-                &allocation::filtered(&all, &filters),
-                &run_hours,
-                schema,
-            ),
-            &month,
+        let mut runs = unit_costs::training_runs_by_day(
+            &allocation::filtered(&all, &filters),
+            &run_hours,
             schema,
-        )
+        );
+        runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
+        runs_view(&runs, &month, schema)
     } else {
         Vec::new()
     };

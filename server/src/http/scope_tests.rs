@@ -42,7 +42,7 @@ async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
     store::alerts::insert_incident(
         api.store.db(),
         &store::IncidentUpdate {
-            incident_key: format!("held:c/{team}"),
+            incident_key: format!("held:c/{host}/{team}"),
             kind: "held_idle".into(),
             cluster: "c".into(),
             hostname: Some(format!("host-of-{team}")),
@@ -124,6 +124,8 @@ async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
             String::from_utf8_lossy(&body)
         );
     }
+    // A bravo process just began holding alpha's GPU: the ledger does not know it yet.
+    incident_on(api, alpha, "bravo").await;
     (
         incident_on(api, alpha, "alpha").await,
         incident_on(api, bravo, "bravo").await,
@@ -322,10 +324,16 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
 
         // The fleet, from the hosts the last week of the ledger says are alpha's: alpha's
         // host with alpha's job; the bravo job beside it is not shown, nor bravo's host.
-        let (alpha, bravo) = (
-            billed_host(&api, "i-alpha").await,
-            billed_host(&api, "i-bravo").await,
-        );
+        // The agents' hosts (cluster c1), not the bill's of the same names.
+        let hosts = store::telemetry::hosts(api.store.db()).await.unwrap();
+        let agent_host = |name: &str| {
+            hosts
+                .iter()
+                .find(|h| h.cluster == "c1" && h.hostname == name)
+                .map(|h| h.id)
+                .unwrap()
+        };
+        let (alpha, bravo) = (agent_host("i-alpha"), agent_host("i-bravo"));
         let hour = gpuledger_core::time::hour_floor(now_ms()) - 2 * HOUR_MS;
         write_ledger(
             &api,

@@ -231,6 +231,14 @@ async fn provider_sign_ins_are_taken_once_and_never_take_over_a_local_name() {
             ),
             "{b}: the provider's groups say"
         );
+        assert!(
+            matches!(
+                crate::session::set_password(store.as_ref(), "ana", "a long new password".into())
+                    .await,
+                Err(AccountError::FromProvider(_))
+            ),
+            "{b}: no password of ours for them"
+        );
         // No password of ours signs them in.
         assert!(
             matches!(
