@@ -296,6 +296,24 @@ async fn browser(driver_url: &str, chromium: &Path, profile: &Path) -> Client {
         .expect("start a Chromium session")
 }
 
+/// Fills in the sign-in form on the page and sends it.
+async fn submit_sign_in(c: &Client, username: &str, password: &str) {
+    for (field, value) in [("username", username), ("password", password)] {
+        c.find(Locator::Css(&format!("input[name={field}]")))
+            .await
+            .unwrap()
+            .send_keys(value)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("main button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn text_of(c: &Client, css: &str) -> String {
     c.wait()
         .at_most(Duration::from_secs(20))
@@ -332,24 +350,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     // The review asks for sign-in first, then comes back.
     c.goto(&format!("{url}/review")).await.unwrap();
     assert_eq!(text_of(&c, "h1").await, "Sign in");
-    c.find(Locator::Css("input[name=username]"))
-        .await
-        .unwrap()
-        .send_keys("demo")
-        .await
-        .unwrap();
-    c.find(Locator::Css("input[name=password]"))
-        .await
-        .unwrap()
-        .send_keys(&password)
-        .await
-        .unwrap();
-    c.find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    submit_sign_in(&c, "demo", &password).await;
     let month = chrono::Utc::now().format("%Y-%m").to_string();
     let review = format!("{url}/review/{month}");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -632,23 +633,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .await
         .unwrap();
     c.goto(&format!("{url}/login")).await.unwrap();
-    for (field, value) in [
-        ("username", "applied-lead"),
-        ("password", password.as_str()),
-    ] {
-        c.find(Locator::Css(&format!("input[name={field}]")))
-            .await
-            .unwrap()
-            .send_keys(value)
-            .await
-            .unwrap();
-    }
-    c.find(Locator::Css("main button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    submit_sign_in(&c, "applied-lead", &password).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while c.current_url().await.unwrap().as_str() != format!("{url}/") {
         assert!(

@@ -225,11 +225,12 @@ impl Ledger {
 /// cluster's value. An incident has no bill line, so no tag.
 fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
     let labels: BTreeMap<String, String> = serde_json::from_str(owners_json).unwrap_or_default();
-    let owner = schema.with_tags(
-        &schema.owner_of(&labels, cluster),
-        &BTreeMap::new(),
-        cluster,
-    );
+    teams_of(&labels, schema, cluster)
+}
+
+/// [`teams`] of owner labels already read.
+fn teams_of(labels: &BTreeMap<String, String>, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
+    let owner = schema.with_tags(&schema.owner_of(labels, cluster), &BTreeMap::new(), cluster);
     let mut teams: Vec<String> = Vec::new();
     for value in schema
         .value(&owner, Role::Team)
@@ -303,8 +304,7 @@ pub async fn for_scope(
             .iter()
             .all(|t| scope.admits_team(t))
             && devices.iter().flat_map(|d| &d.processes).all(|p| {
-                let labels = serde_json::to_string(&p.owners).unwrap_or_default();
-                let named = teams(&labels, owners, &r.cluster);
+                let named = teams_of(&p.owners, owners, &r.cluster);
                 !named.is_empty() && named.iter().all(|t| scope.admits_team(t))
             })
     };
