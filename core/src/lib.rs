@@ -25,6 +25,7 @@ pub mod anomaly;
 pub mod attribution;
 pub mod bill;
 pub mod budget;
+pub mod cost_metrics;
 pub mod idle;
 pub mod money;
 pub mod owners;

@@ -26,6 +26,57 @@ pub struct Config {
     /// Sign-in through an OpenID Connect provider, besides local users.
     #[serde(default)]
     pub oidc: Option<OidcConfig>,
+    /// The cost gauges `/metrics` adds for a read-only token.
+    #[serde(default)]
+    pub metrics: CostMetricsConfig,
+}
+
+/// Which owner dimensions label the cost gauges, and how many owner series at most (the rest
+/// fold into one `(other)` series per cluster and state, so Prometheus stays bounded).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CostMetricsConfig {
+    /// Owner dimensions as labels; empty: the team and model dimensions.
+    #[serde(default)]
+    pub dimensions: Vec<String>,
+    #[serde(default = "default_max_series")]
+    pub max_series: usize,
+    /// One cost series per GPU, labelled as dcgm-exporter labels its (`UUID`, `Hostname`).
+    #[serde(default = "default_per_gpu")]
+    pub per_gpu: bool,
+}
+
+fn default_max_series() -> usize {
+    500
+}
+fn default_per_gpu() -> bool {
+    true
+}
+
+impl Default for CostMetricsConfig {
+    fn default() -> Self {
+        CostMetricsConfig {
+            dimensions: Vec::new(),
+            max_series: default_max_series(),
+            per_gpu: default_per_gpu(),
+        }
+    }
+}
+
+impl CostMetricsConfig {
+    /// The dimensions that label the gauges, as configured or the schema's team and model.
+    pub fn dimensions(&self, schema: &OwnerSchema) -> Vec<String> {
+        if !self.dimensions.is_empty() {
+            return self.dimensions.clone();
+        }
+        [
+            gpuledger_core::owners::Role::Team,
+            gpuledger_core::owners::Role::Model,
+        ]
+        .into_iter()
+        .filter_map(|r| schema.role(r).map(str::to_owned))
+        .collect()
+    }
 }
 
 /// Single sign-on through an OpenID Connect provider (authorization code with PKCE). Who may
@@ -353,6 +404,37 @@ impl Config {
                 names.join(", ")
             )));
         }
+        if let Some(d) = config
+            .metrics
+            .dimensions
+            .iter()
+            .find(|d| !names.contains(&d.as_str()))
+        {
+            return Err(err(format!(
+                "[metrics] dimension {d:?} is none of the owner dimensions {}",
+                names.join(", ")
+            )));
+        }
+        // The gauges' own labels: a dimension of that name would be two labels of one name.
+        if let Some(d) = names.iter().find(|d| {
+            ["state", "currency"].contains(d)
+                && config
+                    .metrics
+                    .dimensions(&config.owners)
+                    .iter()
+                    .any(|x| x == *d)
+        }) {
+            return Err(err(format!(
+                "[metrics] the owner dimension {d:?} cannot label the gauges (they have a label \
+                 of that name); list the others in [metrics] dimensions"
+            )));
+        }
+        if config.metrics.max_series < 10 {
+            return Err(err(format!(
+                "[metrics] max_series {} is too few: each cluster, state and currency needs one",
+                config.metrics.max_series
+            )));
+        }
         Ok(config)
     }
 }
@@ -449,5 +531,30 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             ),
             (vec![80, 100], vec![90, 110])
         );
+    }
+
+    #[test]
+    fn cost_gauge_labels_are_owner_dimensions_and_not_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("metrics.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            Config::load(&p)
+        };
+        let c = load("").unwrap();
+        assert_eq!(c.metrics.dimensions(&c.owners), ["team", "model"]);
+        assert_eq!((c.metrics.max_series, c.metrics.per_gpu), (500, true));
+        let c = load("[metrics]\ndimensions = [\"endpoint\"]\nper_gpu = false\n").unwrap();
+        assert_eq!(c.metrics.dimensions(&c.owners), ["endpoint"]);
+        let e = load("[metrics]\ndimensions = [\"squad\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metrics.toml") && e.contains("\"squad\""), "{e}");
+        let e = load("[owners.state]\n[metrics]\ndimensions = [\"team\", \"state\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot label the gauges"), "{e}");
+        let e = load("[metrics]\nmax_series = 3\n").unwrap_err().to_string();
+        assert!(e.contains("max_series 3"), "{e}");
     }
 }

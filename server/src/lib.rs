@@ -10,6 +10,7 @@ pub mod billing;
 pub mod budgets;
 pub mod closing;
 pub mod config;
+pub mod cost_metrics;
 pub mod csv_out;
 pub mod demo;
 pub mod error;

@@ -1,12 +1,14 @@
-//! `/healthz` for load balancers and `/metrics` for Prometheus.
+//! `/healthz` for load balancers and `/metrics` for Prometheus (with a read-only token, the
+//! ledger's cost gauges too: [`crate::cost_metrics`]).
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use super::session::TeamScoped;
 use super::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -31,17 +33,52 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match state.metrics.encode() {
-        Ok(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-            text,
-        ),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
+/// This replica's own counters, for anyone; with a read-only token (`Authorization: Bearer
+/// gpr_…`), also the ledger's cost gauges as the token's teams see them. A bad token is 401.
+async fn metrics(State(state): State<AppState>, request: Request) -> Response {
+    let text_error = |status: StatusCode, message: &str| {
+        (
+            status,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "could not encode metrics".to_owned(),
-        ),
+            message.to_owned(),
+        )
+            .into_response()
+    };
+    let (mut parts, _) = request.into_parts();
+    let reader = if parts.headers.contains_key(header::AUTHORIZATION) {
+        match TeamScoped::from_request_parts(&mut parts, &state).await {
+            Ok(TeamScoped(who)) => Some(who.scope),
+            Err(refused) => return refused,
+        }
+    } else {
+        None
+    };
+    let Ok(mut text) = state.metrics.encode() else {
+        return text_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "could not encode metrics",
+        );
+    };
+    if let Some(scope) = reader {
+        match state
+            .cost_metrics
+            .exposition(state.store.as_ref(), &state.config, &scope, crate::now_ms())
+            .await
+        {
+            Ok(cost) => text.push_str(&cost),
+            Err(e) => {
+                tracing::error!(error = %e, "rendering the cost gauges");
+                return text_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the ledger could not be read; the cost gauges are missing from this scrape",
+                );
+            }
+        }
     }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        text,
+    )
+        .into_response()
 }

@@ -10,6 +10,8 @@ mod budgets;
 #[cfg(test)]
 mod budgets_tests;
 mod charts;
+#[cfg(test)]
+mod cost_metrics_tests;
 mod fleet;
 mod health;
 mod incidents;
@@ -67,6 +69,8 @@ pub struct AppState {
     pub trust_forwarded_for: bool,
     /// When a month's figures become final.
     pub close: crate::closing::ClosePolicy,
+    /// The cost gauges `/metrics` renders for read-only tokens, kept a few seconds.
+    pub cost_metrics: crate::cost_metrics::Cache,
 }
 
 impl AppState {
@@ -82,6 +86,7 @@ impl AppState {
             config: Arc::new(crate::config::Config::default()),
             trust_forwarded_for: false,
             close: crate::closing::ClosePolicy::default(),
+            cost_metrics: crate::cost_metrics::Cache::default(),
         }
     }
 }

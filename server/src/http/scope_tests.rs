@@ -63,7 +63,7 @@ async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
 
 /// Alpha's and bravo's work on a host each, this month and the last, a budget each, an
 /// incident each, and requests to a bravo endpoint.
-async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
+pub(super) async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
     let this = month_start_ms(now_ms());
     let last = month_start_ms(this - 1);
     let alpha = billed_host(api, "i-alpha").await;

@@ -69,8 +69,11 @@ pub fn csrf_rejected() -> Response {
     )
 }
 
+/// Answered as the API answers (JSON errors, never a sign-in redirect): the API, and
+/// `/metrics`, which Prometheus scrapes with a read-only token.
 fn is_api(parts: &Parts) -> bool {
-    parts.uri.path().starts_with("/api/")
+    let path = parts.uri.path();
+    path.starts_with("/api/") || path == "/metrics"
 }
 
 fn unauthenticated(parts: &Parts) -> Response {

@@ -67,6 +67,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
         anomalies: Default::default(),
         owners: Default::default(),
         oidc: None,
+        metrics: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {
