@@ -253,6 +253,25 @@ pub struct SlackConfig {
     /// The address people reach the server at, for links in messages.
     #[serde(default = "default_base_url")]
     pub base_url: String,
+    /// A Slack app of the workspace: `/gpuledger` commands and buttons on idle alerts.
+    #[serde(default)]
+    pub app: Option<SlackAppConfig>,
+}
+
+/// Slack app mode: Slack signs each request it sends with the app's signing secret; the
+/// commands and buttons answer only requests signed with it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlackAppConfig {
+    /// The app's "Signing Secret" (Basic Information in the app's settings).
+    pub signing_secret: Secret,
+    /// Where Slack's `response_url`s point; a button's answer is posted nowhere else.
+    #[serde(default = "default_response_url_prefix")]
+    pub response_url_prefix: String,
+}
+
+fn default_response_url_prefix() -> String {
+    "https://hooks.slack.com/".into()
 }
 
 fn default_remind() -> Duration {
@@ -269,6 +288,7 @@ impl Default for SlackConfig {
             routes: Vec::new(),
             remind_every: default_remind(),
             base_url: default_base_url(),
+            app: None,
         }
     }
 }

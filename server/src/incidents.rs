@@ -223,6 +223,11 @@ impl Ledger {
 /// The teams an incident's processes belong to: the team dimension's value as attribution
 /// reads it from their labels (several held processes list theirs comma-separated), else the
 /// cluster's value. An incident has no bill line, so no tag.
+/// The teams an incident's owners name (its processes', or its cluster's).
+pub fn teams_of_incident(i: &IncidentRow, schema: &OwnerSchema) -> Vec<String> {
+    teams(&i.owners_json, schema, &i.cluster)
+}
+
 fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
     let labels: BTreeMap<String, String> = serde_json::from_str(owners_json).unwrap_or_default();
     teams_of(&labels, schema, cluster)
@@ -257,7 +262,13 @@ async fn notify(
     ) else {
         return Ok(false);
     };
-    let payload = slack::incident_message(incident, event, &config.slack.base_url, now_ms);
+    let payload = slack::incident_message(
+        incident,
+        event,
+        &config.slack.base_url,
+        now_ms,
+        config.slack.app.is_some(),
+    );
     store::alerts::enqueue_slack(
         store.db(),
         Some(incident.id),
@@ -269,6 +280,11 @@ async fn notify(
     .await?;
     store::alerts::mark_incident_notified(store.db(), incident.id, now_ms).await?;
     Ok(true)
+}
+
+/// The incidents open now.
+pub async fn open(store: &dyn Store) -> Result<Vec<IncidentRow>, StoreError> {
+    store::alerts::open_incidents(store.db()).await
 }
 
 /// Incidents open at any time in `[from_ms, to_ms)`, newest first.
@@ -335,6 +351,21 @@ pub async fn active_snoozes(
     now_ms: i64,
 ) -> Result<Vec<store::SnoozeRow>, StoreError> {
     store::alerts::active_snoozes(store.db(), now_ms).await
+}
+
+/// Marks open incident `id` as idle on purpose: no more reminders. `None` if there is no
+/// such incident, else whether it was still open.
+pub async fn mark_intended(
+    store: &dyn Store,
+    id: i64,
+    by_user: &str,
+    now_ms: i64,
+) -> Result<Option<(IncidentRow, bool)>, StoreError> {
+    let Some(row) = store::alerts::incident(store.db(), id).await? else {
+        return Ok(None);
+    };
+    let marked = store::alerts::mark_intended(store.db(), id, by_user, now_ms).await?;
+    Ok(Some((row, marked)))
 }
 
 /// Silences `cluster`'s incident alerts until `until_ms` (replacing a snooze it had).
@@ -485,7 +516,9 @@ pub async fn evaluate(
                 let due = existing
                     .last_notified_ms
                     .is_none_or(|t| now_ms - t >= remind_ms);
-                if due && !is_snoozed {
+                // Idle on purpose, someone said: not brought up again.
+                let intended = existing.intended_by.is_some();
+                if due && !is_snoozed && !intended {
                     if let Some(row) = store::alerts::incident(store.db(), existing.id).await? {
                         // First word on an incident opened while snoozed is its opening.
                         let event = if existing.last_notified_ms.is_some() {

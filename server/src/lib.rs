@@ -32,6 +32,7 @@ pub mod reconciliation;
 pub mod rollup;
 pub mod session;
 pub mod slack;
+pub mod slack_app;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

@@ -138,7 +138,20 @@ pub fn suggestion(kind: Option<IncidentKind>, event: Event) -> &'static str {
 }
 
 /// The message for an incident event: `text` is the notification fallback, `blocks` the layout.
-pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i64) -> Value {
+/// Buttons answered by the Slack app ([`crate::slack_app`]), each carrying the incident's id.
+pub const SNOOZE_4H: &str = "snooze_4h";
+pub const SNOOZE_1D: &str = "snooze_1d";
+pub const INTENDED: &str = "intended";
+
+/// An incident's message. With `interactive` (Slack app mode), an open incident's message also
+/// has buttons to snooze its cluster for 4 hours or a day, and to say it is idle on purpose.
+pub fn incident_message(
+    i: &IncidentRow,
+    event: Event,
+    base_url: &str,
+    now_ms: i64,
+    interactive: bool,
+) -> Value {
     let kind = IncidentKind::parse(&i.kind).map_or("Idle GPUs", IncidentKind::title);
     let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
     let owners: std::collections::BTreeMap<String, String> =
@@ -182,6 +195,30 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
             format!("{kind}: {place}, {} idle for {idle_for}, burning {}/h; {} wasted so far{est}.", gpu_count(gpus.len()), dollars(per_hour), dollars(wasted)),
         ),
     };
+    let mut buttons = vec![
+        json!({ "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link }),
+    ];
+    let open = matches!(event, Event::Opened | Event::Reminder | Event::Test);
+    if interactive && open {
+        let id = i.id.to_string();
+        buttons.extend([
+            json!({ "type": "button", "action_id": SNOOZE_4H, "value": id,
+                    "text": { "type": "plain_text", "text": "Snooze 4h" } }),
+            json!({ "type": "button", "action_id": SNOOZE_1D, "value": id,
+                    "text": { "type": "plain_text", "text": "Snooze 1 day" } }),
+            json!({ "type": "button", "action_id": INTENDED, "value": id,
+                    "text": { "type": "plain_text", "text": "It's intended" },
+                    "confirm": {
+                        "title": { "type": "plain_text", "text": "Idle on purpose?" },
+                        "text": { "type": "mrkdwn", "text": "No more reminders about this incident. It stays on the Idle page, marked with your name." },
+                        "confirm": { "type": "plain_text", "text": "It's intended" },
+                        "deny": { "type": "plain_text", "text": "Cancel" }
+                    } }),
+        ]);
+    } else {
+        buttons.push(json!({ "type": "button", "text": { "type": "plain_text", "text": "Snooze the cluster" },
+                             "url": snooze_link(base_url, &i.cluster) }));
+    }
     // A field's label takes a few characters of its limit.
     let field = |label: &str, value: &str| {
         let head = format!("*{label}*\n");
@@ -209,11 +246,7 @@ pub fn incident_message(i: &IncidentRow, event: Event, base_url: &str, now_ms: i
                 &format!("*Suggested:* {}", suggestion(IncidentKind::parse(&i.kind), event)),
                 limits::SECTION_TEXT,
             ) } },
-            { "type": "actions", "elements": [
-                { "type": "button", "text": { "type": "plain_text", "text": "Open incident" }, "url": link },
-                { "type": "button", "text": { "type": "plain_text", "text": "Snooze the cluster" },
-                  "url": snooze_link(base_url, &i.cluster) }
-            ]}
+            { "type": "actions", "elements": buttons }
         ]
     })
 }
@@ -629,6 +662,8 @@ mod tests {
             wasted: "2862.08".into(),
             estimated: 0,
             last_notified_ms: None,
+            intended_by: None,
+            intended_ms: None,
         }
     }
 
@@ -673,10 +708,21 @@ mod tests {
                     .collect();
                 let mut i = incident(cluster, host, &owners);
                 i.devices_json = serde_json::to_string(&devices).unwrap();
-                let m = incident_message(&i, event, "http://gpuledger.test", 3_600_000);
-                let path = dir.path().join(format!("{n}-{}.json", event.as_str()));
-                std::fs::write(&path, m.to_string()).unwrap();
-                files.push(path);
+                // Webhook mode, and app mode with its buttons.
+                for interactive in [false, true] {
+                    let m = incident_message(
+                        &i,
+                        event,
+                        "http://gpuledger.test",
+                        3_600_000,
+                        interactive,
+                    );
+                    let path = dir
+                        .path()
+                        .join(format!("{n}-{}-{interactive}.json", event.as_str()));
+                    std::fs::write(&path, m.to_string()).unwrap();
+                    files.push(path);
+                }
             }
         }
         let path = dir.path().join("test.json");
@@ -771,12 +817,13 @@ mod tests {
         let mut i = incident("train-west", None, "{}");
         i.currency = "EUR".into();
         for event in [Event::Opened, Event::Reminder, Event::Resolved] {
-            let m = incident_message(&i, event, "http://gpuledger.test", 3_600_000).to_string();
+            let m =
+                incident_message(&i, event, "http://gpuledger.test", 3_600_000, false).to_string();
             assert!(m.contains("€2,862.08"), "{m}");
             assert!(!m.contains('$'), "{m}");
         }
         i.currency = "CHF".into();
-        let m = incident_message(&i, Event::Opened, "http://gpuledger.test", 0).to_string();
+        let m = incident_message(&i, Event::Opened, "http://gpuledger.test", 0, false).to_string();
         assert!(m.contains("110.08 CHF/h"), "{m}");
     }
 }

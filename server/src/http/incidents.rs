@@ -52,6 +52,8 @@ pub struct IncidentView {
     pub started_at: String,
     pub ended_at: Option<String>,
     pub open: bool,
+    /// Who said the GPUs are idle on purpose (no more reminders), and when.
+    pub intended: Option<Intended>,
     pub idle_for: String,
     #[serde(with = "rust_decimal::serde::str")]
     pub cost_per_hour: rust_decimal::Decimal,
@@ -60,6 +62,12 @@ pub struct IncidentView {
     /// What `cost_per_hour` and `wasted` are in.
     pub currency: String,
     pub estimated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Intended {
+    pub by: String,
+    pub at: String,
 }
 
 impl IncidentView {
@@ -96,6 +104,10 @@ pub fn view(r: IncidentRow, now: i64) -> IncidentView {
         started_at: rfc3339(r.started_ms),
         ended_at: r.ended_ms.map(rfc3339),
         open: r.ended_ms.is_none(),
+        intended: r.intended_by.clone().map(|by| Intended {
+            by,
+            at: r.intended_ms.map(rfc3339).unwrap_or_default(),
+        }),
         idle_for: ago(end - r.started_ms).trim_end_matches(" ago").to_owned(),
         cost_per_hour: from_text(&r.cost_per_hour),
         wasted: from_text(&r.wasted),

@@ -29,6 +29,9 @@ mod scope_tests;
 #[cfg(test)]
 mod security_tests;
 pub(crate) mod session;
+mod slack_app;
+#[cfg(test)]
+mod slack_app_tests;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -103,6 +106,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tokens::router())
         .merge(allocation::router())
         .merge(variance::router())
+        .merge(slack_app::router())
         .merge(budgets::router())
         .merge(anomalies::router())
         .merge(users::router())

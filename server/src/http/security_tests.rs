@@ -22,6 +22,8 @@ pub(super) enum Access {
     Viewer,
     /// Signed-in admins only: everything that changes state.
     Admin,
+    /// Slack, signing with the app's secret (`http/slack_app_tests.rs`); not there without an app.
+    Slack,
 }
 
 /// Every route the server has. `every_route_is_in_the_access_table` fails when a route is
@@ -33,6 +35,8 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/healthz", Access::Public),
     ("GET", "/metrics", Access::Public),
     ("GET", "/static/app.css", Access::Public),
+    ("POST", "/slack/commands", Access::Slack),
+    ("POST", "/slack/interactions", Access::Slack),
     ("POST", "/api/v1/reports", Access::Agent),
     ("POST", "/api/v1/usage", Access::Agent),
     ("GET", "/api/v1/usage", Access::Viewer),
@@ -207,6 +211,14 @@ async fn every_route_admits_exactly_its_audience() {
                     let (status, _, body) = call(&api, method, &path, None, None, "").await;
                     assert_eq!(status, StatusCode::NOT_FOUND, "{who}: {method} {path}");
                     assert!(body.contains("not set up"), "{body}");
+                }
+                Access::Slack => {
+                    // Without `[slack.app]`, not there for anyone, signed in or not.
+                    for cookie in [None, Some(admin.as_str())] {
+                        let (status, _, body) = call(&api, method, &path, cookie, None, "").await;
+                        assert_eq!(status, StatusCode::NOT_FOUND, "{who}: {method} {path}");
+                        assert!(body.contains("not set up"), "{body}");
+                    }
                 }
                 Access::Public => {
                     let (status, _, _) = call(&api, method, &path, None, None, "").await;

@@ -78,6 +78,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
             }],
             remind_every: remind,
             base_url: "https://gpuledger.example.com".into(),
+            app: None,
         },
     }
 }
@@ -163,6 +164,52 @@ async fn deliver(store: &dyn Store, cfg: &Config, now: i64) -> usize {
 
 fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
+}
+
+/// An incident someone said is idle on purpose (the Slack button) stays open and marked, and is
+/// not brought up again at the cadence.
+#[tokio::test]
+async fn an_intended_incident_gets_no_reminders() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        agent_token(store.as_ref()).await;
+        let (rx, url) = receiver().await;
+        let cfg = config(&url, Duration::from_secs(10 * 60));
+        let card = RateCard::default_card();
+        windows(
+            store.as_ref(),
+            "standby",
+            "s-1",
+            T - 45 * MIN,
+            T + 30 * MIN,
+            0.0,
+            None,
+        )
+        .await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
+        assert_eq!(s.opened, 1, "{b}");
+        let id = store::alerts::open_incidents(store.db()).await.unwrap()[0].id;
+        let marked = crate::incidents::mark_intended(store.as_ref(), id, "ana (Slack)", T + MIN)
+            .await
+            .unwrap();
+        assert!(marked.is_some_and(|(_, open)| open), "{b}");
+        for at in [T + 10 * MIN, T + 20 * MIN] {
+            let s = evaluate(store.as_ref(), &card, &cfg, at).await.unwrap();
+            assert_eq!((s.opened, s.reminders), (0, 0), "{b}");
+        }
+        let i = &store::alerts::open_incidents(store.db()).await.unwrap()[0];
+        assert_eq!(
+            (i.intended_by.as_deref(), i.intended_ms),
+            (Some("ana (Slack)"), Some(T + MIN)),
+            "{b}"
+        );
+        deliver(store.as_ref(), &cfg, T + 20 * MIN).await;
+        assert_eq!(rx.posts.lock().unwrap().len(), 1, "{b}: the opening only");
+        // No such incident: nothing marked.
+        let none = crate::incidents::mark_intended(store.as_ref(), id + 99, "x", T).await;
+        assert!(none.unwrap().is_none(), "{b}");
+    }
 }
 
 /// A cluster idle for 45 minutes alerts once, reminds at the cadence, resolves once; a busy

@@ -23,6 +23,9 @@ pub struct IncidentRow {
     pub estimated: i64,
     pub wasted: String,
     pub last_notified_ms: Option<i64>,
+    /// Who said the GPUs are idle on purpose (no more reminders), and when.
+    pub intended_by: Option<String>,
+    pub intended_ms: Option<i64>,
 }
 
 /// An incident as the evaluator writes it.
@@ -67,7 +70,7 @@ pub struct SnoozeRow {
 
 const INCIDENT_COLUMNS: &str = "id, incident_key, kind, cluster, hostname, gpus_json, owners_json,
     devices_json, started_ms, ended_ms, last_seen_ms, cost_per_hour, currency, estimated, wasted,
-    last_notified_ms";
+    last_notified_ms, intended_by, intended_ms";
 const SLACK_COLUMNS: &str = "id, incident_id, event, route, payload, created_ms, status, attempts,
     next_attempt_ms, last_error, sent_ms";
 
@@ -216,6 +219,29 @@ pub async fn mark_incident_notified(
             .execute(&mut *ex)
             .await?;
         Ok(())
+    })
+}
+
+/// Marks incident `id` as idle on purpose, by `by_user`; `false` if there is no such open
+/// incident (it ended, or never was).
+pub async fn mark_intended(
+    on: impl Into<On<'_>>,
+    id: i64,
+    by_user: &str,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let done = sqlx::query(
+            "UPDATE incidents SET intended_by = $1, intended_ms = $2
+             WHERE id = $3 AND ended_ms IS NULL",
+        )
+        .bind(by_user)
+        .bind(now_ms)
+        .bind(id)
+        .execute(&mut *ex)
+        .await?;
+        Ok(done.rows_affected() == 1)
     })
 }
 
