@@ -5,10 +5,9 @@
 mod support;
 
 use gpuledger_server::store;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -20,31 +19,6 @@ use serde_json::{json, Value};
 use support::*;
 
 const TARGET_PREFIX: &str = "AWSInsightsIndexService.";
-
-async fn start_moto() -> (Proc, String) {
-    let port = free_port();
-    // Killed and reaped when the returned guard drops.
-    let moto = Proc(
-        std::process::Command::new(python_tool("moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start moto_server"),
-    );
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if reqwest::get(format!("{url}/moto-api/"))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return (moto, url);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("moto_server did not start");
-}
 
 #[derive(Clone)]
 struct Stub {

@@ -29,6 +29,62 @@ pub struct Config {
     /// The cost gauges `/metrics` adds for a read-only token.
     #[serde(default)]
     pub metrics: CostMetricsConfig,
+    /// Scheduled exports of the allocation to object storage.
+    #[serde(default)]
+    pub export: Option<ExportConfig>,
+}
+
+/// Each day's allocation (and each month's, once it closes) written as FOCUS to an S3 bucket
+/// (AWS, or any S3-compatible store), with a manifest. Credentials come from the usual AWS
+/// places (environment, profile, instance role).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExportConfig {
+    pub bucket: String,
+    /// Keys start with this (`finance/gpu` → `finance/gpu/daily/2026/11/24/…`).
+    #[serde(default)]
+    pub prefix: String,
+    /// `csv`, `parquet` or both.
+    #[serde(default = "default_export_formats")]
+    pub formats: Vec<ExportFormat>,
+    /// The bucket's region; the AWS configuration's otherwise.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// An S3-compatible store's address (MinIO, Ceph, a test server).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// `bucket` in the path rather than the host name, as most S3-compatible stores want.
+    #[serde(default)]
+    pub force_path_style: bool,
+    /// How many days back a day not yet exported is still caught up (after an outage).
+    #[serde(default = "default_catch_up_days")]
+    pub catch_up_days: u32,
+    /// How long after a day ends it is exported: late windows and the roll-up come first.
+    #[serde(default = "default_export_settle", with = "humantime_serde")]
+    pub settle: Duration,
+    /// How often the job looks for work.
+    #[serde(default = "default_export_every", with = "humantime_serde")]
+    pub check_every: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    Csv,
+    Parquet,
+}
+
+fn default_export_formats() -> Vec<ExportFormat> {
+    vec![ExportFormat::Csv]
+}
+fn default_catch_up_days() -> u32 {
+    7
+}
+fn default_export_settle() -> Duration {
+    Duration::from_secs(2 * 3600)
+}
+fn default_export_every() -> Duration {
+    Duration::from_secs(5 * 60)
 }
 
 /// Which owner dimensions label the cost gauges, and how many owner series at most (the rest
@@ -449,6 +505,25 @@ impl Config {
                  of that name); list the others in [metrics] dimensions"
             )));
         }
+        if let Some(e) = &config.export {
+            if e.bucket.trim().is_empty() {
+                return Err(err("[export] bucket is empty".into()));
+            }
+            if e.formats.is_empty() {
+                return Err(err(
+                    "[export] formats names none; give \"csv\", \"parquet\" or both".into(),
+                ));
+            }
+            if !(1..=366).contains(&e.catch_up_days) {
+                return Err(err(format!(
+                    "[export] catch_up_days {} is not within 1..=366",
+                    e.catch_up_days
+                )));
+            }
+            if e.check_every < Duration::from_secs(1) {
+                return Err(err("[export] check_every is under a second".into()));
+            }
+        }
         if config.metrics.max_series < 10 {
             return Err(err(format!(
                 "[metrics] max_series {} is too few: each cluster, state and currency needs one",
@@ -551,6 +626,37 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             ),
             (vec![80, 100], vec![90, 110])
         );
+    }
+
+    #[test]
+    fn exports_need_a_bucket_and_a_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("export.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            Config::load(&p)
+        };
+        let c = load("[export]\nbucket = \"lake\"\n").unwrap();
+        let e = c.export.unwrap();
+        assert_eq!(e.formats, [ExportFormat::Csv]);
+        assert_eq!((e.catch_up_days, e.settle), (7, Duration::from_secs(7200)));
+        assert!(load("").unwrap().export.is_none());
+        for (text, says) in [
+            ("[export]\nbucket = \" \"\n", "bucket is empty"),
+            (
+                "[export]\nbucket = \"b\"\nformats = []\n",
+                "formats names none",
+            ),
+            ("[export]\nbucket = \"b\"\nformats = [\"xlsx\"]\n", "xlsx"),
+            (
+                "[export]\nbucket = \"b\"\ncatch_up_days = 0\n",
+                "catch_up_days 0",
+            ),
+            ("[export]\nbucket = \"b\"\nsettle = \"soon\"\n", "settle"),
+        ] {
+            let e = load(text).unwrap_err().to_string();
+            assert!(e.contains("export.toml") && e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

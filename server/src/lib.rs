@@ -14,6 +14,7 @@ pub mod cost_metrics;
 pub mod csv_out;
 pub mod demo;
 pub mod error;
+pub mod exports;
 pub mod fleet;
 pub mod focus_export;
 pub mod format;

@@ -71,6 +71,11 @@ enum Command {
         #[arg(long, env = "GPULEDGER_CONFIG")]
         config: Option<std::path::PathBuf>,
     },
+    /// Scheduled exports to object storage (`[export]` in the config; `serve` runs them).
+    Export {
+        #[command(subcommand)]
+        command: ExportCommand,
+    },
     /// Start on a fresh SQLite database filled with a simulated fleet, and serve it.
     Demo {
         #[command(flatten)]
@@ -212,6 +217,24 @@ enum UserCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum ExportCommand {
+    /// Export whatever is due now (settled days, closed months), as `serve` does on schedule.
+    Run {
+        /// The config file with the `[export]` table.
+        #[arg(long, env = "GPULEDGER_CONFIG")]
+        config: std::path::PathBuf,
+        /// Try failed periods again now, without waiting out their backoff.
+        #[arg(long)]
+        retry: bool,
+        /// How long after a month ends its figures become final (as `serve` has it).
+        #[arg(long, env = "GPULEDGER_CLOSE_MONTHS_AFTER", default_value = "5days", value_parser = humantime::parse_duration)]
+        close_months_after: Duration,
+    },
+    /// The latest periods exported or failing.
+    Status,
+}
+
+#[derive(Subcommand, Debug)]
 enum ReadTokenCommand {
     /// Make a read-only token and print its secret (shown only this once).
     Create {
@@ -290,6 +313,16 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
         state.close,
         state.config.clone(),
     );
+    if let Some(export) = &state.config.export {
+        let target = gpuledger_server::exports::Target::from_config(export).await;
+        gpuledger_server::exports::spawn(
+            state.store.clone(),
+            state.config.clone(),
+            target,
+            state.close,
+            state.metrics.clone(),
+        );
+    }
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
         gpuledger_server::jobs::spawn_aws_sync(state.store.clone(), ce, Duration::from_secs(3600));
@@ -514,6 +547,76 @@ async fn main() -> anyhow::Result<()> {
                     for u in store::accounts::list_users(store.db()).await? {
                         let teams = session::scope_of(&u.role, u.teams.as_deref()).describe();
                         println!("{}\t{}\t{teams}", u.username, u.role);
+                    }
+                }
+            }
+            Ok(())
+        }
+        Command::Export { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
+            match command {
+                ExportCommand::Run {
+                    config,
+                    retry,
+                    close_months_after,
+                } => {
+                    let config = config_from(Some(&config))?;
+                    let Some(export) = config.export.clone() else {
+                        anyhow::bail!("the config has no [export] table");
+                    };
+                    let close = gpuledger_server::closing::ClosePolicy::new(
+                        close_months_after.as_millis() as i64,
+                    )
+                    .map_err(|e| anyhow::anyhow!("--close-months-after: {e}"))?;
+                    let target = gpuledger_server::exports::Target::from_config(&export).await;
+                    let holder = gpuledger_server::jobs::holder_name();
+                    let summary = gpuledger_server::exports::run_due(
+                        store.as_ref(),
+                        &config,
+                        &export,
+                        &target,
+                        (close, &holder),
+                        None,
+                        retry,
+                    )
+                    .await?;
+                    anyhow::ensure!(
+                        !summary.skipped,
+                        "another replica is exporting now; try again when it is done"
+                    );
+                    for period in &summary.exported {
+                        println!("exported {period}");
+                    }
+                    for (period, why) in &summary.failed {
+                        eprintln!("failed {period}: {why}");
+                    }
+                    println!(
+                        "{} exported, {} failed",
+                        summary.exported.len(),
+                        summary.failed.len()
+                    );
+                    anyhow::ensure!(
+                        summary.failed.is_empty(),
+                        "{} period(s) not exported; they are retried later (or with --retry)",
+                        summary.failed.len()
+                    );
+                }
+                ExportCommand::Status => {
+                    println!("PERIOD\tSTATUS\tATTEMPTS\tUPDATED\tMANIFEST OR ERROR");
+                    for r in gpuledger_server::exports::recent(store.as_ref(), 60).await? {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{}",
+                            r.period,
+                            r.status,
+                            r.attempts,
+                            gpuledger_server::format::utc_minute(r.updated_ms),
+                            r.manifest_key
+                                .or(r.last_error)
+                                .unwrap_or_default()
+                                .replace(['\n', '\t'], " "),
+                        );
                     }
                 }
             }

@@ -15,6 +15,7 @@ pub struct Metrics {
     pub batch_seconds: Histogram,
     pub agent_spool_depth: IntGaugeVec,
     pub agent_spool_dropped: IntGaugeVec,
+    pub exports: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -58,6 +59,16 @@ impl Metrics {
         )
         .unwrap_or_else(|e| panic!("metric ingest_batch_seconds: {e}"));
         let _ = registry.register(Box::new(batch_seconds.clone()));
+        let exports = IntCounterVec::new(
+            Opts::new(
+                "exports_total",
+                "Scheduled exports to object storage tried by this replica, by result (done, failed)",
+            )
+            .namespace("gpuledger"),
+            &["result"],
+        )
+        .unwrap_or_else(|e| panic!("metric exports_total: {e}"));
+        let _ = registry.register(Box::new(exports.clone()));
         Metrics {
             reports_accepted: counter(&registry, "reports_accepted_total", "Reports stored"),
             reports_duplicate: counter(
@@ -80,8 +91,14 @@ impl Metrics {
             ),
             reports_rejected,
             batch_seconds,
+            exports,
             registry,
         }
+    }
+
+    /// One period's export tried: `done` or `failed`.
+    pub fn export_outcome(&self, result: &str) {
+        self.exports.with_label_values(&[result]).inc();
     }
 
     pub fn reject(&self, reason: &str) {

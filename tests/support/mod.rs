@@ -116,7 +116,18 @@ pub async fn start_server(db_url: &str, port: u16) -> Server {
 
 /// [`start_server`] with a config file (`--config`).
 pub async fn start_server_with(db_url: &str, port: u16, config: Option<&Path>) -> Server {
+    start_server_env(db_url, port, config, &[]).await
+}
+
+/// [`start_server_with`] with more environment variables for the server.
+pub async fn start_server_env(
+    db_url: &str,
+    port: u16,
+    config: Option<&Path>,
+    env: &[(&str, &str)],
+) -> Server {
     let mut cmd = server_cmd(db_url);
+    cmd.envs(env.iter().copied());
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
     if let Some(config) = config {
         cmd.arg("--config").arg(config);
@@ -334,4 +345,30 @@ pub fn eight_gpu_report(
                 .collect(),
         }],
     }
+}
+
+/// A local moto server (AWS services, S3 and Cost Explorer among them); its URL.
+pub async fn start_moto() -> (Proc, String) {
+    let port = free_port();
+    // Killed and reaped when the returned guard drops.
+    let moto = Proc(
+        Command::new(python_tool("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if reqwest::get(format!("{url}/moto-api/"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return (moto, url);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("moto_server did not start");
 }

@@ -441,6 +441,39 @@ struct BillingPage {
     periods: Vec<PeriodView>,
     notice: Option<String>,
     error: Option<String>,
+    /// Scheduled exports to object storage, latest first (empty when none are set up).
+    exports: Vec<ExportView>,
+}
+
+/// One period's scheduled export, as the billing page lists it.
+struct ExportView {
+    period: String,
+    done: bool,
+    attempts: i64,
+    updated: String,
+    /// The manifest's key, or the last error.
+    detail: String,
+    next_try: Option<String>,
+}
+
+fn export_views(rows: Vec<crate::exports::ExportRow>) -> Vec<ExportView> {
+    rows.into_iter()
+        .map(|r| {
+            let done = r.status == "done";
+            ExportView {
+                period: crate::exports::label(&r),
+                done,
+                attempts: r.attempts,
+                updated: crate::format::utc_minute(r.updated_ms),
+                detail: if done {
+                    r.manifest_key.unwrap_or_default()
+                } else {
+                    r.last_error.unwrap_or_default()
+                },
+                next_try: (!done).then(|| crate::format::utc_minute(r.next_attempt_ms)),
+            }
+        })
+        .collect()
 }
 
 /// `September 2024` for a calendar month's bill; the day for a daily one (Cost Explorer).
@@ -528,8 +561,12 @@ async fn render(
     notice: Option<String>,
     error: Option<String>,
 ) -> Response {
-    match crate::billing::periods::file_rows(state.store.as_ref()).await {
-        Ok(rows) => render_with_status(
+    let read = tokio::try_join!(
+        crate::billing::periods::file_rows(state.store.as_ref()),
+        crate::exports::recent(state.store.as_ref(), 14),
+    );
+    match read {
+        Ok((rows, exports)) => render_with_status(
             status,
             &BillingPage {
                 chrome: Some(Chrome::from(user)),
@@ -538,6 +575,7 @@ async fn render(
                 periods: views(periods_of(rows)),
                 notice,
                 error,
+                exports: export_views(exports),
             },
         ),
         Err(e) => {

@@ -68,6 +68,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
         owners: Default::default(),
         oidc: None,
         metrics: Default::default(),
+        export: None,
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {

@@ -20,6 +20,7 @@ pub mod bills;
 pub mod budgets;
 pub mod closing;
 pub mod db;
+pub mod exports;
 pub mod jobs;
 pub mod ledger;
 mod postgres;
