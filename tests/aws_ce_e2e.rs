@@ -202,6 +202,17 @@ async fn cost_explorer_sync(db: TestDb) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("10 days fetched"), "{stdout}");
+    // Progress on stderr (not a terminal): the range fetched, then a summary.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("sync-aws: {from} to {to} (0 of 10 days so far)")),
+        "{said}"
+    );
+    assert!(said.contains("sync-aws: storing "), "{said}");
+    assert!(
+        said.contains("sync-aws: 10 days fetched, 0 final days skipped ("),
+        "{said}"
+    );
     assert_eq!(
         resource_requests.load(Ordering::SeqCst),
         3,

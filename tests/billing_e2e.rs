@@ -96,8 +96,25 @@ async fn focus_exports_from_three_clouds_import_with_exact_totals() {
             files[2].to_str().unwrap(),
         ])
         .collect();
-    let out = server_run(&db.url, &args);
+    let run = server_cmd(&db.url).args(&args).output().unwrap();
+    assert!(run.status.success());
+    let out = String::from_utf8_lossy(&run.stdout);
     assert_eq!(out.matches("imported 300 rows").count(), 3, "{out}");
+    // Not a terminal: progress as plain lines on stderr, each file as it begins, then a summary.
+    let said = String::from_utf8_lossy(&run.stderr);
+    let f1 = files[1].file_name().unwrap().to_string_lossy();
+    assert!(
+        said.contains("billing import: aws.csv.gz (0 rows so far)"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("billing import: {f1} (300 rows so far)")),
+        "{said}"
+    );
+    assert!(
+        said.contains("billing import: 3 file(s) imported (900 rows), 0 unchanged ("),
+        "{said}"
+    );
 
     let server = start_server(&db.url, free_port()).await;
     let viewer = signed_in(&server, "viewer").await;
@@ -1163,6 +1180,9 @@ async fn rollup_into_a_closed_month_needs_reopen() {
         String::from_utf8_lossy(&restated.stderr)
     );
     assert!(out.contains("restated") && out.contains("search"), "{out}");
+    // Progress on stderr: the hours of the range attributed again, then a summary.
+    let said = String::from_utf8_lossy(&restated.stderr);
+    assert!(said.contains("rollup: attributed "), "{said}");
     let rows = store::closing::restatements(store.db(), old).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].reason, "rate card corrected");

@@ -19,8 +19,8 @@ const AWS_ENV: [(&str, &str); 6] = [
     ("AWS_SECRET_ACCESS_KEY", "testing"),
     ("AWS_REGION", "us-east-1"),
     ("AWS_EC2_METADATA_DISABLED", "true"),
-    ("AWS_CONFIG_FILE", "/nonexistent"),
-    ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+    ("AWS_CONFIG_FILE", "/dev/null"),
+    ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
 ];
 
 fn config(dir: &Path, name: &str, endpoint: &str, bucket: &str) -> PathBuf {

@@ -75,10 +75,20 @@ pub struct Shape<'a> {
     pub max_series: usize,
 }
 
-/// The gauges of `month` (the month so far) and `recent` (the last few hours at hourly grain,
-/// whose latest hour is "now").
-pub fn gauges(month: &Attribution, recent: &Attribution, shape: &Shape) -> CostGauges {
-    let last_hour_ms = recent.parts.iter().map(|p| p.hour_ms).max();
+/// The latest hour `recent` holds: "now" for the gauges. Taken from the whole ledger, before
+/// it is narrowed to a reader's teams, so that a team idle of late reads 0 for the hour rather
+/// than an older hour of its own.
+pub fn latest_hour(recent: &Attribution) -> Option<i64> {
+    recent.parts.iter().map(|p| p.hour_ms).max()
+}
+
+/// The gauges of `month` (the month so far) and of the hour `last_hour_ms` in `recent` (the
+/// last few complete hours at hourly grain).
+pub fn gauges(
+    month: &Attribution,
+    (recent, last_hour_ms): (&Attribution, Option<i64>),
+    shape: &Shape,
+) -> CostGauges {
     let in_last_hour = |p: &&Part| Some(p.hour_ms) == last_hour_ms;
 
     let cluster_of = |a: &Attribution, p: &Part| {
@@ -156,10 +166,12 @@ pub fn gauges(month: &Attribution, recent: &Attribution, shape: &Shape) -> CostG
 fn bounded(owners: BTreeMap<OwnerLabels, (Decimal, Decimal)>, shape: &Shape) -> Vec<OwnerCost> {
     let mut all: Vec<(OwnerLabels, (Decimal, Decimal))> = owners.into_iter().collect();
     if all.len() > shape.max_series {
-        // Largest first; ties by labels, so the same ledger always keeps the same series.
+        // Largest month first, then the latest hour; ties by labels, so the same ledger always
+        // keeps the same series.
         all.sort_by(|(la, (ma, ha)), (lb, (mb, hb))| {
-            (mb.abs() + hb.abs())
-                .cmp(&(ma.abs() + ha.abs()))
+            mb.abs()
+                .cmp(&ma.abs())
+                .then_with(|| hb.abs().cmp(&ha.abs()))
                 .then_with(|| la.cmp(lb))
         });
         // Leave room for the remainder series among the bound.
@@ -263,7 +275,7 @@ mod tests {
         let d = dims();
         let g = gauges(
             &month,
-            &recent,
+            (&recent, latest_hour(&recent)),
             &Shape {
                 dimensions: &d,
                 team_dimension: Some("team"),
@@ -305,6 +317,31 @@ mod tests {
     }
 
     #[test]
+    fn a_team_without_work_in_the_latest_hour_reads_nothing_for_it() {
+        let recent = ledger(vec![
+            part(1, 1, "GPU-1", "alpha", Kind::Used, 500),
+            part(2, 2, "GPU-3", "bravo", Kind::Used, 200),
+        ]);
+        let latest = latest_hour(&recent);
+        // Alpha's view of the ledger: its own hour 1 only.
+        let alpha = ledger(vec![recent.parts[0].clone()]);
+        let d = dims();
+        let g = gauges(
+            &alpha,
+            (&alpha, latest),
+            &Shape {
+                dimensions: &d,
+                team_dimension: Some("team"),
+                max_series: 100,
+            },
+        );
+        assert_eq!(g.last_hour_ms, Some(2 * HOUR_MS));
+        assert!(g.owners.iter().all(|o| o.last_hour.is_zero()));
+        assert!(g.gpus.is_empty() && g.gpu_states.is_empty());
+        assert_eq!(g.owners[0].month_to_date, Decimal::new(500, 2));
+    }
+
+    #[test]
     fn owners_beyond_the_bound_fold_into_other_and_still_add_up() {
         let parts: Vec<Part> = (0..20)
             .map(|i| part(0, 1, "GPU-1", &format!("t{i:02}"), Kind::Used, 100 + i))
@@ -313,7 +350,7 @@ mod tests {
         let d = dims();
         let g = gauges(
             &month,
-            &month,
+            (&month, latest_hour(&month)),
             &Shape {
                 dimensions: &d,
                 team_dimension: Some("team"),
@@ -348,7 +385,7 @@ mod tests {
         let d = dims();
         let g = gauges(
             &empty,
-            &empty,
+            (&empty, latest_hour(&empty)),
             &Shape {
                 dimensions: &d,
                 team_dimension: None,

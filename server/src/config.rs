@@ -326,6 +326,30 @@ pub struct SlackAppConfig {
     pub response_url_prefix: String,
 }
 
+/// Slack's own example secret, from its documentation: anyone can sign with it.
+const EXAMPLE_SIGNING_SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+
+/// A signing secret anyone could guess signs anyone's requests: refuse an empty one (a variable
+/// never filled in), a short one, and Slack's documented example.
+fn check_signing_secret(secret: &str) -> Result<(), String> {
+    let secret = secret.trim();
+    if secret.len() < 16 {
+        return Err(
+            "signing_secret is empty or too short: copy the app's Signing Secret (Basic \
+                    Information in the app's settings)"
+                .into(),
+        );
+    }
+    if secret == EXAMPLE_SIGNING_SECRET {
+        return Err(
+            "signing_secret is Slack's documented example, which anyone can sign with; \
+                    copy your app's own"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 fn default_response_url_prefix() -> String {
     "https://hooks.slack.com/".into()
 }
@@ -505,6 +529,16 @@ impl Config {
                  of that name); list the others in [metrics] dimensions"
             )));
         }
+        if let Some(app) = &config.slack.app {
+            check_signing_secret(&app.signing_secret.0)
+                .map_err(|m| err(format!("[slack.app] {m}")))?;
+            if reqwest::Url::parse(&app.response_url_prefix).is_err() {
+                return Err(err(format!(
+                    "[slack.app] response_url_prefix {:?} is not a URL",
+                    app.response_url_prefix
+                )));
+            }
+        }
         if let Some(e) = &config.export {
             if e.bucket.trim().is_empty() {
                 return Err(err("[export] bucket is empty".into()));
@@ -626,6 +660,28 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             ),
             (vec![80, 100], vec![90, 110])
         );
+    }
+
+    #[test]
+    fn a_slack_app_needs_a_secret_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("slack.toml");
+        let load = |secret: &str| {
+            std::fs::write(&p, format!("[slack.app]\nsigning_secret = \"{secret}\"\n")).unwrap();
+            Config::load(&p)
+        };
+        assert!(load("3f1c2a9b8e7d6c5b4a39281706f5e4d3").is_ok());
+        for (secret, says) in [
+            ("", "too short"),
+            ("abc", "too short"),
+            (EXAMPLE_SIGNING_SECRET, "documented example"),
+        ] {
+            let e = load(secret).unwrap_err().to_string();
+            assert!(
+                e.contains("slack.toml") && e.contains(says),
+                "{secret}: {e}"
+            );
+        }
     }
 
     #[test]

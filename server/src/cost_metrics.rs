@@ -18,7 +18,7 @@ use tokio::sync::Mutex;
 use crate::config::Config;
 use crate::ledger;
 use crate::store::{self, RollupGrain, Store, StoreError};
-use gpuledger_core::cost_metrics::{gauges, CostGauges, Shape};
+use gpuledger_core::cost_metrics::{gauges, latest_hour, CostGauges, Shape};
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{hour_floor, month_of, HOUR_MS};
@@ -76,10 +76,13 @@ pub async fn exposition(
 ) -> Result<String, CostMetricsError> {
     let schema = &config.owners;
     let (month_from, month_to) = month_of(now);
-    let recent_from = hour_floor(now) - RECENT_HOURS * HOUR_MS;
+    // Complete hours only: the hour under way is rolled up as its windows arrive, so its cost
+    // grows through the hour.
+    let recent_to = hour_floor(now);
+    let recent_from = recent_to - RECENT_HOURS * HOUR_MS;
     let (month, recent, open, budgets) = tokio::try_join!(
         ledger::load(store, month_from, now, RollupGrain::Day),
-        ledger::load(store, recent_from, now, RollupGrain::Hour),
+        ledger::load(store, recent_from, recent_to, RollupGrain::Hour),
         store::alerts::open_incidents(store.db()),
         crate::budgets::for_month(store, (schema, scope), (month_from, month_to), now),
     )?;
@@ -87,9 +90,10 @@ pub async fn exposition(
     let open = crate::incidents::for_scope(store, open, (month_from, now), (scope, schema)).await?;
     let dimensions = config.metrics.dimensions(schema);
     let team = schema.role(Role::Team);
+    let latest = latest_hour(&recent);
     let g = gauges(
         &scope.restrict(month, schema),
-        &scope.restrict(recent, schema),
+        (&scope.restrict(recent, schema), latest),
         &Shape {
             dimensions: &dimensions,
             team_dimension: team,

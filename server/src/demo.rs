@@ -488,6 +488,18 @@ pub async fn seed(
     owners: &crate::config::OwnerSchema,
     now_ms: i64,
 ) -> Result<usize, DemoError> {
+    seed_reporting(store, card, busy, owners, now_ms, &crate::progress::Silent).await
+}
+
+/// [`seed`], saying how far it is: each host's days of reports, then the bill and the roll-up.
+pub async fn seed_reporting(
+    store: &dyn Store,
+    card: &RateCard,
+    busy: &crate::config::IdleConfig,
+    owners: &crate::config::OwnerSchema,
+    now_ms: i64,
+    progress: &dyn crate::progress::Progress,
+) -> Result<usize, DemoError> {
     let this_month = month_start_ms(now_ms);
     let start = month_start_ms(this_month - 1);
     let end = now_ms - now_ms % 60_000;
@@ -499,7 +511,10 @@ pub async fn seed(
     };
     let mut batches = 0;
     let mut tokens: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    let days = u64::try_from((end - start + DAY_MS - 1) / DAY_MS).unwrap_or_default();
+    progress.total(days * fleet().len() as u64);
     for spec in fleet() {
+        progress.part(&spec.hostname);
         let token_id = match tokens.get(spec.cluster) {
             Some(&id) => id,
             None => {
@@ -580,6 +595,7 @@ pub async fn seed(
                 )));
             }
             batches += 1;
+            progress.advance(1);
         }
         if !requests.is_empty() {
             let body = serde_json::json!({"source": spec.hostname, "counts": requests});
@@ -598,11 +614,13 @@ pub async fn seed(
         }
     }
     let billed_until = (end - 2 * DAY_MS) - (end - 2 * DAY_MS).rem_euclid(HOUR_MS);
+    progress.part("the bill");
     let bill = focus_bill(card, start, billed_until);
     crate::billing::import_focus(store, "demo-focus-export.csv", bill.into_bytes(), now_ms)
         .await
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
     // Roll it all up now, so the first page opened shows everything.
+    progress.part("rolling up");
     crate::rollup::run(store, card, busy, owners, usize::MAX).await?;
     set_budgets(store, owners, now_ms).await?;
     Ok(batches)

@@ -111,6 +111,19 @@ impl Period {
         }
     }
 
+    /// The period a row names ([`Period::name`]'s form).
+    pub fn parse(name: &str) -> Option<Period> {
+        match name.split_once(':')? {
+            ("day", d) => NaiveDate::parse_from_str(d, "%Y-%m-%d")
+                .ok()
+                .map(Period::Day),
+            ("month", m) => NaiveDate::parse_from_str(&format!("{m}-01"), "%Y-%m-%d")
+                .ok()
+                .map(Period::Month),
+            _ => None,
+        }
+    }
+
     /// Where its files go under the prefix.
     fn folder(self) -> String {
         match self {
@@ -193,6 +206,14 @@ pub async fn due(
     ] {
         if next_month_start(month) > first && close.is_closed(month, now) {
             candidates.push(Period::Month(date_of(month)));
+        }
+    }
+    // A period that failed is tried again however long ago it was, until it succeeds.
+    for r in store::exports::failed(store.db()).await? {
+        if let Some(p) = Period::parse(&r.period) {
+            if !candidates.contains(&p) {
+                candidates.push(p);
+            }
         }
     }
     let mut out = Vec::new();
@@ -290,7 +311,7 @@ struct Upload {
 
 impl Upload {
     async fn complete(self, target: &Target, format: &str) -> Result<FileWritten, ExportFailure> {
-        target
+        let completed = target
             .client
             .complete_multipart_upload()
             .bucket(&target.bucket)
@@ -298,12 +319,15 @@ impl Upload {
             .upload_id(&self.upload_id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
-                    .set_parts(Some(self.parts))
+                    .set_parts(Some(self.parts.clone()))
                     .build(),
             )
             .send()
-            .await
-            .map_err(s3)?;
+            .await;
+        if let Err(e) = completed {
+            self.abort(target).await;
+            return Err(s3(e));
+        }
         Ok(FileWritten {
             key: self.key,
             format: format.to_owned(),
@@ -341,9 +365,14 @@ async fn upload_parts(
         .send()
         .await
         .map_err(s3)?;
+    let Some(upload_id) = created.upload_id() else {
+        return Err(ExportFailure::S3(format!(
+            "the store started no multipart upload for {key} (no upload id)"
+        )));
+    };
     let mut upload = Upload {
         key: key.to_owned(),
-        upload_id: created.upload_id().unwrap_or_default().to_owned(),
+        upload_id: upload_id.to_owned(),
         parts: Vec::new(),
         bytes: 0,
         sha256: Sha256::new(),
@@ -434,10 +463,9 @@ pub async fn run_due(
     }
     let result = run_leased(
         store,
-        config,
-        export_config,
+        (config, export_config),
         target,
-        close,
+        (close, holder),
         metrics,
         retry_now,
     )
@@ -448,18 +476,26 @@ pub async fn run_due(
 
 async fn run_leased(
     store: &dyn Store,
-    config: &Config,
-    export_config: &ExportConfig,
+    (config, export_config): (&Config, &ExportConfig),
     target: &Target,
-    close: crate::closing::ClosePolicy,
+    (close, holder): (crate::closing::ClosePolicy, &str),
     metrics: Option<&Metrics>,
     retry_now: bool,
 ) -> Result<RunSummary, StoreError> {
     let mut summary = RunSummary::default();
     for period in due(store, export_config, close, crate::now_ms(), retry_now).await? {
+        // The lease again for each period, so a long catch-up keeps it; lost, stop here.
+        if !store::jobs::try_lease(store.db(), EXPORT_JOB, holder, crate::now_ms(), LEASE_MS)
+            .await?
+        {
+            break;
+        }
         let name = period.name();
         let (start_ms, end_ms) = period.range();
         let before = store::exports::get(store.db(), &name).await?;
+        if before.as_ref().is_some_and(|r| r.status == "done") {
+            continue;
+        }
         let attempts = before.as_ref().map_or(0, |r| r.attempts) + 1;
         let now = crate::now_ms();
         let outcome = export(store, config, target, &export_config.formats, period, now).await;
@@ -554,6 +590,18 @@ pub fn label(row: &ExportRow) -> String {
 mod tests {
     use super::*;
     use chrono::Datelike;
+
+    #[test]
+    fn a_period_reads_back_from_its_name() {
+        let d = NaiveDate::from_ymd_opt(2026, 2, 28).unwrap();
+        let m = NaiveDate::from_ymd_opt(2026, 2, 1).unwrap();
+        for p in [Period::Day(d), Period::Month(m)] {
+            assert_eq!(Period::parse(&p.name()), Some(p));
+        }
+        for bad in ["day:2026-02-30", "week:2026-01", "2026-01-01", "month:2026"] {
+            assert_eq!(Period::parse(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn periods_name_their_rows_and_folders() {

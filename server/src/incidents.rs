@@ -220,14 +220,14 @@ impl Ledger {
     }
 }
 
-/// The teams an incident's processes belong to: the team dimension's value as attribution
-/// reads it from their labels (several held processes list theirs comma-separated), else the
-/// cluster's value. An incident has no bill line, so no tag.
 /// The teams an incident's owners name (its processes', or its cluster's).
 pub fn teams_of_incident(i: &IncidentRow, schema: &OwnerSchema) -> Vec<String> {
     teams(&i.owners_json, schema, &i.cluster)
 }
 
+/// The teams an incident's processes belong to: the team dimension's value as attribution
+/// reads it from their labels (several held processes list theirs comma-separated), else the
+/// cluster's value. An incident has no bill line, so no tag.
 fn teams(owners_json: &str, schema: &OwnerSchema, cluster: &str) -> Vec<String> {
     let labels: BTreeMap<String, String> = serde_json::from_str(owners_json).unwrap_or_default();
     teams_of(&labels, schema, cluster)

@@ -56,7 +56,16 @@ pub async fn aws_sync_if_due(
         return Ok(None);
     }
     let (from, to) = daily_range(now_ms);
-    let result = aws::sync(store, ce, from, to, today(now_ms), now_ms, false).await;
+    let result = aws::sync(
+        store,
+        ce,
+        (from, to),
+        today(now_ms),
+        now_ms,
+        false,
+        &crate::progress::Silent,
+    )
+    .await;
     // Finished or failed, give the lease up; a failure retries at the next check.
     if result.is_ok() {
         store::jobs::finish_lease(store.db(), AWS_SYNC_JOB, holder, crate::now_ms()).await?;

@@ -27,6 +27,7 @@ pub mod jobs;
 pub mod ledger;
 pub mod metrics;
 pub mod oidc;
+pub mod progress;
 pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;

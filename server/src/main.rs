@@ -372,6 +372,36 @@ fn config_from(path: Option<&std::path::Path>) -> anyhow::Result<gpuledger_serve
     })
 }
 
+/// Tells `progress` how many hours of `[from_ms, to_ms)` the roll-up has attributed again, from
+/// the hours it still has marked (read every half second, as another replica would see them).
+fn watch_rollup(
+    store: std::sync::Arc<dyn store::Store>,
+    progress: std::sync::Arc<gpuledger_server::progress::Reporter>,
+    (from_ms, to_ms): (i64, i64),
+) -> tokio::task::JoinHandle<()> {
+    use gpuledger_server::progress::Progress;
+    let total = u64::try_from((to_ms - from_ms) / 3_600_000).unwrap_or_default();
+    progress.total(total);
+    tokio::spawn(async move {
+        let (mut shown, mut marked) = (0, false);
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Ok(pending) =
+                gpuledger_server::closing::pending_hours(store.as_ref(), from_ms, to_ms).await
+            else {
+                continue;
+            };
+            // Before the range is marked, nothing is pending and nothing is done either.
+            marked |= pending > 0;
+            let done = total.saturating_sub(u64::try_from(pending).unwrap_or_default());
+            if marked && done > shown {
+                progress.advance(done - shown);
+                shown = done;
+            }
+        }
+    })
+}
+
 /// A user's new password: from the environment, a terminal prompt, or standard input.
 fn read_password() -> anyhow::Result<String> {
     use std::io::IsTerminal;
@@ -386,7 +416,6 @@ fn read_password() -> anyhow::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
 }
 
-/// Reads a file with a progress bar on a terminal (large billing exports take a while).
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -659,7 +688,12 @@ async fn main() -> anyhow::Result<()> {
                     if from >= to {
                         Err(anyhow::anyhow!("--from must be before --to"))
                     } else {
-                        gpuledger_server::rollup::rebuild(
+                        let progress = std::sync::Arc::new(
+                            gpuledger_server::progress::Reporter::new("rollup", "hours"),
+                        );
+                        let watch =
+                            watch_rollup(store.clone(), progress.clone(), (ms(from), ms(to)));
+                        let rebuilt = gpuledger_server::rollup::rebuild(
                             store.as_ref(),
                             &card,
                             &config.idle,
@@ -671,7 +705,15 @@ async fn main() -> anyhow::Result<()> {
                             now_ms(),
                         )
                         .await
-                        .map_err(anyhow::Error::from)
+                        .map_err(anyhow::Error::from);
+                        watch.abort();
+                        if let Ok((s, _)) = &rebuilt {
+                            progress.finish(&format!(
+                                "attributed {} hours again ({} rows)",
+                                s.hours, s.rows
+                            ));
+                        }
+                        rebuilt
                     }
                 }
                 _ => {
@@ -729,8 +771,21 @@ async fn main() -> anyhow::Result<()> {
                     let ce = aws.cost_explorer().await;
                     let now = now_ms();
                     let today = chrono::Utc::now().date_naive();
-                    let s = billing::aws::sync(store.as_ref(), &ce, from, to, today, now, force)
-                        .await?;
+                    let progress = gpuledger_server::progress::Reporter::new("sync-aws", "days");
+                    let s = billing::aws::sync(
+                        store.as_ref(),
+                        &ce,
+                        (from, to),
+                        today,
+                        now,
+                        force,
+                        &progress,
+                    )
+                    .await?;
+                    progress.finish(&format!(
+                        "{} days fetched, {} final days skipped",
+                        s.fetched_days, s.skipped_days
+                    ));
                     match s.import {
                         Some(i) if i.new => println!(
                             "Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; {} lines (effective {}), replaced {} older lines",
@@ -777,13 +832,19 @@ async fn main() -> anyhow::Result<()> {
                     } else {
                         store::Replaces::SameName
                     };
+                    let progress = std::sync::Arc::new(gpuledger_server::progress::Reporter::new(
+                        "billing import",
+                        "rows",
+                    ));
+                    let (mut imported, mut unchanged, mut rows) = (0, 0, 0);
                     for batch in batches {
-                        let summaries = match billing::import_files(
+                        let summaries = match billing::import_files_reporting(
                             store.as_ref(),
                             replaces,
                             delivery.clone(),
                             batch.iter().map(|p| bill_file(p)).collect(),
                             now_ms(),
+                            progress.clone(),
                         )
                         .await
                         {
@@ -806,11 +867,14 @@ async fn main() -> anyhow::Result<()> {
                         };
                         for (path, summary) in batch.iter().zip(summaries) {
                             if summary.new {
+                                imported += 1;
+                                rows += summary.rows;
                                 println!(
                                     "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",
                                     path.display(), summary.rows, summary.billed_total, summary.effective_total, summary.replaced_lines
                                 );
                             } else {
+                                unchanged += 1;
                                 println!(
                                     "{}: already imported (import {}); nothing changed",
                                     path.display(),
@@ -819,6 +883,9 @@ async fn main() -> anyhow::Result<()> {
                             }
                         }
                     }
+                    progress.finish(&format!(
+                        "{imported} file(s) imported ({rows} rows), {unchanged} unchanged"
+                    ));
                 }
             }
             Ok(())
@@ -836,14 +903,20 @@ async fn main() -> anyhow::Result<()> {
             let seeded_at = now_ms();
             // The seed is attributed by the same thresholds as what the server rolls up later.
             let config = config_from(args.config.as_deref())?;
-            let batches = demo::seed(
+            let progress = gpuledger_server::progress::Reporter::new("demo", "host-days");
+            let batches = demo::seed_reporting(
                 store.as_ref(),
                 &card,
                 &config.idle,
                 &config.owners,
                 seeded_at,
+                &progress,
             )
             .await?;
+            progress.finish(&format!(
+                "simulated this month and the last for a fleet in {demo_db} ({batches} reports, \
+                 with its FOCUS bill)"
+            ));
             // From here the simulated agents keep reporting, a window a minute, so the Idle page
             // and Slack see a live fleet.
             let live = store.clone();
@@ -870,7 +943,6 @@ async fn main() -> anyhow::Result<()> {
                 now_ms(),
             )
             .await?;
-            eprintln!("demo: simulated this month and the last for a fleet in {demo_db} ({batches} reports, with its FOCUS bill)");
             let sandbox = agent_tokens::create(
                 store.as_ref(),
                 &agent_tokens::TokenRequest {

@@ -581,6 +581,8 @@ pub async fn deliver_due(
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
+        // Slack answers where it is asked; a redirect elsewhere is not Slack's.
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("gpuledger/", env!("CARGO_PKG_VERSION")))
         .build()
         .unwrap_or_default()

@@ -53,7 +53,7 @@ pub fn verify(
         return Err(Refusal::Unsigned);
     };
     let seconds: i64 = timestamp.trim().parse().map_err(|_| Refusal::Stale)?;
-    if (now_ms - seconds.saturating_mul(1000)).abs() > SIGNATURE_WINDOW_MS {
+    if now_ms.abs_diff(seconds.saturating_mul(1000)) > SIGNATURE_WINDOW_MS.unsigned_abs() {
         return Err(Refusal::Stale);
     }
     let given = signature
@@ -66,6 +66,19 @@ pub fn verify(
     mac.update(body);
     // Compared in constant time.
     mac.verify_slice(&given).map_err(|_| Refusal::BadSignature)
+}
+
+/// Whether `url` (a request's `response_url`) is under `prefix` (`[slack.app]
+/// response_url_prefix`): the same scheme, host and port, and a path below the prefix's. A
+/// host that merely starts like Slack's (`hooks.slack.com.example`) is not.
+pub fn is_response_url(url: &str, prefix: &str) -> bool {
+    let (Ok(url), Ok(prefix)) = (reqwest::Url::parse(url), reqwest::Url::parse(prefix)) else {
+        return false;
+    };
+    url.scheme() == prefix.scheme()
+        && url.host_str() == prefix.host_str()
+        && url.port_or_known_default() == prefix.port_or_known_default()
+        && url.path().starts_with(prefix.path())
 }
 
 /// A signature as Slack makes it, for tests and tools that speak as Slack does.
@@ -390,8 +403,14 @@ pub async fn act(
             } else {
                 (24, "a day")
             };
-            crate::incidents::snooze(store, &row.cluster, now + hours * HOUR_MS, &by, now)
-                .await?;
+            // A longer snooze already set (an admin's week) stays.
+            let until = crate::incidents::active_snoozes(store, now)
+                .await?
+                .into_iter()
+                .filter(|s| s.cluster == row.cluster)
+                .map(|s| s.until_ms)
+                .fold(now + hours * HOUR_MS, i64::max);
+            crate::incidents::snooze(store, &row.cluster, until, &by, now).await?;
             format!(
                 "{mention} snoozed idle alerts of cluster {} for {said}.",
                 clip_escaped(&row.cluster, 400)
@@ -438,6 +457,28 @@ pub async fn respond(acted: Acted) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_url_is_slacks_by_host_not_by_prefix() {
+        let slack = "https://hooks.slack.com/";
+        assert!(is_response_url(
+            "https://hooks.slack.com/actions/T1/2/x",
+            slack
+        ));
+        for other in [
+            "https://hooks.slack.com.example.org/actions/x",
+            "http://hooks.slack.com/actions/x",
+            "https://hooks.slack.com:8443/actions/x",
+            "https://evil.example/https://hooks.slack.com/",
+            "not a url",
+        ] {
+            assert!(!is_response_url(other, slack), "{other}");
+            assert!(
+                !is_response_url(other, "https://hooks.slack.com"),
+                "{other}"
+            );
+        }
+    }
 
     // Slack's documented example ("Verifying requests from Slack"): secret, timestamp, body and
     // the signature it gives; slack_sdk's SignatureVerifier gives the same.
@@ -515,6 +556,11 @@ mod tests {
             (SECRET, Some(TIMESTAMP), None, BODY, at, Refusal::Unsigned),
         ] {
             assert_eq!(verify(secret, ts, sig, body.as_bytes(), now), Err(why));
+        }
+        // A timestamp far off either way is stale, not an overflow.
+        for ts in ["-9223372036854775", "9223372036854775807"] {
+            let refused = verify(SECRET, Some(ts), Some(SIGNATURE), BODY.as_bytes(), at);
+            assert_eq!(refused, Err(Refusal::Stale), "{ts}");
         }
         // Within the window either way.
         assert!(verify(

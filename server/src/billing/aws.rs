@@ -469,11 +469,11 @@ fn day_ms(d: NaiveDate) -> i64 {
 pub async fn sync(
     store: &dyn crate::store::Store,
     ce: &CostExplorer,
-    from: NaiveDate,
-    to: NaiveDate,
+    (from, to): (NaiveDate, NaiveDate),
     today: NaiveDate,
     now_ms: i64,
     force: bool,
+    progress: &dyn crate::progress::Progress,
 ) -> Result<SyncSummary, SyncError> {
     if to <= from {
         return Err(SyncError::EmptyRange);
@@ -502,10 +502,14 @@ pub async fn sync(
         }
         day = next;
     }
+    progress.total(fetched_days.len() as u64);
     let mut lines = Vec::new();
     for (start, end) in &runs {
+        progress.part(&format!("{start} to {end}"));
         lines.extend(ce.lines(*start, *end, today).await?);
+        progress.advance(u64::try_from((*end - *start).num_days()).unwrap_or_default());
     }
+    progress.part(&format!("storing {} lines", lines.len()));
     let import = if lines.is_empty() {
         None
     } else {

@@ -83,6 +83,25 @@ where
     rx
 }
 
+/// `lines` as they are, each chunk's rows told to `progress` on the way.
+fn counted(
+    mut lines: LineChunks,
+    progress: std::sync::Arc<dyn crate::progress::Progress>,
+) -> LineChunks {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Some(chunk) = lines.recv().await {
+            if let Ok(rows) = &chunk {
+                progress.advance(rows.len() as u64);
+            }
+            if tx.send(chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -197,14 +216,26 @@ pub async fn import_files(
     files: Vec<BillFile>,
     now_ms: i64,
 ) -> Result<Vec<ImportSummary>, ImportError> {
+    let silent = std::sync::Arc::new(crate::progress::Silent);
+    import_files_reporting(store, replaces, delivery, files, now_ms, silent).await
+}
+
+/// [`import_files`], saying each file as it begins and the rows as they are read.
+pub async fn import_files_reporting(
+    store: &dyn Store,
+    replaces: Replaces,
+    delivery: Option<String>,
+    files: Vec<BillFile>,
+    now_ms: i64,
+    progress: std::sync::Arc<dyn crate::progress::Progress>,
+) -> Result<Vec<ImportSummary>, ImportError> {
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
         for file in files {
-            if tx
-                .send(file.open(now_ms, delivery.clone()).await)
-                .await
-                .is_err()
-            {
+            let (import, lines) = file.open(now_ms, delivery.clone()).await;
+            progress.part(&import.name);
+            let lines = counted(lines, progress.clone());
+            if tx.send((import, lines)).await.is_err() {
                 return;
             }
         }

@@ -45,7 +45,11 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Response {
             .into_response()
     };
     let (mut parts, _) = request.into_parts();
-    let reader = if parts.headers.contains_key(header::AUTHORIZATION) {
+    // A read-only token's bearer asks for the cost gauges; any other header (a proxy's basic
+    // auth) is none of ours.
+    let asks_cost = crate::auth::bearer(&parts.headers)
+        .is_some_and(|t| t.starts_with(crate::read_tokens::PREFIX));
+    let reader = if asks_cost {
         match TeamScoped::from_request_parts(&mut parts, &state).await {
             Ok(TeamScoped(who)) => Some(who.scope),
             Err(refused) => return refused,

@@ -95,7 +95,7 @@ async fn interaction(State(state): State<AppState>, headers: HeaderMap, body: By
     match slack_app::act(state.store.as_ref(), &payload, crate::now_ms()).await {
         Ok(Some(acted)) => {
             // Only to Slack: a response_url elsewhere is not Slack's to give.
-            if acted.response_url.starts_with(&app.response_url_prefix) {
+            if slack_app::is_response_url(&acted.response_url, &app.response_url_prefix) {
                 // Slack wants the 200 within three seconds; the answer follows it.
                 tokio::spawn(slack_app::respond(acted));
             } else {

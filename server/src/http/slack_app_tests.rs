@@ -17,7 +17,7 @@ use crate::config::{Secret, SlackAppConfig};
 use crate::now_ms;
 use crate::slack_app::sign;
 
-const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+const SECRET: &str = "e2a5b7c1d9f04386a1b2c3d4e5f60718";
 
 /// A stand-in for Slack's `response_url`s: what was posted to them.
 #[derive(Clone, Default)]

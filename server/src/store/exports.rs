@@ -76,3 +76,15 @@ pub async fn put(on: impl Into<On<'_>>, row: &ExportRow) -> Result<(), StoreErro
         Ok(())
     })
 }
+
+/// The periods whose last try failed, oldest first: retried whatever their age.
+pub async fn failed(on: impl Into<On<'_>>) -> Result<Vec<ExportRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM exports WHERE status = 'failed' ORDER BY start_ms"
+        ))
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
