@@ -177,27 +177,7 @@ async fn prometheus_graphs_idle_dollars_per_team_from_the_demo() {
     assert!(text.contains("gpuledger_cost_month_to_date{"), "{text}");
 
     // promtool: valid exposition, names and help as Prometheus's conventions want them.
-    let mut check = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus) must be installed");
-    use std::io::Write;
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {} {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_promtool_passes(&text);
 
     let expected = idle_per_team(&text);
     assert!(

@@ -725,27 +725,7 @@ async fn metrics_pass_promtool() {
         text.contains("gpuledger_reports_rejected_total{reason=\"bad_request\"} 1"),
         "{text}"
     );
-    let mut check = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus) must be installed; scripts/setup (run by scripts/test) installs it");
-    use std::io::Write;
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {} {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_promtool_passes(&text);
 }
 
 /// The rogue agent of the scoped-tokens issue, over real HTTP against the real server: a token

@@ -588,6 +588,25 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// Runs scripts/slack-validate (slack_sdk's Block Kit models and Slack's documented limits) over
+/// payload files; panics with what it found.
+#[cfg(test)]
+pub(crate) fn assert_block_kit_valid(files: &[std::path::PathBuf]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slack-validate");
+    let out = std::process::Command::new(script)
+        .args(files)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("scripts/slack-validate (scripts/python-env makes its venv): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -798,20 +817,7 @@ mod tests {
             std::fs::write(&path, m.to_string()).unwrap();
             files.push(path);
         }
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slack-validate");
-        let out = std::process::Command::new(script)
-            .args(&files)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("scripts/slack-validate (scripts/python-env makes its venv): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_block_kit_valid(&files);
     }
 
     #[test]

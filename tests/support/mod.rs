@@ -372,3 +372,29 @@ pub async fn start_moto() -> (Proc, String) {
     }
     panic!("moto_server did not start");
 }
+
+/// Checks `text` with `promtool check metrics` (valid exposition, names and help as Prometheus's
+/// conventions want them); panics with what promtool said.
+pub fn assert_promtool_passes(text: &str) {
+    use std::io::Write;
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) must be installed; scripts/setup (run by scripts/test) installs it");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -126,19 +126,7 @@ fn validate(answers: &[Value]) {
             p
         })
         .collect();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/slack-validate");
-    let out = std::process::Command::new(script)
-        .args(&files)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("scripts/slack-validate (scripts/python-env makes its venv): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::slack::assert_block_kit_valid(&files);
 }
 
 #[tokio::test]
