@@ -356,6 +356,37 @@ async fn budget(
     Ok(ephemeral(&summary, blocks))
 }
 
+/// How long a slash command may take before Slack gives up on it (it waits 3 seconds).
+pub const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_millis(2_500);
+
+/// A command's answer in time, or the work still under way.
+pub enum InTime<T> {
+    Ready(T),
+    Late(tokio::task::JoinHandle<T>),
+}
+
+/// Waits up to `within` for `work`; past that, hands it back to be answered later (at the
+/// command's `response_url`, which Slack keeps open for 30 minutes).
+pub async fn in_time<T: Send + 'static>(
+    mut work: tokio::task::JoinHandle<T>,
+    within: std::time::Duration,
+) -> Result<InTime<T>, tokio::task::JoinError> {
+    match tokio::time::timeout(within, &mut work).await {
+        Ok(done) => done.map(InTime::Ready),
+        Err(_) => Ok(InTime::Late(work)),
+    }
+}
+
+/// What Slack shows at once when the answer comes later.
+pub fn answer_follows() -> Value {
+    ephemeral(
+        "Reading the ledger; the answer follows in a moment.",
+        vec![section(
+            "Reading the ledger; the answer follows in a moment.",
+        )],
+    )
+}
+
 /// What a button press did: the message to post to its `response_url`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Acted {
@@ -457,6 +488,29 @@ pub async fn respond(acted: Acted) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_slow_answer_is_handed_back_and_still_arrives() {
+        let quick = tokio::spawn(async { 7 });
+        let within = std::time::Duration::from_millis(200);
+        assert!(matches!(in_time(quick, within).await, Ok(InTime::Ready(7))));
+        let slow = tokio::spawn(async {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            8
+        });
+        match in_time(slow, within).await {
+            Ok(InTime::Late(work)) => assert_eq!(work.await.unwrap(), 8),
+            _ => panic!("the slow answer came in time"),
+        }
+        validate_follows();
+    }
+
+    fn validate_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("follows.json");
+        std::fs::write(&path, answer_follows().to_string()).unwrap();
+        crate::slack::assert_block_kit_valid(&[path]);
+    }
 
     #[test]
     fn a_response_url_is_slacks_by_host_not_by_prefix() {

@@ -72,12 +72,38 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
 }
 
 async fn command(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Err(refused) = signed(&state, &headers, &body) {
-        return refused.into_response();
-    }
+    let app = match signed(&state, &headers, &body) {
+        Ok(app) => app.clone(),
+        Err(refused) => return refused.into_response(),
+    };
     let text = field(&body, "text").unwrap_or_default();
-    match slack_app::command(state.store.as_ref(), &state.config, &text, crate::now_ms()).await {
-        Ok(answer) => Json(answer).into_response(),
+    let (store, config) = (state.store.clone(), state.config.clone());
+    let work = tokio::spawn(async move {
+        slack_app::command(store.as_ref(), &config, &text, crate::now_ms()).await
+    });
+    // A month of a large fleet may take longer than Slack waits: then the answer follows at
+    // the command's response_url.
+    match slack_app::in_time(work, slack_app::ANSWER_WITHIN).await {
+        Ok(slack_app::InTime::Ready(Ok(answer))) => Json(answer).into_response(),
+        Ok(slack_app::InTime::Ready(Err(e))) => unavailable(e),
+        Ok(slack_app::InTime::Late(work)) => {
+            let url = field(&body, "response_url")
+                .filter(|u| slack_app::is_response_url(u, &app.response_url_prefix));
+            tokio::spawn(async move {
+                match (work.await, url) {
+                    (Ok(Ok(message)), Some(response_url)) => {
+                        slack_app::respond(slack_app::Acted {
+                            response_url,
+                            message,
+                        })
+                        .await
+                    }
+                    (Ok(Err(e)), _) => tracing::error!(error = %e, "answering Slack late"),
+                    _ => tracing::warn!("a late Slack answer had nowhere to go"),
+                }
+            });
+            Json(slack_app::answer_follows()).into_response()
+        }
         Err(e) => unavailable(e),
     }
 }
