@@ -86,8 +86,9 @@ pub async fn exposition(
         store::alerts::open_incidents(store.db()),
         crate::budgets::for_month(store, (schema, scope), (month_from, month_to), now),
     )?;
-    // A scoped reader sees the incidents whose GPUs are its teams' this month, as on the page.
-    let open = crate::incidents::for_scope(store, open, (month_from, now), (scope, schema)).await?;
+    // A scoped reader sees the incidents whose GPUs are its teams' this month, as on the page
+    // (from the month already read).
+    let open = crate::incidents::within_scope(open, &month, (scope, schema));
     let dimensions = config.metrics.dimensions(schema);
     let team = schema.role(Role::Team);
     let latest = latest_hour(&recent);

@@ -309,8 +309,20 @@ pub async fn for_scope(
         return Ok(rows);
     }
     let days = crate::ledger::load(store, from_ms, to_ms, store::RollupGrain::Day).await?;
+    Ok(within_scope(rows, &days, (scope, owners)))
+}
+
+/// [`for_scope`] with the ledger of the range already read (at day grain or finer).
+pub fn within_scope(
+    rows: Vec<store::IncidentRow>,
+    days: &crate::attribution::Attribution,
+    (scope, owners): (&gpuledger_core::scope::Scope, &OwnerSchema),
+) -> Vec<store::IncidentRow> {
+    if scope.is_all() {
+        return rows;
+    }
     let held = scope
-        .held_keys(&days, crate::allocation::GroupBy::Gpu, owners)
+        .held_keys(days, crate::allocation::GroupBy::Gpu, owners)
         .unwrap_or_default();
     // The ledger lags the live findings by up to an hour: the processes an incident names
     // must be the scope's teams' too.
@@ -324,13 +336,12 @@ pub async fn for_scope(
                 !named.is_empty() && named.iter().all(|t| scope.admits_team(t))
             })
     };
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .filter(|r| {
             let gpus: Vec<String> = serde_json::from_str(&r.gpus_json).unwrap_or_default();
             !gpus.is_empty() && gpus.iter().all(|g| held.contains(g)) && only_ours(r)
         })
-        .collect())
+        .collect()
 }
 
 /// One incident with the Slack messages sent about it; `None` if there is no such incident.

@@ -99,6 +99,11 @@ fn ephemeral(text: &str, blocks: Vec<Value>) -> Value {
     })
 }
 
+/// A one-line answer (nothing found, a name refused).
+fn said(text: &str) -> Value {
+    ephemeral(text, vec![section(&clip_escaped(text, 500))])
+}
+
 fn section(text: &str) -> Value {
     json!({ "type": "section", "text": { "type": "mrkdwn", "text": text } })
 }
@@ -168,7 +173,7 @@ async fn idle(
     let who = whose(team);
     if open.is_empty() {
         let text = format!("Nothing of {who} is idle now.");
-        return Ok(ephemeral(&text, vec![section(&clip_escaped(&text, 200))]));
+        return Ok(said(&text));
     }
     let mut burning: BTreeMap<&str, Decimal> = BTreeMap::new();
     let mut gpus = 0;
@@ -240,7 +245,7 @@ async fn cost(
             Ok(s) => s,
             Err(e) => {
                 let text = format!("{e}");
-                return Ok(ephemeral(&text, vec![section(&clip_escaped(&text, 500))]));
+                return Ok(said(&text));
             }
         },
         None => Scope::all(),
@@ -267,7 +272,7 @@ async fn cost(
     let label = month_label(now);
     if total.is_zero() {
         let text = format!("Nothing of {who} in the ledger for {label} yet.");
-        return Ok(ephemeral(&text, vec![section(&clip_escaped(&text, 500))]));
+        return Ok(said(&text));
     }
     let of = |k: Kind| by_kind.get(k.as_str()).copied().unwrap_or_default();
     let summary = format!(
@@ -325,7 +330,7 @@ async fn budget(
     let label = month_label(now);
     if shown.is_empty() {
         let text = format!("No budget for {who} in {label}.");
-        return Ok(ephemeral(&text, vec![section(&clip_escaped(&text, 500))]));
+        return Ok(said(&text));
     }
     let lines: Vec<String> = shown
         .iter()

@@ -2,6 +2,7 @@
 
 mod accounts;
 mod bills;
+mod exports;
 mod jobs;
 mod owners;
 mod telemetry;
