@@ -6,6 +6,7 @@ pub mod deliver;
 pub mod host;
 pub mod owners;
 pub mod run;
+pub mod slurm;
 pub mod spool;
 pub mod window;
 

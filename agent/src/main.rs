@@ -8,6 +8,7 @@ use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
 use gpuledger_agent::owners::OwnerReader;
 use gpuledger_agent::run::{self, AgentConfig};
+use gpuledger_agent::slurm::{SlurmConfig, SlurmJobs};
 
 /// gpuledger agent: reads the GPUs of this host through NVML and reports who used them.
 ///
@@ -73,6 +74,16 @@ struct SourceArgs {
     /// How often to sample.
     #[arg(long, env = "GPULEDGER_SAMPLE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     sample_interval: Duration,
+    /// Slurm jobs as owners: `auto` asks the controller (with `squeue --json`) about the job a
+    /// GPU process runs in, found by its cgroup or SLURM_JOB_ID; `off` never asks.
+    #[arg(long, env = "GPULEDGER_SLURM", default_value = "auto", value_parser = ["auto", "off"])]
+    slurm: String,
+    /// The squeue to run; it reads the cluster's slurm.conf as any Slurm client (SLURM_CONF).
+    #[arg(long, env = "GPULEDGER_SLURM_SQUEUE", default_value = "squeue")]
+    slurm_squeue: PathBuf,
+    /// How long one question to the Slurm controller may take.
+    #[arg(long, env = "GPULEDGER_SLURM_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    slurm_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -141,8 +152,19 @@ impl SourceArgs {
         Ok(Box::new(source))
     }
 
+    fn slurm(&self) -> Option<SlurmConfig> {
+        (self.slurm == "auto").then(|| SlurmConfig {
+            squeue: self.slurm_squeue.clone(),
+            timeout: self.slurm_timeout,
+        })
+    }
+
     fn owners(&self) -> OwnerReader {
-        OwnerReader::new(&self.proc_root, self.label_env_keys.clone())
+        let owners = OwnerReader::new(&self.proc_root, self.label_env_keys.clone());
+        match self.slurm() {
+            Some(c) => owners.with_slurm(SlurmJobs::start(c)),
+            None => owners,
+        }
     }
 }
 
@@ -190,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
                 },
                 proc_root: args.source.proc_root.clone(),
                 extra_label_keys: args.source.label_env_keys.clone(),
+                slurm: args.source.slurm(),
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await

@@ -1,5 +1,5 @@
 //! Who owns a GPU process: labels from its environment, its container and pod from its cgroup,
-//! and the Unix account running it (its real uid, named by the `etc/passwd` beside the proc root:
+//! its Slurm job's account, name and more (see [`crate::slurm`]), and the Unix account running it (its real uid, named by the `etc/passwd` beside the proc root:
 //! `/etc/passwd` for `/proc`, `/host/etc/passwd` for a host mounted at `/host`).
 //!
 //! Serving and training code declares ownership with `GPULEDGER_MODEL`, `GPULEDGER_EXPERIMENT`,
@@ -12,6 +12,11 @@ use std::path::PathBuf;
 
 use gpuledger_proto::OWNER_KEYS;
 
+use crate::slurm::SlurmJobs;
+
+/// The longest label value the server takes (its limit on any text).
+const MAX_LABEL_BYTES: usize = 256;
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Owner {
     pub labels: BTreeMap<String, String>,
@@ -19,13 +24,20 @@ pub struct Owner {
     pub pod_uid: Option<String>,
     /// The account name, or `uid 1234` where the passwd file does not name the uid.
     pub user: Option<String>,
+    /// Why part of the owner is unknown (`slurm_timeout`, `cgroup_unreadable`, …).
+    pub unknown: Option<String>,
+    /// The Slurm job whose facts were still being asked for when this was read.
+    pub slurm_job_pending: Option<u64>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OwnerReader {
     proc_root: PathBuf,
     passwd: PathBuf,
     extra_keys: Vec<String>,
+    slurm: Option<SlurmJobs>,
+    /// Causes of unreadable cgroups already logged (once each, not per sample).
+    logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl OwnerReader {
@@ -39,6 +51,28 @@ impl OwnerReader {
             proc_root,
             passwd,
             extra_keys,
+            slurm: None,
+            logged: Default::default(),
+        }
+    }
+
+    /// Also reads each process's Slurm job from the controller.
+    pub fn with_slurm(mut self, slurm: SlurmJobs) -> Self {
+        self.slurm = Some(slurm);
+        self
+    }
+
+    /// Waits up to `timeout` for the Slurm questions out (see [`SlurmJobs::settle`]).
+    pub fn settle(&self, timeout: std::time::Duration) {
+        if let Some(s) = &self.slurm {
+            s.settle(timeout);
+        }
+    }
+
+    fn log_once(&self, cause: &str, message: &str) {
+        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+        if logged.insert(cause.to_owned()) {
+            tracing::warn!(cause, "{message} (said once)");
         }
     }
 
@@ -46,12 +80,36 @@ impl OwnerReader {
     pub fn read(&self, pid: u32) -> Owner {
         let dir = self.proc_root.join(pid.to_string());
         let mut owner = Owner::default();
-        if let Ok(environ) = std::fs::read(dir.join("environ")) {
-            owner.labels = labels_from_environ(&environ, &self.extra_keys);
+        let environ = std::fs::read(dir.join("environ")).ok();
+        if let Some(environ) = &environ {
+            owner.labels = labels_from_environ(environ, &self.extra_keys);
         }
-        if let Ok(cgroup) = std::fs::read_to_string(dir.join("cgroup")) {
-            owner.container_id = container_id(&cgroup);
-            owner.pod_uid = pod_uid(&cgroup);
+        let mut slurm_job = None;
+        match std::fs::read_to_string(dir.join("cgroup")) {
+            Ok(cgroup) => {
+                owner.container_id = container_id(&cgroup);
+                owner.pod_uid = pod_uid(&cgroup);
+                slurm_job = crate::slurm::job_of_cgroup(&cgroup);
+            }
+            // Gone since NVML listed it: nothing to say.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                owner.unknown = Some("cgroup_unreadable".into());
+                self.log_once(
+                    "cgroup_unreadable",
+                    &format!("cannot read processes' cgroups under {}: {e}; their containers, pods and Slurm jobs are unknown", self.proc_root.display()),
+                );
+            }
+        }
+        let slurm_job =
+            slurm_job.or_else(|| environ.as_deref().and_then(crate::slurm::job_of_environ));
+        if let (Some(job), Some(_)) = (slurm_job, &self.slurm) {
+            owner.labels.insert("slurm_job_id".into(), job.to_string());
+            owner.slurm_job_pending = Some(job);
+            self.add_slurm_facts(&mut owner);
+        }
+        for value in owner.labels.values_mut() {
+            *value = clean_label(value);
         }
         if let Some(uid) = std::fs::read_to_string(dir.join("status"))
             .ok()
@@ -65,12 +123,53 @@ impl OwnerReader {
         owner
     }
 
+    /// Adds the facts of `owner`'s Slurm job if the controller has answered, else leaves it
+    /// pending (or marks why it is unknown). A label the process set itself stays.
+    pub fn add_slurm_facts(&self, owner: &mut Owner) {
+        let (Some(job), Some(slurm)) = (owner.slurm_job_pending, &self.slurm) else {
+            return;
+        };
+        match slurm.facts(job) {
+            Ok(Some(facts)) => {
+                for (key, value) in facts.labels() {
+                    owner
+                        .labels
+                        .entry(key.to_owned())
+                        .or_insert_with(|| clean_label(&value));
+                }
+                owner.slurm_job_pending = None;
+            }
+            Ok(None) => {}
+            Err(why) => {
+                owner.unknown = Some(why.code().to_owned());
+                owner.slurm_job_pending = None;
+            }
+        }
+    }
+
     pub fn process_name(&self, pid: u32) -> Option<String> {
         let comm =
             std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm")).ok()?;
         let name = comm.trim();
         (!name.is_empty()).then(|| name.to_owned())
     }
+}
+
+/// A label value the server takes: control characters (a newline in a job's comment) become
+/// spaces and it is cut to the server's limit, on a character boundary.
+pub fn clean_label(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if out.len() > MAX_LABEL_BYTES {
+        let mut end = MAX_LABEL_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
 }
 
 /// The real uid from `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`).
@@ -249,5 +348,13 @@ mod tests {
         assert_eq!(owner.container_id.as_deref(), Some(CID));
         assert_eq!(reader.process_name(4242).as_deref(), Some("python3"));
         assert_eq!(reader.read(9999), Owner::default());
+    }
+
+    #[test]
+    fn label_values_are_made_fit_for_the_server() {
+        assert_eq!(clean_label("sweep 1\nlr=3e-4\t"), "sweep 1 lr=3e-4 ");
+        let long = "é".repeat(200);
+        let cut = clean_label(&long);
+        assert!(cut.len() <= MAX_LABEL_BYTES && cut.chars().all(|c| c == 'é'));
     }
 }

@@ -13,6 +13,7 @@ use crate::collect::GpuSource;
 use crate::deliver::{Deliverer, DeliveryConfig};
 use crate::host::{self, HostConfig};
 use crate::owners::OwnerReader;
+use crate::slurm::{SlurmConfig, SlurmJobs};
 use crate::spool::Spool;
 use crate::window::WindowBuilder;
 
@@ -26,6 +27,8 @@ pub struct AgentConfig {
     pub delivery: DeliveryConfig,
     pub proc_root: PathBuf,
     pub extra_label_keys: Vec<String>,
+    /// Where to ask about the Slurm jobs processes run in; `None` reads no job.
+    pub slurm: Option<SlurmConfig>,
     /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
     pub shutdown_grace: Duration,
 }
@@ -76,7 +79,10 @@ pub async fn run(
     let deliverer = Deliverer::new(config.delivery.clone(), spool.clone())?;
     let delivery = tokio::spawn(deliverer.run(wake.clone(), stop_rx));
 
-    let owners = OwnerReader::new(&config.proc_root, config.extra_label_keys.clone());
+    let mut owners = OwnerReader::new(&config.proc_root, config.extra_label_keys.clone());
+    if let Some(slurm) = config.slurm.clone() {
+        owners = owners.with_slurm(SlurmJobs::start(slurm));
+    }
     let mut builder = WindowBuilder::new(owners);
     let mut source = source;
     let window_ms = config.window.as_millis().max(1) as i64;
@@ -124,7 +130,9 @@ fn spool_window(spool: &Spool, host: &HostInfo, window: Window, wake: &Notify) {
     }
 }
 
-/// Samples for `duration` and returns one report, for people debugging a host.
+/// Samples for `duration` and returns one report, for people debugging a host. Questions to the
+/// Slurm controller still out at the end are waited for (up to `settle`), so the report shows
+/// what the daemon would send.
 pub async fn once(
     host_config: &HostConfig,
     source: Box<dyn GpuSource>,
@@ -133,6 +141,7 @@ pub async fn once(
     duration: Duration,
 ) -> anyhow::Result<Report> {
     let host = host::identify(host_config).await;
+    let settle = owners.clone();
     let mut builder = WindowBuilder::new(owners);
     let mut source = source;
     let until = tokio::time::Instant::now() + duration;
@@ -143,6 +152,7 @@ pub async fn once(
         }
         tokio::time::sleep(sample_interval).await;
     }
+    tokio::task::spawn_blocking(move || settle.settle(Duration::from_secs(30))).await?;
     let window = builder
         .close(crate::now_ms())
         .ok_or_else(|| anyhow::anyhow!("no sample could be taken"))?;

@@ -151,18 +151,24 @@ impl WindowBuilder {
                 }
                 _ => None,
             };
+            let owners = &self.owners;
             let processes = g
                 .processes
                 .into_iter()
-                .map(|(pid, p)| ProcessWindow {
-                    pid,
-                    name: p.name,
-                    memory_used_max_bytes: p.memory_max,
-                    sm_util_avg: p.sm_util.get(),
-                    labels: p.owner.labels,
-                    container_id: p.owner.container_id,
-                    pod_uid: p.owner.pod_uid,
-                    user: p.owner.user,
+                .map(|(pid, mut p)| {
+                    // A Slurm job first seen this window may have been described since.
+                    owners.add_slurm_facts(&mut p.owner);
+                    ProcessWindow {
+                        pid,
+                        name: p.name,
+                        memory_used_max_bytes: p.memory_max,
+                        sm_util_avg: p.sm_util.get(),
+                        labels: p.owner.labels,
+                        container_id: p.owner.container_id,
+                        pod_uid: p.owner.pod_uid,
+                        user: p.owner.user,
+                        owner_unknown: p.owner.unknown,
+                    }
                 })
                 .collect();
             out.push(GpuWindow {

@@ -110,12 +110,23 @@ impl Default for OwnerSchema {
                 .map(|role| Dimension {
                     name: role.as_str().to_owned(),
                     role: Some(role),
-                    sources: vec![Source::Label(role.as_str().to_owned())],
+                    sources: default_sources(role),
                     clusters: BTreeMap::new(),
                 })
                 .collect(),
         }
     }
+}
+
+/// Where a default dimension reads its value: the label of its name (`GPULEDGER_TEAM`), and for
+/// the team, where nobody set one, the account of the Slurm job the process runs in (what a
+/// Slurm site charges GPU time to).
+fn default_sources(role: Role) -> Vec<Source> {
+    let mut sources = vec![Source::Label(role.as_str().to_owned())];
+    if role == Role::Team {
+        sources.push(Source::Label("slurm_account".into()));
+    }
+    sources
 }
 
 /// Names that grouping or the allocation API and drill-downs already use for something else.
@@ -175,12 +186,13 @@ impl OwnerSchema {
                 ));
             }
             let sources = match &spec.from {
-                Some(list) => list
-                    .iter()
-                    .map(|s| Source::parse(s))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("owners.{name}: {e}"))?,
-                None => vec![Source::Label(name.clone())],
+                Some(list) => Some(
+                    list.iter()
+                        .map(|s| Source::parse(s))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| format!("owners.{name}: {e}"))?,
+                ),
+                None => None,
             };
             let existing = schema.dimensions.iter_mut().find(|d| &d.name == name);
             match existing {
@@ -188,13 +200,16 @@ impl OwnerSchema {
                     if spec.role.is_some() {
                         d.role = spec.role;
                     }
-                    d.sources = sources;
+                    // Without `from`, a default dimension keeps reading where it did.
+                    if let Some(sources) = sources {
+                        d.sources = sources;
+                    }
                     d.clusters = spec.clusters.clone();
                 }
                 None => schema.dimensions.push(Dimension {
                     name: name.clone(),
                     role: spec.role,
-                    sources,
+                    sources: sources.unwrap_or_else(|| vec![Source::Label(name.clone())]),
                     clusters: spec.clusters.clone(),
                 }),
             }
@@ -409,6 +424,21 @@ mod tests {
         assert_eq!(o.key(), r#"{"team":"research"}"#);
         assert_eq!(s.value(&o, Role::Team), Some("research"));
         assert_eq!(s.value(&o, Role::Model), None);
+    }
+
+    #[test]
+    fn a_slurm_jobs_account_is_its_team_unless_the_process_names_one() {
+        let s = OwnerSchema::default();
+        let job = map(&[("slurm_account", "vision"), ("slurm_job_name", "sweep")]);
+        assert_eq!(s.owner_of(&job, "c").key(), r#"{"team":"vision"}"#);
+        let both = map(&[("slurm_account", "vision"), ("team", "search")]);
+        assert_eq!(s.owner_of(&both, "c").key(), r#"{"team":"search"}"#);
+        // Configuring the team's clusters keeps where it reads; `from` replaces it.
+        let c = config("[owners]\nteam = { clusters = { lab = \"lab-team\" } }").unwrap();
+        assert_eq!(c.owner_of(&job, "c").key(), r#"{"team":"vision"}"#);
+        assert_eq!(c.owner_of(&map(&[]), "lab").key(), r#"{"team":"lab-team"}"#);
+        let c = config("[owners]\nteam = { from = [\"label:team\"] }").unwrap();
+        assert_eq!(c.owner_of(&job, "c").key(), "{}");
     }
 
     #[test]

@@ -119,6 +119,10 @@ pub struct ProcessWindow {
     /// cannot resolve it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Why part of the owner could not be read (e.g. `slurm_timeout`: the process is in a Slurm
+    /// job the controller did not describe in time); absent when nothing was missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_unknown: Option<String>,
 }
 
 /// What the server answers to an accepted report.

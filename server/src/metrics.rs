@@ -16,7 +16,18 @@ pub struct Metrics {
     pub agent_spool_depth: IntGaugeVec,
     pub agent_spool_dropped: IntGaugeVec,
     pub exports: IntCounterVec,
+    pub owners_unknown: IntCounterVec,
 }
+
+/// The causes agents give for an owner they could not read fully (`owner_unknown`); any other
+/// text counts as `other`, so a report cannot add series.
+pub const OWNER_UNKNOWN_CAUSES: [&str; 5] = [
+    "cgroup_unreadable",
+    "slurm_not_installed",
+    "slurm_timeout",
+    "slurm_error",
+    "slurm_job_not_found",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -69,6 +80,18 @@ impl Metrics {
         )
         .unwrap_or_else(|e| panic!("metric exports_total: {e}"));
         let _ = registry.register(Box::new(exports.clone()));
+        let owners_unknown = IntCounterVec::new(
+            Opts::new(
+                "process_windows_owner_unknown_total",
+                "Process windows stored whose owner an agent could not read fully, by cluster and \
+                 cause (cgroup_unreadable, slurm_timeout, slurm_error, slurm_not_installed, \
+                 slurm_job_not_found, other)",
+            )
+            .namespace("gpuledger"),
+            &["cluster", "cause"],
+        )
+        .unwrap_or_else(|e| panic!("metric process_windows_owner_unknown_total: {e}"));
+        let _ = registry.register(Box::new(owners_unknown.clone()));
         Metrics {
             reports_accepted: counter(&registry, "reports_accepted_total", "Reports stored"),
             reports_duplicate: counter(
@@ -92,7 +115,27 @@ impl Metrics {
             reports_rejected,
             batch_seconds,
             exports,
+            owners_unknown,
             registry,
+        }
+    }
+
+    /// Counts the stored report's process windows that carry an `owner_unknown`.
+    pub fn count_owners_unknown(&self, report: &gpuledger_proto::Report) {
+        let causes = report
+            .windows
+            .iter()
+            .flat_map(|w| &w.gpus)
+            .flat_map(|g| &g.processes)
+            .filter_map(|p| p.owner_unknown.as_deref());
+        for cause in causes {
+            let cause = OWNER_UNKNOWN_CAUSES
+                .into_iter()
+                .find(|c| *c == cause)
+                .unwrap_or("other");
+            self.owners_unknown
+                .with_label_values(&[&report.host.cluster, cause])
+                .inc();
         }
     }
 

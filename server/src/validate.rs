@@ -281,6 +281,7 @@ fn process(at: &str, p: &ProcessWindow, gpu_total: Option<u64>) -> Result<(), Va
     opt_text(&format!("{at}.name"), &p.name)?;
     opt_text(&format!("{at}.container_id"), &p.container_id)?;
     opt_text(&format!("{at}.pod_uid"), &p.pod_uid)?;
+    opt_text(&format!("{at}.owner_unknown"), &p.owner_unknown)?;
     opt_text(&format!("{at}.user"), &p.user)?;
     fits_i64(
         &format!("{at}.memory_used_max_bytes"),

@@ -3,6 +3,8 @@
 // Each test binary uses part of this harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod slurm;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,12 +31,23 @@ pub fn artifact(name: &str) -> PathBuf {
     p
 }
 
+/// A port free now and not handed out before in this test binary: tests run side by side, and
+/// the kernel may offer a just-released port twice, so two servers would race for it and one
+/// test would talk to the other's server (and lose it when that test ends).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A child process killed when dropped, so a failing test leaves nothing running.

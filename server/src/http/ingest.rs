@@ -107,7 +107,10 @@ async fn ingest(
         spool_dropped: header_i64(headers, SPOOL_DROPPED_HEADER),
     };
     let status = match state.store.ingest(&report, token.id, agent, now).await? {
-        IngestOutcome::Stored => "stored",
+        IngestOutcome::Stored => {
+            state.metrics.count_owners_unknown(&report);
+            "stored"
+        }
         IngestOutcome::Duplicate => "duplicate",
         IngestOutcome::Refused(refusal) => {
             let host = &report.host;

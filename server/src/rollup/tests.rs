@@ -63,6 +63,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
                                 container_id: None,
                                 pod_uid: None,
                                 user: None,
+                                owner_unknown: None,
                             }]
                         },
                         parent_uuid: None,

@@ -231,7 +231,7 @@ pub async fn record_sign_in_failure(
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         sqlx::query("DELETE FROM sign_in_failures WHERE at_ms < $1")
             .bind(forget_before_ms)
             .execute(&mut *tx)

@@ -238,7 +238,7 @@ pub async fn import_bill(
         use super::{ImportOutcome, Replaces};
         use gpuledger_core::money::to_text;
         type Period = (String, String, i64);
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         backfill_file_period_totals(&mut *tx).await?;
         let mut outcomes: Vec<ImportOutcome> = Vec::new();
         // The delivery's files (new, or imported before with the same content), with the
@@ -487,7 +487,7 @@ pub async fn billing_file_periods(
 ) -> Result<Vec<super::BillingFilePeriodRow>, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         backfill_file_period_totals(&mut *tx).await?;
         let rows = sqlx::query_as(
             "SELECT p.import_id, i.name, i.source, i.imported_ms, i.delivery, p.provider,

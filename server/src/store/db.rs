@@ -66,10 +66,30 @@ impl Db {
         Ok(match self {
             Db::Sqlite { pool, writer } => {
                 let turn = writer.clone().lock_owned().await;
-                Tx::Sqlite(pool.begin().await?, turn)
+                Tx::Sqlite(pool.begin_with(SQLITE_BEGIN_WRITE).await?, turn)
             }
             Db::Postgres { pool } => Tx::Postgres(pool.begin().await?),
         })
+    }
+}
+
+/// How SQLite begins a transaction that writes: with the write lock taken up front. A deferred
+/// transaction that has read cannot wait for the lock (SQLite refuses it at once, "database is
+/// locked", to avoid a deadlock), and the lock may still be held a moment after the writer's turn
+/// is handed on: a dropped transaction's rollback runs on its connection's own thread. Taken at
+/// `BEGIN`, the lock is waited for (`busy_timeout`).
+pub const SQLITE_BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
+/// Begins a transaction on a connection that writes (a savepoint when it is already in one); on
+/// SQLite the outermost takes the write lock at once (see [`SQLITE_BEGIN_WRITE`]).
+pub async fn begin_write<C: sqlx::Connection>(
+    c: &mut C,
+) -> Result<sqlx::Transaction<'_, C::Database>, sqlx::Error> {
+    use sqlx::Database;
+    if <C::Database as Database>::NAME == Sqlite::NAME && !c.is_in_transaction() {
+        c.begin_with(SQLITE_BEGIN_WRITE).await
+    } else {
+        c.begin().await
     }
 }
 

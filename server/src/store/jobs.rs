@@ -30,7 +30,7 @@ pub async fn mark_ce_synced(
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         for day in days {
             sqlx::query(
                 "INSERT INTO aws_ce_synced_days (day_ms, synced_ms) VALUES ($1, $2)

@@ -99,7 +99,7 @@ pub(crate) async fn mark_dirty(
 pub async fn mark_dirty_hours(on: impl Into<On<'_>>, hours: &[i64]) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         mark_dirty(&mut *tx, hours, super::BILLING_MARK_HOST).await?;
         tx.commit().await?;
         Ok(())
@@ -225,7 +225,7 @@ pub async fn replace_rollups(
             .iter()
             .map(|h| h.div_euclid(DAY_MS) * DAY_MS)
             .collect();
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         // A row lock that serializes roll-up writers across replicas and CLI runs, so two
         // never interleave their deletes and inserts of the same hour.
         sqlx::query(

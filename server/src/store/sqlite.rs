@@ -142,7 +142,9 @@ async fn ingest_report(
     agent: crate::store::AgentStatus,
     now_ms: i64,
 ) -> Result<crate::store::IngestOutcome, crate::store::StoreError> {
-    let mut tx = pool.begin().await?;
+    let mut tx = pool
+        .begin_with(crate::store::db::SQLITE_BEGIN_WRITE)
+        .await?;
     let outcome =
         ingest_report_tx(&mut tx, report, token_id, content_sha256, agent, now_ms).await?;
     match outcome {

@@ -244,7 +244,7 @@ pub async fn add_billed_hosts(
 ) -> Result<usize, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         let mut added = 0;
         for h in hosts {
             let inserted = sqlx::query(

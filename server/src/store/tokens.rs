@@ -342,7 +342,7 @@ pub async fn rebind_host(
 ) -> Result<bool, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         let moved =
             sqlx::query("UPDATE hosts SET token_id = $3 WHERE cluster = $1 AND hostname = $2")
                 .bind(cluster)

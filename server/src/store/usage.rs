@@ -26,7 +26,7 @@ pub async fn upsert_usage(
 ) -> Result<Option<super::Refusal>, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        let mut tx = sqlx::Connection::begin(&mut *ex).await?;
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         for (i, c) in counts.iter().enumerate() {
             let written = sqlx::query(concat!(
                 "INSERT INTO usage_counts

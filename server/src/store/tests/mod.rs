@@ -112,6 +112,7 @@ pub(super) fn report(batch: &str, start_ms: i64, util: f64) -> Report {
                     container_id: None,
                     pod_uid: Some("1f2e3d4c-aaaa-bbbb-cccc-111122223333".into()),
                     user: Some("ana".into()),
+                    owner_unknown: None,
                 }],
                 parent_uuid: None,
             }],
