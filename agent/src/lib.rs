@@ -4,6 +4,7 @@
 pub mod collect;
 pub mod deliver;
 pub mod host;
+pub mod kubelet;
 pub mod owners;
 pub mod run;
 pub mod slurm;

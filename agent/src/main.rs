@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use gpuledger_agent::collect::{GpuSource, NvmlSource};
 use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
+use gpuledger_agent::kubelet::KubeletConfig;
 use gpuledger_agent::owners::OwnerReader;
 use gpuledger_agent::run::{self, AgentConfig};
 use gpuledger_agent::slurm::{SlurmConfig, SlurmJobs};
@@ -78,6 +79,23 @@ struct SourceArgs {
     /// GPU process runs in, found by its cgroup or SLURM_JOB_ID; `off` never asks.
     #[arg(long, env = "GPULEDGER_SLURM", default_value = "auto", value_parser = ["auto", "off"])]
     slurm: String,
+    /// Kubernetes pods as owners: `auto` asks the kubelet's PodResources API which pod and
+    /// container each GPU is allocated to, for processes in pods; `off` never asks.
+    #[arg(long, env = "GPULEDGER_KUBERNETES", default_value = "auto", value_parser = ["auto", "off"])]
+    kubernetes: String,
+    /// The kubelet's pod-resources socket (in a DaemonSet, mounted from the node).
+    #[arg(
+        long,
+        env = "GPULEDGER_KUBELET_SOCKET",
+        default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    )]
+    kubelet_socket: PathBuf,
+    /// How often to ask the kubelet again (pods come and go).
+    #[arg(long, env = "GPULEDGER_KUBELET_REFRESH", default_value = "15s", value_parser = humantime::parse_duration)]
+    kubelet_refresh: Duration,
+    /// How long one question to the kubelet may take.
+    #[arg(long, env = "GPULEDGER_KUBELET_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    kubelet_timeout: Duration,
     /// The squeue to run; it reads the cluster's slurm.conf as any Slurm client (SLURM_CONF).
     #[arg(long, env = "GPULEDGER_SLURM_SQUEUE", default_value = "squeue")]
     slurm_squeue: PathBuf,
@@ -159,12 +177,23 @@ impl SourceArgs {
         })
     }
 
-    fn owners(&self) -> OwnerReader {
-        let owners = OwnerReader::new(&self.proc_root, self.label_env_keys.clone());
-        match self.slurm() {
-            Some(c) => owners.with_slurm(SlurmJobs::start(c)),
-            None => owners,
+    fn kubelet(&self) -> Option<KubeletConfig> {
+        (self.kubernetes == "auto").then(|| KubeletConfig {
+            socket: self.kubelet_socket.clone(),
+            refresh: self.kubelet_refresh,
+            timeout: self.kubelet_timeout,
+        })
+    }
+
+    async fn owners(&self) -> OwnerReader {
+        let mut owners = OwnerReader::new(&self.proc_root, self.label_env_keys.clone());
+        if let Some(c) = self.slurm() {
+            owners = owners.with_slurm(SlurmJobs::start(c));
         }
+        if let Some(c) = self.kubelet() {
+            owners = owners.with_pods(run::watch_pods(c).await);
+        }
+        owners
     }
 }
 
@@ -213,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
                 proc_root: args.source.proc_root.clone(),
                 extra_label_keys: args.source.label_env_keys.clone(),
                 slurm: args.source.slurm(),
+                kubelet: args.source.kubelet(),
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await
@@ -222,7 +252,7 @@ async fn main() -> anyhow::Result<()> {
             let report = run::once(
                 &args.source.host_config(),
                 source,
-                args.source.owners(),
+                args.source.owners().await,
                 args.source.sample_interval,
                 args.duration,
             )

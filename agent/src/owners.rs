@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use gpuledger_proto::OWNER_KEYS;
 
+use crate::kubelet::Pods;
 use crate::slurm::SlurmJobs;
 
 /// The longest label value the server takes (its limit on any text).
@@ -36,6 +37,7 @@ pub struct OwnerReader {
     passwd: PathBuf,
     extra_keys: Vec<String>,
     slurm: Option<SlurmJobs>,
+    pods: Option<Pods>,
     /// Causes of unreadable cgroups already logged (once each, not per sample).
     logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -52,6 +54,7 @@ impl OwnerReader {
             passwd,
             extra_keys,
             slurm: None,
+            pods: None,
             logged: Default::default(),
         }
     }
@@ -60,6 +63,28 @@ impl OwnerReader {
     pub fn with_slurm(mut self, slurm: SlurmJobs) -> Self {
         self.slurm = Some(slurm);
         self
+    }
+
+    /// Also names the pod each process in a pod runs in, from the kubelet's answer.
+    pub fn with_pods(mut self, pods: Pods) -> Self {
+        self.pods = Some(pods);
+        self
+    }
+
+    /// Adds the namespace, pod and container that `device` (or its `parent` GPU) is allocated
+    /// to, for a process in a pod; marks why, where the kubelet cannot say or the GPU is
+    /// shared. A label the process set itself stays.
+    pub fn add_pod_facts(&self, owner: &mut Owner, device: &str, parent: Option<&str>) {
+        let (Some(pods), Some(_)) = (&self.pods, &owner.pod_uid) else {
+            return;
+        };
+        let cause = crate::kubelet::add_pod_labels(pods, device, parent, &mut owner.labels);
+        for value in owner.labels.values_mut() {
+            *value = clean_label(value);
+        }
+        if let Some(cause) = cause {
+            owner.unknown.get_or_insert_with(|| cause.to_owned());
+        }
     }
 
     /// Waits up to `timeout` for the Slurm questions out (see [`SlurmJobs::settle`]).

@@ -12,6 +12,7 @@ use tokio::sync::{watch, Notify};
 use crate::collect::GpuSource;
 use crate::deliver::{Deliverer, DeliveryConfig};
 use crate::host::{self, HostConfig};
+use crate::kubelet::{KubeletConfig, Pods};
 use crate::owners::OwnerReader;
 use crate::slurm::{SlurmConfig, SlurmJobs};
 use crate::spool::Spool;
@@ -29,6 +30,8 @@ pub struct AgentConfig {
     pub extra_label_keys: Vec<String>,
     /// Where to ask about the Slurm jobs processes run in; `None` reads no job.
     pub slurm: Option<SlurmConfig>,
+    /// Where to ask which pods hold the GPUs; `None` names no pod.
+    pub kubelet: Option<KubeletConfig>,
     /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
     pub shutdown_grace: Duration,
 }
@@ -83,6 +86,9 @@ pub async fn run(
     if let Some(slurm) = config.slurm.clone() {
         owners = owners.with_slurm(SlurmJobs::start(slurm));
     }
+    if let Some(kubelet) = config.kubelet.clone() {
+        owners = owners.with_pods(watch_pods(kubelet).await);
+    }
     let mut builder = WindowBuilder::new(owners);
     let mut source = source;
     let window_ms = config.window.as_millis().max(1) as i64;
@@ -120,6 +126,15 @@ pub async fn run(
     let _ = delivery.await;
     tracing::info!(left_in_spool = spool.depth(), "agent stopped");
     Ok(())
+}
+
+/// Asks the kubelet once (so the first window names its pods), then keeps asking on a task of
+/// its own.
+pub async fn watch_pods(config: KubeletConfig) -> Pods {
+    let pods = Pods::default();
+    pods.refresh(&config).await;
+    tokio::spawn(pods.clone().keep_fresh(config));
+    pods
 }
 
 fn spool_window(spool: &Spool, host: &HostInfo, window: Window, wake: &Notify) {

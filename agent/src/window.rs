@@ -89,6 +89,7 @@ impl WindowBuilder {
         self.start_ms.get_or_insert(at_ms);
         self.samples += 1;
         for d in devices {
+            let (device, parent) = (d.uuid.clone(), d.parent_uuid.clone());
             let acc = self.gpus.entry(d.uuid).or_default();
             acc.index = d.index;
             acc.name = d.name;
@@ -108,10 +109,15 @@ impl WindowBuilder {
                 acc.energy_last = Some(e);
             }
             for p in d.processes {
-                let proc_acc = acc.processes.entry(p.pid).or_insert_with(|| ProcessAcc {
-                    owner: self.owners.read(p.pid),
-                    name: self.owners.process_name(p.pid),
-                    ..Default::default()
+                let proc_acc = acc.processes.entry(p.pid).or_insert_with(|| {
+                    let mut owner = self.owners.read(p.pid);
+                    self.owners
+                        .add_pod_facts(&mut owner, &device, parent.as_deref());
+                    ProcessAcc {
+                        owner,
+                        name: self.owners.process_name(p.pid),
+                        ..Default::default()
+                    }
                 });
                 if p.name.is_some() {
                     proc_acc.name = p.name;

@@ -120,11 +120,12 @@ impl Default for OwnerSchema {
 
 /// Where a default dimension reads its value: the label of its name (`GPULEDGER_TEAM`), and for
 /// the team, where nobody set one, the account of the Slurm job the process runs in (what a
-/// Slurm site charges GPU time to).
+/// Slurm site charges GPU time to), else the Kubernetes namespace of its pod.
 fn default_sources(role: Role) -> Vec<Source> {
     let mut sources = vec![Source::Label(role.as_str().to_owned())];
     if role == Role::Team {
         sources.push(Source::Label("slurm_account".into()));
+        sources.push(Source::Label("k8s_namespace".into()));
     }
     sources
 }
@@ -433,6 +434,8 @@ mod tests {
         assert_eq!(s.owner_of(&job, "c").key(), r#"{"team":"vision"}"#);
         let both = map(&[("slurm_account", "vision"), ("team", "search")]);
         assert_eq!(s.owner_of(&both, "c").key(), r#"{"team":"search"}"#);
+        let pod = map(&[("k8s_namespace", "ranking"), ("k8s_pod", "ranker-0")]);
+        assert_eq!(s.owner_of(&pod, "c").key(), r#"{"team":"ranking"}"#);
         // Configuring the team's clusters keeps where it reads; `from` replaces it.
         let c = config("[owners]\nteam = { clusters = { lab = \"lab-team\" } }").unwrap();
         assert_eq!(c.owner_of(&job, "c").key(), r#"{"team":"vision"}"#);

@@ -21,8 +21,12 @@ pub struct Metrics {
 
 /// The causes agents give for an owner they could not read fully (`owner_unknown`); any other
 /// text counts as `other`, so a report cannot add series.
-pub const OWNER_UNKNOWN_CAUSES: [&str; 5] = [
+pub const OWNER_UNKNOWN_CAUSES: [&str; 9] = [
     "cgroup_unreadable",
+    "kubelet_no_socket",
+    "kubelet_timeout",
+    "kubelet_error",
+    "k8s_gpu_shared",
     "slurm_not_installed",
     "slurm_timeout",
     "slurm_error",
@@ -84,8 +88,8 @@ impl Metrics {
             Opts::new(
                 "process_windows_owner_unknown_total",
                 "Process windows stored whose owner an agent could not read fully, by cluster and \
-                 cause (cgroup_unreadable, slurm_timeout, slurm_error, slurm_not_installed, \
-                 slurm_job_not_found, other)",
+                 cause (docs/owners.md: cgroup_unreadable, kubelet_*, k8s_gpu_shared, slurm_*, \
+                 other)",
             )
             .namespace("gpuledger"),
             &["cluster", "cause"],

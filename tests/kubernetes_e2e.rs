@@ -1,0 +1,439 @@
+//! End to end on Kubernetes' node side: a kubelet's PodResources server (gRPC
+//! `v1.PodResourcesLister/List` on a unix socket, its messages written here from
+//! `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto` with every field, CPU ids, memory and
+//! topology included) tells the real agent which pods hold which GPUs; the processes' cgroups,
+//! in a proc tree as a node's `/proc` lays them out, say which processes are in pods. Nobody
+//! sets a variable: the namespace becomes the team in the API. A GPU shared by two pods, a
+//! kubelet that answers garbage or not at all, and no socket each leave a cause, and sampling
+//! goes on.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// The kubelet's messages, as `api.proto` (v1) defines them.
+mod v1 {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesRequest {}
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<PodResources>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub namespace: String,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<ContainerResources>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<ContainerDevices>,
+        #[prost(int64, repeated, tag = "3")]
+        pub cpu_ids: Vec<i64>,
+        #[prost(message, repeated, tag = "4")]
+        pub memory: Vec<ContainerMemory>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerMemory {
+        #[prost(string, tag = "1")]
+        pub memory_type: String,
+        #[prost(uint64, tag = "2")]
+        pub size: u64,
+        #[prost(message, optional, tag = "3")]
+        pub topology: Option<TopologyInfo>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerDevices {
+        #[prost(string, tag = "1")]
+        pub resource_name: String,
+        #[prost(string, repeated, tag = "2")]
+        pub device_ids: Vec<String>,
+        #[prost(message, optional, tag = "3")]
+        pub topology: Option<TopologyInfo>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TopologyInfo {
+        #[prost(message, repeated, tag = "1")]
+        pub nodes: Vec<NumaNode>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NumaNode {
+        #[prost(int64, tag = "1")]
+        pub id: i64,
+    }
+}
+
+/// A kubelet's PodResourcesLister, answering what the test puts in it.
+#[derive(Clone)]
+struct Kubelet(Arc<Mutex<v1::ListPodResourcesResponse>>);
+
+impl tonic::server::NamedService for Kubelet {
+    const NAME: &'static str = "v1.PodResourcesLister";
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for Kubelet {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let answer = self.0.lock().unwrap().clone();
+        Box::pin(async move {
+            if req.uri().path() != "/v1.PodResourcesLister/List" {
+                return Ok(tonic::Status::unimplemented(req.uri().path().to_owned()).into_http());
+            }
+            let codec: tonic_prost::ProstCodec<
+                v1::ListPodResourcesResponse,
+                v1::ListPodResourcesRequest,
+            > = Default::default();
+            let list = tower::service_fn(move |_: tonic::Request<v1::ListPodResourcesRequest>| {
+                let answer = answer.clone();
+                async move { Ok::<_, tonic::Status>(tonic::Response::new(answer)) }
+            });
+            Ok(tonic::server::Grpc::new(codec).unary(list, req).await)
+        })
+    }
+}
+
+fn start_kubelet(socket: &Path, answer: v1::ListPodResourcesResponse) {
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    let kubelet = Kubelet(Arc::new(Mutex::new(answer)));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(kubelet)
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+}
+
+fn container(name: &str, resource: &str, ids: &[&str]) -> v1::ContainerResources {
+    let numa = || {
+        Some(v1::TopologyInfo {
+            nodes: vec![v1::NumaNode { id: 0 }],
+        })
+    };
+    v1::ContainerResources {
+        name: name.into(),
+        devices: vec![v1::ContainerDevices {
+            resource_name: resource.into(),
+            device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+            topology: numa(),
+        }],
+        cpu_ids: vec![2, 3],
+        memory: vec![v1::ContainerMemory {
+            memory_type: "memory".into(),
+            size: 1 << 30,
+            topology: numa(),
+        }],
+    }
+}
+
+fn pod(ns: &str, name: &str, containers: Vec<v1::ContainerResources>) -> v1::PodResources {
+    v1::PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers,
+    }
+}
+
+const POD_SEARCH: &str = "0b4c1d2e-1111-4a2b-9c3d-000000000001";
+const POD_VISION: &str = "0b4c1d2e-2222-4a2b-9c3d-000000000002";
+const POD_CHAT_1: &str = "0b4c1d2e-3333-4a2b-9c3d-000000000003";
+const POD_CHAT_2: &str = "0b4c1d2e-4444-4a2b-9c3d-000000000004";
+const CID: &str = "4f7e0c9a4b3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f";
+
+/// A node's `/proc` for five GPU processes: four in pods (cgroup v2, systemd driver, as the
+/// kubelet and containerd lay them out) and one started on the host.
+fn proc_tree(root: &Path) -> BTreeMap<&'static str, u32> {
+    let in_pod = |uid: &str| {
+        format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CID}.scope\n",
+            uid.replace('-', "_")
+        )
+    };
+    let procs = [
+        ("search", 41_001, in_pod(POD_SEARCH)),
+        ("vision", 41_002, in_pod(POD_VISION)),
+        ("chat-1", 41_003, in_pod(POD_CHAT_1)),
+        ("chat-2", 41_004, in_pod(POD_CHAT_2)),
+        (
+            "host",
+            41_005,
+            "0::/user.slice/user-1000.slice/session-4.scope\n".to_owned(),
+        ),
+    ];
+    let mut out = BTreeMap::new();
+    for (name, pid, cgroup) in procs {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cgroup"), cgroup).unwrap();
+        std::fs::write(dir.join("environ"), b"PATH=/usr/bin\0HOME=/root\0").unwrap();
+        std::fs::write(dir.join("comm"), "python3\n").unwrap();
+        std::fs::write(dir.join("status"), "Name:\tpython3\nUid:\t0\t0\t0\t0\n").unwrap();
+        out.insert(name, pid);
+    }
+    out
+}
+
+const GIB: u64 = 1024 * 1024 * 1024;
+
+/// An A100 whole to one pod, an H100 in MIG mode with an instance for another, and an A10G
+/// time-sliced between two pods of one namespace, where a host process also runs.
+fn scenario(dir: &Path, pids: &BTreeMap<&str, u32>) -> PathBuf {
+    let p = |name: &str| json!({ "pid": pids[name], "name": "python3", "memory_used_bytes": 4 * GIB, "sm_util": 40 });
+    let doc = json!({ "gpus": [
+        { "uuid": "GPU-k8s-a100", "name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * GIB,
+          "power_mw": 250_000, "phases": [{ "gpu_util": 70, "memory_used_bytes": 4 * GIB, "processes": [p("search")] }] },
+        { "uuid": "GPU-k8s-h100", "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * GIB,
+          "mig_capable": true, "gpm": true,
+          "mig": [{ "uuid": "MIG-k8s-h100-1", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+                    "memory_total_bytes": 40 * GIB, "gpu_instance_id": 1,
+                    "phases": [{ "gpu_util": 50, "memory_used_bytes": 4 * GIB, "processes": [p("vision")] }] }] },
+        { "uuid": "GPU-k8s-a10g", "name": "NVIDIA A10G", "memory_total_bytes": 24 * GIB,
+          "phases": [{ "gpu_util": 60, "memory_used_bytes": 12 * GIB,
+                       "processes": [p("chat-1"), p("chat-2"), p("host")] }] }
+    ]});
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    path
+}
+
+fn node_answer() -> v1::ListPodResourcesResponse {
+    v1::ListPodResourcesResponse {
+        pod_resources: vec![
+            pod(
+                "search",
+                "ranker-6d8f9c7b5-x2x4q",
+                vec![
+                    container("model", "nvidia.com/gpu", &["GPU-k8s-a100"]),
+                    // A sidecar with no device.
+                    v1::ContainerResources {
+                        name: "envoy".into(),
+                        ..Default::default()
+                    },
+                ],
+            ),
+            pod(
+                "vision",
+                "train-resnet-0",
+                vec![container(
+                    "trainer",
+                    "nvidia.com/mig-3g.40gb",
+                    &["MIG-k8s-h100-1"],
+                )],
+            ),
+            pod(
+                "chat",
+                "vllm-1",
+                vec![container("vllm", "nvidia.com/gpu", &["GPU-k8s-a10g::0"])],
+            ),
+            pod(
+                "chat",
+                "vllm-2",
+                vec![container("vllm", "nvidia.com/gpu", &["GPU-k8s-a10g::1"])],
+            ),
+            // A pod with no GPU at all.
+            pod("kube-system", "coredns-1", vec![]),
+        ],
+    }
+}
+
+/// What `gpuledger-agent once` reads, per process: its labels and its `owner_unknown`.
+fn once(scenario: &Path, proc_root: &Path, extra: &[&str]) -> BTreeMap<u32, (Value, Value)> {
+    let out = std::process::Command::new(artifact("gpuledger-agent"))
+        .args(["once", "--imds-endpoint", "off", "--slurm", "off"])
+        .arg("--nvml-lib")
+        .arg(artifact("libfake_nvml.so"))
+        .arg("--proc-root")
+        .arg(proc_root)
+        .args(extra)
+        .env("FAKE_NVML_SCENARIO", scenario)
+        .env("GPULEDGER_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut by_pid = BTreeMap::new();
+    for gpu in report["windows"][0]["gpus"].as_array().unwrap() {
+        for p in gpu["processes"].as_array().unwrap() {
+            by_pid.insert(
+                p["pid"].as_u64().unwrap() as u32,
+                (p["labels"].clone(), p["owner_unknown"].clone()),
+            );
+        }
+    }
+    by_pid
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pods_namespace_becomes_its_team_without_a_variable_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    let pids = proc_tree(&proc_root);
+    let scenario = scenario(dir.path(), &pids);
+    let socket = dir.path().join("kubelet.sock");
+    start_kubelet(&socket, node_answer());
+    let kubelet = ["--kubelet-socket", socket.to_str().unwrap()];
+
+    let seen = once(&scenario, &proc_root, &kubelet);
+    let (search, cause) = &seen[&pids["search"]];
+    assert_eq!(search["k8s_namespace"], "search");
+    assert_eq!(search["k8s_pod"], "ranker-6d8f9c7b5-x2x4q");
+    assert_eq!(search["k8s_container"], "model");
+    assert!(cause.is_null());
+    let (vision, _) = &seen[&pids["vision"]];
+    assert_eq!(vision["k8s_pod"], "train-resnet-0", "a MIG instance's pod");
+    // Time-sliced between two pods: their namespace, no pod, and why.
+    for shared in ["chat-1", "chat-2"] {
+        let (labels, cause) = &seen[&pids[shared]];
+        assert_eq!(labels["k8s_namespace"], "chat");
+        assert!(labels.get("k8s_pod").is_none(), "{labels}");
+        assert_eq!(cause, "k8s_gpu_shared");
+    }
+    // A host process on a pod's GPU is no pod's.
+    let (host, cause) = &seen[&pids["host"]];
+    assert!(
+        host.get("k8s_namespace").is_none() && cause.is_null(),
+        "{host}"
+    );
+
+    // Through the server: the namespaces are the teams.
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "k8s", "k8s");
+    let server = start_server(&db.url, free_port()).await;
+    let mut cmd = agent_command(&AgentOptions {
+        server: &server.url,
+        token: &token,
+        scenario: &scenario,
+        spool: &dir.path().join("spool"),
+        cluster: "k8s",
+        hostname: "gpu-node-1",
+        window: "1s",
+    });
+    let mut agent = Proc(
+        cmd.arg("--proc-root")
+            .arg(&proc_root)
+            .args(kubelet)
+            .args(["--slurm", "off"])
+            .spawn()
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert!(agent.terminate(Duration::from_secs(15)).success());
+    server_run(&db.url, &["rollup"]);
+    let viewer = signed_in(&server, "viewer").await;
+    let now = gpuledger_server::now_ms();
+    let hour = now - now % 3_600_000;
+    let q = format!(
+        "from={}&to={}",
+        gpuledger_core::time::rfc3339(hour - 3_600_000),
+        gpuledger_core::time::rfc3339(hour + 3_600_000)
+    );
+    let body: Value = viewer
+        .get(format!("{}/api/v1/allocation?{q}&by=team", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let teams: Vec<&str> = body["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    for team in ["search", "vision", "chat"] {
+        assert!(teams.contains(&team), "{team} in {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubelet_absent_garbled_or_silent_leaves_a_cause_and_sampling_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    let pids = proc_tree(&proc_root);
+    let scenario = scenario(dir.path(), &pids);
+
+    // No socket: pods' processes say so; the host's says nothing.
+    let missing = dir.path().join("absent.sock");
+    let seen = once(
+        &scenario,
+        &proc_root,
+        &["--kubelet-socket", missing.to_str().unwrap()],
+    );
+    assert_eq!(seen[&pids["search"]].1, "kubelet_no_socket");
+    assert!(seen[&pids["host"]].1.is_null());
+
+    // Garbage: something on the socket that is no gRPC server.
+    let garbled = dir.path().join("garbled.sock");
+    let listener = tokio::net::UnixListener::bind(&garbled).unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\n\r\nnot grpc")
+                .await;
+        }
+    });
+    let seen = once(
+        &scenario,
+        &proc_root,
+        &["--kubelet-socket", garbled.to_str().unwrap()],
+    );
+    assert_eq!(seen[&pids["search"]].1, "kubelet_error");
+    assert_eq!(seen.len(), pids.len(), "every process still sampled");
+
+    // Silent: accepts and never answers.
+    let silent = dir.path().join("silent.sock");
+    let listener = tokio::net::UnixListener::bind(&silent).unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let started = std::time::Instant::now();
+    let seen = once(
+        &scenario,
+        &proc_root,
+        &[
+            "--kubelet-socket",
+            silent.to_str().unwrap(),
+            "--kubelet-timeout",
+            "1s",
+        ],
+    );
+    assert_eq!(seen[&pids["search"]].1, "kubelet_timeout");
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // Off: nothing asked, nothing said.
+    let seen = once(&scenario, &proc_root, &["--kubernetes", "off"]);
+    assert!(seen[&pids["search"]].1.is_null());
+    assert!(seen[&pids["search"]].0.get("k8s_namespace").is_none());
+}
