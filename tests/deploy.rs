@@ -101,8 +101,22 @@ fn every_rendered_manifest_validates_against_the_kubernetes_schemas() {
             "deployment/gpuledger-server",
             "service/gpuledger",
             "daemonset/gpuledger-agent",
+            "serviceaccount/gpuledger-agent",
+            "clusterrole/gpuledger-agent",
+            "clusterrolebinding/gpuledger-agent",
         ] {
             assert!(kinds.iter().any(|k| k == needed), "{overlay}: {kinds:?}");
+        }
+        // The agent reads, and changes nothing.
+        let role = rendered
+            .split("\n---\n")
+            .find(|doc| doc.contains("kind: ClusterRole\n"))
+            .unwrap_or_else(|| panic!("{overlay}: no ClusterRole"));
+        for verb in ["create", "update", "patch", "delete", "\"*\""] {
+            assert!(
+                !role.contains(verb),
+                "{overlay}: the agent's role may {verb}: {role}"
+            );
         }
         match overlay {
             "sqlite" => {

@@ -437,3 +437,330 @@ async fn a_kubelet_absent_garbled_or_silent_leaves_a_cause_and_sampling_goes_on(
     assert!(seen[&pids["search"]].1.is_null());
     assert!(seen[&pids["search"]].0.get("k8s_namespace").is_none());
 }
+
+/// The API server's side: pods on the node as real `Pod` objects, their ReplicaSet and Job, a
+/// list and then a watch that streams what the test sends (pod churn), as kube's watcher asks.
+mod api_server {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::{Path, Query, State};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::get;
+    use axum::{Json, Router};
+    use k8s_openapi::api::apps::v1::ReplicaSet;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    use serde_json::{json, Value};
+    use tokio::sync::mpsc;
+
+    #[derive(Clone)]
+    pub struct Cluster {
+        pub pods: Vec<Pod>,
+        /// Watch events (`{"type": "ADDED", "object": …}`) still to stream.
+        pub events: Arc<Mutex<Option<mpsc::UnboundedReceiver<Value>>>>,
+        /// The field selectors the pods were asked with.
+        pub selectors: Arc<Mutex<Vec<String>>>,
+    }
+
+    pub fn owner(kind: &str, name: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+
+    pub fn pod(
+        ns: &str,
+        name: &str,
+        uid: &str,
+        owner_ref: OwnerReference,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+        container: (&str, &str),
+    ) -> Pod {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                uid: Some(uid.into()),
+                resource_version: Some("7".into()),
+                labels: Some(map(labels)),
+                annotations: Some(map(annotations)),
+                owner_references: Some(vec![owner_ref]),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: container.0.into(),
+                    container_id: Some(format!("containerd://{}", container.1)),
+                    image: "registry.example/model:1".into(),
+                    image_id: String::new(),
+                    ready: true,
+                    restart_count: 0,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    async fn pods(State(c): State<Cluster>, Query(q): Query<BTreeMap<String, String>>) -> Response {
+        if let Some(sel) = q.get("fieldSelector") {
+            c.selectors.lock().unwrap().push(sel.clone());
+        }
+        if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+            let Some(mut rx) = c.events.lock().unwrap().take() else {
+                // One watch streams the test's events; a re-watch waits quietly.
+                return axum::body::Body::from_stream(futures::stream::pending::<
+                    Result<String, std::io::Error>,
+                >())
+                .into_response();
+            };
+            let stream = futures::stream::poll_fn(move |cx| {
+                rx.poll_recv(cx)
+                    .map(|e| e.map(|e| Ok::<_, std::io::Error>(format!("{e}\n"))))
+            });
+            return axum::body::Body::from_stream(stream).into_response();
+        }
+        Json(json!({
+            "apiVersion": "v1", "kind": "PodList",
+            "metadata": { "resourceVersion": "7" },
+            "items": c.pods,
+        }))
+        .into_response()
+    }
+
+    async fn replica_set(Path((ns, name)): Path<(String, String)>) -> Response {
+        let rs = ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns),
+                owner_references: Some(vec![owner(
+                    "Deployment",
+                    name.rsplit_once('-').map_or(name.as_str(), |(d, _)| d),
+                )]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Json(rs).into_response()
+    }
+
+    async fn job(Path((ns, name)): Path<(String, String)>) -> Response {
+        let job = Job {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(ns),
+                owner_references: Some(vec![owner("CronJob", "nightly-train")]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Json(job).into_response()
+    }
+
+    /// Serves `cluster` on a free port; its URL.
+    pub async fn start(cluster: Cluster) -> (String, tokio::task::JoinHandle<()>) {
+        let app = Router::new()
+            .route("/api/v1/pods", get(pods))
+            .route(
+                "/apis/apps/v1/namespaces/{ns}/replicasets/{name}",
+                get(replica_set),
+            )
+            .route("/apis/batch/v1/namespaces/{ns}/jobs/{name}", get(job))
+            .with_state(cluster);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (url, task)
+    }
+
+    /// A kubeconfig naming the server, as `kubectl config view --raw` writes one.
+    pub fn kubeconfig(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n\
+                 users:\n- name: agent\n  user:\n    token: test-token\n\
+                 contexts:\n- name: test\n  context:\n    cluster: test\n    user: agent\n\
+                 current-context: test\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_server_names_each_processs_pod_labels_and_workload_and_churn_follows() {
+    use api_server::*;
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    let pids = proc_tree(&proc_root);
+    let scenario = scenario(dir.path(), &pids);
+    let socket = dir.path().join("kubelet.sock");
+    start_kubelet(&socket, node_answer());
+
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let cluster = Cluster {
+        pods: vec![
+            pod(
+                "search",
+                "ranker-6d8f9c7b5-x2x4q",
+                POD_SEARCH,
+                owner("ReplicaSet", "ranker-6d8f9c7b5"),
+                &[
+                    ("app.kubernetes.io/name", "ranker"),
+                    ("pod-template-hash", "6d8f9c7b5"),
+                ],
+                &[("gpuledger.io/model", "llama-70b")],
+                ("model", CID),
+            ),
+            pod(
+                "vision",
+                "nightly-train-29100000-abcde",
+                POD_VISION,
+                owner("Job", "nightly-train-29100000"),
+                &[],
+                &[],
+                ("trainer", CID),
+            ),
+            pod(
+                "chat",
+                "vllm-1",
+                POD_CHAT_1,
+                owner("StatefulSet", "vllm"),
+                &[("app.kubernetes.io/name", "chat")],
+                &[],
+                ("vllm", CID),
+            ),
+        ],
+        events: Arc::new(Mutex::new(Some(rx))),
+        selectors: Default::default(),
+    };
+    let (url, api) = start(cluster.clone()).await;
+    let kubeconfig = kubeconfig(dir.path(), &url);
+
+    let db = test_support::sqlite();
+    let token = create_token(&db.url, "k8s", "k8s");
+    let server = start_server(&db.url, free_port()).await;
+    let mut cmd = agent_command(&AgentOptions {
+        server: &server.url,
+        token: &token,
+        scenario: &scenario,
+        spool: &dir.path().join("spool"),
+        cluster: "k8s",
+        hostname: "gpu-node-1",
+        window: "1s",
+    });
+    let mut agent = Proc(
+        cmd.arg("--proc-root")
+            .arg(&proc_root)
+            .args(["--kubelet-socket", socket.to_str().unwrap()])
+            .args(["--slurm", "off"])
+            .env("KUBECONFIG", &kubeconfig)
+            .spawn()
+            .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Churn: the second chat pod is scheduled.
+    let chat_2 = pod(
+        "chat",
+        "vllm-2",
+        POD_CHAT_2,
+        owner("StatefulSet", "vllm"),
+        &[],
+        &[("gpuledger.io/team", "chat-serving")],
+        ("vllm", CID),
+    );
+    events
+        .send(json!({ "type": "ADDED", "object": chat_2 }))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // The API server goes away: the pods last seen keep their owners, marked stale.
+    api.abort();
+    drop(events);
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert!(agent.terminate(Duration::from_secs(15)).success());
+
+    assert!(
+        cluster
+            .selectors
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|s| s == "spec.nodeName=gpu-node-1"),
+        "one watch scoped to the node"
+    );
+    let store = db.open().await;
+    let mut procs = gpuledger_server::store::telemetry::process_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    procs.sort_by_key(|p| p.start_ms);
+    let labels_of = |pid: u32| -> Vec<Value> {
+        procs
+            .iter()
+            .filter(|p| p.pid == i64::from(pid))
+            .map(|p| serde_json::from_str(&p.labels_json).unwrap())
+            .collect()
+    };
+    let search = labels_of(pids["search"]);
+    let first = &search[0];
+    assert_eq!(first["k8s_pod"], "ranker-6d8f9c7b5-x2x4q");
+    assert_eq!(first["k8s_container"], "model");
+    assert_eq!(first["k8s_workload_kind"], "Deployment");
+    assert_eq!(first["k8s_workload"], "ranker");
+    assert_eq!(first["k8s_label.app.kubernetes.io/name"], "ranker");
+    assert_eq!(
+        first["model"], "llama-70b",
+        "the annotation declares the model"
+    );
+    assert!(first.get("k8s_label.pod-template-hash").is_none());
+    let vision = &labels_of(pids["vision"])[0];
+    assert_eq!(vision["k8s_workload_kind"], "CronJob");
+    assert_eq!(vision["k8s_workload"], "nightly-train");
+    // The time-sliced GPU: each process's own pod, by the UID in its cgroup.
+    assert_eq!(labels_of(pids["chat-1"])[0]["k8s_pod"], "vllm-1");
+    let chat_2 = labels_of(pids["chat-2"]);
+    assert!(
+        chat_2.first().unwrap().get("k8s_pod").is_none(),
+        "before it was scheduled, the kubelet's shared GPU names no pod"
+    );
+    let last = chat_2.last().unwrap();
+    assert_eq!(last["k8s_pod"], "vllm-2", "{chat_2:?}");
+    assert_eq!(last["team"], "chat-serving");
+    assert_eq!(last["k8s_workload_kind"], "StatefulSet");
+
+    // Every window after the API server left still names the pods; the metrics say stale.
+    assert_eq!(search.last().unwrap()["k8s_pod"], "ranker-6d8f9c7b5-x2x4q");
+    let metrics = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("gpuledger_process_windows_owner_unknown_total")
+                && l.contains("cause=\"kube_api_stale\"")
+        ),
+        "{metrics}"
+    );
+}

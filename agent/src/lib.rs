@@ -4,6 +4,7 @@
 pub mod collect;
 pub mod deliver;
 pub mod host;
+pub mod kube_pods;
 pub mod kubelet;
 pub mod owners;
 pub mod run;

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use gpuledger_agent::collect::{GpuSource, NvmlSource};
 use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
+use gpuledger_agent::kube_pods::KubeApiConfig;
 use gpuledger_agent::kubelet::KubeletConfig;
 use gpuledger_agent::owners::OwnerReader;
 use gpuledger_agent::run::{self, AgentConfig};
@@ -93,6 +94,19 @@ struct SourceArgs {
     /// How often to ask the kubelet again (pods come and go).
     #[arg(long, env = "GPULEDGER_KUBELET_REFRESH", default_value = "15s", value_parser = humantime::parse_duration)]
     kubelet_refresh: Duration,
+    /// Pod labels to keep as process labels `k8s_label.KEY` (comma separated), read from the
+    /// API server where the agent has a cluster (its service account, or KUBECONFIG).
+    #[arg(
+        long,
+        env = "GPULEDGER_K8S_POD_LABELS",
+        value_delimiter = ',',
+        default_value = "app.kubernetes.io/name,app.kubernetes.io/instance"
+    )]
+    k8s_pod_labels: Vec<String>,
+    /// Pod annotations to keep as process labels `k8s_annotation.KEY` (comma separated);
+    /// `gpuledger.io/model`, `…/experiment`, `…/endpoint` and `…/team` are always read.
+    #[arg(long, env = "GPULEDGER_K8S_POD_ANNOTATIONS", value_delimiter = ',')]
+    k8s_pod_annotations: Vec<String>,
     /// How long one question to the kubelet may take.
     #[arg(long, env = "GPULEDGER_KUBELET_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     kubelet_timeout: Duration,
@@ -185,6 +199,17 @@ impl SourceArgs {
         })
     }
 
+    fn kube_api(&self) -> Option<KubeApiConfig> {
+        (self.kubernetes == "auto").then(|| KubeApiConfig {
+            node: self
+                .hostname
+                .clone()
+                .unwrap_or_else(gpuledger_agent::host::system_hostname),
+            labels: self.k8s_pod_labels.clone(),
+            annotations: self.k8s_pod_annotations.clone(),
+        })
+    }
+
     async fn owners(&self) -> OwnerReader {
         let mut owners = OwnerReader::new(&self.proc_root, self.label_env_keys.clone());
         if let Some(c) = self.slurm() {
@@ -192,6 +217,11 @@ impl SourceArgs {
         }
         if let Some(c) = self.kubelet() {
             owners = owners.with_pods(run::watch_pods(c).await);
+        }
+        if let Some(c) = self.kube_api() {
+            if let Some(directory) = gpuledger_agent::kube_pods::start(c).await {
+                owners = owners.with_pod_directory(directory);
+            }
         }
         owners
     }
@@ -223,6 +253,8 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // One TLS provider for the Kubernetes client, whichever others the build links.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Run(args) => {
             let source = args.source.open_nvml()?;
@@ -243,6 +275,7 @@ async fn main() -> anyhow::Result<()> {
                 extra_label_keys: args.source.label_env_keys.clone(),
                 slurm: args.source.slurm(),
                 kubelet: args.source.kubelet(),
+                kube_api: args.source.kube_api(),
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use gpuledger_proto::OWNER_KEYS;
 
+use crate::kube_pods::PodDirectory;
 use crate::kubelet::Pods;
 use crate::slurm::SlurmJobs;
 
@@ -38,6 +39,7 @@ pub struct OwnerReader {
     extra_keys: Vec<String>,
     slurm: Option<SlurmJobs>,
     pods: Option<Pods>,
+    pod_directory: Option<PodDirectory>,
     /// Causes of unreadable cgroups already logged (once each, not per sample).
     logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -55,6 +57,7 @@ impl OwnerReader {
             extra_keys,
             slurm: None,
             pods: None,
+            pod_directory: None,
             logged: Default::default(),
         }
     }
@@ -71,14 +74,38 @@ impl OwnerReader {
         self
     }
 
-    /// Adds the namespace, pod and container that `device` (or its `parent` GPU) is allocated
-    /// to, for a process in a pod; marks why, where the kubelet cannot say or the GPU is
-    /// shared. A label the process set itself stays.
+    /// Also names each process's pod, its labels and workload from the API server's watch.
+    pub fn with_pod_directory(mut self, directory: PodDirectory) -> Self {
+        self.pod_directory = Some(directory);
+        self
+    }
+
+    /// For a process in a pod: its pod's facts from the API server (by the pod UID in its
+    /// cgroup), else the namespace, pod and container the kubelet says `device` (or its `parent`
+    /// GPU) is allocated to; marks why, where neither can say for sure. A label the process set
+    /// itself stays.
     pub fn add_pod_facts(&self, owner: &mut Owner, device: &str, parent: Option<&str>) {
-        let (Some(pods), Some(_)) = (&self.pods, &owner.pod_uid) else {
+        let Some(uid) = owner.pod_uid.clone() else {
             return;
         };
-        let cause = crate::kubelet::add_pod_labels(pods, device, parent, &mut owner.labels);
+        let (mut known, mut api_cause) = (false, None);
+        if let Some(directory) = &self.pod_directory {
+            (known, api_cause) = crate::kube_pods::add_pod_facts(
+                directory,
+                &uid,
+                owner.container_id.as_deref(),
+                &mut owner.labels,
+            );
+        }
+        let kubelet_cause = self.pods.as_ref().and_then(|pods| {
+            crate::kubelet::add_pod_labels(pods, device, parent, &mut owner.labels)
+        });
+        // A pod known by its UID is the process's own, shared GPU or not.
+        let cause = if known {
+            api_cause
+        } else {
+            kubelet_cause.or(api_cause)
+        };
         for value in owner.labels.values_mut() {
             *value = clean_label(value);
         }

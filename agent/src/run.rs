@@ -12,6 +12,7 @@ use tokio::sync::{watch, Notify};
 use crate::collect::GpuSource;
 use crate::deliver::{Deliverer, DeliveryConfig};
 use crate::host::{self, HostConfig};
+use crate::kube_pods::KubeApiConfig;
 use crate::kubelet::{KubeletConfig, Pods};
 use crate::owners::OwnerReader;
 use crate::slurm::{SlurmConfig, SlurmJobs};
@@ -32,6 +33,8 @@ pub struct AgentConfig {
     pub slurm: Option<SlurmConfig>,
     /// Where to ask which pods hold the GPUs; `None` names no pod.
     pub kubelet: Option<KubeletConfig>,
+    /// What to read of the node's pods from the API server; `None` reads nothing.
+    pub kube_api: Option<KubeApiConfig>,
     /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
     pub shutdown_grace: Duration,
 }
@@ -88,6 +91,11 @@ pub async fn run(
     }
     if let Some(kubelet) = config.kubelet.clone() {
         owners = owners.with_pods(watch_pods(kubelet).await);
+    }
+    if let Some(api) = config.kube_api.clone() {
+        if let Some(directory) = crate::kube_pods::start(api).await {
+            owners = owners.with_pod_directory(directory);
+        }
     }
     let mut builder = WindowBuilder::new(owners);
     let mut source = source;

@@ -21,8 +21,11 @@ pub struct Metrics {
 
 /// The causes agents give for an owner they could not read fully (`owner_unknown`); any other
 /// text counts as `other`, so a report cannot add series.
-pub const OWNER_UNKNOWN_CAUSES: [&str; 9] = [
+pub const OWNER_UNKNOWN_CAUSES: [&str; 12] = [
     "cgroup_unreadable",
+    "kube_api_error",
+    "kube_api_stale",
+    "kube_pod_unknown",
     "kubelet_no_socket",
     "kubelet_timeout",
     "kubelet_error",
