@@ -259,6 +259,32 @@ fn node_answer() -> v1::ListPodResourcesResponse {
     }
 }
 
+/// The agent of node `gpu-node-1`: one-second windows, the proc tree under `dir/proc`, the
+/// kubelet at `socket`.
+fn node_agent(
+    server: &Server,
+    token: &str,
+    scenario: &Path,
+    dir: &Path,
+    socket: &Path,
+) -> std::process::Command {
+    let mut cmd = agent_command(&AgentOptions {
+        server: &server.url,
+        token,
+        scenario,
+        spool: &dir.join("spool"),
+        cluster: "k8s",
+        hostname: "gpu-node-1",
+        window: "1s",
+    });
+    cmd.arg("--proc-root")
+        .arg(dir.join("proc"))
+        .arg("--kubelet-socket")
+        .arg(socket)
+        .args(["--slurm", "off"]);
+    cmd
+}
+
 /// What `gpuledger-agent once` reads, per process: its labels and its `owner_unknown`.
 fn once(scenario: &Path, proc_root: &Path, extra: &[&str]) -> BTreeMap<u32, (Value, Value)> {
     let out = std::process::Command::new(artifact("gpuledger-agent"))
@@ -326,20 +352,8 @@ async fn a_pods_namespace_becomes_its_team_without_a_variable_set() {
     let db = test_support::sqlite();
     let token = create_token(&db.url, "k8s", "k8s");
     let server = start_server(&db.url, free_port()).await;
-    let mut cmd = agent_command(&AgentOptions {
-        server: &server.url,
-        token: &token,
-        scenario: &scenario,
-        spool: &dir.path().join("spool"),
-        cluster: "k8s",
-        hostname: "gpu-node-1",
-        window: "1s",
-    });
     let mut agent = Proc(
-        cmd.arg("--proc-root")
-            .arg(&proc_root)
-            .args(kubelet)
-            .args(["--slurm", "off"])
+        node_agent(&server, &token, &scenario, dir.path(), &socket)
             .spawn()
             .unwrap(),
     );
@@ -347,30 +361,24 @@ async fn a_pods_namespace_becomes_its_team_without_a_variable_set() {
     assert!(agent.terminate(Duration::from_secs(15)).success());
     server_run(&db.url, &["rollup"]);
     let viewer = signed_in(&server, "viewer").await;
-    let now = gpuledger_server::now_ms();
-    let hour = now - now % 3_600_000;
-    let q = format!(
-        "from={}&to={}",
-        gpuledger_core::time::rfc3339(hour - 3_600_000),
-        gpuledger_core::time::rfc3339(hour + 3_600_000)
-    );
-    let body: Value = viewer
-        .get(format!("{}/api/v1/allocation?{q}&by=team", server.url))
+    let q = around_now();
+    let (body, teams) = allocation_rows(&viewer, &server, &format!("{q}&by=team")).await;
+    for team in ["search", "vision", "chat"] {
+        assert!(teams.contains_key(team), "{team} in {body}");
+    }
+    let month = chrono::Utc::now().format("%Y-%m").to_string();
+    let review = viewer
+        .get(format!("{}/review/{month}", server.url))
         .send()
         .await
         .unwrap()
-        .json()
+        .text()
         .await
         .unwrap();
-    let teams: Vec<&str> = body["rows"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{body}"))
-        .iter()
-        .map(|r| r["key"].as_str().unwrap())
-        .collect();
-    for team in ["search", "vision", "chat"] {
-        assert!(teams.contains(&team), "{team} in {body}");
-    }
+    assert!(
+        review.contains("search") && review.contains("vision"),
+        "the review names the namespaces as teams"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -660,21 +668,16 @@ async fn the_api_server_names_each_processs_pod_labels_and_workload_and_churn_fo
 
     let db = test_support::sqlite();
     let token = create_token(&db.url, "k8s", "k8s");
-    let server = start_server(&db.url, free_port()).await;
-    let mut cmd = agent_command(&AgentOptions {
-        server: &server.url,
-        token: &token,
-        scenario: &scenario,
-        spool: &dir.path().join("spool"),
-        cluster: "k8s",
-        hostname: "gpu-node-1",
-        window: "1s",
-    });
+    // Cost per workload, as docs/owners.md shows.
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        "[owners]\nworkload = { from = [\"label:k8s_workload\"] }\n",
+    )
+    .unwrap();
+    let server = start_server_with(&db.url, free_port(), Some(&config)).await;
     let mut agent = Proc(
-        cmd.arg("--proc-root")
-            .arg(&proc_root)
-            .args(["--kubelet-socket", socket.to_str().unwrap()])
-            .args(["--slurm", "off"])
+        node_agent(&server, &token, &scenario, dir.path(), &socket)
             .env("KUBECONFIG", &kubeconfig)
             .spawn()
             .unwrap(),
@@ -763,4 +766,18 @@ async fn the_api_server_names_each_processs_pod_labels_and_workload_and_churn_fo
         ),
         "{metrics}"
     );
+
+    // Cost per workload in the API: each workload's row, its GPU-hours and utilization.
+    // The roll-up reads owners with the server's config, as `serve` does.
+    server_run(&db.url, &["rollup", "--config", config.to_str().unwrap()]);
+    let viewer = signed_in(&server, "viewer").await;
+    let q = around_now();
+    let (body, rows) = allocation_rows(&viewer, &server, &format!("{q}&by=workload")).await;
+    for workload in ["ranker", "nightly-train", "vllm"] {
+        let row = rows
+            .get(workload)
+            .unwrap_or_else(|| panic!("{workload}: {body}"));
+        assert!(row["gpu_hours"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["avg_util"].as_f64().is_some(), "{row}");
+    }
 }

@@ -34,6 +34,27 @@ fn scenario(dir: &Path, pids: &[u32]) -> std::path::PathBuf {
     path
 }
 
+/// The agent of the cluster's node, one-second windows, asking the cluster's controller.
+fn agent_on(
+    cluster: &SlurmCluster,
+    server: &Server,
+    token: &str,
+    scenario: &Path,
+    dir: &Path,
+) -> std::process::Command {
+    let mut cmd = agent_command(&AgentOptions {
+        server: &server.url,
+        token,
+        scenario,
+        spool: &dir.join("spool"),
+        cluster: "hpc",
+        hostname: &cluster.node,
+        window: "1s",
+    });
+    cmd.env("SLURM_CONF", &cluster.conf);
+    cmd
+}
+
 fn labels_by_pid(procs: &[gpuledger_core::telemetry::StoredProcessWindow]) -> BTreeMap<i64, Value> {
     procs
         .iter()
@@ -62,19 +83,18 @@ async fn a_slurm_jobs_account_becomes_its_team_without_a_variable_set() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = scenario(dir.path(), &[vision, eval, declared]);
     let token = create_token(&db.url, "slurm", "hpc");
-    let server = start_server(&db.url, free_port()).await;
-    let spool = dir.path().join("spool");
-    let mut cmd = agent_command(&AgentOptions {
-        server: &server.url,
-        token: &token,
-        scenario: &scenario,
-        spool: &spool,
-        cluster: "hpc",
-        hostname: &cluster.node,
-        window: "1s",
-    });
+    // Cost per job and per array (a job not in an array is its own), as docs/owners.md shows.
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        "[owners]\n\
+         slurm_job = { from = [\"label:slurm_job_id\"] }\n\
+         slurm_array = { from = [\"label:slurm_array_job_id\", \"label:slurm_job_id\"] }\n",
+    )
+    .unwrap();
+    let server = start_server_with(&db.url, free_port(), Some(&config)).await;
     let mut agent = Proc(
-        cmd.env("SLURM_CONF", &cluster.conf)
+        agent_on(&cluster, &server, &token, &scenario, dir.path())
             .spawn()
             .expect("spawn agent"),
     );
@@ -107,29 +127,11 @@ async fn a_slurm_jobs_account_becomes_its_team_without_a_variable_set() {
     );
 
     // The ledger: the rate card prices the host, and the GPU's cost splits among the teams.
-    server_run(&db.url, &["rollup"]);
+    // The roll-up reads owners with the server's config, as `serve` does.
+    server_run(&db.url, &["rollup", "--config", config.to_str().unwrap()]);
     let viewer = signed_in(&server, "viewer").await;
-    let now = gpuledger_server::now_ms();
-    let hour = now - now % 3_600_000;
-    let q = format!(
-        "from={}&to={}",
-        gpuledger_core::time::rfc3339(hour - 3_600_000),
-        gpuledger_core::time::rfc3339(hour + 3_600_000)
-    );
-    let body: Value = viewer
-        .get(format!("{}/api/v1/allocation?{q}&by=team", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let teams: BTreeMap<String, Value> = body["rows"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{body}"))
-        .iter()
-        .map(|r| (r["key"].as_str().unwrap().to_owned(), r.clone()))
-        .collect();
+    let q = around_now();
+    let (body, teams) = allocation_rows(&viewer, &server, &format!("{q}&by=team")).await;
     for team in ["vision", "nlp", "search"] {
         let cost: f64 = teams
             .get(team)
@@ -156,6 +158,35 @@ async fn a_slurm_jobs_account_becomes_its_team_without_a_variable_set() {
         review.contains("vision") && review.contains("nlp"),
         "the review names the accounts as teams"
     );
+
+    // Per job: cost, GPU-hours, utilization and held-idle share, in the API, its CSV and the
+    // review's drill-down.
+    let (by_job, jobs) = allocation_rows(&viewer, &server, &format!("{q}&by=slurm_job")).await;
+    let job_row = &jobs[&vision_job.to_string()];
+    assert_eq!(job_row["cost"], teams["vision"]["cost"], "{by_job}");
+    assert!(job_row["gpu_hours"].as_f64().unwrap() > 0.0, "{job_row}");
+    assert!(job_row["avg_util"].as_f64().is_some(), "{job_row}");
+    assert!(job_row.get("held_idle_cost").is_some(), "{job_row}");
+    // The array's task counts under the array; a plain job under itself.
+    let (by_array, arrays) =
+        allocation_rows(&viewer, &server, &format!("{q}&by=slurm_array")).await;
+    assert!(arrays.contains_key(&eval_job.to_string()), "{by_array}");
+    assert!(arrays.contains_key(&vision_job.to_string()), "{by_array}");
+    let csv = page(format!(
+        "{}/api/v1/allocation?{q}&by=slurm_job&format=csv",
+        server.url
+    ))
+    .await;
+    assert!(
+        csv.lines().any(|l| l.contains(&format!(",{vision_job},"))),
+        "{csv}"
+    );
+    let drill = page(format!(
+        "{}/review/{month}/slurm_job?key={vision_job}",
+        server.url
+    ))
+    .await;
+    assert!(drill.contains(&cluster.node), "the job's host: {drill}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -169,17 +200,8 @@ async fn with_the_controller_away_sampling_goes_on_and_the_cause_is_reported() {
     let scenario = scenario(dir.path(), &[pid]);
     let token = create_token(&db.url, "slurm", "hpc");
     let server = start_server(&db.url, free_port()).await;
-    let mut cmd = agent_command(&AgentOptions {
-        server: &server.url,
-        token: &token,
-        scenario: &scenario,
-        spool: &dir.path().join("spool"),
-        cluster: "hpc",
-        hostname: &cluster.node,
-        window: "1s",
-    });
     let mut agent = Proc(
-        cmd.env("SLURM_CONF", &cluster.conf)
+        agent_on(&cluster, &server, &token, &scenario, dir.path())
             .args(["--slurm-timeout", "1s"])
             .stderr(Stdio::piped())
             .spawn()

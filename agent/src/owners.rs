@@ -400,6 +400,15 @@ mod tests {
         assert_eq!(owner.container_id.as_deref(), Some(CID));
         assert_eq!(reader.process_name(4242).as_deref(), Some("python3"));
         assert_eq!(reader.read(9999), Owner::default());
+
+        // A cgroup that cannot be read (here a directory where the file should be): the owner
+        // says why, and the rest is still read.
+        let odd = root.join("4444");
+        std::fs::create_dir_all(odd.join("cgroup")).unwrap();
+        std::fs::write(odd.join("environ"), b"GPULEDGER_TEAM=ads\0").unwrap();
+        let owner = reader.read(4444);
+        assert_eq!(owner.unknown.as_deref(), Some("cgroup_unreadable"));
+        assert_eq!(owner.labels.get("team").map(String::as_str), Some("ads"));
     }
 
     #[test]

@@ -88,6 +88,10 @@ pub struct JobFacts {
     pub array_job_id: Option<u64>,
     pub array_task_id: Option<u64>,
     pub comment: String,
+    /// GPUs allocated to the job (`gres/gpu=N` in its allocated TRES).
+    pub gpus: Option<u64>,
+    /// Which, where Slurm says (`gres_detail`: `gpu:a100:2(IDX:0-1)`).
+    pub gres: String,
 }
 
 impl JobFacts {
@@ -101,6 +105,7 @@ impl JobFacts {
             ("slurm_qos", &self.qos),
             ("slurm_job_name", &self.name),
             ("slurm_comment", &self.comment),
+            ("slurm_gres", &self.gres),
         ] {
             if !value.is_empty() {
                 out.push((key, value.clone()));
@@ -111,6 +116,9 @@ impl JobFacts {
         }
         if let Some(id) = self.array_task_id {
             out.push(("slurm_array_task_id", id.to_string()));
+        }
+        if let Some(n) = self.gpus {
+            out.push(("slurm_gpus", n.to_string()));
         }
         out
     }
@@ -153,6 +161,13 @@ fn number(v: Option<&Value>) -> Option<u64> {
     }
 }
 
+/// `gres/gpu=N` in a TRES string (`cpu=8,mem=64G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2`).
+fn gpus_of_tres(tres: &str) -> Option<u64> {
+    tres.split(',')
+        .find_map(|t| t.strip_prefix("gres/gpu="))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 fn string(v: Option<&Value>) -> String {
     v.and_then(Value::as_str).unwrap_or_default().to_owned()
 }
@@ -181,6 +196,17 @@ pub fn parse_squeue(json: &str) -> Result<Vec<JobFacts>, String> {
             array_job_id,
             array_task_id: array_job_id.and(number(job.get("array_task_id"))),
             comment: string(job.get("comment")),
+            gpus: gpus_of_tres(&string(job.get("tres_alloc_str"))),
+            gres: job
+                .get("gres_detail")
+                .and_then(Value::as_array)
+                .map(|d| {
+                    d.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default(),
         });
     }
     Ok(out)
@@ -420,12 +446,15 @@ mod tests {
         // Slurm 22.05 (openapi v0.0.38): bare numbers.
         let old = r#"{"meta":{},"errors":[],"jobs":[{"job_id":2,"account":"vision","user_name":"alice",
             "partition":"gpu","qos":"normal","name":"resnet-sweep","array_job_id":1,"array_task_id":1,
-            "comment":"model=resnet50"},{"job_id":5,"account":"nlp","user_name":"bob","partition":"gpu",
+            "comment":"model=resnet50","tres_alloc_str":"cpu=8,mem=64G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2",
+            "gres_detail":["gpu:a100:2(IDX:0-1)"]},{"job_id":5,"account":"nlp","user_name":"bob","partition":"gpu",
             "qos":"","name":"train","array_job_id":0,"array_task_id":null,"comment":""}]}"#;
         // Slurm 23.02 and later: numbers as {"set","infinite","number"}.
         let new = r#"{"jobs":[{"job_id":2,"account":"vision","user_name":"alice","partition":"gpu",
             "qos":"normal","name":"resnet-sweep","array_job_id":{"set":true,"infinite":false,"number":1},
-            "array_task_id":{"set":true,"infinite":false,"number":1},"comment":"model=resnet50"},
+            "array_task_id":{"set":true,"infinite":false,"number":1},"comment":"model=resnet50",
+            "tres_alloc_str":"cpu=8,mem=64G,node=1,billing=8,gres/gpu=2,gres/gpu:a100=2",
+            "gres_detail":["gpu:a100:2(IDX:0-1)"]},
             {"job_id":5,"account":"nlp","user_name":"bob","partition":"gpu","qos":"","name":"train",
             "array_job_id":{"set":true,"infinite":false,"number":0},
             "array_task_id":{"set":false,"infinite":false,"number":0},"comment":""}]}"#;
@@ -439,6 +468,11 @@ mod tests {
                 (Some(1), Some(1))
             );
             assert_eq!((jobs[1].array_job_id, jobs[1].array_task_id), (None, None));
+            assert_eq!(jobs[0].gpus, Some(2));
+            assert!(jobs[0]
+                .labels()
+                .contains(&("slurm_gres", "gpu:a100:2(IDX:0-1)".into())));
+            assert_eq!(jobs[1].gpus, None, "a job with no GPU has no count");
             let labels = jobs[1].labels();
             assert!(labels.contains(&("slurm_account", "nlp".into())));
             assert!(

@@ -411,3 +411,40 @@ pub fn assert_promtool_passes(text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `from=…&to=…` for the hours around now, where an agent run by a test lands.
+pub fn around_now() -> String {
+    let now = gpuledger_server::now_ms();
+    let hour = now - now % 3_600_000;
+    format!(
+        "from={}&to={}",
+        gpuledger_core::time::rfc3339(hour - 3_600_000),
+        gpuledger_core::time::rfc3339(hour + 3_600_000)
+    )
+}
+
+/// `GET /api/v1/allocation?{query}` as `client` sees it: the answer and its rows by key.
+pub async fn allocation_rows(
+    client: &reqwest::Client,
+    server: &Server,
+    query: &str,
+) -> (
+    serde_json::Value,
+    std::collections::BTreeMap<String, serde_json::Value>,
+) {
+    let body: serde_json::Value = client
+        .get(format!("{}/api/v1/allocation?{query}", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = body["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .map(|r| (r["key"].as_str().unwrap_or_default().to_owned(), r.clone()))
+        .collect();
+    (body, rows)
+}
