@@ -251,3 +251,44 @@ fn the_systemd_units_verify() {
         );
     }
 }
+
+/// The images are distroless `cc`: glibc, libgcc and CA certificates, nothing else. The
+/// binaries the Dockerfile copies in must need no other shared library (no libssl, no
+/// libsqlite: TLS and SQLite are built in), and the Dockerfile must copy them where its
+/// entrypoints run them. (The images themselves are not built here: no registry is reachable
+/// to pull the base images from.)
+#[test]
+fn the_images_carry_binaries_that_need_only_what_distroless_has() {
+    let dockerfile = read("Dockerfile");
+    for target in ["server", "agent"] {
+        let bin = format!("gpuledger-{target}");
+        assert!(
+            dockerfile.contains(&format!("AS {target}\n")),
+            "a --target {target} stage"
+        );
+        assert!(dockerfile.contains(&format!("/out/{bin} /usr/bin/{bin}")));
+        assert!(dockerfile.contains(&format!("ENTRYPOINT [\"/usr/bin/{bin}\"]")));
+        let out = Command::new("ldd").arg(artifact(&bin)).output().unwrap();
+        let needed = String::from_utf8_lossy(&out.stdout);
+        for line in needed.lines() {
+            let lib = line.split_whitespace().next().unwrap_or_default();
+            let in_distroless_cc = [
+                "linux-vdso.so",
+                "libc.so",
+                "libm.so",
+                "libgcc_s.so",
+                "libdl.so",
+                "libpthread.so",
+                "librt.so",
+                "/lib64/ld-linux",
+                "ld-linux",
+            ]
+            .iter()
+            .any(|ok| lib.starts_with(ok) || lib.contains(ok));
+            assert!(
+                in_distroless_cc,
+                "{bin} needs {lib}, which distroless/cc lacks"
+            );
+        }
+    }
+}
