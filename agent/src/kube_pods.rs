@@ -65,21 +65,26 @@ impl PodFacts {
 pub fn facts_of(pod: &Pod, config: &KubeApiConfig) -> PodFacts {
     let meta = &pod.metadata;
     let mut labels = Vec::new();
-    let pod_labels = meta.labels.clone().unwrap_or_default();
+    let (pod_labels, annotations) = (meta.labels.as_ref(), meta.annotations.as_ref());
     for key in &config.labels {
-        if let Some(v) = pod_labels.get(key).filter(|v| !v.is_empty()) {
+        if let Some(v) = pod_labels
+            .and_then(|l| l.get(key))
+            .filter(|v| !v.is_empty())
+        {
             labels.push((format!("k8s_label.{key}"), v.clone()));
         }
     }
-    let annotations = meta.annotations.clone().unwrap_or_default();
     for key in &config.annotations {
-        if let Some(v) = annotations.get(key).filter(|v| !v.is_empty()) {
+        if let Some(v) = annotations
+            .and_then(|a| a.get(key))
+            .filter(|v| !v.is_empty())
+        {
             labels.push((format!("k8s_annotation.{key}"), v.clone()));
         }
     }
     for role in gpuledger_proto::OWNER_KEYS {
         if let Some(v) = annotations
-            .get(&format!("gpuledger.io/{role}"))
+            .and_then(|a| a.get(&format!("gpuledger.io/{role}")))
             .filter(|v| !v.is_empty())
         {
             labels.push(((*role).to_owned(), v.clone()));
@@ -88,14 +93,10 @@ pub fn facts_of(pod: &Pod, config: &KubeApiConfig) -> PodFacts {
     let mut containers = HashMap::new();
     let status = pod.status.as_ref();
     let statuses = status
-        .and_then(|s| s.container_statuses.clone())
-        .unwrap_or_default()
+        .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
-        .chain(
-            status
-                .and_then(|s| s.init_container_statuses.clone())
-                .unwrap_or_default(),
-        );
+        .chain(status.and_then(|s| s.init_container_statuses.as_ref()))
+        .flatten();
     for c in statuses {
         // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
         if let Some(id) = c
@@ -222,7 +223,7 @@ impl PodDirectory {
                     };
                     let mut facts = facts_of(&pod, &config);
                     facts.workload =
-                        workload_of(&client, &facts.namespace.clone(), &pod, &mut workloads).await;
+                        workload_of(&client, &facts.namespace, &pod, &mut workloads).await;
                     self.put(uid, facts);
                     self.answered();
                 }
@@ -346,5 +347,33 @@ mod tests {
         );
         assert!(!labels.keys().any(|k| k.contains("last-applied")));
         assert_eq!(labels.len(), 5);
+    }
+
+    #[test]
+    fn a_pod_is_stale_unknown_or_missing_with_a_cause_the_server_counts() {
+        let directory = PodDirectory::default();
+        assert_eq!(
+            directory.of("u-1"),
+            (None, None),
+            "not listed yet: nothing to say"
+        );
+        directory.put("u-1".into(), PodFacts::default());
+        directory.lock().listed = true;
+        assert_eq!(directory.of("u-1").1, None);
+        let (_, unknown) = directory.of("u-2");
+        directory.lock().failing = Some("connection refused".into());
+        let (kept, stale) = directory.of("u-1");
+        let (_, down) = directory.of("u-2");
+        assert!(
+            kept.is_some(),
+            "the last facts stay while the API server is away"
+        );
+        for cause in [unknown, stale, down] {
+            let cause = cause.expect("a cause");
+            assert!(
+                gpuledger_proto::OWNER_UNKNOWN_CAUSES.contains(&cause),
+                "{cause}"
+            );
+        }
     }
 }

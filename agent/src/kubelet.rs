@@ -364,6 +364,15 @@ mod tests {
             labels_for(&by_device["GPU-ddd"]),
             (vec![], Some("k8s_gpu_shared"))
         );
+        let causes = gpuledger_proto::OWNER_UNKNOWN_CAUSES;
+        assert!(causes.contains(&"k8s_gpu_shared"));
+        for why in [
+            Unknown::NoSocket,
+            Unknown::TimedOut,
+            Unknown::Failed(String::new()),
+        ] {
+            assert!(causes.contains(&why.code()), "{why}");
+        }
         assert!(!by_device.contains_key("GPU-ccc::0"));
     }
 

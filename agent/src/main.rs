@@ -8,9 +8,8 @@ use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
 use gpuledger_agent::kube_pods::KubeApiConfig;
 use gpuledger_agent::kubelet::KubeletConfig;
-use gpuledger_agent::owners::OwnerReader;
-use gpuledger_agent::run::{self, AgentConfig};
-use gpuledger_agent::slurm::{SlurmConfig, SlurmJobs};
+use gpuledger_agent::run::{self, AgentConfig, OwnerSources};
+use gpuledger_agent::slurm::SlurmConfig;
 
 /// gpuledger agent: reads the GPUs of this host through NVML and reports who used them.
 ///
@@ -210,20 +209,14 @@ impl SourceArgs {
         })
     }
 
-    async fn owners(&self) -> OwnerReader {
-        let mut owners = OwnerReader::new(&self.proc_root, self.label_env_keys.clone());
-        if let Some(c) = self.slurm() {
-            owners = owners.with_slurm(SlurmJobs::start(c));
+    fn owners(&self) -> OwnerSources {
+        OwnerSources {
+            proc_root: self.proc_root.clone(),
+            extra_label_keys: self.label_env_keys.clone(),
+            slurm: self.slurm(),
+            kubelet: self.kubelet(),
+            kube_api: self.kube_api(),
         }
-        if let Some(c) = self.kubelet() {
-            owners = owners.with_pods(run::watch_pods(c).await);
-        }
-        if let Some(c) = self.kube_api() {
-            if let Some(directory) = gpuledger_agent::kube_pods::start(c).await {
-                owners = owners.with_pod_directory(directory);
-            }
-        }
-        owners
     }
 }
 
@@ -271,11 +264,7 @@ async fn main() -> anyhow::Result<()> {
                     initial_backoff: args.retry_initial,
                     max_backoff: args.retry_max,
                 },
-                proc_root: args.source.proc_root.clone(),
-                extra_label_keys: args.source.label_env_keys.clone(),
-                slurm: args.source.slurm(),
-                kubelet: args.source.kubelet(),
-                kube_api: args.source.kube_api(),
+                owners: args.source.owners(),
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await
@@ -285,7 +274,7 @@ async fn main() -> anyhow::Result<()> {
             let report = run::once(
                 &args.source.host_config(),
                 source,
-                args.source.owners().await,
+                args.source.owners().start().await,
                 args.source.sample_interval,
                 args.duration,
             )

@@ -40,8 +40,8 @@ pub struct OwnerReader {
     slurm: Option<SlurmJobs>,
     pods: Option<Pods>,
     pod_directory: Option<PodDirectory>,
-    /// Causes of unreadable cgroups already logged (once each, not per sample).
-    logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Unreadable cgroups are logged once, not per sample.
+    cgroup_warned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OwnerReader {
@@ -58,7 +58,7 @@ impl OwnerReader {
             slurm: None,
             pods: None,
             pod_directory: None,
-            logged: Default::default(),
+            cgroup_warned: Default::default(),
         }
     }
 
@@ -121,13 +121,6 @@ impl OwnerReader {
         }
     }
 
-    fn log_once(&self, cause: &str, message: &str) {
-        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
-        if logged.insert(cause.to_owned()) {
-            tracing::warn!(cause, "{message} (said once)");
-        }
-    }
-
     /// Reads what can be read; a process that is gone or unreadable has no labels, not an error.
     pub fn read(&self, pid: u32) -> Owner {
         let dir = self.proc_root.join(pid.to_string());
@@ -147,10 +140,12 @@ impl OwnerReader {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 owner.unknown = Some("cgroup_unreadable".into());
-                self.log_once(
-                    "cgroup_unreadable",
-                    &format!("cannot read processes' cgroups under {}: {e}; their containers, pods and Slurm jobs are unknown", self.proc_root.display()),
-                );
+                if !self
+                    .cgroup_warned
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(error = %e, proc_root = %self.proc_root.display(), "cannot read processes' cgroups: their containers, pods and Slurm jobs are unknown (said once)");
+                }
             }
         }
         let slurm_job =

@@ -27,6 +27,15 @@ pub struct AgentConfig {
     pub spool_dir: PathBuf,
     pub spool_max_bytes: u64,
     pub delivery: DeliveryConfig,
+    pub owners: OwnerSources,
+    /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
+    pub shutdown_grace: Duration,
+}
+
+/// Where a process's owner is read from, besides its own environment.
+#[derive(Debug, Clone)]
+pub struct OwnerSources {
+    /// Where process environments, cgroups and uids are read (`/proc`, or the host's).
     pub proc_root: PathBuf,
     pub extra_label_keys: Vec<String>,
     /// Where to ask about the Slurm jobs processes run in; `None` reads no job.
@@ -35,8 +44,26 @@ pub struct AgentConfig {
     pub kubelet: Option<KubeletConfig>,
     /// What to read of the node's pods from the API server; `None` reads nothing.
     pub kube_api: Option<KubeApiConfig>,
-    /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
-    pub shutdown_grace: Duration,
+}
+
+impl OwnerSources {
+    /// The reader of owners, with its Slurm thread and Kubernetes tasks started and asked once
+    /// (so a first window names its jobs' and pods' owners).
+    pub async fn start(&self) -> OwnerReader {
+        let mut owners = OwnerReader::new(&self.proc_root, self.extra_label_keys.clone());
+        if let Some(slurm) = self.slurm.clone() {
+            owners = owners.with_slurm(SlurmJobs::start(slurm));
+        }
+        if let Some(kubelet) = self.kubelet.clone() {
+            owners = owners.with_pods(watch_pods(kubelet).await);
+        }
+        if let Some(api) = self.kube_api.clone() {
+            if let Some(directory) = crate::kube_pods::start(api).await {
+                owners = owners.with_pod_directory(directory);
+            }
+        }
+        owners
+    }
 }
 
 pub fn report(host: &HostInfo, window: Window) -> Report {
@@ -85,19 +112,7 @@ pub async fn run(
     let deliverer = Deliverer::new(config.delivery.clone(), spool.clone())?;
     let delivery = tokio::spawn(deliverer.run(wake.clone(), stop_rx));
 
-    let mut owners = OwnerReader::new(&config.proc_root, config.extra_label_keys.clone());
-    if let Some(slurm) = config.slurm.clone() {
-        owners = owners.with_slurm(SlurmJobs::start(slurm));
-    }
-    if let Some(kubelet) = config.kubelet.clone() {
-        owners = owners.with_pods(watch_pods(kubelet).await);
-    }
-    if let Some(api) = config.kube_api.clone() {
-        if let Some(directory) = crate::kube_pods::start(api).await {
-            owners = owners.with_pod_directory(directory);
-        }
-    }
-    let mut builder = WindowBuilder::new(owners);
+    let mut builder = WindowBuilder::new(config.owners.start().await);
     let mut source = source;
     let window_ms = config.window.as_millis().max(1) as i64;
     let mut boundary = next_boundary(crate::now_ms(), window_ms);

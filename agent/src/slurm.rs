@@ -222,8 +222,8 @@ struct State {
     jobs: HashMap<u64, Lookup>,
     /// Asked for and not answered yet.
     pending: HashSet<u64>,
-    /// Causes already logged.
-    logged: HashSet<String>,
+    /// The controller's last question failed (said once, until it answers again).
+    controller_failing: bool,
 }
 
 /// The agent's view of the controller: answers from its cache at once and asks the controller
@@ -331,12 +331,12 @@ fn ask_controller(
                     };
                     s.jobs.insert(*id, lookup);
                 }
-                if s.logged.remove("controller") {
+                if std::mem::take(&mut s.controller_failing) {
                     tracing::info!("the Slurm controller answers again");
                 }
             }
             Err(why) => {
-                if s.logged.insert("controller".into()) {
+                if !std::mem::replace(&mut s.controller_failing, true) {
                     tracing::warn!(cause = %why, "Slurm jobs' owners unknown until the controller answers (retried every 30 s; said once)");
                 }
                 for id in &ids {
@@ -522,5 +522,17 @@ mod tests {
         let _ = garbage.facts(7);
         garbage.settle(Duration::from_secs(5));
         assert!(matches!(garbage.facts(7), Err(Unknown::Failed(why)) if why.contains("not JSON")));
+    }
+
+    #[test]
+    fn every_cause_is_one_the_server_counts() {
+        for why in [
+            Unknown::NotInstalled,
+            Unknown::TimedOut,
+            Unknown::Failed(String::new()),
+            Unknown::JobNotFound,
+        ] {
+            assert!(gpuledger_proto::OWNER_UNKNOWN_CAUSES.contains(&why.code()));
+        }
     }
 }

@@ -18,6 +18,23 @@ pub const SPOOL_DROPPED_HEADER: &str = "x-gpuledger-spool-dropped";
 /// Well-known owner label keys; the agent reads them from `GPULEDGER_<KEY>` in a process's environment.
 pub const OWNER_KEYS: [&str; 4] = ["model", "experiment", "endpoint", "team"];
 
+/// The causes an agent gives in `ProcessWindow::owner_unknown` (docs/owners.md says each one's
+/// meaning). The server counts any other text as `other`, so a report cannot add series.
+pub const OWNER_UNKNOWN_CAUSES: [&str; 12] = [
+    "cgroup_unreadable",
+    "kube_api_error",
+    "kube_api_stale",
+    "kube_pod_unknown",
+    "kubelet_no_socket",
+    "kubelet_timeout",
+    "kubelet_error",
+    "k8s_gpu_shared",
+    "slurm_not_installed",
+    "slurm_timeout",
+    "slurm_error",
+    "slurm_job_not_found",
+];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Report {

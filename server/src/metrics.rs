@@ -19,23 +19,6 @@ pub struct Metrics {
     pub owners_unknown: IntCounterVec,
 }
 
-/// The causes agents give for an owner they could not read fully (`owner_unknown`); any other
-/// text counts as `other`, so a report cannot add series.
-pub const OWNER_UNKNOWN_CAUSES: [&str; 12] = [
-    "cgroup_unreadable",
-    "kube_api_error",
-    "kube_api_stale",
-    "kube_pod_unknown",
-    "kubelet_no_socket",
-    "kubelet_timeout",
-    "kubelet_error",
-    "k8s_gpu_shared",
-    "slurm_not_installed",
-    "slurm_timeout",
-    "slurm_error",
-    "slurm_job_not_found",
-];
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -136,7 +119,7 @@ impl Metrics {
             .flat_map(|g| &g.processes)
             .filter_map(|p| p.owner_unknown.as_deref());
         for cause in causes {
-            let cause = OWNER_UNKNOWN_CAUSES
+            let cause = gpuledger_proto::OWNER_UNKNOWN_CAUSES
                 .into_iter()
                 .find(|c| *c == cause)
                 .unwrap_or("other");
