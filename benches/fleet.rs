@@ -1164,11 +1164,9 @@ async fn agent(o: &Options) -> Result<()> {
         .enumerate()
         .map(|(g, p)| {
             serde_json::json!({
+                "model": "NVIDIA H100 80GB HBM3",
                 "uuid": format!("GPU-agent-bench-{g}"),
-                "name": "NVIDIA H100 80GB HBM3",
-                "memory_total_bytes": 85_899_345_920u64,
                 "power_mw": 400_000, "temperature_c": 60, "energy_start_mj": 1_000_000,
-                "process_utilization": true,
                 "phases": [{ "at_s": 0, "gpu_util": 70, "mem_util": 30,
                              "memory_used_bytes": 42_949_672_960u64,
                              "processes": [{ "pid": p.pid(), "name": "python3",

@@ -23,7 +23,7 @@ const GIB: u64 = 1 << 30;
 fn scenario(dir: &Path, uuid: &str) -> PathBuf {
     let path = dir.join(format!("{uuid}.json"));
     let s = json!({"gpus": [{
-        "uuid": uuid, "name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * GIB,
+        "model": "NVIDIA A100-SXM4-80GB", "uuid": uuid,
         "power_mw": 250_000, "energy_start_mj": 0,
         "phases": [{ "gpu_util": 60, "mem_util": 20, "memory_used_bytes": 20 * GIB }]
     }]});

@@ -203,14 +203,12 @@ const GIB: u64 = 1024 * 1024 * 1024;
 fn scenario(dir: &Path, pids: &BTreeMap<&str, u32>) -> PathBuf {
     let p = |name: &str| json!({ "pid": pids[name], "name": "python3", "memory_used_bytes": 4 * GIB, "sm_util": 40 });
     let doc = json!({ "gpus": [
-        { "uuid": "GPU-k8s-a100", "name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * GIB,
+        { "model": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-k8s-a100",
           "power_mw": 250_000, "phases": [{ "gpu_util": 70, "memory_used_bytes": 4 * GIB, "processes": [p("search")] }] },
-        { "uuid": "GPU-k8s-h100", "name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 80 * GIB,
-          "mig_capable": true, "gpm": true,
-          "mig": [{ "uuid": "MIG-k8s-h100-1", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                    "memory_total_bytes": 40 * GIB, "gpu_instance_id": 1,
+        { "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-k8s-h100",
+          "mig": [{ "profile": "3g.40gb", "gpu_instance_id": 1, "uuid": "MIG-k8s-h100-1",
                     "phases": [{ "gpu_util": 50, "memory_used_bytes": 4 * GIB, "processes": [p("vision")] }] }] },
-        { "uuid": "GPU-k8s-a10g", "name": "NVIDIA A10G", "memory_total_bytes": 24 * GIB,
+        { "model": "NVIDIA A10G", "uuid": "GPU-k8s-a10g",
           "phases": [{ "gpu_util": 60, "memory_used_bytes": 12 * GIB,
                        "processes": [p("chat-1"), p("chat-2"), p("host")] }] }
     ]});

@@ -25,8 +25,8 @@ fn scenario(dir: &Path, pids: &[u32]) -> std::path::PathBuf {
         .map(|pid| json!({ "pid": pid, "name": "python3", "memory_used_bytes": 10 * GIB, "sm_util": 30 }))
         .collect();
     let doc = json!({ "gpus": [{
-        "uuid": "GPU-slurm-a100-0", "name": "NVIDIA A100-SXM4-80GB",
-        "memory_total_bytes": 80 * GIB, "power_mw": 300_000, "energy_start_mj": 0,
+        "model": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-slurm-a100-0",
+        "power_mw": 300_000, "energy_start_mj": 0,
         "phases": [{ "gpu_util": 90, "mem_util": 30, "memory_used_bytes": 30 * GIB, "processes": processes }]
     }]});
     let path = dir.join("scenario.json");

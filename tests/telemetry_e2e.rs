@@ -48,39 +48,36 @@ fn processes() -> Fleet {
 }
 
 /// Three GPUs: a busy A100 with a training job and a held-idle notebook; an H100 in MIG mode
-/// with one busy and one idle instance (utilization through GPM, as on real Hopper MIG); a T4 whose driver gives no power or per-process data.
+/// with two `3g.40gb` instances, one busy and one idle (their utilization through GPM, as on
+/// real Hopper MIG; per-process utilization is not supported under MIG); a Quadro P400, a
+/// board with no power sensor and (before Volta) no energy counter.
 fn scenario(f: &Fleet) -> serde_json::Value {
     json!({
         "gpus": [
             {
-                "uuid": "GPU-e2e-a100-0", "name": "NVIDIA A100-SXM4-80GB",
-                "memory_total_bytes": 80 * GIB, "power_mw": 300_000, "temperature_c": 60,
-                "energy_start_mj": 1_000_000, "mig_capable": true,
+                "model": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-e2e-a100-0",
+                "power_mw": 300_000, "temperature_c": 60, "energy_start_mj": 1_000_000,
                 "phases": [{ "gpu_util": 72, "mem_util": 30, "memory_used_bytes": 40 * GIB, "processes": [
                     { "pid": f.training, "name": "python3", "memory_used_bytes": 30 * GIB, "sm_util": 70 },
                     { "pid": f.notebook, "name": "jupyter", "memory_used_bytes": 10 * GIB, "sm_util": 0 }
                 ]}]
             },
             {
-                "uuid": "GPU-e2e-h100-1", "name": "NVIDIA H100 80GB HBM3",
-                "memory_total_bytes": 80 * GIB, "power_mw": 120_000, "temperature_c": 45,
-                "energy_start_mj": 0, "mig_capable": true, "gpm": true,
+                "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-e2e-h100-1",
+                "power_mw": 120_000, "temperature_c": 45, "energy_start_mj": 0,
                 "mig": [
-                    { "uuid": "MIG-e2e-1a", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                      "memory_total_bytes": 40 * GIB, "gpu_instance_id": 1,
+                    { "profile": "3g.40gb", "gpu_instance_id": 1, "uuid": "MIG-e2e-1a",
                       "phases": [{ "gpu_util": 40, "mem_util": 10, "memory_used_bytes": 8 * GIB, "processes": [
                           { "pid": f.serving, "name": "vllm", "memory_used_bytes": 8 * GIB, "sm_util": 38 }
                       ]}] },
-                    { "uuid": "MIG-e2e-1b", "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                      "memory_total_bytes": 40 * GIB, "gpu_instance_id": 2,
+                    { "profile": "3g.40gb", "gpu_instance_id": 2, "uuid": "MIG-e2e-1b",
                       "phases": [{ "gpu_util": 0, "mem_util": 0, "memory_used_bytes": 0 }] }
                 ]
             },
             {
-                "uuid": "GPU-e2e-t4-2", "name": "Tesla T4", "memory_total_bytes": 16 * GIB,
-                "process_utilization": false,
-                "phases": [{ "gpu_util": 15, "mem_util": 5, "memory_used_bytes": 2 * GIB, "processes": [
-                    { "pid": f.batch_job, "memory_used_bytes": 2 * GIB }
+                "model": "Quadro P400", "uuid": "GPU-e2e-p400-2",
+                "phases": [{ "gpu_util": 15, "mem_util": 5, "memory_used_bytes": GIB, "processes": [
+                    { "pid": f.batch_job, "memory_used_bytes": GIB, "sm_util": 12 }
                 ]}]
             }
         ]
@@ -194,11 +191,11 @@ fn assert_matches_scenario(
     for w in &gpus["GPU-e2e-h100-1"] {
         assert_eq!(w.util_histogram, None, "{label}: no readings, no histogram");
     }
-    for w in &gpus["GPU-e2e-t4-2"] {
+    for w in &gpus["GPU-e2e-p400-2"] {
         assert_eq!(w.util_avg, Some(15.0), "{label}");
         assert_eq!(
             (w.power_avg_watts, w.energy_mj, w.temperature_max_c),
-            (None, None, None),
+            (None, None, Some(40.0)),
             "{label}: unsupported is absent, not 0"
         );
     }
@@ -254,6 +251,10 @@ fn assert_matches_scenario(
             "{label}: MIG processes belong to their instance"
         );
         assert_eq!(
+            p.sm_util_avg, None,
+            "{label}: no per-process utilization under MIG is absent, not 0"
+        );
+        assert_eq!(
             (label_of(p, "endpoint"), label_of(p, "model")),
             (Some("chat"), Some("mistral-7b")),
             "{label}"
@@ -262,10 +263,7 @@ fn assert_matches_scenario(
     let batch = find(f.batch_job);
     assert!(!batch.is_empty(), "{label}");
     for p in batch {
-        assert_eq!(
-            p.sm_util_avg, None,
-            "{label}: no per-process data on this driver is absent, not 0"
-        );
+        assert_eq!(p.sm_util_avg, Some(12.0), "{label}");
         assert_eq!(label_of(p, "team"), Some("ads"), "{label}");
     }
 }
@@ -464,7 +462,7 @@ fn agent_once_prints_one_report() {
         [
             "GPU-e2e-a100-0",
             "GPU-e2e-h100-1",
-            "GPU-e2e-t4-2",
+            "GPU-e2e-p400-2",
             "MIG-e2e-1a",
             "MIG-e2e-1b"
         ]
@@ -533,16 +531,15 @@ async fn documented_curl_example_is_accepted() {
 }
 
 /// On a MIG GPU without GPM (an A100), the driver can say nothing about an instance's
-/// utilization: it is reported absent, never as the parent's meaningless 0%.
+/// utilization: it is reported absent, never as the parent's meaningless 0%, with where the
+/// instance sits (its GPU instance and compute slices) for pricing it.
 #[test]
 fn mig_without_gpm_reports_no_utilization_rather_than_zero() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = dir.path().join("a100-mig.json");
     let doc = json!({ "gpus": [{
-        "uuid": "GPU-a100-mig", "name": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * GIB,
-        "mig_capable": true,
-        "mig": [{ "uuid": "MIG-a100-1", "name": "NVIDIA A100-SXM4-80GB MIG 7g.80gb",
-                  "memory_total_bytes": 80 * GIB, "gpu_instance_id": 0,
+        "model": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100-mig",
+        "mig": [{ "profile": "7g.80gb", "gpu_instance_id": 0, "uuid": "MIG-a100-1",
                   "phases": [{ "gpu_util": 90, "memory_used_bytes": GIB }] }]
     }]});
     std::fs::write(&scenario, doc.to_string()).unwrap();
@@ -554,6 +551,17 @@ fn mig_without_gpm_reports_no_utilization_rather_than_zero() {
     assert_eq!(gpus.len(), 2);
     assert!(gpus.iter().all(|g| g.util_avg.is_none()), "{gpus:?}");
     assert_eq!(gpus[1].memory_used_max_bytes, Some(GIB));
+    assert_eq!(gpus[0].mig_compute_slices, Some(7));
+    let mig = gpus[1].mig.as_ref().unwrap();
+    assert_eq!(
+        (
+            mig.gpu_instance_id,
+            mig.gpu_instance_slices,
+            mig.compute_instance_slices
+        ),
+        (0, 7, 7)
+    );
+    assert_eq!(mig.profile.as_deref(), Some("7g.80gb"));
 }
 
 /// SIGTERM in the middle of a window: the partial window is flushed and delivered, not lost.

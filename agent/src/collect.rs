@@ -1,22 +1,25 @@
-//! Reading the GPUs: one [`DeviceSample`] per GPU (or MIG instance) per sampling tick.
+//! Reading the GPUs: one [`DeviceSample`] per GPU (or MIG device) per sampling tick.
 //!
 //! The [`GpuSource`] trait keeps the window logic testable without a driver; [`NvmlSource`] is the
 //! real reader, through `nvml-wrapper`. NVML calls block, so the agent calls `sample` on a
 //! blocking thread and gets owned snapshots back.
+//!
+//! Faults stay with the device they happen to: a GPU that is lost, or reported a critical XID,
+//! is still sampled (with the fault and no readings) while the others read on; when the whole
+//! driver goes away every GPU known before is reported unavailable, and NVML is initialised
+//! again with backoff.
 
-use std::collections::HashMap;
+mod read;
+mod xid;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use std::time::Duration;
-
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
-use nvml_wrapper::enums::device::UsedGpuMemory;
-use nvml_wrapper::enums::gpm::GpmMetricId;
+use gpuledger_proto::{DeviceFault, MigPlacement};
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::gpm::gpm_metrics_get;
-use nvml_wrapper::struct_wrappers::gpm::GpmMetricResult;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::{EventSet, GpmSample, Nvml};
 
 /// One reading of one device. `None` means the driver could not give the value.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -24,7 +27,7 @@ pub struct DeviceSample {
     pub uuid: String,
     pub index: u32,
     pub name: String,
-    /// Set on a MIG instance: its physical GPU.
+    /// Set on a MIG device: its physical GPU.
     pub parent_uuid: Option<String>,
     pub memory_total_bytes: Option<u64>,
     pub memory_used_bytes: Option<u64>,
@@ -34,7 +37,18 @@ pub struct DeviceSample {
     pub temperature_c: Option<u32>,
     /// NVML's cumulative energy counter, in millijoules.
     pub energy_counter_mj: Option<u64>,
+    /// Compute processes (a display server's graphics work holds no GPU for anyone).
     pub processes: Vec<ProcessSample>,
+    /// On a MIG device: its instances and their compute slices.
+    pub mig: Option<MigPlacement>,
+    /// On a GPU in MIG mode: its compute slices.
+    pub mig_compute_slices: Option<u32>,
+    /// Memory in use beyond what the processes NVML lists (compute and graphics) hold, on a
+    /// device whose processes were asked for.
+    pub unseen_memory_bytes: Option<u64>,
+    /// Why processes may be hidden from the agent, where it knows.
+    pub unseen_cause: Option<&'static str>,
+    pub fault: Option<DeviceFault>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -59,252 +73,263 @@ pub trait GpuSource: Send {
     fn sample(&mut self) -> Result<Vec<DeviceSample>, CollectError>;
 }
 
+/// What must live as long as one NVML session and be dropped before it: GPM samples kept from
+/// one tick to the next (an instance's activity is measured between them) and the event sets
+/// XIDs arrive on.
+#[derive(Default)]
+struct Watch<'a> {
+    /// Per (GPU, GPU instance id): the last GPM sample and when it was taken.
+    gpm: HashMap<(String, u32), (GpmSample<'a>, Instant)>,
+    /// One event set per GPU, so a lost GPU's set never keeps another's XIDs back.
+    xid: HashMap<String, EventSet<'a>>,
+    /// GPUs whose events were asked for in this session (supported or not).
+    xid_asked: BTreeSet<String>,
+    /// Compute slices per GPU in MIG mode (fixed while its MIG mode is).
+    slices: HashMap<String, Option<u32>>,
+}
+
+self_cell::self_cell!(
+    /// An initialised NVML and what hangs off it.
+    struct Session {
+        owner: Nvml,
+        #[not_covariant]
+        dependent: Watch,
+    }
+);
+
+/// A GPU as last read: a GPU that cannot be read any more is still reported by it.
+#[derive(Debug, Clone)]
+struct Identity {
+    uuid: String,
+    name: String,
+    memory_total_bytes: Option<u64>,
+}
+
+/// A critical XID the driver reported for a GPU. It stands while the GPU runs no new work: a
+/// process that was not there when the XID came means the GPU was reset and works again.
+#[derive(Debug, Clone)]
+struct XidFault {
+    fault: DeviceFault,
+    /// The processes on the GPU at the first read after the XID.
+    pids_at: Option<BTreeSet<u32>>,
+}
+
+/// When to try NVML again after it failed: 1 s, doubling to a minute.
+#[derive(Debug)]
+struct Backoff {
+    next: Instant,
+    delay: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(60);
+
+    fn new() -> Self {
+        Backoff {
+            next: Instant::now(),
+            delay: Self::FIRST,
+            failures: 0,
+        }
+    }
+
+    fn failed(&mut self) {
+        self.failures += 1;
+        self.next = Instant::now() + self.delay;
+        self.delay = (self.delay * 2).min(Self::MAX);
+    }
+
+    fn reset(&mut self) {
+        *self = Backoff::new();
+    }
+}
+
+/// State kept from one sample to the next, outside the NVML session.
+struct Memory {
+    /// Newest process-utilization timestamp seen per device, so each sample is counted once.
+    last_seen_us: HashMap<String, u64>,
+    known: BTreeMap<u32, Identity>,
+    xids: HashMap<String, XidFault>,
+    /// Whether this agent runs in a PID namespace of its own (a container without hostPID).
+    own_pid_namespace: bool,
+}
+
 /// The real reader, through `nvml-wrapper`.
 pub struct NvmlSource {
     lib_path: Option<PathBuf>,
-    nvml: Option<Nvml>,
-    /// Newest process-utilization timestamp seen per device, so each sample is counted once.
-    last_seen_us: HashMap<String, u64>,
+    session: Option<Session>,
+    memory: Memory,
+    reinit: Backoff,
 }
 
 impl NvmlSource {
     /// Loads NVML now so that a host without a driver fails at start with a clear message.
     pub fn new(lib_path: Option<PathBuf>) -> Result<Self, CollectError> {
-        let mut source = NvmlSource {
-            lib_path,
-            nvml: None,
-            last_seen_us: HashMap::new(),
-        };
-        source.nvml = Some(source.init()?);
+        let mut source = NvmlSource::retrying(lib_path);
+        source.session = Some(source.open()?);
         Ok(source)
     }
 
-    fn init(&self) -> Result<Nvml, CollectError> {
-        let result = match &self.lib_path {
+    /// A reader that has not initialised NVML yet and tries at its first sample, then with
+    /// backoff: a daemon that starts while the driver loads (or reloads) waits for it.
+    pub fn retrying(lib_path: Option<PathBuf>) -> Self {
+        NvmlSource {
+            lib_path,
+            session: None,
+            memory: Memory {
+                last_seen_us: HashMap::new(),
+                known: BTreeMap::new(),
+                xids: HashMap::new(),
+                own_pid_namespace: own_pid_namespace(Path::new("/proc/self/status")),
+            },
+            reinit: Backoff::new(),
+        }
+    }
+
+    fn open(&self) -> Result<Session, CollectError> {
+        let nvml = match &self.lib_path {
             Some(path) => {
                 let os: OsString = path.clone().into_os_string();
                 Nvml::builder().lib_path(&os).init()
             }
             None => Nvml::init(),
-        };
-        result.map_err(CollectError::Init)
+        }
+        .map_err(CollectError::Init)?;
+        Ok(Session::new(nvml, |_| Watch::default()))
     }
 
     pub fn driver_version(&self) -> Option<String> {
-        self.nvml.as_ref()?.sys_driver_version().ok()
+        self.session
+            .as_ref()?
+            .borrow_owner()
+            .sys_driver_version()
+            .ok()
     }
 
-    fn sample_all(&mut self) -> Result<Vec<DeviceSample>, CollectError> {
-        let nvml = match self.nvml.take() {
-            Some(n) => n,
-            None => self.init()?,
-        };
-        let result = read_all(&nvml, &mut self.last_seen_us);
-        // Keep the handle only while it works: a lost GPU or driver reload needs a fresh init.
-        if result.is_ok() {
-            self.nvml = Some(nvml);
+    /// Every GPU known before, each with the same fault: what a sample is while NVML is away.
+    fn unavailable(&self, detail: String) -> Result<Vec<DeviceSample>, CollectError> {
+        if self.memory.known.is_empty() {
+            return Err(CollectError::Init(NvmlError::DriverNotLoaded));
         }
-        result
+        Ok(self
+            .memory
+            .known
+            .iter()
+            .map(|(index, id)| {
+                id.faulted(
+                    *index,
+                    DeviceFault {
+                        code: "driver_unavailable".into(),
+                        detail: detail.clone(),
+                    },
+                )
+            })
+            .collect())
+    }
+}
+
+impl Identity {
+    fn faulted(&self, index: u32, fault: DeviceFault) -> DeviceSample {
+        DeviceSample {
+            uuid: self.uuid.clone(),
+            index,
+            name: self.name.clone(),
+            memory_total_bytes: self.memory_total_bytes,
+            fault: Some(fault),
+            ..Default::default()
+        }
     }
 }
 
 impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<DeviceSample>, CollectError> {
-        self.sample_all()
-    }
-}
-
-fn read_all(
-    nvml: &Nvml,
-    last_seen_us: &mut HashMap<String, u64>,
-) -> Result<Vec<DeviceSample>, CollectError> {
-    let mut out = Vec::new();
-    for i in 0..nvml.device_count()? {
-        let device = nvml.device_by_index(i)?;
-        let mig_on = device.mig_mode().map(|m| m.current == 1).unwrap_or(false);
-        let mut parent = read_device(nvml, &device, None, last_seen_us, !mig_on)?;
-        if mig_on {
-            // The parent's utilization reads 0 under MIG: it is meaningless, so leave it absent
-            // and take utilization and processes from each instance instead.
-            parent.gpu_util = None;
-            parent.mem_util = None;
-            let instances = device.mig_device_count().unwrap_or(0);
-            let mut children = Vec::new();
-            let mut instance_ids = Vec::new();
-            for j in 0..instances {
-                // Unpopulated slots answer NotFound.
-                let Ok(instance) = device.mig_device_by_index(j) else {
-                    continue;
-                };
-                let mut child =
-                    read_device(nvml, &instance, Some(&parent.uuid), last_seen_us, true)?;
-                child.index = parent.index;
-                instance_ids.push(gpu_instance_id(nvml, &instance));
-                children.push(child);
+        if self.session.is_none() {
+            if Instant::now() < self.reinit.next {
+                return self.unavailable("NVML is not initialised; the agent tries again".into());
             }
-            // The driver gives no utilization rates on MIG handles: measure each instance's
-            // activity through GPM (Hopper and newer) instead. Elsewhere it stays absent.
-            let wanted: Vec<u32> = children
-                .iter()
-                .zip(&instance_ids)
-                .filter(|(c, _)| c.gpu_util.is_none())
-                .filter_map(|(_, id)| *id)
-                .collect();
-            let activity = mig_activity_gpm(nvml, &device, &wanted);
-            for (child, id) in children.iter_mut().zip(&instance_ids) {
-                if let Some((util, mem)) = id.and_then(|id| activity.get(&id)) {
-                    child.gpu_util = child.gpu_util.or(*util);
-                    child.mem_util = child.mem_util.or(*mem);
+            match self.open() {
+                Ok(session) => {
+                    if self.reinit.failures > 0 {
+                        tracing::info!(failures = self.reinit.failures, "NVML initialised again");
+                    }
+                    self.reinit.reset();
+                    // A driver reload resets the GPUs: XIDs from before are history.
+                    self.memory.xids.clear();
+                    self.session = Some(session);
+                }
+                Err(e) => {
+                    if self.reinit.failures == 0 {
+                        tracing::warn!(error = %e, "NVML cannot initialise; trying again with backoff");
+                    }
+                    self.reinit.failed();
+                    return self.unavailable(format!("NVML cannot initialise: {e}"));
                 }
             }
-            out.push(parent);
-            out.extend(children);
-        } else {
-            out.push(parent);
         }
-    }
-    Ok(out)
-}
-
-/// The GPU instance id of a MIG device handle. nvml-wrapper has no safe call for
-/// `nvmlDeviceGetGpuInstanceId`, so this calls the loaded symbol, if the library has it.
-fn gpu_instance_id(nvml: &Nvml, device: &Device<'_>) -> Option<u32> {
-    let get = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
-    let mut id: std::ffi::c_uint = 0;
-    // SAFETY: the handle comes from this live `Nvml` and `id` is a valid out-pointer.
-    let rc = unsafe { get(device.handle(), &mut id) };
-    (rc == 0).then_some(id)
-}
-
-/// How long GPM measures between its two samples.
-const GPM_INTERVAL: Duration = Duration::from_millis(100);
-
-type Activity = (Option<u32>, Option<u32>);
-
-/// (GPU %, DRAM bandwidth %) per GPU instance id, from two GPM samples `GPM_INTERVAL` apart.
-fn mig_activity_gpm(
-    nvml: &Nvml,
-    parent: &Device<'_>,
-    instance_ids: &[u32],
-) -> HashMap<u32, Activity> {
-    let mut out = HashMap::new();
-    if instance_ids.is_empty() || !parent.gpm_support().unwrap_or(false) {
-        return out;
-    }
-    let first: Vec<_> = instance_ids
-        .iter()
-        .filter_map(|id| parent.gpm_mig_sample(*id).ok().map(|s| (*id, s)))
-        .collect();
-    if first.is_empty() {
-        return out;
-    }
-    std::thread::sleep(GPM_INTERVAL);
-    let percent = |r: Option<&Result<GpmMetricResult, NvmlError>>| {
-        r.and_then(|r| r.as_ref().ok())
-            .filter(|m| m.value.is_finite())
-            .map(|m| m.value.round().clamp(0.0, 100.0) as u32)
-    };
-    for (id, s1) in first {
-        let Ok(s2) = parent.gpm_mig_sample(id) else {
-            continue;
+        let Some(session) = self.session.as_mut() else {
+            return self.unavailable("NVML is not initialised".into());
         };
-        let metrics = [GpmMetricId::GraphicsUtil, GpmMetricId::DramBwUtil];
-        if let Ok(results) = gpm_metrics_get(nvml, &s1, &s2, &metrics) {
-            out.insert(id, (percent(results.first()), percent(results.get(1))));
-        }
-    }
-    out
-}
-
-fn optional<T>(result: Result<T, NvmlError>) -> Result<Option<T>, CollectError> {
-    match result {
-        Ok(v) => Ok(Some(v)),
-        // These mean "this device cannot say", not "the device is broken".
-        Err(NvmlError::NotSupported)
-        | Err(NvmlError::NoPermission)
-        | Err(NvmlError::FailedToLoadSymbol(_))
-        | Err(NvmlError::NotFound) => Ok(None),
-        Err(e @ (NvmlError::GpuLost | NvmlError::Uninitialized | NvmlError::DriverNotLoaded)) => {
-            Err(CollectError::Call(e))
-        }
-        Err(_) => Ok(None),
-    }
-}
-
-fn read_device(
-    nvml: &Nvml,
-    device: &Device<'_>,
-    parent_uuid: Option<&str>,
-    last_seen_us: &mut HashMap<String, u64>,
-    with_processes: bool,
-) -> Result<DeviceSample, CollectError> {
-    let uuid = device.uuid()?;
-    let memory = optional(device.memory_info())?;
-    let utilization = optional(device.utilization_rates())?;
-    let mut sample = DeviceSample {
-        index: optional(device.index())?.unwrap_or(0),
-        name: optional(device.name())?.unwrap_or_default(),
-        parent_uuid: parent_uuid.map(str::to_owned),
-        memory_total_bytes: memory.as_ref().map(|m| m.total),
-        memory_used_bytes: memory.as_ref().map(|m| m.used),
-        gpu_util: utilization.as_ref().map(|u| u.gpu),
-        mem_util: utilization.as_ref().map(|u| u.memory),
-        power_mw: optional(device.power_usage())?,
-        temperature_c: optional(device.temperature(TemperatureSensor::Gpu))?,
-        energy_counter_mj: optional(device.total_energy_consumption())?,
-        processes: Vec::new(),
-        uuid,
-    };
-    if with_processes {
-        sample.processes = read_processes(nvml, device, &sample.uuid, last_seen_us)?;
-    }
-    Ok(sample)
-}
-
-fn read_processes(
-    nvml: &Nvml,
-    device: &Device<'_>,
-    uuid: &str,
-    last_seen_us: &mut HashMap<String, u64>,
-) -> Result<Vec<ProcessSample>, CollectError> {
-    let running = optional(device.running_compute_processes())?.unwrap_or_default();
-    if running.is_empty() {
-        return Ok(Vec::new());
-    }
-    let since = last_seen_us.get(uuid).copied();
-    // NotFound means "no samples newer than `since`": every process was idle (0%).
-    let utilization: Option<HashMap<u32, u32>> = match device.process_utilization_stats(since) {
-        Ok(samples) => {
-            let mut by_pid: HashMap<u32, (u64, u32)> = HashMap::new();
-            for s in samples {
-                let newest = last_seen_us.entry(uuid.to_owned()).or_insert(0);
-                *newest = (*newest).max(s.timestamp);
-                let entry = by_pid.entry(s.pid).or_insert((0, 0));
-                entry.0 += u64::from(s.sm_util);
-                entry.1 += 1;
+        let memory = &mut self.memory;
+        match session.with_dependent_mut(|nvml, watch| read::all(nvml, watch, memory)) {
+            Ok(samples) => Ok(samples),
+            Err(e) => {
+                tracing::warn!(error = %e, "NVML stopped answering (driver reloaded?); initialising it again");
+                // Dropping the session frees its GPM samples and event sets before NVML itself.
+                self.session = None;
+                self.reinit.reset();
+                self.unavailable(format!("the NVIDIA driver stopped answering: {e}"))
             }
-            Some(
-                by_pid
-                    .into_iter()
-                    .map(|(pid, (sum, n))| (pid, (sum / u64::from(n.max(1))) as u32))
-                    .collect(),
-            )
         }
-        Err(NvmlError::NotFound) => Some(HashMap::new()),
-        Err(e) => optional::<()>(Err(e)).map(|_| None)?,
-    };
-    Ok(running
-        .into_iter()
-        .map(|p| ProcessSample {
-            pid: p.pid,
-            name: nvml.sys_process_name(p.pid, 64).ok(),
-            memory_used_bytes: match p.used_gpu_memory {
-                UsedGpuMemory::Used(b) => Some(b),
-                UsedGpuMemory::Unavailable => None,
-            },
-            sm_util: utilization
-                .as_ref()
-                .map(|u| u.get(&p.pid).copied().unwrap_or(0)),
+    }
+}
+
+/// Whether NVML's answer means the whole session is gone (driver unloaded or reloaded), not
+/// one device.
+fn session_broken(e: &NvmlError) -> bool {
+    matches!(
+        e,
+        NvmlError::Uninitialized | NvmlError::DriverNotLoaded | NvmlError::LibRmVersionMismatch
+    )
+}
+
+/// Whether the process reading `status` (a `/proc/<pid>/status`) is in a PID namespace of its
+/// own: its `NSpid` line lists one pid per namespace level, so more than one means nested.
+pub fn own_pid_namespace(status: &Path) -> bool {
+    std::fs::read_to_string(status)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|pids| pids.split_whitespace().count() > 1)
         })
-        .collect())
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_pid_namespace_shows_in_nspid() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("status");
+        std::fs::write(&status, "Name:\tagent\nNSpid:\t4242\t1\n").unwrap();
+        assert!(own_pid_namespace(&status));
+        std::fs::write(&status, "Name:\tagent\nNSpid:\t4242\n").unwrap();
+        assert!(!own_pid_namespace(&status));
+        assert!(!own_pid_namespace(&dir.path().join("missing")));
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        let mut b = Backoff::new();
+        for _ in 0..10 {
+            b.failed();
+        }
+        assert_eq!(b.delay, Backoff::MAX);
+        assert_eq!(b.failures, 10);
+        b.reset();
+        assert_eq!((b.delay, b.failures), (Backoff::FIRST, 0));
+    }
 }

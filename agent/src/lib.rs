@@ -3,6 +3,7 @@
 
 pub mod collect;
 pub mod deliver;
+pub mod diagnose;
 pub mod host;
 pub mod kube_pods;
 pub mod kubelet;

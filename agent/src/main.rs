@@ -250,7 +250,15 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Run(args) => {
-            let source = args.source.open_nvml()?;
+            // The daemon waits for a driver that is not up yet (loading, reloading) rather
+            // than exit: it tries again with backoff and logs why.
+            let source: Box<dyn GpuSource> = match args.source.open_nvml() {
+                Ok(source) => source,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "NVML is not available yet; sampling starts when it is");
+                    Box::new(NvmlSource::retrying(args.source.nvml_lib.clone()))
+                }
+            };
             let config = AgentConfig {
                 host: args.source.host_config(),
                 sample_interval: args.source.sample_interval,
@@ -280,6 +288,10 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
+            // What the report cannot say by itself, for the person at the host.
+            for note in gpuledger_agent::diagnose::notes(&report) {
+                eprintln!("{note}");
+            }
             Ok(())
         }
     }

@@ -89,7 +89,8 @@ async fn sample_once(
         let at = crate::now_ms();
         match source.sample() {
             Ok(devices) => builder.add(at, devices),
-            Err(e) => tracing::warn!(error = %e, "sampling failed; will re-initialise NVML"),
+            // The source logs NVML's failures itself, once per outage rather than per tick.
+            Err(e) => tracing::debug!(error = %e, "no sample"),
         }
         (source, builder)
     })

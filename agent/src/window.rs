@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpuledger_proto::{GpuWindow, ProcessWindow, Window};
+use gpuledger_proto::{
+    DeviceFault, GpuWindow, MigPlacement, ProcessWindow, Window, UNSEEN_MEMORY_FLOOR_BYTES,
+};
 
 use crate::collect::DeviceSample;
 use crate::owners::{Owner, OwnerReader};
@@ -59,9 +61,16 @@ struct GpuAcc {
     mem_util: Mean,
     power_mw: Mean,
     temperature_max: Option<u32>,
-    energy_first: Option<u64>,
+    /// Energy used inside the window so far (mJ), and the counter's latest reading.
+    energy_used: Option<u64>,
     energy_last: Option<u64>,
     processes: BTreeMap<u32, ProcessAcc>,
+    mig: Option<MigPlacement>,
+    mig_compute_slices: Option<u32>,
+    unseen_max: Option<u64>,
+    unseen_cause: Option<&'static str>,
+    /// The latest fault the window saw.
+    fault: Option<DeviceFault>,
 }
 
 /// Accumulates samples for the open window.
@@ -105,9 +114,21 @@ impl WindowBuilder {
             acc.power_mw.add(d.power_mw);
             acc.temperature_max = max_opt(acc.temperature_max, d.temperature_c);
             if let Some(e) = d.energy_counter_mj {
-                acc.energy_first.get_or_insert(e);
+                // From the counter's reading before (this window's, or the last window's end,
+                // so no joule falls between windows). A counter that went back was reset (a
+                // driver reload): what it counted since is not known, so that step adds nothing.
+                let before = acc
+                    .energy_last
+                    .or_else(|| self.previous_energy.get(&device).copied());
+                let step = before.map_or(0, |b| e.saturating_sub(b));
+                acc.energy_used = Some(acc.energy_used.unwrap_or(0) + step);
                 acc.energy_last = Some(e);
             }
+            acc.mig = d.mig.or(acc.mig.take());
+            acc.mig_compute_slices = d.mig_compute_slices.or(acc.mig_compute_slices);
+            acc.unseen_max = max_opt(acc.unseen_max, d.unseen_memory_bytes);
+            acc.unseen_cause = d.unseen_cause.or(acc.unseen_cause);
+            acc.fault = d.fault.or(acc.fault.take());
             for p in d.processes {
                 let proc_acc = acc.processes.entry(p.pid).or_insert_with(|| {
                     let mut owner = self.owners.read(p.pid);
@@ -144,19 +165,10 @@ impl WindowBuilder {
         let gpus = std::mem::take(&mut self.gpus);
         let mut out = Vec::with_capacity(gpus.len());
         for (uuid, g) in gpus {
-            let energy_mj = match (g.energy_first, g.energy_last) {
-                (Some(first), Some(last)) => {
-                    let from = self
-                        .previous_energy
-                        .get(&uuid)
-                        .copied()
-                        .filter(|prev| *prev <= last) // a counter reset starts afresh
-                        .unwrap_or(first);
-                    self.previous_energy.insert(uuid.clone(), last);
-                    Some(last - from)
-                }
-                _ => None,
-            };
+            if let Some(last) = g.energy_last {
+                self.previous_energy.insert(uuid.clone(), last);
+            }
+            let energy_mj = g.energy_used;
             let owners = &self.owners;
             let processes = g
                 .processes
@@ -192,6 +204,15 @@ impl WindowBuilder {
                 temperature_max_c: g.temperature_max.map(f64::from),
                 energy_mj,
                 processes,
+                mig: g.mig,
+                mig_compute_slices: g.mig_compute_slices,
+                // Less than a process's own context is the driver's, not a hidden process.
+                unseen_memory_max_bytes: g.unseen_max.filter(|b| *b >= UNSEEN_MEMORY_FLOOR_BYTES),
+                unseen_cause: g
+                    .unseen_cause
+                    .filter(|_| g.unseen_max >= Some(UNSEEN_MEMORY_FLOOR_BYTES))
+                    .map(str::to_owned),
+                fault: g.fault,
             });
         }
         Some(Window {
@@ -253,6 +274,11 @@ mod tests {
         b.add(5_000, vec![gpu(Some(0), 10, Some(6_000))]);
         let w2 = b.close(6_000).unwrap();
         assert_eq!(w2.gpus[0].energy_mj, Some(400));
+        // A driver reload resets the counter mid-window: the step across it adds nothing.
+        for (at, e) in [(7_000, 6_300), (8_000, 100), (9_000, 400)] {
+            b.add(at, vec![gpu(Some(0), 10, Some(e))]);
+        }
+        assert_eq!(b.close(10_000).unwrap().gpus[0].energy_mj, Some(600));
     }
 
     #[test]

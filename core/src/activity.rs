@@ -7,6 +7,14 @@
 //! `IdleConfig::thresholds`): a GPU is busy at or above `threshold_percent` utilization; a
 //! process works at or above `held_sm_percent` SM utilization and otherwise, holding memory,
 //! holds the GPU idle.
+//!
+//! Where nothing measures activity (a MIG device of a GPU without GPM, an A100's: the driver
+//! gives neither utilization nor per-process figures there), a process holding the device uses
+//! it by its presence: it is never held idle or idle on no evidence. Memory held by processes
+//! the agent cannot see holds the device as a process does. A device that could not be read (a
+//! fault) and shows no work has nothing to go on.
+
+use crate::telemetry::{AttributionWindow, StoredProcessWindow};
 
 /// The two thresholds that decide a window, for one cluster.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,13 +68,47 @@ impl Thresholds {
     }
 
     /// Whether a process holding the GPU works, given the window's activity: by its SM
-    /// utilization where the driver gives one, else by the GPU's.
+    /// utilization where the driver gives one, else by the GPU's (or by its presence where
+    /// nothing measures it).
     pub fn works(&self, sm: Option<f64>, window: Activity) -> bool {
         match sm {
             Some(sm) => sm >= self.working_sm_percent,
-            None => window == Activity::Busy,
+            None => matches!(window, Activity::Busy | Activity::Present),
         }
     }
+
+    /// The activity of a stored window with its processes: the one classification attribution,
+    /// incidents and the fleet page read. The memory of processes the agent cannot see holds
+    /// the device like a process's; a fault without work is [`Activity::Unknown`].
+    pub fn of_window(&self, w: &AttributionWindow, processes: &[&StoredProcessWindow]) -> Activity {
+        self.of_window_with(
+            w,
+            processes
+                .iter()
+                .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+        )
+    }
+
+    /// [`Thresholds::of_window`] with each process as (memory held, SM utilization).
+    pub fn of_window_with(
+        &self,
+        w: &AttributionWindow,
+        processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
+    ) -> Activity {
+        let state = self.activity(w.util_avg, processes.into_iter().chain(unseen_holder(w)));
+        match (state, &w.fault) {
+            (Activity::Busy | Activity::Present, _) | (_, None) => state,
+            (_, Some(_)) => Activity::Unknown,
+        }
+    }
+}
+
+/// The memory processes the agent cannot see hold, as a holder with no SM figure. The agent
+/// reports it only from a floor up (what a CUDA context alone takes), so any is a process's.
+pub fn unseen_holder(w: &AttributionWindow) -> Option<(Option<i64>, Option<f64>)> {
+    w.unseen_memory_bytes
+        .filter(|b| *b > 0)
+        .map(|b| (Some(b), None))
 }
 
 /// A busy window split by its utilization samples.
@@ -85,11 +127,16 @@ pub enum Activity {
     /// A process holding memory works (SM at or above `held_sm_percent`), or the GPU's
     /// utilization is at or above the threshold.
     Busy,
+    /// Processes hold the device and nothing measures its activity (a MIG device without
+    /// GPM): in use by their presence. Attributed as used; never idle, never alerted.
+    Present,
     /// Processes hold memory and none works.
     HeldIdle,
-    /// No process holds memory and utilization is under the threshold.
+    /// No process holds memory and utilization is under the threshold (or unmeasured: NVML
+    /// lists every process on a device, so with none there, nothing runs).
     Idle,
-    /// No utilization reported and no process: nothing to go on.
+    /// The device could not be read (lost, a fatal XID, the driver away) and shows no work:
+    /// nothing to go on. Its time is idle, for the fault's reason.
     Unknown,
 }
 
@@ -97,10 +144,16 @@ impl Activity {
     pub fn as_str(self) -> &'static str {
         match self {
             Activity::Busy => "busy",
+            Activity::Present => "in use (activity not measurable)",
             Activity::HeldIdle => "held idle",
             Activity::Idle => "idle",
             Activity::Unknown => "no data",
         }
+    }
+
+    /// Busy or present: someone's work, in the bill and on the fleet page.
+    pub fn in_use(self) -> bool {
+        matches!(self, Activity::Busy | Activity::Present)
     }
 }
 
@@ -112,7 +165,8 @@ pub fn holds(memory_bytes: Option<i64>, sm_percent: Option<f64>) -> bool {
 
 /// The activity of one window: `util` is the GPU's utilization, `processes` each process's
 /// (memory held, SM utilization). A process holds the GPU as [`holds`] says; one without SM
-/// utilization (the driver gives none) works when the GPU is busy.
+/// utilization works when the GPU is busy, and uses it by its presence where the GPU's
+/// utilization is not measured either.
 pub fn activity(
     util: Option<f64>,
     processes: impl IntoIterator<Item = (Option<i64>, Option<f64>)>,
@@ -120,25 +174,24 @@ pub fn activity(
     held_sm_percent: f64,
 ) -> Activity {
     let gpu_busy = util.map(|u| u >= threshold);
-    let mut held = false;
+    let (mut held, mut unmeasured) = (false, false);
     for (memory, sm) in processes {
         if !holds(memory, sm) {
             continue;
         }
         held = true;
-        let works = match sm {
-            Some(sm) => sm >= held_sm_percent,
-            None => gpu_busy == Some(true),
-        };
-        if works {
-            return Activity::Busy;
+        match (sm, gpu_busy) {
+            (Some(sm), _) if sm >= held_sm_percent => return Activity::Busy,
+            (None, Some(true)) => return Activity::Busy,
+            (None, None) => unmeasured = true,
+            _ => {}
         }
     }
     match (held, gpu_busy) {
+        (true, _) if unmeasured => Activity::Present,
         (true, _) => Activity::HeldIdle,
         (false, Some(true)) => Activity::Busy,
-        (false, Some(false)) => Activity::Idle,
-        (false, None) => Activity::Unknown,
+        (false, _) => Activity::Idle,
     }
 }
 
@@ -193,12 +246,18 @@ mod tests {
         let gib = Some(1i64 << 30);
         // (GPU utilization, processes (memory, SM)) -> activity, at threshold 5 % and SM 1 %.
         type Case = (Option<f64>, Vec<(Option<i64>, Option<f64>)>, Activity);
-        let cases: [Case; 9] = [
+        let cases: [Case; 12] = [
             (Some(0.0), vec![], Activity::Idle),
             (Some(4.9), vec![], Activity::Idle),
             // Busy with no visible process (another container's): busy, not idle.
             (Some(5.0), vec![], Activity::Busy),
-            (None, vec![], Activity::Unknown),
+            // Nothing measured and nothing held: NVML lists every process, so nothing runs.
+            (None, vec![], Activity::Idle),
+            // A MIG device without GPM: a process holding it uses it by its presence.
+            (None, vec![(gib, None)], Activity::Present),
+            // One process measured idle beside one that cannot be measured: present.
+            (None, vec![(gib, Some(0.0)), (gib, None)], Activity::Present),
+            (None, vec![(gib, Some(0.0))], Activity::HeldIdle),
             (Some(0.0), vec![(gib, Some(0.0))], Activity::HeldIdle),
             (
                 Some(0.0),

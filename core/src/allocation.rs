@@ -117,6 +117,8 @@ pub enum Step {
 pub const IDLE_KEY: &str = "(idle)";
 pub const UNMONITORED_KEY: &str = "(unmonitored)";
 pub const UNLABELED_KEY: &str = "(unlabeled)";
+/// Work or memory of processes the agent cannot see (an owner, not a bucket of time).
+pub use crate::owners::UNSEEN_OWNER as UNSEEN_KEY;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AllocationRow {
@@ -138,6 +140,9 @@ pub struct AllocationRow {
     pub gpu_hours: f64,
     /// GPU utilization (%) averaged over this key's GPU time, where known.
     pub avg_util: Option<f64>,
+    /// Used GPU-hours measured by presence: on devices nothing measures the activity of (an
+    /// A100's or A30's MIG devices), where a process holding the device counts as using it.
+    pub presence_gpu_hours: f64,
     /// Energy measured by NVML for this key's GPU time, in kWh (0 where the GPUs report none).
     pub energy_kwh: f64,
     /// Whether any part comes from the rate card rather than a bill.
@@ -205,6 +210,8 @@ struct Acc {
     gpu_seconds: f64,
     util_gpu_seconds: f64,
     util_known_seconds: f64,
+    /// Used GPU time with no utilization behind it.
+    presence_seconds: f64,
     energy_j: f64,
     estimated: bool,
 }
@@ -213,7 +220,10 @@ impl Acc {
     fn add(&mut self, p: &Part) {
         self.cost += p.cost;
         match p.kind {
-            Kind::Used => self.used += p.cost,
+            Kind::Used => {
+                self.used += p.cost;
+                self.presence_seconds += (p.gpu_seconds - p.util_known_seconds).max(0.0);
+            }
             Kind::HeldIdle => self.held += p.cost,
             Kind::Idle => self.idle += p.cost,
             Kind::Unmonitored => self.unmonitored += p.cost,
@@ -223,6 +233,15 @@ impl Acc {
         self.util_known_seconds += p.util_known_seconds;
         self.energy_j += p.energy_j;
         self.estimated |= p.estimated;
+    }
+}
+
+/// GPU-hours from seconds, where a few float crumbs of time measured elsewhere are nothing.
+fn presence_hours(seconds: f64) -> f64 {
+    if seconds < 1e-6 {
+        0.0
+    } else {
+        seconds / 3600.0
     }
 }
 
@@ -254,6 +273,7 @@ pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<Allocati
                     gpu_hours: a.gpu_seconds / 3600.0,
                     avg_util: (a.util_known_seconds > 0.0)
                         .then(|| a.util_gpu_seconds / a.util_known_seconds),
+                    presence_gpu_hours: presence_hours(a.presence_seconds),
                     energy_kwh: a.energy_j / 3.6e6,
                     estimated: a.estimated,
                 },

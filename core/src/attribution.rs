@@ -4,13 +4,18 @@
 //! 1. The cost is what the bill says for that instance in that hour (each cost line spread over
 //!    the hours of its charge period), or else the rate card's estimate.
 //! 2. The host's physical GPUs share it equally; that also spreads the instance's non-GPU cost
-//!    (CPU, memory, network) over its GPUs. A MIG-mode GPU's share is split among its
-//!    instances by their memory size.
-//! 3. Each GPU (or MIG instance) splits its share over time: each reported window by its
-//!    duration, and time no window covers is **unmonitored**.
+//!    (CPU, memory, network) over its GPUs.
+//! 3. Each GPU splits its share over time: each reported window by its duration, and time no
+//!    window covers is **unmonitored**. A GPU in MIG mode shares each window among its MIG
+//!    devices by the compute slices each holds (3 of 7 for a `3g.40gb`; the compute instances
+//!    of one GPU instance share its slices); slices no device holds are **idle**. (Reports of
+//!    agents that predate slices split it by the devices' memory.)
 //! 4. Inside a window, processes doing work share it by SM utilization (by memory where the
-//!    driver gives no per-process utilization). If none works but some hold memory, they are
-//!    **held idle** and charged to their owners as such. With no process, it is **idle**.
+//!    driver gives no per-process utilization). Where nothing measures activity (a MIG device
+//!    without GPM), processes holding the device use it by their presence. If none works but
+//!    some hold memory, they are **held idle** and charged to their owners as such. Memory
+//!    held, or work done, by processes the agent cannot see is the "(unseen process)" owner's.
+//!    With no process, or a device that could not be read, it is **idle**.
 //!
 //! All of it becomes one list of weights per host-hour, and each cost is divided by
 //! [`split_exact`], so the parts add up to the bill exactly.
@@ -151,11 +156,13 @@ pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
 }
 
 /// Owners by the schema: a process's from its labels on its host's cluster (each distinct label
-/// set read once), and nobody's (idle, unmonitored) from the cluster alone.
+/// set read once), nobody's (idle, unmonitored) from the cluster alone, and the processes the
+/// agent cannot see as "(unseen process)".
 struct Owners<'a> {
     schema: &'a OwnerSchema,
     cluster: &'a str,
     nobody: Owner,
+    unseen: Owner,
     cache: HashMap<(&'a str, &'a str), Owner>,
 }
 
@@ -165,6 +172,7 @@ impl<'a> Owners<'a> {
             schema,
             cluster: "",
             nobody: schema.owner_of(&BTreeMap::new(), ""),
+            unseen: schema.unseen_owner(""),
             cache: HashMap::new(),
         }
     }
@@ -174,6 +182,14 @@ impl<'a> Owners<'a> {
         if self.cluster != cluster {
             self.cluster = cluster;
             self.nobody = self.schema.owner_of(&BTreeMap::new(), cluster);
+            self.unseen = self.schema.unseen_owner(cluster);
+        }
+    }
+
+    fn of_holder(&mut self, h: Holder<'a>) -> Owner {
+        match h {
+            Holder::Seen(p) => self.of(p),
+            Holder::Unseen(_) => self.unseen.clone(),
         }
     }
 
@@ -190,8 +206,48 @@ impl<'a> Owners<'a> {
     }
 }
 
+/// Who holds a window's device: a process the agent saw, or the memory of processes it cannot see.
+#[derive(Debug, Clone, Copy)]
+enum Holder<'a> {
+    Seen(&'a StoredProcessWindow),
+    Unseen(i64),
+}
+
+impl Holder<'_> {
+    fn memory(&self) -> f64 {
+        match self {
+            Holder::Seen(p) => p.memory_used_max_bytes.unwrap_or(0).max(0) as f64,
+            Holder::Unseen(bytes) => (*bytes).max(0) as f64,
+        }
+    }
+
+    fn sm(&self) -> Option<f64> {
+        match self {
+            Holder::Seen(p) => p.sm_util_avg,
+            Holder::Unseen(_) => None,
+        }
+    }
+}
+
+/// Each holder's part of `holders`' memory (equal parts where none is known).
+fn by_memory<'a>(holders: &[Holder<'a>]) -> Vec<(Holder<'a>, f64)> {
+    let total: f64 = holders.iter().map(Holder::memory).sum();
+    holders
+        .iter()
+        .map(|h| {
+            let part = if total > 0.0 {
+                h.memory() / total
+            } else {
+                1.0 / holders.len() as f64
+            };
+            (*h, part)
+        })
+        .collect()
+}
+
 /// The shares of one window of one leaf device, given `weight` (its part of the host-hour).
-/// Whether it was busy, held idle or idle is [`Thresholds::activity`], the same for incidents.
+/// Whether it was busy, held idle or idle is [`Thresholds::of_window`], the same for incidents
+/// and the fleet page.
 #[allow(clippy::too_many_arguments)]
 fn window_shares<'a>(
     uuid: &str,
@@ -219,18 +275,16 @@ fn window_shares<'a>(
     };
     let share =
         |owner: Owner, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
-    let holding: Vec<&'a StoredProcessWindow> = procs
+    let mut holding: Vec<Holder<'a>> = procs
         .iter()
         .copied()
         .filter(|p| activity::holds(p.memory_used_max_bytes, p.sm_util_avg))
+        .map(Holder::Seen)
         .collect();
-    let state = rules.activity(
-        w.util_avg,
-        holding
-            .iter()
-            .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-    );
-    let memory = |p: &StoredProcessWindow| p.memory_used_max_bytes.unwrap_or(0).max(0) as f64;
+    if let Some((Some(bytes), _)) = activity::unseen_holder(w) {
+        holding.push(Holder::Unseen(bytes));
+    }
+    let state = rules.of_window(w, procs);
     match state {
         Activity::Busy => {
             // A window whose samples were busy only part of the time is split: that part goes
@@ -239,50 +293,49 @@ fn window_shares<'a>(
             let split = rules.split(w.util_histogram.as_deref());
             let (busy, busy_util) =
                 split.map_or((1.0, w.util_avg), |s| (s.busy_fraction, Some(s.busy_util)));
-            // The working processes share it by SM utilization; where the driver gives none, by
+            // The working holders share it by SM utilization; where the driver gives none, by
             // memory (all of them), or by the GPU's utilization beside others that have one.
-            let working: Vec<&'a StoredProcessWindow> = holding
+            let working: Vec<Holder<'a>> = holding
                 .iter()
                 .copied()
-                .filter(|p| rules.works(p.sm_util_avg, state))
+                .filter(|h| rules.works(h.sm(), state))
                 .collect();
-            let by_sm = working.iter().any(|p| p.sm_util_avg.is_some());
+            let by_sm = working.iter().any(|h| h.sm().is_some());
             let weights: Vec<f64> = working
                 .iter()
-                .map(|p| match (by_sm, p.sm_util_avg) {
+                .map(|h| match (by_sm, h.sm()) {
                     (true, Some(sm)) => sm,
                     (true, None) => w.util_avg.unwrap_or(0.0),
-                    (false, _) => memory(p),
+                    (false, _) => h.memory(),
                 })
                 .collect();
             let total: f64 = weights.iter().sum();
             if total > 0.0 {
-                for (p, v) in working.iter().zip(weights) {
+                for (h, v) in working.iter().zip(weights) {
                     out.push(share_at(
-                        owners.of(p),
+                        owners.of_holder(*h),
                         Kind::Used,
                         busy * v / total,
                         busy_util,
                     ));
                 }
             } else if !working.is_empty() {
-                for p in &working {
+                for h in &working {
                     out.push(share_at(
-                        owners.of(p),
+                        owners.of_holder(*h),
                         Kind::Used,
                         busy / working.len() as f64,
                         busy_util,
                     ));
                 }
             } else {
-                // Busy with no process in sight (another container's, say): used, by nobody
-                // gpuledger can name.
-                out.push(share_at(owners.nobody.clone(), Kind::Used, busy, busy_util));
+                // Busy with no process in sight (another container's, say): used, by processes
+                // the agent cannot see.
+                out.push(share_at(owners.unseen.clone(), Kind::Used, busy, busy_util));
             }
             if let Some(split) = split {
                 let quiet = 1.0 - split.busy_fraction;
                 let quiet_util = Some(split.quiet_util);
-                let held: f64 = holding.iter().map(|p| memory(p)).sum();
                 if holding.is_empty() {
                     out.push(share_at(
                         owners.nobody.clone(),
@@ -291,14 +344,9 @@ fn window_shares<'a>(
                         quiet_util,
                     ));
                 }
-                for p in &holding {
-                    let part = if held > 0.0 {
-                        memory(p) / held
-                    } else {
-                        1.0 / holding.len() as f64
-                    };
+                for (h, part) in by_memory(&holding) {
                     out.push(share_at(
-                        owners.of(p),
+                        owners.of_holder(h),
                         Kind::HeldIdle,
                         quiet * part,
                         quiet_util,
@@ -306,19 +354,76 @@ fn window_shares<'a>(
                 }
             }
         }
+        // Nothing measures the device's activity: its holders use it by their presence.
+        Activity::Present => {
+            for (h, part) in by_memory(&holding) {
+                out.push(share(owners.of_holder(h), Kind::Used, part));
+            }
+        }
         Activity::HeldIdle => {
-            let total: f64 = holding.iter().map(|p| memory(p)).sum();
-            for p in &holding {
-                let fraction = if total > 0.0 {
-                    memory(p) / total
-                } else {
-                    1.0 / holding.len() as f64
-                };
-                out.push(share(owners.of(p), Kind::HeldIdle, fraction));
+            for (h, part) in by_memory(&holding) {
+                out.push(share(owners.of_holder(h), Kind::HeldIdle, part));
             }
         }
         Activity::Idle | Activity::Unknown => {
             out.push(share(owners.nobody.clone(), Kind::Idle, 1.0))
+        }
+    }
+}
+
+/// How a window of a GPU in MIG mode is shared: each MIG device reporting in it by its compute
+/// slices of the GPU (a compute instance by its part of its GPU instance's), and what no device
+/// holds, idle. Devices of a report without slices share it by their memory, with none idle.
+fn mig_fractions<'w>(
+    gpu: &AttributionWindow,
+    devices: &[&'w AttributionWindow],
+) -> (Vec<(&'w AttributionWindow, f64)>, f64) {
+    if devices.is_empty() {
+        return (Vec::new(), 1.0);
+    }
+    let slices = |d: &AttributionWindow| {
+        let m = d.mig;
+        Some((
+            m.gpu_instance_id?,
+            m.instance_slices.filter(|s| *s > 0)?,
+            m.compute_slices.filter(|s| *s > 0)?,
+        ))
+    };
+    let placed: Option<Vec<(i64, i64, i64)>> = devices.iter().map(|d| slices(d)).collect();
+    match (gpu.mig.gpu_slices.filter(|t| *t > 0), placed) {
+        (Some(total), Some(placed)) => {
+            // Per GPU instance: its slices, and the compute slices its devices report.
+            let mut instances: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+            for (id, gi_slices, ci_slices) in &placed {
+                let e = instances.entry(*id).or_insert((*gi_slices, 0));
+                e.1 += ci_slices;
+            }
+            let held: i64 = instances.values().map(|(s, _)| *s).sum();
+            // More slices than the GPU has is a bad report: scale it into the GPU.
+            let of_gpu = total.max(held) as f64;
+            let parts: Vec<(&AttributionWindow, f64)> = devices
+                .iter()
+                .zip(&placed)
+                .map(|(d, (id, _, ci))| {
+                    let (gi_slices, reported) = instances[id];
+                    (*d, gi_slices as f64 / of_gpu * *ci as f64 / reported as f64)
+                })
+                .collect();
+            let idle = (1.0 - held as f64 / of_gpu).max(0.0);
+            (parts, idle)
+        }
+        _ => {
+            let sizes: Vec<f64> = devices
+                .iter()
+                .map(|d| d.memory_total_bytes.unwrap_or(1).max(1) as f64)
+                .collect();
+            let total: f64 = sizes.iter().sum();
+            let parts = devices
+                .iter()
+                .zip(sizes)
+                .map(|(d, s)| (*d, s / total))
+                .collect();
+            (parts, 0.0)
         }
     }
 }
@@ -365,17 +470,66 @@ fn host_hour_shares<'a>(
         return out;
     }
     let gpu_share = 1.0 / physical.len() as f64;
-    let hour_end = hour_ms + HOUR_MS;
-    // The part of a window's energy that falls inside this hour.
-    let energy_in_hour = |w: &AttributionWindow| -> Option<f64> {
-        let len = (w.end_ms - w.start_ms).max(1) as f64;
-        let inside = (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64;
-        w.energy_mj.map(|e| e as f64 / 1000.0 * inside / len)
-    };
     for (gpu, own_windows) in &physical {
+        let instances = children.get(gpu);
+        // A GPU in MIG mode whose agent reports slices: its own windows are its time, each
+        // shared by the MIG devices reporting in it (same start) and idle slices.
+        if let Some(instances) =
+            instances.filter(|_| own_windows.iter().any(|w| w.mig.gpu_slices.is_some()))
+        {
+            let mut devices_at: HashMap<i64, Vec<&AttributionWindow>> = HashMap::new();
+            for w in instances.values().flatten() {
+                devices_at.entry(w.start_ms).or_default().push(w);
+            }
+            let (spans, covered, scale) = coverage(own_windows, hour_ms);
+            for (w, span) in own_windows.iter().zip(spans) {
+                let devices = devices_at.get(&w.start_ms).map_or(&[][..], Vec::as_slice);
+                let (parts, idle) = mig_fractions(w, devices);
+                let t = span * scale / HOUR_MS as f64;
+                let seconds = span * scale / 1000.0;
+                // NVML measures energy on the physical GPU: its devices get it by their part.
+                let energy = energy_in_hour(w, hour_ms).unwrap_or(0.0);
+                for (d, part) in parts {
+                    window_shares(
+                        &d.gpu_uuid,
+                        d,
+                        processes_at(procs, &d.gpu_uuid, d.start_ms),
+                        owners,
+                        gpu_share * part * t,
+                        part * seconds,
+                        energy * part,
+                        rules,
+                        &mut out,
+                    );
+                }
+                if idle > 0.0 {
+                    out.push(Share {
+                        gpu_uuid: Some((*gpu).to_owned()),
+                        owner: owners.nobody.clone(),
+                        kind: Kind::Idle,
+                        weight: gpu_share * idle * t,
+                        gpu_seconds: idle * seconds,
+                        util_gpu_seconds: 0.0,
+                        util_known_seconds: 0.0,
+                        energy_j: energy * idle,
+                    });
+                }
+            }
+            out.extend(unmonitored(
+                gpu,
+                gpu_share,
+                1.0,
+                covered * scale,
+                &owners.nobody,
+            ));
+            continue;
+        }
         // NVML measures energy on the physical GPU: MIG instances get it by their size.
-        let parent_energy: f64 = own_windows.iter().filter_map(|w| energy_in_hour(w)).sum();
-        let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match children.get(gpu) {
+        let parent_energy: f64 = own_windows
+            .iter()
+            .filter_map(|w| energy_in_hour(w, hour_ms))
+            .sum();
+        let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match instances {
             Some(instances) => {
                 let sizes: Vec<f64> = instances
                     .values()
@@ -396,36 +550,21 @@ fn host_hour_shares<'a>(
             None => vec![(*gpu, gpu_share, own_windows)],
         };
         for (uuid, leaf_share, ws) in leaves {
-            let spans: Vec<f64> = ws
-                .iter()
-                .map(|w| (w.end_ms.min(hour_end) - w.start_ms.max(hour_ms)).max(0) as f64)
-                .collect();
-            let covered: f64 = spans.iter().sum();
-            // Overlapping windows (should not happen) are scaled into the hour.
-            let scale = if covered > HOUR_MS as f64 {
-                HOUR_MS as f64 / covered
-            } else {
-                1.0
-            };
+            let (spans, covered, scale) = coverage(ws, hour_ms);
             let physical_fraction = leaf_share / gpu_share;
-            let is_instance = children.contains_key(gpu);
             for (w, span) in ws.iter().zip(spans) {
-                let energy = match energy_in_hour(w) {
+                let energy = match energy_in_hour(w, hour_ms) {
                     Some(e) => e,
-                    None if is_instance && covered > 0.0 => {
+                    None if instances.is_some() && covered > 0.0 => {
                         parent_energy * physical_fraction * span / covered
                     }
                     None => 0.0,
                 };
                 let t = span * scale / HOUR_MS as f64;
-                let p = procs
-                    .get(&(uuid, w.start_ms))
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[]);
                 window_shares(
                     uuid,
                     w,
-                    p,
+                    processes_at(procs, uuid, w.start_ms),
                     owners,
                     leaf_share * t,
                     physical_fraction * span * scale / 1000.0,
@@ -434,22 +573,73 @@ fn host_hour_shares<'a>(
                     &mut out,
                 );
             }
-            let uncovered = (1.0 - covered * scale / HOUR_MS as f64).max(0.0);
-            if uncovered > 0.0 {
-                out.push(Share {
-                    gpu_uuid: Some(uuid.to_owned()),
-                    owner: owners.nobody.clone(),
-                    kind: Kind::Unmonitored,
-                    weight: leaf_share * uncovered,
-                    gpu_seconds: physical_fraction * uncovered * 3600.0,
-                    util_gpu_seconds: 0.0,
-                    util_known_seconds: 0.0,
-                    energy_j: 0.0,
-                });
-            }
+            out.extend(unmonitored(
+                uuid,
+                leaf_share,
+                physical_fraction,
+                covered * scale,
+                &owners.nobody,
+            ));
         }
     }
     merge(out)
+}
+
+/// The processes of a device's window.
+fn processes_at<'p, 'k, 'a>(
+    procs: &'p HashMap<(&'k str, i64), Vec<&'a StoredProcessWindow>>,
+    uuid: &'k str,
+    start_ms: i64,
+) -> &'p [&'a StoredProcessWindow] {
+    procs
+        .get(&(uuid, start_ms))
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// The part of a window's energy that falls inside the hour, in joules.
+fn energy_in_hour(w: &AttributionWindow, hour_ms: i64) -> Option<f64> {
+    let len = (w.end_ms - w.start_ms).max(1) as f64;
+    let inside = (w.end_ms.min(hour_ms + HOUR_MS) - w.start_ms.max(hour_ms)).max(0) as f64;
+    w.energy_mj.map(|e| e as f64 / 1000.0 * inside / len)
+}
+
+/// Each window's milliseconds inside the hour, their sum, and the scale that fits overlapping
+/// windows (which should not happen) into the hour.
+fn coverage(ws: &[&AttributionWindow], hour_ms: i64) -> (Vec<f64>, f64, f64) {
+    let spans: Vec<f64> = ws
+        .iter()
+        .map(|w| (w.end_ms.min(hour_ms + HOUR_MS) - w.start_ms.max(hour_ms)).max(0) as f64)
+        .collect();
+    let covered: f64 = spans.iter().sum();
+    let scale = if covered > HOUR_MS as f64 {
+        HOUR_MS as f64 / covered
+    } else {
+        1.0
+    };
+    (spans, covered, scale)
+}
+
+/// The time of a device (`share` of the host-hour, `physical_fraction` of its GPU) no window
+/// covered: unmonitored.
+fn unmonitored(
+    uuid: &str,
+    share: f64,
+    physical_fraction: f64,
+    covered_ms: f64,
+    nobody: &Owner,
+) -> Option<Share> {
+    let uncovered = (1.0 - covered_ms / HOUR_MS as f64).max(0.0);
+    (uncovered > 0.0).then(|| Share {
+        gpu_uuid: Some(uuid.to_owned()),
+        owner: nobody.clone(),
+        kind: Kind::Unmonitored,
+        weight: share * uncovered,
+        gpu_seconds: physical_fraction * uncovered * 3600.0,
+        util_gpu_seconds: 0.0,
+        util_known_seconds: 0.0,
+        energy_j: 0.0,
+    })
 }
 
 /// One share per (GPU, owner, kind), in first-seen order so the catch-all stays first.

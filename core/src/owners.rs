@@ -293,6 +293,21 @@ impl OwnerSchema {
         Owner(Arc::new(owner))
     }
 
+    /// The owner of work done, or memory held, by processes the agent cannot see (in another
+    /// PID namespace): every dimension the cluster does not name is [`UNSEEN_OWNER`], so the
+    /// use is named as such wherever owners are listed, never "(idle)".
+    pub fn unseen_owner(&self, cluster: &str) -> Owner {
+        let mut owner = BTreeMap::new();
+        for d in &self.dimensions {
+            let value = d.clusters.get(cluster).filter(|v| !v.is_empty());
+            owner.insert(
+                d.name.clone(),
+                value.cloned().unwrap_or_else(|| UNSEEN_OWNER.to_owned()),
+            );
+        }
+        Owner(Arc::new(owner))
+    }
+
     /// `owner` (from [`OwnerSchema::owner_of`]) completed from the tags of the bill line that
     /// priced it: a dimension no label gave takes the first listed tag that is set, or else the
     /// cluster's value. A process's own label always wins over the bill's tag.
@@ -330,6 +345,9 @@ impl Dimension {
         self.sources.iter().any(|s| matches!(s, Source::Tag(_)))
     }
 }
+
+/// What processes the agent cannot see are listed under, in every owner dimension.
+pub const UNSEEN_OWNER: &str = "(unseen process)";
 
 /// A dimension's name for the life of the process: names come from the config, so there are a
 /// handful, each kept once however often a schema is read.

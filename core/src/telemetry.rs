@@ -2,7 +2,7 @@
 //! process windows. Storage fills them; nothing here reads a database.
 
 /// A GPU window with its host, for attribution.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AttributionWindow {
     pub host_id: i64,
     pub gpu_uuid: String,
@@ -17,6 +17,35 @@ pub struct AttributionWindow {
     pub util_histogram: Option<String>,
     /// Energy inside the window (NVML's counter, physical GPUs only).
     pub energy_mj: Option<i64>,
+    /// MIG, where the agent reported it: a GPU in MIG mode has its compute slices; a MIG device
+    /// its GPU instance (id and compute slices) and the slices of it its compute instance has.
+    pub mig: MigFacts,
+    /// Memory held by processes the agent cannot see (another PID namespace's), where reported.
+    pub unseen_memory_bytes: Option<i64>,
+    /// Why the agent cannot see them, where it knows (`pid_namespace`, `no_permission`).
+    pub unseen_cause: Option<String>,
+    /// What went wrong with the device, where something did: a code of
+    /// `gpuledger_proto::DEVICE_FAULT_CODES` and its meaning in words.
+    pub fault: Option<Fault>,
+}
+
+/// A window's MIG facts (all `None` outside MIG, and in reports of agents that predate them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MigFacts {
+    /// On a GPU in MIG mode: its compute slices (7 on A100 and H100, 4 on A30).
+    pub gpu_slices: Option<i64>,
+    /// On a MIG device: its GPU instance's id and compute slices.
+    pub gpu_instance_id: Option<i64>,
+    pub instance_slices: Option<i64>,
+    /// On a MIG device: the compute slices its compute instance has of its GPU instance.
+    pub compute_slices: Option<i64>,
+}
+
+/// A device fault as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub code: String,
+    pub detail: String,
 }
 
 /// A process's window on a GPU, with its owner labels.

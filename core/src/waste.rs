@@ -7,6 +7,10 @@
 //! cluster, else whole hosts, else the idle GPUs of a host; held-idle processes on their own.
 //!
 //! A host that stopped reporting is not idle, it is unmonitored: it yields nothing here.
+//!
+//! A GPU that **could not be read** (lost, a fatal XID, the driver away) for [`FAULT_AFTER_MS`]
+//! while showing no work is a fault: one finding per host, naming each GPU's fault. Its time is
+//! idle in the ledger; the finding says why.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -20,6 +24,9 @@ use crate::telemetry::{gpu_label, AttributionWindow, HostRow, StoredProcessWindo
 pub const MAX_GAP_MS: i64 = 3 * 60_000;
 /// A host whose last window ended longer ago than this is not reporting.
 pub const STALE_AFTER_MS: i64 = 5 * 60_000;
+/// How long a GPU stays unreadable before it is an incident: a driver reload takes seconds, a
+/// GPU that fell off the bus stays off until someone acts.
+pub const FAULT_AFTER_MS: i64 = 5 * 60_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum IncidentKind {
@@ -27,6 +34,8 @@ pub enum IncidentKind {
     HostIdle,
     GpusIdle,
     HeldIdle,
+    /// GPUs that could not be read (lost, a fatal XID, the driver away).
+    GpuFault,
 }
 
 impl IncidentKind {
@@ -36,6 +45,7 @@ impl IncidentKind {
             IncidentKind::HostIdle => "host_idle",
             IncidentKind::GpusIdle => "gpus_idle",
             IncidentKind::HeldIdle => "held_idle",
+            IncidentKind::GpuFault => "gpu_fault",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -44,6 +54,7 @@ impl IncidentKind {
             Self::HostIdle,
             Self::GpusIdle,
             Self::HeldIdle,
+            Self::GpuFault,
         ]
         .into_iter()
         .find(|k| k.as_str() == s)
@@ -54,6 +65,7 @@ impl IncidentKind {
             IncidentKind::HostIdle => "Idle host",
             IncidentKind::GpusIdle => "Idle GPUs",
             IncidentKind::HeldIdle => "GPU held idle",
+            IncidentKind::GpuFault => "GPU fault",
         }
     }
 }
@@ -74,6 +86,8 @@ pub struct Finding {
     pub owners: BTreeMap<String, String>,
     /// The processes holding the GPUs idle (held-idle findings only).
     pub processes: Vec<HeldProcess>,
+    /// Each faulted GPU's fault, in words (fault findings only).
+    pub faults: BTreeMap<String, String>,
     pub since_ms: i64,
 }
 
@@ -94,6 +108,10 @@ pub struct HeldProcess {
 impl HeldProcess {
     /// `pid 4242 python3, user ana, team=research experiment=notebook`.
     pub fn describe(&self) -> String {
+        if self.pid == UNSEEN_PID {
+            return "processes the agent cannot see (`gpuledger-agent once` on the host says why)"
+                .into();
+        }
         let mut out = format!("pid {}", self.pid);
         if let Some(n) = &self.name {
             out.push_str(&format!(" {n}"));
@@ -123,12 +141,16 @@ pub struct IdleDevice {
     pub index: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<HeldProcess>,
+    /// What went wrong with it, in words (fault incidents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
 }
 
 impl IdleDevice {
-    /// `#3`, or the end of its UUID where the index is unknown.
+    /// `#3` (a MIG device `#3 MIG …a1b2c3`), or the end of its UUID where the index is unknown.
     pub fn label(&self) -> String {
-        gpu_label(self.index, &self.uuid, false)
+        // NVML names every MIG device `MIG-…`.
+        gpu_label(self.index, &self.uuid, self.uuid.starts_with("MIG-"))
     }
 }
 
@@ -147,11 +169,16 @@ pub fn describe_devices(devices: &[IdleDevice]) -> Vec<String> {
         let mine: Vec<&IdleDevice> = devices.iter().filter(|d| d.host == host).collect();
         let bare: Vec<String> = mine
             .iter()
-            .filter(|d| d.processes.is_empty())
+            .filter(|d| d.processes.is_empty() && d.fault.is_none())
             .map(|d| d.label())
             .collect();
         if !bare.is_empty() {
             lines.push(format!("{host}: GPU {}", bare.join(", ")));
+        }
+        for d in &mine {
+            if let Some(fault) = &d.fault {
+                lines.push(format!("{host} GPU {}: {fault}", d.label()));
+            }
         }
         for d in mine.iter().filter(|d| !d.processes.is_empty()) {
             for p in &d.processes {
@@ -198,6 +225,116 @@ struct Leaf<'a> {
     uuid: &'a str,
     parent: Option<&'a str>,
     windows: Vec<&'a AttributionWindow>,
+}
+
+/// GPUs unreadable for [`FAULT_AFTER_MS`] with no work in sight, one finding per host. The
+/// agent puts a fault on the physical GPU's window (a lost GPU is reported alone, its MIG
+/// devices gone); a GPU in MIG mode whose devices still work is not faulted, whatever its XID.
+fn faults(
+    by_device: &BTreeMap<(i64, &str), Leaf<'_>>,
+    host_by_id: &HashMap<i64, &HostRow>,
+    procs: &HashMap<(&str, i64), Vec<&StoredProcessWindow>>,
+    config: &IdleConfig,
+    now_ms: i64,
+) -> Vec<Finding> {
+    let at = |uuid: &str, w: &AttributionWindow| {
+        procs
+            .get(&(uuid, w.start_ms))
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+            .to_vec()
+    };
+    let mut per_host: BTreeMap<i64, Finding> = BTreeMap::new();
+    for ((host_id, uuid), gpu) in by_device.iter().filter(|(_, l)| l.parent.is_none()) {
+        let Some(host) = host_by_id.get(host_id) else {
+            continue;
+        };
+        let rules = config.thresholds(&host.cluster);
+        let devices: Vec<&Leaf<'_>> = by_device
+            .values()
+            .filter(|l| l.parent == Some(*uuid))
+            .collect();
+        let device_works = |start: i64| {
+            devices.iter().any(|d| {
+                d.windows
+                    .iter()
+                    .filter(|w| w.start_ms == start)
+                    .any(|w| rules.of_window(w, &at(d.uuid, w)).in_use())
+            })
+        };
+        let since = idle_since(&gpu.windows, now_ms, |w| {
+            rules.of_window(w, &at(uuid, w)) == Activity::Unknown && !device_works(w.start_ms)
+        });
+        let Some(since) = since.filter(|s| now_ms - s >= FAULT_AFTER_MS) else {
+            continue;
+        };
+        let detail = gpu
+            .windows
+            .last()
+            .and_then(|w| w.fault.as_ref())
+            .map(|f| f.detail.clone())
+            .unwrap_or_default();
+        let f = per_host.entry(*host_id).or_insert_with(|| Finding {
+            key: format!("fault:{}/{}", host.cluster, host.hostname),
+            kind: IncidentKind::GpuFault,
+            cluster: host.cluster.clone(),
+            hostname: Some(host.hostname.clone()),
+            host_ids: vec![*host_id],
+            gpus: Vec::new(),
+            gpu_equivalents: 0.0,
+            owners: BTreeMap::new(),
+            processes: Vec::new(),
+            faults: BTreeMap::new(),
+            since_ms: since,
+        });
+        f.gpus.push(uuid.to_string());
+        f.gpu_equivalents += 1.0;
+        f.faults.insert(uuid.to_string(), detail);
+        f.since_ms = f.since_ms.max(since);
+    }
+    per_host.into_values().collect()
+}
+
+/// Physical-GPU equivalents of `units` of a host (a MIG device is part of one).
+fn parts_of(
+    host_gpus: &BTreeMap<i64, BTreeMap<&str, (Option<i64>, f64)>>,
+    host_id: i64,
+    units: &[&str],
+) -> f64 {
+    let Some(gpus) = host_gpus.get(&host_id) else {
+        return 0.0;
+    };
+    units
+        .iter()
+        .filter_map(|u| gpus.get(u))
+        .map(|(_, part)| part)
+        .sum()
+}
+
+/// The pid a held-idle finding gives the processes the agent cannot see.
+pub const UNSEEN_PID: i64 = 0;
+
+/// The part of its physical GPU a device is: 1 for a GPU; a MIG device its compute slices of
+/// its GPU's (as attribution prices it), or an equal part where slices are not reported.
+fn gpu_part(leaf: &Leaf<'_>, by_device: &BTreeMap<(i64, &str), Leaf<'_>>, host_id: i64) -> f64 {
+    let Some(parent) = leaf.parent else {
+        return 1.0;
+    };
+    let last = |l: &Leaf<'_>| l.windows.last().map(|w| w.mig);
+    let gpu_slices = by_device
+        .get(&(host_id, parent))
+        .and_then(last)
+        .and_then(|m| m.gpu_slices);
+    match (last(leaf).and_then(|m| m.compute_slices), gpu_slices) {
+        (Some(mine), Some(all)) if all > 0 => mine as f64 / all as f64,
+        _ => {
+            let siblings = by_device
+                .values()
+                .filter(|l| l.parent == Some(parent))
+                .count();
+            1.0 / siblings.max(1) as f64
+        }
+    }
 }
 
 /// One host's held-idle processes as one finding: its GPUs once each, the owners of all (values
@@ -279,8 +416,9 @@ pub fn find(
     // Held-idle processes per host: one incident (and one Slack message) per host, listing its
     // GPUs, not one per GPU or process.
     let mut held: BTreeMap<i64, Vec<Finding>> = BTreeMap::new();
-    // Per host: physical GPU -> idle since (None = not idle), and held-idle processes.
-    let mut host_gpus: BTreeMap<i64, BTreeMap<&str, Option<i64>>> = BTreeMap::new();
+    // Per host: each GPU, or MIG device of a GPU in MIG mode -> idle since (None = not idle)
+    // and the part of a physical GPU it is.
+    let mut host_gpus: BTreeMap<i64, BTreeMap<&str, (Option<i64>, f64)>> = BTreeMap::new();
     for ((host_id, uuid), leaf) in &by_device {
         let Some(host) = host_by_id.get(host_id) else {
             continue;
@@ -288,85 +426,76 @@ pub fn find(
         let (_, duration) = config.for_cluster(&host.cluster);
         let rules = config.thresholds(&host.cluster);
         let duration_ms = duration.as_millis() as i64;
-        let physical = leaf.parent.unwrap_or(uuid);
         if parents.contains(&(*host_id, *uuid)) {
-            // A MIG-mode GPU: its instances decide.
-            host_gpus
-                .entry(*host_id)
-                .or_default()
-                .entry(physical)
-                .or_insert(Some(i64::MIN));
+            // A MIG-mode GPU: each of its devices is idle or not on its own.
             continue;
         }
+        let at = |w: &AttributionWindow| {
+            procs
+                .get(&(leaf.uuid, w.start_ms))
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+        };
         let since = idle_since(&leaf.windows, now_ms, |w| {
-            let ps = procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten();
-            rules.activity(
-                w.util_avg,
-                ps.map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-            ) == Activity::Idle
+            rules.of_window(w, at(w)) == Activity::Idle
         })
         .filter(|s| now_ms - s >= duration_ms);
-        let slot = host_gpus
+        host_gpus
             .entry(*host_id)
             .or_default()
-            .entry(physical)
-            .or_insert(Some(i64::MIN));
-        *slot = match (*slot, since) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            _ => None,
-        };
+            .insert(uuid, (since, gpu_part(leaf, &by_device, *host_id)));
 
-        // Held idle: each process keeping memory at ~0% SM for the whole duration.
-        let pids: BTreeSet<i64> = leaf
+        // Held idle: each process keeping memory at ~0% SM for the whole duration, and the
+        // processes the agent cannot see (as one holder, pid 0) where their memory does.
+        let mut pids: BTreeSet<i64> = leaf
             .windows
             .iter()
-            .flat_map(|w| procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten())
+            .flat_map(|w| at(w).iter())
             .filter(|p| holding(p))
             .map(|p| p.pid)
             .collect();
+        if leaf
+            .windows
+            .iter()
+            .any(|w| activity::unseen_holder(w).is_some())
+        {
+            pids.insert(UNSEEN_PID);
+        }
         for pid in pids {
             let mut owner = None;
             let since = idle_since(&leaf.windows, now_ms, |w| {
-                let p = procs
-                    .get(&(leaf.uuid, w.start_ms))
-                    .and_then(|ps| ps.iter().find(|p| p.pid == pid && holding(p)));
-                match p {
-                    Some(p) => {
+                let sm = if pid == UNSEEN_PID {
+                    activity::unseen_holder(w).map(|(_, sm)| sm)
+                } else {
+                    at(w).iter().find(|p| p.pid == pid && holding(p)).map(|p| {
                         owner.get_or_insert(*p);
-                        // Held, not working: as attribution decides it for the same window.
-                        let all = procs.get(&(leaf.uuid, w.start_ms)).into_iter().flatten();
-                        let state = rules.activity(
-                            w.util_avg,
-                            all.map(|q| (q.memory_used_max_bytes, q.sm_util_avg)),
-                        );
-                        !rules.works(p.sm_util_avg, state)
-                    }
-                    None => false,
-                }
+                        p.sm_util_avg
+                    })
+                };
+                // Held, not working: as attribution decides it for the same window.
+                sm.is_some_and(|sm| !rules.works(sm, rules.of_window(w, at(w))))
             });
-            let (Some(since), Some(p)) = (since, owner) else {
+            let Some(since) = since else {
                 continue;
             };
             if now_ms - since < duration_ms {
                 continue;
             }
             // Every label the process carries: who to ask, whatever the owner dimensions are.
-            let owners: BTreeMap<String, String> =
-                serde_json::from_str::<BTreeMap<String, String>>(&p.labels_json)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|(_, v)| !v.is_empty())
-                    .collect();
-            let siblings = by_device
-                .values()
-                .filter(|l| l.parent.is_some() && l.parent == leaf.parent)
-                .count()
-                .max(1);
+            let owners: BTreeMap<String, String> = owner
+                .map(|p| {
+                    serde_json::from_str::<BTreeMap<String, String>>(&p.labels_json)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|(_, v)| !v.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
             let process = HeldProcess {
                 gpu_uuid: uuid.to_string(),
                 pid,
-                name: p.process_name.clone(),
-                user: p.user_name.clone(),
+                name: owner.and_then(|p| p.process_name.clone()),
+                user: owner.and_then(|p| p.user_name.clone()),
                 owners: owners.clone(),
             };
             held.entry(*host_id).or_default().push(Finding {
@@ -377,18 +506,16 @@ pub fn find(
                 hostname: Some(host.hostname.clone()),
                 host_ids: vec![*host_id],
                 gpus: vec![uuid.to_string()],
-                gpu_equivalents: if leaf.parent.is_some() {
-                    1.0 / siblings as f64
-                } else {
-                    1.0
-                },
+                gpu_equivalents: gpu_part(leaf, &by_device, *host_id),
                 owners,
+                faults: BTreeMap::new(),
                 since_ms: since,
             });
         }
     }
 
     findings.extend(held.into_values().filter_map(merge_held));
+    findings.extend(faults(&by_device, &host_by_id, &procs, config, now_ms));
 
     // Hosts and clusters.
     let mut clusters: BTreeMap<&str, Vec<HostState>> = BTreeMap::new();
@@ -398,12 +525,12 @@ pub fn find(
         };
         let idle: Vec<&str> = gpus
             .iter()
-            .filter(|(_, s)| s.is_some())
+            .filter(|(_, (s, _))| s.is_some())
             .map(|(g, _)| *g)
             .collect();
         let all = gpus.keys().copied().collect();
         let host_since = if idle.len() == gpus.len() {
-            gpus.values().map(|s| s.unwrap_or(i64::MIN)).max()
+            gpus.values().map(|(s, _)| s.unwrap_or(i64::MIN)).max()
         } else {
             None
         };
@@ -424,16 +551,21 @@ pub fn find(
                 .iter()
                 .flat_map(|h| h.all.iter().map(|g| g.to_string()))
                 .collect();
+            let equivalents = hosts_in
+                .iter()
+                .map(|h| parts_of(&host_gpus, h.host_id, &h.all))
+                .sum();
             findings.push(Finding {
                 key: format!("cluster:{cluster}"),
                 kind: IncidentKind::ClusterIdle,
                 cluster: cluster.to_owned(),
                 hostname: None,
                 host_ids: hosts_in.iter().map(|h| h.host_id).collect(),
-                gpu_equivalents: gpus.len() as f64,
+                gpu_equivalents: equivalents,
                 gpus,
                 owners: BTreeMap::new(),
                 processes: Vec::new(),
+                faults: BTreeMap::new(),
                 since_ms: hosts_in
                     .iter()
                     .filter_map(|h| h.since)
@@ -469,7 +601,7 @@ pub fn find(
                 .get(&host_id)
                 .map(|g| {
                     idle.iter()
-                        .filter_map(|u| g.get(u).copied().flatten())
+                        .filter_map(|u| g.get(u).and_then(|(s, _)| *s))
                         .max()
                         .unwrap_or(now_ms)
                 })
@@ -480,10 +612,11 @@ pub fn find(
                 cluster: cluster.to_owned(),
                 hostname: Some(host.hostname.clone()),
                 host_ids: vec![host_id],
-                gpu_equivalents: idle.len() as f64,
+                gpu_equivalents: parts_of(&host_gpus, host_id, &idle),
                 gpus: idle.iter().map(|g| g.to_string()).collect(),
                 owners: BTreeMap::new(),
                 processes: Vec::new(),
+                faults: BTreeMap::new(),
                 since_ms: since.unwrap_or(idle_since),
             });
         }
@@ -527,6 +660,7 @@ mod tests {
                 util_avg: Some(util),
                 util_histogram: None,
                 energy_mj: None,
+                ..Default::default()
             })
             .collect()
     }
@@ -663,6 +797,100 @@ mod tests {
         assert_eq!(f[0].gpus, ["a", "b", "c", "d"]);
         assert_eq!(f[0].gpu_equivalents, 4.0);
         assert_eq!(f[0].owners["team"], "research, vision");
+    }
+
+    /// An A100's MIG devices report no utilization: one held by a process is in use by its
+    /// presence (never alerted as held idle), one with no process is idle like any GPU.
+    #[test]
+    fn mig_devices_without_gpm_are_in_use_by_presence_or_idle() {
+        let hosts = [host(1, "c")];
+        let mut windows = run(1, "GPU-0", T, 40, 0.0);
+        for w in &mut windows {
+            w.util_avg = None;
+            w.mig.gpu_slices = Some(7);
+        }
+        let device = |uuid: &str| {
+            let mut ws = run(1, uuid, T, 40, 0.0);
+            for w in &mut ws {
+                w.util_avg = None;
+                w.parent_uuid = Some("GPU-0".into());
+                w.mig = crate::telemetry::MigFacts {
+                    gpu_instance_id: Some(1),
+                    instance_slices: Some(3),
+                    compute_slices: Some(3),
+                    gpu_slices: None,
+                };
+            }
+            ws
+        };
+        let used = device("MIG-used");
+        let empty = device("MIG-empty");
+        let procs: Vec<_> = used
+            .iter()
+            .map(|w| StoredProcessWindow {
+                sm_util_avg: None,
+                ..proc_in(w, 7, 0.0, "research")
+            })
+            .collect();
+        windows.extend(used);
+        windows.extend(empty);
+        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, IncidentKind::GpusIdle);
+        assert_eq!(f[0].gpus, ["MIG-empty"], "the empty instance alone: {f:?}");
+        assert!((f[0].gpu_equivalents - 3.0 / 7.0).abs() < 1e-12, "{f:?}");
+        assert!(f[0].processes.is_empty());
+    }
+
+    /// Memory held at 0% by processes the agent cannot see is held idle by them (pid 0, named
+    /// as such); a GPU that could not be read is not idle.
+    #[test]
+    fn unseen_holders_are_held_idle_and_a_lost_gpu_is_not_idle() {
+        let hosts = [host(1, "c")];
+        let mut w = run(1, "a", T, 40, 0.0);
+        for x in &mut w {
+            x.unseen_memory_bytes = Some(9 << 30);
+        }
+        let f = find(&hosts, &w, &[], &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
+        assert_eq!(f[0].processes[0].pid, UNSEEN_PID);
+        assert!(f[0].processes[0].describe().contains("cannot see"));
+
+        // Lost for 40 minutes: not idle, a fault, with the agent's words for it.
+        let mut lost = run(1, "b", T, 40, 0.0);
+        for x in &mut lost {
+            x.util_avg = None;
+            x.fault = Some(crate::telemetry::Fault {
+                code: "gpu_lost".into(),
+                detail: "XID 79: the GPU has fallen off the bus".into(),
+            });
+        }
+        let f = find(&hosts, &lost, &[], &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(
+            (f[0].kind, f[0].key.as_str()),
+            (IncidentKind::GpuFault, "fault:c/c-1")
+        );
+        assert_eq!(f[0].since_ms, T - 40 * MIN);
+        assert_eq!(f[0].faults["b"], "XID 79: the GPU has fallen off the bus");
+        let device = IdleDevice {
+            host: "c-1".into(),
+            uuid: "b".into(),
+            index: Some(1),
+            processes: Vec::new(),
+            fault: Some(f[0].faults["b"].clone()),
+        };
+        assert_eq!(
+            describe_devices(&[device]),
+            ["c-1 GPU #1: XID 79: the GPU has fallen off the bus"]
+        );
+        // A fault of four minutes is not yet one; one with work in sight is not one at all.
+        assert!(find(&hosts, &lost[36..], &[], &IdleConfig::default(), T).is_empty());
+        for x in &mut lost {
+            x.util_avg = Some(80.0);
+        }
+        assert!(find(&hosts, &lost, &[], &IdleConfig::default(), T).is_empty());
     }
 
     #[test]

@@ -1,15 +1,17 @@
 //! GPU Performance Monitoring: samples and metrics computed between two samples.
 //!
-//! A sample remembers which device (or MIG instance) it was taken on and when; the metrics are
-//! what that device was doing at the second sample's time.
+//! GPM is Hopper and newer. A sample remembers which device (or GPU instance) it was taken on and
+//! when; the metrics are what that device was doing at the second sample's time. NVIDIA documents
+//! that samples must be more than 100 ms apart (the driver refreshes them no faster) and not what
+//! happens otherwise: here each metric then answers NVML_ERROR_INVALID_ARGUMENT.
 
 #![allow(clippy::missing_safety_doc)]
 
 use std::ffi::{c_char, c_uint, c_void, CStr};
 
-use crate::{with_device, DeviceHandle, NvmlReturn, STATE};
+use crate::{now_s, with_device, DeviceHandle, NvmlReturn};
 use crate::{
-    ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED, ERROR_UNINITIALIZED,
+    ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED,
     ERROR_UNKNOWN, SUCCESS,
 };
 
@@ -17,8 +19,13 @@ const METRIC_GRAPHICS_UTIL: c_uint = 1;
 const METRIC_SM_UTIL: c_uint = 2;
 const METRIC_DRAM_BW_UTIL: c_uint = 10;
 
+/// The shortest interval between two samples whose metrics mean anything.
+const MIN_INTERVAL_S: f64 = 0.1;
+
 struct Sample {
     handle: usize,
+    /// Set for a sample of one GPU instance (`nvmlGpmMigSampleGet`).
+    gpu_instance_id: Option<c_uint>,
     at_s: f64,
 }
 
@@ -54,11 +61,6 @@ pub struct GpmMetricsGet {
     metrics: [GpmMetric; 1],
 }
 
-fn elapsed() -> Option<f64> {
-    let guard = STATE.lock().ok()?;
-    guard.as_ref().map(|s| s.started.elapsed().as_secs_f64())
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     device: DeviceHandle,
@@ -67,6 +69,9 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     with_device(device, |d, _| {
         if support.is_null() {
             return ERROR_INVALID_ARGUMENT;
+        }
+        if (*support).version != 1 {
+            return ERROR_ARGUMENT_VERSION_MISMATCH;
         }
         (*support).is_supported_device = d.gpm_supported() as c_uint;
         SUCCESS
@@ -80,6 +85,7 @@ pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut *mut c_void) -> NvmlRet
     }
     *sample = Box::into_raw(Box::new(Sample {
         handle: 0,
+        gpu_instance_id: None,
         at_s: 0.0,
     })) as *mut c_void;
     SUCCESS
@@ -94,13 +100,11 @@ pub unsafe extern "C" fn nvmlGpmSampleFree(sample: *mut c_void) -> NvmlReturn {
     SUCCESS
 }
 
-unsafe fn fill(sample: *mut c_void, handle: usize) -> NvmlReturn {
-    let Some(at_s) = elapsed() else {
-        return ERROR_UNINITIALIZED;
-    };
+unsafe fn fill(sample: *mut c_void, handle: usize, gpu_instance_id: Option<c_uint>) -> NvmlReturn {
     let s = sample as *mut Sample;
     (*s).handle = handle;
-    (*s).at_s = at_s;
+    (*s).gpu_instance_id = gpu_instance_id;
+    (*s).at_s = now_s();
     SUCCESS
 }
 
@@ -120,7 +124,7 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(device: DeviceHandle, sample: *mut c_v
             ok
         };
     }
-    fill(sample, device as usize)
+    fill(sample, device as usize, None)
 }
 
 #[no_mangle]
@@ -129,16 +133,12 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
     gpu_instance_id: c_uint,
     sample: *mut c_void,
 ) -> NvmlReturn {
-    let mut instance = 0usize;
     let found = with_device(device, |d, _| {
         if !d.gpm_supported() {
             return ERROR_NOT_SUPPORTED;
         }
         match d.mig_handle_by_instance_id(gpu_instance_id) {
-            Some(h) => {
-                instance = h;
-                SUCCESS
-            }
+            Some(_) => SUCCESS,
             None => ERROR_NOT_FOUND,
         }
     });
@@ -149,7 +149,7 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
             found
         };
     }
-    fill(sample, instance)
+    fill(sample, device as usize, Some(gpu_instance_id))
 }
 
 #[no_mangle]
@@ -157,11 +157,19 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
     if request.is_null() || (*request).sample1.is_null() || (*request).sample2.is_null() {
         return ERROR_INVALID_ARGUMENT;
     }
+    let first = &*((*request).sample1 as *const Sample);
     let second = &*((*request).sample2 as *const Sample);
+    if (first.handle, first.gpu_instance_id) != (second.handle, second.gpu_instance_id) {
+        return ERROR_INVALID_ARGUMENT;
+    }
+    let too_close = second.at_s - first.at_s <= MIN_INTERVAL_S;
     let metrics = std::ptr::addr_of_mut!((*request).metrics) as *mut GpmMetric;
     let count = (*request).num_metrics as usize;
     let status = with_device(second.handle as DeviceHandle, |d, _| {
-        let activity = d.activity(second.at_s);
+        let activity = match second.gpu_instance_id {
+            Some(gi) => d.instance_activity(gi, second.at_s),
+            None => Some(d.activity(second.at_s)),
+        };
         for i in 0..count {
             let m = &mut *metrics.add(i);
             let (value, name): (Option<u32>, &'static CStr) = match m.metric_id {
@@ -175,16 +183,15 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
                 long_name: name.as_ptr(),
                 unit: c"%".as_ptr(),
             };
-            match value {
+            m.value = 0.0;
+            m.nvml_return = match value {
+                _ if too_close => ERROR_INVALID_ARGUMENT,
                 Some(v) => {
                     m.value = f64::from(v);
-                    m.nvml_return = SUCCESS;
+                    SUCCESS
                 }
-                None => {
-                    m.value = 0.0;
-                    m.nvml_return = ERROR_NOT_SUPPORTED;
-                }
-            }
+                None => ERROR_NOT_SUPPORTED,
+            };
         }
         SUCCESS
     });

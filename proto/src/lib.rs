@@ -35,6 +35,31 @@ pub const OWNER_UNKNOWN_CAUSES: [&str; 12] = [
     "slurm_job_not_found",
 ];
 
+/// Memory in use on a device beyond what the processes the agent can see hold, from which on it
+/// is taken for processes the agent cannot see (a CUDA context alone takes a few hundred MiB;
+/// drivers and display servers stay under it).
+pub const UNSEEN_MEMORY_FLOOR_BYTES: u64 = 256 << 20;
+
+/// Why an agent cannot see some processes on a device (`GpuWindow::unseen_cause`).
+pub const UNSEEN_CAUSES: [&str; 2] = [
+    // The agent runs in a PID namespace of its own (a container without the host's PIDs).
+    "pid_namespace",
+    // NVML refused to list the device's processes.
+    "no_permission",
+];
+
+/// What went wrong with a device (`DeviceFault::code`).
+pub const DEVICE_FAULT_CODES: [&str; 4] = [
+    // NVML answers GPU_IS_LOST: the GPU fell off the bus.
+    "gpu_lost",
+    // The driver reported a critical XID error: the GPU needs a reset or a reboot.
+    "xid",
+    // The driver is away (unloaded, reloading, or NVML cannot initialise).
+    "driver_unavailable",
+    // Another NVML error for this device alone.
+    "nvml_error",
+];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
@@ -112,6 +137,48 @@ pub struct GpuWindow {
     pub energy_mj: Option<u64>,
     #[serde(default)]
     pub processes: Vec<ProcessWindow>,
+    /// For a MIG device: where it sits on its GPU, which the GPU's cost is shared by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigPlacement>,
+    /// For a GPU in MIG mode: its compute slices (7 on A100 and H100, 4 on A30). Slices no
+    /// MIG device holds are idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_compute_slices: Option<u32>,
+    /// Memory in use beyond what the processes listed hold, at its largest in the window, where
+    /// at least [`UNSEEN_MEMORY_FLOOR_BYTES`]: processes the agent cannot see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_memory_max_bytes: Option<u64>,
+    /// Why the agent cannot see some processes, where it knows (one of [`UNSEEN_CAUSES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_cause: Option<String>,
+    /// What went wrong with the device in the window, where something did: a lost GPU is still
+    /// reported, with no readings, so its time is accounted for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<DeviceFault>,
+}
+
+/// Where a MIG device sits on its GPU: its GPU instance and compute instance, and the compute
+/// slices of each (a `3g.40gb` instance split in a 1-slice and a 2-slice compute instance has
+/// two devices with `gpu_instance_slices` 3 and `compute_instance_slices` 1 and 2).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigPlacement {
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    /// The profile as the driver names the device (`3g.40gb`, or `1c.3g.40gb` for part of one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    pub gpu_instance_slices: u32,
+    pub compute_instance_slices: u32,
+}
+
+/// A device fault: one of [`DEVICE_FAULT_CODES`] and what it means, in words.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceFault {
+    pub code: String,
+    /// For people: `XID 79: the GPU has fallen off the bus`.
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

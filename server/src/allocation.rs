@@ -16,6 +16,7 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
         "unmonitored_cost",
         "gpu_hours",
         "avg_util",
+        "presence_gpu_hours",
         "energy_kwh",
         "estimated",
     ])?;
@@ -31,6 +32,7 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
             r.unmonitored_cost.to_string(),
             format!("{:.4}", r.gpu_hours),
             r.avg_util.map(|u| format!("{u:.2}")).unwrap_or_default(),
+            format!("{:.4}", r.presence_gpu_hours),
             format!("{:.4}", r.energy_kwh),
             r.estimated.to_string(),
         ])?;

@@ -225,6 +225,7 @@ fn gpu_window(
         temperature_max_c: Some(35.0 + util / 3.0),
         energy_mj: Some((watts * len_ms as f64) as u64),
         processes,
+        ..Default::default()
     }
 }
 

@@ -112,6 +112,7 @@ fn devices(f: &Finding, named: &HashMap<String, (String, Option<i64>)>) -> Vec<I
                     .filter(|p| &p.gpu_uuid == uuid)
                     .cloned()
                     .collect(),
+                fault: f.faults.get(uuid).cloned(),
             }
         })
         .collect()

@@ -116,6 +116,7 @@ fn gpu_count(n: usize) -> String {
 /// What to do about an incident, in a sentence: the suggested action its message carries.
 pub fn suggestion(kind: Option<IncidentKind>, event: Event) -> &'static str {
     match (event, kind) {
+        (Event::Resolved, Some(IncidentKind::GpuFault)) => "Nothing: the GPUs read again.",
         (Event::Resolved, _) => "Nothing: the GPUs are busy or released.",
         (Event::StoppedReporting, _) => {
             "Check the agents on these hosts (`gpuledger-agent once` prints what one reads): \
@@ -132,6 +133,10 @@ pub fn suggestion(kind: Option<IncidentKind>, event: Event) -> &'static str {
         (_, Some(IncidentKind::HeldIdle)) => {
             "Ask the owner to stop the idle processes (a notebook kernel, a stuck job) so the GPUs \
              are free, or release them."
+        }
+        (_, Some(IncidentKind::GpuFault)) => {
+            "Reset the GPU (`nvidia-smi -r`, with nothing running on it) or reboot the host; the \
+             fault says what the driver reported. Until it reads again its cost counts as idle."
         }
         _ => "Pack the work onto fewer GPUs or move to a smaller instance.",
     }
@@ -180,7 +185,11 @@ pub fn incident_message(
     let (headline, text) = match event {
         Event::Resolved => (
             format!("Resolved: {kind} {place}"),
-            format!("Resolved: {kind} {place}: the GPUs are busy or released after {idle_for} idle; {} wasted{est}.", dollars(wasted)),
+            if IncidentKind::parse(&i.kind) == Some(IncidentKind::GpuFault) {
+                format!("Resolved: {kind} {place}: the GPUs read again after {idle_for}; {} idle while they could not{est}.", dollars(wasted))
+            } else {
+                format!("Resolved: {kind} {place}: the GPUs are busy or released after {idle_for} idle; {} wasted{est}.", dollars(wasted))
+            },
         ),
         Event::StoppedReporting => (
             format!("Stopped reporting: {kind} {place}"),
@@ -718,6 +727,7 @@ mod tests {
                         host: host.unwrap_or(cluster).to_owned(),
                         uuid: format!("GPU-{g}"),
                         index: Some(g),
+                        fault: None,
                         processes: vec![crate::waste::HeldProcess {
                             gpu_uuid: format!("GPU-{g}"),
                             pid: 1000 + g,

@@ -263,6 +263,24 @@ fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> 
         -50.0,
         200.0,
     )?;
+    mig(at, g)?;
+    fits_i64(
+        &format!("{at}.unseen_memory_max_bytes"),
+        g.unseen_memory_max_bytes,
+    )?;
+    if let (Some(unseen), Some(total)) = (g.unseen_memory_max_bytes, g.memory_total_bytes) {
+        if unseen > total {
+            return fail(
+                format!("{at}.unseen_memory_max_bytes"),
+                format!("{unseen} is more than memory_total_bytes {total}"),
+            );
+        }
+    }
+    opt_text(&format!("{at}.unseen_cause"), &g.unseen_cause)?;
+    if let Some(f) = &g.fault {
+        text(&format!("{at}.fault.code"), &f.code, true)?;
+        text(&format!("{at}.fault.detail"), &f.detail, false)?;
+    }
     if g.processes.len() > limits.max_processes_per_gpu {
         return fail(format!("{at}.processes"), "too many processes on one GPU");
     }
@@ -272,6 +290,51 @@ fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> 
         process(&at, p, g.memory_total_bytes)?;
         if !pids.insert(p.pid) {
             return fail(format!("{at}.pid"), "appears twice on the GPU");
+        }
+    }
+    Ok(())
+}
+
+/// The most compute slices a GPU has (7 on A100 and H100; room for one more).
+const MAX_MIG_SLICES: u32 = 8;
+
+/// MIG facts: a MIG device's slices (its compute instance's within its GPU instance's), on a
+/// device with a parent; a MIG-mode GPU's compute slices on a GPU without one.
+fn mig(at: &str, g: &GpuWindow) -> Result<(), ValidationError> {
+    let slices = |field: &str, n: u32| {
+        if (1..=MAX_MIG_SLICES).contains(&n) {
+            Ok(())
+        } else {
+            fail(
+                format!("{at}.{field}"),
+                format!("must be 1 to {MAX_MIG_SLICES} compute slices, got {n}"),
+            )
+        }
+    };
+    if let Some(n) = g.mig_compute_slices {
+        if g.parent_uuid.is_some() {
+            return fail(
+                format!("{at}.mig_compute_slices"),
+                "belongs on a GPU in MIG mode, not on a MIG device",
+            );
+        }
+        slices("mig_compute_slices", n)?;
+    }
+    if let Some(m) = &g.mig {
+        if g.parent_uuid.is_none() {
+            return fail(
+                format!("{at}.mig"),
+                "belongs on a MIG device (with parent_uuid)",
+            );
+        }
+        opt_text(&format!("{at}.mig.profile"), &m.profile)?;
+        slices("mig.gpu_instance_slices", m.gpu_instance_slices)?;
+        slices("mig.compute_instance_slices", m.compute_instance_slices)?;
+        if m.compute_instance_slices > m.gpu_instance_slices {
+            return fail(
+                format!("{at}.mig.compute_instance_slices"),
+                "is more than its GPU instance's gpu_instance_slices",
+            );
         }
     }
     Ok(())
@@ -357,6 +420,67 @@ mod tests {
     #[test]
     fn a_good_report_passes() {
         validate(&good(), NOW, &Limits::default()).unwrap();
+    }
+
+    /// MIG facts where they belong and within a GPU's slices; unseen memory within the GPU; a
+    /// fault with a code: each wrong one named by its field.
+    #[test]
+    fn mig_slices_unseen_memory_and_faults_are_checked() {
+        use gpuledger_proto::{DeviceFault, MigPlacement};
+        let placement = MigPlacement {
+            gpu_instance_id: 1,
+            compute_instance_id: 0,
+            profile: Some("3g.40gb".into()),
+            gpu_instance_slices: 3,
+            compute_instance_slices: 3,
+        };
+        let with_device = |r: &mut Report, m: MigPlacement| {
+            let mut d = r.windows[0].gpus[0].clone();
+            d.uuid = "MIG-1".into();
+            d.parent_uuid = Some("GPU-1".into());
+            d.mig = Some(m);
+            r.windows[0].gpus[0].mig_compute_slices = Some(7);
+            r.windows[0].gpus.push(d);
+        };
+        let mut r = good();
+        with_device(&mut r, placement.clone());
+        validate(&r, NOW, &Limits::default()).unwrap();
+        let bad = |m: MigPlacement| field_of(|r| with_device(r, m.clone()));
+        assert_eq!(
+            bad(MigPlacement {
+                compute_instance_slices: 4,
+                ..placement.clone()
+            }),
+            "windows[0].gpus[1].mig.compute_instance_slices"
+        );
+        assert_eq!(
+            bad(MigPlacement {
+                gpu_instance_slices: 0,
+                ..placement.clone()
+            }),
+            "windows[0].gpus[1].mig.gpu_instance_slices"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].mig = Some(placement.clone())),
+            "windows[0].gpus[0].mig"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].mig_compute_slices = Some(9)),
+            "windows[0].gpus[0].mig_compute_slices"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].gpus[0].unseen_memory_max_bytes = Some(81)),
+            "windows[0].gpus[0].unseen_memory_max_bytes"
+        );
+        assert_eq!(
+            field_of(|r| {
+                r.windows[0].gpus[0].fault = Some(DeviceFault {
+                    code: String::new(),
+                    detail: "lost".into(),
+                })
+            }),
+            "windows[0].gpus[0].fault.code"
+        );
     }
 
     #[test]

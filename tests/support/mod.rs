@@ -3,6 +3,7 @@
 // Each test binary uses part of this harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod captures;
 pub mod slurm;
 
 use std::net::TcpListener;
@@ -421,6 +422,11 @@ pub fn around_now() -> String {
         gpuledger_core::time::rfc3339(hour - 3_600_000),
         gpuledger_core::time::rfc3339(hour + 3_600_000)
     )
+}
+
+/// The body of `GET url` as `client` sees it.
+pub async fn page_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
 }
 
 /// `GET /api/v1/allocation?{query}` as `client` sees it: the answer and its rows by key.

@@ -53,6 +53,7 @@ fn window(
         util_avg: util,
         util_histogram: None,
         energy_mj: None,
+        ..Default::default()
     }
 }
 
@@ -197,8 +198,9 @@ fn a_billed_host_without_any_telemetry_is_unmonitored() {
     );
 }
 
+/// Reports of agents that predate MIG slices: instances share their GPU by memory size.
 #[test]
-fn mig_instances_share_their_gpu_by_size() {
+fn mig_instances_without_slices_share_their_gpu_by_size() {
     let mut small = window(1, "MIG-a", Some("GPU-0"), H, 60, Some(90.0));
     small.memory_total_bytes = Some(20 * GIB);
     let mut big = window(1, "MIG-b", Some("GPU-0"), H, 60, Some(10.0));
@@ -220,6 +222,163 @@ fn mig_instances_share_their_gpu_by_size() {
     );
     assert_eq!(cost_where(&a, |p| model_is(p, "a")), d("2"));
     assert_eq!(cost_where(&a, |p| model_is(p, "b")), d("6"));
+}
+
+/// A GPU in MIG mode with `slices` compute slices, and its devices: (uuid, GPU instance id,
+/// its slices, the compute instance's slices, memory GiB), each reporting every quarter hour
+/// (as the agent does) with no utilization (an A100: no GPM).
+fn mig_gpu(slices: i64, devices: &[(&str, i64, i64, i64, i64)]) -> Vec<AttributionWindow> {
+    let mut out = Vec::new();
+    for q in 0..4 {
+        let t = H + q * 15 * MIN;
+        let mut parent = window(1, "GPU-0", None, t, 15, None);
+        parent.mig.gpu_slices = Some(slices);
+        out.push(parent);
+        for (uuid, gi, gi_slices, ci_slices, mem) in devices {
+            let mut w = window(1, uuid, Some("GPU-0"), t, 15, None);
+            w.memory_total_bytes = Some(mem * GIB);
+            w.mig.gpu_instance_id = Some(*gi);
+            w.mig.instance_slices = Some(*gi_slices);
+            w.mig.compute_slices = Some(*ci_slices);
+            out.push(w);
+        }
+    }
+    out
+}
+
+/// One process per device per window, holding `GIB` with no SM figure (as under MIG).
+fn tenants(windows: &[AttributionWindow], models: &[(&str, &str)]) -> Vec<StoredProcessWindow> {
+    let mut out = Vec::new();
+    for w in windows {
+        for (uuid, model) in models {
+            if w.gpu_uuid == *uuid {
+                out.push(process(uuid, w.start_ms, 1, model, 1, None));
+            }
+        }
+    }
+    out
+}
+
+fn attribute_hour(
+    windows: &[AttributionWindow],
+    procs: &[StoredProcessWindow],
+    cost: &str,
+) -> Attribution {
+    attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        windows,
+        procs,
+        &[line("i-1", H, H + HOUR_MS, cost, "on_demand")],
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    )
+}
+
+/// An A100 in MIG mode with a 3g.40gb and a 2g.20gb instance, both at work: each pays its
+/// compute slices of the GPU (3/7 and 2/7 of $7), and the 2 slices no instance holds are idle on
+/// the GPU itself, never charged to the tenants (by memory they would have paid $4.68 and $2.32
+/// and left nothing idle). Their work is used by presence: no GPM on an A100, so nothing
+/// measures it, and a process holding an instance is never held idle on no evidence.
+#[test]
+fn mig_devices_pay_their_compute_slices_and_empty_slices_are_idle() {
+    let windows = mig_gpu(7, &[("MIG-3g", 1, 3, 3, 40), ("MIG-2g", 2, 2, 2, 20)]);
+    let procs = tenants(&windows, &[("MIG-3g", "train"), ("MIG-2g", "serve")]);
+    let a = attribute_hour(&windows, &procs, "7.00");
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "train") && p.kind == Kind::Used),
+        d("3.00")
+    );
+    assert_eq!(
+        cost_where(&a, |p| model_is(p, "serve") && p.kind == Kind::Used),
+        d("2.00")
+    );
+    let idle = |p: &Part| p.kind == Kind::Idle && p.gpu_uuid.as_deref() == Some("GPU-0");
+    assert_eq!(cost_where(&a, idle), d("2.00"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::HeldIdle), d("0"));
+    assert_eq!(cost_where(&a, |_| true), d("7.00"));
+    // Measured by presence: GPU time with no utilization behind it.
+    let train: Vec<&Part> = a.parts.iter().filter(|p| model_is(p, "train")).collect();
+    let secs: f64 = train.iter().map(|p| p.gpu_seconds).sum();
+    assert!((secs - 3600.0 * 3.0 / 7.0).abs() < 1e-6, "{secs}");
+    assert!(train.iter().all(|p| p.util_known_seconds == 0.0));
+}
+
+/// Compute instances of one GPU instance share its slices (a 3g split into 1c and 2c pays 1/7
+/// and 2/7), never the whole instance each; and memory does not decide it: on an A100 40GB a
+/// 4g.20gb and a 3g.20gb have the same memory and pay 4/7 and 3/7.
+#[test]
+fn compute_instances_share_their_gpu_instance_and_slices_not_memory_decide() {
+    let windows = mig_gpu(7, &[("MIG-1c", 1, 3, 1, 40), ("MIG-2c", 1, 3, 2, 40)]);
+    let procs = tenants(&windows, &[("MIG-1c", "one"), ("MIG-2c", "two")]);
+    let a = attribute_hour(&windows, &procs, "7.00");
+    assert_eq!(cost_where(&a, |p| model_is(p, "one")), d("1.00"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "two")), d("2.00"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("4.00"));
+
+    let windows = mig_gpu(7, &[("MIG-4g", 1, 4, 4, 20), ("MIG-3g", 2, 3, 3, 20)]);
+    let procs = tenants(&windows, &[("MIG-4g", "four"), ("MIG-3g", "three")]);
+    let a = attribute_hour(&windows, &procs, "7.00");
+    assert_eq!(cost_where(&a, |p| model_is(p, "four")), d("4.00"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "three")), d("3.00"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("0"));
+    // An A30 has four compute slices: its 2g.12gb is half the GPU.
+    let windows = mig_gpu(4, &[("MIG-a30", 1, 2, 2, 12)]);
+    let procs = tenants(&windows, &[("MIG-a30", "half")]);
+    let a = attribute_hour(&windows, &procs, "4.00");
+    assert_eq!(cost_where(&a, |p| model_is(p, "half")), d("2.00"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("2.00"));
+}
+
+/// An instance with no process is idle (NVML lists every process it has); a report claiming
+/// more slices than the GPU has is scaled into the GPU, never past the bill.
+#[test]
+fn an_empty_instance_is_idle_and_a_bad_report_never_bills_more_than_the_gpu() {
+    let windows = mig_gpu(7, &[("MIG-busy", 1, 3, 3, 40), ("MIG-empty", 2, 3, 3, 40)]);
+    let procs = tenants(&windows, &[("MIG-busy", "busy")]);
+    let a = attribute_hour(&windows, &procs, "7.00");
+    assert_eq!(cost_where(&a, |p| model_is(p, "busy")), d("3.00"));
+    assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("4.00"));
+
+    let windows = mig_gpu(7, &[("MIG-x", 1, 7, 7, 40), ("MIG-y", 2, 7, 7, 40)]);
+    let procs = tenants(&windows, &[("MIG-x", "x"), ("MIG-y", "y")]);
+    let a = attribute_hour(&windows, &procs, "7.00");
+    assert_eq!(cost_where(&a, |p| model_is(p, "x")), d("3.50"));
+    assert_eq!(cost_where(&a, |p| model_is(p, "y")), d("3.50"));
+    assert_eq!(cost_where(&a, |_| true), d("7.00"));
+}
+
+/// Memory held by processes the agent cannot see holds the GPU like a process: at 0% it is
+/// held idle by "(unseen process)", busy it is used by it; a lost GPU's time is idle.
+#[test]
+fn unseen_memory_is_held_by_unseen_processes_and_a_lost_gpu_is_idle() {
+    let mut quiet = window(1, "GPU-0", None, H, 60, Some(0.0));
+    quiet.unseen_memory_bytes = Some(9 * GIB);
+    let mut busy = window(1, "GPU-1", None, H, 60, Some(65.0));
+    busy.unseen_memory_bytes = Some(9 * GIB);
+    let mut lost = window(1, "GPU-2", None, H, 60, None);
+    lost.fault = Some(gpuledger_core::telemetry::Fault {
+        code: "gpu_lost".into(),
+        detail: "XID 79".into(),
+    });
+    let a = attribute_hour(&[quiet, busy, lost], &[], "9.00");
+    let on = |gpu: &'static str| move |p: &Part| p.gpu_uuid.as_deref() == Some(gpu);
+    assert_eq!(
+        cost_where(&a, |p| on("GPU-0")(p)
+            && p.kind == Kind::HeldIdle
+            && by_unseen(p)),
+        d("3.00")
+    );
+    assert_eq!(
+        cost_where(&a, |p| on("GPU-1")(p)
+            && p.kind == Kind::Used
+            && by_unseen(p)),
+        d("3.00")
+    );
+    assert_eq!(
+        cost_where(&a, |p| on("GPU-2")(p) && p.kind == Kind::Idle),
+        d("3.00")
+    );
 }
 
 #[test]
@@ -603,6 +762,8 @@ fn attribution_and_idle_detection_agree_window_by_window() {
         (Some(60.0), vec![(10, Some(40.0)), (5, Some(2.0))]),
         (Some(20.0), vec![(10, None)]),
         (Some(60.0), vec![(10, None), (30, None)]),
+        // A MIG device without GPM: used by presence.
+        (None, vec![(10, None)]),
     ];
     for cluster in ["c", "strict"] {
         for (util, procs) in &cases {
@@ -628,11 +789,9 @@ fn attribution_and_idle_detection_agree_window_by_window() {
             );
             let kinds: std::collections::BTreeSet<Kind> = a.parts.iter().map(|p| p.kind).collect();
             let rules = strict.thresholds(cluster);
-            let want = match rules.activity(
-                *util,
-                ps.iter().map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-            ) {
-                Activity::Busy => Kind::Used,
+            let held: Vec<&StoredProcessWindow> = ps.iter().collect();
+            let want = match rules.of_window(&w, &held) {
+                Activity::Busy | Activity::Present => Kind::Used,
                 Activity::HeldIdle => Kind::HeldIdle,
                 Activity::Idle | Activity::Unknown => Kind::Idle,
             };
@@ -660,7 +819,7 @@ fn attribution_and_idle_detection_agree_window_by_window() {
 }
 
 /// A GPU working with no process in sight (another container's, without hostPID) is used, by
-/// an owner nobody can name: never idle, so its dollars are not idle waste.
+/// "(unseen process)": never idle, so its dollars are not idle waste, and named as what it is.
 #[test]
 fn a_busy_gpu_with_no_visible_process_is_used_not_idle() {
     let w = window(1, "GPU-0", None, H, 60, Some(85.0));
@@ -675,9 +834,15 @@ fn a_busy_gpu_with_no_visible_process_is_used_not_idle() {
         H + HOUR_MS,
     );
     assert_eq!(
-        cost_where(&a, |p| p.kind == Kind::Used && p.owner == Owner::default()),
+        cost_where(&a, |p| p.kind == Kind::Used && by_unseen(p)),
         d("8.00")
     );
+}
+
+/// Work or memory of processes the agent cannot see, in every owner dimension.
+fn by_unseen(p: &Part) -> bool {
+    p.owner == gpuledger_core::owners::OwnerSchema::default().unseen_owner("")
+        && p.owner.get("team") == Some(gpuledger_core::allocation::UNSEEN_KEY)
 }
 
 /// The second worked example in docs/billing.md ("A partly busy window"): a window whose
@@ -710,7 +875,7 @@ fn a_partly_busy_window_is_split_by_its_samples() {
     assert_eq!(notebook(Kind::Used), d("1.00"));
     assert_eq!(notebook(Kind::HeldIdle), d("5.00"));
     assert_eq!(
-        cost_where(&a, |p| p.kind == Kind::Used && p.owner == Owner::default()),
+        cost_where(&a, |p| p.kind == Kind::Used && by_unseen(p)),
         d("1.50")
     );
     assert_eq!(cost_where(&a, |p| p.kind == Kind::Idle), d("4.50"));

@@ -67,6 +67,8 @@ pub struct Bar {
     pub gpu_hours: String,
     pub avg_util: String,
     pub energy_kwh: String,
+    /// Used GPU-hours measured by presence, in words, where there are any.
+    pub presence: Option<String>,
 }
 
 /// The longest share bar in a spend table: narrow enough that two tables sit side by side at
@@ -80,6 +82,13 @@ pub struct Table {
     pub column: String,
     pub csv: String,
     pub rows: Vec<Bar>,
+}
+
+/// Whether any row of `tables` carries used-by-presence hours (the page explains the mark once).
+pub fn any_presence(tables: &[Table]) -> bool {
+    tables
+        .iter()
+        .any(|t| t.rows.iter().any(|r| r.presence.is_some()))
 }
 
 /// A dimension's column heading: an owner dimension's name as words (`cost_center` → "Cost
@@ -149,11 +158,32 @@ pub fn table(
                     .avg_util
                     .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
                 energy_kwh: crate::format::whole(r.energy_kwh),
+                presence: presence_text(r.presence_gpu_hours, r.gpu_hours),
                 href: drill_href(month, by, &r.key),
                 key: r.key,
             })
             .collect(),
     }
+}
+
+/// `12 of 40 GPU-h used by presence`, where a row's used time includes any: GPUs whose activity
+/// nothing measures (an A100's MIG devices), held by a process.
+pub fn presence_text(presence_gpu_hours: f64, gpu_hours: f64) -> Option<String> {
+    let hours = |h: f64| {
+        if h < 0.5 {
+            "under 1".to_owned()
+        } else {
+            crate::format::whole(h)
+        }
+    };
+    (presence_gpu_hours > 0.0).then(|| {
+        format!(
+            "{} of {} GPU-h used by presence: on MIG devices that cannot measure their activity, \
+             a process holding one counts as using it",
+            hours(presence_gpu_hours),
+            hours(gpu_hours)
+        )
+    })
 }
 
 /// A labelled line across the daily chart: its height in SVG units and the dollars it marks.

@@ -23,6 +23,7 @@ use crate::format::{ago, bytes_gib, money, money_sums, percent};
 use crate::now_ms;
 use crate::store::{FleetProcess, FleetRow};
 use gpuledger_core::activity::Activity;
+use gpuledger_core::telemetry::{AttributionWindow, Fault};
 
 /// A host that has not reported for this long is shown as stale.
 const STALE_AFTER_MS: i64 = 5 * 60 * 1000;
@@ -55,6 +56,10 @@ pub struct GpuView {
     pub activity: Activity,
     /// A physical GPU's cost per hour; empty for MIG instances (their GPU carries it).
     pub per_hour: String,
+    /// What went wrong with it, in words, where its latest window says.
+    pub fault: Option<String>,
+    /// Memory held by processes the agent cannot see, and why, where there is any.
+    pub unseen: Option<String>,
 }
 
 pub struct HostView {
@@ -125,7 +130,7 @@ impl GpuView {
     /// The state's CSS class: `busy`, `held`, `idle`, `nodata`.
     pub fn state_class(&self) -> &'static str {
         match self.activity {
-            Activity::Busy => "busy",
+            Activity::Busy | Activity::Present => "busy",
             Activity::HeldIdle => "held",
             Activity::Idle => "idle",
             Activity::Unknown => "nodata",
@@ -133,13 +138,32 @@ impl GpuView {
     }
 }
 
-/// A MIG-mode GPU does what its instances do: busy if one is, else held idle if one is held.
+/// A MIG-mode GPU does what its instances do: busy if one is (or in use where nothing measures
+/// it), else held idle if one is held.
 fn combined(states: impl IntoIterator<Item = Activity>) -> Activity {
     let all: Vec<Activity> = states.into_iter().collect();
-    [Activity::Busy, Activity::HeldIdle, Activity::Idle]
-        .into_iter()
-        .find(|s| all.contains(s))
-        .unwrap_or(Activity::Unknown)
+    [
+        Activity::Busy,
+        Activity::Present,
+        Activity::HeldIdle,
+        Activity::Idle,
+    ]
+    .into_iter()
+    .find(|s| all.contains(s))
+    .unwrap_or(Activity::Unknown)
+}
+
+/// `9.0 GiB held by processes the agent cannot see (it runs in its own PID namespace)`.
+fn unseen_text(bytes: i64, cause: Option<&str>) -> String {
+    let why = match cause {
+        Some("pid_namespace") => " (the agent runs in its own PID namespace: give it the host's)",
+        Some("no_permission") => " (NVML refused to list them: run the agent as root)",
+        _ => "",
+    };
+    format!(
+        "{} held by processes the agent cannot see{why}",
+        bytes_gib(bytes)
+    )
 }
 
 fn per_hour_text(amount: Option<Decimal>, currency: &str) -> String {
@@ -224,8 +248,20 @@ pub fn build(
                 total_gpus += 1;
             }
             let mine = procs.remove(&uuid).unwrap_or_default();
-            let state = idle.thresholds(&cluster.name).activity(
-                row.last_util_avg,
+            // The latest window as the one definition of busy reads it: its processes, the
+            // memory of those the agent cannot see, its fault.
+            let latest = AttributionWindow {
+                util_avg: row.last_util_avg,
+                unseen_memory_bytes: row.last_unseen_memory_bytes,
+                unseen_cause: row.last_unseen_cause.clone(),
+                fault: row.last_fault_code.clone().map(|code| Fault {
+                    code,
+                    detail: row.last_fault_detail.clone().unwrap_or_default(),
+                }),
+                ..Default::default()
+            };
+            let state = idle.thresholds(&cluster.name).of_window_with(
+                &latest,
                 mine.iter()
                     .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
             );
@@ -245,6 +281,10 @@ pub fn build(
                 uuid,
                 activity: state,
                 per_hour: String::new(),
+                fault: latest.fault.map(|f| f.detail),
+                unseen: latest
+                    .unseen_memory_bytes
+                    .map(|b| unseen_text(b, latest.unseen_cause.as_deref())),
             });
         }
         if !last_of_host {
@@ -274,7 +314,7 @@ pub fn build(
             };
             let gpu = &mut host.gpus[i];
             gpu.activity = state;
-            if state == Activity::Busy {
+            if state.in_use() {
                 cluster.busy_gpus += 1;
             }
             if let Some(p) = price {

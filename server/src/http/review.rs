@@ -135,6 +135,19 @@ struct DrillDownPage {
     other_currencies: String,
 }
 
+impl ReviewPage {
+    /// Whether the spend tables mark used-by-presence dollars (explained once, under them).
+    fn presence_note(&self) -> bool {
+        charts::any_presence(&self.tables)
+    }
+}
+
+impl DrillDownPage {
+    fn presence_note(&self) -> bool {
+        charts::any_presence(&self.tables)
+    }
+}
+
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
 /// Heatmap row labels by GPU; failing to read them costs the labels (rows fall back to the
 /// end of the UUID), not the page.

@@ -728,3 +728,110 @@ async fn an_incident_is_in_its_clusters_currency() {
         );
     }
 }
+
+/// Minute windows over `[from, to)` of two A100s, GPU 0 at work and GPU 1 lost (no readings,
+/// the agent's fault), or both at work with `lost` false.
+async fn one_lost(store: &dyn Store, from: i64, to: i64, lost: bool) {
+    let mut t = from;
+    while t < to {
+        let gpu = |g: u32| GpuWindow {
+            uuid: format!("GPU-f-{g}"),
+            index: g,
+            name: "NVIDIA A100-SXM4-40GB".into(),
+            memory_total_bytes: Some(40 << 30),
+            util_avg: Some(80.0),
+            util_max: Some(80.0),
+            ..Default::default()
+        };
+        let mut second = gpu(1);
+        if lost {
+            second.util_avg = None;
+            second.util_max = None;
+            second.fault = Some(gpuledger_proto::DeviceFault {
+                code: "gpu_lost".into(),
+                detail: "the GPU is lost after XID 79: the GPU has fallen off the bus; the GPU needs a reset".into(),
+            });
+        }
+        let report = Report {
+            batch_id: format!("f-{t}-{lost}"),
+            agent_version: "test".into(),
+            host: HostInfo {
+                hostname: "f-1".into(),
+                cluster: "fault-c".into(),
+                instance_type: Some("p4d.24xlarge".into()),
+                ..Default::default()
+            },
+            windows: vec![Window {
+                start_ms: t,
+                end_ms: t + MIN,
+                samples: 60,
+                gpus: vec![gpu(0), second],
+            }],
+        };
+        store
+            .ingest(&report, 1, AgentStatus::default(), t)
+            .await
+            .unwrap();
+        t += MIN;
+    }
+}
+
+/// A GPU that fell off the bus is a "GPU fault" incident once it has been unreadable for five
+/// minutes: its message names the GPU with what the driver reported and says what to do, its
+/// dollars are its idle dollars; when it reads again the incident resolves.
+#[tokio::test]
+async fn a_lost_gpu_is_a_fault_incident_naming_what_the_driver_said() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        agent_token(store.as_ref()).await;
+        let (rx, url) = receiver().await;
+        let cfg = config(&url, Duration::from_secs(3600));
+        let card = RateCard::default_card();
+        one_lost(store.as_ref(), T - 4 * MIN, T, true).await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T).await.unwrap();
+        assert_eq!(s.opened, 0, "{b}: four minutes is not yet a fault");
+        one_lost(store.as_ref(), T, T + 2 * MIN, true).await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 2 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.opened, 1, "{b}");
+        let open = store::alerts::open_incidents(store.db()).await.unwrap();
+        assert_eq!(
+            (open[0].kind.as_str(), open[0].gpus_json.as_str()),
+            ("gpu_fault", r#"["GPU-f-1"]"#),
+            "{b}"
+        );
+        assert!(from_text(&open[0].cost_per_hour) > Decimal::ZERO, "{b}");
+        deliver(store.as_ref(), &cfg, T + 2 * MIN).await;
+        let posts = rx.posts.lock().unwrap().clone();
+        assert!(
+            posts[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("GPU fault: fault-c / f-1"),
+            "{}",
+            posts[0]["text"]
+        );
+        assert_eq!(
+            posts[0]["blocks"][2]["text"]["text"],
+            "*Which GPUs:*\n• f-1 GPU #1: the GPU is lost after XID 79: the GPU has fallen off the bus; the GPU needs a reset",
+            "{b}"
+        );
+        assert!(
+            posts[0]["blocks"][3]["text"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("Reset the GPU"),
+            "{b}: {}",
+            posts[0]["blocks"][3]
+        );
+
+        // Reset: it reads again, and the incident resolves.
+        one_lost(store.as_ref(), T + 2 * MIN, T + 4 * MIN, false).await;
+        let s = evaluate(store.as_ref(), &card, &cfg, T + 4 * MIN)
+            .await
+            .unwrap();
+        assert_eq!(s.resolved, 1, "{b}");
+    }
+}

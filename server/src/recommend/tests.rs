@@ -72,6 +72,7 @@ fn week(
             util_avg: Some(u),
             util_histogram: None,
             energy_mj: None,
+            ..Default::default()
         });
         ps.push(StoredProcessWindow {
             gpu_uuid: gpu.into(),

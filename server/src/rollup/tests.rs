@@ -67,6 +67,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
                             }]
                         },
                         parent_uuid: None,
+                        ..Default::default()
                     })
                     .collect(),
             }

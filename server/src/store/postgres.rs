@@ -102,17 +102,25 @@ async fn ingest_report(
          ), gw AS (
             INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                power_avg_watts, temperature_max_c, energy_mj, util_histogram)
+                power_avg_watts, temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
+                mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
+                unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
             SELECT u.gpu_uuid, u.start_ms, u.end_ms, b.host_id, $13, u.samples,
                 u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
                 u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj,
-                u.util_histogram
+                u.util_histogram, u.mig_gpu_slices, u.mig_gpu_instance_id,
+                u.mig_instance_slices, u.mig_compute_slices, u.unseen_memory_bytes,
+                u.unseen_cause, u.fault_code, u.fault_detail
             FROM b, UNNEST($16::text[], $17::int8[], $18::int8[], $19::int8[], $20::int8[],
                            $21::int8[], $22::float8[], $23::float8[], $24::float8[],
-                           $25::float8[], $26::float8[], $27::int8[], $47::text[])
+                           $25::float8[], $26::float8[], $27::int8[], $47::text[],
+                           $48::int8[], $49::int8[], $50::int8[], $51::int8[], $52::int8[],
+                           $53::text[], $54::text[], $55::text[])
               AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
-                   temperature_max_c, energy_mj, util_histogram)
+                   temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
+                   mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
+                   unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), pw AS (
@@ -197,6 +205,14 @@ async fn ingest_report(
         .bind((g.uuid.len() + p.gpu_uuid.len()) as i64)
         .bind(&p.user_name)
         .bind(&g.util_histogram)
+        .bind(&g.mig_gpu_slices)
+        .bind(&g.mig_gpu_instance_id)
+        .bind(&g.mig_instance_slices)
+        .bind(&g.mig_compute_slices)
+        .bind(&g.unseen_memory_bytes)
+        .bind(&g.unseen_cause)
+        .bind(&g.fault_code)
+        .bind(&g.fault_detail)
         .fetch_one(pool)
         .await;
     let stored = match stored {

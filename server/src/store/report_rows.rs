@@ -26,6 +26,14 @@ pub(crate) struct GpuWindowColumns {
     pub power_avg_watts: Vec<Option<f64>>,
     pub temperature_max_c: Vec<Option<f64>>,
     pub energy_mj: Vec<Option<i64>>,
+    pub mig_gpu_slices: Vec<Option<i64>>,
+    pub mig_gpu_instance_id: Vec<Option<i64>>,
+    pub mig_instance_slices: Vec<Option<i64>>,
+    pub mig_compute_slices: Vec<Option<i64>>,
+    pub unseen_memory_bytes: Vec<Option<i64>>,
+    pub unseen_cause: Vec<Option<String>>,
+    pub fault_code: Vec<Option<String>>,
+    pub fault_detail: Vec<Option<String>>,
 }
 
 /// `process_windows` rows, column by column.
@@ -95,6 +103,20 @@ impl ReportRows {
                 c.power_avg_watts.push(g.power_avg_watts);
                 c.temperature_max_c.push(g.temperature_max_c);
                 c.energy_mj.push(to_i64(g.energy_mj));
+                let mig = g.mig.as_ref();
+                c.mig_gpu_slices.push(g.mig_compute_slices.map(i64::from));
+                c.mig_gpu_instance_id
+                    .push(mig.map(|m| i64::from(m.gpu_instance_id)));
+                c.mig_instance_slices
+                    .push(mig.map(|m| i64::from(m.gpu_instance_slices)));
+                c.mig_compute_slices
+                    .push(mig.map(|m| i64::from(m.compute_instance_slices)));
+                c.unseen_memory_bytes
+                    .push(to_i64(g.unseen_memory_max_bytes));
+                c.unseen_cause.push(g.unseen_cause.clone());
+                c.fault_code.push(g.fault.as_ref().map(|f| f.code.clone()));
+                c.fault_detail
+                    .push(g.fault.as_ref().map(|f| f.detail.clone()));
 
                 let identity = GpuIdentity {
                     uuid: g.uuid.clone(),

@@ -38,40 +38,64 @@ pub struct DirtyMark {
     pub generation: i64,
 }
 
-/// The columns [`window`] reads, in its order (`w` the GPU window, `g` its GPU).
+/// The columns [`WindowRow`] reads (`w` the GPU window, `g` its GPU).
 macro_rules! window_columns {
     () => {
         "w.host_id, w.gpu_uuid, g.parent_uuid, g.name AS gpu_name, w.start_ms, w.end_ms,
-         w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj"
+         w.memory_total_bytes, w.util_avg, w.util_histogram, w.energy_mj, w.mig_gpu_slices,
+         w.mig_gpu_instance_id, w.mig_instance_slices, w.mig_compute_slices,
+         w.unseen_memory_bytes, w.unseen_cause, w.fault_code, w.fault_detail"
     };
 }
 
-type WindowColumns = (
-    i64,
-    String,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-    Option<i64>,
-    Option<f64>,
-    Option<String>,
-    Option<i64>,
-);
+/// A GPU window as [`window_columns!`] reads it.
+#[derive(sqlx::FromRow)]
+struct WindowRow {
+    host_id: i64,
+    gpu_uuid: String,
+    parent_uuid: Option<String>,
+    gpu_name: Option<String>,
+    start_ms: i64,
+    end_ms: i64,
+    memory_total_bytes: Option<i64>,
+    util_avg: Option<f64>,
+    util_histogram: Option<String>,
+    energy_mj: Option<i64>,
+    mig_gpu_slices: Option<i64>,
+    mig_gpu_instance_id: Option<i64>,
+    mig_instance_slices: Option<i64>,
+    mig_compute_slices: Option<i64>,
+    unseen_memory_bytes: Option<i64>,
+    unseen_cause: Option<String>,
+    fault_code: Option<String>,
+    fault_detail: Option<String>,
+}
 
-fn window(row: WindowColumns) -> super::AttributionWindow {
-    super::from_columns!(super::AttributionWindow {
-        host_id,
-        gpu_uuid,
-        parent_uuid,
-        gpu_name,
-        start_ms,
-        end_ms,
-        memory_total_bytes,
-        util_avg,
-        util_histogram,
-        energy_mj
-    })(row)
+fn window(r: WindowRow) -> super::AttributionWindow {
+    super::AttributionWindow {
+        host_id: r.host_id,
+        gpu_uuid: r.gpu_uuid,
+        parent_uuid: r.parent_uuid,
+        gpu_name: r.gpu_name,
+        start_ms: r.start_ms,
+        end_ms: r.end_ms,
+        memory_total_bytes: r.memory_total_bytes,
+        util_avg: r.util_avg,
+        util_histogram: r.util_histogram,
+        energy_mj: r.energy_mj,
+        mig: gpuledger_core::telemetry::MigFacts {
+            gpu_slices: r.mig_gpu_slices,
+            gpu_instance_id: r.mig_gpu_instance_id,
+            instance_slices: r.mig_instance_slices,
+            compute_slices: r.mig_compute_slices,
+        },
+        unseen_memory_bytes: r.unseen_memory_bytes,
+        unseen_cause: r.unseen_cause,
+        fault: r.fault_code.map(|code| gpuledger_core::telemetry::Fault {
+            code,
+            detail: r.fault_detail.unwrap_or_default(),
+        }),
+    }
 }
 
 pub(crate) async fn mark_dirty(
@@ -450,7 +474,7 @@ pub async fn attribution_windows(
 ) -> Result<Vec<super::AttributionWindow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        let rows: Vec<WindowColumns> = sqlx::query_as(concat!(
+        let rows: Vec<WindowRow> = sqlx::query_as(concat!(
             "SELECT ",
             window_columns!(),
             " FROM gpu_windows w LEFT JOIN gpus g ON g.uuid = w.gpu_uuid
@@ -501,7 +525,7 @@ pub async fn attribution_inputs_of_hosts(
                 ids,
             );
             // Statements differ in their number of ids and are planned for their values.
-            let rows: Vec<WindowColumns> = q
+            let rows: Vec<WindowRow> = q
                 .build_query_as()
                 .persistent(false)
                 .fetch_all(&mut *tx)

@@ -65,7 +65,7 @@ impl SqliteStore {
     }
 }
 
-/// Rows per multi-row `VALUES` statement: 14 columns each stays far below SQLite's limit of
+/// Rows per multi-row `VALUES` statement: 23 columns each stays far below SQLite's limit of
 /// 32,766 bound values.
 const ROWS_PER_STATEMENT: usize = 500;
 
@@ -84,7 +84,9 @@ async fn insert_report_rows(
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                power_avg_watts, temperature_max_c, energy_mj, util_histogram) ",
+                power_avg_watts, temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
+                mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
+                unseen_memory_bytes, unseen_cause, fault_code, fault_detail) ",
         );
         q.push_values(chunk, |mut b, &i| {
             b.push_bind(&g.uuid[i])
@@ -101,7 +103,15 @@ async fn insert_report_rows(
                 .push_bind(g.power_avg_watts[i])
                 .push_bind(g.temperature_max_c[i])
                 .push_bind(g.energy_mj[i])
-                .push_bind(&g.util_histogram[i]);
+                .push_bind(&g.util_histogram[i])
+                .push_bind(g.mig_gpu_slices[i])
+                .push_bind(g.mig_gpu_instance_id[i])
+                .push_bind(g.mig_instance_slices[i])
+                .push_bind(g.mig_compute_slices[i])
+                .push_bind(g.unseen_memory_bytes[i])
+                .push_bind(&g.unseen_cause[i])
+                .push_bind(&g.fault_code[i])
+                .push_bind(&g.fault_detail[i]);
         });
         q.push(" ON CONFLICT DO NOTHING");
         inserted += q.build().execute(&mut **tx).await?.rows_affected();

@@ -19,6 +19,12 @@ pub struct FleetRow {
     pub last_util_avg: Option<f64>,
     pub last_memory_used_bytes: Option<i64>,
     pub last_window_end_ms: Option<i64>,
+    /// The latest window's memory held by processes the agent cannot see, and why.
+    pub last_unseen_memory_bytes: Option<i64>,
+    pub last_unseen_cause: Option<String>,
+    /// The latest window's fault, where it had one.
+    pub last_fault_code: Option<String>,
+    pub last_fault_detail: Option<String>,
 }
 
 /// A process in the latest window of its GPU.
@@ -114,7 +120,10 @@ pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreE
                     g.uuid, g.gpu_index, g.name, g.parent_uuid, g.memory_total_bytes,
                     w.util_avg AS last_util_avg,
                     w.memory_used_max_bytes AS last_memory_used_bytes,
-                    w.end_ms AS last_window_end_ms
+                    w.end_ms AS last_window_end_ms,
+                    w.unseen_memory_bytes AS last_unseen_memory_bytes,
+                    w.unseen_cause AS last_unseen_cause,
+                    w.fault_code AS last_fault_code, w.fault_detail AS last_fault_detail
              FROM hosts h
              LEFT JOIN gpus g ON g.host_id = h.id
              LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid AND w.start_ms =

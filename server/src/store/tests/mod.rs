@@ -115,6 +115,7 @@ pub(super) fn report(batch: &str, start_ms: i64, util: f64) -> Report {
                     owner_unknown: None,
                 }],
                 parent_uuid: None,
+                ..Default::default()
             }],
         }],
     }

@@ -112,6 +112,80 @@ async fn mig_instances_are_listed() {
     }
 }
 
+/// What real GPUs report beyond readings reads back as sent, on both databases: a MIG-mode
+/// GPU's compute slices, a MIG device's instances and slices, unseen memory and its cause, a
+/// fault; and the fleet's latest state carries the unseen memory and the fault.
+#[tokio::test]
+async fn mig_slices_unseen_memory_and_faults_read_back() {
+    use gpuledger_proto::{DeviceFault, MigPlacement};
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = with_token(store.as_ref()).await;
+        let mut r = report("batch-facts", T0, 30.0);
+        let gpu = &mut r.windows[0].gpus[0];
+        gpu.mig_compute_slices = Some(7);
+        gpu.processes.clear();
+        let mut mig = gpu.clone();
+        mig.uuid = "MIG-1".into();
+        mig.parent_uuid = Some("GPU-1".into());
+        mig.mig_compute_slices = None;
+        mig.mig = Some(MigPlacement {
+            gpu_instance_id: 5,
+            compute_instance_id: 1,
+            profile: Some("1c.3g.40gb".into()),
+            gpu_instance_slices: 3,
+            compute_instance_slices: 1,
+        });
+        mig.unseen_memory_max_bytes = Some(9 << 30);
+        mig.unseen_cause = Some("pid_namespace".into());
+        mig.fault = Some(DeviceFault {
+            code: "xid".into(),
+            detail: "XID 48: double-bit ECC error".into(),
+        });
+        r.windows[0].gpus.push(mig);
+        store
+            .ingest(&r, token, AgentStatus::default(), T0)
+            .await
+            .unwrap();
+        let windows = crate::store::rollups::attribution_windows(store.db(), T0, T0 + 60_000)
+            .await
+            .unwrap();
+        let by = |uuid: &str| windows.iter().find(|w| w.gpu_uuid == uuid).unwrap();
+        assert_eq!(by("GPU-1").mig.gpu_slices, Some(7), "{b}");
+        let m = by("MIG-1");
+        assert_eq!(
+            (
+                m.mig.gpu_instance_id,
+                m.mig.instance_slices,
+                m.mig.compute_slices,
+                m.mig.gpu_slices
+            ),
+            (Some(5), Some(3), Some(1), None),
+            "{b}"
+        );
+        assert_eq!(
+            (m.unseen_memory_bytes, m.unseen_cause.as_deref()),
+            (Some(9 << 30), Some("pid_namespace")),
+            "{b}"
+        );
+        let fault = m.fault.as_ref().unwrap();
+        assert_eq!(
+            (fault.code.as_str(), fault.detail.as_str()),
+            ("xid", "XID 48: double-bit ECC error"),
+            "{b}"
+        );
+        assert_eq!(by("GPU-1").fault, None, "{b}");
+        let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
+        let row = fleet
+            .iter()
+            .find(|f| f.uuid.as_deref() == Some("MIG-1"))
+            .unwrap();
+        assert_eq!(row.last_unseen_memory_bytes, Some(9 << 30), "{b}");
+        assert_eq!(row.last_fault_code.as_deref(), Some("xid"), "{b}");
+    }
+}
+
 /// A big batch (an agent back after an outage): more rows than one bulk statement takes, several
 /// windows per GPU. Every row lands, and each GPU's row shows its newest window.
 #[tokio::test]
