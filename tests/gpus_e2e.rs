@@ -198,7 +198,11 @@ async fn replay(
     scenario: &Value,
     hostname: &str,
     seconds: u64,
-) -> (Server, TestDb, Vec<gpuledger_core::telemetry::AttributionWindow>) {
+) -> (
+    Server,
+    TestDb,
+    Vec<gpuledger_core::telemetry::AttributionWindow>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let scenario = write(dir.path(), "scenario.json", scenario);
     let db = test_support::sqlite();

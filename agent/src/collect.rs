@@ -58,6 +58,9 @@ pub struct ProcessSample {
     pub memory_used_bytes: Option<u64>,
     /// SM utilization in percent since the last sample; `None` where the device cannot say.
     pub sm_util: Option<u32>,
+    /// The owner, where the source knows it (dcgm-exporter's pods); else it is read from the
+    /// process's environment, cgroup and the cluster's scheduler.
+    pub owner: Option<crate::owners::Owner>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +69,9 @@ pub enum CollectError {
     Init(NvmlError),
     #[error("NVML call failed: {0}")]
     Call(#[from] NvmlError),
+    /// Another source (dcgm-exporter) could not be read.
+    #[error("{0}")]
+    Source(String),
 }
 
 /// Anything that can read the GPUs of this host.

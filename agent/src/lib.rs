@@ -2,6 +2,7 @@
 //! spools each window to disk and delivers it to the server.
 
 pub mod collect;
+pub mod dcgm;
 pub mod deliver;
 pub mod diagnose;
 pub mod host;

@@ -4,6 +4,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use gpuledger_agent::collect::{GpuSource, NvmlSource};
+use gpuledger_agent::dcgm::DcgmSource;
 use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
 use gpuledger_agent::kube_pods::KubeApiConfig;
@@ -31,6 +32,20 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct SourceArgs {
+    /// Where GPU readings come from: `nvml`, the driver through NVML; `dcgm`, an NVIDIA
+    /// dcgm-exporter already running on the host (`--dcgm-url`), whose pods are the owners.
+    #[arg(long, env = "GPULEDGER_SOURCE", default_value = "nvml", value_parser = ["nvml", "dcgm"])]
+    source: String,
+    /// dcgm-exporter's metrics endpoint, read each sample with `--source dcgm`.
+    #[arg(
+        long,
+        env = "GPULEDGER_DCGM_URL",
+        default_value = "http://127.0.0.1:9400/metrics"
+    )]
+    dcgm_url: String,
+    /// How long one read of dcgm-exporter may take.
+    #[arg(long, env = "GPULEDGER_DCGM_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    dcgm_timeout: Duration,
     /// Path of libnvidia-ml.so; by default the system's.
     #[arg(long, env = "GPULEDGER_NVML_LIB")]
     nvml_lib: Option<PathBuf>,
@@ -175,6 +190,32 @@ impl SourceArgs {
         }
     }
 
+    /// The GPU source for `once`: NVML must initialise now, or say why not.
+    fn open(&self) -> anyhow::Result<Box<dyn GpuSource>> {
+        match self.source.as_str() {
+            "dcgm" => Ok(Box::new(DcgmSource::new(
+                self.dcgm_url.clone(),
+                self.dcgm_timeout,
+            )?)),
+            _ => self.open_nvml(),
+        }
+    }
+
+    /// The GPU source for the daemon, which waits for a driver that is not up yet (loading,
+    /// reloading) rather than exit: it tries again with backoff and logs why.
+    fn open_waiting(&self) -> anyhow::Result<Box<dyn GpuSource>> {
+        if self.source == "dcgm" {
+            return self.open();
+        }
+        Ok(match self.open_nvml() {
+            Ok(source) => source,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "NVML is not available yet; sampling starts when it is");
+                Box::new(NvmlSource::retrying(self.nvml_lib.clone()))
+            }
+        })
+    }
+
     fn open_nvml(&self) -> anyhow::Result<Box<dyn GpuSource>> {
         let source = NvmlSource::new(self.nvml_lib.clone()).context(
             "is the NVIDIA driver installed? (--nvml-lib names another libnvidia-ml.so)",
@@ -250,15 +291,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match cli.command {
         Command::Run(args) => {
-            // The daemon waits for a driver that is not up yet (loading, reloading) rather
-            // than exit: it tries again with backoff and logs why.
-            let source: Box<dyn GpuSource> = match args.source.open_nvml() {
-                Ok(source) => source,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "NVML is not available yet; sampling starts when it is");
-                    Box::new(NvmlSource::retrying(args.source.nvml_lib.clone()))
-                }
-            };
+            let source = args.source.open_waiting()?;
             let config = AgentConfig {
                 host: args.source.host_config(),
                 sample_interval: args.source.sample_interval,
@@ -278,7 +311,7 @@ async fn main() -> anyhow::Result<()> {
             run::run(config, source, shutdown_signal()).await
         }
         Command::Once(args) => {
-            let source = args.source.open_nvml()?;
+            let source = args.source.open()?;
             let report = run::once(
                 &args.source.host_config(),
                 source,

@@ -130,16 +130,26 @@ impl WindowBuilder {
             acc.unseen_cause = d.unseen_cause.or(acc.unseen_cause);
             acc.fault = d.fault.or(acc.fault.take());
             for p in d.processes {
-                let proc_acc = acc.processes.entry(p.pid).or_insert_with(|| {
-                    let mut owner = self.owners.read(p.pid);
-                    self.owners
-                        .add_pod_facts(&mut owner, &device, parent.as_deref());
-                    ProcessAcc {
-                        owner,
-                        name: self.owners.process_name(p.pid),
-                        ..Default::default()
-                    }
-                });
+                let proc_acc = acc
+                    .processes
+                    .entry(p.pid)
+                    .or_insert_with(|| match &p.owner {
+                        // The source named it (dcgm-exporter's pod).
+                        Some(owner) => ProcessAcc {
+                            owner: owner.clone(),
+                            ..Default::default()
+                        },
+                        None => {
+                            let mut owner = self.owners.read(p.pid);
+                            self.owners
+                                .add_pod_facts(&mut owner, &device, parent.as_deref());
+                            ProcessAcc {
+                                owner,
+                                name: self.owners.process_name(p.pid),
+                                ..Default::default()
+                            }
+                        }
+                    });
                 if p.name.is_some() {
                     proc_acc.name = p.name;
                 }
@@ -243,6 +253,7 @@ mod tests {
                 name: Some("python".into()),
                 memory_used_bytes: Some(mem),
                 sm_util: util,
+                owner: None,
             }],
             ..Default::default()
         }

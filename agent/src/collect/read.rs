@@ -456,6 +456,7 @@ fn with_utilization(
             sm_util: utilization
                 .as_ref()
                 .map(|u| u.get(&p.pid).copied().unwrap_or(0)),
+            owner: None,
         })
         .collect())
 }
