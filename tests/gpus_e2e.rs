@@ -174,6 +174,21 @@ async fn a_busy_gpu_with_no_visible_process_is_the_unseen_owners_and_once_says_w
         "{stderr}"
     );
 
+    // The agent in a container without the host's PIDs: it says so, and what to change.
+    let out = once_in_own_pid_namespace(&scenario);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report.windows[0].gpus[0].unseen_cause.as_deref(),
+        Some("pid_namespace")
+    );
+    assert!(
+        stderr.contains("the agent runs in a PID namespace of its own")
+            && stderr.contains("hostPID: true"),
+        "{stderr}"
+    );
+
     let db = test_support::sqlite();
     let token = create_token(&db.url, "real", "real");
     let server = start_server(&db.url, free_port()).await;
@@ -214,6 +229,39 @@ async fn replay(
         .await
         .unwrap();
     (server, db, all)
+}
+
+/// `gpuledger-agent once` on `scenario` inside a PID namespace of its own, with its own `/proc`
+/// (as in a container without the host's PIDs): by `unshare` as root, else in a user namespace.
+fn once_in_own_pid_namespace(scenario: &Path) -> std::process::Output {
+    let agent = artifact("gpuledger-agent");
+    let lib = artifact("libfake_nvml.so");
+    let run = |prefix: &[&str]| {
+        std::process::Command::new("unshare")
+            .args(prefix)
+            .args(["--pid", "--fork", "--mount-proc"])
+            .arg(&agent)
+            .args([
+                "once",
+                "--imds-endpoint",
+                "off",
+                "--kubernetes",
+                "off",
+                "--slurm",
+                "off",
+            ])
+            .args(["--duration", "600ms", "--sample-interval", "200ms"])
+            .arg("--nvml-lib")
+            .arg(&lib)
+            .env("FAKE_NVML_SCENARIO", scenario)
+            .output()
+            .expect("unshare (util-linux) runs")
+    };
+    let out = run(&[]);
+    if out.status.success() {
+        return out;
+    }
+    run(&["--user", "--map-root-user"])
 }
 
 /// Stored windows of one GPU, oldest first.

@@ -187,7 +187,10 @@ impl NvmlSource {
                 last_seen_us: HashMap::new(),
                 known: BTreeMap::new(),
                 xids: HashMap::new(),
-                own_pid_namespace: own_pid_namespace(Path::new("/proc/self/status")),
+                own_pid_namespace: own_pid_namespace(
+                    Path::new("/proc/self/status"),
+                    Path::new("/proc/self/ns/pid"),
+                ),
             },
             reinit: Backoff::new(),
         }
@@ -299,17 +302,23 @@ fn session_broken(e: &NvmlError) -> bool {
     )
 }
 
-/// Whether the process reading `status` (a `/proc/<pid>/status`) is in a PID namespace of its
-/// own: its `NSpid` line lists one pid per namespace level, so more than one means nested.
-pub fn own_pid_namespace(status: &Path) -> bool {
-    std::fs::read_to_string(status)
+/// The inode of the host's (initial) PID namespace: the kernel's `PROC_PID_INIT_INO`.
+const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+
+/// Whether this process runs in a PID namespace of its own: its `pid` namespace link (a
+/// `/proc/self/ns/pid`) is not the host's, or its `NSpid` line (a `/proc/self/status`) lists
+/// one pid per namespace level, more than one where the host's `/proc` is mounted. Inside a
+/// container with its own `/proc`, the link alone tells.
+pub fn own_pid_namespace(status: &Path, namespace: &Path) -> bool {
+    let nested = std::fs::read_to_string(status).ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|pids| pids.split_whitespace().count() > 1)
+    });
+    let elsewhere = std::fs::read_link(namespace)
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("NSpid:"))
-                .map(|pids| pids.split_whitespace().count() > 1)
-        })
-        .unwrap_or(false)
+        .map(|link| link.as_os_str() != INITIAL_PID_NAMESPACE);
+    nested == Some(true) || elsewhere == Some(true)
 }
 
 #[cfg(test)]
@@ -317,14 +326,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_nested_pid_namespace_shows_in_nspid() {
+    fn a_pid_namespace_of_its_own_shows_in_nspid_or_the_namespace_link() {
         let dir = tempfile::tempdir().unwrap();
         let status = dir.path().join("status");
+        let host = dir.path().join("host-ns");
+        std::os::unix::fs::symlink(INITIAL_PID_NAMESPACE, &host).unwrap();
+        let other = dir.path().join("other-ns");
+        std::os::unix::fs::symlink("pid:[4026532179]", &other).unwrap();
         std::fs::write(&status, "Name:\tagent\nNSpid:\t4242\t1\n").unwrap();
-        assert!(own_pid_namespace(&status));
-        std::fs::write(&status, "Name:\tagent\nNSpid:\t4242\n").unwrap();
-        assert!(!own_pid_namespace(&status));
-        assert!(!own_pid_namespace(&dir.path().join("missing")));
+        assert!(
+            own_pid_namespace(&status, &host),
+            "the host's /proc shows both pids"
+        );
+        std::fs::write(&status, "Name:\tagent\nNSpid:\t1\n").unwrap();
+        assert!(
+            own_pid_namespace(&status, &other),
+            "a container's own /proc: the link tells"
+        );
+        assert!(!own_pid_namespace(&status, &host));
+        let missing = dir.path().join("missing");
+        assert!(!own_pid_namespace(&missing, &missing));
     }
 
     #[test]
