@@ -164,7 +164,7 @@ async fn a_busy_gpu_with_no_visible_process_is_the_unseen_owners_and_once_says_w
     let report: gpuledger_proto::Report = serde_json::from_slice(&out.stdout).unwrap();
     let gpu = &report.windows[0].gpus[0];
     assert!(gpu.processes.is_empty());
-    assert_eq!(gpu.unseen_memory_max_bytes, Some(9184 * MIB), "{gpu:?}");
+    assert_eq!(gpu.unseen_memory_bytes, Some(9184 * MIB), "{gpu:?}");
     assert!(
         stderr.contains("9.0 GiB in use and 65% busy with no process the agent can see"),
         "{stderr}"

@@ -56,12 +56,28 @@ fn profiles(
         let mut out = Vec::new();
         for constant in 0.. {
             match device.profile_info(constant) {
-                Ok(info) => out.push((
-                    profile_name(nvml, &device, constant),
-                    info.memory_size_mb,
-                    info.multiprocessor_count,
-                    info,
-                )),
+                Ok(info) => {
+                    let (name, v2) = profile_v2(nvml, &device, constant);
+                    // The versioned call answers the same figures, each at nvml.h's offset.
+                    assert_eq!(
+                        (
+                            v2.id,
+                            v2.sliceCount,
+                            v2.instanceCount,
+                            v2.multiprocessorCount,
+                            v2.memorySizeMB
+                        ),
+                        (
+                            info.id,
+                            info.slice_count,
+                            info.instance_count,
+                            info.multiprocessor_count,
+                            info.memory_size_mb
+                        ),
+                        "{model} profile {constant}"
+                    );
+                    out.push((name, info.memory_size_mb, info.multiprocessor_count, info))
+                }
                 Err(NvmlError::NotSupported) => continue,
                 Err(NvmlError::InvalidArg) => break,
                 Err(e) => panic!("{model} profile {constant}: {e}"),
@@ -71,8 +87,15 @@ fn profiles(
     })
 }
 
-/// A profile's name (`1g.10gb`), through the versioned call nvml-wrapper does not wrap.
-fn profile_name(nvml: &Nvml, device: &Device<'_>, constant: c_uint) -> String {
+/// A profile's name (`1g.10gb`) and the versioned call's answer (nvml-wrapper does not wrap it).
+fn profile_v2(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    constant: c_uint,
+) -> (
+    String,
+    nvml_wrapper_sys::bindings::nvmlGpuInstanceProfileInfo_v2_t,
+) {
     use nvml_wrapper_sys::bindings::nvmlGpuInstanceProfileInfo_v2_t;
     let get = nvml
         .lib()
@@ -90,10 +113,11 @@ fn profile_name(nvml: &Nvml, device: &Device<'_>, constant: c_uint) -> String {
         .take_while(|c| **c != 0)
         .map(|c| *c as u8)
         .collect();
-    String::from_utf8(name)
+    let name = String::from_utf8(name)
         .unwrap()
         .trim_start_matches("MIG ")
-        .to_owned()
+        .to_owned();
+    (name, info)
 }
 
 /// A MIG device's GPU or compute instance id (nvml-wrapper has no call for either).

@@ -91,7 +91,7 @@ struct Watch<'a> {
     /// GPUs whose events were asked for in this session (supported or not).
     xid_asked: BTreeSet<String>,
     /// Compute slices per GPU in MIG mode (fixed while its MIG mode is).
-    slices: HashMap<String, Option<u32>>,
+    slices: HashMap<String, u32>,
 }
 
 self_cell::self_cell!(

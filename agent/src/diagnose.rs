@@ -27,11 +27,11 @@ pub fn notes(report: &Report) -> Vec<String> {
             let busy = g
                 .util_avg
                 .filter(|u| *u >= BUSY_PERCENT && g.processes.is_empty());
-            if g.unseen_memory_max_bytes.is_none() && busy.is_none() {
+            if g.unseen_memory_bytes.is_none() && busy.is_none() {
                 continue;
             }
             let mut what = Vec::new();
-            if let Some(bytes) = g.unseen_memory_max_bytes {
+            if let Some(bytes) = g.unseen_memory_bytes {
                 what.push(format!(
                     "{:.1} GiB in use",
                     bytes as f64 / (1u64 << 30) as f64
@@ -87,7 +87,7 @@ mod tests {
         let hidden = GpuWindow {
             uuid: "GPU-hidden".into(),
             util_avg: Some(65.0),
-            unseen_memory_max_bytes: Some(9 << 30),
+            unseen_memory_bytes: Some(9 << 30),
             unseen_cause: Some("pid_namespace".into()),
             ..Default::default()
         };

@@ -67,10 +67,13 @@ struct GpuAcc {
     processes: BTreeMap<u32, ProcessAcc>,
     mig: Option<MigPlacement>,
     mig_compute_slices: Option<u32>,
-    unseen_max: Option<u64>,
+    unseen: Option<u64>,
     unseen_cause: Option<&'static str>,
-    /// The latest fault the window saw.
+    /// The latest fault the window saw, and in how many of the device's samples.
     fault: Option<DeviceFault>,
+    faulted_samples: u32,
+    /// Samples that read this device at all.
+    samples: u32,
 }
 
 /// Accumulates samples for the open window.
@@ -126,8 +129,18 @@ impl WindowBuilder {
             }
             acc.mig = d.mig.or(acc.mig.take());
             acc.mig_compute_slices = d.mig_compute_slices.or(acc.mig_compute_slices);
-            acc.unseen_max = max_opt(acc.unseen_max, d.unseen_memory_bytes);
+            // The least any sample saw: processes the agent cannot see hold memory steadily,
+            // while a process that ended between reading the memory and listing the processes
+            // leaves its memory unaccounted for in one sample only.
+            acc.unseen = match (acc.unseen, d.unseen_memory_bytes) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             acc.unseen_cause = d.unseen_cause.or(acc.unseen_cause);
+            acc.samples += 1;
+            if d.fault.is_some() {
+                acc.faulted_samples += 1;
+            }
             acc.fault = d.fault.or(acc.fault.take());
             for p in d.processes {
                 let proc_acc = acc
@@ -217,12 +230,14 @@ impl WindowBuilder {
                 mig: g.mig,
                 mig_compute_slices: g.mig_compute_slices,
                 // Less than a process's own context is the driver's, not a hidden process.
-                unseen_memory_max_bytes: g.unseen_max.filter(|b| *b >= UNSEEN_MEMORY_FLOOR_BYTES),
+                unseen_memory_bytes: g.unseen.filter(|b| *b >= UNSEEN_MEMORY_FLOOR_BYTES),
                 unseen_cause: g
                     .unseen_cause
-                    .filter(|_| g.unseen_max >= Some(UNSEEN_MEMORY_FLOOR_BYTES))
+                    .filter(|_| g.unseen >= Some(UNSEEN_MEMORY_FLOOR_BYTES))
                     .map(str::to_owned),
-                fault: g.fault,
+                // Faulted when at least half of its samples were: a GPU lost late in a window
+                // still shows the work it did before.
+                fault: g.fault.filter(|_| 2 * g.faulted_samples >= g.samples),
             });
         }
         Some(Window {
@@ -290,6 +305,34 @@ mod tests {
             b.add(at, vec![gpu(Some(0), 10, Some(e))]);
         }
         assert_eq!(b.close(10_000).unwrap().gpus[0].energy_mj, Some(600));
+    }
+
+    /// A window is faulted when most of its samples were; unseen memory is the least any
+    /// sample saw (a process that ended between two readings is no hidden process).
+    #[test]
+    fn a_fault_counts_where_most_samples_had_it_and_unseen_memory_is_the_least_seen() {
+        let lost = || gpuledger_proto::DeviceFault {
+            code: "gpu_lost".into(),
+            detail: "lost".into(),
+        };
+        let with = |fault: bool, unseen: u64| DeviceSample {
+            fault: fault.then(lost),
+            unseen_memory_bytes: Some(unseen),
+            ..gpu(Some(50), 10, None)
+        };
+        let gib = 1u64 << 30;
+        let mut b = builder();
+        b.add(1_000, vec![with(false, 9 * gib)]);
+        b.add(2_000, vec![with(false, 3 * gib)]);
+        b.add(3_000, vec![with(true, 9 * gib)]);
+        let w = b.close(4_000).unwrap();
+        assert_eq!(w.gpus[0].fault, None, "one sample in three");
+        assert_eq!(w.gpus[0].unseen_memory_bytes, Some(3 * gib));
+        b.add(5_000, vec![with(false, 0)]);
+        b.add(6_000, vec![with(true, 0)]);
+        let w = b.close(7_000).unwrap();
+        assert_eq!(w.gpus[0].fault, Some(lost()), "half of them");
+        assert_eq!(w.gpus[0].unseen_memory_bytes, None, "under the floor");
     }
 
     #[test]

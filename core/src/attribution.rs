@@ -295,16 +295,22 @@ fn window_shares<'a>(
                 split.map_or((1.0, w.util_avg), |s| (s.busy_fraction, Some(s.busy_util)));
             // The working holders share it by SM utilization; where the driver gives none, by
             // memory (all of them), or by the GPU's utilization beside others that have one.
+            // Processes the agent cannot see get the utilization the seen ones do not account
+            // for: the GPU's figure already includes theirs.
             let working: Vec<Holder<'a>> = holding
                 .iter()
                 .copied()
                 .filter(|h| rules.works(h.sm(), state))
                 .collect();
             let by_sm = working.iter().any(|h| h.sm().is_some());
+            let seen_sm: f64 = working.iter().filter_map(Holder::sm).sum();
             let weights: Vec<f64> = working
                 .iter()
                 .map(|h| match (by_sm, h.sm()) {
                     (true, Some(sm)) => sm,
+                    (true, None) if matches!(h, Holder::Unseen(_)) => {
+                        (w.util_avg.unwrap_or(0.0) - seen_sm).max(0.0)
+                    }
                     (true, None) => w.util_avg.unwrap_or(0.0),
                     (false, _) => h.memory(),
                 })
@@ -373,8 +379,10 @@ fn window_shares<'a>(
 
 /// How a window of a GPU in MIG mode is shared: each MIG device reporting in it by its compute
 /// slices of the GPU (a compute instance by its part of its GPU instance's), and what no device
-/// holds, idle. Devices of a report without slices share it by their memory, with none idle.
-fn mig_fractions<'w>(
+/// holds, idle (slices no instance took, and those a layout leaves no memory for). Devices of a
+/// report without slices share it by their memory, with none idle. Idle findings price a MIG
+/// device by the same parts.
+pub fn mig_fractions<'w>(
     gpu: &AttributionWindow,
     devices: &[&'w AttributionWindow],
 ) -> (Vec<(&'w AttributionWindow, f64)>, f64) {

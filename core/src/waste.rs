@@ -219,6 +219,29 @@ struct HostState<'a> {
     since: Option<i64>,
     idle: Vec<&'a str>,
     all: Vec<&'a str>,
+    /// Its GPUs in MIG mode: idle with all their devices, slices no device holds included.
+    mig_gpus: Vec<&'a str>,
+}
+
+impl HostState<'_> {
+    /// Every GPU of a wholly idle host: its units and its GPUs in MIG mode.
+    fn whole(&self) -> impl Iterator<Item = String> + '_ {
+        self.all.iter().chain(&self.mig_gpus).map(|g| g.to_string())
+    }
+
+    /// Its physical GPUs: the units that are whole GPUs, and the GPUs in MIG mode.
+    fn physical(&self, by_device: &BTreeMap<(i64, &str), Leaf<'_>>) -> f64 {
+        let whole = self
+            .all
+            .iter()
+            .filter(|u| {
+                by_device
+                    .get(&(self.host_id, **u))
+                    .is_none_or(|l| l.parent.is_none())
+            })
+            .count();
+        (whole + self.mig_gpus.len()) as f64
+    }
 }
 
 struct Leaf<'a> {
@@ -320,21 +343,36 @@ fn gpu_part(leaf: &Leaf<'_>, by_device: &BTreeMap<(i64, &str), Leaf<'_>>, host_i
     let Some(parent) = leaf.parent else {
         return 1.0;
     };
-    let last = |l: &Leaf<'_>| l.windows.last().map(|w| w.mig);
-    let gpu_slices = by_device
-        .get(&(host_id, parent))
-        .and_then(last)
-        .and_then(|m| m.gpu_slices);
-    match (last(leaf).and_then(|m| m.compute_slices), gpu_slices) {
-        (Some(mine), Some(all)) if all > 0 => mine as f64 / all as f64,
-        _ => {
-            let siblings = by_device
-                .values()
-                .filter(|l| l.parent == Some(parent))
-                .count();
-            1.0 / siblings.max(1) as f64
-        }
-    }
+    // Its part in its GPU's latest window, as attribution prices that window.
+    let priced = leaf.windows.last().and_then(|mine| {
+        let gpu = by_device
+            .get(&(host_id, parent))?
+            .windows
+            .iter()
+            .find(|w| w.start_ms == mine.start_ms)?;
+        let devices: Vec<&AttributionWindow> = by_device
+            .values()
+            .filter(|l| l.parent == Some(parent))
+            .filter_map(|l| {
+                l.windows
+                    .iter()
+                    .find(|w| w.start_ms == mine.start_ms)
+                    .copied()
+            })
+            .collect();
+        let (parts, _) = crate::attribution::mig_fractions(gpu, &devices);
+        parts
+            .into_iter()
+            .find(|(d, _)| d.gpu_uuid == mine.gpu_uuid)
+            .map(|(_, part)| part)
+    });
+    priced.unwrap_or_else(|| {
+        let siblings = by_device
+            .values()
+            .filter(|l| l.parent == Some(parent))
+            .count();
+        1.0 / siblings.max(1) as f64
+    })
 }
 
 /// One host's held-idle processes as one finding: its GPUs once each, the owners of all (values
@@ -472,8 +510,10 @@ pub fn find(
                         p.sm_util_avg
                     })
                 };
-                // Held, not working: as attribution decides it for the same window.
-                sm.is_some_and(|sm| !rules.works(sm, rules.of_window(w, at(w))))
+                // Held, not working: as attribution decides it for the same window (a faulted
+                // window's time is idle for the fault, nobody's).
+                let state = rules.of_window(w, at(w));
+                state != Activity::Unknown && sm.is_some_and(|sm| !rules.works(sm, state))
             });
             let Some(since) = since else {
                 continue;
@@ -529,6 +569,11 @@ pub fn find(
             .map(|(g, _)| *g)
             .collect();
         let all = gpus.keys().copied().collect();
+        let mig_gpus = parents
+            .iter()
+            .filter(|(h, _)| h == host_id)
+            .map(|(_, g)| *g)
+            .collect();
         let host_since = if idle.len() == gpus.len() {
             gpus.values().map(|(s, _)| s.unwrap_or(i64::MIN)).max()
         } else {
@@ -542,19 +587,14 @@ pub fn find(
                 since: host_since,
                 idle,
                 all,
+                mig_gpus,
             });
     }
     for (cluster, hosts_in) in clusters {
         let cluster_idle = hosts_in.iter().all(|h| h.since.is_some());
         if cluster_idle && !hosts_in.is_empty() {
-            let gpus: Vec<String> = hosts_in
-                .iter()
-                .flat_map(|h| h.all.iter().map(|g| g.to_string()))
-                .collect();
-            let equivalents = hosts_in
-                .iter()
-                .map(|h| parts_of(&host_gpus, h.host_id, &h.all))
-                .sum();
+            let gpus: Vec<String> = hosts_in.iter().flat_map(HostState::whole).collect();
+            let equivalents = hosts_in.iter().map(|h| h.physical(&by_device)).sum();
             findings.push(Finding {
                 key: format!("cluster:{cluster}"),
                 kind: IncidentKind::ClusterIdle,
@@ -574,16 +614,12 @@ pub fn find(
             });
             continue;
         }
-        for HostState {
-            host_id,
-            since,
-            idle,
-            ..
-        } in hosts_in
-        {
+        for state in hosts_in {
+            let (host_id, since) = (state.host_id, state.since);
             let Some(host) = host_by_id.get(&host_id) else {
                 continue;
             };
+            let idle = &state.idle;
             if idle.is_empty() {
                 continue;
             }
@@ -612,8 +648,16 @@ pub fn find(
                 cluster: cluster.to_owned(),
                 hostname: Some(host.hostname.clone()),
                 host_ids: vec![host_id],
-                gpu_equivalents: parts_of(&host_gpus, host_id, &idle),
-                gpus: idle.iter().map(|g| g.to_string()).collect(),
+                // A wholly idle host is idle whole: its GPUs in MIG mode too, with the slices
+                // no device holds; else the idle units alone.
+                gpu_equivalents: match since {
+                    Some(_) => state.physical(&by_device),
+                    None => parts_of(&host_gpus, host_id, idle),
+                },
+                gpus: match since {
+                    Some(_) => state.whole().collect(),
+                    None => idle.iter().map(|g| g.to_string()).collect(),
+                },
                 owners: BTreeMap::new(),
                 processes: Vec::new(),
                 faults: BTreeMap::new(),
@@ -809,13 +853,13 @@ mod tests {
             w.util_avg = None;
             w.mig.gpu_slices = Some(7);
         }
-        let device = |uuid: &str| {
+        let device = |uuid: &str, gpu_instance_id: i64| {
             let mut ws = run(1, uuid, T, 40, 0.0);
             for w in &mut ws {
                 w.util_avg = None;
                 w.parent_uuid = Some("GPU-0".into());
                 w.mig = crate::telemetry::MigFacts {
-                    gpu_instance_id: Some(1),
+                    gpu_instance_id: Some(gpu_instance_id),
                     instance_slices: Some(3),
                     compute_slices: Some(3),
                     gpu_slices: None,
@@ -823,8 +867,8 @@ mod tests {
             }
             ws
         };
-        let used = device("MIG-used");
-        let empty = device("MIG-empty");
+        let used = device("MIG-used", 1);
+        let empty = device("MIG-empty", 2);
         let procs: Vec<_> = used
             .iter()
             .map(|w| StoredProcessWindow {
@@ -840,6 +884,14 @@ mod tests {
         assert_eq!(f[0].gpus, ["MIG-empty"], "the empty instance alone: {f:?}");
         assert!((f[0].gpu_equivalents - 3.0 / 7.0).abs() < 1e-12, "{f:?}");
         assert!(f[0].processes.is_empty());
+        // Both instances idle: the host (here its whole cluster) is idle whole, its GPU in MIG
+        // mode named with them (its slices no instance holds are idle too), one GPU.
+        let procs: Vec<StoredProcessWindow> = Vec::new();
+        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, IncidentKind::ClusterIdle);
+        assert_eq!(f[0].gpus, ["MIG-empty", "MIG-used", "GPU-0"]);
+        assert_eq!(f[0].gpu_equivalents, 1.0);
     }
 
     /// Memory held at 0% by processes the agent cannot see is held idle by them (pid 0, named

@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_uint, c_void, CStr};
 use crate::{now_s, with_device, DeviceHandle, NvmlReturn};
 use crate::{
     ERROR_ARGUMENT_VERSION_MISMATCH, ERROR_INVALID_ARGUMENT, ERROR_NOT_FOUND, ERROR_NOT_SUPPORTED,
-    ERROR_UNKNOWN, SUCCESS,
+    SUCCESS,
 };
 
 const METRIC_GRAPHICS_UTIL: c_uint = 1;
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
     let too_close = second.at_s - first.at_s <= MIN_INTERVAL_S;
     let metrics = std::ptr::addr_of_mut!((*request).metrics) as *mut GpmMetric;
     let count = (*request).num_metrics as usize;
-    let status = with_device(second.handle as DeviceHandle, |d, _| {
+    with_device(second.handle as DeviceHandle, |d, _| {
         let activity = match second.gpu_instance_id {
             Some(gi) => d.instance_activity(gi, second.at_s),
             None => Some(d.activity(second.at_s)),
@@ -194,9 +194,5 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
             };
         }
         SUCCESS
-    });
-    if status == ERROR_INVALID_ARGUMENT {
-        return ERROR_UNKNOWN;
-    }
-    status
+    })
 }

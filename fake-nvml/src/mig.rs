@@ -41,14 +41,27 @@ pub struct GpuInstanceProfileInfo {
     memory_size_mb: c_ulonglong,
 }
 
+/// `nvmlGpuInstanceProfileInfo_v2_t`: the version, then the first version's fields laid out
+/// flat (not as a nested struct, whose alignment would move them), then the name.
 #[repr(C)]
 pub struct GpuInstanceProfileInfoV2 {
     version: c_uint,
-    info: GpuInstanceProfileInfo,
+    id: c_uint,
+    is_p2p_supported: c_uint,
+    slice_count: c_uint,
+    instance_count: c_uint,
+    multiprocessor_count: c_uint,
+    copy_engine_count: c_uint,
+    decoder_count: c_uint,
+    encoder_count: c_uint,
+    jpeg_count: c_uint,
+    ofa_count: c_uint,
+    memory_size_mb: c_ulonglong,
     name: [c_char; 96],
 }
 
-/// `nvmlGpuInstanceProfileInfo_v2`: the struct's size with the version in the top byte.
+/// `nvmlGpuInstanceProfileInfo_v2`: the struct's size (152 bytes, as nvml.h has it) with the
+/// version in the top byte.
 const PROFILE_INFO_V2: c_uint =
     (std::mem::size_of::<GpuInstanceProfileInfoV2>() as c_uint) | 2 << 24;
 
@@ -236,8 +249,20 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
         }
         match profile_of(d, profile) {
             Ok(p) => {
-                (*out).info = info(p);
-                (*out).name = [0; 96];
+                let i = info(p);
+                let o = &mut *out;
+                o.id = i.id;
+                o.is_p2p_supported = i.is_p2p_supported;
+                o.slice_count = i.slice_count;
+                o.instance_count = i.instance_count;
+                o.multiprocessor_count = i.multiprocessor_count;
+                o.copy_engine_count = i.copy_engine_count;
+                o.decoder_count = i.decoder_count;
+                o.encoder_count = i.encoder_count;
+                o.jpeg_count = i.jpeg_count;
+                o.ofa_count = i.ofa_count;
+                o.memory_size_mb = i.memory_size_mb;
+                o.name = [0; 96];
                 crate::write_str(&format!("MIG {}", p.name), (*out).name.as_mut_ptr(), 96)
             }
             Err(rc) => rc,

@@ -144,10 +144,11 @@ pub struct GpuWindow {
     /// MIG device holds are idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_compute_slices: Option<u32>,
-    /// Memory in use beyond what the processes listed hold, at its largest in the window, where
-    /// at least [`UNSEEN_MEMORY_FLOOR_BYTES`]: processes the agent cannot see.
+    /// Memory in use beyond what the processes listed hold, the least any sample of the window
+    /// saw (what processes the agent cannot see hold steadily), where at least
+    /// [`UNSEEN_MEMORY_FLOOR_BYTES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unseen_memory_max_bytes: Option<u64>,
+    pub unseen_memory_bytes: Option<u64>,
     /// Why the agent cannot see some processes, where it knows (one of [`UNSEEN_CAUSES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen_cause: Option<String>,

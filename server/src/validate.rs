@@ -264,14 +264,11 @@ fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> 
         200.0,
     )?;
     mig(at, g)?;
-    fits_i64(
-        &format!("{at}.unseen_memory_max_bytes"),
-        g.unseen_memory_max_bytes,
-    )?;
-    if let (Some(unseen), Some(total)) = (g.unseen_memory_max_bytes, g.memory_total_bytes) {
+    fits_i64(&format!("{at}.unseen_memory_bytes"), g.unseen_memory_bytes)?;
+    if let (Some(unseen), Some(total)) = (g.unseen_memory_bytes, g.memory_total_bytes) {
         if unseen > total {
             return fail(
-                format!("{at}.unseen_memory_max_bytes"),
+                format!("{at}.unseen_memory_bytes"),
                 format!("{unseen} is more than memory_total_bytes {total}"),
             );
         }
@@ -469,8 +466,8 @@ mod tests {
             "windows[0].gpus[0].mig_compute_slices"
         );
         assert_eq!(
-            field_of(|r| r.windows[0].gpus[0].unseen_memory_max_bytes = Some(81)),
-            "windows[0].gpus[0].unseen_memory_max_bytes"
+            field_of(|r| r.windows[0].gpus[0].unseen_memory_bytes = Some(81)),
+            "windows[0].gpus[0].unseen_memory_bytes"
         );
         assert_eq!(
             field_of(|r| {

@@ -154,10 +154,17 @@ fn gpu<'a>(
     watch_xids(watch, nvml, &device, &parent.uuid);
     let mut out = vec![];
     if mig_on {
-        parent.mig_compute_slices = *watch
-            .slices
-            .entry(parent.uuid.clone())
-            .or_insert_with(|| compute_slices(&device));
+        parent.mig_compute_slices = match watch.slices.get(&parent.uuid) {
+            Some(known) => Some(*known),
+            None => {
+                // Asked again until the driver answers; then fixed while its MIG mode is.
+                let slices = compute_slices(&device);
+                if let Some(s) = slices {
+                    watch.slices.insert(parent.uuid.clone(), s);
+                }
+                slices
+            }
+        };
         let mut children = Vec::new();
         for j in 0..optional(device.mig_device_count())?.unwrap_or(0) {
             let instance = match device.mig_device_by_index(j) {
@@ -194,7 +201,10 @@ fn gpu<'a>(
     Ok(out)
 }
 
-/// A critical XID stays on every sample of its GPU until new work runs there.
+/// Utilization (%) that shows a GPU works after an XID.
+const WORKING_PERCENT: u32 = 5;
+
+/// A critical XID stays on every sample of its GPU until it works again.
 fn apply_xid(samples: &mut [DeviceSample], memory: &mut Memory) {
     let Some(uuid) = samples.first().map(|s| s.uuid.clone()) else {
         return;
@@ -206,14 +216,19 @@ fn apply_xid(samples: &mut [DeviceSample], memory: &mut Memory) {
         .iter()
         .flat_map(|s| s.processes.iter().map(|p| p.pid))
         .collect();
+    // Work on the GPU since: a process that was not there (a reset GPU running a new job), or
+    // utilization (a long-running server, or processes the agent cannot see).
+    let busy = samples
+        .iter()
+        .any(|s| s.gpu_util.is_some_and(|u| u >= WORKING_PERCENT));
     match &xid.pids_at {
-        None => xid.pids_at = Some(pids),
-        Some(before) if pids.iter().any(|p| !before.contains(p)) => {
-            tracing::info!(gpu = %uuid, "new work runs on the GPU after its XID; the fault is over");
+        None if !busy => xid.pids_at = Some(pids),
+        Some(before) if !busy && pids.iter().all(|p| before.contains(p)) => {}
+        _ => {
+            tracing::info!(gpu = %uuid, "the GPU works again after its XID; the fault is over");
             memory.xids.remove(&uuid);
             return;
         }
-        Some(_) => {}
     }
     for s in samples {
         s.fault = Some(xid.fault.clone());
@@ -267,6 +282,8 @@ fn gpm_activity<'a>(
     samples: &mut HashMap<(String, u32), (nvml_wrapper::GpmSample<'a>, Instant)>,
 ) -> HashMap<u32, Activity> {
     let mut out = HashMap::new();
+    // Samples of GPU instances that are gone: one made again with the same id starts afresh.
+    samples.retain(|(gpu, id), _| gpu != parent_uuid || instance_ids.contains(id));
     if instance_ids.is_empty() || !parent.gpm_support().unwrap_or(false) {
         return out;
     }
@@ -363,7 +380,8 @@ fn read_device(
         sample.processes = with_utilization(nvml, device, &sample.uuid, listed.compute, memory)?;
         sample.unseen_memory_bytes = sample
             .memory_used_bytes
-            .map(|used| used.saturating_sub(listed.visible_bytes));
+            .zip(listed.visible_bytes)
+            .map(|(used, visible)| used.saturating_sub(visible));
         sample.unseen_cause = if listed.refused {
             Some("no_permission")
         } else if memory.own_pid_namespace {
@@ -379,8 +397,9 @@ fn read_device(
 struct Listed {
     /// Compute processes (and compute-and-graphics ones): the work on the device.
     compute: Vec<ProcessInfo>,
-    /// Memory every listed process holds, graphics ones too, each process once.
-    visible_bytes: u64,
+    /// Memory every listed process holds, graphics ones too, each process once; `None` where
+    /// the driver does not give a process's.
+    visible_bytes: Option<u64>,
     /// NVML refused to list them.
     refused: bool,
 }
@@ -397,15 +416,21 @@ fn list_processes(device: &Device<'_>) -> Result<Listed, NvmlError> {
     let compute = list(device.running_compute_processes())?;
     let graphics = list(device.running_graphics_processes())?;
     let mut held: HashMap<u32, u64> = HashMap::new();
+    let mut unknown = false;
     for p in compute.iter().chain(&graphics) {
-        if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
-            let m = held.entry(p.pid).or_default();
-            *m = (*m).max(b);
+        match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => {
+                let m = held.entry(p.pid).or_default();
+                *m = (*m).max(b);
+            }
+            UsedGpuMemory::Unavailable => unknown = true,
         }
     }
     Ok(Listed {
         compute,
-        visible_bytes: held.values().sum(),
+        // A process whose memory the driver does not give: what the others hold is not all the
+        // seen processes hold, so nothing is taken for unseen.
+        visible_bytes: (!unknown).then(|| held.values().sum()),
         refused,
     })
 }
@@ -511,6 +536,37 @@ mod tests {
         apply_xid(&mut s, &mut m);
         assert_eq!(s[0].fault, None);
         assert!(m.xids.is_empty());
+        // A long-running server keeps its pid: its GPU at work again ends the fault too.
+        m.xids.insert(
+            "GPU-a".into(),
+            XidFault {
+                fault: xid::fault(48).unwrap(),
+                pids_at: None,
+            },
+        );
+        let mut s = gpu(&[7]);
+        apply_xid(&mut s, &mut m);
+        assert!(s[0].fault.is_some());
+        let mut s = gpu(&[7]);
+        s[0].gpu_util = Some(80);
+        apply_xid(&mut s, &mut m);
+        assert_eq!(s[0].fault, None);
+    }
+
+    /// Every code the agent writes is one the wire format lists (the server and pages read them).
+    #[test]
+    fn the_agents_codes_are_the_wire_formats() {
+        for e in [NvmlError::GpuLost, NvmlError::Unknown] {
+            let code = device_fault(&e, None).code;
+            assert!(
+                gpuledger_proto::DEVICE_FAULT_CODES.contains(&code.as_str()),
+                "{code}"
+            );
+        }
+        assert!(gpuledger_proto::DEVICE_FAULT_CODES.contains(&"driver_unavailable"));
+        for cause in ["no_permission", "pid_namespace"] {
+            assert!(gpuledger_proto::UNSEEN_CAUSES.contains(&cause), "{cause}");
+        }
     }
 
     #[test]

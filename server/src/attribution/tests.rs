@@ -379,6 +379,15 @@ fn unseen_memory_is_held_by_unseen_processes_and_a_lost_gpu_is_idle() {
         cost_where(&a, |p| on("GPU-2")(p) && p.kind == Kind::Idle),
         d("3.00")
     );
+
+    // Beside a process measured at 90% SM on a GPU at 92%, the unseen processes did the 2%
+    // the seen one does not account for: $0.20 of a $9.20 hour, not half of it.
+    let mut shared = window(1, "GPU-0", None, H, 60, Some(92.0));
+    shared.unseen_memory_bytes = Some(2 * GIB);
+    let procs = [process("GPU-0", H, 1, "train", 30, Some(90.0))];
+    let a = attribute_hour(&[shared], &procs, "9.20");
+    assert_eq!(cost_where(&a, |p| model_is(p, "train")), d("9.00"));
+    assert_eq!(cost_where(&a, by_unseen), d("0.20"));
 }
 
 #[test]

@@ -60,6 +60,9 @@ pub struct GpuView {
     pub fault: Option<String>,
     /// Memory held by processes the agent cannot see, and why, where there is any.
     pub unseen: Option<String>,
+    /// When its latest window ended: a MIG device's state counts for its GPU while it is as
+    /// fresh as the GPU's.
+    pub last_window_end_ms: Option<i64>,
 }
 
 pub struct HostView {
@@ -285,6 +288,7 @@ pub fn build(
                 unseen: latest
                     .unseen_memory_bytes
                     .map(|b| unseen_text(b, latest.unseen_cause.as_deref())),
+                last_window_end_ms: row.last_window_end_ms,
             });
         }
         if !last_of_host {
@@ -300,11 +304,12 @@ pub fn build(
             .filter(|i| !host.gpus[*i].is_mig)
             .collect();
         for i in physical {
-            let index = host.gpus[i].index;
+            let (index, gpu_end) = (host.gpus[i].index, host.gpus[i].last_window_end_ms);
+            // Its MIG devices as fresh as it is: a GPU lost since keeps no device's old state.
             let instances: Vec<Activity> = host
                 .gpus
                 .iter()
-                .filter(|g| g.is_mig && g.index == index)
+                .filter(|g| g.is_mig && g.index == index && g.last_window_end_ms >= gpu_end)
                 .map(|g| g.activity)
                 .collect();
             let state = if instances.is_empty() {

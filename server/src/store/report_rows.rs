@@ -111,8 +111,7 @@ impl ReportRows {
                     .push(mig.map(|m| i64::from(m.gpu_instance_slices)));
                 c.mig_compute_slices
                     .push(mig.map(|m| i64::from(m.compute_instance_slices)));
-                c.unseen_memory_bytes
-                    .push(to_i64(g.unseen_memory_max_bytes));
+                c.unseen_memory_bytes.push(to_i64(g.unseen_memory_bytes));
                 c.unseen_cause.push(g.unseen_cause.clone());
                 c.fault_code.push(g.fault.as_ref().map(|f| f.code.clone()));
                 c.fault_detail

@@ -137,7 +137,7 @@ async fn mig_slices_unseen_memory_and_faults_read_back() {
             gpu_instance_slices: 3,
             compute_instance_slices: 1,
         });
-        mig.unseen_memory_max_bytes = Some(9 << 30);
+        mig.unseen_memory_bytes = Some(9 << 30);
         mig.unseen_cause = Some("pid_namespace".into());
         mig.fault = Some(DeviceFault {
             code: "xid".into(),
