@@ -81,6 +81,26 @@ impl Serialize for GroupBy {
     }
 }
 
+/// A name, as serialized: the owner dimensions come from each server's config, so the
+/// description lists the fleet ones and the default owner ones rather than a closed enum.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for GroupBy {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "A dimension by name: an owner dimension of the server's owner schema (model, \
+                 experiment, endpoint and team unless configured otherwise) or a fleet \
+                 dimension: cluster, host, gpu, instance_type, pricing_category.",
+            ))
+            .examples(["team"])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for GroupBy {}
+
 /// Keeps the parts whose key under each `(dimension, value)` equals the value: the parts a
 /// drill-down page (and the API's filter parameters) are about. Bill lines that are not GPU
 /// hosts belong to no key, so a filtered view has none.
@@ -106,6 +126,7 @@ pub fn filtered(attribution: &Attribution, filters: &[(GroupBy, String)]) -> Att
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     Hour,
@@ -121,6 +142,7 @@ pub const UNLABELED_KEY: &str = "(unlabeled)";
 pub use crate::owners::UNSEEN_OWNER as UNSEEN_KEY;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocationRow {
     /// RFC 3339, UTC.
     pub period_start: String,
@@ -150,6 +172,7 @@ pub struct AllocationRow {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Totals {
     pub currency: String,
     #[serde(with = "rust_decimal::serde::str")]

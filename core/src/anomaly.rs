@@ -68,6 +68,7 @@ pub struct Expected {
 
 /// One day of an anomaly: what it was expected to cost and what it cost.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AnomalousDay {
     pub day_ms: i64,
     #[serde(with = "rust_decimal::serde::str")]
@@ -79,6 +80,7 @@ pub struct AnomalousDay {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AnomalyKind {
     /// One or two days above the baseline.
@@ -112,6 +114,7 @@ impl AnomalyKind {
 
 /// Consecutive anomalous days of one owner.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Anomaly {
     pub kind: AnomalyKind,
     /// Its first day: with the owner, what names it.
@@ -146,6 +149,7 @@ impl Anomaly {
 /// Where an anomaly's money went: one host on its peak day, what it cost the owner that day
 /// against the same weekday's average, on which GPUs, and what ran on them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Driver {
     pub cluster: String,
     pub host: String,
@@ -184,6 +188,7 @@ impl Driver {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProcessSeen {
     pub name: String,
     pub user: Option<String>,

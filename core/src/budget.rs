@@ -44,6 +44,7 @@ pub fn in_force(budgets: &[Budget], month_ms: i64) -> Vec<&Budget> {
 
 /// Where a month is heading for one owner.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Forecast {
     /// Spent in the month so far.
     #[serde(with = "rust_decimal::serde::str")]
@@ -135,6 +136,7 @@ pub fn forecast(
 
 /// How a budget stands: spent past it, heading past it, or within it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Standing {
     Over,

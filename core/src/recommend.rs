@@ -168,6 +168,7 @@ impl Default for Options {
 /// their savings add up without counting a GPU-hour twice. `cost` and `saving` are over the
 /// look-back, from the ledger; a saving never exceeds the cost it comes from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RightSize {
     /// `endpoint` or `model`.
     pub by: String,
@@ -192,6 +193,7 @@ pub struct RightSize {
 
 /// A whole GPU busy less than the threshold: its work could share another GPU.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Consolidation {
     pub gpus: Vec<String>,
     pub host: String,
@@ -213,6 +215,7 @@ pub struct Consolidation {
 /// actually cost and what the rate card's spot prices for the same instance types would have
 /// saved. A run is not assumed to recur, so there is no monthly figure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpotCandidate {
     pub experiment: String,
     pub gpus: Vec<String>,
@@ -228,6 +231,7 @@ pub struct SpotCandidate {
 /// job) that did no work: stop the processes or release the GPUs. Moving them to cheaper or
 /// spot capacity would only make the waste cheaper.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Release {
     pub gpus: Vec<String>,
     pub host: String,
@@ -242,6 +246,7 @@ pub struct Release {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Recommendations {
     pub lookback_days: f64,
     pub right_size: Vec<RightSize>,

@@ -33,6 +33,7 @@ const SCALE: u32 = 9;
 
 /// One owner's change between two periods, explained.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VarianceRow {
     pub key: String,
     #[serde(with = "rust_decimal::serde::str")]

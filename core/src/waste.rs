@@ -94,6 +94,7 @@ pub struct Finding {
 /// A process holding a GPU idle, as a person would look for it: on which GPU, its pid and name,
 /// who runs it and its owner labels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeldProcess {
     pub gpu_uuid: String,
     pub pid: i64,
@@ -134,6 +135,7 @@ impl HeldProcess {
 /// One GPU of an incident, named as `nvidia-smi` names it on its host, with the processes
 /// holding it idle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IdleDevice {
     pub host: String,
     pub uuid: String,

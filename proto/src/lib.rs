@@ -61,6 +61,7 @@ pub const DEVICE_FAULT_CODES: [&str; 4] = [
 ];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Report {
     /// Unique per batch; the server acknowledges a repeat without storing it again.
@@ -71,6 +72,7 @@ pub struct Report {
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HostInfo {
     pub hostname: String,
@@ -90,6 +92,7 @@ pub struct HostInfo {
 
 /// One aggregation window (default 15 s) over the samples taken inside it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Window {
     /// Epoch milliseconds, inclusive.
@@ -102,6 +105,7 @@ pub struct Window {
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GpuWindow {
     /// NVML UUID (`GPU-…`, or `MIG-…` for a MIG instance).
@@ -145,11 +149,12 @@ pub struct GpuWindow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig_compute_slices: Option<u32>,
     /// Memory in use beyond what the processes listed hold, the least any sample of the window
-    /// saw (what processes the agent cannot see hold steadily), where at least
-    /// [`UNSEEN_MEMORY_FLOOR_BYTES`].
+    /// saw (what processes the agent cannot see hold steadily), where at least 256 MiB
+    /// (`UNSEEN_MEMORY_FLOOR_BYTES`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen_memory_bytes: Option<u64>,
-    /// Why the agent cannot see some processes, where it knows (one of [`UNSEEN_CAUSES`]).
+    /// Why the agent cannot see some processes, where it knows (`UNSEEN_CAUSES`): `pid_namespace`
+    /// or `no_permission`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen_cause: Option<String>,
     /// What went wrong with the device in the window, where something did: a lost GPU is still
@@ -162,6 +167,7 @@ pub struct GpuWindow {
 /// slices of each (a `3g.40gb` instance split in a 1-slice and a 2-slice compute instance has
 /// two devices with `gpu_instance_slices` 3 and `compute_instance_slices` 1 and 2).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MigPlacement {
     pub gpu_instance_id: u32,
@@ -173,8 +179,10 @@ pub struct MigPlacement {
     pub compute_instance_slices: u32,
 }
 
-/// A device fault: one of [`DEVICE_FAULT_CODES`] and what it means, in words.
+/// A device fault: its code (`DEVICE_FAULT_CODES`: `gpu_lost`, `xid`, `driver_unavailable` or
+/// `nvml_error`) and what it means, in words.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DeviceFault {
     pub code: String,
@@ -183,6 +191,7 @@ pub struct DeviceFault {
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ProcessWindow {
     pub pid: u32,
@@ -212,6 +221,7 @@ pub struct ProcessWindow {
 
 /// What the server answers to an accepted report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestAck {
     pub batch_id: String,
     /// `stored`, or `duplicate` when this batch id was stored before.
@@ -221,9 +231,15 @@ pub struct IngestAck {
 
 /// The server's JSON error body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiErrorBody {
+    /// What went wrong, for code: `bad_request`, `unauthorized`, `forbidden`, `out_of_scope`,
+    /// `not_found`, `method_not_allowed`, `conflict`, `too_large`, `invalid`, `internal` or
+    /// `unavailable`.
     pub error: String,
+    /// What went wrong, for people.
     pub message: String,
+    /// The parameter or body field at fault, where one is (`month`, `windows[0].gpus[1].util_avg`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }

@@ -23,7 +23,7 @@ const DRIVERS: usize = 5;
 const PROCESSES_PER_HOST: usize = 3;
 
 /// One owner's anomaly, with what drove it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct OwnerAnomaly {
     pub dimension: String,
     pub key: String,
@@ -62,7 +62,7 @@ impl OwnerAnomaly {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Dismissal {
     pub by: String,
     pub at_ms: i64,

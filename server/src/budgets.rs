@@ -18,7 +18,7 @@ use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, month_label, DAY_MS};
 
 /// One budget in force, against its owner's month.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BudgetStatus {
     pub dimension: String,
     pub key: String,

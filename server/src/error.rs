@@ -36,6 +36,9 @@ pub enum ApiError {
     /// What the request names does not exist (404).
     #[error("{0}")]
     NotFound(String),
+    /// The address does not take the request's method (405).
+    #[error("{0}")]
+    MethodNotAllowed(String),
     /// What the request would do is already done (409).
     #[error("{0}")]
     Conflict(String),
@@ -68,6 +71,9 @@ impl ApiError {
             }
             ApiError::Refused(r) => (StatusCode::CONFLICT, "conflict", Some(r.field.clone())),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            ApiError::MethodNotAllowed(_) => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", None)
+            }
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", None),
             ApiError::Store(_) | ApiError::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal", None)

@@ -16,7 +16,7 @@ use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::HOUR_MS;
 
 /// One host idle (or held idle) for a run of consecutive hours.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct IdleEpisode {
     pub cluster: String,
     pub hostname: String,

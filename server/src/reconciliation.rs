@@ -19,7 +19,7 @@ use crate::store;
 use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
 
 /// One bill resource the month charges, with its amount in the month's hours.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ResourceCost {
     /// The bill's resource (its normalised instance key), or `(none)`.
     pub resource: String,
@@ -37,7 +37,7 @@ pub struct ResourceCost {
 }
 
 /// Used, held idle, idle and unmonitored dollars.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ByKind {
     #[serde(with = "rust_decimal::serde::str")]
     pub used: Decimal,
@@ -64,7 +64,7 @@ impl ByKind {
 }
 
 /// One currency's reconciliation for a month.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Reconciliation {
     pub currency: String,
     /// What the bill's lines charge for the month's hours.

@@ -73,7 +73,7 @@ pub fn main_currency(a: &Attribution) -> String {
     crate::allocation::main_currency(a)
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct EndpointUnitCost {
     pub endpoint: String,
     pub currency: String,
@@ -138,7 +138,7 @@ pub fn endpoint_costs(
     rows
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TrainingRun {
     pub experiment: String,
     /// The model and team that carried most of the run's cost.

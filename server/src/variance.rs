@@ -27,7 +27,7 @@ pub fn comparison(from: i64, to: i64, now: i64) -> (i64, i64, bool) {
 }
 
 /// A month's change against what it is set against, per key of one dimension, in one currency.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Variance {
     pub by: GroupBy,
     /// `[from, to)`: the month (RFC 3339).

@@ -2,20 +2,20 @@
 //! what bills are in, with their exact totals.
 
 use crate::config::OwnerSchema;
-use axum::extract::{Query, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
+use super::params::{bad, choice, csv_response, range};
 use super::session::{SignedIn, TeamScoped};
 use super::AppState;
 use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
 use crate::focus_export::Format;
 use crate::ledger;
-use crate::now_ms;
 use crate::session::Scope;
 use crate::store::RollupGrain;
 
@@ -94,8 +94,10 @@ fn dimension_names(schema: &OwnerSchema) -> String {
         .join(", ")
 }
 
-#[derive(Debug, Serialize)]
+/// The allocation as JSON: a row per period and key, and the range's totals per currency.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct AllocationResponse {
+    /// `[from, to)`, RFC 3339.
     from: String,
     to: String,
     by: GroupBy,
@@ -104,60 +106,55 @@ struct AllocationResponse {
     totals: Vec<Totals>,
 }
 
-pub(super) fn bad(field: &str, message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest {
-        message: message.into(),
-        field: Some(field.to_owned()),
-    }
-}
-
-/// `from` and `to` (this calendar month when absent), checked.
-pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, i64), ApiError> {
-    let (default_from, default_to) = gpuledger_core::time::month_of(now_ms());
-    let bound = |field: &str, v: &Option<String>, default: i64| match v {
-        None => Ok(default),
-        Some(t) => allocation::parse_bound(t).ok_or_else(|| {
-            bad(
-                field,
-                format!("{t:?} is not YYYY-MM, YYYY-MM-DD or an RFC 3339 time"),
-            )
-        }),
-    };
-    let from = bound("from", from, default_from)?;
-    let to = bound("to", to, default_to)?;
-    if to <= from {
-        return Err(bad("to", "must be after from"));
-    }
-    if to - from > 400 * gpuledger_core::time::DAY_MS {
-        return Err(bad("to", "a range may span at most 400 days"));
-    }
-    Ok((from, to))
-}
-
-/// A query string as `T`, or a 400 that says what is wrong with it.
-pub(super) fn query_of<T>(
-    query: Result<Query<T>, axum::extract::rejection::QueryRejection>,
-) -> Result<T, ApiError> {
-    query.map(|Query(q)| q).map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })
-}
-
-/// Parses `value` as one of the snake_case names of `T`.
-fn choice<T: serde::de::DeserializeOwned>(
-    field: &str,
-    value: Option<&str>,
-    default: &str,
-    allowed: &str,
-) -> Result<T, ApiError> {
-    let v = value.unwrap_or(default);
-    serde_json::from_value(serde_json::Value::String(v.to_owned()))
-        .map_err(|_| bad(field, format!("must be one of {allowed}, got {v:?}")))
+/// What the allocation comes as: a table (JSON or CSV), or the FOCUS export (CSV or Parquet).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum AllocationFormat {
+    Json,
+    Csv,
+    Focus,
+    FocusParquet,
 }
 
 /// Everything below is narrowed to the reader's teams: a team-scoped viewer or token gets its
 /// teams' parts only, and no bill line outside GPU hosts.
+#[utoipa::path(
+    get,
+    path = "/api/v1/allocation",
+    tag = "allocation",
+    summary = "Who the GPU bill belongs to",
+    description = "Every dollar of the range, attributed to a key of one dimension per period \
+        (used, held idle, idle and unmonitored), with the range's totals; as JSON, CSV, or the \
+        FOCUS export (every bill column kept, the FOCUS 1.3 `Allocated*` columns added). A \
+        team-scoped reader gets its teams' parts only.",
+    params(
+        ("from" = Option<String>, Query, description = "Start, inclusive: YYYY-MM, YYYY-MM-DD \
+            or RFC 3339 (the start of this month by default).", example = "2026-10"),
+        ("to" = Option<String>, Query, description = "End, exclusive, as `from` (the start of \
+            next month by default); at most 400 days after `from`.", example = "2026-11"),
+        ("by" = Option<GroupBy>, Query, description = "The dimension rows are keyed by (the \
+            owner dimension with the team role by default, else `cluster`)."),
+        ("step" = Option<Step>, Query, description = "The period of a row (`day` by default)."),
+        ("format" = Option<AllocationFormat>, Query, description = "`json` (the default), \
+            `csv`, `focus` (FOCUS CSV) or `focus-parquet`; the FOCUS export has a row per \
+            charge period: `by` and `step` are checked but do not shape it."),
+        ("filters" = Option<std::collections::BTreeMap<String, String>>, Query, style = Form, explode,
+            description = "Any dimension by name, as `<dimension>=<value>` (`team=research`): \
+            only the parts whose key under it is that value. Each parameter once."),
+    ),
+    responses(
+        (status = 200, description = "The allocation.", content(
+            (AllocationResponse = "application/json"),
+            (String = "text/csv"),
+            (String = "application/vnd.apache.parquet"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn get_allocation(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
@@ -166,21 +163,25 @@ async fn get_allocation(
     let q = AllocationQuery::parse(raw.as_deref())?;
     let (from, to) = range(&q.from, &q.to)?;
     let schema = &state.config.owners;
-    let by_name = q.by.as_deref().unwrap_or("team");
-    let by = GroupBy::parse(by_name, schema).ok_or_else(|| {
-        bad(
-            "by",
-            format!(
-                "must be one of {}, got {by_name:?}",
-                dimension_names(schema)
-            ),
-        )
-    })?;
+    let by = match q.by.as_deref() {
+        // The team's dimension, whatever the schema calls it; a fleet without one by cluster.
+        None => {
+            GroupBy::role(schema, gpuledger_core::owners::Role::Team).unwrap_or(GroupBy::Cluster)
+        }
+        Some(name) => GroupBy::parse(name, schema).ok_or_else(|| {
+            bad(
+                "by",
+                format!("must be one of {}, got {name:?}", dimension_names(schema)),
+            )
+        })?,
+    };
     let step: Step = choice("step", q.step.as_deref(), "day", "hour, day, month")?;
-    let format = q.format.as_deref().unwrap_or("json");
-    if !["json", "csv", "focus", "focus-parquet"].contains(&format) {
-        return Err(bad("format", "must be json, csv, focus or focus-parquet"));
-    }
+    let format: AllocationFormat = choice(
+        "format",
+        q.format.as_deref(),
+        "json",
+        "json, csv, focus or focus-parquet",
+    )?;
     // Hourly rows when hours are asked for (FOCUS rows are hourly charge periods); days
     // otherwise: a month is ~30 rows a GPU instead of ~720.
     // Rows per host unless single GPUs are asked for.
@@ -192,26 +193,13 @@ async fn get_allocation(
     };
     let filters = q.filters(schema)?;
     let scope = user.scope;
-    match format {
-        "focus" => {
-            return Ok(focus_response(
-                state,
-                from,
-                to,
-                (filters, scope),
-                Format::Csv,
-            ))
-        }
-        "focus-parquet" => {
-            return Ok(focus_response(
-                state,
-                from,
-                to,
-                (filters, scope),
-                Format::Parquet,
-            ))
-        }
-        _ => {}
+    let focus = match format {
+        AllocationFormat::Focus => Some(Format::Csv),
+        AllocationFormat::FocusParquet => Some(Format::Parquet),
+        AllocationFormat::Json | AllocationFormat::Csv => None,
+    };
+    if let Some(focus) = focus {
+        return Ok(focus_response(state, from, to, (filters, scope), focus));
     }
     let loaded = ledger::load(state.store.as_ref(), from, to, grain_for(step)).await?;
     let loaded = scope.restrict(loaded, schema);
@@ -222,7 +210,7 @@ async fn get_allocation(
         allocation::filtered(&loaded, &filters)
     };
     match format {
-        "csv" => {
+        AllocationFormat::Csv => {
             let rows = allocation::group(&attributed, by, step);
             let body = allocation::to_csv(&rows).map_err(|e| ApiError::Internal(e.to_string()))?;
             Ok(csv_response(body, "gpuledger-allocation.csv"))
@@ -293,32 +281,39 @@ fn focus_response(
         .into_response()
 }
 
-pub(super) fn csv_response(body: String, filename: &str) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{filename}\""),
-            ),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-#[derive(Debug, Serialize)]
+/// One bill file imported (or one Cost Explorer sync), with its exact totals.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct ImportView {
     id: i64,
+    /// Where it came from: `focus` (a FOCUS export) or `aws-cost-explorer` (a sync).
     source: String,
     name: String,
+    /// RFC 3339.
     imported_at: String,
     rows: i64,
+    /// Of its rows, those no later file of the same billing period replaced.
     current_rows: i64,
+    /// Decimal, exactly as the bill adds up.
     billed_total: String,
     effective_total: String,
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/billing/imports",
+    tag = "billing",
+    summary = "The bills imported",
+    description = "Every bill file and sync imported, in the order imported, with its exact \
+        totals. Covers every team: a team-scoped reader gets 403.",
+    responses(
+        (status = 200, description = "The imports.", body = Vec<ImportView>),
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn get_imports(
     State(state): State<AppState>,
     _user: SignedIn,
@@ -340,10 +335,12 @@ async fn get_imports(
     ))
 }
 
-#[derive(Serialize)]
+/// One billing period of one account, and the files that make it up.
+#[derive(Serialize, utoipa::ToSchema)]
 struct PeriodJson {
     provider: String,
     billing_account_id: String,
+    /// RFC 3339.
     billing_period_start: String,
     currency: String,
     /// Over the files in force.
@@ -353,12 +350,15 @@ struct PeriodJson {
     files: Vec<PeriodFileJson>,
 }
 
-#[derive(Serialize)]
+/// A file of a billing period: in force, or replaced by a later delivery.
+#[derive(Serialize, utoipa::ToSchema)]
 struct PeriodFileJson {
     import_id: i64,
     name: String,
     source: String,
+    /// The delivery the file came in, where the export names one.
     delivery: Option<String>,
+    /// RFC 3339.
     imported_at: String,
     rows: i64,
     billed_total: Option<String>,
@@ -368,6 +368,22 @@ struct PeriodFileJson {
 }
 
 /// `GET /api/v1/billing/periods`: each billing period with the files that make it up.
+#[utoipa::path(
+    get,
+    path = "/api/v1/billing/periods",
+    tag = "billing",
+    summary = "The billing periods",
+    description = "Each billing period with its totals over the files in force, and every \
+        file delivered for it. Covers every team: a team-scoped reader gets 403.",
+    responses(
+        (status = 200, description = "The periods.", body = Vec<PeriodJson>),
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn get_periods(
     State(state): State<AppState>,
     _user: SignedIn,

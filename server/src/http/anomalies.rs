@@ -8,11 +8,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
 use axum::{routing::get, Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::allocation::{bad, query_of};
-use super::budgets::month_range;
 use super::page::error_page;
+use super::params::{bad, month_asked, MonthQuery};
 use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, TeamScoped};
 use super::AppState;
 use crate::anomalies::{DismissError, OwnerAnomaly};
@@ -28,11 +27,6 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/anomalies/dismiss", post(dismiss_api))
 }
 
-#[derive(Debug, Deserialize)]
-struct MonthQuery {
-    month: Option<String>,
-}
-
 impl From<DismissError> for ApiError {
     fn from(e: DismissError) -> Self {
         match e {
@@ -46,32 +40,82 @@ impl From<DismissError> for ApiError {
 
 /// `GET /api/v1/anomalies[?month=YYYY-MM]`: the month's anomalies (this month's by default),
 /// each with its days, expected and actual cost, drivers and dismissal.
+#[utoipa::path(
+    get,
+    path = "/api/v1/anomalies",
+    operation_id = "get_anomalies",
+    tag = "anomalies",
+    summary = "The month's anomalies",
+    description = "Each watched owner whose daily spend left its pattern in the month (a spike, \
+        or a new level that lasts), with its days, expected and actual cost, the hosts and \
+        processes that drove it, and its dismissal. A team-scoped reader gets its teams' only.",
+    params(MonthQuery),
+    responses(
+        (status = 200, description = "The anomalies.", body = AnomaliesResponse),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn anomalies_api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, ApiError> {
-    let q = query_of(query)?;
-    let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
+) -> Result<Json<AnomaliesResponse>, ApiError> {
+    let (range, month) = month_asked(query)?;
     let store = state.store.as_ref();
     let found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
-    let found = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners));
-    Ok(Json(serde_json::json!({ "month": month, "anomalies": found })).into_response())
+    let anomalies = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners));
+    Ok(Json(AnomaliesResponse { month, anomalies }))
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A month's anomalies.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct AnomaliesResponse {
+    /// `YYYY-MM`.
+    month: String,
+    anomalies: Vec<OwnerAnomaly>,
+}
+
+/// A dismissal as stored: the anomaly it names and who dismissed it, when and why.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Dismissed {
+    dimension: String,
+    key: String,
+    currency: String,
+    /// The anomaly's first day, `YYYY-MM-DD`.
+    start: String,
+    dismissed_by: String,
+    /// RFC 3339.
+    dismissed_at: String,
+    reason: String,
+}
+
+/// An anomaly to dismiss (from the review page's form, or as JSON), named by its owner,
+/// currency and first day. Missing fields are read as empty, and refused naming the field.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct DismissForm {
     #[serde(default)]
+    #[schema(ignore)]
     csrf: String,
+    /// A watched owner dimension (`team`).
     #[serde(default)]
+    #[schema(required = true)]
     dimension: String,
+    /// The owner under it (`research`).
     #[serde(default)]
+    #[schema(required = true)]
     key: String,
     #[serde(default)]
+    #[schema(required = true)]
     currency: String,
     /// The anomaly's first day, `YYYY-MM-DD`.
     #[serde(default)]
+    #[schema(required = true)]
     start: String,
+    /// Why it is not a problem, for whoever reads the review.
     #[serde(default)]
     reason: String,
 }
@@ -96,12 +140,33 @@ impl DismissForm {
 
 /// `POST /api/v1/anomalies/dismiss` (admins): `{dimension, key, currency, start, reason}`;
 /// answers the dismissal as recorded, 404 for no such anomaly, 409 if already dismissed.
+#[utoipa::path(
+    post,
+    path = "/api/v1/anomalies/dismiss",
+    operation_id = "dismiss_anomaly",
+    tag = "anomalies",
+    summary = "Dismiss an anomaly",
+    description = "Marks an anomaly as not a problem: the review shows it dismissed, with who \
+        and why. Admins only.",
+    request_body = DismissForm,
+    responses(
+        (status = 200, description = "Dismissed.", body = Dismissed),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::NotFound,
+        super::openapi::Conflict,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("session" = [])),
+)]
 async fn dismiss_api(
     State(state): State<AppState>,
     AdminOnly(user): AdminOnly,
     headers: axum::http::HeaderMap,
     body: Result<Json<DismissForm>, axum::extract::rejection::JsonRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<Dismissed>, ApiError> {
     let form = write_body(&headers, body)?;
     let row = crate::anomalies::dismiss(
         state.store.as_ref(),
@@ -111,16 +176,18 @@ async fn dismiss_api(
         now_ms(),
     )
     .await?;
-    Ok(Json(serde_json::json!({
-        "dimension": row.dimension,
-        "key": row.owner_key,
-        "currency": row.currency,
-        "start": &rfc3339(row.start_ms)[..10],
-        "dismissed_by": row.dismissed_by,
-        "dismissed_at": rfc3339(row.dismissed_ms),
-        "reason": row.reason,
+    Ok(Json(Dismissed {
+        dimension: row.dimension,
+        key: row.owner_key,
+        currency: row.currency,
+        start: rfc3339(row.start_ms)
+            .get(..10)
+            .unwrap_or_default()
+            .to_owned(),
+        dismissed_by: row.dismissed_by,
+        dismissed_at: rfc3339(row.dismissed_ms),
+        reason: row.reason,
     }))
-    .into_response())
 }
 
 /// `POST /anomalies/dismiss` (admins): the review's button; back to the review's anomalies.

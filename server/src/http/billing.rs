@@ -381,32 +381,56 @@ async fn sign_off(
     }
 }
 
-#[derive(serde::Deserialize)]
-struct MonthQuery {
-    month: Option<String>,
-}
-
 /// `GET /api/v1/billing/reconciliation[?month=YYYY-MM]`: the same figures as JSON (this month
 /// by default).
+#[utoipa::path(
+    get,
+    path = "/api/v1/billing/reconciliation",
+    operation_id = "get_reconciliation",
+    tag = "billing",
+    summary = "The month against the bill",
+    description = "Per currency, the month's bill against the ledger: the lines on the \
+        ledger's GPU hosts and what they were attributed to (used, held idle, idle, \
+        unmonitored), GPU instances no agent reports, and everything else the bill charges; \
+        the difference is what the ledger does not hold yet. Covers every team: a \
+        team-scoped reader gets 403.",
+    params(super::params::MonthQuery),
+    responses(
+        (status = 200, description = "The reconciliation.", body = ReconciliationResponse),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn reconciliation_api(
     State(state): State<AppState>,
     _user: SignedIn,
-    axum::extract::Query(q): axum::extract::Query<MonthQuery>,
-) -> Result<axum::Json<serde_json::Value>, crate::error::ApiError> {
-    // This month unless one is asked for.
-    let month = q
-        .month
-        .unwrap_or_else(|| month_label(gpuledger_core::time::month_of(now_ms()).0));
-    let (from, to) = calendar_month(&month).ok_or_else(|| crate::error::ApiError::BadRequest {
-        message: format!("month must be a calendar month, YYYY-MM, got {month:?}"),
-        field: Some("month".into()),
-    })?;
-    let (recs, pending) = month_reconciliation(&state, from, to).await?;
-    Ok(axum::Json(serde_json::json!({
-        "month": month,
-        "hours_waiting_for_rollup": pending,
-        "currencies": recs,
-    })))
+    query: Result<
+        axum::extract::Query<super::params::MonthQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<axum::Json<ReconciliationResponse>, crate::error::ApiError> {
+    let ((from, to), month) = super::params::month_asked(query)?;
+    let (currencies, hours_waiting_for_rollup) = month_reconciliation(&state, from, to).await?;
+    Ok(axum::Json(ReconciliationResponse {
+        month,
+        hours_waiting_for_rollup,
+        currencies,
+    }))
+}
+
+/// A month's reconciliation, one per currency its bill or ledger carries.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct ReconciliationResponse {
+    /// `YYYY-MM`.
+    month: String,
+    /// Hours with new telemetry or bill lines the roll-up has not priced yet: until they are,
+    /// the ledger is behind the bill by their cost.
+    hours_waiting_for_rollup: i64,
+    currencies: Vec<crate::reconciliation::Reconciliation>,
 }
 
 /// One billing period as the page shows it.

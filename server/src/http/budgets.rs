@@ -8,10 +8,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::allocation::{bad, query_of};
 use super::page::{error_page, render_with_status, Chrome};
+use super::params::{bad, month_asked, month_range, MonthQuery};
 use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
 use crate::allocation::calendar_month;
@@ -31,19 +31,6 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Debug, Deserialize)]
-struct MonthQuery {
-    month: Option<String>,
-}
-
-/// `?month=YYYY-MM` (this month by default) as its range and label.
-pub(super) fn month_range(month: Option<String>) -> Result<((i64, i64), String), String> {
-    let month = month.unwrap_or_else(|| month_label(now_ms()));
-    calendar_month(&month)
-        .map(|r| (r, month.clone()))
-        .ok_or_else(|| format!("must be a calendar month, YYYY-MM, got {month:?}"))
-}
-
 impl From<BudgetError> for ApiError {
     fn from(e: BudgetError) -> Self {
         match e {
@@ -54,32 +41,63 @@ impl From<BudgetError> for ApiError {
 }
 
 /// `GET /api/v1/budgets[?month=YYYY-MM]`: each budget in force, spent, forecast and range.
+#[utoipa::path(
+    get,
+    path = "/api/v1/budgets",
+    operation_id = "get_budgets",
+    tag = "budgets",
+    summary = "The month's budgets",
+    description = "Each budget in force in the month, with what its owner has spent, the \
+        month's forecast and its range, and where it stands. A team-scoped reader gets its \
+        teams' budgets only.",
+    params(MonthQuery),
+    responses(
+        (status = 200, description = "The budgets.", body = BudgetsResponse),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn budgets_api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, ApiError> {
-    let q = query_of(query)?;
-    let (range, month) = month_range(q.month).map_err(|m| bad("month", m))?;
-    let rows = crate::budgets::for_month(
+) -> Result<Json<BudgetsResponse>, ApiError> {
+    let (range, month) = month_asked(query)?;
+    let budgets = crate::budgets::for_month(
         state.store.as_ref(),
         (&state.config.owners, &user.scope),
         range,
         now_ms(),
     )
     .await?;
-    Ok(Json(serde_json::json!({ "month": month, "budgets": rows })).into_response())
+    Ok(Json(BudgetsResponse { month, budgets }))
 }
 
-#[derive(Debug, Deserialize)]
+/// A month's budgets.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct BudgetsResponse {
+    /// `YYYY-MM`.
+    month: String,
+    budgets: Vec<BudgetStatus>,
+}
+
+/// A budget to set: for an owner, from a month on, until a later one replaces it.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct SetBody {
+    /// An owner dimension (`team`) or a fleet one (`cluster`).
     dimension: String,
+    /// The owner under it (`research`).
     key: String,
-    /// A decimal string (`"12500.00"`), never a float.
+    /// A month's amount: a decimal (`12000`, `12000.50`).
+    #[schema(example = "12000.00")]
     amount: String,
+    /// `USD` by default.
     #[serde(default = "usd")]
     currency: String,
-    /// `YYYY-MM`; this month by default.
+    /// `YYYY-MM`, this month by default.
     from_month: Option<String>,
 }
 
@@ -88,12 +106,31 @@ fn usd() -> String {
 }
 
 /// `PUT /api/v1/budgets` (admins): sets a budget; answers it as it now stands.
+#[utoipa::path(
+    put,
+    path = "/api/v1/budgets",
+    operation_id = "set_budget",
+    tag = "budgets",
+    summary = "Set a budget",
+    description = "Sets an owner's monthly budget from a month on (replacing the one set from \
+        that month, if any) and answers it as it now stands. Admins only.",
+    request_body = SetBody,
+    responses(
+        (status = 200, description = "The budget as it now stands.", body = BudgetStatus),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("session" = [])),
+)]
 async fn set_api(
     State(state): State<AppState>,
     AdminOnly(user): AdminOnly,
     headers: axum::http::HeaderMap,
     body: Result<Json<SetBody>, axum::extract::rejection::JsonRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<BudgetStatus>, ApiError> {
     let b = write_body(&headers, body)?;
     let from_month = b.from_month.unwrap_or_else(|| month_label(now_ms()));
     let status = crate::budgets::set(
@@ -110,35 +147,57 @@ async fn set_api(
         now_ms(),
     )
     .await?;
-    Ok(Json(status).into_response())
+    Ok(Json(status))
 }
 
-#[derive(Debug, Deserialize)]
+/// The budget to remove: the one set for this owner from this month.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct DeleteBody {
     dimension: String,
     key: String,
+    /// `YYYY-MM`.
     from_month: String,
 }
 
 /// `DELETE /api/v1/budgets` (admins), the budget named in the JSON body: 204, or 404.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/budgets",
+    operation_id = "delete_budget",
+    tag = "budgets",
+    summary = "Remove a budget",
+    description = "Removes the budget set for an owner from a month; the one set before it, if \
+        any, is in force again. Admins only.",
+    request_body = DeleteBody,
+    responses(
+        (status = 204, description = "Removed."),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::NotFound,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("session" = [])),
+)]
 async fn delete_api(
     State(state): State<AppState>,
     AdminOnly(_user): AdminOnly,
     headers: axum::http::HeaderMap,
     body: Result<Json<DeleteBody>, axum::extract::rejection::JsonRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<StatusCode, ApiError> {
     let b = write_body(&headers, body)?;
     let ((from, _), _) = month_range(Some(b.from_month)).map_err(|m| bad("from_month", m))?;
-    let gone = crate::budgets::remove(state.store.as_ref(), &b.dimension, &b.key, from).await?;
-    Ok(if gone {
-        StatusCode::NO_CONTENT.into_response()
+    if crate::budgets::remove(state.store.as_ref(), &b.dimension, &b.key, from).await? {
+        Ok(StatusCode::NO_CONTENT)
     } else {
-        (
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({"error": "not_found", "message": "no such budget"})),
-        )
-            .into_response()
-    })
+        Err(ApiError::NotFound(format!(
+            "no budget of {} {} set from {}",
+            b.dimension,
+            b.key,
+            month_label(from)
+        )))
+    }
 }
 
 /// A budget as the page shows it.
@@ -249,9 +308,15 @@ async fn page(
 async fn budgets_page(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
-    Query(q): Query<MonthQuery>,
+    Query(q): Query<PageQuery>,
 ) -> Response {
     page(&state, &user, q.month, None, BudgetForm::default()).await
+}
+
+/// The page's `?month=`; other parameters (a link's tracking tags) are no concern of a page.
+#[derive(Debug, Deserialize)]
+struct PageQuery {
+    month: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -6,10 +6,10 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
 
 use super::session::TeamScoped;
 use super::AppState;
+use crate::error::ApiError;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -17,17 +17,45 @@ pub fn router() -> Router<AppState> {
         .route("/metrics", get(metrics))
 }
 
-async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+/// Whether this replica can serve: its database answers.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Health {
+    /// `ok`, or `unavailable` when the database does not answer.
+    status: &'static str,
+    /// `sqlite` or `postgres`.
+    database: &'static str,
+}
+
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    summary = "Health",
+    description = "For load balancers: 200 while this replica's database answers, 503 when it \
+        does not.",
+    responses(
+        (status = 200, description = "Serving.", body = Health),
+        (status = 503, description = "The database does not answer.", body = Health),
+    ),
+)]
+async fn healthz(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
+    let database = state.store.backend();
     match state.store.ping().await {
         Ok(()) => (
             StatusCode::OK,
-            Json(json!({"status": "ok", "database": state.store.backend()})),
+            Json(Health {
+                status: "ok",
+                database,
+            }),
         ),
         Err(e) => {
             tracing::warn!(error = %e, "health check: database unreachable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable", "database": state.store.backend()})),
+                Json(Health {
+                    status: "unavailable",
+                    database,
+                }),
             )
         }
     }
@@ -35,15 +63,23 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// This replica's own counters, for anyone; with a read-only token (`Authorization: Bearer
 /// gpr_…`), also the ledger's cost gauges as the token's teams see them. A bad token is 401.
-async fn metrics(State(state): State<AppState>, request: Request) -> Response {
-    let text_error = |status: StatusCode, message: &str| {
-        (
-            status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            message.to_owned(),
-        )
-            .into_response()
-    };
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    summary = "Prometheus metrics",
+    description = "This replica's counters (ingest, refusals, agents' spools) in the Prometheus \
+        text format, for anyone; with a read-only token, also the ledger's cost gauges as the \
+        token's teams see them (docs/metrics.md).",
+    responses(
+        (status = 200, description = "The exposition.", content_type = "text/plain", body = String),
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security((), ("read_token" = [])),
+)]
+async fn metrics(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
     let (mut parts, _) = request.into_parts();
     // A read-only token's bearer asks for the cost gauges; any other header (a proxy's basic
     // auth) is none of ours.
@@ -52,37 +88,30 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Response {
     let reader = if asks_cost {
         match TeamScoped::from_request_parts(&mut parts, &state).await {
             Ok(TeamScoped(who)) => Some(who.scope),
-            Err(refused) => return refused,
+            Err(refused) => return Ok(refused),
         }
     } else {
         None
     };
-    let Ok(mut text) = state.metrics.encode() else {
-        return text_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "could not encode metrics",
-        );
-    };
+    let mut text = state
+        .metrics
+        .encode()
+        .map_err(|e| ApiError::Internal(format!("encoding the metrics: {e}")))?;
     if let Some(scope) = reader {
-        match state
+        let cost = state
             .cost_metrics
             .exposition(state.store.as_ref(), &state.config, &scope, crate::now_ms())
             .await
-        {
-            Ok(cost) => text.push_str(&cost),
-            Err(e) => {
+            .map_err(|e| {
                 tracing::error!(error = %e, "rendering the cost gauges");
-                return text_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the ledger could not be read; the cost gauges are missing from this scrape",
-                );
-            }
-        }
+                ApiError::Unavailable
+            })?;
+        text.push_str(&cost);
     }
-    (
+    Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         text,
     )
-        .into_response()
+        .into_response())
 }

@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::page::{error_page, render, Chrome};
+use super::params::TableFormat;
 use super::session::{database_unavailable, AdminForm, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
 use crate::error::ApiError;
@@ -38,22 +39,30 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/idle/history", get(idle_history_api))
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct IncidentView {
     pub id: i64,
+    /// `cluster_idle`, `host_idle`, `gpus_idle`, `held_idle` or `gpu_fault`.
     pub kind: String,
+    /// The kind, in words.
     pub title: String,
     pub cluster: String,
+    /// The host, for an incident on one.
     pub hostname: Option<String>,
+    /// The GPUs' (and MIG instances') UUIDs.
     pub gpus: Vec<String>,
     /// The GPUs by host and NVML index, with the processes holding them idle.
     pub devices: Vec<crate::waste::IdleDevice>,
+    /// Whose the GPUs are, per owner dimension, where the processes holding them say.
     pub owners: BTreeMap<String, String>,
+    /// RFC 3339.
     pub started_at: String,
+    /// RFC 3339; null while open.
     pub ended_at: Option<String>,
     pub open: bool,
     /// Who said the GPUs are idle on purpose (no more reminders), and when.
     pub intended: Option<Intended>,
+    /// How long it lasted (or has lasted so far), in words: `3 h`, `2 d`.
     pub idle_for: String,
     #[serde(with = "rust_decimal::serde::str")]
     pub cost_per_hour: rust_decimal::Decimal,
@@ -64,9 +73,10 @@ pub struct IncidentView {
     pub estimated: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Intended {
     pub by: String,
+    /// RFC 3339.
     pub at: String,
 }
 
@@ -372,58 +382,122 @@ async fn test_route(
     }
 }
 
-#[derive(Deserialize)]
+/// A range and a format. Both bounds absent: the operation's own default range; one absent:
+/// this month's.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct IncidentsQuery {
+    /// Start, inclusive: YYYY-MM, YYYY-MM-DD or RFC 3339 (this month's start when only `to`
+    /// is given).
+    #[param(example = "2026-10")]
     from: Option<String>,
+    /// End, exclusive, as `from`, at most 400 days after it (next month's start when only
+    /// `from` is given).
+    #[param(example = "2026-11")]
     to: Option<String>,
+    /// `json` (the default) or `csv`.
+    #[param(value_type = Option<TableFormat>)]
     format: Option<String>,
 }
 
 /// Incidents overlapping `[from, to)` (the last 30 days by default), as JSON or CSV.
+#[utoipa::path(
+    get,
+    path = "/api/v1/incidents",
+    operation_id = "get_incidents",
+    tag = "waste",
+    summary = "Waste incidents",
+    description = "Incidents (GPUs idle or held idle past the cluster's threshold, and faulted \
+        GPUs) overlapping the range, the last 30 days when neither bound is given, open or \
+        ended, with their GPUs, owners, cost per hour and what they wasted. A team-scoped \
+        reader gets its teams' incidents only.",
+    params(IncidentsQuery),
+    responses(
+        (status = 200, description = "The incidents.", content(
+            (Vec<IncidentView> = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn incidents_api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let q = super::allocation::query_of(query)?;
+    let q = super::params::query_of(query)?;
+    let format = TableFormat::of(q.format.as_deref())?;
     let now = now_ms();
     let (from, to) = if q.from.is_none() && q.to.is_none() {
         (now - 30 * DAY_MS, now + 1)
     } else {
-        super::allocation::range(&q.from, &q.to)?
+        super::params::range(&q.from, &q.to)?
     };
     let views: Vec<IncidentView> = scoped_incidents(&state, (from, to), &user.scope)
         .await?
         .into_iter()
         .map(|r| view(r, now))
         .collect();
-    match q.format.as_deref().unwrap_or("json") {
-        "json" => Ok(Json(views).into_response()),
-        "csv" => {
+    match format {
+        TableFormat::Json => Ok(Json(views).into_response()),
+        TableFormat::Csv => {
             let body = incidents_csv(&views).map_err(|e| ApiError::Internal(e.to_string()))?;
-            Ok(super::allocation::csv_response(
-                body,
-                "gpuledger-incidents.csv",
-            ))
+            Ok(super::params::csv_response(body, "gpuledger-incidents.csv"))
         }
-        _ => Err(super::allocation::bad("format", "must be json or csv")),
     }
+}
+
+/// Idle and held-idle runs of hours in a range.
+#[derive(Serialize, utoipa::ToSchema)]
+struct IdleHistory {
+    /// `[from, to)`, RFC 3339.
+    from: String,
+    to: String,
+    episodes: Vec<crate::idle_history::IdleEpisode>,
 }
 
 /// `GET /api/v1/idle/history?from=&to=[&format=csv]`: runs of idle and held-idle hours per
 /// host from the ledger, for any range it holds (this month by default); their dollars add up
 /// to the range's idle and held-idle dollars.
+#[utoipa::path(
+    get,
+    path = "/api/v1/idle/history",
+    operation_id = "get_idle_history",
+    tag = "waste",
+    summary = "Idle history",
+    description = "Runs of idle and held-idle hours per host from the ledger, for any range \
+        it holds (this month when neither bound is given); their dollars add up to the \
+        range's idle and held-idle dollars. A team-scoped reader gets the hosts wholly its \
+        teams' only.",
+    params(IncidentsQuery),
+    responses(
+        (status = 200, description = "The idle history.", content(
+            (IdleHistory = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn idle_history_api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<IncidentsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let q = super::allocation::query_of(query)?;
+    let q = super::params::query_of(query)?;
+    let format = TableFormat::of(q.format.as_deref())?;
     let (from, to) = if q.from.is_none() && q.to.is_none() {
         gpuledger_core::time::month_of(now_ms())
     } else {
-        super::allocation::range(&q.from, &q.to)?
+        super::params::range(&q.from, &q.to)?
     };
     let episodes = crate::idle_history::load(state.store.as_ref(), from, to).await?;
     let episodes = if user.scope.is_all() {
@@ -439,14 +513,14 @@ async fn idle_history_api(
             .filter(|e| held.contains(&host_key(&e.cluster, &e.hostname)))
             .collect()
     };
-    match q.format.as_deref().unwrap_or("json") {
-        "json" => Ok(Json(serde_json::json!({
-            "from": gpuledger_core::time::rfc3339(from),
-            "to": gpuledger_core::time::rfc3339(to),
-            "episodes": episodes,
-        }))
+    match format {
+        TableFormat::Json => Ok(Json(IdleHistory {
+            from: gpuledger_core::time::rfc3339(from),
+            to: gpuledger_core::time::rfc3339(to),
+            episodes,
+        })
         .into_response()),
-        "csv" => {
+        TableFormat::Csv => {
             let mut w = crate::csv_out::SafeCsv::in_memory();
             let csv = (|| {
                 w.write_record([
@@ -485,12 +559,11 @@ async fn idle_history_api(
                 w.into_string()
             })()
             .map_err(|e: csv::Error| ApiError::Internal(e.to_string()))?;
-            Ok(super::allocation::csv_response(
+            Ok(super::params::csv_response(
                 csv,
                 "gpuledger-idle-history.csv",
             ))
         }
-        _ => Err(super::allocation::bad("format", "must be json or csv")),
     }
 }
 

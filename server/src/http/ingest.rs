@@ -22,6 +22,34 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/reports",
+    tag = "agents",
+    summary = "Send an agent's report",
+    description = "One batch of an agent's windows, with an agent token: stored once per \
+        `batch_id` (a repeat is acknowledged as `duplicate`, not stored again). The agent's \
+        token may send only its own cluster's hosts and GPUs.",
+    params(
+        ("x-gpuledger-spool-depth" = Option<i64>, Header, description = "Batches waiting in the \
+            agent's spool when this one was sent."),
+        ("x-gpuledger-spool-dropped" = Option<i64>, Header, description = "Batches the agent \
+            dropped because its spool was full."),
+    ),
+    request_body = Report,
+    responses(
+        (status = 200, description = "Stored, or a repeat of a stored batch.", body = IngestAck),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Conflict,
+        super::openapi::TooLarge,
+        super::openapi::Invalid,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("agent_token" = [])),
+)]
 async fn post_report(
     State(state): State<AppState>,
     peer: Peer,

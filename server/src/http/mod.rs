@@ -17,9 +17,13 @@ mod health;
 mod incidents;
 pub(crate) mod ingest;
 mod login;
+mod openapi;
+#[cfg(test)]
+mod openapi_tests;
 #[cfg(test)]
 mod owner_dimension_tests;
 pub(crate) mod page;
+mod params;
 mod recommendations;
 mod review;
 #[cfg(test)]
@@ -113,6 +117,8 @@ pub fn router(state: AppState) -> Router {
         .merge(usage::router(state.max_body_bytes))
         .merge(health::router())
         .merge(assets::router())
+        .merge(openapi::router())
+        .method_not_allowed_fallback(page::method_not_allowed)
         .fallback(page::not_found)
         .layer(header(
             http::header::CONTENT_SECURITY_POLICY,

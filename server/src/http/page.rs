@@ -67,10 +67,36 @@ pub fn error_page(status: StatusCode, title: &str, message: &str) -> Response {
     (status, Html(html)).into_response()
 }
 
-pub async fn not_found() -> Response {
+/// What answers an address nothing serves: the API's JSON error under `/api/`, a page elsewhere.
+pub async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        return crate::error::ApiError::NotFound(format!(
+            "there is no {} in the API; {} describes every operation",
+            uri.path(),
+            super::openapi::OPENAPI_PATH
+        ))
+        .into_response();
+    }
     error_page(
         StatusCode::NOT_FOUND,
         "Not found",
         "There is no page at this address.",
+    )
+}
+
+/// What answers a method an address does not take (axum adds the `Allow` header): the API's
+/// JSON error under `/api/` and on `/metrics`, a page elsewhere.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    if path.starts_with("/api/") || path == "/metrics" {
+        return crate::error::ApiError::MethodNotAllowed(format!(
+            "{path} does not take {method}; the Allow header says what it takes"
+        ))
+        .into_response();
+    }
+    error_page(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Not allowed",
+        &format!("This address does not take {method}."),
     )
 }

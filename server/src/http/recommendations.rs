@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::page::{error_page, render, Chrome};
+use super::params::TableFormat;
 use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
@@ -26,10 +27,15 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/recommendations", get(api))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct LookbackQuery {
+    /// How far back to look, as `7d` or `72h`: 1h to 35d (7d by default).
+    #[param(example = "7d")]
     lookback: Option<String>,
+    /// `json` (the default) or `csv`.
+    #[param(value_type = Option<TableFormat>)]
     format: Option<String>,
 }
 
@@ -64,21 +70,40 @@ async fn compute(
     crate::recommend::for_scope(store, all, range, (scope, &state.config.owners)).await
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/recommendations",
+    operation_id = "get_recommendations",
+    tag = "waste",
+    summary = "What to change",
+    description = "Over the look-back: serving on larger GPUs than it needs (right-size), \
+        GPUs busy too little to keep (consolidate), training that could have run on spot, and \
+        GPUs held idle to release, each with its cost and saving; the savings cover separate \
+        GPUs and add up. A team-scoped reader gets its teams' only.",
+    params(LookbackQuery),
+    responses(
+        (status = 200, description = "The recommendations.", content(
+            (Recommendations = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<LookbackQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let q = super::allocation::query_of(query)?;
-    let csv = match q.format.as_deref().unwrap_or("json") {
-        "json" => false,
-        "csv" => true,
-        _ => return Err(super::allocation::bad("format", "must be json or csv")),
-    };
+    let q = super::params::query_of(query)?;
+    let format = TableFormat::of(q.format.as_deref())?;
     let r = compute(&state, lookback(&q)?, &user.scope).await?;
-    if csv {
+    if format == TableFormat::Csv {
         let body = recommendations_csv(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
-        return Ok(super::allocation::csv_response(
+        return Ok(super::params::csv_response(
             body,
             "gpuledger-recommendations.csv",
         ));

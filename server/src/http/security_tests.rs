@@ -35,6 +35,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/healthz", Access::Public),
     ("GET", "/metrics", Access::Public),
     ("GET", "/static/app.css", Access::Public),
+    ("GET", "/api/v1/openapi.json", Access::Public),
     ("POST", "/slack/commands", Access::Slack),
     ("POST", "/slack/interactions", Access::Slack),
     ("POST", "/api/v1/reports", Access::Agent),

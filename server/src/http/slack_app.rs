@@ -55,10 +55,37 @@ fn signed<'a>(
     Ok(app)
 }
 
-fn field(body: &[u8], name: &str) -> Option<String> {
-    form_urlencoded::parse(body)
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
+/// What Slack posts for a slash command (form-encoded; the fields read here, of the many it
+/// sends).
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
+struct SlashCommand {
+    /// What follows `/gpuledger`: `idle [team]`, `cost [team]` or `budget [team]`.
+    #[serde(default)]
+    text: String,
+    /// Where a late answer goes (Slack's own URL, valid 30 minutes).
+    #[serde(default)]
+    response_url: Option<String>,
+}
+
+/// What Slack posts when a button is pressed: the `block_actions` payload, as JSON in a form
+/// field.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+struct Interaction {
+    /// Slack's `block_actions` payload, JSON.
+    payload: String,
+}
+
+/// A message for Slack to show: only to the asker (`ephemeral`), in Block Kit.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[allow(dead_code)] // describes the JSON slack_app builds
+struct SlackMessage {
+    /// `ephemeral`.
+    response_type: String,
+    /// The message as plain text, for notifications.
+    text: String,
+    /// Block Kit blocks.
+    #[schema(value_type = Option<Vec<Object>>)]
+    blocks: Option<Vec<serde_json::Value>>,
 }
 
 /// What Slack shows the asker when the database cannot be read: Slack takes only 200s.
@@ -71,12 +98,36 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
     .into_response()
 }
 
+#[utoipa::path(
+    post,
+    path = "/slack/commands",
+    operation_id = "slack_command",
+    tag = "slack",
+    summary = "The /gpuledger slash command",
+    description = "What Slack posts when someone types `/gpuledger idle|cost|budget [team]`: \
+        answered within Slack's three seconds, or with a note and the answer at the command's \
+        response_url after. Only with `[slack.app]` in the config; refused (401, logged) \
+        without Slack's signature.",
+    request_body(content = SlashCommand, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The answer, or a note that it follows; also what Slack \
+            shows when the database cannot be read (Slack shows only 200s).", body = SlackMessage),
+        (status = 400, description = "Not a form Slack sends.", content_type = "text/plain", body = String),
+        (status = 401, description = "Not signed by Slack, or signed too long ago.", content_type = "text/plain", body = String),
+        (status = 404, description = "Slack app mode is not set up.", content_type = "text/plain", body = String),
+        (status = 413, description = "A body over 2 MB (Slack sends a few KB).", content_type = "text/plain", body = String),
+    ),
+    security(("slack_signature" = [])),
+)]
 async fn command(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let app = match signed(&state, &headers, &body) {
         Ok(app) => app.clone(),
         Err(refused) => return refused.into_response(),
     };
-    let text = field(&body, "text").unwrap_or_default();
+    let Ok(form) = serde_urlencoded::from_bytes::<SlashCommand>(&body) else {
+        return plain(StatusCode::BAD_REQUEST, "not a slash command's form");
+    };
+    let text = form.text;
     let (store, config) = (state.store.clone(), state.config.clone());
     let work = tokio::spawn(async move {
         slack_app::command(store.as_ref(), &config, &text, crate::now_ms()).await
@@ -87,7 +138,8 @@ async fn command(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
         Ok(slack_app::InTime::Ready(Ok(answer))) => Json(answer).into_response(),
         Ok(slack_app::InTime::Ready(Err(e))) => unavailable(e),
         Ok(slack_app::InTime::Late(work)) => {
-            let url = field(&body, "response_url")
+            let url = form
+                .response_url
                 .filter(|u| slack_app::is_response_url(u, &app.response_url_prefix));
             tokio::spawn(async move {
                 match (work.await, url) {
@@ -108,13 +160,35 @@ async fn command(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/slack/interactions",
+    operation_id = "slack_interaction",
+    tag = "slack",
+    summary = "Buttons on idle alerts",
+    description = "What Slack posts when someone presses a button on an idle alert (snooze 4h \
+        or 1d, \"it's intended\"): acted on, and the alert's message updated at the payload's \
+        response_url. Only with `[slack.app]` in the config; refused (401, logged) without \
+        Slack's signature.",
+    request_body(content = Interaction, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Acted on: no body. Only when the database cannot be \
+            read, a message for Slack to show.", body = SlackMessage),
+        (status = 400, description = "No JSON `payload` field.", content_type = "text/plain", body = String),
+        (status = 401, description = "Not signed by Slack, or signed too long ago.", content_type = "text/plain", body = String),
+        (status = 404, description = "Slack app mode is not set up.", content_type = "text/plain", body = String),
+        (status = 413, description = "A body over 2 MB (Slack sends a few KB).", content_type = "text/plain", body = String),
+    ),
+    security(("slack_signature" = [])),
+)]
 async fn interaction(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let app = match signed(&state, &headers, &body) {
         Ok(app) => app,
         Err(refused) => return refused.into_response(),
     };
-    let Some(payload) =
-        field(&body, "payload").and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+    let Some(payload) = serde_urlencoded::from_bytes::<Interaction>(&body)
+        .ok()
+        .and_then(|f| serde_json::from_str::<serde_json::Value>(&f.payload).ok())
     else {
         return plain(StatusCode::BAD_REQUEST, "no JSON `payload` field");
     };

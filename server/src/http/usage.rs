@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use gpuledger_core::owners::Role;
 use serde::{Deserialize, Serialize};
 
-use super::allocation::{bad, csv_response, range};
+use super::params::{bad, csv_response, query_of, range, TableFormat};
 use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
@@ -40,25 +40,34 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/api/v1/runs", get(get_runs))
 }
 
-#[derive(Debug, Deserialize)]
+/// Request counts from serving code, per endpoint and period.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UsageReport {
     /// Who counted: a replica or pod name. Counts from different sources add up.
+    #[schema(min_length = 1, max_length = 128)]
     source: String,
+    /// At most 10,000.
+    #[schema(max_items = 10_000)]
     counts: Vec<UsageCountIn>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Requests an endpoint served in `[start, end)`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UsageCountIn {
+    /// As the endpoint owner dimension names it (`chat-api`).
+    #[schema(min_length = 1, max_length = 128)]
     endpoint: String,
-    /// RFC 3339; the period is `[start, end)`.
+    /// RFC 3339; the period is `[start, end)`, at most 31 days, within the retention period.
     start: String,
+    /// RFC 3339, not in the future.
     end: String,
     requests: u64,
 }
 
-#[derive(Debug, Serialize)]
+/// How many counts were stored.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct UsageAck {
     stored: usize,
 }
@@ -126,6 +135,26 @@ pub(crate) fn parse(
 /// Where refused request counts show on the fleet page, in place of a cluster.
 const USAGE_SOURCES: &str = "request counts";
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/usage",
+    tag = "agents",
+    summary = "Send request counts",
+    description = "Serving code's request counts per endpoint, with an agent token: what cost \
+        per 1,000 requests is computed from. A source's count of an endpoint from a start \
+        replaces the one it sent before; counts from different sources add up.",
+    request_body = UsageReport,
+    responses(
+        (status = 200, description = "Stored.", body = UsageAck),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::TooLarge,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("agent_token" = [])),
+)]
 async fn post_usage(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -153,30 +182,35 @@ async fn post_usage(
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct RangeQuery {
+    /// Start, inclusive: YYYY-MM, YYYY-MM-DD or RFC 3339 (the start of this month by default).
+    #[param(example = "2026-10")]
     from: Option<String>,
+    /// End, exclusive, as `from` (the start of next month by default); at most 400 days
+    /// after `from`.
+    #[param(example = "2026-11")]
     to: Option<String>,
+    /// `json` (the default) or `csv`.
+    #[param(value_type = Option<TableFormat>)]
     format: Option<String>,
 }
 
-fn range_query(q: Result<Query<RangeQuery>, QueryRejection>) -> Result<(i64, i64, bool), ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::BadRequest {
-        message: e.body_text(),
-        field: None,
-    })?;
+fn range_query(
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> Result<(i64, i64, TableFormat), ApiError> {
+    let q = query_of(q)?;
+    let format = TableFormat::of(q.format.as_deref())?;
     let (from, to) = range(&q.from, &q.to)?;
-    let csv = match q.format.as_deref().unwrap_or("json") {
-        "json" => false,
-        "csv" => true,
-        _ => return Err(bad("format", "must be json or csv")),
-    };
-    Ok((from, to, csv))
+    Ok((from, to, format))
 }
 
-#[derive(Debug, Serialize)]
+/// Cost per 1,000 requests per endpoint over a range.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct UsageResponse {
+    /// `[from, to)`, RFC 3339.
     from: String,
     to: String,
     endpoints: Vec<EndpointUnitCost>,
@@ -199,15 +233,36 @@ pub(super) async fn endpoint_costs(
 }
 
 /// `GET /api/v1/usage`: cost per 1,000 requests per endpoint; a scoped reader's endpoints only.
+#[utoipa::path(
+    get,
+    path = "/api/v1/usage",
+    tag = "unit costs",
+    summary = "Cost per request",
+    description = "Per endpoint over the range: its cost, the requests its serving code \
+        counted, and cost per 1,000 requests, exact to the micro-unit. A team-scoped reader \
+        gets its teams' endpoints only.",
+    params(RangeQuery),
+    responses(
+        (status = 200, description = "Cost per endpoint.", content(
+            (UsageResponse = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn get_usage(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (from, to, csv) = range_query(query)?;
+    let (from, to, format) = range_query(query)?;
     let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
     let endpoints = endpoint_costs(&state, &a, (from, to), &user.scope).await?;
-    if csv {
+    if format == TableFormat::Csv {
         let body = unit_costs::endpoint_costs_csv(&endpoints)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(csv_response(body, "gpuledger-cost-per-request.csv"));
@@ -220,20 +275,43 @@ async fn get_usage(
     .into_response())
 }
 
-#[derive(Debug, Serialize)]
+/// Training runs over a range.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct RunsResponse {
+    /// `[from, to)`, RFC 3339.
     from: String,
     to: String,
     runs: Vec<TrainingRun>,
 }
 
 /// `GET /api/v1/runs`: training runs, from a scoped reader's part of the ledger.
+#[utoipa::path(
+    get,
+    path = "/api/v1/runs",
+    tag = "unit costs",
+    summary = "Cost per training run",
+    description = "Each experiment that did GPU work in the range (by the owner dimension with \
+        the experiment role; none without one): when it ran, its GPU-hours, cost and held-idle \
+        cost, costliest first. A team-scoped reader gets its teams' runs only.",
+    params(RangeQuery),
+    responses(
+        (status = 200, description = "The runs.", content(
+            (RunsResponse = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn get_runs(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (from, to, csv) = range_query(query)?;
+    let (from, to, format) = range_query(query)?;
     let schema = &state.config.owners;
     let runs = match GroupBy::role(schema, Role::Experiment) {
         Some(GroupBy::Owner(experiment)) => {
@@ -243,7 +321,7 @@ async fn get_runs(
         }
         _ => Vec::new(),
     };
-    if csv {
+    if format == TableFormat::Csv {
         let body =
             unit_costs::training_runs_csv(&runs).map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(csv_response(body, "gpuledger-training-runs.csv"));

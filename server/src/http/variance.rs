@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::allocation::{bad, csv_response, query_of};
+use super::params::{bad, csv_response, query_of, TableFormat};
 use super::session::TeamScoped;
 use super::AppState;
 use crate::allocation::{calendar_month, GroupBy};
@@ -18,21 +18,53 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/variance", get(variance_api))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct VarianceQuery {
+    /// The calendar month, `YYYY-MM` (this month by default, to date).
+    #[param(pattern = r"^[0-9]{4}-[0-9]{2}$", example = "2026-10")]
     month: Option<String>,
+    /// The dimension rows are keyed by (the owner dimension with the team role by default,
+    /// else `cluster`).
+    #[param(value_type = Option<GroupBy>)]
     by: Option<String>,
+    /// `json` (the default) or `csv`.
+    #[param(value_type = Option<TableFormat>)]
     format: Option<String>,
 }
 
 /// `?month=YYYY-MM` (this month by default), `by=` an owner or fleet dimension (the team's by
 /// default), `format=json|csv`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/variance",
+    operation_id = "get_variance",
+    tag = "allocation",
+    summary = "Why the month's spend changed",
+    description = "The month's cost against the month before (a running month to date against \
+        the same days of the month before), per key, split into volume, idle, mix and price \
+        that add up exactly to the change. A team-scoped reader gets its teams' keys only.",
+    params(VarianceQuery),
+    responses(
+        (status = 200, description = "The variance.", content(
+            (crate::variance::Variance = "application/json"),
+            (String = "text/csv"),
+        )),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
 async fn variance_api(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
     query: Result<Query<VarianceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query_of(query)?;
+    let format = TableFormat::of(q.format.as_deref())?;
     let now = now_ms();
     let month = q
         .month
@@ -60,9 +92,9 @@ async fn variance_api(
         (&user.scope, schema),
     )
     .await?;
-    match q.format.as_deref().unwrap_or("json") {
-        "json" => Ok(Json(v).into_response()),
-        "csv" => {
+    match format {
+        TableFormat::Json => Ok(Json(v).into_response()),
+        TableFormat::Csv => {
             let mut w = crate::csv_out::SafeCsv::in_memory();
             let csv = (|| {
                 w.write_record([
@@ -101,6 +133,5 @@ async fn variance_api(
                 &format!("gpuledger-variance-{month}.csv"),
             ))
         }
-        _ => Err(bad("format", "must be json or csv")),
     }
 }

@@ -1,0 +1,192 @@
+//! The API's OpenAPI 3.1 description, generated from the handlers' own types and attributes,
+//! served at `/api/v1/openapi.json`. `docs/openapi.json` is the committed copy a test keeps
+//! equal to it; another test calls every operation on a running server and validates each
+//! answer against it (`openapi_tests.rs`).
+
+use axum::routing::get;
+use axum::{Json, Router};
+use gpuledger_proto::ApiErrorBody;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::OpenApi;
+
+use super::AppState;
+
+/// Where the document is served (as the route below and its description say).
+pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/openapi.json", get(openapi_json))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "meta",
+    summary = "This description",
+    responses((status = 200, description = "The OpenAPI 3.1 document.", content_type = "application/json", body = Object)),
+)]
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "gpuledger",
+        description = "GPU cost observability: every dollar of the GPU bill attributed to its \
+            owners or to an explicit idle bucket, exactly to the bill. Money is a decimal \
+            string (never a float) in the currency named beside it; times are RFC 3339 unless \
+            a field ends in `_ms` (epoch milliseconds). Errors are `{\"error\", \"message\", \
+            \"field\"}` with the status that says what went wrong. See docs/api.md.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        super::allocation::get_allocation,
+        super::allocation::get_imports,
+        super::allocation::get_periods,
+        super::billing::reconciliation_api,
+        super::variance::variance_api,
+        super::budgets::budgets_api,
+        super::budgets::set_api,
+        super::budgets::delete_api,
+        super::anomalies::anomalies_api,
+        super::anomalies::dismiss_api,
+        super::incidents::incidents_api,
+        super::incidents::idle_history_api,
+        super::recommendations::api,
+        super::usage::get_usage,
+        super::usage::get_runs,
+        super::usage::post_usage,
+        super::ingest::post_report,
+        super::health::healthz,
+        super::health::metrics,
+        super::slack_app::command,
+        super::slack_app::interaction,
+        openapi_json,
+    ),
+    // Schemas only parameters name (the generator collects those of bodies itself).
+    components(schemas(ApiErrorBody, super::params::TableFormat, super::allocation::AllocationFormat)),
+    modifiers(&SecuritySchemes),
+    tags(
+        (name = "allocation", description = "Who the bill belongs to, and why it changed."),
+        (name = "billing", description = "The bills imported, and the month against the ledger."),
+        (name = "budgets", description = "Budgets per owner, with the month's forecast."),
+        (name = "anomalies", description = "Owners whose daily spend left its pattern."),
+        (name = "waste", description = "Idle GPUs: incidents, idle history, recommendations."),
+        (name = "unit costs", description = "Cost per request and per training run."),
+        (name = "agents", description = "What agents and serving code send in."),
+        (name = "operations", description = "Health and metrics."),
+        (name = "slack", description = "Slack app mode: what Slack sends, signed."),
+        (name = "meta", description = "This description."),
+    ),
+)]
+pub struct ApiDoc;
+
+/// Who may call what: the security schemes operations name.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let bearer = |description: &str| {
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(description))
+                    .build(),
+            )
+        };
+        components.add_security_scheme(
+            "read_token",
+            bearer(
+                "A read-only token (`gpr_…`) an admin creates on /tokens, for BI tools and \
+                 Prometheus: GET only, narrowed to the token's teams where it has some.",
+            ),
+        );
+        components.add_security_scheme(
+            "session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                super::session::SESSION_COOKIE,
+                "A signed-in browser session. Writes also need an admin, and are refused when \
+                 the browser says another site's page sent them (Sec-Fetch-Site, Origin); \
+                 scripts send neither.",
+            ))),
+        );
+        components.add_security_scheme(
+            "agent_token",
+            bearer(
+                "An agent token (`gpl_…`) from `gpuledger-server token create`: for agents' \
+                 reports and serving code's request counts.",
+            ),
+        );
+        components.add_security_scheme(
+            "slack_signature",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Slack-Signature",
+                "Slack's signature of the request (`v0=` HMAC-SHA256 of `v0:<timestamp>:<body>` \
+                 with the app's signing secret), with its time in X-Slack-Request-Timestamp, \
+                 at most five minutes off.",
+            ))),
+        );
+    }
+}
+
+pub use errors::*;
+
+/// The error answers, one type per status so each operation lists the ones it can give. Each is
+/// an `ApiErrorBody`; the types describe answers [`crate::error::ApiError`] makes, and are never
+/// built themselves.
+#[allow(dead_code)]
+mod errors {
+    use gpuledger_proto::ApiErrorBody;
+
+    /// The request is wrong: a parameter or body field (named in `field` where one is at fault)
+    /// has a value the operation does not take, or a parameter is unknown.
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 400)]
+    pub struct BadRequest(ApiErrorBody);
+
+    /// No valid session or token (`WWW-Authenticate: Bearer`).
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 401)]
+    pub struct Unauthorized(ApiErrorBody);
+
+    /// Not for this caller: `forbidden` (a write needs an admin's session and no other site's
+    /// page; a read-only token only reads; an agent token sends only its own cluster's hosts,
+    /// GPUs and sources, `field` naming what is not its own), or `out_of_scope` (it covers every
+    /// team, and the caller sees some only).
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 403)]
+    pub struct Forbidden(ApiErrorBody);
+
+    /// What the request names does not exist.
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 404)]
+    pub struct NotFound(ApiErrorBody);
+
+    /// What the request would do is already done, or conflicts with what is stored.
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 409)]
+    pub struct Conflict(ApiErrorBody);
+
+    /// The body is larger than the server takes (`max_body_bytes`).
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 413)]
+    pub struct TooLarge(ApiErrorBody);
+
+    /// The report decodes but a value is impossible (a utilization over 100 %, a window in the
+    /// future): `field` names it.
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 422)]
+    pub struct Invalid(ApiErrorBody);
+
+    /// The server failed; the log says why (the message never does).
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 500)]
+    pub struct Internal(ApiErrorBody);
+
+    /// The database cannot be reached just now: retry after the seconds `Retry-After` says.
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait.")))]
+    pub struct Unavailable(ApiErrorBody);
+}
