@@ -245,14 +245,16 @@ static H100: MigTable = MigTable {
     ],
 };
 
-/// H200: from NVIDIA's go-nvml mock only (no real capture seen); ids as on H100. The mock's
-/// 7g.141gb (144,384 MiB) is more than the board's 143,771; it is put at the board less what
-/// MIG keeps on H100.
+/// H200: the GH100 die of the H100 SXM (132 SMs), so each profile has the H100's SMs and
+/// engines; the profile names and memory are NVIDIA's go-nvml mock's (no real H200 capture
+/// seen), whose SMs (16/32/48/64/112) and engines follow its H100 table, which a real H100's
+/// `mig -lgip` contradicts. The mock's 7g.141gb (144,384 MiB) is more than the board's 143,771;
+/// it is put at the board less what MIG keeps on H100.
 static H200: MigTable = MigTable {
     compute_slices: 7,
     memory_slices: 8,
     profiles: &[
-        gi(P1, 19, "1g.18gb", (1, 1, 7), 16, 18432, (1, 1, 0, 0, 0)),
+        gi(P1, 19, "1g.18gb", (1, 1, 7), 16, 18432, (1, 1, 0, 1, 0)),
         gi(
             P1_REV1,
             20,
@@ -267,14 +269,14 @@ static H200: MigTable = MigTable {
             15,
             "1g.35gb",
             (1, 2, 4),
-            16,
+            26,
             35840,
-            (1, 1, 0, 0, 0),
+            (1, 1, 0, 1, 0),
         ),
-        gi(P2, 14, "2g.35gb", (2, 2, 3), 32, 35840, (2, 1, 0, 0, 0)),
-        gi(P3, 9, "3g.71gb", (3, 4, 2), 48, 72704, (3, 2, 0, 0, 0)),
-        gi(P4, 5, "4g.71gb", (4, 4, 1), 64, 72704, (4, 2, 0, 0, 0)),
-        gi(P7, 0, "7g.141gb", (7, 8, 1), 112, 143231, (7, 5, 0, 0, 0)),
+        gi(P2, 14, "2g.35gb", (2, 2, 3), 32, 35840, (2, 2, 0, 2, 0)),
+        gi(P3, 9, "3g.71gb", (3, 4, 2), 60, 72704, (3, 3, 0, 3, 0)),
+        gi(P4, 5, "4g.71gb", (4, 4, 1), 64, 72704, (4, 4, 0, 4, 0)),
+        gi(P7, 0, "7g.141gb", (7, 8, 1), 132, 143231, (8, 7, 0, 7, 1)),
     ],
 };
 
