@@ -678,28 +678,29 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
         db,
         "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, owner_id, kind, pricing_category,
              currency, estimated, cost_nano, cost_atto, gpu_seconds, util_gpu_seconds,
-             util_known_seconds, energy_j)
+             util_known_seconds, energy_j, energy_known_seconds)
          SELECT b.hour_ms, b.host_id, b.gpu_uuid, o.id, b.kind, 'on_demand', 'USD', 1,
-             12290000000, 0, 3600.0, b.util_gpu_seconds, 3600.0, 1440000.0
+             12290000000, 0, 3600.0, b.util_gpu_seconds, 3600.0, 1440000.0, 3600.0
          FROM bench_hours b JOIN owners o ON o.labels = b.owner",
         &[],
     )
     .await?;
     let days = "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
              pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-             util_gpu_seconds, util_known_seconds, energy_j)
+             util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
          SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, host_id, gpu_uuid, owner_id, kind,
              pricing_category, currency, estimated, SUM(cost_nano), SUM(cost_atto),
-             SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds), SUM(energy_j)
+             SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds), SUM(energy_j),
+             SUM(energy_known_seconds)
          FROM rollup_hours
          GROUP BY day, host_id, gpu_uuid, owner_id, kind, pricing_category, currency, estimated";
     execute(db, days, &[MONTH_START_MS, DAY_MS]).await?;
     let host_days = "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
              pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-             util_gpu_seconds, util_known_seconds, energy_j)
+             util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
          SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
              SUM(cost_nano), SUM(cost_atto), SUM(gpu_seconds), SUM(util_gpu_seconds),
-             SUM(util_known_seconds), SUM(energy_j)
+             SUM(util_known_seconds), SUM(energy_j), SUM(energy_known_seconds)
          FROM rollup_days
          GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency, estimated";
     execute(db, host_days, &[]).await?;

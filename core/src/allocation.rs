@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Attribution, Kind, Part};
+use crate::carbon::{Footprint, Grid};
 use crate::owners::{intern, OwnerSchema, Role};
 use crate::time::{month_of, rfc3339, HOUR_MS};
 
@@ -165,8 +166,16 @@ pub struct AllocationRow {
     /// Used GPU-hours measured by presence: on devices nothing measures the activity of (an
     /// A100's or A30's MIG devices), where a process holding the device counts as using it.
     pub presence_gpu_hours: f64,
-    /// Energy measured by NVML for this key's GPU time, in kWh (0 where the GPUs report none).
-    pub energy_kwh: f64,
+    /// Energy measured by NVML for this key's GPU time, in kWh: null where none of it was
+    /// measured (GPUs without an energy counter), a floor where only part was
+    /// (`energy_measured_share` below 1).
+    pub energy_kwh: Option<f64>,
+    /// The share of this key's GPU time (0 to 1) whose energy was measured.
+    pub energy_measured_share: Option<f64>,
+    /// kg CO2e of the measured energy, from the grid intensity where each host runs
+    /// (docs/carbon.md): null where no energy was measured or some was drawn where the grid's
+    /// intensity is unknown.
+    pub kg_co2e: Option<f64>,
     /// Whether any part comes from the rate card rather than a bill.
     pub estimated: bool,
 }
@@ -187,7 +196,10 @@ pub struct Totals {
     #[serde(with = "rust_decimal::serde::str")]
     pub unattributed_cost: Decimal,
     pub gpu_hours: f64,
-    pub energy_kwh: f64,
+    /// As the rows': null where nothing was measured.
+    pub energy_kwh: Option<f64>,
+    pub energy_measured_share: Option<f64>,
+    pub kg_co2e: Option<f64>,
 }
 
 pub fn period_start(ms: i64, step: Step) -> i64 {
@@ -235,12 +247,12 @@ struct Acc {
     util_known_seconds: f64,
     /// Used GPU time with no utilization behind it.
     presence_seconds: f64,
-    energy_j: f64,
+    footprint: Footprint,
     estimated: bool,
 }
 
 impl Acc {
-    fn add(&mut self, p: &Part) {
+    fn add(&mut self, p: &Part, grid: &Grid) {
         self.cost += p.cost;
         match p.kind {
             Kind::Used => {
@@ -254,7 +266,12 @@ impl Acc {
         self.gpu_seconds += p.gpu_seconds;
         self.util_gpu_seconds += p.util_gpu_seconds;
         self.util_known_seconds += p.util_known_seconds;
-        self.energy_j += p.energy_j;
+        self.footprint.add(
+            p.energy_j,
+            p.energy_known_seconds,
+            p.gpu_seconds,
+            grid.of(p.host_id),
+        );
         self.estimated |= p.estimated;
     }
 }
@@ -268,8 +285,14 @@ fn presence_hours(seconds: f64) -> f64 {
     }
 }
 
-/// Rows ordered by period, then by cost (largest first), then key.
-pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<AllocationRow> {
+/// Rows ordered by period, then by cost (largest first), then key; emissions from each host's
+/// intensity in `grid`.
+pub fn group(
+    attribution: &Attribution,
+    by: GroupBy,
+    step: Step,
+    grid: &Grid,
+) -> Vec<AllocationRow> {
     let mut acc: BTreeMap<(i64, String, String), Acc> = BTreeMap::new();
     for p in &attribution.parts {
         let k = (
@@ -277,7 +300,7 @@ pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<Allocati
             key_of(p, by, attribution),
             p.currency.clone(),
         );
-        acc.entry(k).or_default().add(p);
+        acc.entry(k).or_default().add(p, grid);
     }
     let mut rows: Vec<(i64, AllocationRow)> = acc
         .into_iter()
@@ -297,7 +320,9 @@ pub fn group(attribution: &Attribution, by: GroupBy, step: Step) -> Vec<Allocati
                     avg_util: (a.util_known_seconds > 0.0)
                         .then(|| a.util_gpu_seconds / a.util_known_seconds),
                     presence_gpu_hours: presence_hours(a.presence_seconds),
-                    energy_kwh: a.energy_j / 3.6e6,
+                    energy_kwh: a.footprint.energy_kwh(),
+                    energy_measured_share: a.footprint.measured_share(),
+                    kg_co2e: a.footprint.kg_co2e(),
                     estimated: a.estimated,
                 },
             )
@@ -377,10 +402,10 @@ pub fn in_currency(attribution: &Attribution, currency: &str) -> InCurrency {
     }
 }
 
-pub fn totals(attribution: &Attribution) -> Vec<Totals> {
+pub fn totals(attribution: &Attribution, grid: &Grid) -> Vec<Totals> {
     let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
     for p in &attribution.parts {
-        acc.entry(p.currency.clone()).or_default().add(p);
+        acc.entry(p.currency.clone()).or_default().add(p, grid);
     }
     for currency in attribution.unattributed.keys() {
         acc.entry(currency.clone()).or_default();
@@ -398,7 +423,9 @@ pub fn totals(attribution: &Attribution) -> Vec<Totals> {
             idle_cost: a.idle,
             unmonitored_cost: a.unmonitored,
             gpu_hours: a.gpu_seconds / 3600.0,
-            energy_kwh: a.energy_j / 3.6e6,
+            energy_kwh: a.footprint.energy_kwh(),
+            energy_measured_share: a.footprint.measured_share(),
+            kg_co2e: a.footprint.kg_co2e(),
         })
         .collect()
 }

@@ -86,6 +86,9 @@ pub struct Part {
     pub util_known_seconds: f64,
     /// Energy this part stands for, in joules, where NVML measured it.
     pub energy_j: f64,
+    /// `gpu_seconds` whose energy NVML measured: less than `gpu_seconds` where some GPUs or
+    /// windows report none, so `energy_j` covers only part of the time (unknown is not 0 kWh).
+    pub energy_known_seconds: f64,
 }
 
 /// What one weight stands for before the cost is divided.
@@ -100,6 +103,7 @@ struct Share {
     util_gpu_seconds: f64,
     util_known_seconds: f64,
     energy_j: f64,
+    energy_known_seconds: f64,
 }
 
 /// One cost to divide over a host-hour.
@@ -256,14 +260,15 @@ fn window_shares<'a>(
     owners: &mut Owners<'a>,
     weight: f64,
     gpu_seconds: f64,
-    energy_j: f64,
+    energy_j: Option<f64>,
     rules: Thresholds,
     out: &mut Vec<Share>,
 ) {
     let share_at = |owner: Owner, kind: Kind, fraction: f64, util: Option<f64>| {
         let secs = gpu_seconds * fraction;
         Share {
-            energy_j: energy_j * fraction,
+            energy_j: energy_j.map_or(0.0, |e| e * fraction),
+            energy_known_seconds: if energy_j.is_some() { secs } else { 0.0 },
             gpu_uuid: Some(uuid.to_owned()),
             owner,
             kind,
@@ -454,6 +459,7 @@ fn host_hour_shares<'a>(
         util_gpu_seconds: 0.0,
         util_known_seconds: 0.0,
         energy_j: 0.0,
+        energy_known_seconds: 0.0,
     }];
     // Physical GPUs and their MIG instances.
     let mut physical: BTreeMap<&str, Vec<&AttributionWindow>> = BTreeMap::new();
@@ -496,7 +502,7 @@ fn host_hour_shares<'a>(
                 let t = span * scale / HOUR_MS as f64;
                 let seconds = span * scale / 1000.0;
                 // NVML measures energy on the physical GPU: its devices get it by their part.
-                let energy = energy_in_hour(w, hour_ms).unwrap_or(0.0);
+                let energy = energy_in_hour(w, hour_ms);
                 for (d, part) in parts {
                     window_shares(
                         &d.gpu_uuid,
@@ -505,7 +511,7 @@ fn host_hour_shares<'a>(
                         owners,
                         gpu_share * part * t,
                         part * seconds,
-                        energy * part,
+                        energy.map(|e| e * part),
                         rules,
                         &mut out,
                     );
@@ -519,7 +525,12 @@ fn host_hour_shares<'a>(
                         gpu_seconds: idle * seconds,
                         util_gpu_seconds: 0.0,
                         util_known_seconds: 0.0,
-                        energy_j: energy * idle,
+                        energy_j: energy.map_or(0.0, |e| e * idle),
+                        energy_known_seconds: if energy.is_some() {
+                            idle * seconds
+                        } else {
+                            0.0
+                        },
                     });
                 }
             }
@@ -533,10 +544,12 @@ fn host_hour_shares<'a>(
             continue;
         }
         // NVML measures energy on the physical GPU: MIG instances get it by their size.
-        let parent_energy: f64 = own_windows
+        let parent_energies: Vec<f64> = own_windows
             .iter()
             .filter_map(|w| energy_in_hour(w, hour_ms))
-            .sum();
+            .collect();
+        let parent_energy: Option<f64> =
+            (!parent_energies.is_empty()).then(|| parent_energies.iter().sum());
         let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match instances {
             Some(instances) => {
                 let sizes: Vec<f64> = instances
@@ -562,11 +575,11 @@ fn host_hour_shares<'a>(
             let physical_fraction = leaf_share / gpu_share;
             for (w, span) in ws.iter().zip(spans) {
                 let energy = match energy_in_hour(w, hour_ms) {
-                    Some(e) => e,
+                    Some(e) => Some(e),
                     None if instances.is_some() && covered > 0.0 => {
-                        parent_energy * physical_fraction * span / covered
+                        parent_energy.map(|e| e * physical_fraction * span / covered)
                     }
-                    None => 0.0,
+                    None => None,
                 };
                 let t = span * scale / HOUR_MS as f64;
                 window_shares(
@@ -647,6 +660,7 @@ fn unmonitored(
         util_gpu_seconds: 0.0,
         util_known_seconds: 0.0,
         energy_j: 0.0,
+        energy_known_seconds: 0.0,
     })
 }
 
@@ -664,6 +678,7 @@ fn merge(shares: Vec<Share>) -> Vec<Share> {
                 m.util_gpu_seconds += s.util_gpu_seconds;
                 m.util_known_seconds += s.util_known_seconds;
                 m.energy_j += s.energy_j;
+                m.energy_known_seconds += s.energy_known_seconds;
             }
             None => {
                 index.insert(key, out.len());
@@ -837,6 +852,7 @@ pub fn attribute_by(
                     util_gpu_seconds: share.util_gpu_seconds * time_fraction,
                     util_known_seconds: share.util_known_seconds * time_fraction,
                     energy_j: share.energy_j * time_fraction,
+                    energy_known_seconds: share.energy_known_seconds * time_fraction,
                 });
             }
         }

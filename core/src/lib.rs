@@ -6,6 +6,7 @@
 //! - [`money`]: exact amounts, their text and integer forms, and exact splits.
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
+//! - [`carbon`]: emissions of the measured energy from each host's grid intensity.
 //! - [`budget`]: budgets in force per owner and month-end forecasts from the weekday pattern.
 //! - [`anomaly`]: days an owner spent well above what that weekday usually costs it.
 //! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
@@ -25,6 +26,7 @@ pub mod anomaly;
 pub mod attribution;
 pub mod bill;
 pub mod budget;
+pub mod carbon;
 pub mod cost_metrics;
 pub mod idle;
 pub mod money;

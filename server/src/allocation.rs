@@ -18,6 +18,8 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
         "avg_util",
         "presence_gpu_hours",
         "energy_kwh",
+        "energy_measured_share",
+        "kg_co2e",
         "estimated",
     ])?;
     for r in rows {
@@ -33,7 +35,12 @@ pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
             format!("{:.4}", r.gpu_hours),
             r.avg_util.map(|u| format!("{u:.2}")).unwrap_or_default(),
             format!("{:.4}", r.presence_gpu_hours),
-            format!("{:.4}", r.energy_kwh),
+            // Unknown is an empty cell, never 0.
+            r.energy_kwh.map(|e| format!("{e:.4}")).unwrap_or_default(),
+            r.energy_measured_share
+                .map(|m| format!("{m:.4}"))
+                .unwrap_or_default(),
+            r.kg_co2e.map(|k| format!("{k:.4}")).unwrap_or_default(),
             r.estimated.to_string(),
         ])?;
     }

@@ -32,6 +32,10 @@ pub struct Config {
     /// Scheduled exports of the allocation to object storage.
     #[serde(default)]
     pub export: Option<ExportConfig>,
+    /// Grid carbon intensities per cluster and region, over the built-in table
+    /// ([`crate::carbon`], docs/carbon.md).
+    #[serde(default)]
+    pub carbon: gpuledger_core::carbon::GridTable,
 }
 
 /// Each day's allocation (and each month's, once it closes) written as FOCUS to an S3 bucket
@@ -494,6 +498,10 @@ impl Config {
                 a.min_increase_percent
             )));
         }
+        config
+            .carbon
+            .check()
+            .map_err(|e| err(format!("[carbon] {e}")))?;
         if let Some(o) = &config.oidc {
             check_oidc(o).map_err(|m| err(format!("[oidc] {m}")))?;
         }
@@ -660,6 +668,29 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             ),
             (vec![80, 100], vec![90, 110])
         );
+    }
+
+    #[test]
+    fn grid_intensities_are_grams_per_kwh_or_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("carbon.toml");
+        std::fs::write(
+            &p,
+            "[carbon]\ndefault_g_per_kwh = 436\n[carbon.clusters]\nonprem = 45.5\n",
+        )
+        .unwrap();
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.carbon.clusters["onprem"], 45.5);
+        assert_eq!(c.carbon.default_g_per_kwh, Some(436.0));
+        // In t/kWh by mistake (0.000379) is still a number of grams; in mg it is not.
+        std::fs::write(&p, "[carbon.regions]\nus-east-1 = 379069\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("carbon.toml") && e.contains("[carbon] regions.us-east-1"),
+            "{e}"
+        );
+        std::fs::write(&p, "[carbon]\ndefault = 400\n").unwrap();
+        assert!(Config::load(&p).is_err(), "a misspelt key");
     }
 
     #[test]

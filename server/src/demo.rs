@@ -563,11 +563,21 @@ pub async fn seed_reporting(
                         160.0
                     };
                     let busy: f64 = gpus.iter().filter_map(|g| g.util_avg).sum();
+                    let served = (busy * per_util) as u64;
+                    // And its token counters: chat prompts of about 600 tokens answered in
+                    // about 250; embeddings read about 300 and generate none.
+                    let (input, output) = if endpoint == "embeddings" {
+                        (300, 0)
+                    } else {
+                        (600, 250)
+                    };
                     requests.push(serde_json::json!({
                         "endpoint": endpoint,
                         "start": gpuledger_core::time::rfc3339(t),
                         "end": gpuledger_core::time::rfc3339(w_end),
-                        "requests": (busy * per_util) as u64,
+                        "requests": served,
+                        "input_tokens": served * input,
+                        "output_tokens": served * output,
                     }));
                 }
                 windows.push(Window {

@@ -232,6 +232,7 @@ mod tests {
             util_gpu_seconds: 0.0,
             util_known_seconds: 3600.0,
             energy_j: 0.0,
+            energy_known_seconds: 0.0,
         }
     }
 
@@ -320,6 +321,7 @@ mod tests {
                     util_gpu_seconds: 0.0,
                     util_known_seconds: 3600.0,
                     energy_j: 0.0,
+                    energy_known_seconds: 0.0,
                 };
             let rows = [
                 row(0, 1, "GPU-1", &[("team", "c-team")], "idle"),

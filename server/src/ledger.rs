@@ -43,6 +43,7 @@ pub(crate) fn part_of(r: RollupRow, owners: &mut OwnerTexts) -> Part {
         util_gpu_seconds: r.util_gpu_seconds,
         util_known_seconds: r.util_known_seconds,
         energy_j: r.energy_j,
+        energy_known_seconds: r.energy_known_seconds,
     }
 }
 

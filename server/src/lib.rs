@@ -8,6 +8,7 @@ pub mod attribution;
 pub mod auth;
 pub mod billing;
 pub mod budgets;
+pub mod carbon;
 pub mod closing;
 pub mod config;
 pub mod cost_metrics;

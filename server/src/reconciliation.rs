@@ -293,6 +293,7 @@ mod tests {
             util_gpu_seconds: 0.0,
             util_known_seconds: 0.0,
             energy_j: 0.0,
+            energy_known_seconds: 0.0,
         }
     }
 

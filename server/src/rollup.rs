@@ -414,6 +414,7 @@ fn row_of(p: &Part) -> RollupRow {
         util_gpu_seconds: p.util_gpu_seconds,
         util_known_seconds: p.util_known_seconds,
         energy_j: p.energy_j,
+        energy_known_seconds: p.energy_known_seconds,
     }
 }
 
@@ -508,6 +509,8 @@ async fn team_totals(
         crate::allocation::GroupBy::role(owners, Role::Team)
             .unwrap_or(crate::allocation::GroupBy::TEAM),
         crate::allocation::Step::Month,
+        // Costs only: emissions do not enter the check.
+        &crate::carbon::Grid::unknown(),
     ) {
         *totals.entry((row.key, row.currency)).or_default() += row.cost;
     }

@@ -1,5 +1,5 @@
-//! Cost per unit of work: what 1,000 requests to an endpoint cost (from request counts that
-//! serving code posts), and what each training run cost (a run is one value of the
+//! Cost per unit of work: what 1,000 requests and 1M tokens of an endpoint cost (from the
+//! request and token counts that serving code posts), and what each training run cost (a run is one value of the
 //! dimension with the experiment role).
 
 use std::collections::BTreeMap;
@@ -37,16 +37,49 @@ pub async fn endpoint_costs_in(
     (schema, scope): (&OwnerSchema, &Scope),
 ) -> Result<Vec<EndpointUnitCost>, StoreError> {
     let requests = store::usage::usage_totals(store.db(), from_ms, to_ms).await?;
-    if scope.is_all() {
-        return Ok(endpoint_costs(a, &requests, schema));
+    let tokens = token_totals(store, from_ms, to_ms).await?;
+    let mut rows = if scope.is_all() {
+        endpoint_costs(a, &requests, schema)
+    } else {
+        // A team-scoped reader: the endpoints wholly its teams', from its part of the ledger.
+        let held = requests_of_held_endpoints(a, requests, (schema, scope));
+        endpoint_costs(&scope.restrict(a.clone(), schema), &held, schema)
+    };
+    with_tokens(&mut rows, &tokens);
+    Ok(rows)
+}
+
+/// Input and output tokens per endpoint in `[from_ms, to_ms)`, each where every count of the
+/// endpoint carries it ([`store::usage::token_totals`]).
+pub async fn token_totals(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, Option<i64>, Option<i64>)>, StoreError> {
+    store::usage::token_totals(store.db(), from_ms, to_ms).await
+}
+
+/// Adds the tokens and the cost per 1M tokens to the rows that have request counts: the
+/// endpoints whose traffic the reader may see (a scoped reader's rows of shared endpoints have
+/// none, so get no tokens either).
+pub fn with_tokens(rows: &mut [EndpointUnitCost], tokens: &[(String, Option<i64>, Option<i64>)]) {
+    let per_million = |cost: Decimal, n: i64| {
+        (n > 0).then(|| {
+            (cost * Decimal::from(1_000_000) / Decimal::from(n))
+                .round_dp(gpuledger_core::money::MAX_SCALE)
+        })
+    };
+    for row in rows.iter_mut().filter(|r| r.requests.is_some()) {
+        let Some((_, input, output)) = tokens.iter().find(|(e, _, _)| *e == row.endpoint) else {
+            continue;
+        };
+        row.input_tokens = *input;
+        row.output_tokens = *output;
+        row.cost_per_1m_tokens = input
+            .zip(*output)
+            .and_then(|(i, o)| per_million(row.cost, i.saturating_add(o)));
+        row.cost_per_1m_output_tokens = output.and_then(|o| per_million(row.cost, o));
     }
-    // A team-scoped reader: the endpoints wholly its teams', from its part of the ledger.
-    let held = requests_of_held_endpoints(a, requests, (schema, scope));
-    Ok(endpoint_costs(
-        &scope.restrict(a.clone(), schema),
-        &held,
-        schema,
-    ))
 }
 
 /// The request counts of the endpoints wholly the scope's teams' in `a` (every count for
@@ -83,6 +116,16 @@ pub struct EndpointUnitCost {
     /// `cost` × 1000 / `requests`, exact to the micro-unit; absent without a request count.
     #[serde(with = "rust_decimal::serde::str_option")]
     pub cost_per_1k_requests: Option<Decimal>,
+    /// Tokens read and generated, where every count of the endpoint in the range carries them.
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    /// `cost` × 1M / (`input_tokens` + `output_tokens`): what a million tokens in and out cost.
+    #[serde(with = "rust_decimal::serde::str_option")]
+    pub cost_per_1m_tokens: Option<Decimal>,
+    /// `cost` × 1M / `output_tokens`: the whole cost per million generated (decode, not
+    /// prefill, is what holds a serving GPU).
+    #[serde(with = "rust_decimal::serde::str_option")]
+    pub cost_per_1m_output_tokens: Option<Decimal>,
     pub gpu_hours: f64,
 }
 
@@ -93,6 +136,10 @@ fn blank(endpoint: &str, currency: &str) -> EndpointUnitCost {
         requests: None,
         cost: Decimal::ZERO,
         cost_per_1k_requests: None,
+        input_tokens: None,
+        output_tokens: None,
+        cost_per_1m_tokens: None,
+        cost_per_1m_output_tokens: None,
         gpu_hours: 0.0,
     }
 }
@@ -106,8 +153,9 @@ pub fn endpoint_costs(
 ) -> Vec<EndpointUnitCost> {
     let currency = main_currency(a);
     let mut out: BTreeMap<String, EndpointUnitCost> = BTreeMap::new();
-    let rows =
-        GroupBy::role(schema, Role::Endpoint).map_or_else(Vec::new, |by| group(a, by, Step::Month));
+    let rows = GroupBy::role(schema, Role::Endpoint).map_or_else(Vec::new, |by| {
+        group(a, by, Step::Month, &crate::carbon::Grid::unknown())
+    });
     for row in rows {
         if row.currency != currency || row.key.starts_with('(') {
             continue;
@@ -286,6 +334,10 @@ pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Erro
         "requests",
         "cost",
         "cost_per_1k_requests",
+        "input_tokens",
+        "output_tokens",
+        "cost_per_1m_tokens",
+        "cost_per_1m_output_tokens",
         "gpu_hours",
     ])?;
     for r in rows {
@@ -295,6 +347,14 @@ pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Erro
             r.requests.map(|n| n.to_string()).unwrap_or_default(),
             r.cost.to_string(),
             r.cost_per_1k_requests
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            r.input_tokens.map(|n| n.to_string()).unwrap_or_default(),
+            r.output_tokens.map(|n| n.to_string()).unwrap_or_default(),
+            r.cost_per_1m_tokens
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            r.cost_per_1m_output_tokens
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
             format!("{:.4}", r.gpu_hours),
@@ -380,6 +440,7 @@ mod tests {
             util_gpu_seconds: 0.0,
             util_known_seconds: 0.0,
             energy_j: 0.0,
+            energy_known_seconds: 0.0,
         }
     }
 
@@ -444,5 +505,42 @@ mod tests {
         assert_eq!(r7.started, rfc3339(5 * HOUR_MS));
         assert_eq!(r7.last_seen, rfc3339(8 * HOUR_MS));
         assert_eq!(r7.model.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn cost_per_million_tokens_is_exact_and_only_for_counted_endpoints() {
+        let row = |endpoint: &str, cost: &str, requests: Option<i64>| EndpointUnitCost {
+            cost: cost.parse().unwrap(),
+            requests,
+            ..blank(endpoint, "USD")
+        };
+        let mut rows = vec![
+            row("chat", "100", Some(1_000)),
+            row("embed", "3", Some(50)),
+            // A scoped reader's row of a shared endpoint: no counts, so no tokens either.
+            row("shared", "40", None),
+        ];
+        let tokens = vec![
+            ("chat".to_owned(), Some(3_000_000), Some(1_000_000)),
+            ("embed".to_owned(), Some(7_000_000), Some(0)),
+            ("shared".to_owned(), Some(1), Some(1)),
+        ];
+        with_tokens(&mut rows, &tokens);
+        let d = |s: &str| s.parse::<Decimal>().unwrap();
+        assert_eq!(rows[0].cost_per_1m_tokens, Some(d("25")));
+        assert_eq!(rows[0].cost_per_1m_output_tokens, Some(d("100")));
+        // 3 × 1M / 7M, exact to the last digit money keeps.
+        assert_eq!(rows[1].cost_per_1m_tokens, Some(d("0.428571428571428571")));
+        assert_eq!(
+            rows[1].cost_per_1m_output_tokens, None,
+            "no output: no price per output"
+        );
+        assert_eq!(rows[2].input_tokens, None);
+        assert_eq!(rows[2].cost_per_1m_tokens, None);
+        let csv = endpoint_costs_csv(&rows).unwrap();
+        let chat = csv.lines().find(|l| l.starts_with("chat,")).unwrap();
+        assert!(chat.contains(",3000000,1000000,25,100,"), "{csv}");
+        let shared = csv.lines().find(|l| l.starts_with("shared,")).unwrap();
+        assert!(shared.contains(",,,,,"), "unknown cells are empty: {csv}");
     }
 }

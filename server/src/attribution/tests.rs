@@ -729,7 +729,7 @@ proptest! {
         prop_assert_eq!(parts, r.attributed.total() + r.estimated.total());
         prop_assert_eq!(r.gpu_without_agent_total(), line_hours(&lines[lines.len() - 2], from, to)
             .into_iter().map(|(_, x)| x).sum::<Decimal>());
-        let t = &crate::allocation::totals(&a)[0];
+        let t = &crate::allocation::totals(&a, &crate::carbon::Grid::unknown())[0];
         prop_assert_eq!(t.cost, parts);
         prop_assert_eq!(
             t.idle_cost + t.held_idle_cost,
@@ -975,7 +975,12 @@ fn a_bill_tag_names_the_owner_of_unmonitored_time_never_of_idle() {
         H,
         H + HOUR_MS,
     );
-    let rows = group(&a, GroupBy::TEAM, Step::Month);
+    let rows = group(
+        &a,
+        GroupBy::TEAM,
+        Step::Month,
+        &crate::carbon::Grid::unknown(),
+    );
     let by_key: BTreeMap<&str, (Decimal, Decimal, Decimal)> = rows
         .iter()
         .map(|r| (r.key.as_str(), (r.cost, r.unmonitored_cost, r.idle_cost)))

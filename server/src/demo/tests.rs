@@ -125,7 +125,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .await
         .unwrap();
     assert_eq!(episodes, crate::idle_history::episodes(&hourly));
-    let t = &crate::allocation::totals(&a)[0];
+    let t = &crate::allocation::totals(&a, &crate::carbon::Grid::unknown())[0];
     assert_eq!(
         episodes.iter().map(|e| e.cost).sum::<Decimal>(),
         t.idle_cost + t.held_idle_cost

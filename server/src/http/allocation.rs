@@ -209,9 +209,10 @@ async fn get_allocation(
     } else {
         allocation::filtered(&loaded, &filters)
     };
+    let grid = crate::carbon::grid(state.store.as_ref(), &state.config.carbon).await?;
     match format {
         AllocationFormat::Csv => {
-            let rows = allocation::group(&attributed, by, step);
+            let rows = allocation::group(&attributed, by, step, &grid);
             let body = allocation::to_csv(&rows).map_err(|e| ApiError::Internal(e.to_string()))?;
             Ok(csv_response(body, "gpuledger-allocation.csv"))
         }
@@ -220,8 +221,8 @@ async fn get_allocation(
             to: gpuledger_core::time::rfc3339(to),
             by,
             step,
-            rows: allocation::group(&attributed, by, step),
-            totals: allocation::totals(&attributed),
+            rows: allocation::group(&attributed, by, step, &grid),
+            totals: allocation::totals(&attributed, &grid),
         })
         .into_response()),
     }

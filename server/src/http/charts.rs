@@ -10,6 +10,7 @@ use rust_decimal::Decimal;
 
 use crate::allocation::{group, period_start, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
+use crate::carbon::Grid;
 
 /// `key=value&…` with each value URL-encoded, for links built from label values.
 pub fn query(pairs: &[(&str, &str)]) -> String {
@@ -67,13 +68,14 @@ pub struct Bar {
     pub gpu_hours: String,
     pub avg_util: String,
     pub energy_kwh: String,
+    pub co2e_kg: String,
     /// Used GPU-hours measured by presence, in words, where there are any.
     pub presence: Option<String>,
 }
 
 /// The longest share bar in a spend table: narrow enough that two tables sit side by side at
-/// 1280 px with every column on one line.
-pub const BAR_WIDTH: f64 = 60.0;
+/// 1280 px with every column (energy and emissions included) on one line.
+pub const BAR_WIDTH: f64 = 44.0;
 
 pub struct Table {
     pub title: String,
@@ -118,18 +120,18 @@ pub fn title_of(by: GroupBy) -> String {
     }
 }
 
-/// One month's spend in `currency` by `by`, with each key linking to its drill-down and the
-/// whole table to the allocation API's CSV of the same query.
+/// One month's spend in `currency` by `by` (its share of `total`), with each key linking to its
+/// drill-down and the whole table to the allocation API's CSV of the same query; emissions from
+/// each host's intensity in `grid`.
 pub fn table(
-    a: &Attribution,
+    (a, grid): (&Attribution, &Grid),
     by: GroupBy,
-    month: &str,
-    next_month: &str,
+    (month, next_month): (&str, &str),
     filters: &[(GroupBy, String)],
     total: Decimal,
     currency: &str,
 ) -> Table {
-    let mut rows = group(a, by, Step::Month);
+    let mut rows = group(a, by, Step::Month, grid);
     rows.retain(|r| r.currency == currency);
     let max = rows
         .iter()
@@ -157,12 +159,35 @@ pub fn table(
                 avg_util: r
                     .avg_util
                     .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
-                energy_kwh: crate::format::whole(r.energy_kwh),
+                energy_kwh: energy_text(r.energy_kwh, r.energy_measured_share),
+                co2e_kg: co2e_text(r.kg_co2e, r.energy_measured_share),
                 presence: presence_text(r.presence_gpu_hours, r.gpu_hours),
                 href: drill_href(month, by, &r.key),
                 key: r.key,
             })
             .collect(),
+    }
+}
+
+/// Measured energy in kWh as people read it: `unknown` where no GPU measured any (not 0), and
+/// `≥ 1,234` where only part of the GPU time was measured (the rest used energy too).
+pub fn energy_text(kwh: Option<f64>, measured_share: Option<f64>) -> String {
+    at_least(kwh, measured_share)
+}
+
+/// kg CO2e of the measured energy, read as [`energy_text`]: `unknown` where the energy or a
+/// host's grid intensity is.
+pub fn co2e_text(kg: Option<f64>, measured_share: Option<f64>) -> String {
+    at_least(kg, measured_share)
+}
+
+fn at_least(x: Option<f64>, measured_share: Option<f64>) -> String {
+    match x {
+        None => "unknown".into(),
+        Some(x) if measured_share.is_some_and(|m| m < 0.999) => {
+            format!("≥ {}", crate::format::whole(x))
+        }
+        Some(x) => crate::format::whole(x),
     }
 }
 

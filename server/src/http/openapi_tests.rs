@@ -749,6 +749,25 @@ async fn every_documented_operation_answers_as_documented() {
             allocation["rows"].as_array().is_some_and(|r| !r.is_empty()),
             "{b}"
         );
+        // The demo's hosts are in us-east-1 and measure energy; its chat endpoint counts tokens.
+        assert!(
+            allocation["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["kg_co2e"].as_f64().is_some_and(|kg| kg > 0.0)),
+            "{b}: emissions in the allocation"
+        );
+        let usage = live.call("get", "/api/v1/usage", Reader, None).await;
+        let usage: Value = serde_json::from_str(&usage.body).unwrap();
+        assert!(
+            usage["endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["cost_per_1m_tokens"].is_string()),
+            "{b}: cost per 1M tokens: {usage}"
+        );
         let incidents = live.call("get", "/api/v1/incidents", Reader, None).await;
         let incidents: Value = serde_json::from_str(&incidents.body).unwrap();
         let incident = incidents[0]["id"]
@@ -828,7 +847,7 @@ async fn every_documented_operation_answers_as_documented() {
         );
         let counts = json!({ "source": "chat-api-0", "counts": [{
             "endpoint": "chat-api", "start": rfc3339(now - 3_600_000), "end": rfc3339(now - 60_000),
-            "requests": 1200 }] });
+            "requests": 1200, "input_tokens": 720_000, "output_tokens": 300_000 }] });
         let usage = live
             .call("post", "/api/v1/usage", Agent, json_body(counts))
             .await;

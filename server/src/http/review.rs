@@ -279,6 +279,45 @@ fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) 
     }
 }
 
+fn energy_figure(kwh: Option<f64>, measured_share: Option<f64>) -> String {
+    match kwh {
+        Some(_) => format!("{} kWh", charts::energy_text(kwh, measured_share)),
+        None => "unknown".into(),
+    }
+}
+
+/// What the energy figure covers: all the GPU time, a share of it, or none (no GPU here has an
+/// energy counter, so there is no figure rather than 0).
+fn energy_caption(measured_share: Option<f64>) -> String {
+    match measured_share {
+        Some(m) if m >= 0.999 => "energy measured by the GPUs".into(),
+        Some(m) if m > 0.0 => format!(
+            "energy measured by the GPUs, on {:.0}% of the GPU-hours (the rest report none)",
+            m * 100.0
+        ),
+        _ => "energy: no GPU here reports it".into(),
+    }
+}
+
+fn co2e_figure(kg: Option<f64>, measured_share: Option<f64>) -> String {
+    match kg {
+        Some(_) => format!("{} kg CO2e", charts::co2e_text(kg, measured_share)),
+        None => "unknown".into(),
+    }
+}
+
+/// What the emissions figure is, or why there is none: no measured energy, or energy drawn
+/// where the grid's intensity is unknown (which the config's `[carbon]` table can name).
+fn co2e_caption(energy_kwh: Option<f64>, kg_co2e: Option<f64>) -> String {
+    match (energy_kwh, kg_co2e) {
+        (_, Some(_)) => "emissions of that energy, from each host's grid".into(),
+        (Some(_), None) => {
+            "emissions: some hosts' grid intensity is unknown ([carbon] in the config)".into()
+        }
+        (None, None) => "emissions: no measured energy".into(),
+    }
+}
+
 fn day_label(rfc: &str) -> String {
     rfc.get(..10).unwrap_or(rfc).to_owned()
 }
@@ -352,11 +391,13 @@ async fn review(
         ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
         crate::idle_history::load(store, from, to),
         crate::unit_costs::request_totals(store, from, to),
+        crate::unit_costs::token_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
         scoped_gpus,
+        crate::carbon::grid(store, &state.config.carbon),
     );
     let (
         all,
@@ -366,11 +407,13 @@ async fn review(
         prev,
         idle_episodes,
         requests,
+        tokens,
         waiting,
         restated,
         budgets,
         anomalies,
         scoped_gpus,
+        grid,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
@@ -422,7 +465,7 @@ async fn review(
     } = allocation::in_main_currency(&all);
     let shown = |d: Decimal| money(d, &cur);
     let closing = closing_view(close, from, now, waiting, &restated, &cur);
-    let t = totals(&a);
+    let t = totals(&a, &grid);
     let month_totals = t.first();
     let total = month_totals.map_or(Decimal::ZERO, |t| t.cost);
     let previous_total: Decimal = prev
@@ -493,12 +536,23 @@ async fn review(
             href: api_href(&month, &next, GroupBy::Cluster, none),
         },
         Figure {
-            value: format!(
-                "{} kWh",
-                crate::format::whole(month_totals.map_or(0.0, |t| t.energy_kwh))
+            value: energy_figure(
+                month_totals.and_then(|t| t.energy_kwh),
+                month_totals.and_then(|t| t.energy_measured_share),
             ),
-            caption: "energy measured by the GPUs".into(),
+            caption: energy_caption(month_totals.and_then(|t| t.energy_measured_share)),
             href: api_href(&month, &next, GroupBy::MODEL, none),
+        },
+        Figure {
+            value: co2e_figure(
+                month_totals.and_then(|t| t.kg_co2e),
+                month_totals.and_then(|t| t.energy_measured_share),
+            ),
+            caption: co2e_caption(
+                month_totals.and_then(|t| t.energy_kwh),
+                month_totals.and_then(|t| t.kg_co2e),
+            ),
+            href: api_href(&month, &next, GroupBy::TEAM, none),
         },
     ];
     // One table per owner dimension (the default four first, as finance reads them), then
@@ -516,7 +570,7 @@ async fn review(
         .into_iter()
         .chain(owner_tables)
         .chain([GroupBy::PricingCategory, GroupBy::Cluster])
-        .map(|by| charts::table(&a, by, &month, &next, none, total, &cur))
+        .map(|by| charts::table((&a, &grid), by, (&month, &next), none, total, &cur))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, none, &cur);
     let heat = Attribution {
@@ -552,7 +606,8 @@ async fn review(
         .take(TOP_ROWS)
         .map(|e| episode_view(e, &month))
         .collect();
-    let endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
+    let mut endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
+    unit_costs::with_tokens(&mut endpoints, &tokens);
     let mut runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
     // A run shared with another team is not the scope's to read (its hours are both teams').
     runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
@@ -677,10 +732,12 @@ async fn drill_down(
         let a = ledger::load(store, from, to, RollupGrain::Day).await?;
         let run_hours = ledger::experiment_hours(store, from, to).await?;
         let requests = crate::unit_costs::request_totals(store, from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, run_hours, requests))
+        let tokens = crate::unit_costs::token_totals(store, from, to).await?;
+        let grid = crate::carbon::grid(store, &state.config.carbon).await?;
+        Ok::<_, crate::store::StoreError>((a, run_hours, requests, tokens, grid))
     }
     .await;
-    let (all, run_hours, requests): (Attribution, _, _) = match loaded {
+    let (all, run_hours, requests, tokens, grid): (Attribution, _, _, _, _) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -709,9 +766,9 @@ async fn drill_down(
         others,
     } = allocation::in_main_currency(&allocation::filtered(&all, &filters));
     let shown = |d: Decimal| money(d, &cur);
-    let row = allocation::group(&a, by, Step::Month);
+    let row = allocation::group(&a, by, Step::Month, &grid);
     let mine = row.iter().find(|r| r.key == key);
-    let month_total: Decimal = totals(&all)
+    let month_total: Decimal = totals(&all, &grid)
         .iter()
         .find(|t| t.currency == cur)
         .map_or(Decimal::ZERO, |t| t.cost);
@@ -753,17 +810,28 @@ async fn drill_down(
             href: api.clone(),
         },
         Figure {
-            value: format!(
-                "{} kWh",
-                crate::format::whole(mine.map_or(0.0, |r| r.energy_kwh))
+            value: energy_figure(
+                mine.and_then(|r| r.energy_kwh),
+                mine.and_then(|r| r.energy_measured_share),
             ),
-            caption: "energy".into(),
+            caption: energy_caption(mine.and_then(|r| r.energy_measured_share)),
+            href: api.clone(),
+        },
+        Figure {
+            value: co2e_figure(
+                mine.and_then(|r| r.kg_co2e),
+                mine.and_then(|r| r.energy_measured_share),
+            ),
+            caption: co2e_caption(
+                mine.and_then(|r| r.energy_kwh),
+                mine.and_then(|r| r.kg_co2e),
+            ),
             href: api,
         },
     ];
     let tables = related(by, schema)
         .into_iter()
-        .map(|other| charts::table(&a, other, &month, &next, &filters, cost, &cur))
+        .map(|other| charts::table((&a, &grid), other, (&month, &next), &filters, cost, &cur))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
     let labels = heatmap_labels(state.store.as_ref()).await;
@@ -780,9 +848,9 @@ async fn drill_down(
     let endpoint_by = GroupBy::role(schema, Role::Endpoint);
     let endpoint = (Some(by) == endpoint_by)
         .then(|| {
-            unit_costs::endpoint_costs(&all, &requests, schema)
-                .into_iter()
-                .find(|e| e.endpoint == key)
+            let mut rows = unit_costs::endpoint_costs(&all, &requests, schema);
+            unit_costs::with_tokens(&mut rows, &tokens);
+            rows.into_iter().find(|e| e.endpoint == key)
         })
         .flatten()
         .map(|e| endpoint_view(&e, &month, schema));

@@ -14,7 +14,8 @@ use crate::store;
 use gpuledger_core::time::{month_of, rfc3339};
 
 /// A table row as the page shows it: key, cost, kWh.
-type Row = (String, String, String);
+/// A table row as compared: key, cost, kWh, kg CO2e.
+type Row = (String, String, String, String);
 
 fn sel(s: &str) -> Selector {
     Selector::parse(s).unwrap()
@@ -34,7 +35,12 @@ fn page_tables(html: &str) -> BTreeMap<String, Vec<Row>> {
             .select(&sel("tbody tr"))
             .map(|tr| {
                 let cell = |c: &str| text(tr.select(&sel(c)).next().unwrap());
-                (cell("td.key"), cell("td.cost"), cell("td.kwh"))
+                (
+                    cell("td.key"),
+                    cell("td.cost"),
+                    cell("td.kwh"),
+                    cell("td.co2e"),
+                )
             })
             .collect();
         out.insert(by, rows);
@@ -65,7 +71,14 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
                 crate::format::usd(gpuledger_core::money::from_text(
                     r["cost"].as_str().unwrap(),
                 )),
-                crate::format::whole(r["energy_kwh"].as_f64().unwrap()),
+                super::charts::energy_text(
+                    r["energy_kwh"].as_f64(),
+                    r["energy_measured_share"].as_f64(),
+                ),
+                super::charts::co2e_text(
+                    r["kg_co2e"].as_f64(),
+                    r["energy_measured_share"].as_f64(),
+                ),
             )
         })
         .collect()
@@ -92,15 +105,19 @@ async fn post_json(api: &Api, path: &str, body: serde_json::Value) -> (StatusCod
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Two windows: one whose model label is a script, one for llama-70b on the chat endpoint with
-/// an experiment and a measured 2 kWh.
+/// Two windows of a host in af-south-1 (900.6 g CO2e/kWh in the built-in table): one whose
+/// model label is a script and whose GPU measured no energy, one for llama-70b on the chat
+/// endpoint with an experiment and a measured 2 kWh.
 async fn fleet(api: &Api) {
     let mut r = report("rev-1");
     r.host.instance_type = Some("g6.xlarge".into());
+    r.host.region = Some("af-south-1".into());
+    r.windows[0].gpus[0].energy_mj = None;
     api.post(Some(&api.token), serde_json::to_vec(&r).unwrap())
         .await;
     let mut r2 = report("rev-2");
     r2.host.instance_type = Some("g6.xlarge".into());
+    r2.host.region = Some("af-south-1".into());
     r2.windows[0].start_ms -= 60_000;
     r2.windows[0].end_ms -= 60_000;
     r2.windows[0].gpus[0].energy_mj = Some(7_200_000_000);
@@ -165,9 +182,18 @@ async fn every_review_table_equals_the_allocation_api() {
                 api.backend
             );
         }
+        // 2 kWh on a 900.6 g grid: 1.8 kg. The script's GPU measured none: unknown, not 0.
         let models = &tables["model"];
         assert!(
-            models.iter().any(|r| r.0 == "llama-70b" && r.2 == "2"),
+            models
+                .iter()
+                .any(|r| r.0 == "llama-70b" && r.2 == "2" && r.3 == "2"),
+            "{models:?}"
+        );
+        assert!(
+            models
+                .iter()
+                .any(|r| r.0 != "llama-70b" && r.2 == "unknown" && r.3 == "unknown"),
             "{models:?}"
         );
         // The headline total is the API's total, and links to it.
@@ -763,7 +789,7 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
         assert!(others.contains(&crate::format::usd(usd_total)), "{others}");
         // Every spend table is in euros only, and adds up to the headline.
         for (by, rows) in page_tables(&page) {
-            for (key, cost, _) in &rows {
+            for (key, cost, _, _) in &rows {
                 assert!(
                     cost.starts_with('€') && !cost.contains('$'),
                     "{}: {by} {key} {cost}",
@@ -774,7 +800,7 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
         let clusters = page_tables(&page).remove("cluster").unwrap();
         let sum: rust_decimal::Decimal = clusters
             .iter()
-            .map(|(_, cost, _)| {
+            .map(|(_, cost, _, _)| {
                 gpuledger_core::money::from_text(&cost.trim_start_matches('€').replace(',', ""))
             })
             .sum();

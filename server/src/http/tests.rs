@@ -60,6 +60,7 @@ pub(super) async fn write_ledger(
             util_gpu_seconds: 0.0,
             util_known_seconds: 0.0,
             energy_j: 0.0,
+            energy_known_seconds: 0.0,
         });
     }
     store::rollups::replace_rollups(api.store.db(), &marks, &rows, &[], &[], None)

@@ -64,6 +64,13 @@ struct UsageCountIn {
     /// RFC 3339, not in the future.
     end: String,
     requests: u64,
+    /// Tokens the endpoint read (prompts) in the period, where the serving code counts them:
+    /// with them the endpoint's cost per 1M tokens is known.
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    /// Tokens it generated in the period.
+    #[serde(default)]
+    output_tokens: Option<u64>,
 }
 
 /// How many counts were stored.
@@ -122,11 +129,17 @@ pub(crate) fn parse(
         }
         let requests =
             i64::try_from(c.requests).map_err(|_| bad(&field("requests"), "is too large"))?;
+        let tokens = |name: &str, n: Option<u64>| {
+            n.map(|n| i64::try_from(n).map_err(|_| bad(&field(name), "is too large")))
+                .transpose()
+        };
         counts.push(UsageCount {
             endpoint: c.endpoint,
             start_ms,
             end_ms,
             requests,
+            input_tokens: tokens("input_tokens", c.input_tokens)?,
+            output_tokens: tokens("output_tokens", c.output_tokens)?,
         });
     }
     Ok((report.source, counts))
@@ -140,9 +153,10 @@ const USAGE_SOURCES: &str = "request counts";
     path = "/api/v1/usage",
     tag = "agents",
     summary = "Send request counts",
-    description = "Serving code's request counts per endpoint, with an agent token: what cost \
-        per 1,000 requests is computed from. A source's count of an endpoint from a start \
-        replaces the one it sent before; counts from different sources add up.",
+    description = "Serving code's request (and, where it counts them, token) counts per \
+        endpoint, with an agent token: what cost per 1,000 requests and per 1M tokens are \
+        computed from. A source's count of an endpoint from a start replaces the one it sent \
+        before; counts from different sources add up.",
     request_body = UsageReport,
     responses(
         (status = 200, description = "Stored.", body = UsageAck),
@@ -238,9 +252,9 @@ pub(super) async fn endpoint_costs(
     path = "/api/v1/usage",
     tag = "unit costs",
     summary = "Cost per request",
-    description = "Per endpoint over the range: its cost, the requests its serving code \
-        counted, and cost per 1,000 requests, exact to the micro-unit. A team-scoped reader \
-        gets its teams' endpoints only.",
+    description = "Per endpoint over the range: its cost, the requests (and tokens) its \
+        serving code counted, and cost per 1,000 requests and per 1M tokens, exact to the \
+        micro-unit. A team-scoped reader gets its teams' endpoints only.",
     params(RangeQuery),
     responses(
         (status = 200, description = "Cost per endpoint.", content(

@@ -69,6 +69,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
         oidc: None,
         metrics: Default::default(),
         export: None,
+        carbon: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {

@@ -91,6 +91,22 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
 
 const FOCUS_HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags";
 
+/// An agent token for clusters matching `clusters`, created at `at`: its id.
+async fn agent_token(s: &dyn Store, clusters: &str, at: i64) -> i64 {
+    store::tokens::create_token(
+        s.db(),
+        &crate::store::NewToken::for_cluster("t", "h", clusters),
+        at,
+    )
+    .await
+    .unwrap();
+    store::tokens::active_token(s.db(), "h", at)
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+}
+
 fn iso(ms: i64) -> String {
     gpuledger_core::time::rfc3339(ms)
 }
@@ -326,18 +342,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let store = db.open().await;
         let b = db.backend;
         let s = store.as_ref();
-        store::tokens::create_token(
-            s.db(),
-            &crate::store::NewToken::for_cluster("t", "h", "c?*"),
-            START,
-        )
-        .await
-        .unwrap();
-        let token = store::tokens::active_token(s.db(), "h", START)
-            .await
-            .unwrap()
-            .unwrap()
-            .id;
+        let token = agent_token(s, "c?*", START).await;
         let status = AgentStatus::default();
         // 30 hours of host a (billed) and host b (rate card), with a gap in host b's data.
         let a = report("a-1", "a", "i-aaa", START, 90, "llama");
@@ -627,18 +632,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         let store = db.open().await;
         let b = db.backend;
         let s = store.as_ref();
-        store::tokens::create_token(
-            s.db(),
-            &crate::store::NewToken::for_cluster("t", "h", "c"),
-            START,
-        )
-        .await
-        .unwrap();
-        let token = store::tokens::active_token(s.db(), "h", START)
-            .await
-            .unwrap()
-            .unwrap()
-            .id;
+        let token = agent_token(s, "c", START).await;
         let status = AgentStatus::default();
         s.ingest(
             &report("a-1", "a", "i-aaa", START, 90, "llama"),
@@ -952,18 +946,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
         assert!(ledger.unattributed.is_empty(), "{b}");
 
         // The agent comes: two hours of day 0 from host g, on the same instance.
-        store::tokens::create_token(
-            s.db(),
-            &crate::store::NewToken::for_cluster("t", "h", "c"),
-            DAY0,
-        )
-        .await
-        .unwrap();
-        let token = store::tokens::active_token(s.db(), "h", DAY0)
-            .await
-            .unwrap()
-            .unwrap()
-            .id;
+        let token = agent_token(s, "c", DAY0).await;
         let g = report("g-1", "g", "i-ghost", DAY0 + 2 * HOUR_MS, 6, "llama");
         s.ingest(&g, token, AgentStatus::default(), DAY0 + 5 * HOUR_MS)
             .await
@@ -1067,5 +1050,107 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
         assert!(r.gpu_without_agent.is_empty(), "{b}: {r:?}");
         assert_eq!(r.bill_on_known_hosts, billed, "{b}");
         assert_eq!(r.difference, Decimal::ZERO, "{b}");
+    }
+}
+
+/// Energy no GPU measured stays unknown through the rollups (not 0 kWh), a key that is only
+/// partly measured says how much, and emissions are the measured energy × each host's grid, by
+/// its region in the built-in table or its cluster in the config; hourly and daily rollups
+/// agree. Both backends.
+#[tokio::test]
+async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid() {
+    use crate::allocation::{group, totals, GroupBy, Step};
+    use crate::carbon::GridTable;
+    let card = RateCard::default_card();
+    let idle = IdleConfig::default();
+    let schema = OwnerSchema::default();
+    let (from, to) = (START, DAY0 + DAY_MS);
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let token = agent_token(s, "c", START).await;
+        // Host m in af-south-1 measures 360 kJ a window per GPU; host d (pre-Volta boards) none.
+        let mut m = report("m-1", "m", "i-m", START, 12, "measured");
+        m.host.region = Some("af-south-1".into());
+        let mut d = report("d-1", "d", "i-d", START, 12, "dark");
+        for g in d.windows.iter_mut().flat_map(|w| w.gpus.iter_mut()) {
+            g.energy_mj = None;
+        }
+        for r in [&m, &d] {
+            s.ingest(r, token, AgentStatus::default(), START)
+                .await
+                .unwrap();
+        }
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+
+        let grid = crate::carbon::grid(s, &GridTable::default()).await.unwrap();
+        let daily = load(s, from, to, RollupGrain::Day).await.unwrap();
+        let hourly = load(s, from, to, RollupGrain::Hour).await.unwrap();
+        let rows = |a: &Attribution, by| group(a, by, Step::Month, &grid);
+        let models = rows(&daily, GroupBy::MODEL);
+        let model = |k: &str| models.iter().find(|r| r.key == k).unwrap().clone();
+        let dark = model("dark");
+        assert_eq!(dark.energy_kwh, None, "{b}: unknown, not 0: {dark:?}");
+        assert_eq!(dark.kg_co2e, None, "{b}");
+        assert_eq!(dark.energy_measured_share, Some(0.0), "{b}");
+        let measured = model("measured");
+        let kwh = measured.energy_kwh.unwrap();
+        assert!(kwh > 0.0, "{b}");
+        assert!(
+            (measured.energy_measured_share.unwrap() - 1.0).abs() < 1e-9,
+            "{b}"
+        );
+        let kg = measured.kg_co2e.unwrap();
+        assert!(
+            (kg - kwh * 0.9006).abs() < 1e-9 * kg.max(1.0),
+            "{b}: {kg} for {kwh} kWh"
+        );
+        // Each team ran on both hosts: half its GPU time measured, its kWh a floor, and its
+        // emissions whole (the dark host's unknown grid carries no measured energy).
+        for team in rows(&daily, GroupBy::TEAM)
+            .iter()
+            .filter(|r| r.key.starts_with("team-"))
+        {
+            let share = team.energy_measured_share.unwrap();
+            assert!((share - 0.5).abs() < 1e-9, "{b}: {team:?}");
+            assert!(
+                team.energy_kwh.is_some() && team.kg_co2e.is_some(),
+                "{b}: {team:?}"
+            );
+        }
+        // The hourly rows say the same.
+        for by in [GroupBy::MODEL, GroupBy::TEAM, GroupBy::Host] {
+            let (d, h) = (rows(&daily, by), rows(&hourly, by));
+            assert_eq!(d.len(), h.len(), "{b}");
+            for (d, h) in d.iter().zip(&h) {
+                assert_eq!(d.energy_kwh.is_some(), h.energy_kwh.is_some(), "{b}: {d:?}");
+                let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                    (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+                    (x, y) => x == y,
+                };
+                assert!(close(d.energy_kwh, h.energy_kwh), "{b}: {d:?} {h:?}");
+                assert!(close(d.kg_co2e, h.kg_co2e), "{b}: {d:?} {h:?}");
+                assert!(
+                    close(d.energy_measured_share, h.energy_measured_share),
+                    "{b}"
+                );
+            }
+        }
+        // A cluster's figure beats the region's; with the dark host's cluster named too, the
+        // whole fleet has a total.
+        let config: GridTable = toml::from_str("[clusters]\nc = 100.0").unwrap();
+        let by_cluster = crate::carbon::grid(s, &config).await.unwrap();
+        let t = &totals(&daily, &by_cluster)[0];
+        let total_kwh = t.energy_kwh.unwrap();
+        assert!(
+            (t.kg_co2e.unwrap() - total_kwh * 0.1).abs() < 1e-9 * total_kwh.max(1.0),
+            "{b}"
+        );
+        assert!(t.energy_measured_share.unwrap() < 0.51, "{b}: {t:?}");
+        // Energy drawn where no grid is known: no total that leaves it out.
+        let no_grid = totals(&daily, &crate::carbon::Grid::unknown());
+        assert_eq!(no_grid[0].kg_co2e, None, "{b}");
+        assert_eq!(no_grid[0].energy_kwh, t.energy_kwh, "{b}");
     }
 }

@@ -46,7 +46,8 @@ pub async fn rollup_gpu_owner_totals(
                 CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
                 CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
                 SUM(gpu_seconds) AS gpu_seconds, SUM(util_gpu_seconds) AS util_gpu_seconds,
-                SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j
+                SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j,
+                SUM(energy_known_seconds) AS energy_known_seconds
              FROM {table} JOIN owners o ON o.id = owner_id
              WHERE {period} >= $1 AND {period} < $2 AND gpu_uuid <> ''
              GROUP BY host_id, gpu_uuid, o.labels, kind, pricing_category, currency, estimated"
@@ -121,7 +122,8 @@ pub async fn rollup_usage(
 
 /// What a rollup row reads after its period and GPU: its owner's text, then the rest.
 const OWNER_AND_AMOUNTS: &str = "o.labels AS owner, kind, pricing_category, currency, estimated,
-    cost_nano, cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j";
+    cost_nano, cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j,
+    energy_known_seconds";
 
 /// Rollup rows with `period_ms` in `[from_ms, to_ms)`.
 pub async fn rollup_rows(

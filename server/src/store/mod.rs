@@ -112,6 +112,8 @@ pub struct RollupRow {
     pub util_gpu_seconds: f64,
     pub util_known_seconds: f64,
     pub energy_j: f64,
+    /// GPU-seconds whose energy NVML measured.
+    pub energy_known_seconds: f64,
 }
 
 /// Which rollup table to read.

@@ -298,12 +298,12 @@ pub async fn replace_rollups(
                     })
                 })
                 .collect::<Result<Vec<i64>, StoreError>>()?;
-        // 14 parameters a row: 1,000 rows stay under both backends' limits.
+        // 15 parameters a row: 1,000 rows stay under both backends' limits.
         for (chunk, owner_ids) in rows.chunks(1000).zip(owner_of_row.chunks(1000)) {
             let mut q = sqlx::QueryBuilder::<DB>::new(
                 "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, owner_id, kind,
                     pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-                    util_gpu_seconds, util_known_seconds, energy_j) ",
+                    util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds) ",
             );
             q.push_values(chunk.iter().zip(owner_ids), |mut b, (r, owner_id)| {
                 b.push_bind(r.period_ms)
@@ -319,7 +319,8 @@ pub async fn replace_rollups(
                     .push_bind(r.gpu_seconds)
                     .push_bind(r.util_gpu_seconds)
                     .push_bind(r.util_known_seconds)
-                    .push_bind(r.energy_j);
+                    .push_bind(r.energy_j)
+                    .push_bind(r.energy_known_seconds);
             });
             q.build().execute(&mut *tx).await?;
         }
@@ -344,13 +345,13 @@ pub async fn replace_rollups(
             sqlx::query(
                 "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
                     pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-                    util_gpu_seconds, util_known_seconds, energy_j)
+                    util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
                  SELECT $1, host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
                     estimated,
                     CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
                     CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
                     SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
-                    SUM(energy_j)
+                    SUM(energy_j), SUM(energy_known_seconds)
                  FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
                  GROUP BY host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
                     estimated",
@@ -366,12 +367,12 @@ pub async fn replace_rollups(
             sqlx::query(
                 "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
                     pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-                    util_gpu_seconds, util_known_seconds, energy_j)
+                    util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
                  SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
                     CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
                     CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
                     SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
-                    SUM(energy_j)
+                    SUM(energy_j), SUM(energy_known_seconds)
                  FROM rollup_days WHERE day_ms = $1
                  GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency,
                     estimated",

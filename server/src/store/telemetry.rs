@@ -207,6 +207,19 @@ pub async fn batch_count(on: impl Into<On<'_>>) -> Result<i64, StoreError> {
     })
 }
 
+/// Each host's id, cluster and cloud region (where its agent knows it): where it draws its
+/// power, for its grid's carbon intensity.
+pub async fn host_places(
+    on: impl Into<On<'_>>,
+) -> Result<Vec<(i64, String, Option<String>)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as("SELECT id, cluster, region FROM hosts")
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
 pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {

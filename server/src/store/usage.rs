@@ -11,6 +11,9 @@ pub struct UsageCount {
     pub start_ms: i64,
     pub end_ms: i64,
     pub requests: i64,
+    /// Tokens read and generated in the period, where the serving code counts them.
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
 }
 
 /// Stores usage counts from `source` in one transaction; a count for the same endpoint,
@@ -30,10 +33,12 @@ pub async fn upsert_usage(
         for (i, c) in counts.iter().enumerate() {
             let written = sqlx::query(concat!(
                 "INSERT INTO usage_counts
-                   (endpoint, source, start_ms, end_ms, requests, token_id, received_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                   (endpoint, source, start_ms, end_ms, requests, token_id, received_ms,
+                    input_tokens, output_tokens)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (endpoint, source, start_ms) DO UPDATE SET
                    end_ms = excluded.end_ms, requests = excluded.requests,
+                   input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
                    token_id = excluded.token_id, received_ms = excluded.received_ms
                  WHERE usage_counts.token_id = excluded.token_id
                     OR NOT EXISTS (SELECT 1 FROM api_tokens t
@@ -48,6 +53,8 @@ pub async fn upsert_usage(
             .bind(c.requests)
             .bind(token_id)
             .bind(now_ms)
+            .bind(c.input_tokens)
+            .bind(c.output_tokens)
             .execute(&mut *tx)
             .await?;
             if written.rows_affected() == 0 {
@@ -88,4 +95,38 @@ pub async fn usage_totals(
         .fetch_all(&mut *ex)
         .await?)
     })
+}
+
+/// Input and output tokens per endpoint for periods starting in `[from_ms, to_ms)`, all sources
+/// summed; each `None` unless every count of the endpoint in the range carries it (a sum over
+/// part of the periods would make each token look dearer than it was). Endpoints without any
+/// are left out.
+pub async fn token_totals(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, Option<i64>, Option<i64>)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    let rows: Vec<(String, Option<i64>, Option<i64>)> = on_backend!(conn, |ex| {
+        Ok::<_, StoreError>(
+            sqlx::query_as(
+                "SELECT endpoint,
+                    CASE WHEN COUNT(input_tokens) = COUNT(*)
+                         THEN CAST(SUM(input_tokens) AS BIGINT) END,
+                    CASE WHEN COUNT(output_tokens) = COUNT(*)
+                         THEN CAST(SUM(output_tokens) AS BIGINT) END
+                 FROM usage_counts
+                 WHERE start_ms >= $1 AND start_ms < $2
+                 GROUP BY endpoint ORDER BY endpoint",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?,
+        )
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter(|(_, input, output)| input.is_some() || output.is_some())
+        .collect())
 }

@@ -29,6 +29,8 @@ pub struct EndpointRow {
     pub requests: String,
     pub cost: String,
     pub per_1k: String,
+    /// What a million tokens in and out cost, where the serving code counts tokens.
+    pub per_1m_tokens: String,
 }
 
 pub struct SavingRow {
@@ -108,6 +110,10 @@ pub fn endpoint_view(e: &EndpointUnitCost, month: &str, schema: &OwnerSchema) ->
             .map_or_else(|| "no counts".into(), crate::format::thousands),
         cost: money(e.cost, &e.currency),
         per_1k: e.cost_per_1k_requests.map_or_else(
+            || "—".into(),
+            |c| crate::format::money_precise(c, &e.currency, 4),
+        ),
+        per_1m_tokens: e.cost_per_1m_tokens.map_or_else(
             || "—".into(),
             |c| crate::format::money_precise(c, &e.currency, 4),
         ),

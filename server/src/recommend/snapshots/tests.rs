@@ -33,6 +33,7 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
         util_gpu_seconds: 36_000.0,
         util_known_seconds: 3600.0,
         energy_j: 0.0,
+        energy_known_seconds: 0.0,
     };
     let usage = UsageRow {
         period_ms: hour,

@@ -70,6 +70,7 @@ fn used_row(owner: &str, nano: i64) -> RollupRow {
         util_gpu_seconds: 900.0,
         util_known_seconds: 1800.0,
         energy_j: 0.0,
+        energy_known_seconds: 0.0,
     }
 }
 

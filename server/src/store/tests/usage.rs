@@ -8,6 +8,8 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
         start_ms: T0 + hour * 3_600_000,
         end_ms: T0 + (hour + 1) * 3_600_000,
         requests,
+        input_tokens: None,
+        output_tokens: None,
     };
     for db in test_support::both().await {
         let store = db.open().await;
@@ -70,6 +72,70 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
                 .unwrap(),
             vec![("chat".to_owned(), 4_000), ("embed".to_owned(), 7)],
             "{b}: nothing of the refused post was kept"
+        );
+    }
+}
+
+/// Tokens add up across sources and periods, a resend replaces them, and an endpoint's total
+/// is unknown where any of its counts in the range says nothing of them.
+#[tokio::test]
+async fn token_totals_are_whole_or_unknown() {
+    use crate::store::UsageCount;
+    let count = |endpoint: &str, hour: i64, tokens: (Option<i64>, Option<i64>)| UsageCount {
+        endpoint: endpoint.into(),
+        start_ms: T0 + hour * 3_600_000,
+        end_ms: T0 + (hour + 1) * 3_600_000,
+        requests: 10,
+        input_tokens: tokens.0,
+        output_tokens: tokens.1,
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let token = token_for(store.as_ref(), "owner", "owner-hash", T0).await;
+        let post = |source: &'static str, counts: Vec<UsageCount>| {
+            let store = store.clone();
+            async move {
+                let refused =
+                    crate::store::usage::upsert_usage(store.db(), source, &counts, token, T0)
+                        .await
+                        .unwrap();
+                assert!(refused.is_none());
+            }
+        };
+        post(
+            "pod-a",
+            vec![
+                count("chat", 0, (Some(6_000), Some(2_500))),
+                count("chat", 1, (Some(1), Some(1))),
+                // Embeddings count input only; the batch endpoint no tokens at all.
+                count("embed", 0, (Some(3_000), None)),
+                count("batch", 0, (None, None)),
+                // A second hour of rerank whose count carries no tokens.
+                count("rerank", 0, (Some(100), Some(5))),
+                count("rerank", 1, (None, None)),
+            ],
+        )
+        .await;
+        post("pod-a", vec![count("chat", 1, (Some(7_000), Some(2_000)))]).await;
+        post("pod-b", vec![count("chat", 1, (Some(1_000), Some(500)))]).await;
+        let totals = crate::store::usage::token_totals(store.db(), T0, T0 + 2 * 3_600_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            totals,
+            vec![
+                ("chat".to_owned(), Some(14_000), Some(5_000)),
+                ("embed".to_owned(), Some(3_000), None),
+            ],
+            "{b}: rerank's second hour has no tokens, so neither has its total"
+        );
+        let first_hour = crate::store::usage::token_totals(store.db(), T0, T0 + 3_600_000)
+            .await
+            .unwrap();
+        assert!(
+            first_hour.contains(&("rerank".to_owned(), Some(100), Some(5))),
+            "{b}: {first_hour:?}"
         );
     }
 }
