@@ -78,6 +78,8 @@ pub struct HostRow {
     pub instance_type: Option<String>,
     /// on_demand or spot, where the agent knows.
     pub lifecycle: Option<String>,
+    /// The cloud region its agent reports (`us-east-1`), where it knows: whose grid it draws on.
+    pub region: Option<String>,
     /// Known from the bill alone: a GPU instance the bill charges and no agent has reported
     /// (its cluster is [`BILLED_ONLY_CLUSTER`], its name the bill's resource id).
     pub from_bill: bool,

@@ -226,6 +226,7 @@ mod tests {
             instance_key: None,
             instance_type: Some(instance_type.into()),
             lifecycle: None,
+            region: None,
             from_bill: false,
         }
     }

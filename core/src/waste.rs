@@ -688,6 +688,7 @@ mod tests {
             instance_key: None,
             instance_type: None,
             lifecycle: None,
+            region: None,
             from_bill: false,
         }
     }

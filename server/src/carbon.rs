@@ -1,13 +1,13 @@
 //! Grid carbon intensities for the ledger's energy: the built-in table per cloud region
 //! (`carbon/grid-intensity.toml`, with its sources) under the config's `[carbon]` table, and
-//! each host's intensity from its cluster and region. The rules are the core's
+//! each host of an attribution's intensity from its cluster and region. The rules are the core's
 //! ([`gpuledger_core::carbon`]).
 
 use std::sync::OnceLock;
 
 pub use gpuledger_core::carbon::*;
 
-use crate::store::{self, Store, StoreError};
+use crate::attribution::Attribution;
 
 const BUILT_IN: &str = include_str!("carbon/grid-intensity.toml");
 
@@ -24,16 +24,14 @@ pub fn table(config: &GridTable) -> GridTable {
     config.over(built_in())
 }
 
-/// Every host's intensity as the table in force gives it.
-pub async fn grid(store: &dyn Store, config: &GridTable) -> Result<Grid, StoreError> {
-    let hosts = store::telemetry::host_places(store.db()).await?;
-    let table = table(config);
-    Ok(Grid::of_hosts(
-        &table,
-        hosts
-            .iter()
-            .map(|(id, cluster, region)| (*id, cluster.as_str(), region.as_deref())),
-    ))
+/// The intensity of each host `a` knows, as the table in force gives it.
+pub fn grid(a: &Attribution, config: &GridTable) -> Grid {
+    Grid::of_hosts(
+        &table(config),
+        a.hosts
+            .values()
+            .map(|h| (h.id, h.cluster.as_str(), h.region.as_deref())),
+    )
 }
 
 #[cfg(test)]

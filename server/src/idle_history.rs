@@ -247,6 +247,7 @@ mod tests {
             instance_key: None,
             instance_type: None,
             lifecycle: None,
+            region: None,
             from_bill: false,
         };
         let a = Attribution {

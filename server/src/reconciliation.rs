@@ -308,6 +308,7 @@ mod tests {
             instance_key: Some("i-known".into()),
             instance_type: None,
             lifecycle: None,
+            region: None,
             from_bill: false,
         }];
         // Two-hour lines, read for the first hour only: half of each counts.
@@ -374,6 +375,7 @@ mod tests {
             instance_key: Some("i-ghost".into()),
             instance_type: Some("p4d.24xlarge".into()),
             lifecycle: None,
+            region: None,
             from_bill: true,
         };
         let lines = [

@@ -30,6 +30,7 @@ fn host(id: i64, key: &str, instance_type: &str) -> HostRow {
         instance_key: Some(key.into()),
         instance_type: Some(instance_type.into()),
         lifecycle: None,
+        region: None,
         from_bill: false,
     }
 }

@@ -122,6 +122,7 @@ mod tests {
             instance_key: Some("i-1".into()),
             instance_type: Some(instance_type.into()),
             lifecycle: lifecycle.map(str::to_owned),
+            region: None,
             from_bill: false,
         }
     }

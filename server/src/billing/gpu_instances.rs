@@ -134,6 +134,7 @@ mod tests {
             instance_key: Some("i-known".into()),
             instance_type: None,
             lifecycle: None,
+            region: None,
             from_bill: false,
         };
         let no_id = HostRow {

@@ -148,10 +148,7 @@ pub(super) enum AllocationFormat {
             (String = "text/csv"),
             (String = "application/vnd.apache.parquet"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -202,6 +199,7 @@ async fn get_allocation(
         return Ok(focus_response(state, from, to, (filters, scope), focus));
     }
     let loaded = ledger::load(state.store.as_ref(), from, to, grain_for(step)).await?;
+    let grid = crate::carbon::grid(&loaded, &state.config.carbon);
     let loaded = scope.restrict(loaded, schema);
     // No filter: the parts as loaded, not a copy.
     let attributed = if filters.is_empty() {
@@ -209,7 +207,6 @@ async fn get_allocation(
     } else {
         allocation::filtered(&loaded, &filters)
     };
-    let grid = crate::carbon::grid(state.store.as_ref(), &state.config.carbon).await?;
     match format {
         AllocationFormat::Csv => {
             let rows = allocation::group(&attributed, by, step, &grid);

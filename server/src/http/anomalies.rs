@@ -52,10 +52,7 @@ impl From<DismissError> for ApiError {
     params(MonthQuery),
     responses(
         (status = 200, description = "The anomalies.", body = AnomaliesResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

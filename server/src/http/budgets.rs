@@ -53,10 +53,7 @@ impl From<BudgetError> for ApiError {
     params(MonthQuery),
     responses(
         (status = 200, description = "The budgets.", body = BudgetsResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -418,10 +418,7 @@ struct IncidentsQuery {
             (Vec<IncidentView> = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -480,10 +477,7 @@ struct IdleHistory {
             (IdleHistory = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

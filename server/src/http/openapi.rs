@@ -189,4 +189,25 @@ mod errors {
     #[derive(utoipa::IntoResponses)]
     #[response(status = 503, headers(("Retry-After" = u32, description = "Seconds to wait.")))]
     pub struct Unavailable(ApiErrorBody);
+
+    /// What every read of the ledger can answer besides its own: [`BadRequest`],
+    /// [`Unauthorized`], [`Unavailable`] and [`Internal`].
+    pub struct ReadErrors;
+
+    impl utoipa::IntoResponses for ReadErrors {
+        fn responses() -> std::collections::BTreeMap<
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+        > {
+            [
+                BadRequest::responses(),
+                Unauthorized::responses(),
+                Unavailable::responses(),
+                Internal::responses(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect()
+        }
+    }
 }

@@ -86,10 +86,7 @@ async fn compute(
             (Recommendations = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -279,43 +279,44 @@ fn comparison_caption(prev_from: i64, prev_to: i64, partial: bool, total: &str) 
     }
 }
 
-fn energy_figure(kwh: Option<f64>, measured_share: Option<f64>) -> String {
-    match kwh {
-        Some(_) => format!("{} kWh", charts::energy_text(kwh, measured_share)),
-        None => "unknown".into(),
-    }
-}
-
-/// What the energy figure covers: all the GPU time, a share of it, or none (no GPU here has an
-/// energy counter, so there is no figure rather than 0).
-fn energy_caption(measured_share: Option<f64>) -> String {
-    match measured_share {
-        Some(m) if m >= 0.999 => "energy measured by the GPUs".into(),
-        Some(m) if m > 0.0 => format!(
-            "energy measured by the GPUs, on {:.0}% of the GPU-hours (the rest report none)",
-            m * 100.0
-        ),
-        _ => "energy: no GPU here reports it".into(),
-    }
-}
-
-fn co2e_figure(kg: Option<f64>, measured_share: Option<f64>) -> String {
-    match kg {
-        Some(_) => format!("{} kg CO2e", charts::co2e_text(kg, measured_share)),
-        None => "unknown".into(),
-    }
-}
-
-/// What the emissions figure is, or why there is none: no measured energy, or energy drawn
-/// where the grid's intensity is unknown (which the config's `[carbon]` table can name).
-fn co2e_caption(energy_kwh: Option<f64>, kg_co2e: Option<f64>) -> String {
-    match (energy_kwh, kg_co2e) {
-        (_, Some(_)) => "emissions of that energy, from each host's grid".into(),
-        (Some(_), None) => {
-            "emissions: some hosts' grid intensity is unknown ([carbon] in the config)".into()
-        }
-        (None, None) => "emissions: no measured energy".into(),
-    }
+/// The energy and emissions figures of a month or a key, from its `(energy_kwh,
+/// energy_measured_share, kg_co2e)`: the figures, or why there are none (nothing measured the
+/// energy, or some was drawn where the grid's intensity is unknown).
+fn footprint_figures(
+    footprint: Option<(Option<f64>, Option<f64>, Option<f64>)>,
+    (energy_href, co2e_href): (String, String),
+) -> [Figure; 2] {
+    let (kwh, share, kg) = footprint.unwrap_or_default();
+    let energy = Figure {
+        value: match kwh {
+            Some(_) => format!("{} kWh", charts::energy_text(kwh, share)),
+            None => "unknown".into(),
+        },
+        caption: match share {
+            Some(m) if m >= 0.999 => "energy measured by the GPUs".into(),
+            Some(m) if m > 0.0 => format!(
+                "energy measured by the GPUs, on {:.0}% of the GPU-hours (the rest report none)",
+                m * 100.0
+            ),
+            _ => "energy: no GPU here reports it".into(),
+        },
+        href: energy_href,
+    };
+    let co2e = Figure {
+        value: match kg {
+            Some(_) => format!("{} kg CO2e", charts::co2e_text(kg, share)),
+            None => "unknown".into(),
+        },
+        caption: match (kwh, kg) {
+            (_, Some(_)) => "emissions of that energy, from each host's grid".into(),
+            (Some(_), None) => {
+                "emissions: some hosts' grid intensity is unknown ([carbon] in the config)".into()
+            }
+            (None, None) => "emissions: no measured energy".into(),
+        },
+        href: co2e_href,
+    };
+    [energy, co2e]
 }
 
 fn day_label(rfc: &str) -> String {
@@ -397,7 +398,6 @@ async fn review(
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
         scoped_gpus,
-        crate::carbon::grid(store, &state.config.carbon),
     );
     let (
         all,
@@ -413,11 +413,11 @@ async fn review(
         budgets,
         anomalies,
         scoped_gpus,
-        grid,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    let grid = crate::carbon::grid(&all, &state.config.carbon);
     // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
     let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema));
     let held_hosts = scope.held_hosts(&all, schema);
@@ -494,7 +494,7 @@ async fn review(
         format!("{sign}{} ({sign}{}%)", shown(diff.abs()), pct.abs())
     };
     let none: &[(GroupBy, String)] = &[];
-    let figures = vec![
+    let mut figures = vec![
         Figure {
             value: shown(total),
             caption: "GPU spend, attributed to the cent".into(),
@@ -535,26 +535,14 @@ async fn review(
             caption: "GPU-hours".into(),
             href: api_href(&month, &next, GroupBy::Cluster, none),
         },
-        Figure {
-            value: energy_figure(
-                month_totals.and_then(|t| t.energy_kwh),
-                month_totals.and_then(|t| t.energy_measured_share),
-            ),
-            caption: energy_caption(month_totals.and_then(|t| t.energy_measured_share)),
-            href: api_href(&month, &next, GroupBy::MODEL, none),
-        },
-        Figure {
-            value: co2e_figure(
-                month_totals.and_then(|t| t.kg_co2e),
-                month_totals.and_then(|t| t.energy_measured_share),
-            ),
-            caption: co2e_caption(
-                month_totals.and_then(|t| t.energy_kwh),
-                month_totals.and_then(|t| t.kg_co2e),
-            ),
-            href: api_href(&month, &next, GroupBy::TEAM, none),
-        },
     ];
+    figures.extend(footprint_figures(
+        month_totals.map(|t| (t.energy_kwh, t.energy_measured_share, t.kg_co2e)),
+        (
+            api_href(&month, &next, GroupBy::MODEL, none),
+            api_href(&month, &next, GroupBy::TEAM, none),
+        ),
+    ));
     // One table per owner dimension (the default four first, as finance reads them), then
     // how it was bought and where.
     let default_order = [
@@ -733,14 +721,14 @@ async fn drill_down(
         let run_hours = ledger::experiment_hours(store, from, to).await?;
         let requests = crate::unit_costs::request_totals(store, from, to).await?;
         let tokens = crate::unit_costs::token_totals(store, from, to).await?;
-        let grid = crate::carbon::grid(store, &state.config.carbon).await?;
-        Ok::<_, crate::store::StoreError>((a, run_hours, requests, tokens, grid))
+        Ok::<_, crate::store::StoreError>((a, run_hours, requests, tokens))
     }
     .await;
-    let (all, run_hours, requests, tokens, grid): (Attribution, _, _, _, _) = match loaded {
+    let (all, run_hours, requests, tokens): (Attribution, _, _, _) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    let grid = crate::carbon::grid(&all, &state.config.carbon);
     let scope = &user.scope;
     let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
     let held_runs =
@@ -774,7 +762,7 @@ async fn drill_down(
         .map_or(Decimal::ZERO, |t| t.cost);
     let cost = mine.map_or(Decimal::ZERO, |r| r.cost);
     let api = api_href(&month, &next, by, &filters);
-    let figures = vec![
+    let mut figures = vec![
         Figure {
             value: shown(cost),
             caption: if month_total.is_zero() {
@@ -809,26 +797,11 @@ async fn drill_down(
             caption: "held idle".into(),
             href: api.clone(),
         },
-        Figure {
-            value: energy_figure(
-                mine.and_then(|r| r.energy_kwh),
-                mine.and_then(|r| r.energy_measured_share),
-            ),
-            caption: energy_caption(mine.and_then(|r| r.energy_measured_share)),
-            href: api.clone(),
-        },
-        Figure {
-            value: co2e_figure(
-                mine.and_then(|r| r.kg_co2e),
-                mine.and_then(|r| r.energy_measured_share),
-            ),
-            caption: co2e_caption(
-                mine.and_then(|r| r.energy_kwh),
-                mine.and_then(|r| r.kg_co2e),
-            ),
-            href: api,
-        },
     ];
+    figures.extend(footprint_figures(
+        mine.map(|r| (r.energy_kwh, r.energy_measured_share, r.kg_co2e)),
+        (api.clone(), api),
+    ));
     let tables = related(by, schema)
         .into_iter()
         .map(|other| charts::table((&a, &grid), other, (&month, &next), &filters, cost, &cur))

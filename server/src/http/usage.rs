@@ -261,10 +261,7 @@ pub(super) async fn endpoint_costs(
             (UsageResponse = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -313,10 +310,7 @@ struct RunsResponse {
             (RunsResponse = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -51,10 +51,7 @@ struct VarianceQuery {
             (crate::variance::Variance = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::openapi::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -40,6 +40,7 @@ fn host(id: i64, name: &str) -> HostRow {
         instance_key: Some(format!("i-{name}")),
         instance_type: Some("p4de.24xlarge".into()),
         lifecycle: None,
+        region: None,
         from_bill: false,
     }
 }

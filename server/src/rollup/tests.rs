@@ -1084,8 +1084,8 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
         }
         run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
 
-        let grid = crate::carbon::grid(s, &GridTable::default()).await.unwrap();
         let daily = load(s, from, to, RollupGrain::Day).await.unwrap();
+        let grid = crate::carbon::grid(&daily, &GridTable::default());
         let hourly = load(s, from, to, RollupGrain::Hour).await.unwrap();
         let rows = |a: &Attribution, by| group(a, by, Step::Month, &grid);
         let models = rows(&daily, GroupBy::MODEL);
@@ -1140,7 +1140,7 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
         // A cluster's figure beats the region's; with the dark host's cluster named too, the
         // whole fleet has a total.
         let config: GridTable = toml::from_str("[clusters]\nc = 100.0").unwrap();
-        let by_cluster = crate::carbon::grid(s, &config).await.unwrap();
+        let by_cluster = crate::carbon::grid(&daily, &config);
         let t = &totals(&daily, &by_cluster)[0];
         let total_kwh = t.energy_kwh.unwrap();
         assert!(

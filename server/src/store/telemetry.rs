@@ -69,6 +69,7 @@ type HostColumns = (
     Option<String>,
     Option<String>,
     Option<String>,
+    Option<String>,
     bool,
 );
 
@@ -207,25 +208,12 @@ pub async fn batch_count(on: impl Into<On<'_>>) -> Result<i64, StoreError> {
     })
 }
 
-/// Each host's id, cluster and cloud region (where its agent knows it): where it draws its
-/// power, for its grid's carbon intensity.
-pub async fn host_places(
-    on: impl Into<On<'_>>,
-) -> Result<Vec<(i64, String, Option<String>)>, StoreError> {
-    let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        Ok(sqlx::query_as("SELECT id, cluster, region FROM hosts")
-            .fetch_all(&mut *ex)
-            .await?)
-    })
-}
-
 pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         let rows: Vec<HostColumns> = sqlx::query_as(
             "SELECT id, cluster, hostname, provider, instance_id, instance_key, instance_type,
-                    lifecycle, (from_bill <> 0) AS from_bill
+                    lifecycle, region, (from_bill <> 0) AS from_bill
              FROM hosts ORDER BY cluster, hostname",
         )
         .fetch_all(&mut *ex)
@@ -241,6 +229,7 @@ pub async fn hosts(on: impl Into<On<'_>>) -> Result<Vec<super::HostRow>, StoreEr
                 instance_key,
                 instance_type,
                 lifecycle,
+                region,
                 from_bill
             }))
             .collect())
