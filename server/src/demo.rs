@@ -116,10 +116,13 @@ fn wobble(seed: u64) -> f64 {
 }
 
 /// The day the serving team borrowed the idle H100 cluster for a load test: the day before the
-/// demo starts, so its spend spike is on the review and in Slack.
+/// demo starts, so its spend spike is on the review and in Slack. It ends at midnight, or at
+/// least two whole hours before the demo starts, so the cluster has been idle longer than any
+/// idle duration and is an incident at once whatever the time of day.
 fn load_test_day(now_ms: i64) -> (i64, i64) {
     let today = gpuledger_core::time::day_floor(now_ms);
-    (today - DAY_MS, today)
+    let quiet_from = now_ms - now_ms.rem_euclid(HOUR_MS) - 2 * HOUR_MS;
+    (today - DAY_MS, today.min(quiet_from))
 }
 
 /// What a host runs at `t_ms`: its own workload, but serving's load test on the idle cluster's

@@ -279,3 +279,18 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let still = kinds(&store::alerts::open_incidents(store.db()).await.unwrap());
     assert!(found.is_subset(&still), "{found:?} then {still:?}");
 }
+
+#[test]
+fn the_load_test_is_yesterday_and_over_long_enough_to_be_idle_at_any_hour() {
+    let midnight = 1_795_305_600_000; // 2026-11-23 00:00 UTC
+    for minutes in [0, 5, 59, 60, 119, 121, 180, 600, 1439] {
+        let now = midnight + minutes * 60_000;
+        let (from, to) = load_test_day(now);
+        assert_eq!(from, midnight - DAY_MS, "{minutes}");
+        assert!(to <= midnight, "{minutes}");
+        // Idle for two hours at least when the demo starts: more than any idle duration.
+        assert!(now - to >= 2 * HOUR_MS, "{minutes}: idle {} min", (now - to) / 60_000);
+        assert_eq!(to % HOUR_MS, 0);
+        assert!(to - from >= 20 * HOUR_MS, "{minutes}");
+    }
+}
