@@ -733,7 +733,13 @@ pub fn attribute_by(
     let mut billed: BTreeMap<(i64, i64), Vec<CostItem>> = BTreeMap::new();
     let mut unattributed_hours: BTreeMap<(i64, String), Decimal> = BTreeMap::new();
     for line in lines {
-        let host = line.resource_key.as_deref().and_then(|k| by_key.get(k));
+        // A commitment's unused part is nobody's, even where the bill names a resource on it
+        // (as FOCUS 1.2's flexibility examples do): it stays unattributed, for the fleet.
+        let host = line
+            .resource_key
+            .as_deref()
+            .filter(|_| !line.commitment_unused)
+            .and_then(|k| by_key.get(k));
         let tags: Option<BTreeMap<String, String>> = (reads_tags && host.is_some())
             .then(|| crate::bill::tags_of(&line.tags_json))
             .filter(|t| !t.is_empty());

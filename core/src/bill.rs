@@ -164,6 +164,9 @@ pub struct StoredCostLine {
     pub instance_type: Option<String>,
     /// The line's tags as JSON (`{}` for none): owner dimensions may read them.
     pub tags_json: String,
+    /// The unused part of a commitment discount (FOCUS `CommitmentDiscountStatus` `Unused`):
+    /// no resource's cost, charged to the fleet.
+    pub commitment_unused: bool,
 }
 
 #[cfg(test)]

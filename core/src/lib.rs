@@ -7,6 +7,7 @@
 //! - [`activity`]: the one definition of busy, held idle and idle.
 //! - [`bill`]: bill lines as every bill source produces them, and why a bill file is refused.
 //! - [`carbon`]: emissions of the measured energy from each host's grid intensity.
+//! - [`commitment`]: each commitment discount's use, unused dollars, coverage and end.
 //! - [`budget`]: budgets in force per owner and month-end forecasts from the weekday pattern.
 //! - [`anomaly`]: days an owner spent well above what that weekday usually costs it.
 //! - [`idle`]: the idle thresholds per cluster; [`ratecard`]: prices for hosts with no bill.
@@ -27,6 +28,7 @@ pub mod attribution;
 pub mod bill;
 pub mod budget;
 pub mod carbon;
+pub mod commitment;
 pub mod cost_metrics;
 pub mod idle;
 pub mod money;

@@ -36,6 +36,37 @@ pub struct Config {
     /// ([`crate::carbon`], docs/carbon.md).
     #[serde(default)]
     pub carbon: gpuledger_core::carbon::GridTable,
+    /// What the bill does not say about commitments (docs/commitments.md).
+    #[serde(default)]
+    pub commitments: CommitmentsConfig,
+}
+
+/// Commitment facts FOCUS 1.0–1.2 has no column for.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CommitmentsConfig {
+    /// The last day (UTC, `YYYY-MM-DD`) each commitment applies, by its id as the bill's
+    /// `CommitmentDiscountId` writes it: a bill states an end only in the month an upfront
+    /// purchase was invoiced.
+    #[serde(default)]
+    pub ends: std::collections::BTreeMap<String, String>,
+}
+
+impl CommitmentsConfig {
+    /// Each configured commitment's end, exclusive: the day after its last day. Checked when
+    /// the config loads, so a date that does not parse is left out here.
+    pub fn ends_ms(&self) -> std::collections::BTreeMap<String, i64> {
+        self.ends
+            .iter()
+            .filter_map(|(id, day)| Some((id.clone(), last_day_end_ms(day)?)))
+            .collect()
+    }
+}
+
+fn last_day_end_ms(day: &str) -> Option<i64> {
+    let date = chrono::NaiveDate::parse_from_str(day.trim(), "%Y-%m-%d").ok()?;
+    let next = date.succ_opt()?.and_hms_opt(0, 0, 0)?;
+    Some(next.and_utc().timestamp_millis())
 }
 
 /// Each day's allocation (and each month's, once it closes) written as FOCUS to an S3 bucket
@@ -502,6 +533,16 @@ impl Config {
             .carbon
             .check()
             .map_err(|e| err(format!("[carbon] {e}")))?;
+        if let Some((id, day)) = config
+            .commitments
+            .ends
+            .iter()
+            .find(|(_, day)| last_day_end_ms(day).is_none())
+        {
+            return Err(err(format!(
+                "[commitments.ends] {id:?} = {day:?} is not a date written YYYY-MM-DD"
+            )));
+        }
         if let Some(o) = &config.oidc {
             check_oidc(o).map_err(|m| err(format!("[oidc] {m}")))?;
         }
@@ -691,6 +732,31 @@ webhook = "https://hooks.slack.com/services/T/B/train"
         );
         std::fs::write(&p, "[carbon]\ndefault = 400\n").unwrap();
         assert!(Config::load(&p).is_err(), "a misspelt key");
+    }
+
+    #[test]
+    fn commitment_ends_are_last_days_or_refused_naming_the_commitment() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("commitments.toml");
+        let sp = "arn:aws:savingsplans::111122223333:savingsplan/abc";
+        std::fs::write(
+            &p,
+            format!("[commitments.ends]\n\"{sp}\" = \"2027-01-31\"\n"),
+        )
+        .unwrap();
+        let c = Config::load(&p).unwrap();
+        // Through the last day: it ends at the next midnight UTC.
+        assert_eq!(c.commitments.ends_ms()[sp], 1_801_440_000_000);
+        std::fs::write(
+            &p,
+            format!("[commitments.ends]\n\"{sp}\" = \"31/01/2027\"\n"),
+        )
+        .unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("commitments.toml") && e.contains(sp) && e.contains("YYYY-MM-DD"),
+            "{e}"
+        );
     }
 
     #[test]

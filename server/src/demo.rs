@@ -253,6 +253,9 @@ fn billed_hourly(
     }
 }
 
+/// The demo bill's compute savings plan, covering the training cluster.
+pub const DEMO_SAVINGS_PLAN: &str = "arn:aws:savingsplans::111122223333:savingsplan/demo-sp";
+
 /// The demo bill's GPU instance that no agent reports.
 pub const FORGOTTEN_INSTANCE: &str = "i-0f0e0d0c0b0a09080";
 
@@ -274,6 +277,11 @@ struct DemoLine<'a> {
     list_unit: Decimal,
     pricing: &'a str,
     commitment: Option<&'a str>,
+    /// The line's part of its commitment: `Used` on a resource it covered, `Unused` on the
+    /// commitment itself, none on its purchase.
+    commitment_status: Option<&'a str>,
+    /// `Usage`, or `Purchase` for a commitment's recurring fee.
+    charge: &'a str,
     service: (&'a str, &'a str, &'a str),
     sku: &'a str,
     details: String,
@@ -304,6 +312,8 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
         let list = l.list_unit * quantity;
         let text = |d: Decimal| gpuledger_core::money::to_text(d);
         let used = l.commitment.is_some();
+        let purchase = l.charge == "Purchase";
+        let unused = l.commitment_status == Some("Unused");
         let value = |col: &str| -> String {
             match col {
                 "AvailabilityZone" => "us-east-1a".into(),
@@ -314,20 +324,25 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
                 "BillingCurrency" | "PricingCurrency" => "USD".into(),
                 "BillingPeriodEnd" => iso(month_end(l.start)),
                 "BillingPeriodStart" => iso(period),
-                "ChargeCategory" => "Usage".into(),
+                "ChargeCategory" => l.charge.into(),
                 "ChargeDescription" => l.description.clone(),
+                "ChargeFrequency" if purchase => "Recurring".into(),
                 "ChargeFrequency" => "Usage-Based".into(),
                 "ChargePeriodEnd" => iso(l.start + l.len),
                 "ChargePeriodStart" => iso(l.start),
                 "CommitmentDiscountCategory" if used => "Spend".into(),
                 "CommitmentDiscountId" => l.commitment.unwrap_or_default().into(),
                 "CommitmentDiscountName" if used => "demo-compute-savings-plan".into(),
+                "CommitmentDiscountQuantity" if purchase => text(l.billed),
                 "CommitmentDiscountQuantity" if used => text(l.effective),
-                "CommitmentDiscountStatus" if used => "Used".into(),
+                "CommitmentDiscountStatus" => l.commitment_status.unwrap_or_default().into(),
                 "CommitmentDiscountType" if used => "Compute Savings Plan".into(),
                 "CommitmentDiscountUnit" if used => "USD".into(),
+                // An unused commitment consumed nothing.
+                "ConsumedQuantity" | "ConsumedUnit" if unused => String::new(),
                 "ConsumedQuantity" | "PricingQuantity" => text(quantity),
                 "ConsumedUnit" | "PricingUnit" => l.unit.into(),
+                "ContractedCost" if purchase => text(l.billed),
                 "ContractedCost" | "PricingCurrencyEffectiveCost" if used => text(l.effective),
                 "ContractedCost" => text(list),
                 "ContractedUnitPrice" | "PricingCurrencyContractedUnitPrice" if used => {
@@ -371,7 +386,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             .instance_types
             .get(spec.instance_type)
             .map_or(Decimal::ZERO, |r| r.on_demand);
-        let commitment = status.map(|_| "arn:aws:savingsplans::111122223333:savingsplan/demo-sp");
+        let commitment = status.map(|_| DEMO_SAVINGS_PLAN);
         let billed = if commitment.is_some() {
             Decimal::ZERO
         } else {
@@ -396,6 +411,8 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
                 list_unit,
                 pricing,
                 commitment,
+                commitment_status: status,
+                charge: "Usage",
                 service: (
                     "Compute",
                     "Amazon Elastic Compute Cloud",
@@ -414,6 +431,63 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             t += HOUR_MS;
         }
     }
+    // The savings plan was bought for ten training hosts and two have since been released: its
+    // hourly fee is invoiced on the plan itself (a recurring purchase, amortized as usage), and
+    // what the eight hosts left of it each hour is its unused part.
+    let covered: Decimal = fleet()
+        .iter()
+        .filter_map(|spec| {
+            let (hourly, _, status) = billed_hourly(spec, card);
+            status.map(|_| hourly)
+        })
+        .sum();
+    let fee = covered * Decimal::new(125, 2);
+    let plan = (
+        DEMO_SAVINGS_PLAN.to_owned(),
+        "demo-compute-savings-plan".to_owned(),
+        "Savings Plan",
+    );
+    let mut t = start;
+    while t + HOUR_MS <= billed_until {
+        for (charge, status, billed, effective, pricing, description) in [
+            (
+                "Purchase",
+                None,
+                fee,
+                Decimal::ZERO,
+                "Standard",
+                format!("Savings Plan recurring fee: ${fee} per hour"),
+            ),
+            (
+                "Usage",
+                Some("Unused"),
+                Decimal::ZERO,
+                fee - covered,
+                "Committed",
+                "Savings Plan commitment not used".to_owned(),
+            ),
+        ] {
+            row(DemoLine {
+                start: t,
+                len: HOUR_MS,
+                billed,
+                effective,
+                list_unit: billed.max(effective),
+                pricing,
+                commitment: Some(DEMO_SAVINGS_PLAN),
+                commitment_status: status,
+                charge,
+                service: ("Compute", "Savings Plans for AWS Compute usage", "Other"),
+                sku: "DEMOSPSKU",
+                details: "{}".into(),
+                resource: plan.clone(),
+                description,
+                unit: "Hours",
+                tags: "{}",
+            });
+        }
+        t += HOUR_MS;
+    }
     // A GPU dev box somebody started and nobody installed the agent on: billed every hour,
     // known only from the bill, its tags saying whose it is.
     let (box_type, box_id) = ("g5.xlarge", FORGOTTEN_INSTANCE);
@@ -431,6 +505,8 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             list_unit: box_rate,
             pricing: "Standard",
             commitment: None,
+            commitment_status: None,
+            charge: "Usage",
             service: (
                 "Compute",
                 "Amazon Elastic Compute Cloud",
@@ -461,6 +537,8 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             list_unit: cost / Decimal::from(24),
             pricing: "Standard",
             commitment: None,
+            commitment_status: None,
+            charge: "Usage",
             service: ("Storage", "Amazon Simple Storage Service", "Object Storage"),
             sku: "DEMOS3SKU",
             details: "{}".into(),

@@ -10,6 +10,7 @@ pub mod billing;
 pub mod budgets;
 pub mod carbon;
 pub mod closing;
+pub mod commitments;
 pub mod config;
 pub mod cost_metrics;
 pub mod csv_out;

@@ -77,13 +77,17 @@ pub struct Reconciliation {
     /// Lines of GPU instances (by the rate card's instance types or a GPU instance family) no
     /// agent reports: in the ledger on hosts known from the bill alone, or not yet.
     pub gpu_without_agent: Vec<ResourceCost>,
+    /// Commitment discounts' unused parts (FOCUS `Unused` rows), per commitment: no
+    /// resource's cost, charged to the fleet, not to owners.
+    pub unused_commitments: Vec<ResourceCost>,
     /// Everything else on the bill: storage, network, CPU instances, support, tax…
     pub not_gpu: Vec<ResourceCost>,
     /// The ledger's attribution of the billed hosts, by kind.
     pub attributed: ByKind,
     /// The ledger's rate-card estimates for hosts and hours no bill covers: not on this bill.
     pub estimated: ByKind,
-    /// What the ledger holds as not attributed (GPU instances without agent and not GPU).
+    /// What the ledger holds as not attributed (GPU instances without agent, unused
+    /// commitments and not GPU).
     #[serde(with = "rust_decimal::serde::str")]
     pub ledger_unattributed: Decimal,
     /// `bill − (attributed + ledger_unattributed)`: zero when the ledger is complete.
@@ -103,6 +107,9 @@ impl Reconciliation {
             .filter(|r| !r.in_ledger)
             .map(|r| r.cost)
             .sum()
+    }
+    pub fn unused_commitments_total(&self) -> Decimal {
+        self.unused_commitments.iter().map(|r| r.cost).sum()
     }
     pub fn not_gpu_total(&self) -> Decimal {
         self.not_gpu.iter().map(|r| r.cost).sum()
@@ -126,6 +133,7 @@ pub fn reconcile(
         known: Decimal,
         gpu_without_agent: BTreeMap<(String, Option<String>), (Decimal, bool)>,
         not_gpu: BTreeMap<(String, Option<String>), Decimal>,
+        unused_commitments: BTreeMap<(String, Option<String>), Decimal>,
         hints: BTreeMap<(String, Option<String>), BTreeMap<String, BTreeSet<String>>>,
         attributed: ByKind,
         estimated: ByKind,
@@ -152,6 +160,11 @@ pub fn reconcile(
         let a = acc.entry(line.currency.clone()).or_default();
         a.bill += amount;
         let key = line.resource_key.as_deref();
+        if line.commitment_unused {
+            let resource = (key.unwrap_or("(none)").to_owned(), None);
+            *a.unused_commitments.entry(resource).or_default() += amount;
+            continue;
+        }
         let host = key
             .and_then(|k| by_key.get(k))
             .filter(|id| !from_bill.contains(*id) || in_ledger.contains(*id));
@@ -226,6 +239,13 @@ pub fn reconcile(
                 bill: a.bill,
                 bill_on_known_hosts: a.known,
                 gpu_without_agent: listed(a.gpu_without_agent, &mut a.hints),
+                unused_commitments: listed(
+                    a.unused_commitments
+                        .into_iter()
+                        .map(|(k, c)| (k, (c, false)))
+                        .collect(),
+                    &mut BTreeMap::new(),
+                ),
                 not_gpu: listed(
                     a.not_gpu
                         .into_iter()
@@ -266,6 +286,7 @@ mod tests {
     fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {
         StoredCostLine {
             tags_json: "{}".into(),
+            commitment_unused: false,
             resource_key: key.map(str::to_owned),
             charge_period_start_ms: 0,
             charge_period_end_ms: 2 * HOUR_MS,
@@ -317,6 +338,16 @@ mod tests {
             line(Some("i-nobody"), Some("p4d.24xlarge"), "8"),
             line(Some("bucket"), None, "4"),
             line(None, Some("t3.micro"), "2"),
+            // A savings plan's unused part, and one written on the resource it could have
+            // covered (FOCUS 1.2's flexibility example): both the fleet's, neither the host's.
+            StoredCostLine {
+                commitment_unused: true,
+                ..line(Some("sp-1"), None, "6")
+            },
+            StoredCostLine {
+                commitment_unused: true,
+                ..line(Some("i-known"), Some("p4d.24xlarge"), "2")
+            },
         ];
         let mut ledger = Attribution {
             parts: vec![
@@ -324,7 +355,7 @@ mod tests {
                 part(Kind::Idle, "4", false),
                 part(Kind::Used, "3.5", true),
             ],
-            unattributed: [("USD".to_owned(), Decimal::from(7))].into(),
+            unattributed: [("USD".to_owned(), Decimal::from(11))].into(),
             unattributed_hours: Default::default(),
             hosts: Default::default(),
         };
@@ -342,8 +373,15 @@ mod tests {
             .remove(0)
         };
         let r = &first_hour(&ledger);
-        assert_eq!(r.bill, Decimal::from(17));
+        assert_eq!(r.bill, Decimal::from(21));
         assert_eq!(r.bill_on_known_hosts, Decimal::from(10));
+        assert_eq!(r.unused_commitments_total(), Decimal::from(4));
+        let unused: Vec<&str> = r
+            .unused_commitments
+            .iter()
+            .map(|c| c.resource.as_str())
+            .collect();
+        assert_eq!(unused, ["sp-1", "i-known"]);
         assert_eq!(r.attributed.total(), Decimal::from(10));
         assert_eq!(
             r.estimated.used,

@@ -93,6 +93,7 @@ fn line(key: &str, start: i64, end: i64, cost: &str, category: &str) -> StoredCo
         pricing_category: category.into(),
         instance_type: None,
         tags_json: "{}".into(),
+        commitment_unused: false,
     }
 }
 
@@ -197,6 +198,30 @@ fn a_billed_host_without_any_telemetry_is_unmonitored() {
         (a.parts[0].kind, a.parts[0].cost),
         (Kind::Unmonitored, d("7.5"))
     );
+}
+
+#[test]
+fn a_commitments_unused_part_is_the_fleets_even_on_a_hosts_resource() {
+    // FOCUS 1.2's flexibility example writes an Unused row on the resource it could have
+    // covered: its dollars are still nobody's, never the host's owners'.
+    let lines = [
+        line("i-1", H, H + HOUR_MS, "1.5", "committed"),
+        StoredCostLine {
+            commitment_unused: true,
+            ..line("i-1", H, H + HOUR_MS, "0.5", "committed")
+        },
+    ];
+    let a = attribute(
+        vec![host(1, "i-1", "p4d.24xlarge")],
+        &[],
+        &[],
+        &lines,
+        &RateCard::default_card(),
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("1.5"));
+    assert_eq!(a.unattributed["USD"], d("0.5"));
 }
 
 /// Reports of agents that predate MIG slices: instances share their GPU by memory size.

@@ -139,6 +139,7 @@ mod tests {
             pricing_category: "on_demand".into(),
             instance_type: None,
             tags_json: "{}".into(),
+            commitment_unused: false,
         }
     }
 

@@ -75,8 +75,44 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     );
     assert_eq!(
         r.bill,
-        attributed + r.not_gpu_total() + r.gpu_without_agent_unattributed()
+        attributed
+            + r.not_gpu_total()
+            + r.unused_commitments_total()
+            + r.gpu_without_agent_unattributed()
     );
+    // The savings plan was bought for ten training hosts and eight remain: 80 % used, the
+    // rest the fleet's, and the training type wholly covered.
+    let c = crate::commitments::for_range(
+        store.as_ref(),
+        &card,
+        &crate::config::Config::default(),
+        from,
+        to,
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.commitments.len(), 1, "{c:?}");
+    let plan = &c.commitments[0];
+    assert_eq!(plan.id, DEMO_SAVINGS_PLAN);
+    assert_eq!(plan.utilization_percent, Some(Decimal::new(800, 1)));
+    assert_eq!(plan.unused, plan.used_on_gpus * Decimal::new(25, 2));
+    assert_eq!(
+        plan.used_on_gpus + plan.unused,
+        plan.invoiced,
+        "FOCUS 1.2's balance"
+    );
+    assert_eq!(r.unused_commitments_total(), plan.unused);
+    let p4d = c
+        .coverage
+        .iter()
+        .find(|t| t.instance_type == "p4d.24xlarge")
+        .unwrap();
+    assert_eq!(p4d.coverage_percent, Some(Decimal::new(1000, 1)));
+    assert!(c
+        .coverage
+        .iter()
+        .any(|t| t.coverage_percent == Some(Decimal::new(0, 1))));
     // Every demo GPU host reports but the dev box nobody installed the agent on: it is in the
     // ledger on a host known from the bill, all of it unmonitored.
     let listed: Vec<(&str, bool)> = r
@@ -289,7 +325,11 @@ fn the_load_test_is_yesterday_and_over_long_enough_to_be_idle_at_any_hour() {
         assert_eq!(from, midnight - DAY_MS, "{minutes}");
         assert!(to <= midnight, "{minutes}");
         // Idle for two hours at least when the demo starts: more than any idle duration.
-        assert!(now - to >= 2 * HOUR_MS, "{minutes}: idle {} min", (now - to) / 60_000);
+        assert!(
+            now - to >= 2 * HOUR_MS,
+            "{minutes}: idle {} min",
+            (now - to) / 60_000
+        );
         assert_eq!(to % HOUR_MS, 0);
         assert!(to - from >= 20 * HOUR_MS, "{minutes}");
     }

@@ -30,6 +30,7 @@ pub fn router(max_upload_bytes: usize) -> Router<AppState> {
         .route("/billing/{month}", get(reconciliation_page))
         .route("/billing/{month}/sign-off", post(sign_off))
         .route("/api/v1/billing/reconciliation", get(reconciliation_api))
+        .route("/api/v1/billing/commitments", get(commitments_api))
         .route(
             "/billing/import",
             post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
@@ -57,6 +58,8 @@ pub struct ReconView {
     pub estimated: String,
     pub estimated_parts: String,
     pub gpu_without_agent: Vec<GpuWithoutAgentRow>,
+    /// Each commitment's unused dollars: (commitment, "", cost).
+    pub unused_commitments: Vec<(String, String, String)>,
     pub not_gpu: Vec<(String, String, String)>,
     pub not_gpu_more: usize,
 }
@@ -186,6 +189,12 @@ fn recon_view(
                 Some("#gpu-without-agent".into()),
             ),
             line(
+                "commitments' unused part, charged to the fleet",
+                r.unused_commitments_total(),
+                1,
+                Some("#unused-commitments".into()),
+            ),
+            line(
                 "not GPU hosts",
                 r.not_gpu_total(),
                 1,
@@ -226,6 +235,7 @@ fn recon_view(
                 }
             })
             .collect(),
+        unused_commitments: rows(&r.unused_commitments, usize::MAX),
         not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),
         not_gpu_more: r.not_gpu.len().saturating_sub(NOT_GPU_LISTED),
     }
@@ -420,6 +430,61 @@ async fn reconciliation_api(
         hours_waiting_for_rollup,
         currencies,
     }))
+}
+
+/// `GET /api/v1/billing/commitments[?month=YYYY-MM]`: the month's commitment discounts.
+#[utoipa::path(
+    get,
+    path = "/api/v1/billing/commitments",
+    operation_id = "get_commitments",
+    tag = "billing",
+    summary = "Commitment discounts: utilization, unused dollars, coverage, ends",
+    description = "Each savings plan, reserved instance or committed-use discount the month's \
+        bill names: the amortized cost of what it covered on GPU instances and elsewhere, \
+        what it cost unused (charged to the fleet, not to owners), utilization, what its \
+        purchase rows invoice in the month and when it ends (from an upfront purchase row or \
+        the config's `[commitments.ends]`; expiring within 90 days is flagged). Per GPU \
+        instance type, how much of its usage commitments covered. Covers every team: a \
+        team-scoped reader gets 403.",
+    params(super::params::MonthQuery),
+    responses(
+        (status = 200, description = "The month's commitments.", body = CommitmentsResponse),
+        super::openapi::BadRequest,
+        super::openapi::Unauthorized,
+        super::openapi::Forbidden,
+        super::openapi::Unavailable,
+        super::openapi::Internal,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
+async fn commitments_api(
+    State(state): State<AppState>,
+    _user: SignedIn,
+    query: Result<
+        axum::extract::Query<super::params::MonthQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<axum::Json<CommitmentsResponse>, crate::error::ApiError> {
+    let ((from, to), month) = super::params::month_asked(query)?;
+    let commitments = crate::commitments::for_range(
+        state.store.as_ref(),
+        &state.rate_card,
+        &state.config,
+        from,
+        to,
+        now_ms(),
+    )
+    .await?;
+    Ok(axum::Json(CommitmentsResponse { month, commitments }))
+}
+
+/// A month's commitment discounts.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct CommitmentsResponse {
+    /// `YYYY-MM`.
+    month: String,
+    #[serde(flatten)]
+    commitments: crate::commitments::Commitments,
 }
 
 /// A month's reconciliation, one per currency its bill or ledger carries.

@@ -45,6 +45,7 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
         super::allocation::get_imports,
         super::allocation::get_periods,
         super::billing::reconciliation_api,
+        super::billing::commitments_api,
         super::variance::variance_api,
         super::budgets::budgets_api,
         super::budgets::set_api,

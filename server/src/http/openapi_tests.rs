@@ -649,6 +649,8 @@ async fn every_documented_operation_answers_as_documented() {
             "/api/v1/billing/periods".into(),
             format!("/api/v1/billing/reconciliation?month={last_month}"),
             "/api/v1/billing/reconciliation".into(),
+            format!("/api/v1/billing/commitments?month={last_month}"),
+            "/api/v1/billing/commitments".into(),
             format!("/api/v1/variance?month={last_month}&by=cluster"),
             "/api/v1/variance?format=csv".into(),
             "/api/v1/budgets".into(),
@@ -673,7 +675,11 @@ async fn every_documented_operation_answers_as_documented() {
         }
         // A team's token: its figures where the operation narrows them, 403 where it covers
         // every team.
-        let every_team = ["/api/v1/billing/imports", "/api/v1/billing/periods"];
+        let every_team = [
+            "/api/v1/billing/imports",
+            "/api/v1/billing/periods",
+            "/api/v1/billing/commitments",
+        ];
         for path in &reads {
             let answer = live.call("get", path, TeamReader, None).await;
             let status = match every_team.iter().any(|p| path.starts_with(p))

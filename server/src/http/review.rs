@@ -105,6 +105,8 @@ struct ReviewPage {
     closing: ClosingView,
     /// The days the recommendations looked at.
     saving_days: String,
+    /// The month's commitment discounts: the whole bill's, shown to those who see every team.
+    commitments: rows::CommitmentsView,
 }
 
 #[derive(Template)]
@@ -397,6 +399,7 @@ async fn review(
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
+        crate::commitments::for_range(store, &state.rate_card, &state.config, from, to, now),
         scoped_gpus,
     );
     let (
@@ -412,6 +415,7 @@ async fn review(
         restated,
         budgets,
         anomalies,
+        commitments,
         scoped_gpus,
     ) = match loaded {
         Ok(x) => x,
@@ -653,6 +657,12 @@ async fn review(
         total_saving,
         closing,
         saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
+        // A commitment is the whole bill's, never a team's to read.
+        commitments: if scope.is_all() {
+            rows::commitments_view(&commitments, &cur, &month)
+        } else {
+            rows::CommitmentsView::default()
+        },
         month,
         next,
         next_begun: to <= now,

@@ -69,7 +69,6 @@ fn config(webhook: &str, remind: Duration) -> Config {
         oidc: None,
         metrics: Default::default(),
         export: None,
-        carbon: Default::default(),
         slack: SlackConfig {
             default_webhook: Some(Secret(webhook.to_owned())),
             routes: vec![SlackRoute {
@@ -82,6 +81,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
             base_url: "https://gpuledger.example.com".into(),
             app: None,
         },
+        ..Default::default()
     }
 }
 

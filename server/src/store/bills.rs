@@ -520,6 +520,70 @@ pub async fn billing_imports(
     })
 }
 
+/// A stored cost line as commitments read it (amounts as their exact decimal text).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CommitmentRow {
+    pub resource_key: Option<String>,
+    pub charge_category: String,
+    pub charge_period_start_ms: i64,
+    pub charge_period_end_ms: i64,
+    pub billed_cost: String,
+    pub effective_cost: String,
+    pub currency: String,
+    pub commitment_discount_id: Option<String>,
+    pub commitment_discount_status: Option<String>,
+    pub instance_type: Option<String>,
+    /// Holds `CommitmentDiscountName`, `CommitmentDiscountType` and `ChargeFrequency`.
+    pub extra_json: String,
+}
+
+macro_rules! commitment_columns_sql {
+    () => {
+        "SELECT resource_key, charge_category, charge_period_start_ms, charge_period_end_ms,
+                billed_cost, effective_cost, currency, commitment_discount_id,
+                commitment_discount_status, instance_type, extra_json "
+    };
+}
+
+/// The lines of `[from_ms, to_ms)` commitments read: those naming a commitment and those of an
+/// instance type (whose coverage they are).
+pub async fn commitment_lines(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<CommitmentRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            commitment_columns_sql!(),
+            "FROM cost_lines
+             WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
+               AND (commitment_discount_id IS NOT NULL OR instance_type IS NOT NULL)
+             ORDER BY charge_period_start_ms, id"
+        ))
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Every commitment purchase row ever imported, whatever its period: an upfront one, invoiced
+/// in the month it was bought, is what states when the term ends.
+pub async fn commitment_purchases(on: impl Into<On<'_>>) -> Result<Vec<CommitmentRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(concat!(
+            commitment_columns_sql!(),
+            "FROM cost_lines
+             WHERE charge_category = 'Purchase' AND commitment_discount_id IS NOT NULL
+             ORDER BY charge_period_start_ms, id"
+        ))
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
 /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
 pub async fn cost_lines(
     on: impl Into<On<'_>>,
@@ -539,11 +603,12 @@ pub async fn cost_lines(
             String,
             Option<String>,
             String,
+            Option<String>,
         );
         let rows: Vec<Columns> = sqlx::query_as(concat!(
             "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
                     billed_cost, effective_cost, currency, pricing_category, instance_type,
-                    tags_json ",
+                    tags_json, commitment_discount_status ",
             super::cost_lines_in_range_sql!()
         ))
         .bind(from_ms)
@@ -566,6 +631,7 @@ pub async fn cost_lines(
                     pricing_category,
                     instance_type,
                     tags_json,
+                    commitment_status,
                 )| super::StoredCostLine {
                     resource_key,
                     charge_period_start_ms,
@@ -577,6 +643,10 @@ pub async fn cost_lines(
                     pricing_category,
                     instance_type,
                     tags_json,
+                    commitment_unused: commitment_status
+                        .as_deref()
+                        .and_then(gpuledger_core::commitment::Status::parse)
+                        == Some(gpuledger_core::commitment::Status::Unused),
                 },
             )
             .collect())

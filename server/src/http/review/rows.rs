@@ -264,3 +264,89 @@ pub fn variance_view(v: &crate::variance::Variance, month: &str) -> VarianceView
         api,
     }
 }
+
+/// The month's commitment discounts as the review shows them, in the page's currency.
+#[derive(Default)]
+pub struct CommitmentsView {
+    pub rows: Vec<CommitmentRow>,
+    pub coverage: Vec<CoverageRow>,
+    /// Their unused dollars: the line charged to the fleet.
+    pub unused: String,
+    /// Some commitment ends within 90 days.
+    pub expiring: usize,
+    pub api: String,
+}
+
+pub struct CommitmentRow {
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+    pub used_on_gpus: String,
+    pub used_elsewhere: String,
+    pub unused: String,
+    pub utilization: String,
+    pub ends: String,
+    pub expiring: bool,
+}
+
+pub struct CoverageRow {
+    pub instance_type: String,
+    pub usage: String,
+    pub covered: String,
+    pub coverage: String,
+}
+
+pub fn commitments_view(
+    c: &crate::commitments::Commitments,
+    currency: &str,
+    month: &str,
+) -> CommitmentsView {
+    let percent = |p: Option<Decimal>| p.map_or_else(|| "unknown".to_owned(), |p| format!("{p}%"));
+    let rows: Vec<CommitmentRow> = c
+        .commitments
+        .iter()
+        .filter(|x| x.currency == currency)
+        .map(|x| CommitmentRow {
+            // The name where the bill gives one, else the id's last part (an ARN's plan id).
+            name: x
+                .name
+                .clone()
+                .unwrap_or_else(|| x.id.rsplit(['/', ':']).next().unwrap_or(&x.id).to_owned()),
+            id: x.id.clone(),
+            kind: x.commitment_type.clone().unwrap_or_default(),
+            used_on_gpus: money(x.used_on_gpus, currency),
+            used_elsewhere: money(x.used_elsewhere, currency),
+            unused: money(x.unused, currency),
+            utilization: percent(x.utilization_percent),
+            ends: x.ends_ms.map_or_else(
+                || "not on the bill".to_owned(),
+                |e| day_label(&gpuledger_core::time::rfc3339(e - 1)),
+            ),
+            expiring: x.expiring,
+        })
+        .collect();
+    CommitmentsView {
+        expiring: rows.iter().filter(|r| r.expiring).count(),
+        rows,
+        coverage: c
+            .coverage
+            .iter()
+            .filter(|t| t.currency == currency)
+            .map(|t| CoverageRow {
+                instance_type: t.instance_type.clone(),
+                usage: money(t.usage, currency),
+                covered: money(t.covered, currency),
+                coverage: percent(t.coverage_percent),
+            })
+            .collect(),
+        unused: money(
+            c.unused
+                .iter()
+                .filter(|u| u.currency == currency)
+                .map(|u| u.amount)
+                .sum(),
+            currency,
+        ),
+        api: format!("/api/v1/billing/commitments?month={month}"),
+    }
+}

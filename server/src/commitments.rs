@@ -1,0 +1,193 @@
+//! A period's commitment discounts read from the bill lines in force: each commitment's
+//! utilization and unused dollars, each GPU instance type's coverage, and commitments ending
+//! soon. The rules are the core's ([`gpuledger_core::commitment`]); this reads the lines, tells
+//! GPU instances from the rest as reconciliation does, and adds the configured ends.
+
+use std::collections::BTreeMap;
+
+pub use gpuledger_core::commitment::*;
+
+use crate::attribution::hosts_by_instance_key;
+use crate::billing::ratecard::RateCard;
+use crate::config::Config;
+use crate::store::bills::CommitmentRow;
+use crate::store::{self, Store, StoreError};
+
+/// The commitments of `[from_ms, to_ms)` as of `now_ms`.
+pub async fn for_range(
+    store: &dyn Store,
+    card: &RateCard,
+    config: &Config,
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+) -> Result<Commitments, StoreError> {
+    let rows = store::bills::commitment_lines(store.db(), from_ms, to_ms).await?;
+    let purchases = store::bills::commitment_purchases(store.db()).await?;
+    let hosts = store::telemetry::hosts(store.db()).await?;
+    let gpu_hosts = hosts_by_instance_key(&hosts);
+    let line = |r: &CommitmentRow| {
+        let gpu = r
+            .resource_key
+            .as_deref()
+            .is_some_and(|k| gpu_hosts.contains_key(k))
+            || r.instance_type.as_deref().is_some_and(|t| {
+                card.instance_types.get(t).is_some_and(|rate| rate.gpus > 0)
+                    || crate::billing::gpu_instances::is_gpu_instance_type(t)
+            });
+        of_row(r, gpu)
+    };
+    let lines: Vec<CommitmentLine> = rows.iter().map(line).collect();
+    let purchases: Vec<CommitmentLine> = purchases.iter().map(|r| of_row(r, false)).collect();
+    Ok(summarize(
+        &lines,
+        &purchases,
+        &config.commitments.ends_ms(),
+        from_ms,
+        to_ms,
+        now_ms,
+    ))
+}
+
+fn of_row(r: &CommitmentRow, gpu: bool) -> CommitmentLine {
+    // The columns the line model does not name are kept as text in `extra_json`.
+    let extra: BTreeMap<String, String> = serde_json::from_str(&r.extra_json).unwrap_or_default();
+    let text = |name: &str| extra.get(name).filter(|v| !v.is_empty()).cloned();
+    let amount = gpuledger_core::money::from_text;
+    CommitmentLine {
+        charge_category: r.charge_category.clone(),
+        charge_frequency: text("ChargeFrequency"),
+        charge_period_start_ms: r.charge_period_start_ms,
+        charge_period_end_ms: r.charge_period_end_ms,
+        billed_cost: amount(&r.billed_cost),
+        effective_cost: amount(&r.effective_cost),
+        currency: r.currency.clone(),
+        commitment_id: r.commitment_discount_id.clone().filter(|id| !id.is_empty()),
+        commitment_name: text("CommitmentDiscountName"),
+        commitment_type: text("CommitmentDiscountType"),
+        status: r
+            .commitment_discount_status
+            .as_deref()
+            .and_then(Status::parse),
+        instance_type: r.instance_type.clone(),
+        gpu,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support;
+    use gpuledger_core::time::{rfc3339, DAY_MS, HOUR_MS};
+    use rust_decimal::Decimal;
+
+    /// 2026-10-10 00:00 UTC.
+    const T: i64 = 1_791_590_400_000;
+    const SP: &str = "arn:aws:savingsplans::111122223333:savingsplan/sp-a";
+    const RI: &str = "arn:aws:ec2:us-east-1:111122223333:reserved-instances/ri-b";
+
+    fn d(text: &str) -> Decimal {
+        text.parse().unwrap()
+    }
+
+    /// A FOCUS 1.2 file with the specification's commitment rows: a $1.00/hour savings plan
+    /// used 75 % on a GPU instance (its recurring purchase, the used and the unused row), a
+    /// reservation bought all upfront ten months ago covering a CPU instance, and on-demand
+    /// usage of the same GPU type that nothing covered.
+    fn bill() -> String {
+        let month = gpuledger_core::time::month_start_ms(T);
+        let bought = T - 300 * DAY_MS;
+        let header = "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,\
+            ChargeCategory,ChargeFrequency,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,\
+            ListCost,ServiceProviderName,ResourceId,x_InstanceType,CommitmentDiscountId,\
+            CommitmentDiscountName,CommitmentDiscountType,CommitmentDiscountStatus,\
+            PricingCategory";
+        let (s, e) = (rfc3339(T), rfc3339(T + HOUR_MS));
+        let p = rfc3339(month);
+        let lines = [
+            format!("1.00,acct,USD,{p},Purchase,Recurring,{e},{s},0,1.00,AWS,{SP},,{SP},gpu-plan,Savings Plan,,Standard"),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e},{s},0.75,1.20,AWS,i-0gpu,p5.48xlarge,{SP},gpu-plan,Savings Plan,Used,Committed"),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e},{s},0.25,0.25,AWS,{SP},,{SP},gpu-plan,Savings Plan,Unused,Committed"),
+            format!("0.50,acct,USD,{p},Usage,Usage-Based,{e},{s},0.50,0.50,AWS,i-0gpu2,p5.48xlarge,,,,,Standard"),
+            format!(
+                "8760.00,acct,USD,{},Purchase,One-Time,{},{},0,8760.00,AWS,{RI},,{RI},,Reserved Instance,,Standard",
+                rfc3339(gpuledger_core::time::month_start_ms(bought)),
+                rfc3339(T + 65 * DAY_MS),
+                rfc3339(bought),
+            ),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e},{s},1.00,1.50,AWS,i-0cpu,m7i.large,{RI},,Reserved Instance,Used,Committed"),
+        ];
+        format!("{header}\n{}\n", lines.join("\n"))
+    }
+
+    #[tokio::test]
+    async fn a_months_commitments_from_an_imported_bill_on_both_databases() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let b = db.backend;
+            crate::billing::import_focus(store.as_ref(), "commitments.csv", bill().into_bytes(), T)
+                .await
+                .unwrap();
+            let (from, to) = gpuledger_core::time::month_of(T);
+            let card = RateCard::default_card();
+            let c = for_range(store.as_ref(), &card, &Config::default(), from, to, T)
+                .await
+                .unwrap();
+            let ids: Vec<&str> = c.commitments.iter().map(|x| x.id.as_str()).collect();
+            assert_eq!(ids, [RI, SP], "{b}");
+            let (ri, sp) = (&c.commitments[0], &c.commitments[1]);
+            assert_eq!(sp.name.as_deref(), Some("gpu-plan"), "{b}");
+            assert_eq!(sp.commitment_type.as_deref(), Some("Savings Plan"), "{b}");
+            assert_eq!((sp.used_on_gpus, sp.unused), (d("0.75"), d("0.25")), "{b}");
+            assert_eq!(sp.utilization_percent, Some(d("75.0")), "{b}");
+            assert_eq!(sp.invoiced, d("1.00"), "{b}");
+            assert_eq!(sp.ends_ms, None, "{b}: a recurring fee says no end");
+            // Bought ten months ago, all upfront: invoiced then, not this month; its purchase
+            // row says when it ends, within 90 days.
+            assert_eq!(
+                (ri.used_on_gpus, ri.used_elsewhere),
+                (Decimal::ZERO, d("1.00")),
+                "{b}"
+            );
+            assert_eq!(ri.invoiced, Decimal::ZERO, "{b}");
+            assert_eq!(ri.ends_ms, Some(T + 65 * DAY_MS), "{b}");
+            assert!(ri.expiring, "{b}");
+            // Only the GPU type: $0.75 covered of $1.25.
+            assert_eq!(c.coverage.len(), 1, "{b}: {:?}", c.coverage);
+            let t = &c.coverage[0];
+            assert_eq!(t.instance_type, "p5.48xlarge");
+            assert_eq!((t.usage, t.covered), (d("1.25"), d("0.75")), "{b}");
+            assert_eq!(t.coverage_percent, Some(d("60.0")), "{b}");
+            assert_eq!(c.unused[0].amount, d("0.25"), "{b}");
+            // The configured end wins.
+            let mut config = Config::default();
+            config
+                .commitments
+                .ends
+                .insert(RI.into(), "2027-06-30".into());
+            let c = for_range(store.as_ref(), &card, &config, from, to, T)
+                .await
+                .unwrap();
+            assert!(!c.commitments[0].expiring, "{b}");
+            // The reconciliation lists the unused part on its own line, apart from not-GPU
+            // resources, and still balances against the ledger.
+            test_support::roll_up(store.as_ref()).await;
+            let r = crate::reconciliation::for_range(
+                store.as_ref(),
+                &card,
+                &Default::default(),
+                from,
+                to,
+            )
+            .await
+            .unwrap();
+            assert_eq!(r[0].unused_commitments_total(), d("0.25"), "{b}");
+            assert!(
+                r[0].not_gpu.iter().all(|x| x.resource != "sp-a"),
+                "{b}: {:?}",
+                r[0].not_gpu
+            );
+            assert_eq!(r[0].difference, Decimal::ZERO, "{b}: {:?}", r[0]);
+        }
+    }
+}
