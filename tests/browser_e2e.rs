@@ -398,6 +398,16 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     };
     assert!(models.iter().any(|m| m == "llama-70b-ft"), "{models:?}");
     assert!(!text_of(&c, "table.endpoints").await.is_empty());
+    // The savings plan bought for nine training hosts, eight left: its utilization, and the
+    // training type wholly covered.
+    assert_eq!(
+        text_of(&c, "table.commitments td.utilization").await,
+        "88.9%"
+    );
+    assert!(
+        text_of(&c, "table.coverage").await.contains("p4d.24xlarge"),
+        "coverage per GPU instance type"
+    );
     std::fs::write(shots.join("review.png"), c.screenshot().await.unwrap()).unwrap();
     let pdf = c.print(Default::default()).await.unwrap();
     assert!(pdf.starts_with(b"%PDF"), "printing gives a PDF");

@@ -166,7 +166,11 @@ pub struct Unused {
 
 /// Percent to one decimal, `None` for a zero denominator.
 fn percent(part: Decimal, whole: Decimal) -> Option<Decimal> {
-    (!whole.is_zero()).then(|| (part * Decimal::ONE_HUNDRED / whole).round_dp(1))
+    (!whole.is_zero()).then(|| {
+        let mut p = (part * Decimal::ONE_HUNDRED / whole).round_dp(1);
+        p.rescale(1);
+        p
+    })
 }
 
 /// The commitments and coverage of `[from_ms, to_ms)` from its bill lines. `ends` gives each

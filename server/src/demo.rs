@@ -431,9 +431,9 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             t += HOUR_MS;
         }
     }
-    // The savings plan was bought for ten training hosts and two have since been released: its
+    // The savings plan was bought for nine training hosts and one has since been released: its
     // hourly fee is invoiced on the plan itself (a recurring purchase, amortized as usage), and
-    // what the eight hosts left of it each hour is its unused part.
+    // what the eight left of it each hour is its unused part.
     let covered: Decimal = fleet()
         .iter()
         .filter_map(|spec| {
@@ -441,7 +441,7 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
             status.map(|_| hourly)
         })
         .sum();
-    let fee = covered * Decimal::new(125, 2);
+    let fee = covered * Decimal::new(1125, 3);
     let plan = (
         DEMO_SAVINGS_PLAN.to_owned(),
         "demo-compute-savings-plan".to_owned(),

@@ -95,6 +95,11 @@ fn three_quarters_used_leaves_a_quarter_unused() {
         usage(Some(Status::Unused), "0.25", None),
     ]);
     assert_eq!(c.commitments[0].utilization_percent, Some(d("75.0")));
+    assert_eq!(
+        c.commitments[0].utilization_percent.map(|p| p.to_string()),
+        Some("75.0".into()),
+        "one decimal, always"
+    );
     assert_eq!(c.unused[0].amount, d("0.25"));
 }
 

@@ -80,7 +80,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
             + r.unused_commitments_total()
             + r.gpu_without_agent_unattributed()
     );
-    // The savings plan was bought for ten training hosts and eight remain: 80 % used, the
+    // The savings plan was bought for nine training hosts and eight remain: 88.9 % used, the
     // rest the fleet's, and the training type wholly covered.
     let c = crate::commitments::for_range(
         store.as_ref(),
@@ -95,8 +95,11 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     assert_eq!(c.commitments.len(), 1, "{c:?}");
     let plan = &c.commitments[0];
     assert_eq!(plan.id, DEMO_SAVINGS_PLAN);
-    assert_eq!(plan.utilization_percent, Some(Decimal::new(800, 1)));
-    assert_eq!(plan.unused, plan.used_on_gpus * Decimal::new(25, 2));
+    assert_eq!(
+        plan.utilization_percent.map(|p| p.to_string()),
+        Some("88.9".into())
+    );
+    assert_eq!(plan.unused, plan.used_on_gpus * Decimal::new(125, 3));
     assert_eq!(
         plan.used_on_gpus + plan.unused,
         plan.invoiced,
