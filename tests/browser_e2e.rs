@@ -408,6 +408,12 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         text_of(&c, "table.coverage").await.contains("p4d.24xlarge"),
         "coverage per GPU instance type"
     );
+    // The reranker nobody calls at night or at weekends: its windows and what they cost.
+    let quiet = text_of(&c, "table.scale-to-zero").await;
+    assert!(
+        quiet.contains("endpoint: rerank") && quiet.contains("Fri 20:00 – Mon 08:00 UTC"),
+        "{quiet}"
+    );
     std::fs::write(shots.join("review.png"), c.screenshot().await.unwrap()).unwrap();
     let pdf = c.print(Default::default()).await.unwrap();
     assert!(pdf.starts_with(b"%PDF"), "printing gives a PDF");
@@ -569,7 +575,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         let cluster = headers.iter().any(|h| h == "Idle cluster: scratch");
         let notebooks = headers
             .iter()
-            .filter(|h| h.starts_with("GPU held idle:"))
+            .filter(|h| h.starts_with("GPU held idle: train-east"))
             .count();
         // The demo's serving team has a budget below last month's spend: its forecast is past it.
         let budget = headers
@@ -595,12 +601,20 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         headers.len(),
         "one message per incident: {headers:?}"
     );
+    // The notebook hosts; at night and at weekends also the reranker's four hosts, one each.
     assert_eq!(
         headers
             .iter()
-            .filter(|h| h.starts_with("GPU held idle:"))
+            .filter(|h| h.starts_with("GPU held idle: train-east"))
             .count(),
         2,
+        "{headers:?}"
+    );
+    assert!(
+        headers
+            .iter()
+            .filter(|h| h.starts_with("GPU held idle:"))
+            .all(|h| h.contains("train-east") || h.contains("serve-eu")),
         "{headers:?}"
     );
     for p in posts.lock().unwrap().iter() {
@@ -628,9 +642,14 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
             assert!(gpus.contains("scratch-00: GPU #0, #1, #2"), "{gpus}");
         } else if p["blocks"][0]["text"]["text"]
             .as_str()
-            .is_some_and(|h| h.starts_with("GPU held idle:"))
+            .is_some_and(|h| h.starts_with("GPU held idle: train-east"))
         {
             assert!(gpus.contains("jupyter-kernel, user maria"), "{gpus}");
+        } else if p["blocks"][0]["text"]["text"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("GPU held idle:"))
+        {
+            assert!(gpus.contains("python3, user svc-serve"), "{gpus}");
         }
     }
     // A team lead signs in and sees their team's month only: the other teams' budgets are

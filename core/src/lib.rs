@@ -18,6 +18,7 @@
 //!   page speaks.
 //! - [`recommend`]: right-sizing, packing, spot and release, each GPU's saving counted once.
 //! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
+//! - [`scale_to_zero`]: hours of the week an endpoint or notebook holds GPUs idle, every week.
 //! - [`variance`]: why each owner's spend changed from one period to the next (volume, idle,
 //!   mix, price), the parts adding up exactly to the change.
 
@@ -35,6 +36,7 @@ pub mod money;
 pub mod owners;
 pub mod ratecard;
 pub mod recommend;
+pub mod scale_to_zero;
 pub mod scope;
 pub mod telemetry;
 pub mod time;

@@ -107,6 +107,12 @@ fn fleet() -> Vec<HostSpec> {
     hosts
 }
 
+/// Weekdays 08:00–20:00 UTC.
+fn office_hours(t_ms: i64) -> bool {
+    let hour = t_ms.rem_euclid(DAY_MS) / HOUR_MS;
+    gpuledger_core::time::weekday(t_ms) < 5 && (8..20).contains(&hour)
+}
+
 /// A cheap deterministic wobble in [0, 1) so the demo looks alive but is reproducible.
 fn wobble(seed: u64) -> f64 {
     let x = seed
@@ -163,8 +169,15 @@ fn gpu_window(
         Workload::Inference(endpoint, model) => {
             let daytime = (8..20).contains(&hour);
             let base = if daytime { 55.0 } else { 12.0 };
+            // The reranker serves the office only: nobody calls it at night or at weekends,
+            // and it holds its GPU all the same (a scale-to-zero window).
+            let quiet = endpoint == "rerank" && !office_hours(t_ms);
             (
-                base + 15.0 * wobble(seed),
+                if quiet {
+                    0.5 * wobble(seed)
+                } else {
+                    base + 15.0 * wobble(seed)
+                },
                 if spec.gpu_mem > 40 * GIB {
                     10 * GIB
                 } else {
@@ -643,7 +656,12 @@ pub async fn seed_reporting(
                     } else {
                         160.0
                     };
-                    let busy: f64 = gpus.iter().filter_map(|g| g.util_avg).sum();
+                    // A GPU held idle serves nobody.
+                    let busy: f64 = gpus
+                        .iter()
+                        .filter_map(|g| g.util_avg)
+                        .filter(|u| *u >= 1.0)
+                        .sum();
                     let served = (busy * per_util) as u64;
                     // And its token counters: chat prompts of about 600 tokens answered in
                     // about 250; embeddings read about 300 and generate none.

@@ -34,6 +34,7 @@ pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;
 pub mod rollup;
+pub mod scale_to_zero;
 pub mod session;
 pub mod slack;
 pub mod slack_app;

@@ -204,6 +204,64 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .iter()
         .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
 
+    // Scale-to-zero: the reranker nobody calls at night or at weekends, and the notebooks held
+    // idle all week; never the chat endpoint, busy day and night, nor a training sweep.
+    let quiet = crate::scale_to_zero::for_range(
+        store.as_ref(),
+        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::scope::EVERY_TEAM,
+        from,
+        to,
+    )
+    .await
+    .unwrap();
+    let owners: Vec<(&str, &str)> = quiet
+        .iter()
+        .map(|q| (q.dimension.as_str(), q.candidate.key.as_str()))
+        .collect();
+    assert_eq!(
+        owners
+            .iter()
+            .filter(|(d, _)| *d == "endpoint")
+            .collect::<Vec<_>>(),
+        [&("endpoint", "rerank")],
+        "{owners:?}"
+    );
+    assert!(owners.contains(&("experiment", "notebook")), "{owners:?}");
+    let rerank = &quiet
+        .iter()
+        .find(|q| q.candidate.key == "rerank")
+        .unwrap()
+        .candidate;
+    let windows: Vec<&str> = rerank.windows.iter().map(|w| w.label.as_str()).collect();
+    assert_eq!(
+        windows,
+        [
+            "Mon 20:00 – Tue 08:00 UTC",
+            "Tue 20:00 – Wed 08:00 UTC",
+            "Wed 20:00 – Thu 08:00 UTC",
+            "Thu 20:00 – Fri 08:00 UTC",
+            "Fri 20:00 – Mon 08:00 UTC",
+        ]
+    );
+    // Its saving is exactly its held-idle cost in the month: the hours it was quiet.
+    let rerank_held: Decimal = a
+        .parts
+        .iter()
+        .filter(|p| {
+            p.owner.get("endpoint") == Some("rerank")
+                && p.kind == crate::attribution::Kind::HeldIdle
+        })
+        .map(|p| p.cost)
+        .sum();
+    assert_eq!(rerank.saving, rerank_held);
+    let notebook = &quiet
+        .iter()
+        .find(|q| q.candidate.key == "notebook")
+        .unwrap()
+        .candidate;
+    assert_eq!(notebook.hours_per_week, 168);
+
     // The review's recommendations for the previous month: on separate GPUs, each saving
     // within what its GPUs cost over the same days, the headline their sum.
     let range = crate::recommend::snapshots::review_range(from, to, now).unwrap();
@@ -292,13 +350,22 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         "{found:?}"
     );
     // One incident per notebook host, not one per GPU.
-    assert_eq!(open.iter().filter(|i| i.kind == "held_idle").count(), 2);
+    let notebooks =
+        |i: &&crate::store::IncidentRow| i.kind == "held_idle" && i.cluster == "train-east";
+    assert_eq!(open.iter().filter(notebooks).count(), 2);
+    // On a Sunday night the reranker nobody calls holds its four hosts' GPUs idle: one
+    // incident per host, since Friday 20:00.
+    let reranker: Vec<_> = open
+        .iter()
+        .filter(|i| i.kind == "held_idle" && i.cluster == "serve-eu")
+        .collect();
+    assert_eq!(reranker.len(), 4, "{reranker:?}");
     // The incidents start where the idle run began, not at the evaluation's short look-back:
     // the H100 cluster at midnight, when yesterday's load test ended; the notebooks, idle all
     // along, as far back as raw windows are read for it (35 days).
     let scratch = open.iter().find(|i| i.cluster == "scratch").unwrap();
     assert_eq!(scratch.started_ms, load_test_day(now).1);
-    for i in open.iter().filter(|i| i.kind == "held_idle") {
+    for i in open.iter().filter(notebooks) {
         assert!(
             now - i.started_ms >= 34 * DAY_MS,
             "{} {} started {} h ago",

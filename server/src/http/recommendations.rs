@@ -25,6 +25,51 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/recommendations", get(page))
         .route("/api/v1/recommendations", get(api))
+        .route("/api/v1/scale-to-zero", get(scale_to_zero_api))
+}
+
+/// `GET /api/v1/scale-to-zero[?month=YYYY-MM]`: the month's scale-to-zero windows.
+#[utoipa::path(
+    get,
+    path = "/api/v1/scale-to-zero",
+    operation_id = "get_scale_to_zero",
+    tag = "waste",
+    summary = "Scale-to-zero windows",
+    description = "Inference endpoints and experiments (notebooks, dev jobs) that held GPUs \
+        idle in the same hours of the week, every week of the month they ran (three weeks at \
+        least, four hours or more in a row, UTC): each window, and the evidence of turning \
+        them off then: the quiet hours, the GPU-hours held, their rate and cost. A \
+        team-scoped reader gets its teams' only.",
+    params(super::params::MonthQuery),
+    responses(
+        (status = 200, description = "The windows, largest saving first.", body = ScaleToZeroResponse),
+        super::openapi::ReadErrors,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
+async fn scale_to_zero_api(
+    State(state): State<AppState>,
+    TeamScoped(user): TeamScoped,
+    query: Result<Query<super::params::MonthQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ScaleToZeroResponse>, ApiError> {
+    let ((from, to), month) = super::params::month_asked(query)?;
+    let windows = crate::scale_to_zero::for_range(
+        state.store.as_ref(),
+        &state.config.owners,
+        &user.scope,
+        from,
+        to,
+    )
+    .await?;
+    Ok(Json(ScaleToZeroResponse { month, windows }))
+}
+
+/// A month's scale-to-zero windows.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct ScaleToZeroResponse {
+    /// `YYYY-MM`.
+    month: String,
+    windows: Vec<crate::scale_to_zero::OwnerWindows>,
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

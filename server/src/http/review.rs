@@ -107,6 +107,8 @@ struct ReviewPage {
     saving_days: String,
     /// The month's commitment discounts: the whole bill's, shown to those who see every team.
     commitments: rows::CommitmentsView,
+    /// Endpoints and experiments quiet in the same hours every week.
+    scale_to_zero: rows::ScaleToZeroView,
 }
 
 #[derive(Template)]
@@ -400,6 +402,7 @@ async fn review(
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
         crate::commitments::for_range(store, &state.rate_card, &state.config, from, to, now),
+        crate::scale_to_zero::for_range(store, schema, scope, from, to),
         scoped_gpus,
     );
     let (
@@ -416,6 +419,7 @@ async fn review(
         budgets,
         anomalies,
         commitments,
+        quiet,
         scoped_gpus,
     ) = match loaded {
         Ok(x) => x,
@@ -663,6 +667,7 @@ async fn review(
         } else {
             rows::CommitmentsView::default()
         },
+        scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
         month,
         next,
         next_begun: to <= now,

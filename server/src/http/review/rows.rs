@@ -350,3 +350,67 @@ pub fn commitments_view(
         api: format!("/api/v1/billing/commitments?month={month}"),
     }
 }
+
+/// The month's scale-to-zero windows as the review lists them, in the page's currency.
+pub struct ScaleToZeroView {
+    pub rows: Vec<ScaleToZeroRow>,
+    pub total: String,
+    pub api: String,
+}
+
+pub struct ScaleToZeroRow {
+    pub owner: String,
+    pub href: String,
+    pub windows: Vec<String>,
+    pub hours_per_week: u32,
+    /// "108 h × 4 GPUs = 432 GPU-hours at $0.85".
+    pub evidence: String,
+    pub saving: String,
+}
+
+pub fn scale_to_zero_view(
+    found: &[crate::scale_to_zero::OwnerWindows],
+    currency: &str,
+    month: &str,
+) -> ScaleToZeroView {
+    let shown: Vec<&crate::scale_to_zero::OwnerWindows> = found
+        .iter()
+        .filter(|f| f.candidate.currency == currency)
+        .collect();
+    let total: Decimal = shown.iter().map(|f| f.candidate.saving).sum();
+    ScaleToZeroView {
+        rows: shown
+            .iter()
+            .take(TOP_ROWS)
+            .map(|f| {
+                let c = &f.candidate;
+                let gpus = if c.quiet_hours == 0 {
+                    0.0
+                } else {
+                    c.gpu_hours / f64::from(c.quiet_hours)
+                };
+                ScaleToZeroRow {
+                    owner: format!("{}: {}", f.dimension.replace('_', " "), c.key),
+                    href: format!(
+                        "/review/{month}/{}?{}",
+                        f.dimension,
+                        charts::query(&[("key", &c.key)])
+                    ),
+                    windows: c.windows.iter().map(|w| w.label.clone()).collect(),
+                    hours_per_week: c.hours_per_week,
+                    evidence: format!(
+                        "{} h × {} GPUs = {} GPU-hours at {}",
+                        crate::format::thousands(i64::from(c.quiet_hours)),
+                        (gpus * 10.0).round() / 10.0,
+                        crate::format::whole(c.gpu_hours),
+                        c.per_gpu_hour
+                            .map_or_else(|| "—".to_owned(), |r| money(r, currency)),
+                    ),
+                    saving: money(c.saving, currency),
+                }
+            })
+            .collect(),
+        total: money(total, currency),
+        api: format!("/api/v1/scale-to-zero?month={month}"),
+    }
+}
