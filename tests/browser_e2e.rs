@@ -408,6 +408,14 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         text_of(&c, "table.coverage").await.contains("p4d.24xlarge"),
         "coverage per GPU instance type"
     );
+    // The week's shape per instance type: a 7 × 24 heatmap each, the floor against the peak.
+    let week_cells = c
+        .find_all(Locator::Css("section.shape svg.week rect"))
+        .await
+        .unwrap()
+        .len();
+    assert!(week_cells >= 3 * 168 && week_cells % 168 == 0, "{week_cells}");
+    assert!(text_of(&c, "section.shape").await.contains("floor"));
     // The reranker nobody calls at night or at weekends: its windows and what they cost.
     let quiet = text_of(&c, "table.scale-to-zero").await;
     assert!(

@@ -19,6 +19,7 @@
 //! - [`recommend`]: right-sizing, packing, spot and release, each GPU's saving counted once.
 //! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
 //! - [`scale_to_zero`]: hours of the week an endpoint or notebook holds GPUs idle, every week.
+//! - [`shape`]: GPUs held per instance type by hour of the week, the always-on floor and the peak.
 //! - [`variance`]: why each owner's spend changed from one period to the next (volume, idle,
 //!   mix, price), the parts adding up exactly to the change.
 
@@ -38,6 +39,7 @@ pub mod ratecard;
 pub mod recommend;
 pub mod scale_to_zero;
 pub mod scope;
+pub mod shape;
 pub mod telemetry;
 pub mod time;
 pub mod variance;

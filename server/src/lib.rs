@@ -36,6 +36,7 @@ pub mod reconciliation;
 pub mod rollup;
 pub mod scale_to_zero;
 pub mod session;
+pub mod shape;
 pub mod slack;
 pub mod slack_app;
 pub mod store;

@@ -262,6 +262,38 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .candidate;
     assert_eq!(notebook.hours_per_week, 168);
 
+    // The week's shape: the training cluster's 64 A100s held every hour (its floor is its
+    // peak), foundation's six hosts and research's two notebook hosts; the reranker's L4s held
+    // all week though quiet at night (shape counts what is paid for).
+    let shape = crate::shape::for_range(
+        store.as_ref(),
+        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::scope::EVERY_TEAM,
+        (from, to),
+        now,
+    )
+    .await
+    .unwrap();
+    let p4d = shape
+        .iter()
+        .find(|t| t.instance_type == "p4d.24xlarge")
+        .unwrap();
+    assert_eq!((p4d.spread.floor, p4d.spread.peak), (64.0, 64.0), "{p4d:?}");
+    let teams: Vec<(Option<&str>, f64)> = p4d
+        .owners
+        .iter()
+        .map(|o| (o.owner.as_deref(), o.spread.floor))
+        .collect();
+    assert_eq!(
+        teams,
+        [(Some("foundation"), 48.0), (Some("research"), 16.0)]
+    );
+    let l4 = shape
+        .iter()
+        .find(|t| t.instance_type == "g6.xlarge")
+        .unwrap();
+    assert_eq!((l4.spread.floor, l4.spread.peak), (4.0, 4.0), "{l4:?}");
+
     // The review's recommendations for the previous month: on separate GPUs, each saving
     // within what its GPUs cost over the same days, the headline their sum.
     let range = crate::recommend::snapshots::review_range(from, to, now).unwrap();

@@ -56,6 +56,7 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
         super::incidents::idle_history_api,
         super::recommendations::api,
         super::recommendations::scale_to_zero_api,
+        super::recommendations::shape_api,
         super::usage::get_usage,
         super::usage::get_runs,
         super::usage::post_usage,

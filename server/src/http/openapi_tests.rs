@@ -663,6 +663,8 @@ async fn every_documented_operation_answers_as_documented() {
             "/api/v1/recommendations?lookback=72h&format=csv".into(),
             format!("/api/v1/scale-to-zero?month={last_month}"),
             "/api/v1/scale-to-zero".into(),
+            format!("/api/v1/shape?month={last_month}"),
+            "/api/v1/shape".into(),
             format!("/api/v1/usage?from={last_month}"),
             "/api/v1/usage?format=csv".into(),
             format!("/api/v1/runs?from={last_month}"),

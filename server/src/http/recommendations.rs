@@ -26,6 +26,51 @@ pub fn router() -> Router<AppState> {
         .route("/recommendations", get(page))
         .route("/api/v1/recommendations", get(api))
         .route("/api/v1/scale-to-zero", get(scale_to_zero_api))
+        .route("/api/v1/shape", get(shape_api))
+}
+
+/// `GET /api/v1/shape[?month=YYYY-MM]`: the month's shape per GPU instance type.
+#[utoipa::path(
+    get,
+    path = "/api/v1/shape",
+    operation_id = "get_shape",
+    tag = "waste",
+    summary = "The shape of the work per GPU instance type",
+    description = "Per GPU instance type over the month (up to the hour under way): the GPUs \
+        held (used, held idle or idle) on average at each hour of the week (Monday first, \
+        UTC), the always-on floor (GPUs held in all but 10 % of the hours), the median, the \
+        peak and the GPU-hours, for the type and per team. A team-scoped reader gets its \
+        teams' GPU time only.",
+    params(super::params::MonthQuery),
+    responses(
+        (status = 200, description = "The types, most GPU-hours first.", body = ShapeResponse),
+        super::openapi::ReadErrors,
+    ),
+    security(("read_token" = []), ("session" = [])),
+)]
+async fn shape_api(
+    State(state): State<AppState>,
+    TeamScoped(user): TeamScoped,
+    query: Result<Query<super::params::MonthQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ShapeResponse>, ApiError> {
+    let ((from, to), month) = super::params::month_asked(query)?;
+    let types = crate::shape::for_range(
+        state.store.as_ref(),
+        &state.config.owners,
+        &user.scope,
+        (from, to),
+        now_ms(),
+    )
+    .await?;
+    Ok(Json(ShapeResponse { month, types }))
+}
+
+/// A month's shape per GPU instance type.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct ShapeResponse {
+    /// `YYYY-MM`.
+    month: String,
+    types: Vec<crate::shape::TypeShape>,
 }
 
 /// `GET /api/v1/scale-to-zero[?month=YYYY-MM]`: the month's scale-to-zero windows.

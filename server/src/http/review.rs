@@ -109,6 +109,8 @@ struct ReviewPage {
     commitments: rows::CommitmentsView,
     /// Endpoints and experiments quiet in the same hours every week.
     scale_to_zero: rows::ScaleToZeroView,
+    /// GPUs held per instance type by hour of the week.
+    shape: rows::ShapeView,
 }
 
 #[derive(Template)]
@@ -403,6 +405,7 @@ async fn review(
         crate::anomalies::find(store, &state.config, (from, to), now),
         crate::commitments::for_range(store, &state.rate_card, &state.config, from, to, now),
         crate::scale_to_zero::for_range(store, schema, scope, from, to),
+        crate::shape::for_range(store, schema, scope, (from, to), now),
         scoped_gpus,
     );
     let (
@@ -420,6 +423,7 @@ async fn review(
         anomalies,
         commitments,
         quiet,
+        shape,
         scoped_gpus,
     ) = match loaded {
         Ok(x) => x,
@@ -668,6 +672,7 @@ async fn review(
             rows::CommitmentsView::default()
         },
         scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
+        shape: rows::shape_view(&shape, &month),
         month,
         next,
         next_begun: to <= now,

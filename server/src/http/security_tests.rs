@@ -62,6 +62,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/api/v1/billing/reconciliation", Access::Viewer),
     ("GET", "/api/v1/billing/commitments", Access::Viewer),
     ("GET", "/api/v1/scale-to-zero", Access::Viewer),
+    ("GET", "/api/v1/shape", Access::Viewer),
     ("GET", "/api/v1/incidents", Access::Viewer),
     ("GET", "/api/v1/idle/history", Access::Viewer),
     ("GET", "/api/v1/recommendations", Access::Viewer),

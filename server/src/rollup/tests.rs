@@ -1154,3 +1154,65 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
         assert_eq!(no_grid[0].energy_kwh, t.energy_kwh, "{b}");
     }
 }
+
+/// The shape per instance type, summed by each database per hour, type and team, holds the
+/// hourly ledger's GPU time: per type and per team, and a team's reader sees its own alone.
+#[tokio::test]
+async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases() {
+    let card = RateCard::default_card();
+    let idle = IdleConfig::default();
+    let schema = OwnerSchema::default();
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let token = agent_token(s, "c", START).await;
+        for r in [
+            report("a-1", "a", "i-a", START, 12, "m"),
+            report("b-1", "b", "i-b", START + 2 * HOUR_MS, 6, "m"),
+        ] {
+            s.ingest(&r, token, AgentStatus::default(), START)
+                .await
+                .unwrap();
+        }
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        let hourly = load(s, START, END, RollupGrain::Hour).await.unwrap();
+        let held = |f: &dyn Fn(&Part) -> bool| -> f64 {
+            hourly
+                .parts
+                .iter()
+                .filter(|p| f(p))
+                .map(|p| p.gpu_seconds)
+                .sum::<f64>()
+                / 3600.0
+        };
+        let everyone = gpuledger_core::scope::Scope::all();
+        let shapes = crate::shape::for_range(s, &schema, &everyone, (START, END), END)
+            .await
+            .unwrap();
+        assert_eq!(shapes.len(), 1, "{b}: {shapes:?}");
+        let p4d = &shapes[0];
+        assert_eq!(p4d.instance_type, "p4d.24xlarge");
+        assert_eq!(p4d.hours, 30, "{b}");
+        let round = |x: f64| (x * 100.0).round() / 100.0;
+        assert_eq!(p4d.spread.gpu_hours, round(held(&|_| true)), "{b}");
+        // Two GPUs from START, four for the two hours both hosts reported, none after.
+        assert_eq!((p4d.spread.floor, p4d.spread.peak), (0.0, 4.0), "{b}");
+        for o in &p4d.owners {
+            let team = o.owner.clone();
+            let want = held(&|p: &Part| p.owner.get("team").map(str::to_owned) == team);
+            assert_eq!(o.spread.gpu_hours, round(want), "{b}: {team:?}");
+        }
+        assert!(p4d.owners.len() >= 2, "{b}: {:?}", p4d.owners);
+        let team0 = gpuledger_core::scope::Scope::teams(["team-0"]).unwrap();
+        let scoped = crate::shape::for_range(s, &schema, &team0, (START, END), END)
+            .await
+            .unwrap();
+        let owners: Vec<Option<&str>> = scoped[0]
+            .owners
+            .iter()
+            .map(|o| o.owner.as_deref())
+            .collect();
+        assert_eq!(owners, [Some("team-0")], "{b}");
+    }
+}

@@ -120,6 +120,46 @@ pub async fn rollup_usage(
     })
 }
 
+/// GPU-seconds per hour, host instance type and owner value in `dimension` (a team), summed by
+/// the database over hosts, GPUs and kinds: the shape of the work, a row per hour, type and
+/// owner instead of one per GPU. Hosts of no known instance type are left out.
+pub async fn gpu_seconds_by_type(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: &str,
+) -> Result<Vec<gpuledger_core::shape::TypeHour>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let sql = format!(
+            "SELECT r.hour_ms, h.instance_type, {value} AS owner_value,
+                    SUM(r.gpu_seconds) AS gpu_seconds
+             FROM rollup_hours r JOIN hosts h ON h.id = r.host_id
+                  JOIN owners o ON o.id = r.owner_id
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND h.instance_type IS NOT NULL
+             GROUP BY r.hour_ms, h.instance_type, {value}",
+            value = <DB as super::Dialect>::OWNER_VALUE_SQL
+        );
+        let rows: Vec<(i64, String, Option<String>, f64)> = sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(dimension)
+            .fetch_all(&mut *ex)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(hour_ms, instance_type, owner, gpu_seconds)| gpuledger_core::shape::TypeHour {
+                    hour_ms,
+                    instance_type,
+                    owner: owner.filter(|o| !o.is_empty()),
+                    gpu_seconds,
+                },
+            )
+            .collect())
+    })
+}
+
 /// What a rollup row reads after its period and GPU: its owner's text, then the rest.
 const OWNER_AND_AMOUNTS: &str = "o.labels AS owner, kind, pricing_category, currency, estimated,
     cost_nano, cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j,
