@@ -414,8 +414,17 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .await
         .unwrap()
         .len();
-    assert!(week_cells >= 3 * 168 && week_cells % 168 == 0, "{week_cells}");
+    assert!(
+        week_cells >= 3 * 168 && week_cells % 168 == 0,
+        "{week_cells}"
+    );
     assert!(text_of(&c, "section.shape").await.contains("floor"));
+    // And what buying it each way would have cost: the training type committed is cheapest.
+    let mix = text_of(&c, "table.purchase-mix").await;
+    assert!(
+        mix.contains("p4d.24xlarge") && mix.contains("(cheapest)") && mix.contains("$"),
+        "{mix}"
+    );
     // The reranker nobody calls at night or at weekends: its windows and what they cost.
     let quiet = text_of(&c, "table.scale-to-zero").await;
     assert!(

@@ -20,6 +20,7 @@
 //! - [`waste`]: idle GPUs, hosts and clusters, and processes holding GPUs idle.
 //! - [`scale_to_zero`]: hours of the week an endpoint or notebook holds GPUs idle, every week.
 //! - [`shape`]: GPUs held per instance type by hour of the week, the always-on floor and the peak.
+//! - [`purchase`]: each instance type's month priced all on demand and with its floor committed.
 //! - [`variance`]: why each owner's spend changed from one period to the next (volume, idle,
 //!   mix, price), the parts adding up exactly to the change.
 
@@ -35,6 +36,7 @@ pub mod cost_metrics;
 pub mod idle;
 pub mod money;
 pub mod owners;
+pub mod purchase;
 pub mod ratecard;
 pub mod recommend;
 pub mod scale_to_zero;

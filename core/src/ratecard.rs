@@ -26,6 +26,13 @@ pub struct InstanceRate {
     pub on_demand: Decimal,
     #[serde(default, with = "rust_decimal::serde::str_option")]
     pub spot: Option<Decimal>,
+    /// The hourly price under a 1-year commitment (savings plan or reservation), where your
+    /// contract says; what purchase-mix advice prices commitments at.
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub commit_1y: Option<Decimal>,
+    /// The same for 3 years.
+    #[serde(default, with = "rust_decimal::serde::str_option")]
+    pub commit_3y: Option<Decimal>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -47,14 +54,15 @@ impl RateCard {
     /// Reads a rate card from its TOML text; rates must not be negative.
     pub fn parse(text: &str) -> Result<RateCard, String> {
         let card: RateCard = toml::from_str(text).map_err(|e| e.to_string())?;
-        let negative = card
-            .instance_types
+        let negative = card.instance_types.values().any(|r| {
+            [Some(r.on_demand), r.spot, r.commit_1y, r.commit_3y]
+                .into_iter()
+                .flatten()
+                .any(|d| d.is_sign_negative())
+        }) || card
+            .gpu_models
             .values()
-            .any(|r| r.on_demand.is_sign_negative())
-            || card
-                .gpu_models
-                .values()
-                .any(|r| r.on_demand.is_sign_negative());
+            .any(|r| r.on_demand.is_sign_negative());
         if negative {
             return Err("rates must not be negative".into());
         }

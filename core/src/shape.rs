@@ -84,6 +84,9 @@ pub struct TypeShape {
     pub week: Vec<Vec<f64>>,
     /// Per owner, largest GPU-hours first.
     pub owners: Vec<OwnerShape>,
+    /// GPUs held in each hour of the range, in order: what a purchase mix is priced on.
+    #[serde(skip)]
+    pub hourly: Vec<f64>,
 }
 
 /// Each instance type's shape over the hours `[from_ms, to_ms)`, largest GPU-hours first.
@@ -158,6 +161,7 @@ pub fn shapes(hours: &[TypeHour], from_ms: i64, to_ms: i64) -> Vec<TypeShape> {
                 spread: Spread::of(&series),
                 week,
                 owners,
+                hourly: series,
             }
         })
         .collect();

@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod oidc;
 pub mod progress;
+pub mod purchase;
 pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;

@@ -293,6 +293,34 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .find(|t| t.instance_type == "g6.xlarge")
         .unwrap();
     assert_eq!((l4.spread.floor, l4.spread.peak), (4.0, 4.0), "{l4:?}");
+    // The purchase mix: the training type committed at the rate the bill applied (60 % of
+    // on demand) beats on demand; the L4s have no commitment price to weigh.
+    let mixes = crate::purchase::for_range(store.as_ref(), &card, &shape, (from, to))
+        .await
+        .unwrap();
+    let p4d_mix = mixes
+        .iter()
+        .find(|m| m.instance_type == "p4d.24xlarge")
+        .unwrap();
+    assert_eq!(p4d_mix.floor_instances, 8);
+    let committed = &p4d_mix.options[1];
+    assert_eq!(committed.break_even_percent, Some(Decimal::new(600, 1)));
+    assert_eq!(p4d_mix.cheapest, committed.choice);
+    assert!(committed.cost < p4d_mix.options[0].cost);
+    // Priced like the bill: all on demand is the hours at the rate card's on-demand price.
+    let hours = Decimal::from(p4d.hours as u64);
+    assert_eq!(
+        p4d_mix.options[0].cost,
+        (Decimal::from(8) * hours * card.instance_types["p4d.24xlarge"].on_demand).round_dp(2)
+    );
+    let l4_mix = mixes
+        .iter()
+        .find(|m| m.instance_type == "g6.xlarge")
+        .unwrap();
+    assert!(
+        l4_mix.missing.as_deref().unwrap().contains("commit_1y"),
+        "{l4_mix:?}"
+    );
 
     // The review's recommendations for the previous month: on separate GPUs, each saving
     // within what its GPUs cost over the same days, the headline their sum.

@@ -39,8 +39,9 @@ pub fn router() -> Router<AppState> {
     description = "Per GPU instance type over the month (up to the hour under way): the GPUs \
         held (used, held idle or idle) on average at each hour of the week (Monday first, \
         UTC), the always-on floor (GPUs held in all but 10 % of the hours), the median, the \
-        peak and the GPU-hours, for the type and per team. A team-scoped reader gets its \
-        teams' GPU time only.",
+        peak and the GPU-hours, for the type and per team; and the purchase mix: the month \
+        priced all on demand and with the floor's whole instances committed. A team-scoped \
+        reader gets its teams' GPU time only, and no purchase mix.",
     params(super::params::MonthQuery),
     responses(
         (status = 200, description = "The types, most GPU-hours first.", body = ShapeResponse),
@@ -62,15 +63,30 @@ async fn shape_api(
         now_ms(),
     )
     .await?;
-    Ok(Json(ShapeResponse { month, types }))
+    // Buying is the whole fleet's: a team's reader gets its shape, not the fleet's advice.
+    let purchase_mix = if user.scope.is_all() {
+        crate::purchase::for_range(state.store.as_ref(), &state.rate_card, &types, (from, to))
+            .await?
+    } else {
+        Vec::new()
+    };
+    Ok(Json(ShapeResponse {
+        month,
+        types,
+        purchase_mix,
+    }))
 }
 
-/// A month's shape per GPU instance type.
+/// A month's shape per GPU instance type, and what buying it each way would have cost.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 struct ShapeResponse {
     /// `YYYY-MM`.
     month: String,
     types: Vec<crate::shape::TypeShape>,
+    /// Per type the rate card prices: the month all on demand and with its floor's whole
+    /// instances committed (at the rate card's `commit_1y`/`commit_3y`, else the committed rate
+    /// the bill applied), the rest on demand. Empty for a team-scoped reader.
+    purchase_mix: Vec<crate::purchase::TypeMix>,
 }
 
 /// `GET /api/v1/scale-to-zero[?month=YYYY-MM]`: the month's scale-to-zero windows.

@@ -111,6 +111,8 @@ struct ReviewPage {
     scale_to_zero: rows::ScaleToZeroView,
     /// GPUs held per instance type by hour of the week.
     shape: rows::ShapeView,
+    /// Each type's month priced all on demand and with its floor committed.
+    purchase_mix: Vec<rows::PurchaseRow>,
 }
 
 #[derive(Template)]
@@ -429,6 +431,15 @@ async fn review(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    // Buying is the whole fleet's: its purchase mix only for who sees every team.
+    let purchase_mix = if scope.is_all() {
+        match crate::purchase::for_range(store, &state.rate_card, &shape, (from, to)).await {
+            Ok(m) => m,
+            Err(e) => return unavailable(e),
+        }
+    } else {
+        Vec::new()
+    };
     let grid = crate::carbon::grid(&all, &state.config.carbon);
     // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
     let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema));
@@ -673,6 +684,7 @@ async fn review(
         },
         scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
         shape: rows::shape_view(&shape, &month),
+        purchase_mix: rows::purchase_view(&purchase_mix),
         month,
         next,
         next_begun: to <= now,

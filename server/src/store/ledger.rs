@@ -160,6 +160,41 @@ pub async fn gpu_seconds_by_type(
     })
 }
 
+/// Per host instance type and currency, the cost and GPU-seconds of the committed parts of
+/// `[from_ms, to_ms)`: what a GPU-hour costs under the commitments the bill applied.
+pub async fn committed_by_type(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, String, rust_decimal::Decimal, f64)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let rows: Vec<(String, String, i64, i64, f64)> = sqlx::query_as(
+            "SELECT h.instance_type, r.currency, CAST(SUM(r.cost_nano) AS BIGINT),
+                    CAST(SUM(r.cost_atto) AS BIGINT), SUM(r.gpu_seconds)
+             FROM rollup_hours r JOIN hosts h ON h.id = r.host_id
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND r.pricing_category = 'committed'
+               AND r.estimated = 0 AND h.instance_type IS NOT NULL
+             GROUP BY h.instance_type, r.currency",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(t, c, nano, atto, seconds)| {
+                (
+                    t,
+                    c,
+                    gpuledger_core::money::from_nano_atto(nano, atto),
+                    seconds,
+                )
+            })
+            .collect())
+    })
+}
+
 /// What a rollup row reads after its period and GPU: its owner's text, then the rest.
 const OWNER_AND_AMOUNTS: &str = "o.labels AS owner, kind, pricing_category, currency, estimated,
     cost_nano, cost_atto, gpu_seconds, util_gpu_seconds, util_known_seconds, energy_j,

@@ -509,3 +509,46 @@ pub fn shape_view(types: &[crate::shape::TypeShape], month: &str) -> ShapeView {
         api: format!("/api/v1/shape?month={month}"),
     }
 }
+
+/// One option of a type's purchase mix as the review lists it.
+pub struct PurchaseRow {
+    /// The type, on its first option's row only.
+    pub instance_type: String,
+    pub choice: String,
+    pub cost: String,
+    pub break_even: String,
+    pub cheapest: bool,
+    /// What keeps a commitment from being priced, on the type's last row.
+    pub missing: String,
+}
+
+pub fn purchase_view(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
+    let mut rows = Vec::new();
+    for m in mixes {
+        let last = m.options.len().saturating_sub(1);
+        for (i, o) in m.options.iter().enumerate() {
+            rows.push(PurchaseRow {
+                instance_type: if i == 0 {
+                    format!(
+                        "{} (floor {} × {} GPUs)",
+                        m.instance_type, m.floor_instances, m.gpus_per_instance
+                    )
+                } else {
+                    String::new()
+                },
+                choice: o.choice.clone(),
+                cost: money(o.cost, &m.currency),
+                break_even: o
+                    .break_even_percent
+                    .map_or_else(String::new, |p| format!("{p}% of hours")),
+                cheapest: o.choice == m.cheapest && m.options.len() > 1,
+                missing: if i == last {
+                    m.missing.clone().unwrap_or_default()
+                } else {
+                    String::new()
+                },
+            });
+        }
+    }
+    rows
+}
