@@ -1,6 +1,6 @@
 //! Commitment discounts (savings plans, reserved instances, committed-use discounts) as the
-//! bill states them: how much of each one the month used, the dollars it left unused, how much
-//! of each GPU instance type's usage it covered, and when it ends.
+//! bill states them: how much of each one the month used, the dollars it left unused and when
+//! it ends; and, from the ledger, how much of each GPU instance type's cost they covered.
 //!
 //! FOCUS keeps a commitment's money on two axes that must never be added together: its
 //! purchase rows carry the invoice (`BilledCost` > 0, `EffectiveCost` 0) and its usage rows the
@@ -38,8 +38,7 @@ impl Status {
     }
 }
 
-/// One bill line as commitments read it: any usage line of an instance type (to know how much
-/// of each type a commitment covered), and every line that names a commitment.
+/// One bill line naming a commitment, as commitments read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommitmentLine {
     /// FOCUS `ChargeCategory`: `Usage`, `Purchase`, …
@@ -57,8 +56,6 @@ pub struct CommitmentLine {
     /// FOCUS `CommitmentDiscountType`, as the provider words it ("Savings Plan", …).
     pub commitment_type: Option<String>,
     pub status: Option<Status>,
-    /// The covered resource's instance type (none on a commitment's own rows).
-    pub instance_type: Option<String>,
     /// Whether the line is a GPU instance's (a GPU host's or of a GPU instance type).
     pub gpu: bool,
 }
@@ -173,7 +170,45 @@ fn percent(part: Decimal, whole: Decimal) -> Option<Decimal> {
     })
 }
 
-/// The commitments and coverage of `[from_ms, to_ms)` from its bill lines. `ends` gives each
+/// One instance type's cost in the ledger under one pricing category.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeCost {
+    pub instance_type: String,
+    pub currency: String,
+    /// `committed`, `on_demand`, `spot` or `other`, as attribution keeps it.
+    pub pricing_category: String,
+    pub cost: Decimal,
+    pub gpu_seconds: f64,
+}
+
+/// How much of each GPU instance type's cost commitments covered: its committed cost ÷ all of
+/// it, from the ledger (which holds GPU hosts alone, at the cost the bill charged), by type.
+pub fn coverage(costs: &[TypeCost]) -> Vec<TypeCoverage> {
+    let mut by_type: BTreeMap<(&str, &str), (Decimal, Decimal)> = BTreeMap::new();
+    for c in costs {
+        let t = by_type
+            .entry((c.instance_type.as_str(), c.currency.as_str()))
+            .or_default();
+        t.0 += c.cost;
+        if c.pricing_category == "committed" {
+            t.1 += c.cost;
+        }
+    }
+    by_type
+        .into_iter()
+        .map(
+            |((instance_type, currency), (usage, covered))| TypeCoverage {
+                coverage_percent: percent(covered, usage),
+                instance_type: instance_type.to_owned(),
+                currency: currency.to_owned(),
+                usage,
+                covered,
+            },
+        )
+        .collect()
+}
+
+/// The commitments of `[from_ms, to_ms)` from its bill lines naming one. `ends` gives each
 /// commitment's end where the configuration states it; an upfront (`One-Time`) purchase row in
 /// `purchases` (any period: it is invoiced once, when bought) states it otherwise.
 pub fn summarize(
@@ -186,25 +221,9 @@ pub fn summarize(
 ) -> Commitments {
     let mut by_id: BTreeMap<(String, String), CommitmentUse> = BTreeMap::new();
     let mut usage_seen: BTreeMap<(String, String), bool> = BTreeMap::new();
-    let mut coverage: BTreeMap<(String, String), (Decimal, Decimal)> = BTreeMap::new();
     for line in lines {
         let effective = line.in_range(line.effective_cost, from_ms, to_ms);
-        let covered_by = line.commitment_id.as_deref().filter(|id| !id.is_empty());
-        if line.is_usage() && line.gpu {
-            if let Some(t) = &line.instance_type {
-                // An unused row is the commitment's own, not usage of the type.
-                if line.status != Some(Status::Unused) {
-                    let c = coverage
-                        .entry((t.clone(), line.currency.clone()))
-                        .or_default();
-                    c.0 += effective;
-                    if covered_by.is_some() && line.status == Some(Status::Used) {
-                        c.1 += effective;
-                    }
-                }
-            }
-        }
-        let Some(id) = covered_by else {
+        let Some(id) = line.commitment_id.as_deref().filter(|id| !id.is_empty()) else {
             continue;
         };
         let key = (id.to_owned(), line.currency.clone());
@@ -277,18 +296,7 @@ pub fn summarize(
         .collect();
     Commitments {
         commitments,
-        coverage: coverage
-            .into_iter()
-            .map(
-                |((instance_type, currency), (usage, covered))| TypeCoverage {
-                    coverage_percent: percent(covered, usage),
-                    instance_type,
-                    currency,
-                    usage,
-                    covered,
-                },
-            )
-            .collect(),
+        coverage: Vec::new(),
         unused: unused
             .into_iter()
             .map(|(currency, amount)| Unused { currency, amount })

@@ -1,7 +1,8 @@
 //! A period's commitment discounts read from the bill lines in force: each commitment's
-//! utilization and unused dollars, each GPU instance type's coverage, and commitments ending
-//! soon. The rules are the core's ([`gpuledger_core::commitment`]); this reads the lines, tells
-//! GPU instances from the rest as reconciliation does, and adds the configured ends.
+//! utilization and unused dollars, and commitments ending soon; each GPU instance type's
+//! coverage from the ledger. The rules are the core's ([`gpuledger_core::commitment`]); this
+//! reads the lines, tells GPU instances from the rest as reconciliation does, and adds the
+//! configured ends.
 
 use std::collections::BTreeMap;
 
@@ -13,13 +14,15 @@ use crate::config::Config;
 use crate::store::bills::CommitmentRow;
 use crate::store::{self, Store, StoreError};
 
-/// The commitments of `[from_ms, to_ms)` as of `now_ms`.
+/// The commitments of `[from_ms, to_ms)` as of `now_ms`, with the coverage of each type in
+/// `costs` (the ledger's cost per type and pricing category over the same range:
+/// [`store::ledger::cost_by_type`]).
 pub async fn for_range(
     store: &dyn Store,
     card: &RateCard,
     config: &Config,
-    from_ms: i64,
-    to_ms: i64,
+    costs: &[TypeCost],
+    (from_ms, to_ms): (i64, i64),
     now_ms: i64,
 ) -> Result<Commitments, StoreError> {
     let rows = store::bills::commitment_lines(store.db(), from_ms, to_ms).await?;
@@ -39,14 +42,16 @@ pub async fn for_range(
     };
     let lines: Vec<CommitmentLine> = rows.iter().map(line).collect();
     let purchases: Vec<CommitmentLine> = purchases.iter().map(|r| of_row(r, false)).collect();
-    Ok(summarize(
+    let mut found = summarize(
         &lines,
         &purchases,
         &config.commitments.ends_ms(),
         from_ms,
         to_ms,
         now_ms,
-    ))
+    );
+    found.coverage = coverage(costs);
+    Ok(found)
 }
 
 fn of_row(r: &CommitmentRow, gpu: bool) -> CommitmentLine {
@@ -69,7 +74,6 @@ fn of_row(r: &CommitmentRow, gpu: bool) -> CommitmentLine {
             .commitment_discount_status
             .as_deref()
             .and_then(Status::parse),
-        instance_type: r.instance_type.clone(),
         gpu,
     }
 }
@@ -130,9 +134,22 @@ mod tests {
                 .unwrap();
             let (from, to) = gpuledger_core::time::month_of(T);
             let card = RateCard::default_card();
-            let c = for_range(store.as_ref(), &card, &Config::default(), from, to, T)
+            // The GPU instances no agent reports are in the ledger once rolled up: coverage is
+            // read from it.
+            test_support::roll_up(store.as_ref()).await;
+            let costs = store::ledger::cost_by_type(store.db(), from, to)
                 .await
                 .unwrap();
+            let c = for_range(
+                store.as_ref(),
+                &card,
+                &Config::default(),
+                &costs,
+                (from, to),
+                T,
+            )
+            .await
+            .unwrap();
             let ids: Vec<&str> = c.commitments.iter().map(|x| x.id.as_str()).collect();
             assert_eq!(ids, [RI, SP], "{b}");
             let (ri, sp) = (&c.commitments[0], &c.commitments[1]);
@@ -152,7 +169,7 @@ mod tests {
             assert_eq!(ri.invoiced, Decimal::ZERO, "{b}");
             assert_eq!(ri.ends_ms, Some(T + 65 * DAY_MS), "{b}");
             assert!(ri.expiring, "{b}");
-            // Only the GPU type: $0.75 covered of $1.25.
+            // Only the GPU type (the ledger holds GPU hosts alone): $0.75 covered of $1.25.
             assert_eq!(c.coverage.len(), 1, "{b}: {:?}", c.coverage);
             let t = &c.coverage[0];
             assert_eq!(t.instance_type, "p5.48xlarge");
@@ -165,13 +182,12 @@ mod tests {
                 .commitments
                 .ends
                 .insert(RI.into(), "2027-06-30".into());
-            let c = for_range(store.as_ref(), &card, &config, from, to, T)
+            let c = for_range(store.as_ref(), &card, &config, &costs, (from, to), T)
                 .await
                 .unwrap();
             assert!(!c.commitments[0].expiring, "{b}");
             // The reconciliation lists the unused part on its own line, apart from not-GPU
             // resources, and still balances against the ledger.
-            test_support::roll_up(store.as_ref()).await;
             let r = crate::reconciliation::for_range(
                 store.as_ref(),
                 &card,

@@ -8,22 +8,20 @@ pub use gpuledger_core::purchase::*;
 use rust_decimal::Decimal;
 
 use crate::billing::ratecard::RateCard;
+use crate::commitments::TypeCost;
 use crate::shape::TypeShape;
-use crate::store::{self, Store, StoreError};
 
-/// The mix of each type of `shapes` (the whole fleet's), in the rate card's currency; types the
-/// rate card has no on-demand price for are left out.
-pub async fn for_range(
-    store: &dyn Store,
-    card: &RateCard,
-    shapes: &[TypeShape],
-    (from_ms, to_ms): (i64, i64),
-) -> Result<Vec<TypeMix>, StoreError> {
-    let billed = store::ledger::committed_by_type(store.db(), from_ms, to_ms).await?;
-    Ok(shapes
+/// The mix of each type of `shapes` (the whole fleet's), in the rate card's currency, with the
+/// ledger's `costs` per type and pricing category over the same range
+/// ([`crate::store::ledger::cost_by_type`]) for the committed rate the bill applied. A type
+/// the rate card has no price for is listed with that said, and no option.
+pub fn of_shapes(card: &RateCard, shapes: &[TypeShape], costs: &[TypeCost]) -> Vec<TypeMix> {
+    shapes
         .iter()
-        .filter_map(|shape| {
-            let rate = card.instance_types.get(&shape.instance_type)?;
+        .map(|shape| {
+            let Some(rate) = card.instance_types.get(&shape.instance_type) else {
+                return unpriced(shape, &card.currency);
+            };
             let mut commits: Vec<CommitPrice> =
                 [("1-year", rate.commit_1y), ("3-year", rate.commit_3y)]
                     .into_iter()
@@ -38,13 +36,17 @@ pub async fn for_range(
             if commits.is_empty() {
                 // The committed rate the bill applied to the type this month, per instance.
                 commits.extend(
-                    billed
+                    costs
                         .iter()
-                        .filter(|(t, c, _, seconds)| {
-                            *t == shape.instance_type && *c == card.currency && *seconds > 0.0
+                        .filter(|c| {
+                            c.instance_type == shape.instance_type
+                                && c.currency == card.currency
+                                && c.pricing_category == "committed"
+                                && c.gpu_seconds > 0.0
                         })
-                        .filter_map(|(_, _, cost, seconds)| {
-                            let gpu_hours = Decimal::try_from(seconds / 3600.0).ok()?;
+                        .filter_map(|c| {
+                            let gpu_hours = Decimal::try_from(c.gpu_seconds / 3600.0).ok()?;
+                            let cost = c.cost;
                             Some(CommitPrice {
                                 term: "as billed".into(),
                                 per_instance_hour: (cost / gpu_hours * Decimal::from(rate.gpus))
@@ -55,6 +57,23 @@ pub async fn for_range(
                 );
             }
             mix(shape, &card.currency, rate.gpus, rate.on_demand, &commits)
+                .unwrap_or_else(|| unpriced(shape, &card.currency))
         })
-        .collect())
+        .collect()
+}
+
+/// A type the rate card cannot price: listed, with nothing invented.
+fn unpriced(shape: &TypeShape, currency: &str) -> TypeMix {
+    TypeMix {
+        instance_type: shape.instance_type.clone(),
+        currency: currency.to_owned(),
+        gpus_per_instance: 0,
+        floor_instances: 0,
+        options: Vec::new(),
+        cheapest: String::new(),
+        missing: Some(format!(
+            "the rate card has no on-demand price for {}: add it to weigh buying it",
+            shape.instance_type
+        )),
+    }
 }

@@ -13,6 +13,7 @@ fn d(text: &str) -> Decimal {
     text.parse().unwrap()
 }
 
+/// A usage row; a `p…` instance type is a GPU instance.
 fn usage(status: Option<Status>, effective: &str, instance_type: Option<&str>) -> CommitmentLine {
     CommitmentLine {
         charge_category: "Usage".into(),
@@ -26,7 +27,6 @@ fn usage(status: Option<Status>, effective: &str, instance_type: Option<&str>) -
         commitment_name: status.map(|_| "one-dollar-plan".to_owned()),
         commitment_type: status.map(|_| "Savings Plan".to_owned()),
         status,
-        instance_type: instance_type.map(str::to_owned),
         gpu: instance_type.is_some_and(|t| t.starts_with('p')),
     }
 }
@@ -48,7 +48,6 @@ fn purchase(frequency: &str, billed: &str, start: i64, end: i64) -> CommitmentLi
         billed_cost: d(billed),
         effective_cost: Decimal::ZERO,
         status: None,
-        instance_type: None,
         gpu: false,
         ..usage(Some(Status::Used), "0", None)
     }
@@ -68,7 +67,6 @@ fn fully_used_is_100_percent_with_nothing_unused() {
     assert_eq!(sp.used_on_gpus, d("1.00"));
     assert_eq!(sp.utilization_percent, Some(d("100.0")));
     assert_eq!(sp.unused, Decimal::ZERO);
-    assert_eq!(c.coverage[0].coverage_percent, Some(d("100.0")));
 }
 
 #[test]
@@ -85,7 +83,6 @@ fn an_hour_nobody_used_is_0_percent_and_its_dollar_is_unused() {
             amount: d("1.00")
         }]
     );
-    assert!(c.coverage.is_empty(), "an unused row is no type's usage");
 }
 
 #[test]
@@ -111,9 +108,50 @@ fn overage_is_on_demand_usage_the_commitment_did_not_cover() {
         on_demand("0.50", "p5.48xlarge"),
     ]);
     assert_eq!(c.commitments[0].utilization_percent, Some(d("100.0")));
-    let t = &c.coverage[0];
-    assert_eq!((t.usage, t.covered), (d("1.50"), d("1.00")));
-    assert_eq!(t.coverage_percent, Some(d("66.7")));
+    assert_eq!(
+        c.commitments[0].used(),
+        d("1.00"),
+        "the overage is not the plan's"
+    );
+}
+
+#[test]
+fn coverage_is_each_types_committed_cost_over_all_of_it_per_currency() {
+    let cost = |t: &str, currency: &str, category: &str, amount: &str| TypeCost {
+        instance_type: t.into(),
+        currency: currency.into(),
+        pricing_category: category.into(),
+        cost: d(amount),
+        gpu_seconds: 3600.0,
+    };
+    let cov = coverage(&[
+        cost("p5.48xlarge", "USD", "committed", "1.00"),
+        cost("p5.48xlarge", "USD", "on_demand", "0.50"),
+        cost("g6.xlarge", "USD", "spot", "0.30"),
+        cost("p5.48xlarge", "EUR", "committed", "2.00"),
+    ]);
+    let rows: Vec<(&str, &str, Option<String>)> = cov
+        .iter()
+        .map(|t| {
+            (
+                t.instance_type.as_str(),
+                t.currency.as_str(),
+                t.coverage_percent.map(|p| p.to_string()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("g6.xlarge", "USD", Some("0.0".into())),
+            ("p5.48xlarge", "EUR", Some("100.0".into())),
+            ("p5.48xlarge", "USD", Some("66.7".into())),
+        ]
+    );
+    assert_eq!((cov[2].usage, cov[2].covered), (d("1.50"), d("1.00")));
+    assert!(coverage(&[cost("p5.48xlarge", "USD", "committed", "0")])[0]
+        .coverage_percent
+        .is_none());
 }
 
 #[test]
@@ -128,12 +166,6 @@ fn a_commitment_split_across_two_resources_counts_each_once() {
     assert_eq!((sp.used_on_gpus, sp.used_elsewhere), (d("1.00"), d("1.00")));
     assert_eq!(sp.used(), d("2.00"));
     assert_eq!(sp.utilization_percent, Some(d("100.0")));
-    assert_eq!(
-        c.coverage.len(),
-        1,
-        "only GPU instance types: {:?}",
-        c.coverage
-    );
 }
 
 #[test]

@@ -82,12 +82,15 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     );
     // The savings plan was bought for nine training hosts and eight remain: 88.9 % used, the
     // rest the fleet's, and the training type wholly covered.
+    let costs = store::ledger::cost_by_type(store.db(), from, to)
+        .await
+        .unwrap();
     let c = crate::commitments::for_range(
         store.as_ref(),
         &card,
         &crate::config::Config::default(),
-        from,
-        to,
+        &costs,
+        (from, to),
         now,
     )
     .await
@@ -295,9 +298,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     assert_eq!((l4.spread.floor, l4.spread.peak), (4.0, 4.0), "{l4:?}");
     // The purchase mix: the training type committed at the rate the bill applied (60 % of
     // on demand) beats on demand; the L4s have no commitment price to weigh.
-    let mixes = crate::purchase::for_range(store.as_ref(), &card, &shape, (from, to))
-        .await
-        .unwrap();
+    let mixes = crate::purchase::of_shapes(&card, &shape, &costs);
     let p4d_mix = mixes
         .iter()
         .find(|m| m.instance_type == "p4d.24xlarge")

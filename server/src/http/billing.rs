@@ -444,7 +444,8 @@ async fn reconciliation_api(
         what it cost unused (charged to the fleet, not to owners), utilization, what its \
         purchase rows invoice in the month and when it ends (from an upfront purchase row or \
         the config's `[commitments.ends]`; expiring within 90 days is flagged). Per GPU \
-        instance type, how much of its usage commitments covered. Covers every team: a \
+        instance type, how much of its cost in the ledger commitments covered. Covers every \
+        team: a \
         team-scoped reader gets 403.",
     params(super::params::MonthQuery),
     responses(
@@ -466,12 +467,13 @@ async fn commitments_api(
     >,
 ) -> Result<axum::Json<CommitmentsResponse>, crate::error::ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
+    let costs = crate::store::ledger::cost_by_type(state.store.db(), from, to).await?;
     let commitments = crate::commitments::for_range(
         state.store.as_ref(),
         &state.rate_card,
         &state.config,
-        from,
-        to,
+        &costs,
+        (from, to),
         now_ms(),
     )
     .await?;

@@ -405,7 +405,7 @@ async fn review(
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
-        crate::commitments::for_range(store, &state.rate_card, &state.config, from, to, now),
+        crate::store::ledger::cost_by_type(store.db(), from, to),
         crate::scale_to_zero::for_range(store, schema, scope, from, to),
         crate::shape::for_range(store, schema, scope, (from, to), now),
         scoped_gpus,
@@ -423,7 +423,7 @@ async fn review(
         restated,
         budgets,
         anomalies,
-        commitments,
+        type_costs,
         quiet,
         shape,
         scoped_gpus,
@@ -431,14 +431,26 @@ async fn review(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
-    // Buying is the whole fleet's: its purchase mix only for who sees every team.
-    let purchase_mix = if scope.is_all() {
-        match crate::purchase::for_range(store, &state.rate_card, &shape, (from, to)).await {
-            Ok(m) => m,
+    // Commitments and buying are the whole bill's and fleet's: only for who sees every team.
+    let (commitments, purchase_mix) = if scope.is_all() {
+        let commitments = crate::commitments::for_range(
+            store,
+            &state.rate_card,
+            &state.config,
+            &type_costs,
+            (from, to),
+            now,
+        )
+        .await;
+        match commitments {
+            Ok(c) => (
+                Some(c),
+                crate::purchase::of_shapes(&state.rate_card, &shape, &type_costs),
+            ),
             Err(e) => return unavailable(e),
         }
     } else {
-        Vec::new()
+        (None, Vec::new())
     };
     let grid = crate::carbon::grid(&all, &state.config.carbon);
     // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
@@ -677,11 +689,9 @@ async fn review(
         closing,
         saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
         // A commitment is the whole bill's, never a team's to read.
-        commitments: if scope.is_all() {
-            rows::commitments_view(&commitments, &cur, &month)
-        } else {
-            rows::CommitmentsView::default()
-        },
+        commitments: commitments
+            .map(|c| rows::commitments_view(&c, &cur, &month))
+            .unwrap_or_default(),
         scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
         shape: rows::shape_view(&shape, &month),
         purchase_mix: rows::purchase_view(&purchase_mix),

@@ -545,8 +545,7 @@ macro_rules! commitment_columns_sql {
     };
 }
 
-/// The lines of `[from_ms, to_ms)` commitments read: those naming a commitment and those of an
-/// instance type (whose coverage they are).
+/// The lines of `[from_ms, to_ms)` naming a commitment.
 pub async fn commitment_lines(
     on: impl Into<On<'_>>,
     from_ms: i64,
@@ -558,7 +557,7 @@ pub async fn commitment_lines(
             commitment_columns_sql!(),
             "FROM cost_lines
              WHERE charge_period_start_ms < $2 AND charge_period_end_ms > $1
-               AND (commitment_discount_id IS NOT NULL OR instance_type IS NOT NULL)
+               AND commitment_discount_id IS NOT NULL
              ORDER BY charge_period_start_ms, id"
         ))
         .bind(from_ms)

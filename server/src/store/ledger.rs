@@ -160,22 +160,24 @@ pub async fn gpu_seconds_by_type(
     })
 }
 
-/// Per host instance type and currency, the cost and GPU-seconds of the committed parts of
-/// `[from_ms, to_ms)`: what a GPU-hour costs under the commitments the bill applied.
-pub async fn committed_by_type(
+/// Per host instance type, currency and pricing category, the billed cost and GPU-seconds of
+/// `[from_ms, to_ms)` (rate-card estimates left out): how much of each type commitments
+/// covered, and what a GPU-hour cost under them.
+pub async fn cost_by_type(
     on: impl Into<On<'_>>,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<(String, String, rust_decimal::Decimal, f64)>, StoreError> {
+) -> Result<Vec<gpuledger_core::commitment::TypeCost>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        let rows: Vec<(String, String, i64, i64, f64)> = sqlx::query_as(
-            "SELECT h.instance_type, r.currency, CAST(SUM(r.cost_nano) AS BIGINT),
-                    CAST(SUM(r.cost_atto) AS BIGINT), SUM(r.gpu_seconds)
+        let rows: Vec<(String, String, String, i64, i64, f64)> = sqlx::query_as(
+            "SELECT h.instance_type, r.currency, r.pricing_category,
+                    CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
+                    SUM(r.gpu_seconds)
              FROM rollup_hours r JOIN hosts h ON h.id = r.host_id
-             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND r.pricing_category = 'committed'
-               AND r.estimated = 0 AND h.instance_type IS NOT NULL
-             GROUP BY h.instance_type, r.currency",
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND r.estimated = 0
+               AND h.instance_type IS NOT NULL
+             GROUP BY h.instance_type, r.currency, r.pricing_category",
         )
         .bind(from_ms)
         .bind(to_ms)
@@ -183,14 +185,17 @@ pub async fn committed_by_type(
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(t, c, nano, atto, seconds)| {
-                (
-                    t,
-                    c,
-                    gpuledger_core::money::from_nano_atto(nano, atto),
-                    seconds,
-                )
-            })
+            .map(
+                |(instance_type, currency, pricing_category, nano, atto, gpu_seconds)| {
+                    gpuledger_core::commitment::TypeCost {
+                        instance_type,
+                        currency,
+                        pricing_category,
+                        cost: gpuledger_core::money::from_nano_atto(nano, atto),
+                        gpu_seconds,
+                    }
+                },
+            )
             .collect())
     })
 }

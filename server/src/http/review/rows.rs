@@ -525,6 +525,17 @@ pub struct PurchaseRow {
 pub fn purchase_view(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
     let mut rows = Vec::new();
     for m in mixes {
+        if m.options.is_empty() {
+            rows.push(PurchaseRow {
+                instance_type: m.instance_type.clone(),
+                choice: String::new(),
+                cost: String::new(),
+                break_even: String::new(),
+                cheapest: false,
+                missing: m.missing.clone().unwrap_or_default(),
+            });
+            continue;
+        }
         let last = m.options.len().saturating_sub(1);
         for (i, o) in m.options.iter().enumerate() {
             rows.push(PurchaseRow {
