@@ -54,6 +54,16 @@ pub async fn for_range(
     Ok(found)
 }
 
+/// The ledger's billed cost and GPU time per instance type and pricing category over
+/// `[from_ms, to_ms)`: each type's coverage here, and the committed rate the purchase mix weighs.
+pub async fn type_costs(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<TypeCost>, StoreError> {
+    store::ledger::cost_by_type(store.db(), from_ms, to_ms).await
+}
+
 fn of_row(r: &CommitmentRow, gpu: bool) -> CommitmentLine {
     // The columns the line model does not name are kept as text in `extra_json`.
     let extra: BTreeMap<String, String> = serde_json::from_str(&r.extra_json).unwrap_or_default();

@@ -467,7 +467,7 @@ async fn commitments_api(
     >,
 ) -> Result<axum::Json<CommitmentsResponse>, crate::error::ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
-    let costs = crate::store::ledger::cost_by_type(state.store.db(), from, to).await?;
+    let costs = crate::commitments::type_costs(state.store.as_ref(), from, to).await?;
     let commitments = crate::commitments::for_range(
         state.store.as_ref(),
         &state.rate_card,

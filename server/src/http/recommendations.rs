@@ -65,7 +65,7 @@ async fn shape_api(
     .await?;
     // Buying is the whole fleet's: a team's reader gets its shape, not the fleet's advice.
     let purchase_mix = if user.scope.is_all() {
-        let costs = crate::store::ledger::cost_by_type(state.store.db(), from, to).await?;
+        let costs = crate::commitments::type_costs(state.store.as_ref(), from, to).await?;
         crate::purchase::of_shapes(&state.rate_card, &types, &costs)
     } else {
         Vec::new()

@@ -405,7 +405,7 @@ async fn review(
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
-        crate::store::ledger::cost_by_type(store.db(), from, to),
+        crate::commitments::type_costs(store, from, to),
         crate::scale_to_zero::for_range(store, schema, scope, from, to),
         crate::shape::for_range(store, schema, scope, (from, to), now),
         scoped_gpus,
