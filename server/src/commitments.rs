@@ -216,4 +216,62 @@ mod tests {
             assert_eq!(r[0].difference, Decimal::ZERO, "{b}: {:?}", r[0]);
         }
     }
+
+    /// The FOCUS project's real sample (read in place): two AWS savings plans, each with one
+    /// `Used` row whose amounts the sample rounds to 0. Both are found with their type; with
+    /// nothing used or unused to judge by, utilization is unknown, not 0 % or 100 %.
+    #[tokio::test]
+    async fn the_focus_projects_real_sample_names_its_two_savings_plans() {
+        let path = crate::billing::focus::tests::shared_sample_path();
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let b = db.backend;
+            crate::billing::import_focus_file(store.as_ref(), &path, "sample.csv", T)
+                .await
+                .unwrap();
+            // September 2024, the sample's month.
+            let (from, to) = gpuledger_core::time::month_of(1_725_148_800_000);
+            let c = for_range(
+                store.as_ref(),
+                &RateCard::default_card(),
+                &Config::default(),
+                &[],
+                (from, to),
+                T,
+            )
+            .await
+            .unwrap();
+            let found: Vec<(&str, Option<&str>, Option<Decimal>)> = c
+                .commitments
+                .iter()
+                .map(|x| {
+                    (
+                        x.id.rsplit('/').next().unwrap_or(""),
+                        x.commitment_type.as_deref(),
+                        x.utilization_percent,
+                    )
+                })
+                .collect();
+            assert_eq!(
+                found,
+                [
+                    (
+                        "37985e61-4fcb-4023-9dd7-e524c80342a2",
+                        Some("Savings Plan"),
+                        None
+                    ),
+                    (
+                        "493f5705-db1c-4867-8e5c-ee9a66fa6d3f",
+                        Some("Savings Plan"),
+                        None
+                    ),
+                ],
+                "{b}"
+            );
+            assert!(c
+                .commitments
+                .iter()
+                .all(|x| x.unused.is_zero() && x.ends_ms.is_none()));
+        }
+    }
 }
