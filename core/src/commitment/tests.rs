@@ -204,7 +204,7 @@ fn an_upfront_purchase_states_the_end_and_is_invoiced_once() {
     let year_end = T0 + 365 * DAY_MS;
     let upfront = purchase("One-Time", "8760.00", T0, year_end);
     let month = summarize(
-        &[upfront.clone()],
+        std::slice::from_ref(&upfront),
         &[],
         &BTreeMap::new(),
         T0,
@@ -223,8 +223,8 @@ fn an_upfront_purchase_states_the_end_and_is_invoiced_once() {
         ..usage(Some(Status::Used), "1.00", Some("p5.48xlarge"))
     };
     let c = summarize(
-        &[usage_row.clone()],
-        &[upfront.clone()],
+        std::slice::from_ref(&usage_row),
+        std::slice::from_ref(&upfront),
         &BTreeMap::new(),
         later,
         later + HOUR_MS,
@@ -235,8 +235,8 @@ fn an_upfront_purchase_states_the_end_and_is_invoiced_once() {
     assert!(c.commitments[0].expiring);
     // Not once it has ended, nor 91 days before.
     let after = summarize(
-        &[usage_row.clone()],
-        &[upfront.clone()],
+        std::slice::from_ref(&usage_row),
+        std::slice::from_ref(&upfront),
         &BTreeMap::new(),
         later,
         later + HOUR_MS,
