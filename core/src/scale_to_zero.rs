@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{Kind, Part};
+use crate::attribution::Kind;
 use crate::time::{weekday, HOUR_MS};
 
 /// Weeks an hour of the week must have been seen quiet, every time, to be a pattern.
@@ -33,28 +33,6 @@ pub struct OwnerHour {
     pub kind: Kind,
     pub cost: Decimal,
     pub gpu_seconds: f64,
-}
-
-impl OwnerHour {
-    /// The parts of `dimension`'s owners, each under its owner's value there.
-    pub fn of_parts<'a>(
-        parts: impl IntoIterator<Item = &'a Part>,
-        dimension: &str,
-    ) -> Vec<OwnerHour> {
-        parts
-            .into_iter()
-            .filter_map(|p| {
-                Some(OwnerHour {
-                    key: p.owner.get(dimension)?.to_owned(),
-                    hour_ms: p.hour_ms,
-                    currency: p.currency.clone(),
-                    kind: p.kind,
-                    cost: p.cost,
-                    gpu_seconds: p.gpu_seconds,
-                })
-            })
-            .collect()
-    }
 }
 
 /// A recurring quiet stretch of the week.
@@ -127,7 +105,8 @@ pub fn find(hours: &[OwnerHour]) -> Vec<Candidate> {
     // Per owner and currency, per hour of the range: any work, cost, GPU-seconds.
     type Hours = BTreeMap<i64, (bool, Decimal, f64)>;
     let mut by_owner: BTreeMap<(&str, &str), Hours> = BTreeMap::new();
-    for h in hours {
+    // A bucket ("(unseen process)", "(unlabeled)") is no endpoint anyone could turn off.
+    for h in hours.iter().filter(|h| !h.key.starts_with('(')) {
         let e = by_owner
             .entry((h.key.as_str(), h.currency.as_str()))
             .or_default()

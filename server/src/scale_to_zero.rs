@@ -1,6 +1,7 @@
-//! Scale-to-zero windows of a range, from the hourly ledger: the inference endpoints and the
-//! experiments (notebooks, dev jobs) that hold GPUs idle in the same hours every week. The rules
-//! are the core's ([`gpuledger_core::scale_to_zero`]).
+//! Scale-to-zero windows of a range, from the hourly ledger summed by the database per owner
+//! and hour: the inference endpoints and the experiments (notebooks, dev jobs) that hold GPUs
+//! idle in the same hours every week. The rules are the core's
+//! ([`gpuledger_core::scale_to_zero`]).
 
 use serde::Serialize;
 
@@ -8,9 +9,8 @@ pub use gpuledger_core::scale_to_zero::*;
 
 use crate::allocation::GroupBy;
 use crate::config::OwnerSchema;
-use crate::ledger;
 use crate::session::Scope;
-use crate::store::{RollupGrain, Store, StoreError};
+use crate::store::{self, Store, StoreError};
 use gpuledger_core::owners::Role;
 
 /// A candidate with the owner dimension it is a value of.
@@ -31,21 +31,36 @@ pub async fn for_range(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<OwnerWindows>, StoreError> {
+    let team = match GroupBy::role(schema, Role::Team) {
+        Some(GroupBy::Owner(team)) => Some(team),
+        _ => None,
+    };
     let mut found = Vec::new();
     for role in [Role::Endpoint, Role::Experiment] {
         let Some(GroupBy::Owner(dimension)) = GroupBy::role(schema, role) else {
             continue;
         };
-        let hours = ledger::load(store, from_ms, to_ms, RollupGrain::OwnerHour(dimension)).await?;
-        let hours = scope.restrict(hours, schema);
-        found.extend(
-            find(&OwnerHour::of_parts(&hours.parts, dimension))
-                .into_iter()
-                .map(|candidate| OwnerWindows {
-                    dimension: dimension.to_owned(),
-                    candidate,
-                }),
-        );
+        // Without a team dimension no owner is any team's: a scoped reader sees none.
+        if team.is_none() && !scope.is_all() {
+            continue;
+        }
+        let rows = store::ledger::owner_hours(
+            store.db(),
+            from_ms,
+            to_ms,
+            dimension,
+            team.unwrap_or(dimension),
+        )
+        .await?;
+        let hours: Vec<OwnerHour> = rows
+            .into_iter()
+            .filter(|(t, _)| scope.is_all() || t.as_deref().is_some_and(|t| scope.admits_team(t)))
+            .map(|(_, hour)| hour)
+            .collect();
+        found.extend(find(&hours).into_iter().map(|candidate| OwnerWindows {
+            dimension: dimension.to_owned(),
+            candidate,
+        }));
     }
     found.sort_by_key(|f| std::cmp::Reverse(f.candidate.saving));
     Ok(found)

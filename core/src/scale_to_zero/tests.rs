@@ -61,6 +61,13 @@ fn nights_and_weekends_an_endpoint_holds_idle_are_its_windows() {
 }
 
 #[test]
+fn a_bucket_is_never_a_candidate() {
+    // Processes the agent cannot see hold GPUs idle at night: who to ask is unknown.
+    assert!(find(&office_hours("(unseen process)", 4)).is_empty());
+    assert_eq!(find(&office_hours("notebook", 4)).len(), 1);
+}
+
+#[test]
 fn one_busy_week_breaks_that_hour_of_the_week() {
     let mut hours = office_hours("rerank", 4);
     // A late release on the third Wednesday: 22:00 worked.

@@ -1216,3 +1216,79 @@ async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases()
         assert_eq!(owners, [Some("team-0")], "{b}");
     }
 }
+
+/// Scale-to-zero reads each owner's hours summed by the database per hour, kind, currency and
+/// team: the same cost, to the atto-dollar, and GPU time as the hourly ledger's parts summed.
+#[tokio::test]
+async fn owner_hours_are_the_ledgers_parts_summed_on_both_databases() {
+    let card = RateCard::default_card();
+    let idle = IdleConfig::default();
+    let schema = OwnerSchema::default();
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let token = agent_token(s, "c", START).await;
+        for r in [
+            report("a-1", "a", "i-a", START, 12, "m"),
+            report("b-1", "b", "i-b", START + 2 * HOUR_MS, 6, "n"),
+        ] {
+            s.ingest(&r, token, AgentStatus::default(), START)
+                .await
+                .unwrap();
+        }
+        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        let hourly = load(s, START, END, RollupGrain::Hour).await.unwrap();
+        type Key = (i64, String, Option<String>, Kind, String);
+        let mut want: BTreeMap<Key, (Decimal, f64)> = BTreeMap::new();
+        for p in &hourly.parts {
+            let Some(experiment) = p.owner.get("experiment") else {
+                continue;
+            };
+            let team = p.owner.get("team").map(str::to_owned);
+            let e = want
+                .entry((
+                    p.hour_ms,
+                    experiment.to_owned(),
+                    team,
+                    p.kind,
+                    p.currency.clone(),
+                ))
+                .or_default();
+            e.0 += p.cost;
+            e.1 += p.gpu_seconds;
+        }
+        let rows = store::ledger::owner_hours(s.db(), START, END, "experiment", "team")
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), want.len(), "{b}");
+        let kinds: std::collections::BTreeSet<Kind> = rows.iter().map(|(_, h)| h.kind).collect();
+        assert!(
+            kinds.contains(&Kind::Used) && kinds.contains(&Kind::HeldIdle),
+            "{b}"
+        );
+        for (team, h) in &rows {
+            let key = (
+                h.hour_ms,
+                h.key.clone(),
+                team.clone(),
+                h.kind,
+                h.currency.clone(),
+            );
+            let (cost, seconds) = want.get(&key).unwrap_or_else(|| panic!("{b}: {key:?}"));
+            assert_eq!(&h.cost, cost, "{b}: {key:?}");
+            assert!((h.gpu_seconds - seconds).abs() < 1e-6, "{b}: {key:?}");
+        }
+        // Owners without a value in the dimension are left out, not summed under "": of the
+        // endpoint's, only the GPU time of processes the agent could not see.
+        let endpoints = store::ledger::owner_hours(s.db(), START, END, "endpoint", "team")
+            .await
+            .unwrap();
+        assert!(
+            endpoints
+                .iter()
+                .all(|(_, h)| h.key == gpuledger_core::owners::UNSEEN_OWNER),
+            "{b}: {endpoints:?}"
+        );
+    }
+}

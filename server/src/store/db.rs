@@ -97,8 +97,14 @@ pub async fn begin_write<C: sqlx::Connection>(
 pub trait Dialect {
     /// Set for the roll-up's reads of a group of hosts (each backend's file says why).
     const ROLLUP_READ_SETTINGS: &'static [&'static str];
-    /// An owner's value in the dimension bound as `$3`, as SQL over `owners o` (NULL if none).
-    const OWNER_VALUE_SQL: &'static str;
+    /// An owner's value in a dimension bound as a parameter, as SQL over `owners o` (NULL if
+    /// none): the SQL before and after the parameter.
+    const OWNER_VALUE: (&'static str, &'static str);
+    /// [`Dialect::OWNER_VALUE`] around `param` (`$3`).
+    fn owner_value(param: &str) -> String {
+        let (open, close) = Self::OWNER_VALUE;
+        format!("{open}{param}{close}")
+    }
     /// The owners' unique key, as SQL around an owner's text (`labels` or a bound text): the
     /// text before and after it.
     const OWNER_KEY: (&'static str, &'static str);

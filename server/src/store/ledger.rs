@@ -138,7 +138,7 @@ pub async fn gpu_seconds_by_type(
                   JOIN owners o ON o.id = r.owner_id
              WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND h.instance_type IS NOT NULL
              GROUP BY r.hour_ms, h.instance_type, {value}",
-            value = <DB as super::Dialect>::OWNER_VALUE_SQL
+            value = <DB as super::Dialect>::owner_value("$3")
         );
         let rows: Vec<(i64, String, Option<String>, f64)> = sqlx::query_as(&sql)
             .bind(from_ms)
@@ -154,6 +154,58 @@ pub async fn gpu_seconds_by_type(
                     instance_type,
                     owner: owner.filter(|o| !o.is_empty()),
                     gpu_seconds,
+                },
+            )
+            .collect())
+    })
+}
+
+/// Each owner's cost and GPU-seconds per hour, kind and currency in `[from_ms, to_ms)`, for the
+/// owners with a value in `dimension`, summed by the database (a row per owner-hour, where the
+/// hourly rollups hold one per GPU), each with its team's value in `team_dimension` (`None`
+/// without one): what scale-to-zero reads, scoped by team.
+pub async fn owner_hours(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: &str,
+    team_dimension: &str,
+) -> Result<Vec<(Option<String>, gpuledger_core::scale_to_zero::OwnerHour)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let sql = format!(
+            "SELECT r.hour_ms, {value} AS owner_value, {team} AS team, r.kind, r.currency,
+                    CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
+                    SUM(r.gpu_seconds)
+             FROM rollup_hours r JOIN owners o ON o.id = r.owner_id
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND {value} IS NOT NULL
+             GROUP BY r.hour_ms, {value}, {team}, r.kind, r.currency",
+            value = <DB as super::Dialect>::owner_value("$3"),
+            team = <DB as super::Dialect>::owner_value("$4"),
+        );
+        type Row = (i64, String, Option<String>, String, String, i64, i64, f64);
+        let rows: Vec<Row> = sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(dimension)
+            .bind(team_dimension)
+            .fetch_all(&mut *ex)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(hour_ms, key, team, kind, currency, nano, atto, gpu_seconds)| {
+                    let hour = gpuledger_core::scale_to_zero::OwnerHour {
+                        key,
+                        hour_ms,
+                        currency,
+                        // As the ledger reads it: a kind this build does not know is unwatched.
+                        kind: gpuledger_core::attribution::Kind::parse(&kind)
+                            .unwrap_or(gpuledger_core::attribution::Kind::Unmonitored),
+                        cost: gpuledger_core::money::from_nano_atto(nano, atto),
+                        gpu_seconds,
+                    };
+                    (team.filter(|t| !t.is_empty()), hour)
                 },
             )
             .collect())
@@ -228,7 +280,7 @@ pub async fn rollup_rows(
                 "rollup_hours",
                 format!(
                     "hour_ms >= $1 AND hour_ms < $2 AND {} IS NOT NULL",
-                    <DB as super::Dialect>::OWNER_VALUE_SQL
+                    <DB as super::Dialect>::owner_value("$3")
                 ),
             ),
             Day => (

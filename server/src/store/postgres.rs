@@ -18,7 +18,7 @@ impl Dialect for Postgres {
         "SET LOCAL max_parallel_workers_per_gather = 0",
         "SET LOCAL jit = off",
     ];
-    const OWNER_VALUE_SQL: &'static str = "(o.labels::jsonb ->> $3)";
+    const OWNER_VALUE: (&'static str, &'static str) = ("(o.labels::jsonb ->> ", ")");
     /// The text's MD5: a long text would not fit a btree entry (migration 0022).
     const OWNER_KEY: (&'static str, &'static str) = ("md5(", ")");
     const JSON_SET: (&'static str, &'static str) = ("json_agg(DISTINCT ", ")::text");

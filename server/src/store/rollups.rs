@@ -410,7 +410,7 @@ pub async fn replace_rollups(
                 .execute(&mut *tx)
                 .await?;
             if let Some(experiment) = experiment {
-                let value = <DB as super::Dialect>::OWNER_VALUE_SQL;
+                let value = <DB as super::Dialect>::owner_value("$3");
                 let sql = format!(
                     "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
                         last_hour_ms, hours)

@@ -16,7 +16,7 @@ impl Dialect for Sqlite {
     /// Nothing to set for the roll-up's reads (see the PostgreSQL store).
     const ROLLUP_READ_SETTINGS: &'static [&'static str] = &[];
     /// Dimension names are letters, digits and `_` (see `core::owners`): safe in a JSON path.
-    const OWNER_VALUE_SQL: &'static str = "json_extract(o.labels, '$.' || $3)";
+    const OWNER_VALUE: (&'static str, &'static str) = ("json_extract(o.labels, '$.' || ", ")");
     /// The text itself.
     const OWNER_KEY: (&'static str, &'static str) = ("", "");
     const JSON_SET: (&'static str, &'static str) = ("json_group_array(DISTINCT ", ")");
