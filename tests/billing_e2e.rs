@@ -254,6 +254,7 @@ fn known_reports() -> Vec<Report> {
                     lifecycle: None,
                 },
                 windows: vec![Window {
+                    serving: Vec::new(),
                     start_ms: start,
                     end_ms: start + 900_000,
                     samples: 900,
@@ -1126,6 +1127,7 @@ async fn rollup_into_a_closed_month_needs_reopen() {
             ..Default::default()
         },
         windows: vec![Window {
+            serving: Vec::new(),
             start_ms: old + 3_600_000,
             end_ms: old + 7_200_000,
             samples: 3600,

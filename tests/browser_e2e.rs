@@ -148,6 +148,7 @@ async fn post_long_names(url: &str, token: &str) {
             lifecycle: None,
         },
         windows: vec![Window {
+            serving: Vec::new(),
             start_ms: start,
             end_ms: end,
             samples: 300,
@@ -373,7 +374,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
         .unwrap();
     assert_eq!(display, "grid", "the stylesheet is in force");
     let cells = c
-        .find_all(Locator::Css("svg.heatmap rect"))
+        .find_all(Locator::Css("svg.heatmap:not(.week) rect"))
         .await
         .unwrap()
         .len();

@@ -72,6 +72,7 @@ async fn synthetic_agent(url: String, token: String, host: String, batches: usiz
                 ..Default::default()
             },
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: start,
                 end_ms: start + 1_000,
                 samples: 1,

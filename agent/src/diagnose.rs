@@ -63,6 +63,41 @@ pub fn notes(report: &Report) -> Vec<String> {
     out
 }
 
+/// One line per serving engine configured: what was read from it, or why nothing could be.
+pub fn serving_notes(
+    status: &[(
+        crate::serving::ServingTarget,
+        Option<crate::serving::Status>,
+    )],
+) -> Vec<String> {
+    use crate::serving::Status;
+    status
+        .iter()
+        .map(|(t, s)| {
+            let what = format!("serving engine for endpoint {:?} at {}", t.endpoint, t.url);
+            match s {
+                Some(Status::Read { engine, models }) => {
+                    let names: Vec<&str> =
+                        models.iter().map(|m| m.as_deref().unwrap_or("(none named)")).collect();
+                    let mut note = format!(
+                        "{what}: read as {}, models {}; the report counts its requests and tokens between the first and the last reading.",
+                        engine.as_str(),
+                        names.join(", ")
+                    );
+                    if t.model.is_none() && models.len() > 1 {
+                        note.push_str(" Several models count each request of an ensemble once each: name the one that serves (ENDPOINT@MODEL=URL).");
+                    }
+                    note
+                }
+                Some(Status::Failed(e)) => format!(
+                    "{what}: cannot be read ({e}); nothing is counted for it until it can, then its work in between is."
+                ),
+                None => format!("{what}: not read"),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +109,7 @@ mod tests {
             agent_version: "t".into(),
             host: HostInfo::default(),
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: 0,
                 end_ms: 1,
                 samples: 1,

@@ -9,7 +9,8 @@ use gpuledger_agent::deliver::DeliveryConfig;
 use gpuledger_agent::host::HostConfig;
 use gpuledger_agent::kube_pods::KubeApiConfig;
 use gpuledger_agent::kubelet::KubeletConfig;
-use gpuledger_agent::run::{self, AgentConfig, OwnerSources};
+use gpuledger_agent::run::{self, AgentConfig, OwnerSources, ServingConfig};
+use gpuledger_agent::serving::ServingTarget;
 use gpuledger_agent::slurm::SlurmConfig;
 
 /// gpuledger agent: reads the GPUs of this host through NVML and reports who used them.
@@ -130,6 +131,15 @@ struct SourceArgs {
     /// How long one question to the Slurm controller may take.
     #[arg(long, env = "GPULEDGER_SLURM_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     slurm_timeout: Duration,
+    /// LLM serving engines (vLLM, TGI, Triton) to read requests and tokens from each window,
+    /// comma separated: `ENDPOINT=URL`, or `ENDPOINT@MODEL=URL` for one model's series only
+    /// (a Triton ensemble: the model that runs the LLM), e.g.
+    /// `chat-api=http://127.0.0.1:8000/metrics`. ENDPOINT is the endpoint owner label's value.
+    #[arg(long, env = "GPULEDGER_SERVING_METRICS", value_delimiter = ',')]
+    serving_metrics: Vec<ServingTarget>,
+    /// How long one read of a serving engine's metrics may take.
+    #[arg(long, env = "GPULEDGER_SERVING_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    serving_timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -250,6 +260,13 @@ impl SourceArgs {
         })
     }
 
+    fn serving(&self) -> ServingConfig {
+        ServingConfig {
+            targets: self.serving_metrics.clone(),
+            timeout: self.serving_timeout,
+        }
+    }
+
     fn owners(&self) -> OwnerSources {
         OwnerSources {
             proc_root: self.proc_root.clone(),
@@ -306,16 +323,18 @@ async fn main() -> anyhow::Result<()> {
                     max_backoff: args.retry_max,
                 },
                 owners: args.source.owners(),
+                serving: args.source.serving(),
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await
         }
         Command::Once(args) => {
             let source = args.source.open()?;
-            let report = run::once(
+            let (report, serving) = run::once(
                 &args.source.host_config(),
                 source,
                 args.source.owners().start().await,
+                &args.source.serving(),
                 args.source.sample_interval,
                 args.duration,
             )
@@ -323,6 +342,9 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             // What the report cannot say by itself, for the person at the host.
             for note in gpuledger_agent::diagnose::notes(&report) {
+                eprintln!("{note}");
+            }
+            for note in gpuledger_agent::diagnose::serving_notes(&serving) {
                 eprintln!("{note}");
             }
             Ok(())

@@ -15,6 +15,7 @@ use crate::host::{self, HostConfig};
 use crate::kube_pods::KubeApiConfig;
 use crate::kubelet::{KubeletConfig, Pods};
 use crate::owners::OwnerReader;
+use crate::serving::{ServingReader, ServingTarget, Status};
 use crate::slurm::{SlurmConfig, SlurmJobs};
 use crate::spool::Spool;
 use crate::window::WindowBuilder;
@@ -28,8 +29,17 @@ pub struct AgentConfig {
     pub spool_max_bytes: u64,
     pub delivery: DeliveryConfig,
     pub owners: OwnerSources,
+    pub serving: ServingConfig,
     /// How long to keep sending after a shutdown signal before leaving the rest in the spool.
     pub shutdown_grace: Duration,
+}
+
+/// The serving engines whose requests and tokens each window carries.
+#[derive(Debug, Clone, Default)]
+pub struct ServingConfig {
+    pub targets: Vec<ServingTarget>,
+    /// How long one read may take (each window waits for the slowest).
+    pub timeout: Duration,
 }
 
 /// Where a process's owner is read from, besides its own environment.
@@ -114,6 +124,16 @@ pub async fn run(
     let delivery = tokio::spawn(deliverer.run(wake.clone(), stop_rx));
 
     let mut builder = WindowBuilder::new(config.owners.start().await);
+    let mut serving = ServingReader::new(
+        config.serving.targets.clone(),
+        config.serving.timeout,
+        Some(&config.spool_dir),
+    )?;
+    if !serving.is_empty() {
+        // The first reading after a start with nothing kept is a baseline.
+        serving.read().await;
+        serving.save();
+    }
     let mut source = source;
     let window_ms = config.window.as_millis().max(1) as i64;
     let mut boundary = next_boundary(crate::now_ms(), window_ms);
@@ -127,7 +147,8 @@ pub async fn run(
                 let now = crate::now_ms();
                 if now >= boundary {
                     if let Some(w) = builder.close(boundary) {
-                        spool_window(&spool, &host, w, &wake);
+                        spool_window(&spool, &host, with_serving(w, &mut serving).await, &wake);
+                        serving.save();
                     }
                     builder.begin_at(boundary);
                     boundary = next_boundary(now, window_ms);
@@ -140,7 +161,8 @@ pub async fn run(
 
     // Flush the open window so a restart or redeploy loses nothing.
     if let Some(w) = builder.close(crate::now_ms()) {
-        spool_window(&spool, &host, w, &wake);
+        spool_window(&spool, &host, with_serving(w, &mut serving).await, &wake);
+        serving.save();
     }
     let deadline = tokio::time::Instant::now() + config.shutdown_grace;
     while spool.depth() > 0 && tokio::time::Instant::now() < deadline {
@@ -150,6 +172,15 @@ pub async fn run(
     let _ = delivery.await;
     tracing::info!(left_in_spool = spool.depth(), "agent stopped");
     Ok(())
+}
+
+/// The window with what the serving engines counted since their last reading. Read only for a
+/// window that is sent: a reading whose counts went nowhere would lose them.
+async fn with_serving(mut window: Window, serving: &mut ServingReader) -> Window {
+    if !serving.is_empty() {
+        window.serving = serving.read().await;
+    }
+    window
 }
 
 /// Asks the kubelet once (so the first window names its pods), then keeps asking on a task of
@@ -169,17 +200,21 @@ fn spool_window(spool: &Spool, host: &HostInfo, window: Window, wake: &Notify) {
     }
 }
 
-/// Samples for `duration` and returns one report, for people debugging a host. Questions to the
-/// Slurm controller still out at the end are waited for (up to `settle`), so the report shows
-/// what the daemon would send.
+/// Samples for `duration` and returns one report, for people debugging a host, with how each
+/// serving engine's reading went. Questions to the Slurm controller still out at the end are
+/// waited for (up to `settle`), so the report shows what the daemon would send; the engines are
+/// read at the start and the end, so it counts their work in between.
 pub async fn once(
     host_config: &HostConfig,
     source: Box<dyn GpuSource>,
     owners: OwnerReader,
+    serving: &ServingConfig,
     sample_interval: Duration,
     duration: Duration,
-) -> anyhow::Result<Report> {
+) -> anyhow::Result<(Report, Vec<(ServingTarget, Option<Status>)>)> {
     let host = host::identify(host_config).await;
+    let mut engines = ServingReader::new(serving.targets.clone(), serving.timeout, None)?;
+    engines.read().await;
     let settle = owners.clone();
     let mut builder = WindowBuilder::new(owners);
     let mut source = source;
@@ -195,7 +230,13 @@ pub async fn once(
     let window = builder
         .close(crate::now_ms())
         .ok_or_else(|| anyhow::anyhow!("no sample could be taken"))?;
-    Ok(report(&host, window))
+    let window = with_serving(window, &mut engines).await;
+    let status = engines
+        .status()
+        .into_iter()
+        .map(|(t, s)| (t.clone(), s.cloned()))
+        .collect();
+    Ok((report(&host, window), status))
 }
 
 #[cfg(test)]

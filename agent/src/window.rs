@@ -241,6 +241,7 @@ impl WindowBuilder {
             });
         }
         Some(Window {
+            serving: Vec::new(),
             start_ms,
             end_ms: end_ms.max(start_ms + 1),
             samples,

@@ -102,6 +102,38 @@ pub struct Window {
     /// How many samples the window aggregates.
     pub samples: u32,
     pub gpus: Vec<GpuWindow>,
+    /// Work the host's serving engines counted in the window (their Prometheus counters'
+    /// increase since the agent last read them), where the agent is told to read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub serving: Vec<ServingWindow>,
+}
+
+/// The serving engines the agent reads (`ServingWindow::engine`).
+pub const SERVING_ENGINES: [&str; 3] = ["vllm", "tgi", "triton"];
+
+/// Requests and tokens one endpoint (and model) served in a window, read from its engine's
+/// counters. A count the engine does not expose is absent, never 0.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ServingWindow {
+    /// The endpoint as the endpoint owner dimension names it (`chat-api`): the agent's
+    /// configuration says which engine serves which endpoint.
+    pub endpoint: String,
+    /// The model the engine names in its metrics (vLLM's `model_name`, Triton's `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// One of [`SERVING_ENGINES`].
+    pub engine: String,
+    /// Requests completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    /// Prompt tokens read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Tokens generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

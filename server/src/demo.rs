@@ -680,6 +680,7 @@ pub async fn seed_reporting(
                     }));
                 }
                 windows.push(Window {
+                    serving: Vec::new(),
                     start_ms: t,
                     end_ms: w_end,
                     samples: ((w_end - t) / 1000) as u32,
@@ -807,6 +808,7 @@ pub async fn report_live(store: &dyn Store, from_ms: i64, to_ms: i64) -> Result<
                 lifecycle: Some(spec.lifecycle.into()),
             },
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: from_ms,
                 end_ms: to_ms,
                 samples: ((to_ms - from_ms) / 1000) as u32,

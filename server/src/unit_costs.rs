@@ -46,7 +46,20 @@ pub async fn endpoint_costs_in(
         endpoint_costs(&scope.restrict(a.clone(), schema), &held, schema)
     };
     with_tokens(&mut rows, &tokens);
+    let sources = usage_sources(store, from_ms, to_ms).await?;
+    with_sources(&mut rows, &sources);
     Ok(rows)
+}
+
+/// Names who counted each row's requests (rows with counts the reader may see).
+pub fn with_sources(rows: &mut [EndpointUnitCost], sources: &[(String, String)]) {
+    for row in rows.iter_mut().filter(|r| r.requests.is_some()) {
+        row.counted_by = sources
+            .iter()
+            .filter(|(e, _)| *e == row.endpoint)
+            .map(|(_, s)| s.clone())
+            .collect();
+    }
 }
 
 /// Input and output tokens per endpoint in `[from_ms, to_ms)`, each where every count of the
@@ -127,6 +140,17 @@ pub struct EndpointUnitCost {
     #[serde(with = "rust_decimal::serde::str_option")]
     pub cost_per_1m_output_tokens: Option<Decimal>,
     pub gpu_hours: f64,
+    /// Who counted its requests and tokens: `posted` (serving code, `POST /api/v1/usage`) and
+    /// each serving engine the agents read (`vllm`, `tgi`, `triton`). Counted both ways, the
+    /// work is counted twice and each unit looks half its cost: pick one.
+    pub counted_by: Vec<String>,
+}
+
+impl EndpointUnitCost {
+    /// Whether serving code posted counts and agents also read an engine for it.
+    pub fn counted_twice(&self) -> bool {
+        self.counted_by.iter().any(|s| s == "posted") && self.counted_by.len() > 1
+    }
 }
 
 fn blank(endpoint: &str, currency: &str) -> EndpointUnitCost {
@@ -141,6 +165,7 @@ fn blank(endpoint: &str, currency: &str) -> EndpointUnitCost {
         cost_per_1m_tokens: None,
         cost_per_1m_output_tokens: None,
         gpu_hours: 0.0,
+        counted_by: Vec::new(),
     }
 }
 
@@ -339,6 +364,7 @@ pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Erro
         "cost_per_1m_tokens",
         "cost_per_1m_output_tokens",
         "gpu_hours",
+        "counted_by",
     ])?;
     for r in rows {
         w.write_record([
@@ -358,6 +384,7 @@ pub fn endpoint_costs_csv(rows: &[EndpointUnitCost]) -> Result<String, csv::Erro
                 .map(|c| c.to_string())
                 .unwrap_or_default(),
             format!("{:.4}", r.gpu_hours),
+            r.counted_by.join(" "),
         ])?;
     }
     w.into_string()
@@ -397,6 +424,15 @@ pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
 }
 
 /// Requests per endpoint in `[from_ms, to_ms)`, summed over sources.
+/// Who counted each endpoint in `[from_ms, to_ms)` ([`store::usage::usage_sources`]).
+pub async fn usage_sources(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    store::usage::usage_sources(store.db(), from_ms, to_ms).await
+}
+
 pub async fn request_totals(
     store: &dyn Store,
     from_ms: i64,

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use gpuledger_proto::{GpuWindow, ProcessWindow, Report, Window};
+use gpuledger_proto::{GpuWindow, ProcessWindow, Report, ServingWindow, Window, SERVING_ENGINES};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -40,6 +40,8 @@ impl Default for Limits {
 pub const MAX_WINDOW_MS: i64 = 3600 * 1000;
 const MAX_TEXT: usize = 256;
 const MAX_LABELS: usize = 64;
+/// Endpoints and models a host serves, at most, in one window.
+const MAX_SERVING: usize = 256;
 
 fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ValidationError> {
     Err(ValidationError {
@@ -181,6 +183,20 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
             return fail(format!("{at}.uuid"), "appears twice in the window");
         }
     }
+    if w.serving.len() > MAX_SERVING {
+        return fail(
+            format!("{at}.serving"),
+            format!("at most {MAX_SERVING} serving counts in one window"),
+        );
+    }
+    let mut served = HashSet::new();
+    for (j, s) in w.serving.iter().enumerate() {
+        let at = format!("{at}.serving[{j}]");
+        serving(&at, s)?;
+        if !served.insert((s.endpoint.as_str(), s.model.as_deref())) {
+            return fail(at, "the same endpoint and model appear twice in the window");
+        }
+    }
     // A MIG instance must name a physical GPU of the same report window.
     for (j, g) in w.gpus.iter().enumerate() {
         if let Some(parent) = &g.parent_uuid {
@@ -193,6 +209,20 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
         }
     }
     Ok(())
+}
+
+fn serving(at: &str, s: &ServingWindow) -> Result<(), ValidationError> {
+    text(&format!("{at}.endpoint"), &s.endpoint, true)?;
+    opt_text(&format!("{at}.model"), &s.model)?;
+    if !SERVING_ENGINES.contains(&s.engine.as_str()) {
+        return fail(
+            format!("{at}.engine"),
+            format!("must be one of {}", SERVING_ENGINES.join(", ")),
+        );
+    }
+    fits_i64(&format!("{at}.requests"), s.requests)?;
+    fits_i64(&format!("{at}.input_tokens"), s.input_tokens)?;
+    fits_i64(&format!("{at}.output_tokens"), s.output_tokens)
 }
 
 /// `[percent, samples]` pairs: percents 0–100 in rising order, each seen at least once, no more
@@ -386,6 +416,7 @@ mod tests {
                 ..Default::default()
             },
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: NOW - 15_000,
                 end_ms: NOW,
                 samples: 15,
@@ -478,6 +509,59 @@ mod tests {
             }),
             "windows[0].gpus[0].fault.code"
         );
+    }
+
+    /// Serving counts: a known engine, a named endpoint, counts that fit, each endpoint and
+    /// model once a window.
+    #[test]
+    fn serving_counts_are_checked() {
+        let chat = ServingWindow {
+            endpoint: "chat-api".into(),
+            model: Some("meta-llama/Llama-3.1-8B-Instruct".into()),
+            engine: "vllm".into(),
+            requests: Some(3),
+            input_tokens: Some(1_200),
+            output_tokens: Some(400),
+        };
+        let mut r = good();
+        r.windows[0].serving = vec![chat.clone()];
+        validate(&r, NOW, &Limits::default()).unwrap();
+        let with = |s: ServingWindow| field_of(|r| r.windows[0].serving = vec![s.clone()]);
+        assert_eq!(
+            with(ServingWindow {
+                engine: "ollama".into(),
+                ..chat.clone()
+            }),
+            "windows[0].serving[0].engine"
+        );
+        assert_eq!(
+            with(ServingWindow {
+                endpoint: " ".into(),
+                ..chat.clone()
+            }),
+            "windows[0].serving[0].endpoint"
+        );
+        assert_eq!(
+            with(ServingWindow {
+                output_tokens: Some(u64::MAX),
+                ..chat.clone()
+            }),
+            "windows[0].serving[0].output_tokens"
+        );
+        assert_eq!(
+            field_of(|r| r.windows[0].serving = vec![chat.clone(), chat.clone()]),
+            "windows[0].serving[1]"
+        );
+        // Another model of the same endpoint is another count.
+        let mut r = good();
+        r.windows[0].serving = vec![
+            chat.clone(),
+            ServingWindow {
+                model: None,
+                ..chat.clone()
+            },
+        ];
+        validate(&r, NOW, &Limits::default()).unwrap();
     }
 
     #[test]

@@ -326,6 +326,7 @@ pub fn eight_gpu_report(
             ..Default::default()
         },
         windows: vec![Window {
+            serving: Vec::new(),
             start_ms,
             end_ms: start_ms + WINDOW_MS,
             samples: 15,

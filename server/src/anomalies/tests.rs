@@ -58,6 +58,7 @@ async fn inject(
             let end = (t + HOUR_MS).min(to);
             let util = if busy { 90.0 } else { 0.5 };
             windows.push(Window {
+                serving: Vec::new(),
                 start_ms: t,
                 end_ms: end,
                 samples: ((end - t) / 1000) as u32,

@@ -401,6 +401,7 @@ async fn review(
         crate::idle_history::load(store, from, to),
         crate::unit_costs::request_totals(store, from, to),
         crate::unit_costs::token_totals(store, from, to),
+        crate::unit_costs::usage_sources(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
@@ -419,6 +420,7 @@ async fn review(
         idle_episodes,
         requests,
         tokens,
+        sources,
         waiting,
         restated,
         budgets,
@@ -631,6 +633,7 @@ async fn review(
         .collect();
     let mut endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
     unit_costs::with_tokens(&mut endpoints, &tokens);
+    unit_costs::with_sources(&mut endpoints, &sources);
     let mut runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
     // A run shared with another team is not the scope's to read (its hours are both teams').
     runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
@@ -763,10 +766,11 @@ async fn drill_down(
         let run_hours = ledger::experiment_hours(store, from, to).await?;
         let requests = crate::unit_costs::request_totals(store, from, to).await?;
         let tokens = crate::unit_costs::token_totals(store, from, to).await?;
-        Ok::<_, crate::store::StoreError>((a, run_hours, requests, tokens))
+        let sources = crate::unit_costs::usage_sources(store, from, to).await?;
+        Ok::<_, crate::store::StoreError>((a, run_hours, requests, (tokens, sources)))
     }
     .await;
-    let (all, run_hours, requests, tokens): (Attribution, _, _, _) = match loaded {
+    let (all, run_hours, requests, (tokens, sources)): (Attribution, _, _, _) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
@@ -865,6 +869,7 @@ async fn drill_down(
         .then(|| {
             let mut rows = unit_costs::endpoint_costs(&all, &requests, schema);
             unit_costs::with_tokens(&mut rows, &tokens);
+            unit_costs::with_sources(&mut rows, &sources);
             rows.into_iter().find(|e| e.endpoint == key)
         })
         .flatten()

@@ -228,8 +228,16 @@ async fn every_review_table_equals_the_allocation_api() {
                 "{href}: {body}"
             );
         }
-        // The heatmap has a row for the GPU.
-        assert_eq!(doc.select(&sel("svg.heatmap text.row")).count(), 1);
+        // The heatmap has a row for the GPU; the week's shape of its type, one per weekday.
+        assert_eq!(
+            doc.select(&sel("svg.heatmap:not(.week) text.row")).count(),
+            1
+        );
+        let weeks = doc.select(&sel("svg.heatmap.week")).count();
+        assert_eq!(
+            doc.select(&sel("svg.heatmap.week text.row")).count(),
+            7 * weeks
+        );
 
         assert_eq!(
             api.get_as("/review/2026-13", Some(&viewer)).await.0,

@@ -108,6 +108,7 @@ pub(super) fn report(batch: &str) -> Report {
             ..Default::default()
         },
         windows: vec![Window {
+            serving: Vec::new(),
             start_ms: now - 15_000,
             end_ms: now,
             samples: 15,

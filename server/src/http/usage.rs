@@ -253,8 +253,9 @@ pub(super) async fn endpoint_costs(
     tag = "unit costs",
     summary = "Cost per request",
     description = "Per endpoint over the range: its cost, the requests (and tokens) its \
-        serving code counted, and cost per 1,000 requests and per 1M tokens, exact to the \
-        micro-unit. A team-scoped reader gets its teams' endpoints only.",
+        serving code posted or the agents read from its serving engine (`counted_by`), and \
+        cost per 1,000 requests and per 1M tokens, exact to the micro-unit. A team-scoped \
+        reader gets its teams' endpoints only.",
     params(RangeQuery),
     responses(
         (status = 200, description = "Cost per endpoint.", content(

@@ -144,6 +144,7 @@ async fn windows(
                 ..Default::default()
             },
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: t,
                 end_ms: t + MIN,
                 samples: 60,
@@ -763,6 +764,7 @@ async fn one_lost(store: &dyn Store, from: i64, to: i64, lost: bool) {
                 ..Default::default()
             },
             windows: vec![Window {
+                serving: Vec::new(),
                 start_ms: t,
                 end_ms: t + MIN,
                 samples: 60,

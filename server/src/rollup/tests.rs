@@ -29,6 +29,7 @@ fn report(batch: &str, host: &str, instance: &str, start: i64, count: i64, model
             let s = start + i * STEP;
             let util = ((i * 37) % 100) as f64;
             Window {
+                serving: Vec::new(),
                 start_ms: s,
                 end_ms: s + STEP,
                 samples: 20,

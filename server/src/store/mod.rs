@@ -401,6 +401,19 @@ macro_rules! dirty_mark_on_conflict_sql {
 }
 pub(crate) use dirty_mark_on_conflict_sql;
 
+/// A report's serving counts add to the hour's (the batch id makes a report count once); a
+/// count either side does not know leaves the sum unknown.
+macro_rules! serving_on_conflict_sql {
+    () => {
+        "ON CONFLICT (host_id, endpoint, model, hour_ms) DO UPDATE SET
+            engine = excluded.engine,
+            requests = serving_counts.requests + excluded.requests,
+            input_tokens = serving_counts.input_tokens + excluded.input_tokens,
+            output_tokens = serving_counts.output_tokens + excluded.output_tokens"
+    };
+}
+pub(crate) use serving_on_conflict_sql;
+
 /// The whole `Store` impl for a backend type with a `pool` field and a `write_guard()`: every
 /// method forwards to the shared SQL; writes first take the backend's write guard (SQLite
 /// serialises writers; PostgreSQL needs none).

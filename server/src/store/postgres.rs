@@ -162,9 +162,21 @@ async fn ingest_report(
             ",
         super::dirty_mark_on_conflict_sql!(),
         "
+         ), s AS (
+            INSERT INTO serving_counts (host_id, endpoint, model, hour_ms, engine, requests,
+                input_tokens, output_tokens)
+            SELECT b.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
+                u.input_tokens, u.output_tokens
+            FROM b, UNNEST($56::text[], $57::text[], $58::int8[], $59::text[], $60::int8[],
+                           $61::int8[], $62::int8[])
+              AS u(endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
+            ",
+        super::serving_on_conflict_sql!(),
+        "
          )
          SELECT COUNT(*) FROM b"
     ));
+    let sc = &rows.serving;
     let stored: Result<(i64,), sqlx::Error> = super::bind_host!(query, report, agent, now_ms)
         .bind(&report.batch_id)
         .bind(token_id)
@@ -213,6 +225,13 @@ async fn ingest_report(
         .bind(&g.unseen_cause)
         .bind(&g.fault_code)
         .bind(&g.fault_detail)
+        .bind(&sc.endpoint)
+        .bind(&sc.model)
+        .bind(&sc.hour_ms)
+        .bind(&sc.engine)
+        .bind(&sc.requests)
+        .bind(&sc.input_tokens)
+        .bind(&sc.output_tokens)
         .fetch_one(pool)
         .await;
     let stored = match stored {

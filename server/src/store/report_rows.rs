@@ -2,7 +2,7 @@
 //! as one array to `UNNEST`, SQLite writes multi-row `VALUES`. Built once per report, outside
 //! any transaction.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gpuledger_proto::Report;
 use sha2::{Digest, Sha256};
@@ -64,10 +64,67 @@ pub(crate) struct GpuIdentity {
     pub start_ms: i64,
 }
 
+/// `serving_counts` rows, column by column: the report's serving counts summed per endpoint,
+/// model and hour (an upsert may touch a row once per statement). A count some window lacks
+/// is unknown for the hour.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct ServingColumns {
+    pub endpoint: Vec<String>,
+    /// `""` where the engine names no model.
+    pub model: Vec<String>,
+    pub hour_ms: Vec<i64>,
+    pub engine: Vec<String>,
+    pub requests: Vec<Option<i64>>,
+    pub input_tokens: Vec<Option<i64>>,
+    pub output_tokens: Vec<Option<i64>>,
+}
+
+impl ServingColumns {
+    fn of(report: &Report) -> Self {
+        type Counts = (String, Option<i64>, Option<i64>, Option<i64>);
+        let add = |a: Option<i64>, b: Option<u64>| Some(a?.saturating_add(to_i64(b)?));
+        let mut summed: BTreeMap<(&str, &str, i64), Counts> = BTreeMap::new();
+        for w in &report.windows {
+            let hour = gpuledger_core::time::hour_floor(w.start_ms);
+            for s in &w.serving {
+                let key = (s.endpoint.as_str(), s.model.as_deref().unwrap_or(""), hour);
+                summed
+                    .entry(key)
+                    .and_modify(|c| {
+                        c.0.clone_from(&s.engine);
+                        c.1 = add(c.1, s.requests);
+                        c.2 = add(c.2, s.input_tokens);
+                        c.3 = add(c.3, s.output_tokens);
+                    })
+                    .or_insert_with(|| {
+                        (
+                            s.engine.clone(),
+                            to_i64(s.requests),
+                            to_i64(s.input_tokens),
+                            to_i64(s.output_tokens),
+                        )
+                    });
+            }
+        }
+        let mut c = ServingColumns::default();
+        for ((endpoint, model, hour), (engine, requests, input, output)) in summed {
+            c.endpoint.push(endpoint.to_owned());
+            c.model.push(model.to_owned());
+            c.hour_ms.push(hour);
+            c.engine.push(engine);
+            c.requests.push(requests);
+            c.input_tokens.push(input);
+            c.output_tokens.push(output);
+        }
+        c
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct ReportRows {
     pub gpus: GpuWindowColumns,
     pub processes: ProcessColumns,
+    pub serving: ServingColumns,
     /// One per GPU (an upsert may touch a row once per statement), in report order.
     pub identities: Vec<GpuIdentity>,
     /// The hours to roll up again, each once, in order: a window belongs to the hour it starts
@@ -161,6 +218,7 @@ impl ReportRows {
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
             .collect();
+        rows.serving = ServingColumns::of(report);
         Ok(rows)
     }
 }

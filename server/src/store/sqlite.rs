@@ -226,7 +226,34 @@ async fn ingest_report_tx(
     }
     upsert_gpus(tx, host_id, &rows.identities).await?;
     super::rollups::mark_dirty(&mut **tx, &rows.hours, host_id).await?;
+    insert_serving(tx, host_id, &rows.serving).await?;
     Ok(crate::store::IngestOutcome::Stored)
+}
+
+async fn insert_serving(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    host_id: i64,
+    s: &crate::store::report_rows::ServingColumns,
+) -> Result<(), crate::store::StoreError> {
+    for i in 0..s.endpoint.len() {
+        sqlx::query(concat!(
+            "INSERT INTO serving_counts (host_id, endpoint, model, hour_ms, engine, requests,
+                input_tokens, output_tokens)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ",
+            super::serving_on_conflict_sql!()
+        ))
+        .bind(host_id)
+        .bind(&s.endpoint[i])
+        .bind(&s.model[i])
+        .bind(s.hour_ms[i])
+        .bind(&s.engine[i])
+        .bind(s.requests[i])
+        .bind(s.input_tokens[i])
+        .bind(s.output_tokens[i])
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 async fn upsert_gpus(

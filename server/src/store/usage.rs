@@ -1,5 +1,5 @@
-//! Request counts per inference endpoint, as usage sources report them: what cost per
-//! request divides by.
+//! Request and token counts per inference endpoint, as serving code posts them and as agents
+//! read them from serving engines: what cost per request and per token divide by.
 
 use super::db::{on_backend, On};
 use super::StoreError;
@@ -76,7 +76,18 @@ pub async fn upsert_usage(
     })
 }
 
-/// Requests per endpoint for periods starting in `[from_ms, to_ms)`, all sources summed.
+/// Every count of `[from_ms, to_ms)`: the periods serving code posted that start in it, and the
+/// hours agents read from serving engines in it, as one relation (endpoint, requests,
+/// input_tokens, output_tokens).
+const COUNTS_SQL: &str = "(SELECT endpoint, requests, input_tokens, output_tokens
+       FROM usage_counts WHERE start_ms >= $1 AND start_ms < $2
+     UNION ALL
+     SELECT endpoint, requests, input_tokens, output_tokens
+       FROM serving_counts WHERE hour_ms >= $1 AND hour_ms < $2) c";
+
+/// Requests per endpoint in `[from_ms, to_ms)`, all sources summed (posted counts by period
+/// start, engines' by hour); an endpoint some engine could not count requests of in an hour
+/// is left out, as its requests are not known.
 pub async fn usage_totals(
     on: impl Into<On<'_>>,
     from_ms: i64,
@@ -85,10 +96,34 @@ pub async fn usage_totals(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         // SUM over BIGINT is NUMERIC on PostgreSQL: cast back to a 64-bit integer.
+        Ok(sqlx::query_as(&format!(
+            "SELECT endpoint, CAST(SUM(requests) AS BIGINT) FROM {COUNTS_SQL}
+             GROUP BY endpoint HAVING COUNT(requests) = COUNT(*) ORDER BY endpoint"
+        ))
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Who counted each endpoint's work in `[from_ms, to_ms)`: `posted` (serving code, `POST
+/// /api/v1/usage`) and each engine the agents read (`vllm`, `tgi`, `triton`). An endpoint
+/// counted both ways is counted twice: the pages say so.
+pub async fn usage_sources(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
         Ok(sqlx::query_as(
-            "SELECT endpoint, CAST(SUM(requests) AS BIGINT) FROM usage_counts
-             WHERE start_ms >= $1 AND start_ms < $2
-             GROUP BY endpoint ORDER BY endpoint",
+            "SELECT DISTINCT endpoint, 'posted' FROM usage_counts
+               WHERE start_ms >= $1 AND start_ms < $2
+             UNION
+             SELECT DISTINCT endpoint, engine FROM serving_counts
+               WHERE hour_ms >= $1 AND hour_ms < $2
+             ORDER BY 1, 2",
         )
         .bind(from_ms)
         .bind(to_ms)
@@ -97,8 +132,8 @@ pub async fn usage_totals(
     })
 }
 
-/// Input and output tokens per endpoint for periods starting in `[from_ms, to_ms)`, all sources
-/// summed; each `None` unless every count of the endpoint in the range carries it (a sum over
+/// Input and output tokens per endpoint in `[from_ms, to_ms)`, all sources summed as
+/// [`usage_totals`] sums requests; each `None` unless every count of the endpoint in the range carries it (a sum over
 /// part of the periods would make each token look dearer than it was). Endpoints without any
 /// are left out.
 pub async fn token_totals(
@@ -109,16 +144,15 @@ pub async fn token_totals(
     let mut conn = on.into().read().await?;
     let rows: Vec<(String, Option<i64>, Option<i64>)> = on_backend!(conn, |ex| {
         Ok::<_, StoreError>(
-            sqlx::query_as(
+            sqlx::query_as(&format!(
                 "SELECT endpoint,
                     CASE WHEN COUNT(input_tokens) = COUNT(*)
                          THEN CAST(SUM(input_tokens) AS BIGINT) END,
                     CASE WHEN COUNT(output_tokens) = COUNT(*)
                          THEN CAST(SUM(output_tokens) AS BIGINT) END
-                 FROM usage_counts
-                 WHERE start_ms >= $1 AND start_ms < $2
-                 GROUP BY endpoint ORDER BY endpoint",
-            )
+                 FROM {COUNTS_SQL}
+                 GROUP BY endpoint ORDER BY endpoint"
+            ))
             .bind(from_ms)
             .bind(to_ms)
             .fetch_all(&mut *ex)

@@ -29,8 +29,25 @@ pub struct EndpointRow {
     pub requests: String,
     pub cost: String,
     pub per_1k: String,
-    /// What a million tokens in and out cost, where the serving code counts tokens.
+    /// What a million tokens in and out cost, where they are counted.
     pub per_1m_tokens: String,
+    /// The whole cost per million generated tokens.
+    pub per_1m_output: String,
+    /// Who counted: "serving code", "vLLM (agent)", …
+    pub counted_by: String,
+    /// Counted by serving code and read from an engine too: each unit looks half its cost.
+    pub counted_twice: bool,
+}
+
+/// How the pages name who counted an endpoint's work.
+fn source_name(source: &str) -> &str {
+    match source {
+        "posted" => "serving code",
+        "vllm" => "vLLM (agent)",
+        "tgi" => "TGI (agent)",
+        "triton" => "Triton (agent)",
+        other => other,
+    }
 }
 
 pub struct SavingRow {
@@ -117,6 +134,17 @@ pub fn endpoint_view(e: &EndpointUnitCost, month: &str, schema: &OwnerSchema) ->
             || "—".into(),
             |c| crate::format::money_precise(c, &e.currency, 4),
         ),
+        per_1m_output: e.cost_per_1m_output_tokens.map_or_else(
+            || "—".into(),
+            |c| crate::format::money_precise(c, &e.currency, 4),
+        ),
+        counted_by: e
+            .counted_by
+            .iter()
+            .map(|s| source_name(s))
+            .collect::<Vec<_>>()
+            .join(", "),
+        counted_twice: e.counted_twice(),
     }
 }
 

@@ -83,6 +83,7 @@ pub(super) fn report(batch: &str, start_ms: i64, util: f64) -> Report {
             lifecycle: Some("spot".into()),
         },
         windows: vec![Window {
+            serving: Vec::new(),
             start_ms,
             end_ms: start_ms + 15_000,
             samples: 15,

@@ -139,3 +139,137 @@ async fn token_totals_are_whole_or_unknown() {
         );
     }
 }
+
+/// What agents read from serving engines is stored with the report, in its transaction: summed
+/// per host, endpoint, model and hour; a repeated batch adds nothing; a refused report adds
+/// nothing; a count some window could not read leaves the hour's unknown; and the totals hold
+/// the engines' counts beside the posted ones, each source named.
+#[tokio::test]
+async fn serving_counts_ride_with_reports_once_on_both_databases() {
+    use gpuledger_proto::ServingWindow;
+    const HOUR: i64 = 3_600_000;
+    let served =
+        |model: Option<&str>, requests: u64, input: Option<u64>, output: u64| ServingWindow {
+            endpoint: "chat".into(),
+            model: model.map(str::to_owned),
+            engine: "vllm".into(),
+            requests: Some(requests),
+            input_tokens: input,
+            output_tokens: Some(output),
+        };
+    let with = |batch: &str, start: i64, serving: Vec<ServingWindow>| {
+        let mut r = report(batch, start, 50.0);
+        r.windows[0].serving = serving;
+        r
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let status = AgentStatus::default();
+        let token = token_for(s, "rack-1", "hash-1", T0).await;
+        let now = T0 + 3 * HOUR;
+        // Two windows of one report in the same hour, and another report's window.
+        let mut two = with("b-1", T0, vec![served(Some("llama"), 3, Some(300), 30)]);
+        let mut second = with(
+            "x",
+            T0 + 15_000,
+            vec![served(Some("llama"), 2, Some(200), 20)],
+        )
+        .windows
+        .remove(0);
+        second.gpus[0].util_histogram.clear();
+        two.windows.push(second);
+        assert_eq!(
+            s.ingest(&two, token, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+        assert_eq!(
+            s.ingest(&two, token, status, now).await.unwrap(),
+            IngestOutcome::Duplicate,
+            "{b}"
+        );
+        let next = with(
+            "b-2",
+            T0 + 30_000,
+            vec![served(Some("llama"), 1, Some(100), 10)],
+        );
+        s.ingest(&next, token, status, now).await.unwrap();
+        let totals = |from: i64, to: i64| async move {
+            (
+                crate::store::usage::usage_totals(s.db(), from, to)
+                    .await
+                    .unwrap(),
+                crate::store::usage::token_totals(s.db(), from, to)
+                    .await
+                    .unwrap(),
+            )
+        };
+        assert_eq!(
+            totals(T0, T0 + HOUR).await,
+            (
+                vec![("chat".to_owned(), 6)],
+                vec![("chat".to_owned(), Some(600), Some(60))]
+            ),
+            "{b}: the repeat counted once"
+        );
+        // A refused report (a window another batch stored) keeps none of its counts.
+        let refused = with("b-3", T0, vec![served(Some("llama"), 1_000, Some(1), 1)]);
+        assert!(
+            matches!(
+                s.ingest(&refused, token, status, now).await.unwrap(),
+                IngestOutcome::Refused(_)
+            ),
+            "{b}"
+        );
+        assert_eq!(
+            totals(T0, T0 + HOUR).await.0,
+            vec![("chat".to_owned(), 6)],
+            "{b}"
+        );
+        // The next hour: a window whose engine did not expose input tokens makes the hour's
+        // input unknown, and with it the range's (never a sum of part of the hours).
+        let unknown = with("b-4", T0 + HOUR, vec![served(Some("llama"), 4, None, 40)]);
+        s.ingest(&unknown, token, status, now).await.unwrap();
+        assert_eq!(
+            totals(T0, T0 + 2 * HOUR).await,
+            (
+                vec![("chat".to_owned(), 10)],
+                vec![("chat".to_owned(), None, Some(100))]
+            ),
+            "{b}"
+        );
+        // Serving code posting the same endpoint too: added, and both sources named.
+        crate::store::usage::upsert_usage(
+            s.db(),
+            "pod-a",
+            &[crate::store::UsageCount {
+                endpoint: "chat".into(),
+                start_ms: T0,
+                end_ms: T0 + HOUR,
+                requests: 5,
+                input_tokens: None,
+                output_tokens: None,
+            }],
+            token,
+            now,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            totals(T0, T0 + HOUR).await.0,
+            vec![("chat".to_owned(), 11)],
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::usage::usage_sources(s.db(), T0, T0 + HOUR)
+                .await
+                .unwrap(),
+            vec![
+                ("chat".to_owned(), "posted".to_owned()),
+                ("chat".to_owned(), "vllm".to_owned())
+            ],
+            "{b}"
+        );
+    }
+}
