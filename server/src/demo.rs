@@ -641,6 +641,7 @@ pub async fn seed_reporting(
         // One report per day of hourly windows, as an agent catching up after an outage would.
         let mut t = start;
         let mut requests = Vec::new();
+        let mut run_progress = Vec::new();
         while t < end {
             let day_end = (t + DAY_MS).min(end);
             let mut windows = Vec::new();
@@ -649,6 +650,18 @@ pub async fn seed_reporting(
                 let gpus: Vec<GpuWindow> = (0..spec.gpus)
                     .map(|g| gpu_window(&spec, g, t, w_end - t, Some(load_test)))
                     .collect();
+                if let Workload::Training(_, exp) = workload_at(&spec, t, Some(load_test)) {
+                    // The training code's progress: each week's sweep makes 1,200 optimizer
+                    // steps an hour (every rank reports the same step), an epoch each 50,000.
+                    let week = 7 * DAY_MS;
+                    let step = ((w_end - (t - t % week)) / HOUR_MS) * 1_200;
+                    run_progress.push(serde_json::json!({
+                        "experiment": format!("{exp}-{}", t / week % 10),
+                        "at": gpuledger_core::time::rfc3339(w_end),
+                        "step": step,
+                        "epoch": step / 50_000,
+                    }));
+                }
                 if let Workload::Inference(endpoint, _) = spec.workload {
                     // The serving code's request counter: requests follow the load.
                     let per_util = if endpoint == "embeddings" {
@@ -708,17 +721,25 @@ pub async fn seed_reporting(
             batches += 1;
             progress.advance(1);
         }
-        if !requests.is_empty() {
-            let body = serde_json::json!({"source": spec.hostname, "counts": requests});
-            let (source, counts) = crate::http::usage::parse(
+        if !requests.is_empty() || !run_progress.is_empty() {
+            let body = serde_json::json!({
+                "source": spec.hostname, "counts": requests, "progress": run_progress
+            });
+            let (source, counts, run_progress) = crate::http::usage::parse(
                 body.to_string().as_bytes(),
                 now_ms,
                 limits.retention_ms,
                 limits.max_clock_skew_ms,
             )
             .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
-            if let Some(refusal) =
-                store::usage::upsert_usage(store.db(), &source, &counts, token_id, now_ms).await?
+            if let Some(refusal) = store::usage::record(
+                store.db(),
+                &source,
+                (&counts, &run_progress),
+                token_id,
+                now_ms,
+            )
+            .await?
             {
                 return Err(DemoError::Invalid(refusal.message));
             }

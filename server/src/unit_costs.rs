@@ -10,22 +10,52 @@ use serde::Serialize;
 use crate::allocation::{group, key_of, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
 use crate::config::OwnerSchema;
-use crate::store::{self, Refusal, Store, StoreError, UsageCount};
+use crate::store::{self, Refusal, RunProgress, Store, StoreError, UsageCount};
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 use gpuledger_core::time::HOUR_MS;
 
 /// Stores a source's request counts (each replaces that source's count of the same endpoint and
-/// start); a refusal when a count belongs to another token.
+/// start) and runs' progress, together; a refusal when one belongs to another token.
 pub async fn record_counts(
     store: &dyn Store,
     source: &str,
-    counts: &[UsageCount],
+    (counts, progress): (&[UsageCount], &[RunProgress]),
     token_id: i64,
     now_ms: i64,
 ) -> Result<Option<Refusal>, StoreError> {
-    store::usage::upsert_usage(store.db(), source, counts, token_id, now_ms).await
+    store::usage::record(store.db(), source, (counts, progress), token_id, now_ms).await
+}
+
+/// Each run's steps and epochs in `[from_ms, to_ms)` ([`store::usage::progress_totals`]).
+pub async fn progress_totals(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, i64, Option<i64>)>, StoreError> {
+    store::usage::progress_totals(store.db(), from_ms, to_ms).await
+}
+
+/// Adds to each run the steps (and epochs) it reported in the range and what 1,000 steps (and
+/// an epoch) cost: the run's cost in the range over the progress it made in it.
+pub fn with_progress(runs: &mut [TrainingRun], progress: &[(String, i64, Option<i64>)]) {
+    let per = |cost: Decimal, n: i64, unit: i64| {
+        (n > 0).then(|| {
+            (cost * Decimal::from(unit) / Decimal::from(n))
+                .round_dp(gpuledger_core::money::MAX_SCALE)
+        })
+    };
+    for run in runs.iter_mut() {
+        let Some((_, steps, epochs)) = progress.iter().find(|(e, _, _)| *e == run.experiment)
+        else {
+            continue;
+        };
+        run.steps = Some(*steps);
+        run.cost_per_1k_steps = per(run.cost, *steps, 1_000);
+        run.epochs = *epochs;
+        run.cost_per_epoch = epochs.and_then(|e| per(run.cost, e, 1));
+    }
 }
 
 /// What each endpoint's requests in `[from_ms, to_ms)` cost, from `a`, the same range's
@@ -228,6 +258,17 @@ pub struct TrainingRun {
     #[serde(with = "rust_decimal::serde::str")]
     pub held_idle_cost: Decimal,
     pub estimated: bool,
+    /// Optimizer steps the run reported making in the range (`POST /api/v1/usage`,
+    /// `progress`), where it reports them.
+    pub steps: Option<i64>,
+    /// `cost` × 1000 / `steps`.
+    #[serde(with = "rust_decimal::serde::str_option")]
+    pub cost_per_1k_steps: Option<Decimal>,
+    /// Whole epochs it reported finishing in the range.
+    pub epochs: Option<i64>,
+    /// `cost` / `epochs`.
+    #[serde(with = "rust_decimal::serde::str_option")]
+    pub cost_per_epoch: Option<Decimal>,
 }
 
 /// When a run had GPU work, for runs read from daily rows (see [`training_runs_by_day`]).
@@ -345,6 +386,10 @@ fn runs_of(
             held_idle_cost: r.held,
             estimated: r.estimated,
             experiment,
+            steps: None,
+            cost_per_1k_steps: None,
+            epochs: None,
+            cost_per_epoch: None,
         })
         .collect();
     rows.sort_by(|x, y| y.cost.cmp(&x.cost).then(x.experiment.cmp(&y.experiment)));
@@ -404,6 +449,10 @@ pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
         "cost",
         "held_idle_cost",
         "estimated",
+        "steps",
+        "cost_per_1k_steps",
+        "epochs",
+        "cost_per_epoch",
     ])?;
     for r in rows {
         w.write_record([
@@ -418,12 +467,17 @@ pub fn training_runs_csv(rows: &[TrainingRun]) -> Result<String, csv::Error> {
             r.cost.to_string(),
             r.held_idle_cost.to_string(),
             r.estimated.to_string(),
+            r.steps.map(|n| n.to_string()).unwrap_or_default(),
+            r.cost_per_1k_steps
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            r.epochs.map(|n| n.to_string()).unwrap_or_default(),
+            r.cost_per_epoch.map(|c| c.to_string()).unwrap_or_default(),
         ])?;
     }
     w.into_string()
 }
 
-/// Requests per endpoint in `[from_ms, to_ms)`, summed over sources.
 /// Who counted each endpoint in `[from_ms, to_ms)` ([`store::usage::usage_sources`]).
 pub async fn usage_sources(
     store: &dyn Store,
@@ -433,6 +487,7 @@ pub async fn usage_sources(
     store::usage::usage_sources(store.db(), from_ms, to_ms).await
 }
 
+/// Requests per endpoint in `[from_ms, to_ms)`, summed over sources.
 pub async fn request_totals(
     store: &dyn Store,
     from_ms: i64,

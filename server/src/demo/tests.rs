@@ -206,6 +206,22 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     assert!(unit
         .iter()
         .all(|e| e.cost_per_1k_requests.is_some_and(|c| c > Decimal::ZERO)));
+    // The training code's progress gives each week's sweep a cost per 1,000 steps.
+    let progress = store::usage::progress_totals(store.db(), from, to)
+        .await
+        .unwrap();
+    let mut runs = crate::unit_costs::training_runs(&a, &crate::config::OwnerSchema::default());
+    crate::unit_costs::with_progress(&mut runs, &progress);
+    let sweeps: Vec<&crate::unit_costs::TrainingRun> =
+        runs.iter().filter(|r| r.steps.is_some()).collect();
+    assert!(!sweeps.is_empty(), "{progress:?}");
+    for r in &sweeps {
+        assert!(r.steps.is_some_and(|s| s > 0), "{r:?}");
+        assert!(
+            r.cost_per_1k_steps.is_some_and(|c| c > Decimal::ZERO),
+            "{r:?}"
+        );
+    }
 
     // Scale-to-zero: the reranker nobody calls at night or at weekends, and the notebooks held
     // idle all week; never the chat endpoint, busy day and night, nor a training sweep.

@@ -402,6 +402,7 @@ async fn review(
         crate::unit_costs::request_totals(store, from, to),
         crate::unit_costs::token_totals(store, from, to),
         crate::unit_costs::usage_sources(store, from, to),
+        crate::unit_costs::progress_totals(store, from, to),
         crate::closing::pending_hours(store, from, to),
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
@@ -421,6 +422,7 @@ async fn review(
         requests,
         tokens,
         sources,
+        progress,
         waiting,
         restated,
         budgets,
@@ -635,6 +637,7 @@ async fn review(
     unit_costs::with_tokens(&mut endpoints, &tokens);
     unit_costs::with_sources(&mut endpoints, &sources);
     let mut runs = unit_costs::training_runs_by_day(&a, &run_hours, schema);
+    unit_costs::with_progress(&mut runs, &progress);
     // A run shared with another team is not the scope's to read (its hours are both teams').
     runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
     let run_total: Decimal = runs.iter().map(|r| r.cost).sum();
@@ -882,6 +885,7 @@ async fn drill_down(
             schema,
         );
         runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
+        // No cost per step here: a run's part on one host or cluster is not what its steps cost.
         runs_view(&runs, &month, schema)
     } else {
         Vec::new()

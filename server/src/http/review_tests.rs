@@ -422,6 +422,70 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
             text(run.select(&sel("td.cost")).next().unwrap()),
             experiments.iter().find(|r| r.0 == "ft-run-3").unwrap().1
         );
+        assert_eq!(
+            text(run.select(&sel("td.per1k-steps")).next().unwrap()),
+            "—"
+        );
+
+        // The run reports its progress; two ranks report the same steps, counted once.
+        let progress = |rank: &str, at: i64, step: i64, epoch: i64| {
+            serde_json::json!({"source": rank, "progress": [
+                {"experiment": "ft-run-3", "at": rfc3339(at), "step": step, "epoch": epoch}
+            ]})
+        };
+        for rank in ["rank-0", "rank-1"] {
+            for (at, step, epoch) in [(now - 3_000_000, 1_000, 0), (now - 60_000, 5_000, 2)] {
+                let (status, body) =
+                    post_json(&api, "/api/v1/usage", progress(rank, at, step, epoch)).await;
+                assert_eq!(status, StatusCode::OK, "{body}");
+                assert!(body.contains("\"progress\":1"), "{body}");
+            }
+        }
+        let (status, body) = post_json(&api, "/api/v1/usage", progress("rank-0", now, -1, 0)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("progress[0].step"), "{body}");
+        let (_, body) = api
+            .get_as(
+                &format!("/api/v1/runs?from={}&to={}", rfc3339(from), rfc3339(to)),
+                Some(&viewer),
+            )
+            .await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let r = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["experiment"] == "ft-run-3")
+            .unwrap();
+        let run_cost = gpuledger_core::money::from_text(r["cost"].as_str().unwrap());
+        // A run that began this month: all 5,000 steps are this month's.
+        assert_eq!(
+            (r["steps"].as_i64(), r["epochs"].as_i64()),
+            (Some(5_000), Some(2)),
+            "{body}"
+        );
+        let per_1k = gpuledger_core::money::from_text(r["cost_per_1k_steps"].as_str().unwrap());
+        assert_eq!(
+            per_1k,
+            (run_cost * rust_decimal::Decimal::from(1000) / rust_decimal::Decimal::from(5000))
+                .round_dp(gpuledger_core::money::MAX_SCALE)
+        );
+        assert_eq!(
+            gpuledger_core::money::from_text(r["cost_per_epoch"].as_str().unwrap()),
+            (run_cost / rust_decimal::Decimal::from(2)).round_dp(gpuledger_core::money::MAX_SCALE)
+        );
+        let (_, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        let doc = Html::parse_document(&page);
+        let run = doc
+            .select(&sel("table.runs tbody tr"))
+            .find(|tr| tr.text().any(|t| t == "ft-run-3"))
+            .unwrap();
+        assert_eq!(
+            text(run.select(&sel("td.per1k-steps")).next().unwrap()),
+            crate::format::money_precise(per_1k, "USD", 4)
+        );
     }
 }
 

@@ -20,7 +20,7 @@ use super::AppState;
 use crate::error::ApiError;
 use crate::session::Scope;
 use crate::store::RollupGrain;
-use crate::store::UsageCount;
+use crate::store::{RunProgress, UsageCount};
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
 use crate::{attribution, ledger};
 use crate::{auth, now_ms};
@@ -40,7 +40,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/api/v1/runs", get(get_runs))
 }
 
-/// Request counts from serving code, per endpoint and period.
+/// Request counts from serving code, per endpoint and period, and training runs' progress.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UsageReport {
@@ -48,8 +48,30 @@ struct UsageReport {
     #[schema(min_length = 1, max_length = 128)]
     source: String,
     /// At most 10,000.
+    #[serde(default)]
     #[schema(max_items = 10_000)]
     counts: Vec<UsageCountIn>,
+    /// How far training runs had got. At most 10,000.
+    #[serde(default)]
+    #[schema(max_items = 10_000)]
+    progress: Vec<ProgressIn>,
+}
+
+/// The step (and epoch) a training run had reached at a time: cumulative, so resending it, or
+/// several ranks sending the same, changes nothing.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ProgressIn {
+    /// As the experiment owner dimension names the run (`llama-ft-7`).
+    #[schema(min_length = 1, max_length = 128)]
+    experiment: String,
+    /// RFC 3339, not in the future, within the retention period.
+    at: String,
+    /// Optimizer steps done since the run began (a resumed run goes on counting).
+    step: u64,
+    /// Whole epochs done, where the run counts them.
+    #[serde(default)]
+    epoch: Option<u64>,
 }
 
 /// Requests an endpoint served in `[start, end)`.
@@ -73,10 +95,11 @@ struct UsageCountIn {
     output_tokens: Option<u64>,
 }
 
-/// How many counts were stored.
+/// How many counts and progress reports were stored.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 struct UsageAck {
     stored: usize,
+    progress: usize,
 }
 
 fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
@@ -89,13 +112,16 @@ fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A usage post as checked: its source, counts and runs' progress.
+pub(crate) type UsagePost = (String, Vec<UsageCount>, Vec<RunProgress>);
+
 /// Decodes and checks a usage post, naming the field at fault.
 pub(crate) fn parse(
     body: &[u8],
     now: i64,
     retention_ms: i64,
     skew_ms: i64,
-) -> Result<(String, Vec<UsageCount>), ApiError> {
+) -> Result<UsagePost, ApiError> {
     let report: UsageReport = super::ingest::decode_json(body, "usage report")?;
     check_name("source", &report.source)?;
     if report.counts.len() > MAX_COUNTS {
@@ -103,6 +129,34 @@ pub(crate) fn parse(
             "counts",
             format!("at most {MAX_COUNTS} counts per post"),
         ));
+    }
+    if report.progress.len() > MAX_COUNTS {
+        return Err(bad(
+            "progress",
+            format!("at most {MAX_COUNTS} progress reports per post"),
+        ));
+    }
+    let mut progress = Vec::with_capacity(report.progress.len());
+    for (i, p) in report.progress.into_iter().enumerate() {
+        let field = |name: &str| format!("progress[{i}].{name}");
+        check_name(&field("experiment"), &p.experiment)?;
+        let at_ms = chrono::DateTime::parse_from_rfc3339(&p.at)
+            .map(|d| d.timestamp_millis())
+            .map_err(|_| bad(&field("at"), format!("{:?} is not an RFC 3339 time", p.at)))?;
+        if at_ms > now + skew_ms {
+            return Err(bad(&field("at"), "is in the future"));
+        }
+        if at_ms < now - retention_ms {
+            return Err(bad(&field("at"), "is older than the retention period"));
+        }
+        let whole =
+            |name: &str, n: u64| i64::try_from(n).map_err(|_| bad(&field(name), "is too large"));
+        progress.push(RunProgress {
+            experiment: p.experiment,
+            at_ms,
+            step: whole("step", p.step)?,
+            epoch: p.epoch.map(|e| whole("epoch", e)).transpose()?,
+        });
     }
     let mut counts = Vec::with_capacity(report.counts.len());
     for (i, c) in report.counts.into_iter().enumerate() {
@@ -142,7 +196,7 @@ pub(crate) fn parse(
             output_tokens: tokens("output_tokens", c.output_tokens)?,
         });
     }
-    Ok((report.source, counts))
+    Ok((report.source, counts, progress))
 }
 
 /// Where refused request counts show on the fleet page, in place of a cluster.
@@ -177,14 +231,20 @@ async fn post_usage(
     let token = auth::require_agent(state.store.as_ref(), &headers, now_ms()).await?;
     let body = body.map_err(|r| super::ingest::body_error(r, state.max_body_bytes))?;
     let now = now_ms();
-    let (source, counts) = parse(
+    let (source, counts, progress) = parse(
         &body,
         now,
         state.limits.retention_ms,
         state.limits.max_clock_skew_ms,
     )?;
-    if let Some(refusal) =
-        unit_costs::record_counts(state.store.as_ref(), &source, &counts, token.id, now).await?
+    if let Some(refusal) = unit_costs::record_counts(
+        state.store.as_ref(),
+        &source,
+        (&counts, &progress),
+        token.id,
+        now,
+    )
+    .await?
     {
         state.metrics.reject(refusal.kind.reason());
         return Err(
@@ -193,6 +253,7 @@ async fn post_usage(
     }
     Ok(Json(UsageAck {
         stored: counts.len(),
+        progress: progress.len(),
     }))
 }
 
@@ -304,7 +365,8 @@ struct RunsResponse {
     summary = "Cost per training run",
     description = "Each experiment that did GPU work in the range (by the owner dimension with \
         the experiment role; none without one): when it ran, its GPU-hours, cost and held-idle \
-        cost, costliest first. A team-scoped reader gets its teams' runs only.",
+        cost, costliest first; with the steps and epochs it reported (`POST /api/v1/usage`, \
+        `progress`), cost per 1,000 steps and per epoch. A team-scoped reader gets its teams' runs only.",
     params(RangeQuery),
     responses(
         (status = 200, description = "The runs.", content(
@@ -326,7 +388,10 @@ async fn get_runs(
         Some(GroupBy::Owner(experiment)) => {
             let grain = RollupGrain::OwnerHour(experiment);
             let a = ledger::load(state.store.as_ref(), from, to, grain).await?;
-            unit_costs::training_runs(&user.scope.restrict(a, schema), schema)
+            let mut runs = unit_costs::training_runs(&user.scope.restrict(a, schema), schema);
+            let progress = unit_costs::progress_totals(state.store.as_ref(), from, to).await?;
+            unit_costs::with_progress(&mut runs, &progress);
+            runs
         }
         _ => Vec::new(),
     };
@@ -354,7 +419,7 @@ mod tests {
         format!(r#"{{"source":"pod-1","counts":[{counts}]}}"#).into_bytes()
     }
 
-    fn field_of(r: Result<(String, Vec<UsageCount>), ApiError>) -> Option<String> {
+    fn field_of(r: Result<UsagePost, ApiError>) -> Option<String> {
         match r {
             Err(ApiError::BadRequest { field, .. }) => field,
             other => panic!("expected a bad request, got {other:?}"),
@@ -364,8 +429,9 @@ mod tests {
     #[test]
     fn usage_posts_are_checked_field_by_field() {
         let ok = r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1200}"#;
-        let (source, counts) = parse(&body(ok), NOW, 35 * DAY, 300_000).unwrap();
+        let (source, counts, progress) = parse(&body(ok), NOW, 35 * DAY, 300_000).unwrap();
         assert_eq!(source, "pod-1");
+        assert!(progress.is_empty());
         assert_eq!(counts[0].requests, 1200);
         assert_eq!(counts[0].end_ms - counts[0].start_ms, 3_600_000);
         let bad_cases = [
@@ -415,5 +481,65 @@ mod tests {
             field_of(parse(br#"{"source":"","counts":[]}"#, NOW, 35 * DAY, 0)).as_deref(),
             Some("source")
         );
+    }
+
+    /// Training progress: a run, a time in the retention and not ahead, whole counts; a post
+    /// may carry it alone.
+    #[test]
+    fn progress_reports_are_checked_field_by_field() {
+        let post = |p: &str| format!(r#"{{"source":"trainer-0","progress":[{p}]}}"#).into_bytes();
+        let ok =
+            r#"{"experiment":"llama-ft-7","at":"2026-09-21T10:00:00Z","step":12000,"epoch":3}"#;
+        let (_, counts, progress) = parse(&post(ok), NOW, 35 * DAY, 300_000).unwrap();
+        assert!(counts.is_empty());
+        assert_eq!(
+            progress,
+            [RunProgress {
+                experiment: "llama-ft-7".into(),
+                at_ms: 1_789_984_800_000,
+                step: 12_000,
+                epoch: Some(3),
+            }]
+        );
+        for (p, field) in [
+            (
+                r#"{"experiment":"","at":"2026-09-21T10:00:00Z","step":1}"#,
+                "progress[0].experiment",
+            ),
+            (
+                r#"{"experiment":"r","at":"yesterday","step":1}"#,
+                "progress[0].at",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-12-21T10:00:00Z","step":1}"#,
+                "progress[0].at",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-01-21T10:00:00Z","step":1}"#,
+                "progress[0].at",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-09-21T10:00:00Z","step":-5}"#,
+                "progress[0].step",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-09-21T10:00:00Z","step":18446744073709551615}"#,
+                "progress[0].step",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-09-21T10:00:00Z"}"#,
+                "progress[0]",
+            ),
+            (
+                r#"{"experiment":"r","at":"2026-09-21T10:00:00Z","step":1,"loss":0.3}"#,
+                "progress[0].loss",
+            ),
+        ] {
+            assert_eq!(
+                field_of(parse(&post(p), NOW, 35 * DAY, 300_000)).as_deref(),
+                Some(field),
+                "{p}"
+            );
+        }
     }
 }

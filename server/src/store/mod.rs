@@ -55,7 +55,7 @@ pub use gpuledger_core::bill::StoredCostLine;
 pub use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow, UsageTotal};
 pub(crate) use tokens::token_active_sql;
 pub use tokens::{NewToken, Refusal, RefusalKind, RefusalRow, TokenRow};
-pub use usage::UsageCount;
+pub use usage::{RunProgress, UsageCount};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

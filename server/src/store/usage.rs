@@ -16,6 +16,18 @@ pub struct UsageCount {
     pub output_tokens: Option<i64>,
 }
 
+/// How far a training run had got at a time, as one source (a rank, a trainer) saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunProgress {
+    /// The value of the experiment dimension.
+    pub experiment: String,
+    pub at_ms: i64,
+    /// Optimizer steps done since the run began (not since a resume).
+    pub step: i64,
+    /// Whole epochs done, where the run counts them.
+    pub epoch: Option<i64>,
+}
+
 /// Stores usage counts from `source` in one transaction; a count for the same endpoint,
 /// source and period start replaces the earlier one, when it came from the same token (or
 /// one no longer active). A count another active token sent is never replaced: the whole
@@ -24,6 +36,20 @@ pub async fn upsert_usage(
     on: impl Into<On<'_>>,
     source: &str,
     counts: &[UsageCount],
+    token_id: i64,
+    now_ms: i64,
+) -> Result<Option<super::Refusal>, StoreError> {
+    record(on, source, (counts, &[]), token_id, now_ms).await
+}
+
+/// Stores a post's counts and runs' progress from `source` in one transaction, as
+/// [`upsert_usage`] stores counts: a progress report for the same run, source and time
+/// replaces the earlier one only from the same token (or one no longer active); otherwise the
+/// whole post is refused, naming it, and nothing of it is kept.
+pub async fn record(
+    on: impl Into<On<'_>>,
+    source: &str,
+    (counts, progress): (&[UsageCount], &[RunProgress]),
     token_id: i64,
     now_ms: i64,
 ) -> Result<Option<super::Refusal>, StoreError> {
@@ -67,6 +93,43 @@ pub async fn upsert_usage(
                          token; a source's counts are replaced only by the token that sent \
                          them",
                         c.endpoint, c.start_ms
+                    ),
+                }));
+            }
+        }
+        for (i, p) in progress.iter().enumerate() {
+            let written = sqlx::query(concat!(
+                "INSERT INTO run_progress
+                   (experiment, source, at_ms, step, epoch, token_id, received_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (experiment, source, at_ms) DO UPDATE SET
+                   step = excluded.step, epoch = excluded.epoch,
+                   token_id = excluded.token_id, received_ms = excluded.received_ms
+                 WHERE run_progress.token_id = excluded.token_id
+                    OR NOT EXISTS (SELECT 1 FROM api_tokens t
+                                   WHERE t.id = run_progress.token_id AND ",
+                super::token_active_sql!("t", "$7"),
+                ")"
+            ))
+            .bind(&p.experiment)
+            .bind(source)
+            .bind(p.at_ms)
+            .bind(p.step)
+            .bind(p.epoch)
+            .bind(token_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+            if written.rows_affected() == 0 {
+                tx.rollback().await?;
+                return Ok(Some(super::Refusal {
+                    kind: super::RefusalKind::SourceOfAnotherToken,
+                    field: format!("progress[{i}]"),
+                    message: format!(
+                        "source {source:?}'s progress of {} at {} ms came from another \
+                         token; a source's reports are replaced only by the token that sent \
+                         them",
+                        p.experiment, p.at_ms
                     ),
                 }));
             }
@@ -162,5 +225,45 @@ pub async fn token_totals(
     Ok(rows
         .into_iter()
         .filter(|(_, input, output)| input.is_some() || output.is_some())
+        .collect())
+}
+
+/// Each run's progress in `[from_ms, to_ms)`: the steps (and epochs) it advanced, its highest
+/// reported in the range less its highest reported before it (0 for a run that began in it).
+/// Epochs are `None` where no report in the range carries one. Runs with no report in the
+/// range are left out.
+pub async fn progress_totals(
+    on: impl Into<On<'_>>,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(String, i64, Option<i64>)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    type Row = (String, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+    let rows: Vec<Row> = on_backend!(conn, |ex| {
+        Ok::<_, StoreError>(
+            sqlx::query_as(
+                "SELECT experiment,
+                    MAX(CASE WHEN at_ms >= $1 THEN step END),
+                    MAX(CASE WHEN at_ms < $1 THEN step END),
+                    MAX(CASE WHEN at_ms >= $1 THEN epoch END),
+                    MAX(CASE WHEN at_ms < $1 THEN epoch END)
+                 FROM run_progress
+                 WHERE at_ms < $2 AND experiment IN (
+                     SELECT experiment FROM run_progress WHERE at_ms >= $1 AND at_ms < $2)
+                 GROUP BY experiment ORDER BY experiment",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?,
+        )
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(experiment, last, before, last_epoch, before_epoch)| {
+            let steps = (last? - before.unwrap_or(0)).max(0);
+            let epochs = last_epoch.map(|e| (e - before_epoch.unwrap_or(0)).max(0));
+            Some((experiment, steps, epochs))
+        })
         .collect())
 }

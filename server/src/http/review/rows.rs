@@ -21,6 +21,8 @@ pub struct RunRow {
     pub hours_active: i64,
     pub gpu_hours: String,
     pub cost: String,
+    /// What 1,000 of its steps cost, where it reports them.
+    pub per_1k_steps: String,
 }
 
 pub struct EndpointRow {
@@ -114,6 +116,10 @@ pub fn runs_view(runs: &[TrainingRun], month: &str, schema: &OwnerSchema) -> Vec
             hours_active: r.hours_active,
             gpu_hours: crate::format::whole(r.gpu_hours),
             cost: money(r.cost, &r.currency),
+            per_1k_steps: r.cost_per_1k_steps.map_or_else(
+                || "—".into(),
+                |c| crate::format::money_precise(c, &r.currency, 4),
+            ),
         })
         .collect()
 }

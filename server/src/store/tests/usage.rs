@@ -273,3 +273,96 @@ async fn serving_counts_ride_with_reports_once_on_both_databases() {
         );
     }
 }
+
+/// A run's progress in a range is its highest step reported in it less its highest before it,
+/// whatever the number of ranks reporting and resends; another token's report refuses the whole
+/// post, counts included.
+#[tokio::test]
+async fn run_progress_counts_steps_made_in_the_range_on_both_databases() {
+    use crate::store::{RunProgress, UsageCount};
+    const HOUR: i64 = 3_600_000;
+    let at = |run: &str, hour: i64, step: i64, epoch: Option<i64>| RunProgress {
+        experiment: run.into(),
+        at_ms: T0 + hour * HOUR,
+        step,
+        epoch,
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let token = token_for(s, "trainer", "hash-t", T0).await;
+        let post = |source: &'static str, progress: Vec<RunProgress>| async move {
+            crate::store::usage::record(s.db(), source, (&[], &progress), token, T0)
+                .await
+                .unwrap()
+        };
+        // Hour 0 (before the range): step 1,000; in the range, two ranks up to 4,000 and 3
+        // epochs; a resend of the same report; a run that began in the range, with no epochs.
+        assert!(post("rank-0", vec![at("big", 0, 1_000, Some(1))])
+            .await
+            .is_none());
+        assert!(post(
+            "rank-0",
+            vec![at("big", 2, 2_500, Some(2)), at("big", 3, 4_000, Some(3))]
+        )
+        .await
+        .is_none());
+        assert!(post("rank-1", vec![at("big", 3, 4_000, Some(3))])
+            .await
+            .is_none());
+        assert!(post("rank-1", vec![at("big", 3, 4_000, Some(3))])
+            .await
+            .is_none());
+        assert!(post("rank-0", vec![at("small", 2, 300, None)])
+            .await
+            .is_none());
+        let range = |from: i64, to: i64| async move {
+            crate::store::usage::progress_totals(s.db(), T0 + from * HOUR, T0 + to * HOUR)
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            range(1, 4).await,
+            vec![
+                ("big".to_owned(), 3_000, Some(2)),
+                ("small".to_owned(), 300, None)
+            ],
+            "{b}"
+        );
+        // A range with no report of a run leaves it out.
+        assert_eq!(range(4, 9).await, vec![], "{b}");
+        // Another token may not replace rank-0's report: the post is refused whole, its
+        // counts too.
+        let rogue = token_for(s, "rogue", "hash-r", T0).await;
+        let refusal = crate::store::usage::record(
+            s.db(),
+            "rank-0",
+            (
+                &[UsageCount {
+                    endpoint: "chat".into(),
+                    start_ms: T0,
+                    end_ms: T0 + HOUR,
+                    requests: 9,
+                    input_tokens: None,
+                    output_tokens: None,
+                }],
+                &[at("big", 3, 9_999_999, None)],
+            ),
+            rogue,
+            T0,
+        )
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{b}: another token's report must not be replaced"));
+        assert_eq!(refusal.field, "progress[0]", "{b}");
+        assert_eq!(range(1, 4).await[0].1, 3_000, "{b}");
+        assert!(
+            crate::store::usage::usage_totals(s.db(), T0, T0 + HOUR)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{b}: nothing of the refused post was kept"
+        );
+    }
+}
