@@ -132,11 +132,16 @@ pub async fn gpu_seconds_by_type(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
         let sql = format!(
+            // Summed per host and owner first, without reading an owner's labels: the
+            // labels are read once per owner-hour of a host, not once per GPU.
             "SELECT r.hour_ms, h.instance_type, {value} AS owner_value,
                     SUM(r.gpu_seconds) AS gpu_seconds
-             FROM rollup_hours r JOIN hosts h ON h.id = r.host_id
+             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds
+                   FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                   GROUP BY hour_ms, host_id, owner_id) r
+                  JOIN hosts h ON h.id = r.host_id
                   JOIN owners o ON o.id = r.owner_id
-             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND h.instance_type IS NOT NULL
+             WHERE h.instance_type IS NOT NULL
              GROUP BY r.hour_ms, h.instance_type, {value}",
             value = <DB as super::Dialect>::owner_value("$3")
         );
@@ -174,11 +179,17 @@ pub async fn owner_hours(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
         let sql = format!(
+            // Summed per owner first, without reading its labels: they are read once per
+            // owner-hour, not once per GPU.
             "SELECT r.hour_ms, {value} AS owner_value, {team} AS team, r.kind, r.currency,
-                    CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
+                    CAST(SUM(r.nano) AS BIGINT), CAST(SUM(r.atto) AS BIGINT),
                     SUM(r.gpu_seconds)
-             FROM rollup_hours r JOIN owners o ON o.id = r.owner_id
-             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND {value} IS NOT NULL
+             FROM (SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
+                          SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
+                   FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                   GROUP BY hour_ms, owner_id, kind, currency) r
+                  JOIN owners o ON o.id = r.owner_id
+             WHERE {value} IS NOT NULL
              GROUP BY r.hour_ms, {value}, {team}, r.kind, r.currency",
             value = <DB as super::Dialect>::owner_value("$3"),
             team = <DB as super::Dialect>::owner_value("$4"),
