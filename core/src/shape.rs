@@ -23,6 +23,9 @@ pub struct TypeHour {
     /// The owner's value in the dimension read (a team), `None` for no value.
     pub owner: Option<String>,
     pub gpu_seconds: f64,
+    /// Of them, the GPU-seconds experiments (the experiment role's owners) used doing work:
+    /// training that checkpoints, which could run on interruptible (spot) capacity.
+    pub interruptible_seconds: f64,
 }
 
 /// The floor, middle and peak of an hourly series of GPUs.
@@ -84,9 +87,14 @@ pub struct TypeShape {
     pub week: Vec<Vec<f64>>,
     /// Per owner, largest GPU-hours first.
     pub owners: Vec<OwnerShape>,
+    /// GPU-hours experiments used doing work: what could run on spot capacity.
+    pub interruptible_gpu_hours: f64,
     /// GPUs held in each hour of the range, in order: what a purchase mix is priced on.
     #[serde(skip)]
     pub hourly: Vec<f64>,
+    /// Of them, the GPUs experiments used doing work, each hour.
+    #[serde(skip)]
+    pub interruptible: Vec<f64>,
 }
 
 /// Each instance type's shape over the hours `[from_ms, to_ms)`, largest GPU-hours first.
@@ -103,6 +111,7 @@ pub fn shapes(hours: &[TypeHour], from_ms: i64, to_ms: i64) -> Vec<TypeShape> {
     };
     // Per type: GPUs per hour of the range; per (type, owner) the same.
     let mut by_type: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut interruptible: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut by_owner: BTreeMap<(&str, Option<&str>), Vec<f64>> = BTreeMap::new();
     for h in hours {
         let Some(i) = index(h.hour_ms) else {
@@ -112,6 +121,9 @@ pub fn shapes(hours: &[TypeHour], from_ms: i64, to_ms: i64) -> Vec<TypeShape> {
         by_type
             .entry(h.instance_type.as_str())
             .or_insert_with(|| vec![0.0; count])[i] += gpus;
+        interruptible
+            .entry(h.instance_type.as_str())
+            .or_insert_with(|| vec![0.0; count])[i] += h.interruptible_seconds / 3600.0;
         by_owner
             .entry((h.instance_type.as_str(), h.owner.as_deref()))
             .or_insert_with(|| vec![0.0; count])[i] += gpus;
@@ -155,13 +167,16 @@ pub fn shapes(hours: &[TypeHour], from_ms: i64, to_ms: i64) -> Vec<TypeShape> {
                 })
                 .collect();
             owners.sort_by(|a, b| b.spread.gpu_hours.total_cmp(&a.spread.gpu_hours));
+            let spot = interruptible.remove(instance_type).unwrap_or_default();
             TypeShape {
                 instance_type: instance_type.to_owned(),
                 hours: count,
                 spread: Spread::of(&series),
                 week,
                 owners,
+                interruptible_gpu_hours: round2(spot.iter().sum()),
                 hourly: series,
+                interruptible: spot,
             }
         })
         .collect();

@@ -1,6 +1,7 @@
 //! Purchase-mix advice per GPU instance type for a range: its shape ([`crate::shape`]) priced
 //! all on demand and with its floor committed, at the rate card's commitment prices, else at
-//! the committed rate the bill applied to the type. The rules are the core's
+//! the committed rate the bill applied to the type; and experiments' work on spot at the rate
+//! card's spot price. The rules are the core's
 //! ([`gpuledger_core::purchase`]).
 
 pub use gpuledger_core::purchase::*;
@@ -56,8 +57,14 @@ pub fn of_shapes(card: &RateCard, shapes: &[TypeShape], costs: &[TypeCost]) -> V
                         }),
                 );
             }
-            mix(shape, &card.currency, rate.gpus, rate.on_demand, &commits)
-                .unwrap_or_else(|| unpriced(shape, &card.currency))
+            mix(
+                shape,
+                &card.currency,
+                rate.gpus,
+                (rate.on_demand, rate.spot),
+                &commits,
+            )
+            .unwrap_or_else(|| unpriced(shape, &card.currency))
         })
         .collect()
 }
@@ -75,5 +82,6 @@ fn unpriced(shape: &TypeShape, currency: &str) -> TypeMix {
             "the rate card has no on-demand price for {}: add it to weigh buying it",
             shape.instance_type
         )),
+        assumes: ASSUMES.to_owned(),
     }
 }

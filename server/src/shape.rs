@@ -26,7 +26,15 @@ pub async fn for_range(
         // No team dimension: the shape per type alone (no owner has a "team" value).
         _ => "team",
     };
-    let mut hours = store::ledger::gpu_seconds_by_type(store.db(), from_ms, to_ms, team).await?;
+    // Experiments doing work could run on spot; without an experiment dimension, nothing is
+    // taken for one (a name no dimension is given: dimensions are letters, digits and `_`, and
+    // this one is not configured).
+    let experiment = match GroupBy::role(schema, Role::Experiment) {
+        Some(GroupBy::Owner(experiment)) => experiment,
+        _ => "no_experiment_dimension",
+    };
+    let mut hours =
+        store::ledger::gpu_seconds_by_type(store.db(), from_ms, to_ms, (team, experiment)).await?;
     if !scope.is_all() {
         hours.retain(|h| h.owner.as_deref().is_some_and(|t| scope.admits_team(t)));
     }

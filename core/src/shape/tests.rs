@@ -6,6 +6,7 @@ const MONDAY: i64 = 1_793_577_600_000;
 
 fn at(hour: i64, instance_type: &str, owner: Option<&str>, gpus: f64) -> TypeHour {
     TypeHour {
+        interruptible_seconds: 0.0,
         hour_ms: MONDAY + hour * HOUR_MS,
         instance_type: instance_type.into(),
         owner: owner.map(str::to_owned),

@@ -320,10 +320,28 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .find(|m| m.instance_type == "p4d.24xlarge")
         .unwrap();
     assert_eq!(p4d_mix.floor_instances, 8);
-    let committed = &p4d_mix.options[1];
+    let committed = p4d_mix
+        .options
+        .iter()
+        .find(|o| o.committed_instances > 0)
+        .unwrap();
     assert_eq!(committed.break_even_percent, Some(Decimal::new(600, 1)));
-    assert_eq!(p4d_mix.cheapest, committed.choice);
     assert!(committed.cost < p4d_mix.options[0].cost);
+    // The sweeps' work on spot (the rate card's, 40 % of on demand) is cheaper still; with
+    // the floor committed nothing of theirs is left above it, so no third option.
+    let spot = p4d_mix
+        .options
+        .iter()
+        .find(|o| o.spot_gpu_hours > 0.0)
+        .unwrap();
+    assert_eq!(spot.committed_instances, 0);
+    assert!(spot.cost < committed.cost, "{p4d_mix:?}");
+    assert_eq!(p4d_mix.cheapest, spot.choice);
+    assert_eq!(p4d_mix.options.len(), 3, "{p4d_mix:?}");
+    assert!(
+        (spot.spot_gpu_hours - p4d.interruptible_gpu_hours).abs() < 0.01,
+        "{p4d:?}"
+    );
     // Priced like the bill: all on demand is the hours at the rate card's on-demand price.
     let hours = Decimal::from(p4d.hours as u64);
     assert_eq!(

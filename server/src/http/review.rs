@@ -113,6 +113,8 @@ struct ReviewPage {
     shape: rows::ShapeView,
     /// Each type's month priced all on demand and with its floor committed.
     purchase_mix: Vec<rows::PurchaseRow>,
+    /// What every purchase mix assumes.
+    purchase_assumes: &'static str,
 }
 
 #[derive(Template)]
@@ -701,6 +703,7 @@ async fn review(
         scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
         shape: rows::shape_view(&shape, &month),
         purchase_mix: rows::purchase_view(&purchase_mix),
+        purchase_assumes: crate::purchase::ASSUMES,
         month,
         next,
         next_begun: to <= now,

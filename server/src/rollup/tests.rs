@@ -1197,6 +1197,11 @@ async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases()
         assert_eq!(p4d.hours, 30, "{b}");
         let round = |x: f64| (x * 100.0).round() / 100.0;
         assert_eq!(p4d.spread.gpu_hours, round(held(&|_| true)), "{b}");
+        // What could run on spot: the GPU time experiments used doing work.
+        let experiments_work =
+            held(&|p: &Part| p.kind == Kind::Used && p.owner.get("experiment").is_some());
+        assert!(experiments_work > 0.0, "{b}");
+        assert_eq!(p4d.interruptible_gpu_hours, round(experiments_work), "{b}");
         // Two GPUs from START, four for the two hours both hosts reported, none after.
         assert_eq!((p4d.spread.floor, p4d.spread.peak), (0.0, 4.0), "{b}");
         for o in &p4d.owners {

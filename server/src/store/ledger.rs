@@ -120,14 +120,16 @@ pub async fn rollup_usage(
     })
 }
 
-/// GPU-seconds per hour, host instance type and owner value in `dimension` (a team), summed by
-/// the database over hosts, GPUs and kinds: the shape of the work, a row per hour, type and
-/// owner instead of one per GPU. Hosts of no known instance type are left out.
+/// GPU-seconds per hour, host instance type and owner value in `team_dimension`, summed by the
+/// database over hosts, GPUs and kinds: the shape of the work, a row per hour, type and team
+/// instead of one per GPU; with the GPU-seconds that owners with a value in
+/// `experiment_dimension` used doing work (what could run on spot). Hosts of no known instance
+/// type are left out.
 pub async fn gpu_seconds_by_type(
     on: impl Into<On<'_>>,
     from_ms: i64,
     to_ms: i64,
-    dimension: &str,
+    (team_dimension, experiment_dimension): (&str, &str),
 ) -> Result<Vec<gpuledger_core::shape::TypeHour>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
@@ -135,30 +137,38 @@ pub async fn gpu_seconds_by_type(
             // Summed per host and owner first, without reading an owner's labels: the
             // labels are read once per owner-hour of a host, not once per GPU.
             "SELECT r.hour_ms, h.instance_type, {value} AS owner_value,
-                    SUM(r.gpu_seconds) AS gpu_seconds
-             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds
+                    SUM(r.gpu_seconds) AS gpu_seconds,
+                    SUM(CASE WHEN {experiment} IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
+             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
+                          SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
+                            AS used_seconds
                    FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
                    GROUP BY hour_ms, host_id, owner_id) r
                   JOIN hosts h ON h.id = r.host_id
                   JOIN owners o ON o.id = r.owner_id
              WHERE h.instance_type IS NOT NULL
              GROUP BY r.hour_ms, h.instance_type, {value}",
-            value = <DB as super::Dialect>::owner_value("$3")
+            value = <DB as super::Dialect>::owner_value("$3"),
+            experiment = <DB as super::Dialect>::owner_value("$4"),
         );
-        let rows: Vec<(i64, String, Option<String>, f64)> = sqlx::query_as(&sql)
+        let rows: Vec<(i64, String, Option<String>, f64, f64)> = sqlx::query_as(&sql)
             .bind(from_ms)
             .bind(to_ms)
-            .bind(dimension)
+            .bind(team_dimension)
+            .bind(experiment_dimension)
             .fetch_all(&mut *ex)
             .await?;
         Ok(rows
             .into_iter()
             .map(
-                |(hour_ms, instance_type, owner, gpu_seconds)| gpuledger_core::shape::TypeHour {
-                    hour_ms,
-                    instance_type,
-                    owner: owner.filter(|o| !o.is_empty()),
-                    gpu_seconds,
+                |(hour_ms, instance_type, owner, gpu_seconds, interruptible_seconds)| {
+                    gpuledger_core::shape::TypeHour {
+                        hour_ms,
+                        instance_type,
+                        owner: owner.filter(|o| !o.is_empty()),
+                        gpu_seconds,
+                        interruptible_seconds,
+                    }
                 },
             )
             .collect())

@@ -551,6 +551,8 @@ pub struct PurchaseRow {
     pub choice: String,
     pub cost: String,
     pub break_even: String,
+    /// GPU-hours of experiments' work on spot.
+    pub on_spot: String,
     pub cheapest: bool,
     /// What keeps a commitment from being priced, on the type's last row.
     pub missing: String,
@@ -565,6 +567,7 @@ pub fn purchase_view(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
                 choice: String::new(),
                 cost: String::new(),
                 break_even: String::new(),
+                on_spot: String::new(),
                 cheapest: false,
                 missing: m.missing.clone().unwrap_or_default(),
             });
@@ -586,6 +589,11 @@ pub fn purchase_view(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
                 break_even: o
                     .break_even_percent
                     .map_or_else(String::new, |p| format!("{p}% of hours")),
+                on_spot: if o.spot_gpu_hours > 0.0 {
+                    format!("{} GPU-h", crate::format::whole(o.spot_gpu_hours))
+                } else {
+                    String::new()
+                },
                 cheapest: o.choice == m.cheapest && m.options.len() > 1,
                 missing: if i == last {
                     m.missing.clone().unwrap_or_default()
