@@ -388,27 +388,13 @@ impl DcgmSource {
             failing: false,
         })
     }
-
-    async fn scrape(&self) -> Result<String, String> {
-        let response = self
-            .client
-            .get(&self.url)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("answered {status}"));
-        }
-        response.text().await.map_err(|e| e.to_string())
-    }
 }
 
 impl GpuSource for DcgmSource {
     fn sample(&mut self) -> Result<Vec<DeviceSample>, CollectError> {
         let read = self
             .runtime
-            .block_on(self.scrape())
+            .block_on(crate::exposition::fetch(&self.client, &self.url))
             .and_then(|text| devices(&text));
         match read {
             Ok(samples) => {

@@ -11,6 +11,23 @@
 
 use std::collections::BTreeMap;
 
+/// The text an exporter's metrics endpoint answers, or why there is none. Asks for the plain
+/// text format: prometheus_client (vLLM) answers an OpenMetrics Accept header in OpenMetrics,
+/// whose counters drop the `_total` that names carry here.
+pub async fn fetch(client: &reqwest::Client, url: &str) -> Result<String, String> {
+    let response = client
+        .get(url)
+        .header(reqwest::header::ACCEPT, "text/plain")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("answered {status}"));
+    }
+    response.text().await.map_err(|e| e.to_string())
+}
+
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {

@@ -400,28 +400,12 @@ impl ServingReader {
             .collect()
     }
 
-    async fn fetch(client: &reqwest::Client, url: &str) -> Result<String, String> {
-        // No OpenMetrics Accept header: prometheus_client would then answer in OpenMetrics,
-        // whose counters drop the `_total` the names here carry.
-        let response = client
-            .get(url)
-            .header(reqwest::header::ACCEPT, "text/plain")
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("answered {status}"));
-        }
-        response.text().await.map_err(|e| e.to_string())
-    }
-
     /// Reads every target, all at once, and returns what each counted since its last reading.
     pub async fn read(&mut self) -> Vec<ServingWindow> {
         let fetched = futures::future::join_all(
             self.targets
                 .iter()
-                .map(|t| Self::fetch(&self.client, &t.url)),
+                .map(|t| exposition::fetch(&self.client, &t.url)),
         )
         .await;
         let mut windows = Vec::new();
