@@ -704,6 +704,20 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
          FROM rollup_days
          GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency, estimated";
     execute(db, host_days, &[]).await?;
+    let gpus = if db.backend == "postgres" {
+        "json_agg(DISTINCT gpu_uuid)::text"
+    } else {
+        "json_group_array(DISTINCT gpu_uuid)"
+    };
+    let host_hours = format!(
+        "INSERT INTO rollup_host_hours (hour_ms, host_id, owner_id, kind, pricing_category,
+             currency, estimated, cost_nano, cost_atto, gpu_seconds, gpus)
+         SELECT hour_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
+             SUM(cost_nano), SUM(cost_atto), SUM(gpu_seconds), {gpus}
+         FROM rollup_hours
+         GROUP BY hour_ms, host_id, owner_id, kind, pricing_category, currency, estimated"
+    );
+    execute(db, &host_hours, &[]).await?;
     let runs = "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
              last_hour_ms, hours)
          SELECT $1 + ((hour_ms - $1) / $2) * $2 AS day, experiment, MIN(hour_ms), MAX(hour_ms),
@@ -768,6 +782,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
     let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
     let host_day_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_days").await?;
+    let host_hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_hours").await?;
     let seeded_s = seeding.elapsed().as_secs_f64();
 
     let mut server = start_server(&db.url, free_port()).await;
@@ -784,7 +799,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
         ),
     ];
     println!(
-        "month of {gpus} GPUs: {hour_rows} hourly, {day_rows} daily and {host_day_rows} host-daily rollup rows (seeded in {seeded_s:.0} s)"
+        "month of {gpus} GPUs: {hour_rows} hourly, {day_rows} daily, {host_hour_rows} host-hourly and {host_day_rows} host-daily rollup rows (seeded in {seeded_s:.0} s)"
     );
     for (name, url) in &pages {
         let mut times = Vec::new();

@@ -150,6 +150,13 @@ mod tests {
             let costs = store::ledger::cost_by_type(store.db(), from, to)
                 .await
                 .unwrap();
+            // Whole days are read from the days summed per host, the hours at the edges of
+            // a range from the hours: the bill's hour alone, and the month less its first
+            // hour, read the same.
+            for (f, t) in [(T, T + HOUR_MS), (from + HOUR_MS, to)] {
+                let edges = store::ledger::cost_by_type(store.db(), f, t).await.unwrap();
+                assert_eq!(edges, costs, "{b}: [{f}, {t})");
+            }
             let c = for_range(
                 store.as_ref(),
                 &card,

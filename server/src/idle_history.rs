@@ -45,8 +45,8 @@ struct Hour {
     estimated: bool,
 }
 
-/// What a host carried in one hour, of one kind and currency: a ledger part (one GPU, one
-/// owner) or the database's sum over the host's GPUs and owners.
+/// What a host carried in one hour for one owner, of one kind and currency: a ledger part (one
+/// GPU) or the roll-up's sum over the host's GPUs.
 struct HourFact {
     host_id: i64,
     kind: Kind,
@@ -55,7 +55,7 @@ struct HourFact {
     cost: Decimal,
     estimated: bool,
     gpus: Vec<String>,
-    owners: Vec<Owner>,
+    owner: Owner,
 }
 
 /// The episodes of `a` (hourly parts), costliest first: what [`load`] must equal, computed from
@@ -74,14 +74,14 @@ pub fn episodes(a: &crate::attribution::Attribution) -> Vec<IdleEpisode> {
             cost: p.cost,
             estimated: p.estimated,
             gpus: p.gpu_uuid.iter().cloned().collect(),
-            owners: vec![p.owner.clone()],
+            owner: p.owner.clone(),
         });
     episodes_of(facts, &a.hosts)
 }
 
 /// The idle episodes of `[from_ms, to_ms)` (whole hours), costliest first, from the range's
-/// hourly ledger, with the sums over each host-hour's GPUs and owners made by the database (a
-/// month of 1,000 GPUs is some 170,000 idle GPU-hours).
+/// hourly ledger summed per host and owner by the roll-up (a month of 1,000 GPUs is some
+/// 170,000 idle GPU-hours, and some 21,000 host-hours).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -98,15 +98,10 @@ pub async fn load(
         let Some(kind) = Kind::parse(&r.kind) else {
             continue;
         };
-        let owners = json_texts(&r.owners)?
-            .into_iter()
-            .map(|t| {
-                known
-                    .entry(t)
-                    .or_insert_with_key(|t| Owner::from_key(t))
-                    .clone()
-            })
-            .collect();
+        let owner = known
+            .entry(r.owner)
+            .or_insert_with_key(|t| Owner::from_key(t))
+            .clone();
         facts.push(HourFact {
             host_id: r.host_id,
             kind,
@@ -118,7 +113,7 @@ pub async fn load(
                 .into_iter()
                 .filter(|g| !g.is_empty())
                 .collect(),
-            owners,
+            owner,
         });
     }
     Ok(episodes_of(facts, &hosts))
@@ -145,13 +140,11 @@ fn episodes_of(
         h.cost += f.cost;
         h.estimated |= f.estimated;
         h.gpus.extend(f.gpus);
-        for owner in &f.owners {
-            for (k, v) in owner.iter() {
-                h.owners
-                    .entry(k.to_owned())
-                    .or_default()
-                    .insert(v.to_owned());
-            }
+        for (k, v) in f.owner.iter() {
+            h.owners
+                .entry(k.to_owned())
+                .or_default()
+                .insert(v.to_owned());
         }
     }
     let mut out = Vec::new();

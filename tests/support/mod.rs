@@ -104,8 +104,11 @@ pub struct Server {
 
 pub fn server_cmd(db_url: &str) -> Command {
     let mut cmd = Command::new(artifact("gpuledger-server"));
+    // Warnings only, unless a run asks for more (e.g. `sqlx::query=debug` for every
+    // statement's time while profiling a benchmark).
+    let log = std::env::var("GPULEDGER_TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into());
     cmd.env("GPULEDGER_DATABASE_URL", db_url)
-        .env("GPULEDGER_LOG", "warn")
+        .env("GPULEDGER_LOG", log)
         .stdin(Stdio::null());
     cmd
 }

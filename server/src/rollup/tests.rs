@@ -217,6 +217,44 @@ async fn raw_attribution(store: &dyn Store, card: &RateCard, from: i64, to: i64)
     .unwrap()
 }
 
+/// The hours summed per host (what scale-to-zero, the shape and coverage read) still hold the
+/// hourly ledger's parts: each team's cost to the atto-dollar and GPU time per hour, kind and
+/// currency, through every re-rolled hour.
+async fn assert_host_hours_match(store: &dyn Store, from: i64, to: i64, what: &str) {
+    let hourly = load(store, from, to, RollupGrain::Hour).await.unwrap();
+    type Key = (i64, String, Kind, String);
+    let mut want: BTreeMap<Key, (Decimal, f64)> = BTreeMap::new();
+    for p in &hourly.parts {
+        if let Some(team) = p.owner.get("team") {
+            let e = want
+                .entry((p.hour_ms, team.to_owned(), p.kind, p.currency.clone()))
+                .or_default();
+            e.0 += p.cost;
+            e.1 += p.gpu_seconds;
+        }
+    }
+    let rows = store::ledger::owner_hours(store.db(), from, to, "team", "team")
+        .await
+        .unwrap();
+    let mut got: BTreeMap<Key, (Decimal, f64)> = BTreeMap::new();
+    for (_, h) in rows {
+        got.insert(
+            (h.hour_ms, h.key, h.kind, h.currency),
+            (h.cost, h.gpu_seconds),
+        );
+    }
+    assert!(!want.is_empty(), "{what}: teams in the fixture");
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{what}: owner-hours"
+    );
+    for (key, (cost, seconds)) in &want {
+        assert_eq!(&got[key].0, cost, "{what}: {key:?}");
+        assert!((got[key].1 - seconds).abs() < 1e-6, "{what}: {key:?}");
+    }
+}
+
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
@@ -229,6 +267,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         );
         assert_eq!(rolled.unattributed, raw.unattributed, "{what}: {grain:?}");
     }
+    assert_host_hours_match(store, from, to, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;

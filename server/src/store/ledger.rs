@@ -134,20 +134,24 @@ pub async fn gpu_seconds_by_type(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
         let sql = format!(
-            // Summed per host and owner first, without reading an owner's labels: the
-            // labels are read once per owner-hour of a host, not once per GPU.
-            "SELECT r.hour_ms, h.instance_type, {value} AS owner_value,
+            // Read from the hours summed per host, summed per owner first; each owner's
+            // labels are read once (a materialized list of the range's owners), not once per
+            // owner-hour of a host.
+            "WITH r AS MATERIALIZED (
+                 SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
+                        SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
+                          AS used_seconds
+                 FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                 GROUP BY hour_ms, host_id, owner_id),
+             v AS MATERIALIZED (
+                 SELECT o.id, {value} AS value, {experiment} AS experiment
+                 FROM owners o WHERE o.id IN (SELECT owner_id FROM r))
+             SELECT r.hour_ms, h.instance_type, v.value AS owner_value,
                     SUM(r.gpu_seconds) AS gpu_seconds,
-                    SUM(CASE WHEN {experiment} IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
-             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
-                          SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
-                            AS used_seconds
-                   FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                   GROUP BY hour_ms, host_id, owner_id) r
-                  JOIN hosts h ON h.id = r.host_id
-                  JOIN owners o ON o.id = r.owner_id
+                    SUM(CASE WHEN v.experiment IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
+             FROM r JOIN hosts h ON h.id = r.host_id JOIN v ON v.id = r.owner_id
              WHERE h.instance_type IS NOT NULL
-             GROUP BY r.hour_ms, h.instance_type, {value}",
+             GROUP BY r.hour_ms, h.instance_type, v.value",
             value = <DB as super::Dialect>::owner_value("$3"),
             experiment = <DB as super::Dialect>::owner_value("$4"),
         );
@@ -189,18 +193,23 @@ pub async fn owner_hours(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex, DB| {
         let sql = format!(
-            // Summed per owner first, without reading its labels: they are read once per
-            // owner-hour, not once per GPU.
-            "SELECT r.hour_ms, {value} AS owner_value, {team} AS team, r.kind, r.currency,
+            // Read from the hours summed per host, summed per owner first; each owner's
+            // labels are read once (a materialized list of the range's owners), not once per
+            // owner-hour.
+            "WITH r AS MATERIALIZED (
+                 SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
+                        SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
+                 FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                 GROUP BY hour_ms, owner_id, kind, currency),
+             v AS MATERIALIZED (
+                 SELECT o.id, {value} AS value, {team} AS team
+                 FROM owners o WHERE o.id IN (SELECT owner_id FROM r))
+             SELECT r.hour_ms, v.value, v.team, r.kind, r.currency,
                     CAST(SUM(r.nano) AS BIGINT), CAST(SUM(r.atto) AS BIGINT),
                     SUM(r.gpu_seconds)
-             FROM (SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
-                          SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
-                   FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                   GROUP BY hour_ms, owner_id, kind, currency) r
-                  JOIN owners o ON o.id = r.owner_id
-             WHERE {value} IS NOT NULL
-             GROUP BY r.hour_ms, {value}, {team}, r.kind, r.currency",
+             FROM r JOIN v ON v.id = r.owner_id
+             WHERE v.value IS NOT NULL
+             GROUP BY r.hour_ms, v.value, v.team, r.kind, r.currency",
             value = <DB as super::Dialect>::owner_value("$3"),
             team = <DB as super::Dialect>::owner_value("$4"),
         );
@@ -241,19 +250,38 @@ pub async fn cost_by_type(
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<gpuledger_core::commitment::TypeCost>, StoreError> {
+    use gpuledger_core::time::DAY_MS;
+    // Whole days from the days summed per host, the hours at either edge from the hours.
+    let first_day = (from_ms + DAY_MS - 1).div_euclid(DAY_MS) * DAY_MS;
+    let end_day = to_ms.div_euclid(DAY_MS) * DAY_MS;
+    let (first_day, end_day) = if first_day < end_day {
+        (first_day, end_day)
+    } else {
+        (to_ms, to_ms)
+    };
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         let rows: Vec<(String, String, String, i64, i64, f64)> = sqlx::query_as(
             "SELECT h.instance_type, r.currency, r.pricing_category,
                     CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
                     SUM(r.gpu_seconds)
-             FROM rollup_hours r JOIN hosts h ON h.id = r.host_id
-             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND r.estimated = 0
-               AND h.instance_type IS NOT NULL
-             GROUP BY h.instance_type, r.currency, r.pricing_category",
+             FROM (SELECT host_id, currency, pricing_category, cost_nano, cost_atto, gpu_seconds
+                   FROM rollup_host_hours
+                   WHERE hour_ms >= $1 AND hour_ms < $2 AND (hour_ms < $3 OR hour_ms >= $4)
+                     AND estimated = 0
+                   UNION ALL
+                   SELECT host_id, currency, pricing_category, cost_nano, cost_atto, gpu_seconds
+                   FROM rollup_host_days
+                   WHERE day_ms >= $3 AND day_ms < $4 AND estimated = 0) r
+                  JOIN hosts h ON h.id = r.host_id
+             WHERE h.instance_type IS NOT NULL
+             GROUP BY h.instance_type, r.currency, r.pricing_category
+             ORDER BY h.instance_type, r.currency, r.pricing_category",
         )
         .bind(from_ms)
         .bind(to_ms)
+        .bind(first_day)
+        .bind(end_day)
         .fetch_all(&mut *ex)
         .await?;
         Ok(rows
@@ -328,31 +356,26 @@ pub async fn rollup_rows(
     })
 }
 
-/// Idle and held-idle cost per host, hour, kind and currency in `[from_ms, to_ms)`, with the
-/// GPUs and owners that carried it: summed in the database, which sends a row per host-hour
-/// instead of one per GPU and owner.
+/// Idle and held-idle cost per host, hour, owner, kind and currency in `[from_ms, to_ms)`, with
+/// the GPUs that carried it: read from the hours summed per host, a row per host-hour and owner
+/// instead of one per GPU.
 pub async fn idle_hours(
     on: impl Into<On<'_>>,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<super::IdleHourRow>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex, DB| {
-        let (set, end) = <DB as super::Dialect>::JSON_SET;
-        let sql = format!(
-            "SELECT hour_ms, host_id, kind, currency, MAX(estimated) AS estimated,
-                CAST(SUM(cost_nano) AS BIGINT) AS cost_nano,
-                CAST(SUM(cost_atto) AS BIGINT) AS cost_atto,
-                {set}gpu_uuid{end} AS gpus, {set}o.labels{end} AS owners
-             FROM rollup_hours JOIN owners o ON o.id = owner_id
-             WHERE hour_ms >= $1 AND hour_ms < $2 AND kind IN ('idle', 'held_idle')
-             GROUP BY hour_ms, host_id, kind, currency"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_all(&mut *ex)
-            .await?)
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT r.hour_ms, r.host_id, r.kind, r.currency, r.estimated, r.cost_nano,
+                r.cost_atto, r.gpus, o.labels AS owner
+             FROM rollup_host_hours r JOIN owners o ON o.id = r.owner_id
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND r.kind IN ('idle', 'held_idle')",
+        )
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
     })
 }
 

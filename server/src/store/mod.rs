@@ -128,24 +128,23 @@ pub enum RollupGrain {
     HostDay,
 }
 
-/// A host's idle (or held-idle) cost in one hour and currency, summed by the database over its
-/// GPUs and owners: what the idle history reads (a row per host-hour, where the hourly rollups
-/// hold one per GPU and owner).
+/// A host's idle (or held-idle) cost in one hour for one owner, of one price, summed by the
+/// roll-up over its GPUs: what the idle history reads (a row per host-hour and owner, where the
+/// hourly rollups hold one per GPU).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct IdleHourRow {
     pub hour_ms: i64,
     pub host_id: i64,
     pub kind: String,
     pub currency: String,
-    /// 1 if any of it is a rate-card estimate.
+    /// 1 if it is a rate-card estimate.
     pub estimated: i64,
     pub cost_nano: i64,
-    /// May exceed a nanodollar: the sum of the rows' parts.
     pub cost_atto: i64,
     /// The GPUs that carried it, a JSON array of texts (`""` for cost on no GPU).
     pub gpus: String,
-    /// Its owners, a JSON array of owner texts.
-    pub owners: String,
+    /// Its owner's text.
+    pub owner: String,
 }
 
 impl RollupGrain {

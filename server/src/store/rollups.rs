@@ -230,7 +230,7 @@ async fn owner_ids<'k>(
 }
 
 /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
-/// `unattributed`, rebuilds the days those hours fall in (and the active hours per value of
+/// `unattributed` (and their sums per host), rebuilds the days those hours fall in (and the active hours per value of
 /// `experiment`, the dimension training runs are read from), and clears each mark whose
 /// generation is still the one read (a report that came meanwhile keeps its mark).
 pub async fn replace_rollups(
@@ -260,6 +260,10 @@ pub async fn replace_rollups(
         .await?;
         for h in &hours {
             sqlx::query("DELETE FROM rollup_hours WHERE hour_ms = $1")
+                .bind(h)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM rollup_host_hours WHERE hour_ms = $1")
                 .bind(h)
                 .execute(&mut *tx)
                 .await?;
@@ -323,6 +327,21 @@ pub async fn replace_rollups(
                     .push_bind(r.energy_known_seconds);
             });
             q.build().execute(&mut *tx).await?;
+        }
+        let (set, end) = <DB as super::Dialect>::JSON_SET;
+        // Sums stay exact: atto parts carry over into nano parts in integer math.
+        let host_hours = format!(
+            "INSERT INTO rollup_host_hours (hour_ms, host_id, owner_id, kind, pricing_category,
+                currency, estimated, cost_nano, cost_atto, gpu_seconds, gpus)
+             SELECT hour_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
+                CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                SUM(gpu_seconds), {set}gpu_uuid{end}
+             FROM rollup_hours WHERE hour_ms = $1
+             GROUP BY hour_ms, host_id, owner_id, kind, pricing_category, currency, estimated"
+        );
+        for h in &hours {
+            sqlx::query(&host_hours).bind(h).execute(&mut *tx).await?;
         }
         for chunk in unattributed.chunks(1000) {
             let mut q = sqlx::QueryBuilder::<DB>::new(

@@ -134,6 +134,22 @@ async fn rollups_keep_every_cent_and_their_owners_through_the_migration() {
         .into_iter()
         .collect();
         assert_eq!(costs(s).await, want, "{b}: every owner, every cent");
+        // Migration 0037 sums the hours per host as they were: every team's cent, to the
+        // atto-dollar, carried from atto into nano parts.
+        let by_team: BTreeMap<String, rust_decimal::Decimal> =
+            crate::store::ledger::owner_hours(s.db(), HOUR, HOUR + HOUR_MS, "team", "team")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(_, h)| (h.key, h.cost))
+                .collect();
+        let teams: BTreeMap<String, rust_decimal::Decimal> = [
+            ("search".to_owned(), d("1.234567890999999999")),
+            ("r&d".to_owned(), d("5.000000000000000001")),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(by_team, teams, "{b}: the hours summed per host");
 
         // The server's own text of a migrated owner finds its row: writing the hour again under
         // the same owners adds none.
