@@ -192,6 +192,26 @@ async fn cost_explorer_sync(db: TestDb) {
         .await
         .unwrap();
     assert!(r.status().is_success());
+    // GetCostAndUsage by record type (the commitments' fees of the days per resource), asked
+    // second: the Savings Plans' $25 recurring fee, of which the amortized view leaves $5
+    // unused; a usage record the filter would have left out is ignored.
+    let fees = json!({ "results": [{
+        "ResultsByTime": [{
+            "TimePeriod": { "Start": resource_day.to_string(), "End": (resource_day + Days::days(1)).to_string() },
+            "Total": {}, "Estimated": false,
+            "Groups": [
+                { "Keys": ["SavingsPlanRecurringFee"], "Metrics": metrics("5.0", "25.0") },
+                { "Keys": ["Usage"], "Metrics": metrics("99.0", "99.0") }
+            ]
+        }]
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!("{moto}/moto-api/static/ce/cost-and-usage-results"))
+        .json(&fees)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
     let (endpoint, resource_requests) = start_stub(&moto, &resource_day.to_string()).await;
 
     let out = sync_cmd(&db.url, &endpoint, from, to);
@@ -223,7 +243,7 @@ async fn cost_explorer_sync(db: TestDb) {
     let lines = store::bills::cost_lines(store.db(), 0, i64::MAX)
         .await
         .unwrap();
-    assert_eq!(lines.len(), 4, "{label}: {lines:?}");
+    assert_eq!(lines.len(), 6, "{label}: {lines:?}");
     let for_key = |k: Option<&str>| {
         lines
             .iter()
@@ -264,6 +284,34 @@ async fn cost_explorer_sync(db: TestDb) {
         (imports.len(), imports[0].source.as_str()),
         (1, "aws-cost-explorer")
     );
+    // The account's Savings Plans as one commitment: $20 used (the usage the resource lines
+    // say Savings Plans covered), $5 unused, $25 invoiced: 80 % used.
+    use gpuledger_server::billing::aws::SAVINGS_PLANS;
+    let day_ms = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
+    let found = gpuledger_server::commitments::for_range(
+        store.as_ref(),
+        &gpuledger_server::billing::ratecard::RateCard::default_card(),
+        &gpuledger_server::config::Config::default(),
+        &[],
+        (day_ms(from), day_ms(to)),
+        day_ms(today),
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.commitments.len(), 1, "{label}: {found:?}");
+    let sp = &found.commitments[0];
+    let d = |t: &str| t.parse::<rust_decimal::Decimal>().unwrap();
+    assert_eq!(sp.id, SAVINGS_PLANS.id, "{label}");
+    assert_eq!(sp.name.as_deref(), Some(SAVINGS_PLANS.name), "{label}");
+    assert_eq!(
+        sp.commitment_type.as_deref(),
+        Some("Savings Plan"),
+        "{label}"
+    );
+    assert_eq!(sp.used_on_gpus + sp.used_elsewhere, d("20"), "{label}");
+    assert_eq!((sp.unused, sp.invoiced), (d("5"), d("25")), "{label}");
+    assert_eq!(sp.utilization_percent, Some(d("80.0")), "{label}");
+    assert_eq!(found.unused[0].amount, d("5"), "{label}");
 
     // Again: every day is final and synced, so nothing is asked (each request costs $0.01).
     let out = sync_cmd(&db.url, &endpoint, from, to);
@@ -279,7 +327,7 @@ async fn cost_explorer_sync(db: TestDb) {
             .await
             .unwrap()
             .len(),
-        4
+        6
     );
 }
 

@@ -6,6 +6,13 @@
 //! - Older days come from `GetCostAndUsage`, grouped by instance type and a cost-allocation tag
 //!   whose value names the instance (`--tag-key`); without the tag they count in totals only.
 //!
+//! - Commitments come from `GetCostAndUsage` grouped by record type, in the amortized view:
+//!   usage a Savings Plan or reservation covered is a `Used` line (its purchase type says which),
+//!   each day's recurring and upfront fees are `Purchase` lines (what the invoice says), and the
+//!   amortized cost of a fee line is the commitment nobody used that day, an `Unused` line. Cost
+//!   Explorer cannot group by plan or reservation, so all the account's Savings Plans are one
+//!   commitment and all its reservations another; a FOCUS export tells each apart.
+//!
 //! Each Cost Explorer request costs the account $0.01, so days that are final (ended more than
 //! [`FINAL_AFTER_DAYS`] days ago) and already synced are not asked for again.
 
@@ -34,6 +41,51 @@ const METRICS: [&str; 2] = ["UnblendedCost", "AmortizedCost"];
 /// The replacement key of Cost Explorer lines: each synced day replaces what an earlier sync
 /// said about that day (FOCUS exports replace whole billing periods instead).
 pub const CE_ACCOUNT: &str = "cost-explorer";
+
+/// All of an account's Savings Plans, or all its reservations, as Cost Explorer sums them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CeCommitment {
+    /// The commitment id its lines carry.
+    pub id: &'static str,
+    pub name: &'static str,
+    /// As FOCUS words `CommitmentDiscountType`.
+    pub kind: &'static str,
+    service: &'static str,
+}
+
+pub const SAVINGS_PLANS: CeCommitment = CeCommitment {
+    id: "aws-savings-plans",
+    name: "All Savings Plans (Cost Explorer)",
+    kind: "Savings Plan",
+    service: "Savings Plans for AWS Compute usage",
+};
+
+pub const RESERVED_INSTANCES: CeCommitment = CeCommitment {
+    id: "aws-reserved-instances",
+    name: "All Reserved Instances (Cost Explorer)",
+    kind: "Reserved Instance",
+    service: EC2_COMPUTE,
+};
+
+/// The commitment a purchase type's usage ran under, if any.
+pub fn commitment_of_purchase_type(purchase_type: &str) -> Option<CeCommitment> {
+    let p = purchase_type.to_ascii_lowercase();
+    if p.contains("savings plan") {
+        Some(SAVINGS_PLANS)
+    } else if p.contains("reserved") || p.contains("reservation") {
+        Some(RESERVED_INSTANCES)
+    } else {
+        None
+    }
+}
+
+/// The record types of commitment fees, with the commitment and how often each is charged:
+/// the fee's amortized cost is the part nobody used (upfront fees are amortized into usage).
+const FEE_RECORD_TYPES: [(&str, CeCommitment, &str, bool); 3] = [
+    ("SavingsPlanRecurringFee", SAVINGS_PLANS, "Recurring", true),
+    ("SavingsPlanUpfrontFee", SAVINGS_PLANS, "One-Time", false),
+    ("RIFee", RESERVED_INSTANCES, "Recurring", true),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CeError {
@@ -262,9 +314,13 @@ impl CostExplorer {
                 .await?;
             for result in &page.results {
                 convert(result, "GetCostAndUsageWithResources", &mut lines, |keys| {
-                    let resource = keys.first().cloned().unwrap_or_default();
-                    let purchase = keys.get(1).cloned().unwrap_or_default();
-                    (Some(resource), None, pricing_from_purchase_type(&purchase))
+                    let purchase = keys.get(1).map_or("", String::as_str);
+                    Described {
+                        resource_id: keys.first().cloned(),
+                        instance_type: None,
+                        pricing: pricing_from_purchase_type(purchase),
+                        commitment: commitment_of_purchase_type(purchase),
+                    }
                 })?;
             }
             match page.next {
@@ -313,16 +369,23 @@ impl CostExplorer {
             for result in &page.results {
                 convert(result, "GetCostAndUsage", &mut lines, |keys| {
                     let instance_type = keys.first().cloned();
-                    let second = keys.get(1).cloned().unwrap_or_default();
+                    let second = keys.get(1).map_or("", String::as_str);
                     if by_tag {
                         // Tags come back as `key$value`; an empty value means untagged.
-                        let value = second
-                            .split_once('$')
-                            .map(|(_, v)| v.to_owned())
-                            .unwrap_or_default();
-                        ((!value.is_empty()).then_some(value), instance_type, "other")
+                        let value = second.split_once('$').map_or("", |(_, v)| v);
+                        Described {
+                            resource_id: (!value.is_empty()).then(|| value.to_owned()),
+                            instance_type,
+                            pricing: "other",
+                            commitment: None,
+                        }
                     } else {
-                        (None, instance_type, pricing_from_purchase_type(&second))
+                        Described {
+                            resource_id: None,
+                            instance_type,
+                            pricing: pricing_from_purchase_type(second),
+                            commitment: commitment_of_purchase_type(second),
+                        }
                     }
                 })?;
             }
@@ -334,8 +397,59 @@ impl CostExplorer {
         Ok(lines)
     }
 
+    /// Daily commitment fee lines for `[from, to)`: what the invoice says of each fee (a
+    /// `Purchase` line), and the part of it nobody used (an `Unused` line).
+    pub async fn commitment_fees(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> Result<Vec<CostLine>, CeError> {
+        let period = interval(&from.to_string(), &to.to_string())?;
+        let fees = Expression::builder()
+            .dimensions(
+                DimensionValues::builder()
+                    .key(Dimension::RecordType)
+                    .set_values(Some(
+                        FEE_RECORD_TYPES.iter().map(|f| f.0.to_owned()).collect(),
+                    ))
+                    .build(),
+            )
+            .build();
+        let mut token: Option<String> = None;
+        let mut lines = Vec::new();
+        loop {
+            let page = self
+                .with_backoff("GetCostAndUsage", || {
+                    let req = self
+                        .client
+                        .get_cost_and_usage()
+                        .time_period(period.clone())
+                        .granularity(Granularity::Daily)
+                        .filter(fees.clone())
+                        .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
+                        .group_by(group(GroupDefinitionType::Dimension, "RECORD_TYPE"))
+                        .set_next_page_token(token.clone());
+                    async move {
+                        req.send().await.map(|o| Page {
+                            results: o.results_by_time().to_vec(),
+                            next: o.next_page_token().map(str::to_owned),
+                        })
+                    }
+                })
+                .await?;
+            for result in &page.results {
+                fee_lines(result, &mut lines)?;
+            }
+            match page.next {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => break,
+            }
+        }
+        Ok(lines)
+    }
+
     /// Everything for `[from, to)`: per resource where Cost Explorer has it (the last 14 days
-    /// before `today`), grouped before that.
+    /// before `today`), grouped before that, and the commitments' fees.
     pub async fn lines(
         &self,
         from: NaiveDate,
@@ -350,6 +464,16 @@ impl CostExplorer {
         if to > resource_start.max(from) {
             lines.extend(self.resource_lines(resource_start.max(from), to).await?);
         }
+        // Fees only for the days whose usage says which commitment covered it: grouped by the
+        // host tag, older days cannot, and a fee without its used part would read as unused.
+        let fees_from = if self.options.tag_key.is_some() {
+            resource_start.max(from)
+        } else {
+            from
+        };
+        if to > fees_from {
+            lines.extend(self.commitment_fees(fees_from, to).await?);
+        }
         for (i, l) in lines.iter_mut().enumerate() {
             l.line_no = i as u64 + 1;
         }
@@ -357,64 +481,159 @@ impl CostExplorer {
     }
 }
 
-/// Turns one time bucket's groups into cost lines. `describe` maps a group's keys to
-/// (resource id, instance type, pricing category).
+/// What a group's keys say of its cost.
+struct Described {
+    resource_id: Option<String>,
+    instance_type: Option<String>,
+    pricing: &'static str,
+    /// The commitment that covered it, whose `Used` part it is.
+    commitment: Option<CeCommitment>,
+}
+
+/// A time bucket's period, or `None` for a bucket without one.
+fn bucket_period(result: &ResultByTime) -> Option<(i64, i64)> {
+    let period = result.time_period()?;
+    Some((parse_time_ms(period.start())?, parse_time_ms(period.end())?))
+}
+
+/// A group's billed (unblended) and effective (amortized) cost, and their currency.
+fn amounts(
+    g: &aws_sdk_costexplorer::types::Group,
+) -> Result<(rust_decimal::Decimal, rust_decimal::Decimal, String), CeError> {
+    let metrics = g.metrics();
+    let amount = |name: &str| -> Result<(rust_decimal::Decimal, String), CeError> {
+        match metrics.and_then(|m| m.get(name)) {
+            Some(v) => {
+                let text = v.amount().unwrap_or("0");
+                let a = parse_amount(text).ok_or_else(|| CeError::BadAmount(text.to_owned()))?;
+                Ok((a, v.unit().unwrap_or("USD").to_owned()))
+            }
+            None => Ok((rust_decimal::Decimal::ZERO, "USD".to_owned())),
+        }
+    };
+    let (billed, unit) = amount("UnblendedCost")?;
+    let (effective, _) = amount("AmortizedCost")?;
+    Ok((billed, effective, unit.to_ascii_uppercase()))
+}
+
+/// A Cost Explorer line of `[start, end)`, usage of EC2 compute unless changed.
+fn ce_line(
+    (start, end): (i64, i64),
+    (billed, effective, currency): (rust_decimal::Decimal, rust_decimal::Decimal, String),
+    extra: serde_json::Value,
+) -> CostLine {
+    CostLine {
+        line_no: 0,
+        provider: "AWS".into(),
+        billing_account_id: CE_ACCOUNT.into(),
+        billing_period_start_ms: gpuledger_core::time::day_floor(start),
+        charge_period_start_ms: start,
+        charge_period_end_ms: end,
+        charge_category: "Usage".into(),
+        resource_id: None,
+        resource_key: None,
+        billed_cost: billed,
+        effective_cost: effective,
+        list_cost: billed,
+        currency,
+        pricing_category: "other".into(),
+        commitment_discount_id: None,
+        commitment_discount_status: None,
+        service_name: Some(EC2_COMPUTE.into()),
+        sku_id: None,
+        region: None,
+        instance_type: None,
+        tags_json: "{}".into(),
+        // Texts only: commitments read these columns back as a map of texts.
+        extra_json: extra.to_string(),
+    }
+}
+
+/// The columns a commitment's lines keep beside the line model's.
+fn commitment_extra(
+    operation: &str,
+    estimated: bool,
+    c: &CeCommitment,
+    frequency: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "x_Source": operation,
+        "x_Estimated": estimated.to_string(),
+        "CommitmentDiscountName": c.name,
+        "CommitmentDiscountType": c.kind,
+        "ChargeFrequency": frequency,
+    })
+}
+
+/// Turns one time bucket's groups into cost lines. `describe` says what a group's keys mean.
 fn convert(
     result: &ResultByTime,
     operation: &str,
     out: &mut Vec<CostLine>,
-    describe: impl Fn(&[String]) -> (Option<String>, Option<String>, &'static str),
+    describe: impl Fn(&[String]) -> Described,
 ) -> Result<(), CeError> {
-    let Some(period) = result.time_period() else {
-        return Ok(());
-    };
-    let (Some(start), Some(end)) = (parse_time_ms(period.start()), parse_time_ms(period.end()))
-    else {
+    let Some(period) = bucket_period(result) else {
         return Ok(());
     };
     for g in result.groups() {
-        let metrics = g.metrics();
-        let amount = |name: &str| -> Result<(rust_decimal::Decimal, String), CeError> {
-            match metrics.and_then(|m| m.get(name)) {
-                Some(v) => {
-                    let text = v.amount().unwrap_or("0");
-                    let a =
-                        parse_amount(text).ok_or_else(|| CeError::BadAmount(text.to_owned()))?;
-                    Ok((a, v.unit().unwrap_or("USD").to_owned()))
-                }
-                None => Ok((rust_decimal::Decimal::ZERO, "USD".to_owned())),
-            }
+        let d = describe(g.keys());
+        let extra = match &d.commitment {
+            Some(c) => commitment_extra(operation, result.estimated(), c, "Usage-Based"),
+            None => serde_json::json!({
+                "x_Source": operation,
+                "x_Estimated": result.estimated().to_string(),
+            }),
         };
-        let (billed, unit) = amount("UnblendedCost")?;
-        let (effective, _) = amount("AmortizedCost")?;
-        let (resource_id, instance_type, pricing) = describe(g.keys());
-        let resource_id = resource_id.filter(|r| !r.is_empty() && r != "NoResourceId");
-        out.push(CostLine {
-            line_no: 0,
-            provider: "AWS".into(),
-            billing_account_id: CE_ACCOUNT.into(),
-            billing_period_start_ms: gpuledger_core::time::day_floor(start),
-            charge_period_start_ms: start,
-            charge_period_end_ms: end,
-            charge_category: "Usage".into(),
-            resource_key: resource_id.as_deref().map(normalize_resource_id),
-            resource_id,
-            billed_cost: billed,
-            effective_cost: effective,
-            list_cost: billed,
-            currency: unit.to_ascii_uppercase(),
-            pricing_category: pricing.into(),
-            commitment_discount_id: None,
-            commitment_discount_status: None,
-            service_name: Some(EC2_COMPUTE.into()),
-            sku_id: None,
-            region: None,
-            instance_type: instance_type.filter(|t| !t.is_empty() && t != "NoInstanceType"),
-            tags_json: "{}".into(),
-            extra_json:
-                serde_json::json!({ "x_Source": operation, "x_Estimated": result.estimated() })
-                    .to_string(),
-        });
+        let mut line = ce_line(period, amounts(g)?, extra);
+        let resource_id = d
+            .resource_id
+            .filter(|r| !r.is_empty() && r != "NoResourceId");
+        line.resource_key = resource_id.as_deref().map(normalize_resource_id);
+        line.resource_id = resource_id;
+        line.pricing_category = d.pricing.into();
+        line.instance_type = d
+            .instance_type
+            .filter(|t| !t.is_empty() && t != "NoInstanceType");
+        if let Some(c) = d.commitment {
+            line.commitment_discount_id = Some(c.id.into());
+            line.commitment_discount_status = Some("Used".into());
+        }
+        out.push(line);
+    }
+    Ok(())
+}
+
+/// One time bucket's commitment fees, grouped by record type: a `Purchase` line of what was
+/// invoiced and, for fees whose amortized cost is the unused part, an `Unused` line of it.
+fn fee_lines(result: &ResultByTime, out: &mut Vec<CostLine>) -> Result<(), CeError> {
+    let Some(period) = bucket_period(result) else {
+        return Ok(());
+    };
+    for g in result.groups() {
+        let record_type = g.keys().first().map_or("", String::as_str);
+        let Some((_, c, frequency, unused)) = FEE_RECORD_TYPES.iter().find(|f| f.0 == record_type)
+        else {
+            continue;
+        };
+        let (billed, effective, currency) = amounts(g)?;
+        let extra = commitment_extra("GetCostAndUsage", result.estimated(), c, frequency);
+        let zero = rust_decimal::Decimal::ZERO;
+        let mut purchase = ce_line(period, (billed, zero, currency.clone()), extra.clone());
+        purchase.charge_category = "Purchase".into();
+        let mut lines = vec![purchase];
+        if *unused {
+            let mut line = ce_line(period, (zero, effective, currency), extra);
+            line.commitment_discount_status = Some("Unused".into());
+            line.pricing_category = "committed".into();
+            lines.push(line);
+        }
+        for mut line in lines {
+            line.resource_id = Some(c.id.into());
+            line.resource_key = Some(normalize_resource_id(c.id));
+            line.commitment_discount_id = Some(c.id.into());
+            line.service_name = Some(c.service.into());
+            out.push(line);
+        }
     }
     Ok(())
 }
@@ -436,6 +655,84 @@ mod tests {
             "committed"
         );
         assert_eq!(pricing_from_purchase_type("Dedicated Usage"), "other");
+        assert_eq!(
+            commitment_of_purchase_type("Standard Reserved Instances"),
+            Some(RESERVED_INSTANCES)
+        );
+        assert_eq!(commitment_of_purchase_type("On Demand Instances"), None);
+    }
+
+    /// A day's fees as Cost Explorer groups them by record type: a reservation's recurring fee
+    /// with $2.50 of it unused in the amortized view, a Savings Plan's upfront fee (amortized
+    /// into usage, so no unused part), and a record that is not a fee.
+    #[test]
+    fn fees_are_invoiced_purchases_and_their_unused_part() {
+        use aws_sdk_costexplorer::types::{Group, MetricValue};
+        let money = |a: &str| MetricValue::builder().amount(a).unit("USD").build();
+        let group = |key: &str, amortized: &str, unblended: &str| {
+            Group::builder()
+                .keys(key)
+                .metrics("AmortizedCost", money(amortized))
+                .metrics("UnblendedCost", money(unblended))
+                .build()
+        };
+        let result = ResultByTime::builder()
+            .time_period(interval("2026-10-01", "2026-10-02").unwrap())
+            .groups(group("RIFee", "2.5", "10"))
+            .groups(group("SavingsPlanUpfrontFee", "0", "8760"))
+            .groups(group("Tax", "1", "1"))
+            .build();
+        let mut out = Vec::new();
+        fee_lines(&result, &mut out).unwrap();
+        // Category, status, billed, effective, commitment.
+        type Seen<'a> = (&'a str, Option<&'a str>, String, String, Option<&'a str>);
+        let seen: Vec<Seen> = out
+            .iter()
+            .map(|l| {
+                (
+                    l.charge_category.as_str(),
+                    l.commitment_discount_status.as_deref(),
+                    l.billed_cost.to_string(),
+                    l.effective_cost.to_string(),
+                    l.commitment_discount_id.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "Purchase",
+                    None,
+                    "10".into(),
+                    "0".into(),
+                    Some(RESERVED_INSTANCES.id)
+                ),
+                (
+                    "Usage",
+                    Some("Unused"),
+                    "0".into(),
+                    "2.5".into(),
+                    Some(RESERVED_INSTANCES.id)
+                ),
+                (
+                    "Purchase",
+                    None,
+                    "8760".into(),
+                    "0".into(),
+                    Some(SAVINGS_PLANS.id)
+                ),
+            ]
+        );
+        // Commitments read the name, type and frequency back from the extra columns.
+        let extra: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&out[2].extra_json).unwrap();
+        assert_eq!(extra["CommitmentDiscountType"], "Savings Plan");
+        assert_eq!(extra["ChargeFrequency"], "One-Time");
+        assert_eq!(
+            out[0].charge_period_end_ms - out[0].charge_period_start_ms,
+            86_400_000
+        );
     }
 }
 
