@@ -2,7 +2,8 @@
 //! server writes each settled day of the demo's ledger (and its closed month) as FOCUS CSV and
 //! Parquet with a manifest, once; the CSV is byte for byte what the allocation API exports for
 //! that day. A store that is down, or a bucket that refuses writes, loses nothing: the failure
-//! is recorded, shown, and the export lands when tried again.
+//! is recorded, shown on the billing page and in `/metrics` (by any replica), and the export
+//! lands when tried again.
 
 mod support;
 
@@ -238,11 +239,64 @@ async fn a_days_focus_export_lands_in_the_bucket_on_schedule_once() {
     assert!(page.contains(&manifest_key), "{page}");
 }
 
+/// `/metrics` without a token: the exposition (checked by promtool), the number of failing
+/// periods it says, and when it says the latest export was written (seconds).
+async fn export_gauges(server: &Server) -> (f64, Option<f64>) {
+    let text = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_promtool_passes(&text);
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+    };
+    let failing = value("gpuledger_exports_failing")
+        .unwrap_or_else(|| panic!("no gpuledger_exports_failing: {text}"));
+    (
+        failing,
+        value("gpuledger_exports_last_success_timestamp_seconds"),
+    )
+}
+
+/// The billing page's scheduled exports, as a viewer sees them.
+async fn exports_on_billing_page(viewer: &reqwest::Client, server: &Server) -> String {
+    let page = viewer
+        .get(format!("{}/billing", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.split_once("<h2>Scheduled exports</h2>")
+        .unwrap_or_else(|| panic!("no scheduled exports on the billing page: {page}"))
+        .1
+        .to_owned()
+}
+
+/// The failed periods `export status` lists.
+fn failed_in_status(status: &str) -> usize {
+    status.lines().filter(|l| l.contains("\tfailed\t")).count()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_down_or_refusing_loses_no_export() {
     let (_moto, moto) = start_moto().await;
     let db = seeded_demo().await;
     let dir = tempfile::tempdir().unwrap();
+    // A replica with no [export] of its own: what it shows of the exports comes from the
+    // database, as on every replica, not from having run them.
+    let server = start_server_env(&db.url, free_port(), None, &AWS_ENV).await;
+    let viewer = signed_in(&server, "viewer").await;
+    assert_eq!(
+        export_gauges(&server).await,
+        (0.0, None),
+        "nothing tried yet"
+    );
     // Down: nothing listens there.
     let down = config(
         dir.path(),
@@ -255,6 +309,22 @@ async fn a_store_down_or_refusing_loses_no_export() {
     assert!(text(&out).contains("failed day:"), "{}", text(&out));
     let status = text(&export(&db, &["status"]));
     assert!(status.contains("\tfailed\t1\t"), "{status}");
+    // Visible while it fails: on /metrics, one per failed period, and on the billing page
+    // with why.
+    let failing = failed_in_status(&status);
+    assert!(failing > 0, "{status}");
+    assert_eq!(export_gauges(&server).await, (failing as f64, None));
+    let shown = exports_on_billing_page(&viewer, &server).await;
+    assert_eq!(
+        shown.matches("<tr class=\"failed\">").count(),
+        failing,
+        "{shown}"
+    );
+    assert!(shown.contains("failed, next try"), "{shown}");
+    assert!(
+        shown.contains("object storage: dispatch failure"),
+        "{shown}"
+    );
     // Up, but the bucket is not there: S3 refuses the writes; still recorded, still failing.
     let up = config(dir.path(), "up.toml", &moto, "late-lake");
     let out = export(&db, &["run", "--config", up.to_str().unwrap()]);
@@ -268,6 +338,16 @@ async fn a_store_down_or_refusing_loses_no_export() {
     assert!(text(&out).contains("NoSuchBucket"), "{}", text(&out));
     let status = text(&export(&db, &["status"]));
     assert!(status.contains("\tfailed\t2\t"), "{status}");
+    assert_eq!(
+        export_gauges(&server).await,
+        (failed_in_status(&status) as f64, None)
+    );
+    let shown = exports_on_billing_page(&viewer, &server).await;
+    assert!(shown.contains("NoSuchBucket"), "the latest error: {shown}");
+    assert!(
+        !shown.contains("dispatch failure"),
+        "not the one before: {shown}"
+    );
     // The bucket made: everything lands, once, with nothing half written before.
     create_bucket(&moto, "late-lake").await;
     assert!(keys(&moto, "late-lake").await.is_empty());
@@ -282,4 +362,19 @@ async fn a_store_down_or_refusing_loses_no_export() {
     let status = text(&export(&db, &["status"]));
     assert!(status.contains("\tdone\t3\t"), "{status}");
     assert!(!status.contains("\tfailed\t"), "{status}");
+    // Written: nothing failing any more, and when it was written.
+    let (failing, last_success) = export_gauges(&server).await;
+    assert_eq!(failing, 0.0);
+    let last_success = last_success.expect("a last success once written");
+    let now = gpuledger_server::now_ms() as f64 / 1000.0;
+    assert!(
+        (now - 600.0..=now).contains(&last_success),
+        "{last_success} vs {now}"
+    );
+    let shown = exports_on_billing_page(&viewer, &server).await;
+    assert!(!shown.contains("class=\"failed\""), "{shown}");
+    assert!(
+        shown.contains(&format!("finance/gpu/daily/{folder}/manifest.json")),
+        "{shown}"
+    );
 }

@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::store::{self, Store, StoreError};
 use gpuledger_core::time::{day_floor, month_start_ms, next_month_start, rfc3339, DAY_MS};
 
-pub use crate::store::exports::ExportRow;
+pub use crate::store::exports::{ExportHealth, ExportRow};
 
 pub const EXPORT_JOB: &str = "s3-export";
 /// Long enough for a month of a large fleet; a replica that dies mid-run frees the job after.
@@ -542,9 +542,22 @@ async fn run_leased(
     Ok(summary)
 }
 
-/// The latest periods' states, newest first: for the billing page and the command line.
+/// The latest periods' states, newest first, then any failed period older than those: for the
+/// billing page and the command line.
 pub async fn recent(store: &dyn Store, limit: i64) -> Result<Vec<ExportRow>, StoreError> {
-    store::exports::recent(store.db(), limit).await
+    let mut rows = store::exports::recent(store.db(), limit).await?;
+    // A failure stays listed until it is written, however many periods were exported since.
+    for f in store::exports::failed(store.db()).await? {
+        if !rows.iter().any(|r| r.period == f.period) {
+            rows.push(f);
+        }
+    }
+    Ok(rows)
+}
+
+/// How many periods are failing and when the latest was written, for `/metrics`.
+pub async fn health(store: &dyn Store) -> Result<ExportHealth, StoreError> {
+    store::exports::health(store.db()).await
 }
 
 /// Runs [`run_due`] every `check_every`, for as long as the server runs.

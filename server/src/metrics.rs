@@ -1,10 +1,13 @@
 //! Prometheus metrics of this server process (each replica exposes its own), in the Prometheus
-//! text exposition format.
+//! text exposition format; and the scheduled exports' state, read from the database
+//! ([`export_gauges`]).
 
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    exponential_buckets, Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::store::exports::ExportHealth;
 
 pub struct Metrics {
     registry: Registry,
@@ -162,4 +165,35 @@ impl Metrics {
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
+}
+
+/// The scheduled exports' state as gauges. Read from the database, not counted here, so every
+/// replica says the same, and a failure stays visible after the replica that saw it restarts
+/// or another one takes the job.
+pub fn export_gauges(health: &ExportHealth) -> Result<String, prometheus::Error> {
+    let registry = Registry::new();
+    let failing = IntGauge::with_opts(
+        Opts::new(
+            "exports_failing",
+            "Scheduled export periods whose last try failed and that are not written yet",
+        )
+        .namespace("gpuledger"),
+    )?;
+    failing.set(health.failing);
+    registry.register(Box::new(failing))?;
+    // Absent until a first export is written: 0 would read as "failing since 1970".
+    if let Some(ms) = health.last_done_ms {
+        let last = Gauge::with_opts(
+            Opts::new(
+                "exports_last_success_timestamp_seconds",
+                "When the latest scheduled export period was written to object storage",
+            )
+            .namespace("gpuledger"),
+        )?;
+        last.set(ms as f64 / 1000.0);
+        registry.register(Box::new(last))?;
+    }
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }

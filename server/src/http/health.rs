@@ -6,6 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use std::time::Duration;
 
 use super::session::TeamScoped;
 use super::AppState;
@@ -61,16 +62,17 @@ async fn healthz(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
     }
 }
 
-/// This replica's own counters, for anyone; with a read-only token (`Authorization: Bearer
-/// gpr_…`), also the ledger's cost gauges as the token's teams see them. A bad token is 401.
+/// This replica's own counters and the scheduled exports' state (from the database, alike on
+/// every replica), for anyone; with a read-only token (`Authorization: Bearer gpr_…`), also the
+/// ledger's cost gauges as the token's teams see them. A bad token is 401.
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
     summary = "Prometheus metrics",
-    description = "This replica's counters (ingest, refusals, agents' spools) in the Prometheus \
-        text format, for anyone; with a read-only token, also the ledger's cost gauges as the \
-        token's teams see them (docs/metrics.md).",
+    description = "This replica's counters (ingest, refusals, agents' spools) and the scheduled \
+        exports' state in the Prometheus text format, for anyone; with a read-only token, also \
+        the ledger's cost gauges as the token's teams see them (docs/metrics.md).",
     responses(
         (status = 200, description = "The exposition.", content_type = "text/plain", body = String),
         super::openapi::Unauthorized,
@@ -97,6 +99,7 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Result<Resp
         .metrics
         .encode()
         .map_err(|e| ApiError::Internal(format!("encoding the metrics: {e}")))?;
+    text.push_str(&export_gauges(&state).await);
     if let Some(scope) = reader {
         let cost = state
             .cost_metrics
@@ -114,4 +117,33 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Result<Resp
         text,
     )
         .into_response())
+}
+
+/// Longest the scrape waits for the exports' state: past it, the gauges are left out rather
+/// than the replica's own counters (Prometheus gives up on a scrape after 10 s by default).
+const EXPORT_STATE_WAIT: Duration = Duration::from_secs(3);
+
+/// The scheduled exports' gauges, or nothing (logged) when the database does not answer: the
+/// counters above still say what this replica did.
+async fn export_gauges(state: &AppState) -> String {
+    let read = tokio::time::timeout(
+        EXPORT_STATE_WAIT,
+        crate::exports::health(state.store.as_ref()),
+    )
+    .await;
+    let health = match read {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "metrics: reading the exports' state");
+            return String::new();
+        }
+        Err(_) => {
+            tracing::warn!("metrics: the exports' state took too long; left out");
+            return String::new();
+        }
+    };
+    crate::metrics::export_gauges(&health).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "metrics: encoding the exports' gauges");
+        String::new()
+    })
 }

@@ -88,3 +88,29 @@ pub async fn failed(on: impl Into<On<'_>>) -> Result<Vec<ExportRow>, StoreError>
         .await?)
     })
 }
+
+/// What `/metrics` says of the exports, from the table, so every replica says the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExportHealth {
+    /// Periods whose last try failed: not written yet.
+    pub failing: i64,
+    /// When the latest period was written, if any was.
+    pub last_done_ms: Option<i64>,
+}
+
+pub async fn health(on: impl Into<On<'_>>) -> Result<ExportHealth, StoreError> {
+    let mut conn = on.into().read().await?;
+    let (failing, last_done_ms): (i64, Option<i64>) = on_backend!(conn, |ex| {
+        sqlx::query_as(
+            "SELECT COUNT(CASE WHEN status = 'failed' THEN 1 END),
+                    MAX(CASE WHEN status = 'done' THEN updated_ms END)
+             FROM exports",
+        )
+        .fetch_one(&mut *ex)
+        .await
+    })?;
+    Ok(ExportHealth {
+        failing,
+        last_done_ms,
+    })
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::exports::{self, ExportRow};
+use crate::store::exports::{self, ExportHealth, ExportRow};
 
 fn row(period: &str, status: &str, attempts: i64, updated_ms: i64) -> ExportRow {
     ExportRow {
@@ -23,11 +23,22 @@ async fn an_exports_state_is_kept_per_period() {
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
+        let on = store.db();
+        let health = move || async move { exports::health(on).await.unwrap() };
+        assert_eq!(health().await, ExportHealth::default(), "{b}");
         let failed = row("day:2027-01-14", "failed", 1, T0);
         exports::put(store.db(), &failed).await.unwrap();
         exports::put(store.db(), &row("month:2026-12", "failed", 3, T0 + 1))
             .await
             .unwrap();
+        assert_eq!(
+            health().await,
+            ExportHealth {
+                failing: 2,
+                last_done_ms: None
+            },
+            "{b}"
+        );
         assert_eq!(
             exports::get(store.db(), "day:2027-01-14").await.unwrap(),
             Some(failed),
@@ -49,6 +60,15 @@ async fn an_exports_state_is_kept_per_period() {
         assert_eq!(
             periods(exports::failed(store.db()).await.unwrap()),
             ["month:2026-12"],
+            "{b}"
+        );
+        // What /metrics says: one still failing, and when the latest was written.
+        assert_eq!(
+            health().await,
+            ExportHealth {
+                failing: 1,
+                last_done_ms: Some(T0 + 2)
+            },
             "{b}"
         );
         assert_eq!(
