@@ -674,6 +674,18 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
         &[],
     )
     .await?;
+    // Each owner's values, as the roll-up writes them with a new owner.
+    let values = if db.backend == "postgres" {
+        "INSERT INTO owner_values (owner_id, dimension, value)
+         SELECT o.id, j.key, j.value #>> '{}'
+         FROM owners o CROSS JOIN LATERAL jsonb_each(o.labels::jsonb) j
+         WHERE jsonb_typeof(j.value) = 'string' AND j.value #>> '{}' <> ''"
+    } else {
+        "INSERT INTO owner_values (owner_id, dimension, value)
+         SELECT o.id, j.key, j.value FROM owners o, json_each(o.labels) j
+         WHERE j.type = 'text' AND j.value <> ''"
+    };
+    execute(db, values, &[]).await?;
     execute(
         db,
         "INSERT INTO rollup_hours (hour_ms, host_id, gpu_uuid, owner_id, kind, pricing_category,

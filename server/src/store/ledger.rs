@@ -132,30 +132,23 @@ pub async fn gpu_seconds_by_type(
     (team_dimension, experiment_dimension): (&str, &str),
 ) -> Result<Vec<gpuledger_core::shape::TypeHour>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex, DB| {
-        let sql = format!(
-            // Read from the hours summed per host, summed per owner first; each owner's
-            // labels are read once (a materialized list of the range's owners), not once per
-            // owner-hour of a host.
-            "WITH r AS MATERIALIZED (
-                 SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
-                        SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
-                          AS used_seconds
-                 FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                 GROUP BY hour_ms, host_id, owner_id),
-             v AS MATERIALIZED (
-                 SELECT o.id, {value} AS value, {experiment} AS experiment
-                 FROM owners o WHERE o.id IN (SELECT owner_id FROM r))
-             SELECT r.hour_ms, h.instance_type, v.value AS owner_value,
+    on_backend!(conn, |ex| {
+        // Read from the hours summed per host, summed per owner first; an owner's values
+        // come from `owner_values`, never by parsing its labels on each row.
+        let sql = "SELECT r.hour_ms, h.instance_type, ov.value AS owner_value,
                     SUM(r.gpu_seconds) AS gpu_seconds,
-                    SUM(CASE WHEN v.experiment IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
-             FROM r JOIN hosts h ON h.id = r.host_id JOIN v ON v.id = r.owner_id
+                    SUM(CASE WHEN oe.value IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
+             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
+                          SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
+                            AS used_seconds
+                   FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                   GROUP BY hour_ms, host_id, owner_id) r
+                  JOIN hosts h ON h.id = r.host_id
+                  LEFT JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
+                  LEFT JOIN owner_values oe ON oe.owner_id = r.owner_id AND oe.dimension = $4
              WHERE h.instance_type IS NOT NULL
-             GROUP BY r.hour_ms, h.instance_type, v.value",
-            value = <DB as super::Dialect>::owner_value("$3"),
-            experiment = <DB as super::Dialect>::owner_value("$4"),
-        );
-        let rows: Vec<(i64, String, Option<String>, f64, f64)> = sqlx::query_as(&sql)
+             GROUP BY r.hour_ms, h.instance_type, ov.value";
+        let rows: Vec<(i64, String, Option<String>, f64, f64)> = sqlx::query_as(sql)
             .bind(from_ms)
             .bind(to_ms)
             .bind(team_dimension)
@@ -191,30 +184,21 @@ pub async fn owner_hours(
     team_dimension: &str,
 ) -> Result<Vec<(Option<String>, gpuledger_core::scale_to_zero::OwnerHour)>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex, DB| {
-        let sql = format!(
-            // Read from the hours summed per host, summed per owner first; each owner's
-            // labels are read once (a materialized list of the range's owners), not once per
-            // owner-hour.
-            "WITH r AS MATERIALIZED (
-                 SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
-                        SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
-                 FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                 GROUP BY hour_ms, owner_id, kind, currency),
-             v AS MATERIALIZED (
-                 SELECT o.id, {value} AS value, {team} AS team
-                 FROM owners o WHERE o.id IN (SELECT owner_id FROM r))
-             SELECT r.hour_ms, v.value, v.team, r.kind, r.currency,
+    on_backend!(conn, |ex| {
+        // Read from the hours summed per host, summed per owner first; an owner's values
+        // come from `owner_values`, never by parsing its labels on each row.
+        let sql = "SELECT r.hour_ms, ov.value, ot.value, r.kind, r.currency,
                     CAST(SUM(r.nano) AS BIGINT), CAST(SUM(r.atto) AS BIGINT),
                     SUM(r.gpu_seconds)
-             FROM r JOIN v ON v.id = r.owner_id
-             WHERE v.value IS NOT NULL
-             GROUP BY r.hour_ms, v.value, v.team, r.kind, r.currency",
-            value = <DB as super::Dialect>::owner_value("$3"),
-            team = <DB as super::Dialect>::owner_value("$4"),
-        );
+             FROM (SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
+                          SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
+                   FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                   GROUP BY hour_ms, owner_id, kind, currency) r
+                  JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
+                  LEFT JOIN owner_values ot ON ot.owner_id = r.owner_id AND ot.dimension = $4
+             GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency";
         type Row = (i64, String, Option<String>, String, String, i64, i64, f64);
-        let rows: Vec<Row> = sqlx::query_as(&sql)
+        let rows: Vec<Row> = sqlx::query_as(sql)
             .bind(from_ms)
             .bind(to_ms)
             .bind(dimension)

@@ -223,6 +223,27 @@ async fn owner_ids<'k>(
                 .build_query_as()
                 .fetch_all(&mut *ex)
                 .await?;
+            // Each new owner's values, one row per dimension (an owner another writer added
+            // first already has them).
+            let values: Vec<(i64, String, String)> = added
+                .iter()
+                .flat_map(|(id, k)| {
+                    gpuledger_core::owners::Owner::from_key(k)
+                        .iter()
+                        .map(|(d, v)| (*id, d.to_owned(), v.to_owned()))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for chunk in values.chunks(1000) {
+                let mut q = sqlx::QueryBuilder::<DB>::new(
+                    "INSERT INTO owner_values (owner_id, dimension, value) ",
+                );
+                q.push_values(chunk, |mut b, (id, d, v)| {
+                    b.push_bind(*id).push_bind(d.clone()).push_bind(v.clone());
+                });
+                q.push(" ON CONFLICT (owner_id, dimension) DO NOTHING");
+                q.build().execute(&mut *ex).await?;
+            }
             ids.extend(added.into_iter().map(|(id, k)| (k, id)));
         }
         Ok(ids)
