@@ -78,7 +78,7 @@ fn start_demo(dir: &Path, config: Option<&Path>) -> Demo {
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .env("GPULEDGER_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("demo.stderr")).expect("demo's stderr file"))
         .spawn()
         .expect("spawn demo");
     let stdout = child.stdout.take().unwrap();
@@ -101,6 +101,18 @@ fn start_demo(dir: &Path, config: Option<&Path>) -> Demo {
     let (password, sandbox_token) = rx
         .recv_timeout(Duration::from_secs(300))
         .expect("the demo printed no credentials");
+    // Seeding said how far it got (stderr is no terminal: plain lines, no bar) and ended with
+    // a summary, before the credentials.
+    let said = std::fs::read_to_string(dir.join("demo.stderr")).unwrap_or_default();
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("demo: ") && l.contains(" host-days so far)")),
+        "{said}"
+    );
+    assert!(
+        said.contains("demo: simulated this month and the last for a fleet in "),
+        "{said}"
+    );
     assert!(
         sandbox_token.starts_with("gpl_"),
         "sandbox token: {sandbox_token:?}"

@@ -244,6 +244,37 @@ pub async fn import_files_reporting(
     Ok(outcomes.into_iter().map(ImportSummary::from).collect())
 }
 
+/// Each FOCUS file's first error (`None` for one that reads to its end), read without storing
+/// anything: what an upload refused whole says of every file chosen with the bad one, so the
+/// next try fixes them all at once. `expected_rows` as the export's manifest says.
+pub async fn first_errors(
+    files: Vec<(String, PathBuf, Option<u64>)>,
+) -> Vec<(String, Option<String>)> {
+    let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
+    let checked = tokio::task::spawn_blocking(move || {
+        files
+            .into_iter()
+            .map(|(name, path, expected_rows)| {
+                let error = match focus::open_path(&path) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(rows) => rows
+                        .expecting_rows(expected_rows)
+                        .find_map(Result::err)
+                        .map(|e| e.to_string()),
+                };
+                (name, error)
+            })
+            .collect()
+    })
+    .await;
+    checked.unwrap_or_else(|e| {
+        names
+            .into_iter()
+            .map(|n| (n, Some(format!("could not be read again: {e}"))))
+            .collect()
+    })
+}
+
 impl From<ImportOutcome> for ImportSummary {
     fn from(outcome: ImportOutcome) -> Self {
         match outcome {

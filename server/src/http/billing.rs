@@ -831,14 +831,38 @@ async fn upload(
                 .collect();
             render(&state, &user, StatusCode::OK, Some(notice.join(" ")), None).await
         }
-        Err(ImportError::Focus { file, error }) => {
-            let why = if files.len() > 1 {
-                format!("{file}: {error}")
-            } else {
-                error.to_string()
-            };
+        Err(ImportError::Focus { file, error }) if files.len() > 1 => {
+            // The import stopped at the first bad file: say what is wrong with every one.
+            let checked = billing::first_errors(
+                files
+                    .iter()
+                    .map(|(name, tmp)| {
+                        let rows = expected.get(name).copied().flatten();
+                        (name.clone(), tmp.path().to_owned(), rows)
+                    })
+                    .collect(),
+            )
+            .await;
+            let mut wrong = Vec::new();
+            let mut fine = Vec::new();
+            for (name, checked) in checked {
+                // The import's own reason for the file it stopped at, whatever a re-read says.
+                match if name == file {
+                    Some(error.to_string())
+                } else {
+                    checked
+                } {
+                    Some(why) => wrong.push(format!("{name}: {why}")),
+                    None => fine.push(name),
+                }
+            }
+            let mut why = wrong.join("; ");
+            if !fine.is_empty() {
+                why.push_str(&format!(". Without error: {}", fine.join(", ")));
+            }
             refuse(why).await
         }
+        Err(ImportError::Focus { error, .. }) => refuse(error.to_string()).await,
         Err(ImportError::Store(e)) => {
             tracing::error!(error = %e, "billing upload");
             error_page(

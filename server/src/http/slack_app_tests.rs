@@ -347,6 +347,16 @@ async fn a_signed_slash_command_answers_with_the_teams_idle_gpus_and_buttons_act
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{b}");
+        // It acted: "Snooze 1 day" holds cluster c's alerts back for a day.
+        let s = crate::incidents::active_snoozes(api.store.as_ref(), now_ms())
+            .await
+            .unwrap();
+        let day = s
+            .iter()
+            .filter(|s| s.cluster == "c")
+            .map(|s| (s.until_ms - now_ms()) as f64 / 3_600_000.0)
+            .fold(0.0, f64::max);
+        assert!((23.9..=24.0).contains(&day), "{b}: {day} hours");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(answered.0.lock().unwrap().len(), before + 2, "{b}");
     }

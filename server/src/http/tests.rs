@@ -1166,11 +1166,20 @@ async fn an_export_run_uploads_with_its_manifest() {
                 && page.contains("cut short"),
             "{b}: {page}"
         );
+        // Every bad file is named with its first error, and the good ones said to be fine.
         let broken = BILL.replace("1.25", "one").into_bytes();
-        let (status, page) = upload(vec![file("a.csv", &part1), file("b.csv", &broken)]).await;
+        let (status, page) = upload(vec![
+            file("a.csv", &part1),
+            file("b.csv", &broken),
+            file("c.csv", &broken),
+        ])
+        .await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
         assert!(
-            page.contains("b.csv: line 2, column EffectiveCost"),
+            page.contains("None of the 3 files was imported")
+                && page.contains("b.csv: line 2, column EffectiveCost")
+                && page.contains("c.csv: line 2, column EffectiveCost")
+                && page.contains("Without error: a.csv"),
             "{b}: {page}"
         );
         assert!(
