@@ -133,20 +133,18 @@ pub async fn gpu_seconds_by_type(
 ) -> Result<Vec<gpuledger_core::shape::TypeHour>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        // Read from the hours summed per host, summed per owner first; an owner's values
-        // come from `owner_values`, never by parsing its labels on each row.
+        // Read from the hours summed per host, an owner's values from `owner_values` (never
+        // by parsing its labels on each row), and summed once: a first sum per owner-hour
+        // barely shrinks the rows and, past the database's work memory, spills to disk.
         let sql = "SELECT r.hour_ms, h.instance_type, ov.value AS owner_value,
                     SUM(r.gpu_seconds) AS gpu_seconds,
-                    SUM(CASE WHEN oe.value IS NOT NULL THEN r.used_seconds ELSE 0.0 END)
-             FROM (SELECT hour_ms, host_id, owner_id, SUM(gpu_seconds) AS gpu_seconds,
-                          SUM(CASE WHEN kind = 'used' THEN gpu_seconds ELSE 0.0 END)
-                            AS used_seconds
-                   FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                   GROUP BY hour_ms, host_id, owner_id) r
+                    SUM(CASE WHEN r.kind = 'used' AND oe.value IS NOT NULL
+                             THEN r.gpu_seconds ELSE 0.0 END)
+             FROM rollup_host_hours r
                   JOIN hosts h ON h.id = r.host_id
                   LEFT JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
                   LEFT JOIN owner_values oe ON oe.owner_id = r.owner_id AND oe.dimension = $4
-             WHERE h.instance_type IS NOT NULL
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2 AND h.instance_type IS NOT NULL
              GROUP BY r.hour_ms, h.instance_type, ov.value";
         let rows: Vec<(i64, String, Option<String>, f64, f64)> = sqlx::query_as(sql)
             .bind(from_ms)
@@ -185,17 +183,16 @@ pub async fn owner_hours(
 ) -> Result<Vec<(Option<String>, gpuledger_core::scale_to_zero::OwnerHour)>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        // Read from the hours summed per host, summed per owner first; an owner's values
-        // come from `owner_values`, never by parsing its labels on each row.
+        // Read from the hours summed per host, an owner's values from `owner_values` (never
+        // by parsing its labels on each row), and summed once: a first sum per owner-hour
+        // barely shrinks the rows and, past the database's work memory, spills to disk.
         let sql = "SELECT r.hour_ms, ov.value, ot.value, r.kind, r.currency,
-                    CAST(SUM(r.nano) AS BIGINT), CAST(SUM(r.atto) AS BIGINT),
+                    CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
                     SUM(r.gpu_seconds)
-             FROM (SELECT hour_ms, owner_id, kind, currency, SUM(cost_nano) AS nano,
-                          SUM(cost_atto) AS atto, SUM(gpu_seconds) AS gpu_seconds
-                   FROM rollup_host_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                   GROUP BY hour_ms, owner_id, kind, currency) r
+             FROM rollup_host_hours r
                   JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
                   LEFT JOIN owner_values ot ON ot.owner_id = r.owner_id AND ot.dimension = $4
+             WHERE r.hour_ms >= $1 AND r.hour_ms < $2
              GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency";
         type Row = (i64, String, Option<String>, String, String, i64, i64, f64);
         let rows: Vec<Row> = sqlx::query_as(sql)
