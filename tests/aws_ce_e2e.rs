@@ -59,7 +59,15 @@ async fn stub(State(s): State<Stub>, headers: HeaderMap, body: Bytes) -> Respons
             req["Granularity"],
             if s.no_hourly { "DAILY" } else { "HOURLY" }
         );
-        assert_eq!(req["Filter"]["Dimensions"]["Key"], "SERVICE");
+        // EC2 compute, less the commitments' fees (read on their own, counted twice otherwise).
+        assert_eq!(req["Filter"]["And"][0]["Dimensions"]["Key"], "SERVICE");
+        assert_eq!(
+            req["Filter"]["And"][1]["Not"]["Dimensions"]["Key"],
+            "RECORD_TYPE"
+        );
+        assert!(req["Filter"]["And"][1]["Not"]["Dimensions"]["Values"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|t| t == "RIFee")));
         assert_eq!(req["GroupBy"][0]["Key"], "RESOURCE_ID");
         if n == 0 {
             return (
@@ -192,16 +200,18 @@ async fn cost_explorer_sync(db: TestDb) {
         .await
         .unwrap();
     assert!(r.status().is_success());
-    // GetCostAndUsage by record type (the commitments' fees of the days per resource), asked
-    // second: the Savings Plans' $25 recurring fee, of which the amortized view leaves $5
-    // unused; a usage record the filter would have left out is ignored.
+    // GetCostAndUsage by record type and service (the commitments' fees of the days per
+    // resource), asked second: the compute Savings Plans' $25 recurring fee, of which the
+    // amortized view leaves $5 unused; an RDS reservation's fee and a usage record the filter
+    // would have left out are ignored.
     let fees = json!({ "results": [{
         "ResultsByTime": [{
             "TimePeriod": { "Start": resource_day.to_string(), "End": (resource_day + Days::days(1)).to_string() },
             "Total": {}, "Estimated": false,
             "Groups": [
-                { "Keys": ["SavingsPlanRecurringFee"], "Metrics": metrics("5.0", "25.0") },
-                { "Keys": ["Usage"], "Metrics": metrics("99.0", "99.0") }
+                { "Keys": ["SavingsPlanRecurringFee", "Savings Plans for AWS Compute usage"], "Metrics": metrics("5.0", "25.0") },
+                { "Keys": ["RIFee", "Amazon Relational Database Service"], "Metrics": metrics("3.0", "7.0") },
+                { "Keys": ["Usage", "Amazon Elastic Compute Cloud - Compute"], "Metrics": metrics("99.0", "99.0") }
             ]
         }]
     }]});

@@ -79,13 +79,29 @@ pub fn commitment_of_purchase_type(purchase_type: &str) -> Option<CeCommitment> 
     }
 }
 
-/// The record types of commitment fees, with the commitment and how often each is charged:
-/// the fee's amortized cost is the part nobody used (upfront fees are amortized into usage).
-const FEE_RECORD_TYPES: [(&str, CeCommitment, &str, bool); 3] = [
-    ("SavingsPlanRecurringFee", SAVINGS_PLANS, "Recurring", true),
-    ("SavingsPlanUpfrontFee", SAVINGS_PLANS, "One-Time", false),
-    ("RIFee", RESERVED_INSTANCES, "Recurring", true),
+/// The record types of commitment fees, with the commitment, how often each is charged (an
+/// upfront fee says nothing of its term here, so no end is read from it), and whether its
+/// amortized cost is the part nobody used (upfront fees are amortized into usage).
+const FEE_RECORD_TYPES: [(&str, CeCommitment, Option<&str>, bool); 3] = [
+    (
+        "SavingsPlanRecurringFee",
+        SAVINGS_PLANS,
+        Some("Recurring"),
+        true,
+    ),
+    ("SavingsPlanUpfrontFee", SAVINGS_PLANS, None, false),
+    ("RIFee", RESERVED_INSTANCES, Some("Recurring"), true),
 ];
+
+/// Whether a fee of `c` charged under `service` is for what the usage lines cover: EC2's own
+/// reservations (not RDS's or ElastiCache's), and compute Savings Plans (not SageMaker's).
+fn fee_covers_compute(c: &CeCommitment, service: &str) -> bool {
+    if c.id == RESERVED_INSTANCES.id {
+        service == EC2_COMPUTE
+    } else {
+        service.to_ascii_lowercase().contains("compute")
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CeError {
@@ -162,12 +178,30 @@ pub fn pricing_from_purchase_type(purchase_type: &str) -> &'static str {
     }
 }
 
-fn ec2_compute_filter() -> Expression {
-    Expression::builder()
+/// EC2 compute less the commitments' fees: a reservation's fee is charged under EC2 too, and
+/// [`CostExplorer::commitment_fees`] reads the fees on their own (counted twice otherwise).
+fn ec2_usage_filter() -> Expression {
+    let service = Expression::builder()
         .dimensions(
             DimensionValues::builder()
                 .key(Dimension::Service)
                 .values(EC2_COMPUTE)
+                .build(),
+        )
+        .build();
+    let not_fees = Expression::builder().not(fee_record_types()).build();
+    Expression::builder().and(service).and(not_fees).build()
+}
+
+/// The record types of commitments' fees.
+fn fee_record_types() -> Expression {
+    Expression::builder()
+        .dimensions(
+            DimensionValues::builder()
+                .key(Dimension::RecordType)
+                .set_values(Some(
+                    FEE_RECORD_TYPES.iter().map(|f| f.0.to_owned()).collect(),
+                ))
                 .build(),
         )
         .build()
@@ -299,7 +333,7 @@ impl CostExplorer {
                         .get_cost_and_usage_with_resources()
                         .time_period(period.clone())
                         .granularity(granularity.clone())
-                        .filter(ec2_compute_filter())
+                        .filter(ec2_usage_filter())
                         .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
                         .group_by(group(GroupDefinitionType::Dimension, "RESOURCE_ID"))
                         .group_by(group(GroupDefinitionType::Dimension, "PURCHASE_TYPE"))
@@ -353,7 +387,7 @@ impl CostExplorer {
                         .get_cost_and_usage()
                         .time_period(period.clone())
                         .granularity(Granularity::Daily)
-                        .filter(ec2_compute_filter())
+                        .filter(ec2_usage_filter())
                         .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
                         .group_by(group(GroupDefinitionType::Dimension, "INSTANCE_TYPE"))
                         .group_by(second.clone())
@@ -405,16 +439,7 @@ impl CostExplorer {
         to: NaiveDate,
     ) -> Result<Vec<CostLine>, CeError> {
         let period = interval(&from.to_string(), &to.to_string())?;
-        let fees = Expression::builder()
-            .dimensions(
-                DimensionValues::builder()
-                    .key(Dimension::RecordType)
-                    .set_values(Some(
-                        FEE_RECORD_TYPES.iter().map(|f| f.0.to_owned()).collect(),
-                    ))
-                    .build(),
-            )
-            .build();
+        let fees = fee_record_types();
         let mut token: Option<String> = None;
         let mut lines = Vec::new();
         loop {
@@ -428,6 +453,7 @@ impl CostExplorer {
                         .filter(fees.clone())
                         .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
                         .group_by(group(GroupDefinitionType::Dimension, "RECORD_TYPE"))
+                        .group_by(group(GroupDefinitionType::Dimension, "SERVICE"))
                         .set_next_page_token(token.clone());
                     async move {
                         req.send().await.map(|o| Page {
@@ -554,15 +580,18 @@ fn commitment_extra(
     operation: &str,
     estimated: bool,
     c: &CeCommitment,
-    frequency: &str,
+    frequency: Option<&str>,
 ) -> serde_json::Value {
-    serde_json::json!({
+    let mut extra = serde_json::json!({
         "x_Source": operation,
         "x_Estimated": estimated.to_string(),
         "CommitmentDiscountName": c.name,
         "CommitmentDiscountType": c.kind,
-        "ChargeFrequency": frequency,
-    })
+    });
+    if let Some(f) = frequency {
+        extra["ChargeFrequency"] = f.into();
+    }
+    extra
 }
 
 /// Turns one time bucket's groups into cost lines. `describe` says what a group's keys mean.
@@ -578,7 +607,7 @@ fn convert(
     for g in result.groups() {
         let d = describe(g.keys());
         let extra = match &d.commitment {
-            Some(c) => commitment_extra(operation, result.estimated(), c, "Usage-Based"),
+            Some(c) => commitment_extra(operation, result.estimated(), c, Some("Usage-Based")),
             None => serde_json::json!({
                 "x_Source": operation,
                 "x_Estimated": result.estimated().to_string(),
@@ -611,12 +640,15 @@ fn fee_lines(result: &ResultByTime, out: &mut Vec<CostLine>) -> Result<(), CeErr
     };
     for g in result.groups() {
         let record_type = g.keys().first().map_or("", String::as_str);
-        let Some((_, c, frequency, unused)) = FEE_RECORD_TYPES.iter().find(|f| f.0 == record_type)
+        let service = g.keys().get(1).map_or("", String::as_str);
+        let Some((_, c, frequency, unused)) = FEE_RECORD_TYPES
+            .iter()
+            .find(|f| f.0 == record_type && fee_covers_compute(&f.1, service))
         else {
             continue;
         };
         let (billed, effective, currency) = amounts(g)?;
-        let extra = commitment_extra("GetCostAndUsage", result.estimated(), c, frequency);
+        let extra = commitment_extra("GetCostAndUsage", result.estimated(), c, *frequency);
         let zero = rust_decimal::Decimal::ZERO;
         let mut purchase = ce_line(period, (billed, zero, currency.clone()), extra.clone());
         purchase.charge_category = "Purchase".into();
@@ -662,25 +694,44 @@ mod tests {
         assert_eq!(commitment_of_purchase_type("On Demand Instances"), None);
     }
 
-    /// A day's fees as Cost Explorer groups them by record type: a reservation's recurring fee
-    /// with $2.50 of it unused in the amortized view, a Savings Plan's upfront fee (amortized
-    /// into usage, so no unused part), and a record that is not a fee.
+    /// A day's fees as Cost Explorer groups them by record type and service: an EC2
+    /// reservation's recurring fee with $2.50 of it unused in the amortized view, a compute
+    /// Savings Plan's upfront fee (amortized into usage, so no unused part); an RDS
+    /// reservation's and a SageMaker plan's fees (nothing the usage lines cover) and a record
+    /// that is not a fee are left out.
     #[test]
     fn fees_are_invoiced_purchases_and_their_unused_part() {
         use aws_sdk_costexplorer::types::{Group, MetricValue};
         let money = |a: &str| MetricValue::builder().amount(a).unit("USD").build();
-        let group = |key: &str, amortized: &str, unblended: &str| {
+        let group = |keys: &[&str], amortized: &str, unblended: &str| {
             Group::builder()
-                .keys(key)
+                .set_keys(Some(keys.iter().map(|k| k.to_string()).collect()))
                 .metrics("AmortizedCost", money(amortized))
                 .metrics("UnblendedCost", money(unblended))
                 .build()
         };
         let result = ResultByTime::builder()
             .time_period(interval("2026-10-01", "2026-10-02").unwrap())
-            .groups(group("RIFee", "2.5", "10"))
-            .groups(group("SavingsPlanUpfrontFee", "0", "8760"))
-            .groups(group("Tax", "1", "1"))
+            .groups(group(&["RIFee", EC2_COMPUTE], "2.5", "10"))
+            .groups(group(
+                &["RIFee", "Amazon Relational Database Service"],
+                "1",
+                "4",
+            ))
+            .groups(group(
+                &[
+                    "SavingsPlanUpfrontFee",
+                    "Savings Plans for AWS Compute usage",
+                ],
+                "0",
+                "8760",
+            ))
+            .groups(group(
+                &["SavingsPlanRecurringFee", "Amazon SageMaker"],
+                "1",
+                "2",
+            ))
+            .groups(group(&["Tax", EC2_COMPUTE], "1", "1"))
             .build();
         let mut out = Vec::new();
         fee_lines(&result, &mut out).unwrap();
@@ -728,7 +779,8 @@ mod tests {
         let extra: std::collections::BTreeMap<String, String> =
             serde_json::from_str(&out[2].extra_json).unwrap();
         assert_eq!(extra["CommitmentDiscountType"], "Savings Plan");
-        assert_eq!(extra["ChargeFrequency"], "One-Time");
+        // An upfront fee's day is not its term: no end is read from it.
+        assert!(!extra.contains_key("ChargeFrequency"));
         assert_eq!(
             out[0].charge_period_end_ms - out[0].charge_period_start_ms,
             86_400_000

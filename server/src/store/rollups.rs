@@ -209,24 +209,46 @@ async fn owner_ids<'k>(
                 .copied()
                 .filter(|k| !ids.contains_key(*k))
                 .collect();
-            if missing.is_empty() {
+            if !missing.is_empty() {
+                // Another writer may add the same owner first: its row is the one kept.
+                let mut q = sqlx::QueryBuilder::<DB>::new("INSERT INTO owners (labels) ");
+                q.push_values(&missing, |mut b, k| {
+                    b.push_bind(k.to_string());
+                });
+                q.push(format!(" ON CONFLICT ({open}labels{close}) DO NOTHING"));
+                q.build().execute(&mut *ex).await?;
+                let added: Vec<(i64, String)> = select(&missing)
+                    .build_query_as()
+                    .fetch_all(&mut *ex)
+                    .await?;
+                ids.extend(added.into_iter().map(|(id, k)| (k, id)));
+            }
+            // Each owner's values, one row per dimension, for those without them: new owners,
+            // and any an older server wrote during a rolling upgrade.
+            let chunk_ids: Vec<(i64, &str)> = chunk
+                .iter()
+                .filter_map(|k| ids.get(*k).map(|id| (*id, *k)))
+                .collect();
+            if chunk_ids.is_empty() {
                 continue;
             }
-            // Another writer may add the same owner first: its row is the one kept.
-            let mut q = sqlx::QueryBuilder::<DB>::new("INSERT INTO owners (labels) ");
-            q.push_values(&missing, |mut b, k| {
-                b.push_bind(k.to_string());
-            });
-            q.push(format!(" ON CONFLICT ({open}labels{close}) DO NOTHING"));
-            q.build().execute(&mut *ex).await?;
-            let added: Vec<(i64, String)> = select(&missing)
-                .build_query_as()
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "SELECT DISTINCT owner_id FROM owner_values WHERE owner_id IN (",
+            );
+            let mut list = q.separated(", ");
+            for (id, _) in &chunk_ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            let valued: std::collections::HashSet<i64> = q
+                .build_query_scalar::<i64>()
                 .fetch_all(&mut *ex)
-                .await?;
-            // Each new owner's values, one row per dimension (an owner another writer added
-            // first already has them).
-            let values: Vec<(i64, String, String)> = added
+                .await?
+                .into_iter()
+                .collect();
+            let values: Vec<(i64, String, String)> = chunk_ids
                 .iter()
+                .filter(|(id, _)| !valued.contains(id))
                 .flat_map(|(id, k)| {
                     gpuledger_core::owners::Owner::from_key(k)
                         .iter()
@@ -234,17 +256,16 @@ async fn owner_ids<'k>(
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            for chunk in values.chunks(1000) {
+            for part in values.chunks(1000) {
                 let mut q = sqlx::QueryBuilder::<DB>::new(
                     "INSERT INTO owner_values (owner_id, dimension, value) ",
                 );
-                q.push_values(chunk, |mut b, (id, d, v)| {
+                q.push_values(part, |mut b, (id, d, v)| {
                     b.push_bind(*id).push_bind(d.clone()).push_bind(v.clone());
                 });
                 q.push(" ON CONFLICT (owner_id, dimension) DO NOTHING");
                 q.build().execute(&mut *ex).await?;
             }
-            ids.extend(added.into_iter().map(|(id, k)| (k, id)));
         }
         Ok(ids)
     })

@@ -155,10 +155,22 @@ async fn rollups_keep_every_cent_and_their_owners_through_the_migration() {
         // the same owners adds none.
         let owners_before: i64 = count_owners(s).await;
         assert_eq!(owners_before, 4, "{b}: one row per distinct owner");
+        // Owners an older server wrote without their values (during a rolling upgrade) get
+        // them when an hour of theirs is rolled up again.
+        execute_sql(&db, "DELETE FROM owner_values").await;
         rewrite_hour(s, &[used_row(&llama, 10), used_row(&quoted, 20)])
             .await
             .unwrap();
         assert_eq!(count_owners(s).await, owners_before, "{b}: no owner twice");
+        let teams: Vec<String> =
+            crate::store::ledger::owner_hours(s.db(), HOUR, HOUR + HOUR_MS, "team", "team")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(_, h)| h.key)
+                .collect();
+        assert_eq!(teams.len(), 2, "{b}: {teams:?}");
+        assert!(teams.iter().any(|t| t == "search"), "{b}: {teams:?}");
         let after = costs(s).await;
         assert_eq!(after[&("hour", quoted.clone())], d("0.00000002"), "{b}");
         let runs = crate::store::ledger::rollup_experiment_days(s.db(), DAY, DAY + DAY_MS)
