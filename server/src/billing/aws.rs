@@ -365,20 +365,17 @@ impl CostExplorer {
         Ok(lines)
     }
 
-    /// Daily lines for `[from, to)` grouped by instance type and the host tag.
-    pub async fn grouped_lines(
+    /// Every time bucket of a daily `GetCostAndUsage` over `[from, to)`, page after page,
+    /// filtered by `filter` and grouped by `groups`.
+    async fn daily_cost_and_usage(
         &self,
-        from: NaiveDate,
-        to: NaiveDate,
-    ) -> Result<Vec<CostLine>, CeError> {
+        (from, to): (NaiveDate, NaiveDate),
+        filter: Expression,
+        groups: [GroupDefinition; 2],
+    ) -> Result<Vec<ResultByTime>, CeError> {
         let period = interval(&from.to_string(), &to.to_string())?;
-        let second = match &self.options.tag_key {
-            Some(tag) => group(GroupDefinitionType::Tag, tag),
-            None => group(GroupDefinitionType::Dimension, "PURCHASE_TYPE"),
-        };
-        let by_tag = self.options.tag_key.is_some();
         let mut token: Option<String> = None;
-        let mut lines = Vec::new();
+        let mut results = Vec::new();
         loop {
             let page = self
                 .with_backoff("GetCostAndUsage", || {
@@ -387,10 +384,9 @@ impl CostExplorer {
                         .get_cost_and_usage()
                         .time_period(period.clone())
                         .granularity(Granularity::Daily)
-                        .filter(ec2_usage_filter())
+                        .filter(filter.clone())
                         .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
-                        .group_by(group(GroupDefinitionType::Dimension, "INSTANCE_TYPE"))
-                        .group_by(second.clone())
+                        .set_group_by(Some(groups.to_vec()))
                         .set_next_page_token(token.clone());
                     async move {
                         req.send().await.map(|o| Page {
@@ -400,33 +396,53 @@ impl CostExplorer {
                     }
                 })
                 .await?;
-            for result in &page.results {
-                convert(result, "GetCostAndUsage", &mut lines, |keys| {
-                    let instance_type = keys.first().cloned();
-                    let second = keys.get(1).map_or("", String::as_str);
-                    if by_tag {
-                        // Tags come back as `key$value`; an empty value means untagged.
-                        let value = second.split_once('$').map_or("", |(_, v)| v);
-                        Described {
-                            resource_id: (!value.is_empty()).then(|| value.to_owned()),
-                            instance_type,
-                            pricing: "other",
-                            commitment: None,
-                        }
-                    } else {
-                        Described {
-                            resource_id: None,
-                            instance_type,
-                            pricing: pricing_from_purchase_type(second),
-                            commitment: commitment_of_purchase_type(second),
-                        }
-                    }
-                })?;
-            }
+            results.extend(page.results);
             match page.next {
                 Some(t) if !t.is_empty() => token = Some(t),
                 _ => break,
             }
+        }
+        Ok(results)
+    }
+
+    /// Daily lines for `[from, to)` grouped by instance type and the host tag.
+    pub async fn grouped_lines(
+        &self,
+        from: NaiveDate,
+        to: NaiveDate,
+    ) -> Result<Vec<CostLine>, CeError> {
+        let second = match &self.options.tag_key {
+            Some(tag) => group(GroupDefinitionType::Tag, tag),
+            None => group(GroupDefinitionType::Dimension, "PURCHASE_TYPE"),
+        };
+        let by_tag = self.options.tag_key.is_some();
+        let instance_type = group(GroupDefinitionType::Dimension, "INSTANCE_TYPE");
+        let results = self
+            .daily_cost_and_usage((from, to), ec2_usage_filter(), [instance_type, second])
+            .await?;
+        let mut lines = Vec::new();
+        for result in &results {
+            convert(result, "GetCostAndUsage", &mut lines, |keys| {
+                let instance_type = keys.first().cloned();
+                let second = keys.get(1).map_or("", String::as_str);
+                if by_tag {
+                    // Tags come back as `key$value`; an empty value means untagged.
+                    let value = second.split_once('$').map_or("", |(_, v)| v);
+                    Described {
+                        resource_id: (!value.is_empty()).then(|| value.to_owned()),
+                        instance_type,
+                        pricing: "other",
+                        commitment: None,
+                    }
+                } else {
+                    Described {
+                        resource_id: None,
+                        instance_type,
+                        pricing: pricing_from_purchase_type(second),
+                        commitment: commitment_of_purchase_type(second),
+                    }
+                }
+            })?;
         }
         Ok(lines)
     }
@@ -438,38 +454,16 @@ impl CostExplorer {
         from: NaiveDate,
         to: NaiveDate,
     ) -> Result<Vec<CostLine>, CeError> {
-        let period = interval(&from.to_string(), &to.to_string())?;
-        let fees = fee_record_types();
-        let mut token: Option<String> = None;
+        let groups = [
+            group(GroupDefinitionType::Dimension, "RECORD_TYPE"),
+            group(GroupDefinitionType::Dimension, "SERVICE"),
+        ];
+        let results = self
+            .daily_cost_and_usage((from, to), fee_record_types(), groups)
+            .await?;
         let mut lines = Vec::new();
-        loop {
-            let page = self
-                .with_backoff("GetCostAndUsage", || {
-                    let req = self
-                        .client
-                        .get_cost_and_usage()
-                        .time_period(period.clone())
-                        .granularity(Granularity::Daily)
-                        .filter(fees.clone())
-                        .set_metrics(Some(METRICS.iter().map(|m| m.to_string()).collect()))
-                        .group_by(group(GroupDefinitionType::Dimension, "RECORD_TYPE"))
-                        .group_by(group(GroupDefinitionType::Dimension, "SERVICE"))
-                        .set_next_page_token(token.clone());
-                    async move {
-                        req.send().await.map(|o| Page {
-                            results: o.results_by_time().to_vec(),
-                            next: o.next_page_token().map(str::to_owned),
-                        })
-                    }
-                })
-                .await?;
-            for result in &page.results {
-                fee_lines(result, &mut lines)?;
-            }
-            match page.next {
-                Some(t) if !t.is_empty() => token = Some(t),
-                _ => break,
-            }
+        for result in &results {
+            fee_lines(result, &mut lines)?;
         }
         Ok(lines)
     }
