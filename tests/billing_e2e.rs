@@ -943,15 +943,9 @@ async fn focus_export_passes_the_validator(db: TestDb) {
     let store = db.open().await;
     let card = gpuledger_server::billing::ratecard::RateCard::default_card();
     let now = gpuledger_server::now_ms();
-    gpuledger_server::demo::seed(
-        store.as_ref(),
-        &card,
-        &Default::default(),
-        &Default::default(),
-        now,
-    )
-    .await
-    .unwrap();
+    gpuledger_server::demo::seed(store.as_ref(), &card, &Default::default(), now)
+        .await
+        .unwrap();
     let this_month = gpuledger_core::time::month_start_ms(now);
     let last_month = gpuledger_core::time::month_start_ms(this_month - 1);
     let server = start_server(&db.url, free_port()).await;

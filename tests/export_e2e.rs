@@ -46,7 +46,6 @@ async fn seeded_demo() -> TestDb {
         store.as_ref(),
         &gpuledger_server::billing::ratecard::RateCard::default_card(),
         &Default::default(),
-        &Default::default(),
         gpuledger_server::now_ms(),
     )
     .await

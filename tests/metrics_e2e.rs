@@ -155,7 +155,6 @@ async fn prometheus_graphs_idle_dollars_per_team_from_the_demo() {
         store.as_ref(),
         &gpuledger_server::billing::ratecard::RateCard::default_card(),
         &Default::default(),
-        &Default::default(),
         now,
     )
     .await

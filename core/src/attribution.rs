@@ -64,6 +64,15 @@ impl Kind {
     }
 }
 
+/// The rules attribution follows, as configured: when a GPU counts as busy (per cluster), who
+/// owns a process (the owner dimensions) and who pays for commitments' unused parts.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    pub busy: IdleConfig,
+    pub owners: OwnerSchema,
+    pub unused_commitments: crate::commitment::UnusedCharge,
+}
+
 /// One attributed part: a slice of one host-hour's cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Part {
@@ -738,7 +747,7 @@ pub fn attribute_by(
         let host = line
             .resource_key
             .as_deref()
-            .filter(|_| !line.commitment_unused)
+            .filter(|_| !line.is_unused_commitment())
             .and_then(|k| by_key.get(k));
         let tags: Option<BTreeMap<String, String>> = (reads_tags && host.is_some())
             .then(|| crate::bill::tags_of(&line.tags_json))

@@ -164,9 +164,30 @@ pub struct StoredCostLine {
     pub instance_type: Option<String>,
     /// The line's tags as JSON (`{}` for none): owner dimensions may read them.
     pub tags_json: String,
-    /// The unused part of a commitment discount (FOCUS `CommitmentDiscountStatus` `Unused`):
-    /// no resource's cost, charged to the fleet.
-    pub commitment_unused: bool,
+    /// The commitment discount the line names (FOCUS `CommitmentDiscountId`), if any.
+    pub commitment_id: Option<String>,
+    /// What the line is to that commitment, where the bill says.
+    pub commitment_part: Option<CommitmentPart>,
+}
+
+impl StoredCostLine {
+    /// A commitment's unused part left to the fleet: no resource's cost, even where the bill
+    /// names one (as FOCUS 1.2's flexibility examples do).
+    pub fn is_unused_commitment(&self) -> bool {
+        self.commitment_part == Some(CommitmentPart::Unused)
+    }
+}
+
+/// What a cost line is to a commitment discount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitmentPart {
+    /// Usage the commitment covered (FOCUS `CommitmentDiscountStatus` `Used`).
+    Used,
+    /// The commitment's unused part (`Unused`): nobody's usage, charged to the fleet.
+    Unused,
+    /// A share of an hour's unused part charged to a resource the commitment covered in that
+    /// hour (`[commitments] unused = "covered_owners"`): attributed as that resource's cost.
+    UnusedShare,
 }
 
 #[cfg(test)]

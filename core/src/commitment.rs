@@ -148,8 +148,12 @@ pub struct Commitments {
     pub commitments: Vec<CommitmentUse>,
     /// Each GPU instance type with usage in the period, by type.
     pub coverage: Vec<TypeCoverage>,
-    /// Unused commitment dollars per currency: the line charged to the fleet.
+    /// Unused commitment dollars per currency, as the bill states them.
     pub unused: Vec<Unused>,
+    /// Who the unused dollars are charged to: the fleet (their own line, nobody's) or, as
+    /// configured, the owners of what each commitment covered in the same hour (the hours it
+    /// covered nothing stay the fleet's).
+    pub unused_charged_to: UnusedCharge,
 }
 
 /// Unused commitment dollars of one currency.
@@ -301,8 +305,12 @@ pub fn summarize(
             .into_iter()
             .map(|(currency, amount)| Unused { currency, amount })
             .collect(),
+        unused_charged_to: UnusedCharge::Fleet,
     }
 }
+
+mod unused;
+pub use unused::{charge_unused, UnusedCharge};
 
 #[cfg(test)]
 mod tests;

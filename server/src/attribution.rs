@@ -2,19 +2,18 @@
 //! ([`gpuledger_core::attribution`]: every dollar of a host-hour to who used its GPUs).
 
 use crate::billing::ratecard::RateCard;
-use crate::config::{IdleConfig, OwnerSchema};
 use crate::store;
 use crate::store::{Store, StoreError};
 pub use gpuledger_core::attribution::*;
 pub(crate) use gpuledger_core::bill::spread_over_hours;
+use gpuledger_core::commitment::charge_unused;
 use gpuledger_core::time::hour_floor;
 
 /// Loads what `[from_ms, to_ms)` needs and attributes it.
 pub async fn compute(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Attribution, StoreError> {
@@ -23,8 +22,17 @@ pub async fn compute(
     let windows = store::rollups::attribution_windows(store.db(), from, to_ms).await?;
     let processes = store::telemetry::process_windows(store.db(), from, to_ms).await?;
     let lines = store::bills::cost_lines(store.db(), from, to_ms).await?;
+    let lines = charge_unused(lines, rules.unused_commitments, from, to_ms);
     Ok(attribute_by(
-        hosts, &windows, &processes, &lines, card, busy, owners, from, to_ms,
+        hosts,
+        &windows,
+        &processes,
+        &lines,
+        card,
+        &rules.busy,
+        &rules.owners,
+        from,
+        to_ms,
     ))
 }
 

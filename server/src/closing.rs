@@ -195,14 +195,8 @@ pub async fn sign_off(
     now_ms: i64,
 ) -> Result<SignOff, StoreError> {
     // Only the totals decide: no owner hints needed.
-    let recs = crate::reconciliation::for_range(
-        store,
-        rate_card,
-        &crate::config::OwnerSchema::default(),
-        from,
-        to,
-    )
-    .await?;
+    let recs =
+        crate::reconciliation::for_range(store, rate_card, &Default::default(), from, to).await?;
     let pending = store::rollups::dirty_mark_count(store.db(), from, to).await?;
     let policy = policy.current(store).await?;
     if let Some(why) = sign_off_blocked(&policy, &recs, pending, from, to, now_ms) {

@@ -51,6 +51,7 @@ pub async fn for_range(
         now_ms,
     );
     found.coverage = coverage(costs);
+    found.unused_charged_to = config.commitments.unused;
     Ok(found)
 }
 
@@ -221,6 +222,130 @@ mod tests {
                 r[0].not_gpu
             );
             assert_eq!(r[0].difference, Decimal::ZERO, "{b}: {:?}", r[0]);
+        }
+    }
+
+    /// A plan of $1.00 an hour for two hours: in the first it covers $0.60 on one team's GPU
+    /// instance and $0.20 on another's ($0.20 unused), in the second nothing ($1.00 unused).
+    /// Configured `unused = "covered_owners"`, the first hour's unused part goes to the two
+    /// teams 3:1 with their usage; the second hour's stays the fleet's. The plan still reads
+    /// 40 % used, and the month still reconciles to the cent.
+    #[tokio::test]
+    async fn unused_dollars_go_to_the_owners_the_plan_covered_when_configured() {
+        let config: Config = toml::from_str(
+            r#"
+            [owners]
+            team = { from = ["tag:team"] }
+            [commitments]
+            unused = "covered_owners"
+            "#,
+        )
+        .unwrap();
+        let rules = config.attribution_rules();
+        let month = gpuledger_core::time::month_start_ms(T);
+        let p = rfc3339(month);
+        let hour = |h: i64| (rfc3339(T + h * HOUR_MS), rfc3339(T + (h + 1) * HOUR_MS));
+        let ((s0, e0), (s1, e1)) = (hour(0), hour(1));
+        let tags = |team: &str| format!("\"{{\"\"team\"\":\"\"{team}\"\"}}\"");
+        let csv = [
+            "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,\
+             ChargeFrequency,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,\
+             ServiceProviderName,ResourceId,x_InstanceType,CommitmentDiscountId,\
+             CommitmentDiscountName,CommitmentDiscountType,CommitmentDiscountStatus,\
+             PricingCategory,Tags"
+                .to_owned(),
+            format!("2.00,acct,USD,{p},Purchase,Recurring,{e1},{s0},0,2.00,AWS,{SP},,{SP},gpu-plan,Savings Plan,,Standard,"),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.60,0.90,AWS,i-0gpu,p5.48xlarge,{SP},gpu-plan,Savings Plan,Used,Committed,{}", tags("vision")),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.20,0.30,AWS,i-0gpu2,p5.48xlarge,{SP},gpu-plan,Savings Plan,Used,Committed,{}", tags("search")),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.20,0.20,AWS,{SP},,{SP},gpu-plan,Savings Plan,Unused,Committed,"),
+            format!("0,acct,USD,{p},Usage,Usage-Based,{e1},{s1},1.00,1.00,AWS,{SP},,{SP},gpu-plan,Savings Plan,Unused,Committed,"),
+        ]
+        .join("\n");
+        let (from, to) = gpuledger_core::time::month_of(T);
+        let card = RateCard::default_card();
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let b = db.backend;
+            let s = store.as_ref();
+            crate::billing::import_focus(s, "plan.csv", format!("{csv}\n").into_bytes(), T)
+                .await
+                .unwrap();
+            crate::rollup::run(s, &card, &rules, usize::MAX)
+                .await
+                .unwrap();
+            // Each team pays its usage and its share of that hour's unused part.
+            let ledger = crate::ledger::load(s, from, to, store::RollupGrain::Day)
+                .await
+                .unwrap();
+            let team = |name: &str| -> Decimal {
+                ledger
+                    .parts
+                    .iter()
+                    .filter(|x| x.owner.get("team") == Some(name))
+                    .map(|x| x.cost)
+                    .sum()
+            };
+            assert_eq!(
+                (team("vision"), team("search")),
+                (d("0.75"), d("0.25")),
+                "{b}"
+            );
+            assert_eq!(ledger.unattributed.get("USD"), Some(&d("1.00")), "{b}");
+            let r = crate::reconciliation::for_range(s, &card, &rules, from, to)
+                .await
+                .unwrap();
+            let r = &r[0];
+            assert_eq!(r.unused_commitments_on_owners, d("0.20"), "{b}: {r:?}");
+            assert_eq!(
+                r.unused_commitments_total(),
+                d("1.00"),
+                "{b}: the empty hour"
+            );
+            assert_eq!(r.attributed.total(), d("1.00"), "{b}");
+            assert_eq!(r.difference, Decimal::ZERO, "{b}: {r:?}");
+            // The plan is what the bill says it is, whoever pays for its slack.
+            let costs = type_costs(s, from, to).await.unwrap();
+            let c = for_range(s, &card, &config, &costs, (from, to), T)
+                .await
+                .unwrap();
+            let sp = &c.commitments[0];
+            assert_eq!((sp.used_on_gpus, sp.unused), (d("0.80"), d("1.20")), "{b}");
+            assert_eq!(sp.utilization_percent, Some(d("40.0")), "{b}");
+            assert_eq!(c.unused_charged_to, UnusedCharge::CoveredOwners, "{b}");
+
+            // By default the same bill leaves all of it to the fleet.
+            let fleet = crate::attribution::Rules {
+                owners: rules.owners.clone(),
+                ..Default::default()
+            };
+            crate::rollup::rebuild(
+                s,
+                &card,
+                &fleet,
+                from,
+                to,
+                crate::closing::ClosePolicy::default(),
+                None,
+                T,
+            )
+            .await
+            .unwrap();
+            let ledger = crate::ledger::load(s, from, to, store::RollupGrain::Day)
+                .await
+                .unwrap();
+            let vision: Decimal = ledger
+                .parts
+                .iter()
+                .filter(|x| x.owner.get("team") == Some("vision"))
+                .map(|x| x.cost)
+                .sum();
+            assert_eq!(vision, d("0.60"), "{b}");
+            assert_eq!(ledger.unattributed.get("USD"), Some(&d("1.20")), "{b}");
+            let r = crate::reconciliation::for_range(s, &card, &fleet, from, to)
+                .await
+                .unwrap();
+            assert_eq!(r[0].unused_commitments_on_owners, Decimal::ZERO, "{b}");
+            assert_eq!(r[0].difference, Decimal::ZERO, "{b}");
         }
     }
 

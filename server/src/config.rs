@@ -41,7 +41,19 @@ pub struct Config {
     pub commitments: CommitmentsConfig,
 }
 
-/// Commitment facts FOCUS 1.0–1.2 has no column for.
+impl Config {
+    /// What attribution follows: the idle thresholds, the owner dimensions and who pays for
+    /// unused commitments.
+    pub fn attribution_rules(&self) -> crate::attribution::Rules {
+        crate::attribution::Rules {
+            busy: self.idle.clone(),
+            owners: self.owners.clone(),
+            unused_commitments: self.commitments.unused,
+        }
+    }
+}
+
+/// Commitment facts FOCUS 1.0–1.2 has no column for, and who pays for their unused parts.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CommitmentsConfig {
@@ -50,6 +62,10 @@ pub struct CommitmentsConfig {
     /// purchase was invoiced.
     #[serde(default)]
     pub ends: std::collections::BTreeMap<String, String>,
+    /// Who pays for an hour's unused part: `"fleet"` (the default, nobody's usage) or
+    /// `"covered_owners"` (the owners of what the commitment covered in that hour).
+    #[serde(default)]
+    pub unused: gpuledger_core::commitment::UnusedCharge,
 }
 
 impl CommitmentsConfig {

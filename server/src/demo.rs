@@ -579,19 +579,17 @@ fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
 pub async fn seed(
     store: &dyn Store,
     card: &RateCard,
-    busy: &crate::config::IdleConfig,
-    owners: &crate::config::OwnerSchema,
+    rules: &crate::attribution::Rules,
     now_ms: i64,
 ) -> Result<usize, DemoError> {
-    seed_reporting(store, card, busy, owners, now_ms, &crate::progress::Silent).await
+    seed_reporting(store, card, rules, now_ms, &crate::progress::Silent).await
 }
 
 /// [`seed`], saying how far it is: each host's days of reports, then the bill and the roll-up.
 pub async fn seed_reporting(
     store: &dyn Store,
     card: &RateCard,
-    busy: &crate::config::IdleConfig,
-    owners: &crate::config::OwnerSchema,
+    rules: &crate::attribution::Rules,
     now_ms: i64,
     progress: &dyn crate::progress::Progress,
 ) -> Result<usize, DemoError> {
@@ -753,8 +751,8 @@ pub async fn seed_reporting(
         .map_err(|e| DemoError::Invalid(e.to_string()))?;
     // Roll it all up now, so the first page opened shows everything.
     progress.part("rolling up");
-    crate::rollup::run(store, card, busy, owners, usize::MAX).await?;
-    set_budgets(store, owners, now_ms).await?;
+    crate::rollup::run(store, card, rules, usize::MAX).await?;
+    set_budgets(store, &rules.owners, now_ms).await?;
     Ok(batches)
 }
 

@@ -210,6 +210,7 @@ pub fn spawn_rollup_jobs(
     config: Arc<crate::config::Config>,
 ) {
     let holder = holder_name();
+    let rules = config.attribution_rules();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         let mut last_retention: Option<i64> = None;
@@ -233,8 +234,7 @@ pub fn spawn_rollup_jobs(
                     match crate::rollup::run_open_months(
                         store.as_ref(),
                         &card,
-                        &config.idle,
-                        &config.owners,
+                        &rules,
                         24 * 7,
                         open_from,
                     )
@@ -249,8 +249,7 @@ pub fn spawn_rollup_jobs(
                     match crate::rollup::attribute_new_closed_months(
                         store.as_ref(),
                         &card,
-                        &config.idle,
-                        &config.owners,
+                        &rules,
                         open_from,
                         now,
                     )

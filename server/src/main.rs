@@ -696,8 +696,7 @@ async fn main() -> anyhow::Result<()> {
                         let rebuilt = gpuledger_server::rollup::rebuild(
                             store.as_ref(),
                             &card,
-                            &config.idle,
-                            &config.owners,
+                            &config.attribution_rules(),
                             ms(from),
                             ms(to),
                             close,
@@ -721,8 +720,7 @@ async fn main() -> anyhow::Result<()> {
                     let rolled = gpuledger_server::rollup::run_open_months(
                         store.as_ref(),
                         &card,
-                        &config.idle,
-                        &config.owners,
+                        &config.attribution_rules(),
                         usize::MAX,
                         open_from,
                     )
@@ -731,8 +729,7 @@ async fn main() -> anyhow::Result<()> {
                         Ok(s) => gpuledger_server::rollup::attribute_new_closed_months(
                             store.as_ref(),
                             &card,
-                            &config.idle,
-                            &config.owners,
+                            &config.attribution_rules(),
                             open_from,
                             now_ms(),
                         )
@@ -907,8 +904,7 @@ async fn main() -> anyhow::Result<()> {
             let batches = demo::seed_reporting(
                 store.as_ref(),
                 &card,
-                &config.idle,
-                &config.owners,
+                &config.attribution_rules(),
                 seeded_at,
                 &progress,
             )

@@ -12,11 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind};
+use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind, Rules};
 use crate::billing::ratecard::RateCard;
 use crate::config::OwnerSchema;
 use crate::store;
 use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
+use gpuledger_core::bill::CommitmentPart;
+use gpuledger_core::commitment::charge_unused;
 
 /// One bill resource the month charges, with its amount in the month's hours.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -80,6 +82,11 @@ pub struct Reconciliation {
     /// Commitment discounts' unused parts (FOCUS `Unused` rows), per commitment: no
     /// resource's cost, charged to the fleet, not to owners.
     pub unused_commitments: Vec<ResourceCost>,
+    /// Commitments' unused parts charged, by configuration (`[commitments] unused =
+    /// "covered_owners"`), to the usage each covered in the same hour: counted with those
+    /// resources above (mostly attributed), not in `unused_commitments`.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub unused_commitments_on_owners: Decimal,
     /// Everything else on the bill: storage, network, CPU instances, support, tax…
     pub not_gpu: Vec<ResourceCost>,
     /// The ledger's attribution of the billed hosts, by kind.
@@ -134,6 +141,7 @@ pub fn reconcile(
         gpu_without_agent: BTreeMap<(String, Option<String>), (Decimal, bool)>,
         not_gpu: BTreeMap<(String, Option<String>), Decimal>,
         unused_commitments: BTreeMap<(String, Option<String>), Decimal>,
+        unused_on_owners: Decimal,
         hints: BTreeMap<(String, Option<String>), BTreeMap<String, BTreeSet<String>>>,
         attributed: ByKind,
         estimated: ByKind,
@@ -160,10 +168,13 @@ pub fn reconcile(
         let a = acc.entry(line.currency.clone()).or_default();
         a.bill += amount;
         let key = line.resource_key.as_deref();
-        if line.commitment_unused {
+        if line.is_unused_commitment() {
             let resource = (key.unwrap_or("(none)").to_owned(), None);
             *a.unused_commitments.entry(resource).or_default() += amount;
             continue;
+        }
+        if line.commitment_part == Some(CommitmentPart::UnusedShare) {
+            a.unused_on_owners += amount;
         }
         let host = key
             .and_then(|k| by_key.get(k))
@@ -246,6 +257,7 @@ pub fn reconcile(
                         .collect(),
                     &mut BTreeMap::new(),
                 ),
+                unused_commitments_on_owners: a.unused_on_owners,
                 not_gpu: listed(
                     a.not_gpu
                         .into_iter()
@@ -265,15 +277,23 @@ pub fn reconcile(
 pub async fn for_range(
     store: &dyn Store,
     card: &RateCard,
-    schema: &OwnerSchema,
+    rules: &Rules,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<Reconciliation>, StoreError> {
     let lines = store::bills::cost_lines(store.db(), from_ms, to_ms).await?;
+    // Classified as the roll-up attributed them: unused parts where the config charges them.
+    let lines = charge_unused(lines, rules.unused_commitments, from_ms, to_ms);
     let hosts = store::telemetry::hosts(store.db()).await?;
     let ledger = crate::ledger::load(store, from_ms, to_ms, RollupGrain::HostDay).await?;
     Ok(reconcile(
-        &lines, &hosts, &ledger, card, schema, from_ms, to_ms,
+        &lines,
+        &hosts,
+        &ledger,
+        card,
+        &rules.owners,
+        from_ms,
+        to_ms,
     ))
 }
 
@@ -286,7 +306,8 @@ mod tests {
     fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {
         StoredCostLine {
             tags_json: "{}".into(),
-            commitment_unused: false,
+            commitment_id: None,
+            commitment_part: None,
             resource_key: key.map(str::to_owned),
             charge_period_start_ms: 0,
             charge_period_end_ms: 2 * HOUR_MS,
@@ -341,11 +362,13 @@ mod tests {
             // A savings plan's unused part, and one written on the resource it could have
             // covered (FOCUS 1.2's flexibility example): both the fleet's, neither the host's.
             StoredCostLine {
-                commitment_unused: true,
+                commitment_id: None,
+                commitment_part: Some(gpuledger_core::bill::CommitmentPart::Unused),
                 ..line(Some("sp-1"), None, "6")
             },
             StoredCostLine {
-                commitment_unused: true,
+                commitment_id: None,
+                commitment_part: Some(gpuledger_core::bill::CommitmentPart::Unused),
                 ..line(Some("i-known"), Some("p4d.24xlarge"), "2")
             },
         ];

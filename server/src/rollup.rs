@@ -10,15 +10,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::attribution::Rules;
 use crate::attribution::{self, Part};
 use crate::billing::ratecard::RateCard;
-use crate::config::{IdleConfig, OwnerSchema};
+use crate::config::OwnerSchema;
 use crate::store;
 use crate::store::{
     AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
     StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
 };
 use gpuledger_core::activity::util_band;
+use gpuledger_core::commitment::charge_unused;
 use gpuledger_core::money::to_nano_atto;
 use gpuledger_core::owners::{Owner, Role};
 use gpuledger_core::time::{hour_floor, HOUR_MS};
@@ -48,15 +50,13 @@ pub struct RollupSummary {
 pub async fn run(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     max_hours: usize,
 ) -> Result<RollupSummary, StoreError> {
     run_in_passes(
         store,
         card,
-        busy,
-        owners,
+        rules,
         max_hours,
         WINDOWS_PER_PASS,
         (i64::MIN, i64::MAX),
@@ -70,16 +70,14 @@ pub async fn run(
 pub async fn run_open_months(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     max_hours: usize,
     open_from_ms: i64,
 ) -> Result<RollupSummary, StoreError> {
     run_in_passes(
         store,
         card,
-        busy,
-        owners,
+        rules,
         max_hours,
         WINDOWS_PER_PASS,
         (open_from_ms, i64::MAX),
@@ -90,8 +88,7 @@ pub async fn run_open_months(
 async fn run_in_passes(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     max_hours: usize,
     windows_per_pass: i64,
     (from_ms, to_ms): (i64, i64),
@@ -113,10 +110,13 @@ async fn run_in_passes(
                 let (from, to) = (pass.hours[0], pass.hours[pass.hours.len() - 1] + HOUR_MS);
                 let lines = store::bills::cost_lines(store.db(), from, to).await?;
                 let hosts = hosts_for(store, card, &lines).await?;
+                // Before the lines are divided among host groups: an unused part charged to
+                // the covered owners follows usage that may be in any group.
+                let lines = charge_unused(lines, rules.unused_commitments, from, to);
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 for group in &pass.host_groups {
                     let (r, u, us) =
-                        attribute_hours(store, card, busy, owners, &hosts, &lines, group, from, to)
+                        attribute_hours(store, card, rules, &hosts, &lines, group, from, to)
                             .await?;
                     rows.extend(r);
                     unattributed.extend(u);
@@ -133,7 +133,7 @@ async fn run_in_passes(
                     &rows,
                     &unattributed,
                     &usage,
-                    owners.role(Role::Experiment),
+                    rules.owners.role(Role::Experiment),
                 )
                 .await?;
                 summary.hours += pass.hours.len();
@@ -314,8 +314,7 @@ fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
 async fn attribute_hours(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     hosts: &[HostRow],
     lines: &[StoredCostLine],
     group: &HostGroup,
@@ -326,7 +325,7 @@ async fn attribute_hours(
         let windows = store::rollups::attribution_windows(store.db(), from, to).await?;
         let processes = store::telemetry::process_windows(store.db(), from, to).await?;
         return Ok(attribute_read(
-            card, busy, owners, hosts, &windows, &processes, lines, from, to,
+            card, rules, hosts, &windows, &processes, lines, from, to,
         ));
     }
     let (windows, processes) =
@@ -344,8 +343,7 @@ async fn attribute_hours(
         .collect();
     Ok(attribute_read(
         card,
-        busy,
-        owners,
+        rules,
         hosts,
         &windows,
         &processes,
@@ -359,8 +357,7 @@ async fn attribute_hours(
 #[allow(clippy::too_many_arguments)]
 fn attribute_read(
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     hosts: &[HostRow],
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
@@ -368,15 +365,15 @@ fn attribute_read(
     from: i64,
     to: i64,
 ) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
-    let usage = usage_rows(windows, processes, owners);
+    let usage = usage_rows(windows, processes, &rules.owners);
     let a = attribution::attribute_by(
         hosts.to_vec(),
         windows,
         processes,
         lines,
         card,
-        busy,
-        owners,
+        &rules.busy,
+        &rules.owners,
         from,
         to,
     );
@@ -542,8 +539,7 @@ async fn team_totals(
 pub async fn rebuild(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     from_ms: i64,
     to_ms: i64,
     close: crate::closing::ClosePolicy,
@@ -600,7 +596,7 @@ pub async fn rebuild(
         before.push(
             team_totals(
                 store,
-                owners,
+                &rules.owners,
                 *m,
                 gpuledger_core::time::next_month_start(*m),
             )
@@ -615,22 +611,13 @@ pub async fn rebuild(
     let mut summary = run_in_passes(
         store,
         card,
-        busy,
-        owners,
+        rules,
         usize::MAX,
         WINDOWS_PER_PASS,
         (hour_floor(from_ms), to_ms),
     )
     .await?;
-    let open = run_open_months(
-        store,
-        card,
-        busy,
-        owners,
-        usize::MAX,
-        close.open_from(now_ms),
-    )
-    .await?;
+    let open = run_open_months(store, card, rules, usize::MAX, close.open_from(now_ms)).await?;
     summary.hours += open.hours;
     summary.rows += open.rows;
     let mut restated = Vec::new();
@@ -643,7 +630,7 @@ pub async fn rebuild(
                 before_json,
                 after_json: team_totals(
                     store,
-                    owners,
+                    &rules.owners,
                     *m,
                     gpuledger_core::time::next_month_start(*m),
                 )
@@ -663,8 +650,7 @@ pub async fn rebuild(
 pub async fn attribute_new_closed_months(
     store: &dyn Store,
     card: &RateCard,
-    busy: &IdleConfig,
-    owners: &OwnerSchema,
+    rules: &Rules,
     open_from_ms: i64,
     now_ms: i64,
 ) -> Result<Vec<crate::store::RestatementRow>, StoreError> {
@@ -687,14 +673,13 @@ pub async fn attribute_new_closed_months(
         run_in_passes(
             store,
             card,
-            busy,
-            owners,
+            rules,
             usize::MAX,
             WINDOWS_PER_PASS,
             (month, next),
         )
         .await?;
-        let after_json = team_totals(store, owners, month, next).await?;
+        let after_json = team_totals(store, &rules.owners, month, next).await?;
         if after_json == "{}" {
             continue; // the marks held nothing to attribute
         }

@@ -76,8 +76,7 @@ pub async fn roll_up(store: &dyn crate::store::Store) {
     crate::rollup::run(
         store,
         &crate::billing::ratecard::RateCard::default_card(),
-        &crate::config::IdleConfig::default(),
-        &crate::config::OwnerSchema::default(),
+        &Default::default(),
         usize::MAX,
     )
     .await

@@ -132,7 +132,7 @@ async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet(
         let store = db.open().await;
         let card = crate::billing::ratecard::RateCard::default_card();
         let all = config(&["model", "experiment", "endpoint", "team"]);
-        crate::demo::seed(store.as_ref(), &card, &all.idle, &all.owners, NOW)
+        crate::demo::seed(store.as_ref(), &card, &all.attribution_rules(), NOW)
             .await
             .unwrap();
         // The normal pattern, every owner dimension, from the first day a baseline exists:

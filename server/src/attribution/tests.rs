@@ -5,6 +5,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
+use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredCostLine, StoredProcessWindow};
 use gpuledger_core::activity::Activity;
 use gpuledger_core::money::split_exact;
@@ -93,7 +94,8 @@ fn line(key: &str, start: i64, end: i64, cost: &str, category: &str) -> StoredCo
         pricing_category: category.into(),
         instance_type: None,
         tags_json: "{}".into(),
-        commitment_unused: false,
+        commitment_id: None,
+        commitment_part: None,
     }
 }
 
@@ -207,7 +209,8 @@ fn a_commitments_unused_part_is_the_fleets_even_on_a_hosts_resource() {
     let lines = [
         line("i-1", H, H + HOUR_MS, "1.5", "committed"),
         StoredCostLine {
-            commitment_unused: true,
+            commitment_id: None,
+            commitment_part: Some(gpuledger_core::bill::CommitmentPart::Unused),
             ..line("i-1", H, H + HOUR_MS, "0.5", "committed")
         },
     ];

@@ -139,7 +139,8 @@ mod tests {
             pricing_category: "on_demand".into(),
             instance_type: None,
             tags_json: "{}".into(),
-            commitment_unused: false,
+            commitment_id: None,
+            commitment_part: None,
         }
     }
 

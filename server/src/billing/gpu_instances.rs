@@ -106,7 +106,8 @@ mod tests {
     fn gpu_instances_without_a_host_are_listed_once() {
         let line = |key: Option<&str>, instance_type: Option<&str>| StoredCostLine {
             tags_json: "{}".into(),
-            commitment_unused: false,
+            commitment_id: None,
+            commitment_part: None,
             resource_key: key.map(str::to_owned),
             charge_period_start_ms: 0,
             charge_period_end_ms: 3_600_000,

@@ -6,31 +6,16 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let store = db.open().await;
     let card = RateCard::default_card();
     let now = 1_795_300_000_000; // 2026-11-22
-    let busy = crate::config::IdleConfig::default();
-    let reports = seed(
-        store.as_ref(),
-        &card,
-        &busy,
-        &crate::config::OwnerSchema::default(),
-        now,
-    )
-    .await
-    .unwrap();
+    let rules = crate::attribution::Rules::default();
+    let reports = seed(store.as_ref(), &card, &rules, now).await.unwrap();
     assert!(reports > 500, "{reports}");
     let imports = store::bills::billing_imports(store.db()).await.unwrap();
     assert_eq!(imports.len(), 1);
     // Attribution over the previous month adds up to what the bill says about GPU hosts.
     let (from, to) = gpuledger_core::time::month_of(month_start_ms(month_start_ms(now) - 1));
-    let a = crate::attribution::compute(
-        store.as_ref(),
-        &card,
-        &busy,
-        &crate::config::OwnerSchema::default(),
-        from,
-        to,
-    )
-    .await
-    .unwrap();
+    let a = crate::attribution::compute(store.as_ref(), &card, &rules, from, to)
+        .await
+        .unwrap();
     let attributed: Decimal = a.parts.iter().map(|p| p.cost).sum();
     let lines = store::bills::cost_lines(store.db(), from, to)
         .await
@@ -56,15 +41,9 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         "storage counts, unattributed"
     );
     // The month reconciles from the rollups: every billed dollar in one place, to the cent.
-    let recs = crate::reconciliation::for_range(
-        store.as_ref(),
-        &card,
-        &gpuledger_core::owners::OwnerSchema::default(),
-        from,
-        to,
-    )
-    .await
-    .unwrap();
+    let recs = crate::reconciliation::for_range(store.as_ref(), &card, &rules, from, to)
+        .await
+        .unwrap();
     assert_eq!(recs.len(), 1);
     let r = &recs[0];
     assert_eq!(r.difference, Decimal::ZERO, "{r:?}");

@@ -60,6 +60,8 @@ pub struct ReconView {
     pub gpu_without_agent: Vec<GpuWithoutAgentRow>,
     /// Each commitment's unused dollars: (commitment, "", cost).
     pub unused_commitments: Vec<(String, String, String)>,
+    /// Unused dollars the config charges to the owners each commitment covered, if any.
+    pub unused_on_owners: Option<String>,
     pub not_gpu: Vec<(String, String, String)>,
     pub not_gpu_more: usize,
 }
@@ -133,74 +135,87 @@ fn recon_view(
     };
     let focus = format!("/api/v1/allocation?from={month}&to={next}&format=focus");
     let gap = r.bill_on_known_hosts - r.attributed.total();
-    ReconView {
-        currency: r.currency.clone(),
-        lines: vec![
+    let mut lines = vec![
+        line(
+            "On the bill for the month's hours",
+            r.bill,
+            0,
+            Some(focus.clone()),
+        ),
+        line(
+            "GPU hosts in the ledger, attributed",
+            r.attributed.total(),
+            1,
+            Some(alloc.clone()),
+        ),
+        line(
+            "used by their owners",
+            r.attributed.used,
+            2,
+            Some(alloc.clone()),
+        ),
+        line(
+            "held idle (memory held at ~0%), charged to its owners",
+            r.attributed.held_idle,
+            2,
+            Some(alloc.clone()),
+        ),
+        line(
+            "idle (no process)",
+            r.attributed.idle,
+            2,
+            Some(drill(crate::allocation::IDLE_KEY)),
+        ),
+        line(
+            "unmonitored (billed hours with no agent data)",
+            r.attributed.unmonitored,
+            2,
+            Some(if unwatched_by_team {
+                alloc.clone()
+            } else {
+                drill(crate::allocation::UNMONITORED_KEY)
+            }),
+        ),
+        line(
+            "of it, GPU instances no agent reports, on hosts known from the bill",
+            r.gpu_without_agent_total() - r.gpu_without_agent_unattributed(),
+            3,
+            Some("#gpu-without-agent".into()),
+        ),
+        line(
+            "GPU instances no agent reports, not yet in the ledger",
+            r.gpu_without_agent_unattributed(),
+            1,
+            Some("#gpu-without-agent".into()),
+        ),
+        line(
+            "commitments' unused part, charged to the fleet",
+            r.unused_commitments_total(),
+            1,
+            Some("#unused-commitments".into()),
+        ),
+        line(
+            "not GPU hosts",
+            r.not_gpu_total(),
+            1,
+            Some("#not-gpu".into()),
+        ),
+    ];
+    if !r.unused_commitments_on_owners.is_zero() {
+        // Inside the attributed total, after its kinds: where the config charges it.
+        lines.insert(
+            7,
             line(
-                "On the bill for the month's hours",
-                r.bill,
-                0,
-                Some(focus.clone()),
-            ),
-            line(
-                "GPU hosts in the ledger, attributed",
-                r.attributed.total(),
-                1,
-                Some(alloc.clone()),
-            ),
-            line(
-                "used by their owners",
-                r.attributed.used,
+                "of it, commitments' unused part charged to the owners they covered",
+                r.unused_commitments_on_owners,
                 2,
-                Some(alloc.clone()),
-            ),
-            line(
-                "held idle (memory held at ~0%), charged to its owners",
-                r.attributed.held_idle,
-                2,
-                Some(alloc.clone()),
-            ),
-            line(
-                "idle (no process)",
-                r.attributed.idle,
-                2,
-                Some(drill(crate::allocation::IDLE_KEY)),
-            ),
-            line(
-                "unmonitored (billed hours with no agent data)",
-                r.attributed.unmonitored,
-                2,
-                Some(if unwatched_by_team {
-                    alloc.clone()
-                } else {
-                    drill(crate::allocation::UNMONITORED_KEY)
-                }),
-            ),
-            line(
-                "of it, GPU instances no agent reports, on hosts known from the bill",
-                r.gpu_without_agent_total() - r.gpu_without_agent_unattributed(),
-                3,
-                Some("#gpu-without-agent".into()),
-            ),
-            line(
-                "GPU instances no agent reports, not yet in the ledger",
-                r.gpu_without_agent_unattributed(),
-                1,
-                Some("#gpu-without-agent".into()),
-            ),
-            line(
-                "commitments' unused part, charged to the fleet",
-                r.unused_commitments_total(),
-                1,
                 Some("#unused-commitments".into()),
             ),
-            line(
-                "not GPU hosts",
-                r.not_gpu_total(),
-                1,
-                Some("#not-gpu".into()),
-            ),
-        ],
+        );
+    }
+    ReconView {
+        currency: r.currency.clone(),
+        lines,
         balanced: r.difference.is_zero(),
         difference: money(r.difference),
         attribution_gap: (!gap.is_zero()).then(|| money(gap)),
@@ -236,6 +251,8 @@ fn recon_view(
             })
             .collect(),
         unused_commitments: rows(&r.unused_commitments, usize::MAX),
+        unused_on_owners: (!r.unused_commitments_on_owners.is_zero())
+            .then(|| money(r.unused_commitments_on_owners)),
         not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),
         not_gpu_more: r.not_gpu.len().saturating_sub(NOT_GPU_LISTED),
     }
@@ -249,9 +266,14 @@ async fn month_reconciliation(
     to: i64,
 ) -> Result<(Vec<crate::reconciliation::Reconciliation>, i64), crate::store::StoreError> {
     let store = state.store.as_ref();
-    let recs =
-        crate::reconciliation::for_range(store, &state.rate_card, &state.config.owners, from, to)
-            .await?;
+    let recs = crate::reconciliation::for_range(
+        store,
+        &state.rate_card,
+        &state.config.attribution_rules(),
+        from,
+        to,
+    )
+    .await?;
     Ok((recs, crate::closing::pending_hours(store, from, to).await?))
 }
 

@@ -39,6 +39,8 @@ mod slack_app_tests;
 #[cfg(test)]
 mod tests;
 mod tokens;
+#[cfg(test)]
+mod unused_commitment_tests;
 pub(crate) mod usage;
 mod users;
 #[cfg(test)]

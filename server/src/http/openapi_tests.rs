@@ -378,8 +378,7 @@ impl Live {
         crate::demo::seed(
             store.as_ref(),
             &state.rate_card,
-            &state.config.idle,
-            &state.config.owners,
+            &state.config.attribution_rules(),
             now,
         )
         .await

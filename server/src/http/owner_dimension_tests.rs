@@ -107,8 +107,7 @@ async fn fleet(api: &Api, config: &Config) {
     crate::rollup::run(
         api.store.as_ref(),
         &crate::billing::ratecard::RateCard::default_card(),
-        &config.idle,
-        &config.owners,
+        &config.attribution_rules(),
         usize::MAX,
     )
     .await

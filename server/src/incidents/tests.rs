@@ -700,15 +700,9 @@ async fn an_incident_is_in_its_clusters_currency() {
             None,
         )
         .await;
-        crate::rollup::run(
-            store.as_ref(),
-            &card,
-            &crate::config::IdleConfig::default(),
-            &crate::config::OwnerSchema::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        crate::rollup::run(store.as_ref(), &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
         evaluate(store.as_ref(), &card, &cfg, T + 15 * MIN)
             .await
             .unwrap();

@@ -113,7 +113,8 @@ fn hourly_bill(key: &str, per_hour: &str) -> Vec<StoredCostLine> {
     (0..WEEK_HOURS)
         .map(|h| StoredCostLine {
             tags_json: "{}".into(),
-            commitment_unused: false,
+            commitment_id: None,
+            commitment_part: None,
             resource_key: Some(key.into()),
             charge_period_start_ms: H + h * HOUR_MS,
             charge_period_end_ms: H + (h + 1) * HOUR_MS,

@@ -7,9 +7,9 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use rust_decimal::Decimal;
 
 use super::*;
-use crate::attribution::{Attribution, Kind, Owner};
+use crate::attribution::{Attribution, Kind, Owner, Rules};
 use crate::billing::focus;
-use crate::config::{IdleConfig, OwnerSchema};
+use crate::config::OwnerSchema;
 use crate::ledger::{attributed_costs, experiment_hours, load, top_gpu_days};
 use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
 use crate::store;
@@ -205,16 +205,9 @@ fn close(a: &BTreeMap<Key, (Decimal, i64)>, b: &BTreeMap<Key, (Decimal, i64)>) -
 
 /// Attribution of `[from, to)` from raw data, with the default thresholds and owners.
 async fn raw_attribution(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> Attribution {
-    attribution::compute(
-        store,
-        card,
-        &IdleConfig::default(),
-        &OwnerSchema::default(),
-        from,
-        to,
-    )
-    .await
-    .unwrap()
+    attribution::compute(store, card, &Default::default(), from, to)
+        .await
+        .unwrap()
 }
 
 /// The hours summed per host (what scale-to-zero, the shape and coverage read) still hold the
@@ -432,8 +425,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         let summary = run_in_passes(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             usize::MAX,
             5,
             (i64::MIN, i64::MAX),
@@ -456,8 +448,7 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
         run_in_passes(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             usize::MAX,
             100,
             (i64::MIN, i64::MAX),
@@ -484,28 +475,16 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             !marked.is_empty() && marked.len() <= 8,
             "{b}: only late hours: {marked:?}"
         );
-        run(
-            s,
-            &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        run(s, &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after late data")).await;
 
         // A newer export of the same billing period replaces the old one.
         import_bill(s, "bill-2", "1.5").await;
-        run(
-            s,
-            &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        run(s, &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a replaced bill")).await;
 
         // A report arriving while an hour is rolled up keeps that hour marked.
@@ -533,15 +512,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
                     .any(|o| o.hour_ms == m.hour_ms && o.host_id == m.host_id)),
             "{b}: a mark changed during the roll-up survives it"
         );
-        run(
-            s,
-            &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        run(s, &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
         assert_matches_raw(s, &card, &format!("{b}: after a racing report")).await;
 
         // Retention: raw windows go, the rollups keep every figure.
@@ -563,15 +536,9 @@ async fn rollups_track_raw_attribution_through_late_data_repeats_and_new_bills()
             0,
             "{b}: the month is open"
         );
-        run(
-            s,
-            &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        run(s, &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
         // In batches of 50 rows: many short statements, all of it gone in the end.
         let deleted = delete_in_batches(s, END + retention + DAY_MS, retention, i64::MAX, 50)
             .await
@@ -688,8 +655,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         run_open_months(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             usize::MAX,
             close.open_from(open_now),
         )
@@ -704,8 +670,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         let done = run_open_months(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             usize::MAX,
             close.open_from(now),
         )
@@ -725,25 +690,14 @@ async fn a_closed_month_stays_closed_until_restated() {
             "{b}: changes waiting"
         );
 
-        let refused = rebuild(
-            s,
-            &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
-            month,
-            next,
-            close,
-            None,
-            now,
-        )
-        .await
-        .unwrap_err();
+        let refused = rebuild(s, &card, &Default::default(), month, next, close, None, now)
+            .await
+            .unwrap_err();
         assert!(refused.to_string().contains("closed"), "{b}: {refused}");
         let blank = rebuild(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             month,
             next,
             close,
@@ -761,8 +715,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         let (_, restated) = rebuild(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             month,
             next,
             close,
@@ -809,8 +762,7 @@ async fn a_closed_month_stays_closed_until_restated() {
         let gone = rebuild(
             s,
             &card,
-            &IdleConfig::default(),
-            &OwnerSchema::default(),
+            &Default::default(),
             month,
             next,
             close,
@@ -841,17 +793,10 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         let b = db.backend;
         let s = store.as_ref();
         import_bill(s, "old-bill", "1").await;
-        let idle = IdleConfig::default();
-        let done = run_open_months(
-            s,
-            &card,
-            &idle,
-            &OwnerSchema::default(),
-            usize::MAX,
-            open_from,
-        )
-        .await
-        .unwrap();
+        let rules = Rules::default();
+        let done = run_open_months(s, &card, &rules, usize::MAX, open_from)
+            .await
+            .unwrap();
         assert_eq!(done.hours, 0, "{b}: the open-month job leaves it");
         assert!(
             !store::ledger::has_rollups(s.db(), month, next, false)
@@ -860,10 +805,9 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
             "{b}"
         );
 
-        let first =
-            attribute_new_closed_months(s, &card, &idle, &OwnerSchema::default(), open_from, now)
-                .await
-                .unwrap();
+        let first = attribute_new_closed_months(s, &card, &rules, open_from, now)
+            .await
+            .unwrap();
         assert_eq!(first.len(), 1, "{b}");
         assert_eq!(first[0].month_ms, month, "{b}");
         assert_eq!(first[0].before_json, "{}", "{b}");
@@ -892,10 +836,9 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
 
         // Attributed now: a corrected bill waits for a restatement like any closed month's.
         import_bill(s, "old-bill-2", "2").await;
-        let again =
-            attribute_new_closed_months(s, &card, &idle, &OwnerSchema::default(), open_from, now)
-                .await
-                .unwrap();
+        let again = attribute_new_closed_months(s, &card, &rules, open_from, now)
+            .await
+            .unwrap();
         assert!(again.is_empty(), "{b}");
         assert!(
             store::rollups::dirty_mark_count(s.db(), month, next)
@@ -912,8 +855,7 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
         let (_, restated) = rebuild(
             s,
             &card,
-            &idle,
-            &OwnerSchema::default(),
+            &rules,
             month,
             next,
             close,
@@ -941,9 +883,12 @@ async fn a_late_bill_for_a_never_attributed_closed_month_is_attributed_once() {
 #[tokio::test]
 async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
     let card = RateCard::default_card();
-    let idle = IdleConfig::default();
     let schema: OwnerSchema =
         toml::from_str(r#"team = { from = ["label:team", "tag:team"] }"#).unwrap();
+    let rules = Rules {
+        owners: schema.clone(),
+        ..Rules::default()
+    };
     let (from, to) = (DAY0 - DAY_MS, DAY0 + DAY_MS);
     let billed = "340.000000000000001".parse::<Decimal>().unwrap();
     for db in test_support::both().await {
@@ -965,7 +910,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
         crate::billing::store_lines(s, "focus", "ghost", "sha-ghost".into(), lines, DAY0)
             .await
             .unwrap();
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
 
         let hosts = store::telemetry::hosts(s.db()).await.unwrap();
         let ghost = hosts
@@ -991,7 +936,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
         s.ingest(&g, token, AgentStatus::default(), DAY0 + 5 * HOUR_MS)
             .await
             .unwrap();
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
         let hosts = store::telemetry::hosts(s.db()).await.unwrap();
         let agent = hosts
             .iter()
@@ -1070,11 +1015,11 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
         store::rollups::mark_dirty_hours(s.db(), &hours)
             .await
             .unwrap();
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
         let ledger = load(s, from, to, RollupGrain::Hour).await.unwrap();
         assert_eq!(total(&ledger), billed, "{b}");
         assert!(ledger.parts.iter().all(|p| p.host_id == agent.id), "{b}");
-        let raw = attribution::compute(s, &card, &idle, &schema, from, to)
+        let raw = attribution::compute(s, &card, &rules, from, to)
             .await
             .unwrap();
         assert!(
@@ -1084,7 +1029,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
             ),
             "{b}: rollups equal raw attribution"
         );
-        let r = &crate::reconciliation::for_range(s, &card, &schema, from, to)
+        let r = &crate::reconciliation::for_range(s, &card, &rules, from, to)
             .await
             .unwrap()[0];
         assert!(r.gpu_without_agent.is_empty(), "{b}: {r:?}");
@@ -1102,8 +1047,11 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
     use crate::allocation::{group, totals, GroupBy, Step};
     use crate::carbon::GridTable;
     let card = RateCard::default_card();
-    let idle = IdleConfig::default();
     let schema = OwnerSchema::default();
+    let rules = Rules {
+        owners: schema.clone(),
+        ..Rules::default()
+    };
     let (from, to) = (START, DAY0 + DAY_MS);
     for db in test_support::both().await {
         let store = db.open().await;
@@ -1122,7 +1070,7 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
                 .await
                 .unwrap();
         }
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
 
         let daily = load(s, from, to, RollupGrain::Day).await.unwrap();
         let grid = crate::carbon::grid(&daily, &GridTable::default());
@@ -1200,8 +1148,11 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
 #[tokio::test]
 async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases() {
     let card = RateCard::default_card();
-    let idle = IdleConfig::default();
     let schema = OwnerSchema::default();
+    let rules = Rules {
+        owners: schema.clone(),
+        ..Rules::default()
+    };
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
@@ -1215,7 +1166,7 @@ async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases()
                 .await
                 .unwrap();
         }
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
         let hourly = load(s, START, END, RollupGrain::Hour).await.unwrap();
         let held = |f: &dyn Fn(&Part) -> bool| -> f64 {
             hourly
@@ -1267,8 +1218,11 @@ async fn the_shape_per_type_and_team_is_the_ledgers_gpu_time_on_both_databases()
 #[tokio::test]
 async fn owner_hours_are_the_ledgers_parts_summed_on_both_databases() {
     let card = RateCard::default_card();
-    let idle = IdleConfig::default();
     let schema = OwnerSchema::default();
+    let rules = Rules {
+        owners: schema.clone(),
+        ..Rules::default()
+    };
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;
@@ -1282,7 +1236,7 @@ async fn owner_hours_are_the_ledgers_parts_summed_on_both_databases() {
                 .await
                 .unwrap();
         }
-        run(s, &card, &idle, &schema, usize::MAX).await.unwrap();
+        run(s, &card, &rules, usize::MAX).await.unwrap();
         let hourly = load(s, START, END, RollupGrain::Hour).await.unwrap();
         type Key = (i64, String, Option<String>, Kind, String);
         let mut want: BTreeMap<Key, (Decimal, f64)> = BTreeMap::new();

@@ -3,7 +3,7 @@
 
 use super::db::{on_backend, On};
 use super::StoreError;
-use gpuledger_core::bill::{CostLine, FocusError};
+use gpuledger_core::bill::{CommitmentPart, CostLine, FocusError};
 
 /// Parsed lines on their way to storage, in chunks, with the first parse error last.
 pub type LineChunks = tokio::sync::mpsc::Receiver<Result<Vec<CostLine>, FocusError>>;
@@ -603,11 +603,12 @@ pub async fn cost_lines(
             Option<String>,
             String,
             Option<String>,
+            Option<String>,
         );
         let rows: Vec<Columns> = sqlx::query_as(concat!(
             "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
                     billed_cost, effective_cost, currency, pricing_category, instance_type,
-                    tags_json, commitment_discount_status ",
+                    tags_json, commitment_discount_id, commitment_discount_status ",
             super::cost_lines_in_range_sql!()
         ))
         .bind(from_ms)
@@ -630,6 +631,7 @@ pub async fn cost_lines(
                     pricing_category,
                     instance_type,
                     tags_json,
+                    commitment_id,
                     commitment_status,
                 )| super::StoredCostLine {
                     resource_key,
@@ -642,10 +644,14 @@ pub async fn cost_lines(
                     pricing_category,
                     instance_type,
                     tags_json,
-                    commitment_unused: commitment_status
+                    commitment_id: commitment_id.filter(|id| !id.is_empty()),
+                    commitment_part: commitment_status
                         .as_deref()
                         .and_then(gpuledger_core::commitment::Status::parse)
-                        == Some(gpuledger_core::commitment::Status::Unused),
+                        .map(|status| match status {
+                            gpuledger_core::commitment::Status::Used => CommitmentPart::Used,
+                            gpuledger_core::commitment::Status::Unused => CommitmentPart::Unused,
+                        }),
                 },
             )
             .collect())

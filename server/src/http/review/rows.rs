@@ -304,8 +304,11 @@ pub fn variance_view(v: &crate::variance::Variance, month: &str) -> VarianceView
 pub struct CommitmentsView {
     pub rows: Vec<CommitmentRow>,
     pub coverage: Vec<CoverageRow>,
-    /// Their unused dollars: the line charged to the fleet.
+    /// Their unused dollars.
     pub unused: String,
+    /// Charged, as configured, to the owners of what each commitment covered in the same
+    /// hour, not to the fleet.
+    pub unused_on_owners: bool,
     /// Some commitment ends within 90 days.
     pub expiring: usize,
     pub api: String,
@@ -381,6 +384,7 @@ pub fn commitments_view(
                 .sum(),
             currency,
         ),
+        unused_on_owners: c.unused_charged_to == crate::commitments::UnusedCharge::CoveredOwners,
         api: format!("/api/v1/billing/commitments?month={month}"),
     }
 }
