@@ -178,6 +178,10 @@ impl StoredCostLine {
     }
 }
 
+/// The pricing category of an unused commitment's share charged to an owner: committed
+/// pricing, but not usage a commitment covered (coverage and the committed rate leave it out).
+pub const UNUSED_COMMITMENT_CATEGORY: &str = "committed_unused";
+
 /// What a cost line is to a commitment discount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitmentPart {

@@ -189,7 +189,11 @@ pub struct TypeCost {
 /// it, from the ledger (which holds GPU hosts alone, at the cost the bill charged), by type.
 pub fn coverage(costs: &[TypeCost]) -> Vec<TypeCoverage> {
     let mut by_type: BTreeMap<(&str, &str), (Decimal, Decimal)> = BTreeMap::new();
-    for c in costs {
+    // A commitment's unused part charged to owners is nobody's usage: not in either figure.
+    for c in costs
+        .iter()
+        .filter(|c| c.pricing_category != crate::bill::UNUSED_COMMITMENT_CATEGORY)
+    {
         let t = by_type
             .entry((c.instance_type.as_str(), c.currency.as_str()))
             .or_default();

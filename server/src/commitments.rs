@@ -229,7 +229,8 @@ mod tests {
     /// instance and $0.20 on another's ($0.20 unused), in the second nothing ($1.00 unused).
     /// Configured `unused = "covered_owners"`, the first hour's unused part goes to the two
     /// teams 3:1 with their usage; the second hour's stays the fleet's. The plan still reads
-    /// 40 % used, and the month still reconciles to the cent.
+    /// 40 % used, the GPU type's coverage is still 80 % (with $0.20 on demand), and the month
+    /// still reconciles to the cent.
     #[tokio::test]
     async fn unused_dollars_go_to_the_owners_the_plan_covered_when_configured() {
         let config: Config = toml::from_str(
@@ -258,6 +259,7 @@ mod tests {
             format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.60,0.90,AWS,i-0gpu,p5.48xlarge,{SP},gpu-plan,Savings Plan,Used,Committed,{}", tags("vision")),
             format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.20,0.30,AWS,i-0gpu2,p5.48xlarge,{SP},gpu-plan,Savings Plan,Used,Committed,{}", tags("search")),
             format!("0,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.20,0.20,AWS,{SP},,{SP},gpu-plan,Savings Plan,Unused,Committed,"),
+            format!("0.20,acct,USD,{p},Usage,Usage-Based,{e0},{s0},0.20,0.20,AWS,i-0gpu3,p5.48xlarge,,,,,Standard,"),
             format!("0,acct,USD,{p},Usage,Usage-Based,{e1},{s1},1.00,1.00,AWS,{SP},,{SP},gpu-plan,Savings Plan,Unused,Committed,"),
         ]
         .join("\n");
@@ -301,7 +303,7 @@ mod tests {
                 d("1.00"),
                 "{b}: the empty hour"
             );
-            assert_eq!(r.attributed.total(), d("1.00"), "{b}");
+            assert_eq!(r.attributed.total(), d("1.20"), "{b}");
             assert_eq!(r.difference, Decimal::ZERO, "{b}: {r:?}");
             // The plan is what the bill says it is, whoever pays for its slack.
             let costs = type_costs(s, from, to).await.unwrap();
@@ -312,6 +314,9 @@ mod tests {
             assert_eq!((sp.used_on_gpus, sp.unused), (d("0.80"), d("1.20")), "{b}");
             assert_eq!(sp.utilization_percent, Some(d("40.0")), "{b}");
             assert_eq!(c.unused_charged_to, UnusedCharge::CoveredOwners, "{b}");
+            // Coverage is of usage: the shares are nobody's usage, so $0.80 of $1.00 either way.
+            let t = &c.coverage[0];
+            assert_eq!((t.usage, t.covered), (d("1.00"), d("0.80")), "{b}: {t:?}");
 
             // By default the same bill leaves all of it to the fleet.
             let fleet = crate::attribution::Rules {

@@ -133,7 +133,7 @@ fn focus_pricing(category: &str) -> &'static str {
     match category {
         "on_demand" => "Standard",
         "spot" => "Dynamic",
-        "committed" => "Committed",
+        "committed" | gpuledger_core::bill::UNUSED_COMMITMENT_CATEGORY => "Committed",
         _ => "Other",
     }
 }

@@ -80,11 +80,13 @@ pub struct Reconciliation {
     /// agent reports: in the ledger on hosts known from the bill alone, or not yet.
     pub gpu_without_agent: Vec<ResourceCost>,
     /// Commitment discounts' unused parts (FOCUS `Unused` rows), per commitment: no
-    /// resource's cost, charged to the fleet, not to owners.
+    /// resource's cost, charged to the fleet, not to owners (under `[commitments] unused =
+    /// "covered_owners"`, only the hours a commitment covered nothing).
     pub unused_commitments: Vec<ResourceCost>,
     /// Commitments' unused parts charged, by configuration (`[commitments] unused =
-    /// "covered_owners"`), to the usage each covered in the same hour: counted with those
-    /// resources above (mostly attributed), not in `unused_commitments`.
+    /// "covered_owners"`), to the owners of the usage each covered in the same hour: part of
+    /// `attributed`. Shares on resources the ledger does not hold (a CPU instance a compute
+    /// plan covered) are counted where those resources are, and not here.
     #[serde(with = "rust_decimal::serde::str")]
     pub unused_commitments_on_owners: Decimal,
     /// Everything else on the bill: storage, network, CPU instances, support, tax…
@@ -173,14 +175,16 @@ pub fn reconcile(
             *a.unused_commitments.entry(resource).or_default() += amount;
             continue;
         }
-        if line.commitment_part == Some(CommitmentPart::UnusedShare) {
-            a.unused_on_owners += amount;
-        }
         let host = key
             .and_then(|k| by_key.get(k))
             .filter(|id| !from_bill.contains(*id) || in_ledger.contains(*id));
         if host.is_some() {
             a.known += amount;
+            // A share on a host the ledger attributes: charged to its owners. Elsewhere (a CPU
+            // instance, a GPU instance not in the ledger yet) it is listed where it lands.
+            if line.commitment_part == Some(CommitmentPart::UnusedShare) {
+                a.unused_on_owners += amount;
+            }
         }
         let in_ledger = match host {
             Some(id) if from_bill.contains(id) => true,

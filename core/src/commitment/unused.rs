@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::bill::{spread_over_hours, CommitmentPart, StoredCostLine};
+use crate::bill::{spread_over_hours, CommitmentPart, StoredCostLine, UNUSED_COMMITMENT_CATEGORY};
 use crate::money::split_exact;
 use crate::time::HOUR_MS;
 
@@ -93,7 +93,11 @@ pub fn charge_unused(
                 resource_key: resource.resource_key.clone(),
                 instance_type: resource.instance_type.clone(),
                 tags_json: resource.tags_json.clone(),
-                pricing_category: resource.pricing_category.clone(),
+                pricing_category: if part == CommitmentPart::UnusedShare {
+                    UNUSED_COMMITMENT_CATEGORY.to_owned()
+                } else {
+                    resource.pricing_category.clone()
+                },
                 charge_period_start_ms: hour,
                 charge_period_end_ms: hour + HOUR_MS,
                 billed_cost: Decimal::ZERO,
@@ -221,8 +225,9 @@ mod tests {
             .unwrap();
         assert_eq!(
             (a.tags_json.as_str(), a.pricing_category.as_str()),
-            ("{\"team\":\"i-a\"}", "Committed"),
-            "a share carries its resource's tags and pricing, so it is attributed with it"
+            ("{\"team\":\"i-a\"}", UNUSED_COMMITMENT_CATEGORY),
+            "a share carries its resource's tags, so it is attributed with it, and is priced as \
+             what it is: not usage the plan covered"
         );
     }
 

@@ -99,6 +99,8 @@ pub async fn gpu_prices(
         let host_lines: Vec<&StoredCostLine> = lines
             .iter()
             .filter(|l| l.resource_key.is_some() && l.resource_key == host.instance_key)
+            // A commitment's unused part written on the resource is not what it costs to run.
+            .filter(|l| !l.is_unused_commitment())
             .collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         if let Some(p) = gpu_price(host, &host_lines, &names, card, now_ms) {

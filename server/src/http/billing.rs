@@ -463,7 +463,7 @@ async fn reconciliation_api(
     summary = "Commitment discounts: utilization, unused dollars, coverage, ends",
     description = "Each savings plan, reserved instance or committed-use discount the month's \
         bill names: the amortized cost of what it covered on GPU instances and elsewhere, \
-        what it cost unused (charged to the fleet, not to owners), utilization, what its \
+        what it cost unused (charged to the fleet unless configured to the owners it covered: `unused_charged_to`), utilization, what its \
         purchase rows invoice in the month and when it ends (from an upfront purchase row or \
         the config's `[commitments.ends]`; expiring within 90 days is flagged). Per GPU \
         instance type, how much of its cost in the ledger commitments covered. Covers every \

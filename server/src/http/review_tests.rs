@@ -86,10 +86,18 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
 }
 
 /// When this file's reports end: the middle of the hour before this one, so that a test run at
-/// the top of an hour (or the first minutes of a month) sees every window in one whole hour of
-/// the month under review, as at any other time.
+/// the top of an hour sees every window in one hour, as at any other time. In a month's first
+/// hour that would be last month's: then two minutes into this one (ingest takes a clock up to
+/// five minutes ahead), so the month under review is always the one under way.
 fn at() -> i64 {
-    hour_floor(now_ms()) - HOUR_MS / 2
+    let now = now_ms();
+    let mid_last_hour = hour_floor(now) - HOUR_MS / 2;
+    let this_month = month_of(now).0;
+    if mid_last_hour < this_month {
+        this_month + 2 * 60_000
+    } else {
+        mid_last_hour
+    }
 }
 
 /// [`report`] moved to end at [`at`].

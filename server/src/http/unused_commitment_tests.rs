@@ -15,8 +15,7 @@ const SP: &str = "arn:aws:savingsplans::111122223333:savingsplan/sp-pages";
 
 /// A $1.00-an-hour plan over this month's second and third hours: $0.60 covered on one team's
 /// GPU instance in the first and $0.40 unused; nothing covered in the second.
-async fn bill_and_roll_up(api: &Api, config: &Config) {
-    let (month, _) = month_of(now_ms());
+async fn bill_and_roll_up(api: &Api, config: &Config, month: i64) {
     let (s0, e0, e1) = (
         rfc3339(month + HOUR_MS),
         rfc3339(month + 2 * HOUR_MS),
@@ -54,7 +53,8 @@ fn text(page: &str, css: &str) -> String {
 
 #[tokio::test]
 async fn the_pages_say_who_pays_for_unused_commitments() {
-    let month = chrono::DateTime::from_timestamp_millis(month_of(now_ms()).0)
+    let month_ms = month_of(now_ms()).0;
+    let month = chrono::DateTime::from_timestamp_millis(month_ms)
         .unwrap()
         .format("%Y-%m")
         .to_string();
@@ -74,7 +74,7 @@ async fn the_pages_say_who_pays_for_unused_commitments() {
         for (api, _db) in apis_with(|s| s.config = shared.clone()).await {
             let b = api.backend;
             let (admin, _) = api.session("admin").await;
-            bill_and_roll_up(&api, &config).await;
+            bill_and_roll_up(&api, &config, month_ms).await;
 
             let (status, review) = api.get_as(&format!("/review/{month}"), Some(&admin)).await;
             assert_eq!(status, StatusCode::OK, "{b} {charge}");

@@ -1291,3 +1291,65 @@ async fn owner_hours_are_the_ledgers_parts_summed_on_both_databases() {
         );
     }
 }
+
+/// Unused commitment dollars charged to the covered owners come out the same however the
+/// roll-up divides its work: an hour a host at a time (the plan's usage on one host, its unused
+/// row with the other group) gives each host the share attribution from raw data gives, and
+/// the month reconciles with the shares counted on the hosts.
+#[tokio::test]
+async fn unused_shares_follow_usage_across_host_groups() {
+    let card = RateCard::default_card();
+    let rules = Rules {
+        unused_commitments: gpuledger_core::commitment::UnusedCharge::CoveredOwners,
+        ..Rules::default()
+    };
+    let sp = "arn:aws:savingsplans::1:savingsplan/sp-groups";
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let token = agent_token(s, "c?*", START).await;
+        for (batch, host, instance) in [("g-a", "a", "i-aaa"), ("g-b", "b", "i-bbb")] {
+            let r = report(batch, host, instance, START, 12, "llama");
+            s.ingest(&r, token, AgentStatus::default(), START)
+                .await
+                .unwrap();
+        }
+        let (period, from, to) = (iso(DAY0 - DAY_MS), iso(START), iso(START + HOUR_MS));
+        let header = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountId,CommitmentDiscountStatus,ResourceId";
+        let csv = format!(
+            "{header}\n\
+             AWS,1,{period},{from},{to},Usage,0,0.60,0.90,USD,Committed,{sp},Used,i-aaa\n\
+             AWS,1,{period},{from},{to},Usage,0,0.20,0.30,USD,Committed,{sp},Used,i-bbb\n\
+             AWS,1,{period},{from},{to},Usage,0,0.40,0.40,USD,Committed,{sp},Unused,{sp}\n"
+        );
+        let lines = focus::parse(csv.as_bytes()).unwrap();
+        crate::billing::store_lines(s, "focus", "plan", "sha-plan".into(), lines, DAY0)
+            .await
+            .unwrap();
+        // Passes of ~5 windows: one host a group.
+        run_in_passes(s, &card, &rules, usize::MAX, 5, (i64::MIN, i64::MAX))
+            .await
+            .unwrap();
+        let (f, t) = (START, START + HOUR_MS);
+        let per_host = |a: &Attribution| {
+            let mut m: BTreeMap<i64, Decimal> = BTreeMap::new();
+            for p in &a.parts {
+                *m.entry(p.host_id).or_default() += p.cost;
+            }
+            m
+        };
+        let rolled = load(s, f, t, RollupGrain::Hour).await.unwrap();
+        let raw = attribution::compute(s, &card, &rules, f, t).await.unwrap();
+        assert_eq!(per_host(&rolled), per_host(&raw), "{b}");
+        let costs: Vec<Decimal> = per_host(&rolled).into_values().collect();
+        let d = |t: &str| Decimal::from_str_exact(t).unwrap();
+        assert_eq!(costs, [d("0.90"), d("0.30")], "{b}: 3:1");
+        assert!(rolled.unattributed.values().all(|u| u.is_zero()), "{b}");
+        let r = crate::reconciliation::for_range(s, &card, &rules, f, t)
+            .await
+            .unwrap();
+        assert_eq!(r[0].unused_commitments_on_owners, d("0.40"), "{b}");
+        assert_eq!(r[0].difference, Decimal::ZERO, "{b}: {:?}", r[0]);
+    }
+}
