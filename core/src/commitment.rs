@@ -175,7 +175,7 @@ fn percent(part: Decimal, whole: Decimal) -> Option<Decimal> {
 }
 
 /// One instance type's cost in the ledger under one pricing category.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct TypeCost {
     pub instance_type: String,
     pub currency: String,

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::Kind;
 use crate::time::{weekday, HOUR_MS};
@@ -36,7 +36,7 @@ pub struct OwnerHour {
 }
 
 /// A recurring quiet stretch of the week.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuietWindow {
     /// Its first hour of the week: 0 is Monday 00:00 UTC, 167 Sunday 23:00.
@@ -47,7 +47,7 @@ pub struct QuietWindow {
 }
 
 /// An owner that could be off in its windows, and what that saves.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Candidate {
     pub key: String,

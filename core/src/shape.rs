@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::time::{weekday, HOUR_MS};
 
@@ -29,7 +29,7 @@ pub struct TypeHour {
 }
 
 /// The floor, middle and peak of an hourly series of GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Spread {
     /// GPUs held in all but [`FLOOR_PERCENTILE`] % of the hours.
@@ -65,7 +65,7 @@ fn round2(x: f64) -> f64 {
 }
 
 /// One owner's part of a type's shape.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OwnerShape {
     /// `null` for GPU time no owner in the dimension holds (idle, unlabeled).
@@ -75,7 +75,7 @@ pub struct OwnerShape {
 }
 
 /// One instance type's week.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TypeShape {
     pub instance_type: String,

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Kind, Owner};
 use crate::store::{self, HostRow, Store, StoreError};
@@ -16,12 +16,12 @@ use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::HOUR_MS;
 
 /// One host idle (or held idle) for a run of consecutive hours.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct IdleEpisode {
     pub cluster: String,
     pub hostname: String,
     /// `idle` or `held_idle`.
-    pub kind: &'static str,
+    pub kind: String,
     /// The first hour's start and the last hour's end.
     pub start_ms: i64,
     pub end_ms: i64,
@@ -159,7 +159,7 @@ fn episodes_of(
                 out.push(IdleEpisode {
                     cluster: cluster.clone(),
                     hostname: hostname.clone(),
-                    kind: kind.as_str(),
+                    kind: kind.as_str().to_owned(),
                     start_ms: start,
                     end_ms: end,
                     hours: (end - start) / HOUR_MS,
@@ -263,7 +263,7 @@ mod tests {
             .map(|x| {
                 (
                     x.hostname.as_str(),
-                    x.kind,
+                    x.kind.as_str(),
                     x.start_ms / HOUR_MS,
                     x.hours,
                     x.cost,
@@ -348,7 +348,12 @@ mod tests {
             assert_eq!(summed, want, "{b}");
             let first = &summed[0];
             assert_eq!(
-                (first.kind, first.hours, first.gpus.len(), first.estimated),
+                (
+                    first.kind.as_str(),
+                    first.hours,
+                    first.gpus.len(),
+                    first.estimated
+                ),
                 ("idle", 2, 2, true),
                 "{b}: {first:?}"
             );

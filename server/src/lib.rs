@@ -36,6 +36,7 @@ pub mod recommend;
 pub mod reconciliation;
 pub mod rollup;
 pub mod scale_to_zero;
+pub mod sections;
 pub mod session;
 pub mod shape;
 pub mod slack;

@@ -3,7 +3,7 @@
 //! idle in the same hours every week. The rules are the core's
 //! ([`gpuledger_core::scale_to_zero`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use gpuledger_core::scale_to_zero::*;
 
@@ -14,7 +14,7 @@ use crate::store::{self, Store, StoreError};
 use gpuledger_core::owners::Role;
 
 /// A candidate with the owner dimension it is a value of.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OwnerWindows {
     /// The owner dimension: the endpoint's or the experiment's.
     pub dimension: String,

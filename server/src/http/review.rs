@@ -392,6 +392,15 @@ async fn review(
             .await
             .map(Some)
     };
+    let close = match state.close.current(store).await {
+        Ok(c) => c,
+        Err(e) => return unavailable(e),
+    };
+    // A closed month's heaviest sections are final: read as kept after the first view.
+    let closed = close.is_closed(from, now);
+    let kept_for = crate::sections::key(scope, schema);
+    // Sections every viewer reads whole (each is narrowed to the viewer's scope afterwards).
+    let fleet_wide = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, schema);
     let loaded = tokio::try_join!(
         // Per host and day: the review shows no single GPU except in the heatmap.
         ledger::load(store, from, to, RollupGrain::HostDay),
@@ -400,7 +409,14 @@ async fn review(
         recs,
         // Its total, and why this month differs from it.
         ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
-        crate::idle_history::load(store, from, to),
+        crate::sections::kept(
+            store,
+            ("idle-history", &fleet_wide),
+            (from, to),
+            closed,
+            now,
+            crate::idle_history::load(store, from, to),
+        ),
         crate::unit_costs::request_totals(store, from, to),
         crate::unit_costs::token_totals(store, from, to),
         crate::unit_costs::usage_sources(store, from, to),
@@ -409,9 +425,30 @@ async fn review(
         crate::closing::restatements(store, from),
         crate::budgets::for_month(store, (schema, scope), (from, to), now),
         crate::anomalies::find(store, &state.config, (from, to), now),
-        crate::commitments::type_costs(store, from, to),
-        crate::scale_to_zero::for_range(store, schema, scope, from, to),
-        crate::shape::for_range(store, schema, scope, (from, to), now),
+        crate::sections::kept(
+            store,
+            ("type-costs", &fleet_wide),
+            (from, to),
+            closed,
+            now,
+            crate::commitments::type_costs(store, from, to),
+        ),
+        crate::sections::kept(
+            store,
+            ("scale-to-zero", &kept_for),
+            (from, to),
+            closed,
+            now,
+            crate::scale_to_zero::for_range(store, schema, scope, from, to),
+        ),
+        crate::sections::kept(
+            store,
+            ("shape", &kept_for),
+            (from, to),
+            closed,
+            now,
+            crate::shape::for_range(store, schema, scope, (from, to), now),
+        ),
         scoped_gpus,
     );
     let (
@@ -492,10 +529,6 @@ async fn review(
             (days.parts, count)
         }
         None => (heat_parts, gpu_count),
-    };
-    let close = match state.close.current(store).await {
-        Ok(c) => c,
-        Err(e) => return unavailable(e),
     };
     let (month, next) = (month_label(from), month_label(to));
     // One currency on the page; what the bill carries in others is listed apart.

@@ -898,3 +898,75 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
         );
     }
 }
+
+/// A closed month's heaviest sections are kept after its first view, the same as computed, and
+/// read again once the month is restated.
+#[tokio::test]
+async fn a_closed_months_review_keeps_its_sections_until_restated() {
+    use gpuledger_core::time::DAY_MS;
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let s = api.store.as_ref();
+        let (admin, _) = api.session("admin").await;
+        // Three hours of a GPU instance no agent reports, in a month long closed.
+        let (month, next) = month_of(month_of(at()).0 - 80 * DAY_MS);
+        let bill = format!(
+            "BilledCost,BillingAccountId,BillingCurrency,BillingPeriodStart,ChargeCategory,ChargePeriodEnd,ChargePeriodStart,EffectiveCost,ListCost,ServiceProviderName,ResourceId,x_InstanceType\n\
+             98.32,acct,USD,{p},Usage,{e},{s},98.32,98.32,AWS,i-0c1c1c1c1c1c1c1c1,p4d.24xlarge\n",
+            p = rfc3339(month),
+            s = rfc3339(month + HOUR_MS),
+            e = rfc3339(month + 4 * HOUR_MS),
+        );
+        crate::billing::import_focus(s, "old.csv", bill.into_bytes(), now_ms())
+            .await
+            .unwrap();
+        let card = crate::billing::ratecard::RateCard::default_card();
+        crate::rollup::run(s, &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
+        let label = chrono::DateTime::from_timestamp_millis(month)
+            .unwrap()
+            .format("%Y-%m")
+            .to_string();
+        let key = crate::sections::key(
+            &gpuledger_core::scope::EVERY_TEAM,
+            &crate::config::OwnerSchema::default(),
+        );
+        let kept = || async {
+            store::sections::section_snapshot(s.db(), "type-costs", &key, month, next)
+                .await
+                .unwrap()
+        };
+        assert!(kept().await.is_none(), "{b}");
+        // The week's shape, the purchase mix and scale-to-zero: what the kept sections feed.
+        let buying = |page: &str| {
+            let from = page.find("id=\"shape\"").unwrap_or(0);
+            let to = page.find("id=\"scale-to-zero\"").unwrap_or(from);
+            page[from..to].to_owned()
+        };
+        let (status, first) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(
+            buying(&first).contains("p4d.24xlarge"),
+            "{b}: {}",
+            buying(&first)
+        );
+        assert!(kept().await.is_some(), "{b}: kept on the first view");
+        let (_, second) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
+        assert_eq!(second, first, "{b}: read back as computed");
+
+        crate::rollup::rebuild(
+            s,
+            &card,
+            &Default::default(),
+            month,
+            next,
+            crate::closing::ClosePolicy::default(),
+            Some("a corrected bill"),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+        assert!(kept().await.is_none(), "{b}: restated, read again");
+    }
+}

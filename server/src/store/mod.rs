@@ -28,6 +28,7 @@ pub mod read_tokens;
 pub mod recommendations;
 mod report_rows;
 pub mod rollups;
+pub mod sections;
 mod sqlite;
 pub mod telemetry;
 #[cfg(test)]

@@ -450,6 +450,12 @@ pub async fn replace_rollups(
             .bind(day + DAY_MS)
             .execute(&mut *tx)
             .await?;
+            // So were a closed month's sections kept as computed.
+            sqlx::query("DELETE FROM section_snapshots WHERE from_ms < $2 AND to_ms > $1")
+                .bind(day)
+                .bind(day + DAY_MS)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
                 .bind(day)
                 .execute(&mut *tx)

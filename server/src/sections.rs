@@ -1,0 +1,166 @@
+//! Sections of a closed month's pages kept as first computed. A closed month's figures are
+//! final: summing a month of a whole fleet's hourly rollups again for every view (the week's
+//! shape, the scale-to-zero windows) would only give the same answer slower. They change only
+//! when the roll-up rewrites hours of the month (a restatement, or a month attributed for the
+//! first time), which deletes the sections over those hours in the same transaction; a
+//! restatement deletes its months' sections once more when it is done, so that a view computed
+//! while it ran is not kept. The month under way is always read live.
+
+use std::future::Future;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::config::OwnerSchema;
+use crate::store::{self, Store, StoreError};
+use gpuledger_core::scope::Scope;
+
+/// For whom a section is kept: the viewer's scope and the owner dimensions it was grouped by,
+/// as a short digest (a config change reads the month again rather than an old grouping).
+pub fn key(scope: &Scope, schema: &OwnerSchema) -> String {
+    let digest = Sha256::digest(format!("{scope:?}\n{schema:?}").as_bytes());
+    digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
+}
+
+/// `compute`'s answer for `section` over `[from_ms, to_ms)`: the one kept when `closed`, else
+/// computed (and kept, when `closed`).
+pub async fn kept<T, F>(
+    store: &dyn Store,
+    (section, key): (&str, &str),
+    (from_ms, to_ms): (i64, i64),
+    closed: bool,
+    now_ms: i64,
+    compute: F,
+) -> Result<T, StoreError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T, StoreError>>,
+{
+    if !closed {
+        return compute.await;
+    }
+    if let Some(body) =
+        store::sections::section_snapshot(store.db(), section, key, from_ms, to_ms).await?
+    {
+        match serde_json::from_str(&body) {
+            Ok(kept) => return Ok(kept),
+            // Written by another version: compute again and overwrite.
+            Err(e) => tracing::warn!(section, error = %e, "kept section unreadable"),
+        }
+    }
+    let value = compute.await?;
+    match serde_json::to_string(&value) {
+        Ok(body) => {
+            store::sections::put_section_snapshot(
+                store.db(),
+                (section, key),
+                (from_ms, to_ms),
+                now_ms,
+                &body,
+            )
+            .await?
+        }
+        Err(e) => tracing::warn!(section, error = %e, "section not kept"),
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support;
+    use gpuledger_core::time::{DAY_MS, HOUR_MS};
+
+    /// 2026-10-01 00:00 UTC, a month long closed at [`NOW`].
+    const OCTOBER: i64 = 1_790_812_800_000;
+    const NOW: i64 = OCTOBER + 60 * DAY_MS;
+
+    async fn shape(store: &dyn Store, key: &str, closed: bool, answer: u32) -> Vec<u32> {
+        kept(
+            store,
+            ("shape", key),
+            (OCTOBER, OCTOBER + 31 * DAY_MS),
+            closed,
+            NOW,
+            async move { Ok::<_, StoreError>(vec![answer]) },
+        )
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_closed_months_section_is_kept_until_the_roll_up_rewrites_one_of_its_hours() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            assert_eq!(shape(s, "all", true, 1).await, [1], "{b}");
+            assert_eq!(shape(s, "all", true, 2).await, [1], "{b}: kept");
+            assert_eq!(
+                shape(s, "team-a", true, 3).await,
+                [3],
+                "{b}: another viewer's"
+            );
+            assert_eq!(
+                shape(s, "all", false, 4).await,
+                [4],
+                "{b}: an open month is live"
+            );
+
+            // Late data for one hour of the month: the roll-up rewrites its day.
+            store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 40 * HOUR_MS])
+                .await
+                .unwrap();
+            crate::rollup::run(
+                s,
+                &crate::billing::ratecard::RateCard::default_card(),
+                &Default::default(),
+                usize::MAX,
+            )
+            .await
+            .unwrap();
+            assert_eq!(shape(s, "all", true, 5).await, [5], "{b}: read again");
+            assert_eq!(shape(s, "all", true, 6).await, [5], "{b}: and kept");
+
+            // An hour of another month leaves it alone.
+            store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 40 * DAY_MS])
+                .await
+                .unwrap();
+            crate::rollup::run(
+                s,
+                &crate::billing::ratecard::RateCard::default_card(),
+                &Default::default(),
+                usize::MAX,
+            )
+            .await
+            .unwrap();
+            assert_eq!(shape(s, "all", true, 7).await, [5], "{b}");
+
+            // What another version wrote and this one cannot read is computed again.
+            store::sections::put_section_snapshot(
+                s.db(),
+                ("shape", "all"),
+                (OCTOBER, OCTOBER + 31 * DAY_MS),
+                NOW,
+                "{\"not\": \"a list\"}",
+            )
+            .await
+            .unwrap();
+            assert_eq!(shape(s, "all", true, 8).await, [8], "{b}");
+        }
+    }
+
+    #[test]
+    fn the_key_tells_viewers_and_owner_dimensions_apart() {
+        let schema = OwnerSchema::default();
+        let team = Scope::teams(["search"]).unwrap();
+        assert_eq!(
+            key(&Scope::all(), &schema),
+            key(&Scope::all(), &schema.clone())
+        );
+        assert_ne!(key(&Scope::all(), &schema), key(&team, &schema));
+        let more: OwnerSchema =
+            toml::from_str(r#"cost_center = { from = ["label:cost_center"] }"#).unwrap();
+        assert_ne!(key(&Scope::all(), &schema), key(&Scope::all(), &more));
+    }
+}
