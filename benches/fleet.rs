@@ -566,7 +566,7 @@ async fn raw_inserts(db: &Db, reports_per_agent: i64) -> Result<f64> {
                         let mut q = sqlx::QueryBuilder::<$db>::new(
                             "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms,
                                 process_name, memory_used_max_bytes, sm_util_avg, labels_json,
-                                container_id, pod_uid) ",
+                                container_id, pod_uid, host_id) ",
                         );
                         q.push_values(procs, |mut b, (g, p)| {
                             b.push_bind(g.uuid.clone())
@@ -578,7 +578,8 @@ async fn raw_inserts(db: &Db, reports_per_agent: i64) -> Result<f64> {
                                 .push_bind(p.sm_util_avg)
                                 .push_bind(serde_json::to_string(&p.labels).unwrap_or_default())
                                 .push_bind(p.container_id.clone())
-                                .push_bind(p.pod_uid.clone());
+                                .push_bind(p.pod_uid.clone())
+                                .push_bind(999_999i64);
                         });
                         q.build().execute(&mut *tx).await?;
                         tx.commit().await?;
@@ -825,9 +826,10 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
             }
             if i == 0 && name.starts_with("review") {
                 // The month's first view computes its recommendations from the rollups and
-                // stores them; later views read them back.
+                // stores them, and keeps the closed month's shape and scale-to-zero sections;
+                // later views read them back. What a view of a month still open costs.
                 println!(
-                    "  {:<26} {:>7.1} ms  (computes the recommendations)",
+                    "  {:<26} {:>7.1} ms  (computes the recommendations and the closed month's kept sections)",
                     "first review view",
                     started.elapsed().as_secs_f64() * 1e3
                 );
@@ -882,11 +884,12 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
     let process_rows = format!(
         "WITH RECURSIVE {g}, {w}
          INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-             memory_used_max_bytes, sm_util_avg, labels_json)
+             memory_used_max_bytes, sm_util_avg, labels_json, host_id)
          SELECT 'GPU-bench-' || g.i, $3 + w.i * $4, 1000 + g.i % 8, $3 + (w.i + 1) * $4, 'python3',
              42949672960, 70.0,
              '{{\"experiment\":\"run-' || (g.i / 8) || '\",\"model\":\"model-' || (g.i % 17)
-                 || '\",\"team\":\"team-' || ((g.i / 8) % 12) || '\"}}'
+                 || '\",\"team\":\"team-' || ((g.i / 8) % 12) || '\"}}',
+             g.i / 8 + 1
          FROM g CROSS JOIN w
          WHERE g.i % 10 <> 8 AND ((w.i * $4) / $5) % 24 NOT IN (2, 3)
          ORDER BY w.i, g.i",
@@ -930,13 +933,53 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
         bail!("gpuledger-server rollup failed");
     }
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
+    let gpu_days = (gpus * o.attribution_hours) as f64 / 24.0;
     println!(
-        "  gpuledger-server rollup: {wall:.1} s wall, {:.1} s CPU, {:.0} GPU windows/s, peak RSS {:.0} MiB ({hour_rows} hourly rows written)",
+        "  gpuledger-server rollup: {wall:.1} s wall, {:.1} s CPU ({:.3} CPU s per GPU-day), {:.0} GPU windows/s, peak RSS {:.0} MiB ({hour_rows} hourly rows written)",
         usage.cpu_s,
+        usage.cpu_s / gpu_days,
         windows as f64 / wall,
         usage.max_rss_mib
     );
+    // What a GPU-day costs the database to keep, table by table (indexes included): the raw
+    // windows for the retention, the rollups for as long as the ledger is kept.
+    println!("  storage per GPU-day ({gpu_days:.0} GPU-days):");
+    for table in [
+        "gpu_windows",
+        "process_windows",
+        "rollup_hours",
+        "rollup_days",
+        "rollup_host_hours",
+        "rollup_host_days",
+        "rollup_usage_days",
+    ] {
+        let rows = count(&db, &format!("SELECT COUNT(*) FROM {table}")).await?;
+        let bytes = table_bytes(&db, table).await?;
+        println!(
+            "    {table:<18} {:>9.1} rows  {:>9.0} bytes  ({:.0} bytes a row)",
+            rows as f64 / gpu_days,
+            bytes as f64 / gpu_days,
+            bytes as f64 / rows.max(1) as f64
+        );
+    }
     Ok(())
+}
+
+/// What `table` takes on disk with its indexes: PostgreSQL's total relation size (TOAST
+/// included), SQLite's pages of the table and its indexes (`dbstat`).
+async fn table_bytes(db: &Db, table: &str) -> Result<i64> {
+    if db.backend == "postgres" {
+        count(db, &format!("SELECT pg_total_relation_size('{table}')")).await
+    } else {
+        count(
+            db,
+            &format!(
+                "SELECT COALESCE(SUM(d.pgsize), 0) FROM dbstat d
+                 JOIN sqlite_master m ON m.name = d.name WHERE m.tbl_name = '{table}'"
+            ),
+        )
+        .await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

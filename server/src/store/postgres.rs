@@ -126,10 +126,10 @@ async fn ingest_report(
          ), pw AS (
             INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
-                user_name)
+                user_name, host_id)
             SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
                 u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
-                u.pod_uid, u.user_name
+                u.pod_uid, u.user_name, b.host_id
             FROM b, UNNEST($28::text[], $29::int8[], $30::int8[], $31::int8[], $32::text[],
                            $33::int8[], $34::float8[], $35::text[], $36::text[],
                            $37::text[], $46::text[])

@@ -122,7 +122,7 @@ async fn insert_report_rows(
         let mut q = sqlx::QueryBuilder::<Sqlite>::new(
             "INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
-                user_name) ",
+                user_name, host_id) ",
         );
         q.push_values(chunk, |mut b, &i| {
             b.push_bind(&p.gpu_uuid[i])
@@ -135,7 +135,8 @@ async fn insert_report_rows(
                 .push_bind(&p.labels_json[i])
                 .push_bind(&p.container_id[i])
                 .push_bind(&p.pod_uid[i])
-                .push_bind(&p.user_name[i]);
+                .push_bind(&p.user_name[i])
+                .push_bind(host_id);
         });
         q.push(" ON CONFLICT DO NOTHING");
         inserted += q.build().execute(&mut **tx).await?.rows_affected();

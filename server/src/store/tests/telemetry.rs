@@ -240,6 +240,20 @@ async fn a_large_report_is_stored_whole_in_bulk_statements() {
             640,
             "{b}"
         );
+        // Every process window carries its host, as its GPU window does (docs/scale.md).
+        let mut conn = store.db().read().await.unwrap();
+        let hosts: Vec<(Option<i64>, i64)> = crate::store::db::on_backend!(conn, |ex| {
+            sqlx::query_as(
+                "SELECT p.host_id, g.host_id FROM process_windows p
+                 JOIN gpu_windows g ON g.gpu_uuid = p.gpu_uuid AND g.start_ms = p.start_ms",
+            )
+            .fetch_all(&mut *ex)
+            .await
+            .unwrap()
+        });
+        drop(conn);
+        assert_eq!(hosts.len(), 640, "{b}");
+        assert!(hosts.iter().all(|(p, g)| *p == Some(*g)), "{b}: {hosts:?}");
         let fleet = crate::store::telemetry::fleet(store.db()).await.unwrap();
         assert_eq!(fleet.len(), 8, "{b}");
         assert!(
