@@ -620,8 +620,6 @@ pub async fn rebuild(
     let open = run_open_months(store, card, rules, usize::MAX, close.open_from(now_ms)).await?;
     summary.hours += open.hours;
     summary.rows += open.rows;
-    // A closed month's sections a page kept while this ran were drawn from hours half redone.
-    store::sections::delete_section_snapshots(store.db(), hour_floor(from_ms), to_ms).await?;
     let mut restated = Vec::new();
     if let Some(reason) = reason {
         for (m, before_json) in closed.iter().zip(before) {
@@ -681,7 +679,6 @@ pub async fn attribute_new_closed_months(
             (month, next),
         )
         .await?;
-        store::sections::delete_section_snapshots(store.db(), month, next).await?;
         let after_json = team_totals(store, &rules.owners, month, next).await?;
         if after_json == "{}" {
             continue; // the marks held nothing to attribute

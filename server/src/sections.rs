@@ -2,9 +2,10 @@
 //! final: summing a month of a whole fleet's hourly rollups again for every view (the week's
 //! shape, the scale-to-zero windows) would only give the same answer slower. They change only
 //! when the roll-up rewrites hours of the month (a restatement, or a month attributed for the
-//! first time), which deletes the sections over those hours in the same transaction; a
-//! restatement deletes its months' sections once more when it is done, so that a view computed
-//! while it ran is not kept. The month under way is always read live.
+//! first time), which counts a new generation of the month in the same transaction. A section
+//! is kept with the generation read before it was computed and served only while that is still
+//! the month's, so one computed while a roll-up ran (on any replica) is never served. The month
+//! under way is always read live.
 
 use std::future::Future;
 
@@ -23,8 +24,9 @@ pub fn key(scope: &Scope, schema: &OwnerSchema) -> String {
     digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
-/// `compute`'s answer for `section` over `[from_ms, to_ms)`: the one kept when `closed`, else
-/// computed (and kept, when `closed`).
+/// `compute`'s answer for `section` over the month `[from_ms, to_ms)`: the one kept when
+/// `closed`, else computed (and kept, when `closed`). Keeping it is best effort: a failed write
+/// still answers what was computed.
 pub async fn kept<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
@@ -40,8 +42,12 @@ where
     if !closed {
         return compute.await;
     }
+    let month = gpuledger_core::time::month_start_ms(from_ms);
+    // Read before the figures: a roll-up that commits while they are computed moves it on.
+    let generation = store::sections::rollup_generation(store.db(), month).await?;
     if let Some(body) =
-        store::sections::section_snapshot(store.db(), section, key, from_ms, to_ms).await?
+        store::sections::section_snapshot(store.db(), (section, key), (from_ms, to_ms), month)
+            .await?
     {
         match serde_json::from_str(&body) {
             Ok(kept) => return Ok(kept),
@@ -50,18 +56,21 @@ where
         }
     }
     let value = compute.await?;
-    match serde_json::to_string(&value) {
+    let kept = match serde_json::to_string(&value) {
         Ok(body) => {
             store::sections::put_section_snapshot(
                 store.db(),
                 (section, key),
                 (from_ms, to_ms),
-                now_ms,
+                (generation, now_ms),
                 &body,
             )
-            .await?
+            .await
         }
-        Err(e) => tracing::warn!(section, error = %e, "section not kept"),
+        Err(e) => Err(StoreError::Invalid(e.to_string())),
+    };
+    if let Err(e) = kept {
+        tracing::warn!(section, error = %e, "section not kept; computed again next view");
     }
     Ok(value)
 }
@@ -137,16 +146,53 @@ mod tests {
             assert_eq!(shape(s, "all", true, 7).await, [5], "{b}");
 
             // What another version wrote and this one cannot read is computed again.
+            let generation = store::sections::rollup_generation(s.db(), OCTOBER)
+                .await
+                .unwrap();
+            assert!(generation > 0, "{b}: the roll-up counted its rewrite");
             store::sections::put_section_snapshot(
                 s.db(),
                 ("shape", "all"),
                 (OCTOBER, OCTOBER + 31 * DAY_MS),
-                NOW,
+                (generation, NOW),
                 "{\"not\": \"a list\"}",
             )
             .await
             .unwrap();
             assert_eq!(shape(s, "all", true, 8).await, [8], "{b}");
+
+            // A roll-up that commits while a view computes: what that view computed is kept
+            // but never served, since it may hold the hours from before.
+            let racing = kept(
+                s,
+                ("shape", "racing"),
+                (OCTOBER, OCTOBER + 31 * DAY_MS),
+                true,
+                NOW,
+                async {
+                    store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 50 * HOUR_MS])
+                        .await
+                        .unwrap();
+                    crate::rollup::run(
+                        s,
+                        &crate::billing::ratecard::RateCard::default_card(),
+                        &Default::default(),
+                        usize::MAX,
+                    )
+                    .await
+                    .unwrap();
+                    Ok::<_, StoreError>(vec![9])
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(racing, [9], "{b}");
+            assert_eq!(
+                shape(s, "racing", true, 10).await,
+                [10],
+                "{b}: computed again"
+            );
+            assert_eq!(shape(s, "racing", true, 11).await, [10], "{b}: and kept");
         }
     }
 

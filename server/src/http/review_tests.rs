@@ -932,12 +932,18 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
             &gpuledger_core::scope::EVERY_TEAM,
             &crate::config::OwnerSchema::default(),
         );
-        let kept = || async {
-            store::sections::section_snapshot(s.db(), "type-costs", &key, month, next)
-                .await
-                .unwrap()
+        let kept = |section: &'static str| {
+            let key = key.clone();
+            async move {
+                store::sections::section_snapshot(s.db(), (section, &key), (month, next), month)
+                    .await
+                    .unwrap()
+            }
         };
-        assert!(kept().await.is_none(), "{b}");
+        let sections = ["shape", "scale-to-zero", "idle-history", "type-costs"];
+        for section in sections {
+            assert!(kept(section).await.is_none(), "{b}: {section}");
+        }
         // The week's shape, the purchase mix and scale-to-zero: what the kept sections feed.
         let buying = |page: &str| {
             let from = page.find("id=\"shape\"").unwrap_or(0);
@@ -951,9 +957,30 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
             "{b}: {}",
             buying(&first)
         );
-        assert!(kept().await.is_some(), "{b}: kept on the first view");
+        for section in sections {
+            assert!(
+                kept(section).await.is_some(),
+                "{b}: {section} kept on the first view"
+            );
+        }
         let (_, second) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
         assert_eq!(second, first, "{b}: read back as computed");
+        // The page reads what is kept: a kept shape changed by hand shows.
+        let shape = kept("shape").await.unwrap();
+        let generation = store::sections::rollup_generation(s.db(), month)
+            .await
+            .unwrap();
+        store::sections::put_section_snapshot(
+            s.db(),
+            ("shape", &key),
+            (month, next),
+            (generation, now_ms()),
+            &shape.replace("p4d.24xlarge", "p4d.kept"),
+        )
+        .await
+        .unwrap();
+        let (_, third) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
+        assert!(buying(&third).contains("p4d.kept"), "{b}");
 
         crate::rollup::rebuild(
             s,
@@ -967,6 +994,14 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
         )
         .await
         .unwrap();
-        assert!(kept().await.is_none(), "{b}: restated, read again");
+        for section in sections {
+            assert!(
+                kept(section).await.is_none(),
+                "{b}: {section} restated, read again"
+            );
+        }
+        let (_, fourth) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
+        assert!(buying(&fourth).contains("p4d.24xlarge"), "{b}");
+        assert!(!buying(&fourth).contains("p4d.kept"), "{b}");
     }
 }

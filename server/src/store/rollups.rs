@@ -450,7 +450,16 @@ pub async fn replace_rollups(
             .bind(day + DAY_MS)
             .execute(&mut *tx)
             .await?;
-            // So were a closed month's sections kept as computed.
+            // So were a closed month's sections kept as computed: the month's new generation
+            // retires them, and one a view is computing now; the old ones go.
+            sqlx::query(
+                "INSERT INTO rollup_generations (month_ms, generation) VALUES ($1, 1)
+                 ON CONFLICT (month_ms)
+                 DO UPDATE SET generation = rollup_generations.generation + 1",
+            )
+            .bind(gpuledger_core::time::month_start_ms(day))
+            .execute(&mut *tx)
+            .await?;
             sqlx::query("DELETE FROM section_snapshots WHERE from_ms < $2 AND to_ms > $1")
                 .bind(day)
                 .bind(day + DAY_MS)

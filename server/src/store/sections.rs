@@ -1,74 +1,76 @@
-//! Page sections of closed months, kept as computed ([`crate::sections`]).
+//! Page sections of closed months, kept as computed ([`crate::sections`]), and the count of
+//! each month's roll-up rewrites they are checked against.
 
 use super::db::{on_backend, On};
 use super::StoreError;
 
-/// The stored body of `section` for `key` over `[from_ms, to_ms)`, if any.
+/// How many times the roll-up has rewritten hours of the month starting at `month_ms` (0 for
+/// never): bumped in the same transaction as the rewrite.
+pub async fn rollup_generation(on: impl Into<On<'_>>, month_ms: i64) -> Result<i64, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT generation FROM rollup_generations WHERE month_ms = $1")
+                .bind(month_ms)
+                .fetch_optional(&mut *ex)
+                .await?;
+        Ok(found.unwrap_or(0))
+    })
+}
+
+/// The stored body of `section` for `key` over `[from_ms, to_ms)`, if it was drawn from the
+/// month's rollups as they are now (`month_ms`'s generation).
 pub async fn section_snapshot(
     on: impl Into<On<'_>>,
-    section: &str,
-    key: &str,
-    from_ms: i64,
-    to_ms: i64,
+    (section, key): (&str, &str),
+    (from_ms, to_ms): (i64, i64),
+    month_ms: i64,
 ) -> Result<Option<String>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_scalar(
             "SELECT body FROM section_snapshots
-             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4",
+             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4
+               AND generation = COALESCE(
+                   (SELECT generation FROM rollup_generations WHERE month_ms = $5), 0)",
         )
         .bind(section)
         .bind(key)
         .bind(from_ms)
         .bind(to_ms)
+        .bind(month_ms)
         .fetch_optional(&mut *ex)
         .await?)
     })
 }
 
-/// Stores (or replaces) a section's body.
+/// Stores (or replaces) a section's body, drawn from the rollups of `generation`.
 pub async fn put_section_snapshot(
     on: impl Into<On<'_>>,
     (section, key): (&str, &str),
     (from_ms, to_ms): (i64, i64),
-    computed_ms: i64,
+    (generation, computed_ms): (i64, i64),
     body: &str,
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
         sqlx::query(
-            "INSERT INTO section_snapshots (section, key, from_ms, to_ms, computed_ms, body)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO section_snapshots
+                (section, key, from_ms, to_ms, generation, computed_ms, body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (section, key, from_ms, to_ms)
-             DO UPDATE SET computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body",
+             DO UPDATE SET generation = EXCLUDED.generation,
+                           computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body",
         )
         .bind(section)
         .bind(key)
         .bind(from_ms)
         .bind(to_ms)
+        .bind(generation)
         .bind(computed_ms)
         .bind(body)
         .execute(&mut *ex)
         .await?;
         Ok(())
-    })
-}
-
-/// Deletes every section drawn from an hour of `[from_ms, to_ms)`.
-pub async fn delete_section_snapshots(
-    on: impl Into<On<'_>>,
-    from_ms: i64,
-    to_ms: i64,
-) -> Result<u64, StoreError> {
-    let mut conn = on.into().write().await?;
-    on_backend!(conn, |ex| {
-        Ok(
-            sqlx::query("DELETE FROM section_snapshots WHERE from_ms < $2 AND to_ms > $1")
-                .bind(from_ms)
-                .bind(to_ms)
-                .execute(&mut *ex)
-                .await?
-                .rows_affected(),
-        )
     })
 }
