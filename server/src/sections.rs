@@ -85,6 +85,21 @@ mod tests {
     const OCTOBER: i64 = 1_790_812_800_000;
     const NOW: i64 = OCTOBER + 60 * DAY_MS;
 
+    /// Late data for `hour`: the roll-up attributes it again.
+    async fn roll_up(store: &dyn Store, hour: i64) {
+        store::rollups::mark_dirty_hours(store.db(), &[hour])
+            .await
+            .unwrap();
+        crate::rollup::run(
+            store,
+            &crate::billing::ratecard::RateCard::default_card(),
+            &Default::default(),
+            usize::MAX,
+        )
+        .await
+        .unwrap();
+    }
+
     async fn shape(store: &dyn Store, key: &str, closed: bool, answer: u32) -> Vec<u32> {
         kept(
             store,
@@ -117,32 +132,12 @@ mod tests {
             );
 
             // Late data for one hour of the month: the roll-up rewrites its day.
-            store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 40 * HOUR_MS])
-                .await
-                .unwrap();
-            crate::rollup::run(
-                s,
-                &crate::billing::ratecard::RateCard::default_card(),
-                &Default::default(),
-                usize::MAX,
-            )
-            .await
-            .unwrap();
+            roll_up(s, OCTOBER + 40 * HOUR_MS).await;
             assert_eq!(shape(s, "all", true, 5).await, [5], "{b}: read again");
             assert_eq!(shape(s, "all", true, 6).await, [5], "{b}: and kept");
 
             // An hour of another month leaves it alone.
-            store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 40 * DAY_MS])
-                .await
-                .unwrap();
-            crate::rollup::run(
-                s,
-                &crate::billing::ratecard::RateCard::default_card(),
-                &Default::default(),
-                usize::MAX,
-            )
-            .await
-            .unwrap();
+            roll_up(s, OCTOBER + 40 * DAY_MS).await;
             assert_eq!(shape(s, "all", true, 7).await, [5], "{b}");
 
             // What another version wrote and this one cannot read is computed again.
@@ -170,17 +165,7 @@ mod tests {
                 true,
                 NOW,
                 async {
-                    store::rollups::mark_dirty_hours(s.db(), &[OCTOBER + 50 * HOUR_MS])
-                        .await
-                        .unwrap();
-                    crate::rollup::run(
-                        s,
-                        &crate::billing::ratecard::RateCard::default_card(),
-                        &Default::default(),
-                        usize::MAX,
-                    )
-                    .await
-                    .unwrap();
+                    roll_up(s, OCTOBER + 50 * HOUR_MS).await;
                     Ok::<_, StoreError>(vec![9])
                 },
             )
