@@ -113,6 +113,13 @@ impl Metrics {
         }
     }
 
+    /// Exposes the store's ingest group counters beside this process's own.
+    pub fn register_ingest_groups(&self, counters: &crate::store::GroupCounters) {
+        let _ = self.registry.register(Box::new(counters.groups.clone()));
+        let _ = self.registry.register(Box::new(counters.reports.clone()));
+        let _ = self.registry.register(Box::new(counters.alone.clone()));
+    }
+
     /// Counts the stored report's process windows that carry an `owner_unknown`.
     pub fn count_owners_unknown(&self, report: &gpuledger_proto::Report) {
         let causes = report

@@ -84,9 +84,11 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>) -> Self {
+        let metrics = Metrics::new();
+        metrics.register_ingest_groups(store.ingest_groups());
         AppState {
             store,
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(metrics),
             limits: Limits::default(),
             max_body_bytes: 4 * 1024 * 1024,
             rate_card: Arc::new(RateCard::default_card()),

@@ -21,6 +21,8 @@ pub mod budgets;
 pub mod closing;
 pub mod db;
 pub mod exports;
+mod group_commit;
+pub use group_commit::GroupCounters;
 pub mod jobs;
 pub mod ledger;
 mod postgres;
@@ -217,6 +219,9 @@ pub trait Store: Send + Sync {
     fn db(&self) -> &Db;
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// This replica's ingest groups so far (see `group_commit`).
+    fn ingest_groups(&self) -> &GroupCounters;
+
     /// Stores a validated report in one transaction, at most once per batch id.
     async fn ingest(
         &self,
@@ -325,6 +330,10 @@ pub(crate) use host_columns_sql;
 /// nothing is written and the caller finds out why (`ingest_refusal_sql`). `$8` is now.
 macro_rules! host_on_conflict_sql {
     () => {
+        $crate::store::host_on_conflict_sql!("$8")
+    };
+    // `$now`: where the statement has now, when not in `$8`.
+    ($now:literal) => {
         concat!(
             "ON CONFLICT (cluster, hostname) DO UPDATE SET
             provider = COALESCE(excluded.provider, hosts.provider),
@@ -341,7 +350,7 @@ macro_rules! host_on_conflict_sql {
             token_id = excluded.token_id
          WHERE (hosts.token_id IS NULL OR hosts.token_id = excluded.token_id
                 OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = hosts.token_id AND ",
-            $crate::store::token_active_sql!("t", "$8"),
+            $crate::store::token_active_sql!("t", $now),
             "))"
         )
     };
@@ -414,9 +423,8 @@ macro_rules! serving_on_conflict_sql {
 }
 pub(crate) use serving_on_conflict_sql;
 
-/// The whole `Store` impl for a backend type with a `pool` field and a `write_guard()`: every
-/// method forwards to the shared SQL; writes first take the backend's write guard (SQLite
-/// serialises writers; PostgreSQL needs none).
+/// The whole `Store` impl for a backend type with a `pool`, its `db` and the `group` of ingest
+/// writers (SQLite's take the one writer's turn; PostgreSQL's need none).
 macro_rules! store_impl {
     ($store:ty, $name:literal) => {
         #[async_trait::async_trait]
@@ -431,6 +439,9 @@ macro_rules! store_impl {
                 sqlx::query("SELECT 1").execute(&self.pool).await?;
                 Ok(())
             }
+            fn ingest_groups(&self) -> &$crate::store::GroupCounters {
+                &self.group.counters
+            }
             async fn ingest(
                 &self,
                 report: &gpuledger_proto::Report,
@@ -438,11 +449,18 @@ macro_rules! store_impl {
                 agent: $crate::store::AgentStatus,
                 now_ms: i64,
             ) -> Result<$crate::store::IngestOutcome, $crate::store::StoreError> {
-                let digest = $crate::store::report_rows::content_sha256(report)?;
-                let _writer = self.write_guard().await;
-                // Each backend stores a report its own way (see ingest_report in its module),
-                // all of it or (a repeat, a refusal) none of it.
-                ingest_report(&self.pool, report, token_id, &digest, agent, now_ms).await
+                let content_sha256 = $crate::store::report_rows::content_sha256(report)?;
+                // Written with the reports queued beside it (see group_commit), each backend its
+                // own way: all of a report or (a repeat, a refusal) none of it.
+                self.group
+                    .ingest($crate::store::group_commit::Job {
+                        report: std::sync::Arc::new(report.clone()),
+                        token_id,
+                        content_sha256,
+                        agent,
+                        now_ms,
+                    })
+                    .await
             }
         }
     };

@@ -1,13 +1,15 @@
 //! PostgreSQL: the production backend, shared by several server replicas. Nothing here assumes
 //! this process is the only writer: idempotency rests on the database's unique keys.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Pool, Postgres};
 
+use super::group_commit::{GroupCommit, Job, Written};
 use super::tokens::{ingest_refusal, window_conflict};
-use super::{store_impl, Db, Dialect, StoreError};
+use super::{store_impl, Db, Dialect, IngestOutcome, StoreError};
 
 impl Dialect for Postgres {
     /// Set for the roll-up's reads of a group of hosts. Parallel workers would take the cores that
@@ -29,7 +31,12 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 pub struct PostgresStore {
     pool: Pool<Postgres>,
     db: Db,
+    group: GroupCommit,
 }
+
+/// Ingest writers per replica: enough that one slow group does not hold up the next, few enough
+/// that groups stay large under load and leave the pool to pages and jobs.
+const INGEST_WRITERS: usize = 2;
 
 impl PostgresStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -42,85 +49,224 @@ impl PostgresStore {
             .await?;
         // sqlx's migrator takes an advisory lock, so replicas starting together migrate once.
         MIGRATOR.run(&pool).await?;
+        let group = {
+            let pool = pool.clone();
+            GroupCommit::start(INGEST_WRITERS, move |jobs| {
+                let pool = pool.clone();
+                async move { ingest_group(&pool, jobs).await }
+            })
+        };
         Ok(PostgresStore {
             db: Db::Postgres { pool: pool.clone() },
             pool,
+            group,
         })
     }
 }
 
 store_impl!(PostgresStore, "postgres");
 
-impl PostgresStore {
-    /// PostgreSQL takes concurrent writers, from this replica and others alike.
-    async fn write_guard(&self) {}
+/// A report written alone, in [`ingest_together`]'s statement (one statement is one
+/// transaction, so no BEGIN or COMMIT either). When it stores nothing, the report is a repeat or
+/// refused and `ingest_refusal` says which; a window another batch already stored makes the
+/// `guard` CTE violate `ingest_window_already_stored`, which undoes the whole statement, and only
+/// then is the stored window looked up, to name it.
+async fn ingest_report(pool: &Pool<Postgres>, job: &Job) -> Result<IngestOutcome, StoreError> {
+    let report = job.report.as_ref();
+    match ingest_together(pool, &[job]).await {
+        Ok(stored) if !stored.is_empty() => Ok(IngestOutcome::Stored),
+        Ok(_) => {
+            let mut conn = pool.acquire().await?;
+            ingest_refusal(
+                &mut *conn,
+                report,
+                job.token_id,
+                &job.content_sha256,
+                job.now_ms,
+            )
+            .await?
+            .ok_or_else(|| {
+                // Only a race leaves nothing to name: another token took the host or a GPU
+                // between the statement and the look-up, and has since lost it. The agent
+                // retries.
+                StoreError::Invalid("the report was neither stored nor refused; retry".into())
+            })
+        }
+        Err(StoreError::Database(sqlx::Error::Database(e)))
+            if e.constraint() == Some(WINDOW_GUARD) =>
+        {
+            let mut conn = pool.acquire().await?;
+            match window_conflict(&mut *conn, report).await? {
+                Some(refusal) => Ok(IngestOutcome::Refused(refusal)),
+                None => Err(StoreError::Invalid(
+                    "a process window of this report was already stored".into(),
+                )),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
-/// A report in one statement: data-modifying CTEs upsert the host, claim the batch id and,
-/// only if the claim succeeded, insert every window from column arrays (`UNNEST`), record GPUs
-/// that are new or changed and mark the hours to roll up. One statement is one transaction, so no
-/// BEGIN or COMMIT either: one round trip instead of one per table and two more, since on a busy
-/// server PostgreSQL's per-statement work is what ingest spends its CPU on.
+/// The constraint the ingest statement violates when a window was already stored.
+const WINDOW_GUARD: &str = "ingest_window_already_stored";
+
+/// A group of reports (see `group_commit`): as many as possible in one statement, the rest each
+/// alone. Each is answered as if written alone: the ones the group statement did not store (a
+/// repeat, a refusal, a window stored before) go through [`ingest_report`], which says why; and
+/// if the group statement fails as a whole, nothing of it was stored and every report goes alone.
 ///
-/// The host is written only when the batch id is new, none of the report's GPUs sits on a host
-/// of another active token, and the host itself is this token's (or free): otherwise nothing is
-/// written and `ingest_refusal_sql` says why, a repeat or a refusal. A window another batch
-/// already stored makes the `guard` CTE violate `ingest_window_already_stored`, which undoes the
-/// whole statement; only then is the stored window looked up, to name it.
-async fn ingest_report(
-    pool: &Pool<Postgres>,
-    report: &gpuledger_proto::Report,
-    token_id: i64,
-    content_sha256: &str,
-    agent: super::AgentStatus,
-    now_ms: i64,
-) -> Result<super::IngestOutcome, StoreError> {
-    let rows = super::report_rows::ReportRows::of(report)?;
-    let (g, p, l) = (&rows.gpus, &rows.processes, &rows.identities);
+/// The statement takes at most one report per host, batch id and GPU: its joins map rows back to
+/// their report by host and batch id, and a host, GPU or window row may be written once per
+/// statement. A report that repeats one of them is written alone after the group. Reports are
+/// taken in host order, so concurrent groups (of this replica's writers or of others) lock host
+/// rows in one order.
+async fn ingest_group(pool: &Pool<Postgres>, jobs: Vec<Job>) -> Written {
+    let mut together: Vec<usize> = Vec::new();
+    if jobs.len() > 1 {
+        let (mut hosts, mut batches, mut gpus) = (HashSet::new(), HashSet::new(), HashSet::new());
+        for (place, job) in jobs.iter().enumerate() {
+            let r = &job.report;
+            let host = (r.host.cluster.as_str(), r.host.hostname.as_str());
+            let uuids: HashSet<&str> = r
+                .windows
+                .iter()
+                .flat_map(|w| &w.gpus)
+                .map(|g| g.uuid.as_str())
+                .collect();
+            if hosts.contains(&host)
+                || batches.contains(r.batch_id.as_str())
+                || !uuids.is_disjoint(&gpus)
+            {
+                continue;
+            }
+            hosts.insert(host);
+            batches.insert(r.batch_id.as_str());
+            gpus.extend(uuids);
+            together.push(place);
+        }
+        together.sort_by_key(|&place| {
+            let h = &jobs[place].report.host;
+            (h.cluster.as_str(), h.hostname.as_str())
+        });
+    }
+    let mut stored = HashSet::new();
+    if together.len() > 1 {
+        let group: Vec<&Job> = together.iter().map(|&place| &jobs[place]).collect();
+        match ingest_together(pool, &group).await {
+            Ok(written) => {
+                stored = written
+                    .into_iter()
+                    .filter_map(|r| together.get(usize::try_from(r).ok()?).copied())
+                    .collect();
+            }
+            // A window stored before: usual enough (an agent resending under a new batch id)
+            // that the single report's path names it.
+            Err(StoreError::Database(sqlx::Error::Database(e)))
+                if e.constraint() == Some(WINDOW_GUARD) => {}
+            Err(e) => tracing::warn!(
+                error = %e,
+                reports = group.len(),
+                "a group of reports could not be stored together; writing each alone"
+            ),
+        }
+    }
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut alone = 0;
+    for (place, job) in jobs.iter().enumerate() {
+        outcomes.push(if stored.contains(&place) {
+            Ok(IngestOutcome::Stored)
+        } else {
+            alone += usize::from(jobs.len() > 1);
+            ingest_report(pool, job).await
+        });
+    }
+    Written { outcomes, alone }
+}
+
+/// Reports in one statement, no two of one host, batch id or GPU (see [`ingest_group`]):
+/// data-modifying CTEs upsert each report's host, claim its batch id and, only if the claim
+/// succeeded, insert its windows from column arrays (`UNNEST`), record GPUs that are new or
+/// changed and mark the hours to roll up. Each row carries its report's place in `jobs` (`r`).
+/// A host is written only when the batch id is new, none of the report's GPUs sits on a host of
+/// another active token, and the host itself is this token's (or free): otherwise nothing of
+/// that report is written. The statement fails as a whole where a window was stored before
+/// (`guard`). Answers the places of the reports it stored.
+///
+/// One statement, not one per table, since on a busy server PostgreSQL's per-statement work is
+/// what ingest spends its CPU on; and, for a group, one for all its reports.
+async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64>, StoreError> {
+    let reports: Vec<&gpuledger_proto::Report> = jobs.iter().map(|j| j.report.as_ref()).collect();
+    let (rows, at) = super::report_rows::ReportRows::of_group(&reports)?;
+    let (g, p, l, sc) = (&rows.gpus, &rows.processes, &rows.identities, &rows.serving);
     let query = sqlx::query_as(concat!(
-        "WITH h AS (",
-        super::host_columns_sql!(),
-        "SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::int8,
-                $9::int8, $10::int8, $11::text, $12::text, $14::int8
-         WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = $13)
-           AND NOT EXISTS (
-               SELECT 1 FROM gpus x JOIN hosts y ON y.id = x.host_id
-               JOIN api_tokens t ON t.id = y.token_id
-               WHERE x.uuid = ANY($38::text[]) AND y.token_id <> $14 AND ",
-        super::token_active_sql!("t", "$8"),
-        ")
-         ",
-        super::host_on_conflict_sql!(),
+        "WITH rep AS (
+            SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                 $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
+                                 $11::int8[], $12::text[], $13::text[], $14::int8[], $15::text[],
+                                 $16::int8[], $17::text[], $18::int8[])
+              AS r(r, cluster, hostname, provider, instance_id, instance_type, region,
+                   agent_version, now_ms, spool_depth, spool_dropped, instance_key, lifecycle,
+                   token_id, batch_id, windows, content_sha256, window_rows)
+         ), ids AS (
+            SELECT * FROM UNNEST($19::int8[], $20::text[], $21::int8[], $22::text[],
+                                 $23::text[], $24::int8[])
+              AS u(r, uuid, gpu_index, name, parent_uuid, memory_total_bytes)
+         ), foreign_gpus AS (
+            -- Reports with a GPU on a host of another active token, found in one pass over the
+            -- group's GPUs (a correlated look-up would read them all once per report).
+            SELECT DISTINCT ids.r
+            FROM ids JOIN rep ON rep.r = ids.r JOIN gpus x ON x.uuid = ids.uuid
+            JOIN hosts y ON y.id = x.host_id JOIN api_tokens t ON t.id = y.token_id
+            WHERE y.token_id <> rep.token_id AND ",
+        super::token_active_sql!("t", "rep.now_ms"),
         "
-            RETURNING id
+         ), h AS (",
+        super::host_columns_sql!(),
+        "SELECT rep.cluster, rep.hostname, rep.provider, rep.instance_id, rep.instance_type,
+                rep.region, rep.agent_version, rep.now_ms, rep.spool_depth, rep.spool_dropped,
+                rep.instance_key, rep.lifecycle, rep.token_id
+         FROM rep
+         WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = rep.batch_id)
+           AND NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
+         ",
+        super::host_on_conflict_sql!("excluded.last_report_ms"),
+        "
+            RETURNING id, cluster, hostname
          ), b AS (
             INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows,
                                           content_sha256)
-            SELECT $13, h.id, $14, $8, $15, $44 FROM h
+            SELECT rep.batch_id, h.id, rep.token_id, rep.now_ms, rep.windows, rep.content_sha256
+            FROM rep JOIN h ON h.cluster = rep.cluster AND h.hostname = rep.hostname
+            -- h's conditions again: the join alone would take a report h left out.
+            WHERE NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
             ON CONFLICT DO NOTHING
-            RETURNING host_id
+            RETURNING batch_id, host_id
+         ), br AS (
+            SELECT rep.r, b.host_id, b.batch_id, rep.window_rows
+            FROM b JOIN rep ON rep.batch_id = b.batch_id
          ), gw AS (
             INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
                 memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
                 power_avg_watts, temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
                 mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
                 unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
-            SELECT u.gpu_uuid, u.start_ms, u.end_ms, b.host_id, $13, u.samples,
+            SELECT u.gpu_uuid, u.start_ms, u.end_ms, br.host_id, br.batch_id, u.samples,
                 u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
                 u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj,
                 u.util_histogram, u.mig_gpu_slices, u.mig_gpu_instance_id,
                 u.mig_instance_slices, u.mig_compute_slices, u.unseen_memory_bytes,
                 u.unseen_cause, u.fault_code, u.fault_detail
-            FROM b, UNNEST($16::text[], $17::int8[], $18::int8[], $19::int8[], $20::int8[],
-                           $21::int8[], $22::float8[], $23::float8[], $24::float8[],
-                           $25::float8[], $26::float8[], $27::int8[], $47::text[],
-                           $48::int8[], $49::int8[], $50::int8[], $51::int8[], $52::int8[],
-                           $53::text[], $54::text[], $55::text[])
-              AS u(gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
+            FROM UNNEST($25::int8[], $26::text[], $27::int8[], $28::int8[], $29::int8[],
+                        $30::int8[], $31::int8[], $32::float8[], $33::float8[], $34::float8[],
+                        $35::float8[], $36::float8[], $37::int8[], $38::text[], $39::int8[],
+                        $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::text[],
+                        $45::text[], $46::text[])
+              AS u(r, gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
                    temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
                    mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
                    unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
+            JOIN br ON br.r = u.r
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), pw AS (
@@ -129,58 +275,119 @@ async fn ingest_report(
                 user_name, host_id)
             SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
                 u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
-                u.pod_uid, u.user_name, b.host_id
-            FROM b, UNNEST($28::text[], $29::int8[], $30::int8[], $31::int8[], $32::text[],
-                           $33::int8[], $34::float8[], $35::text[], $36::text[],
-                           $37::text[], $46::text[])
-              AS u(gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
+                u.pod_uid, u.user_name, br.host_id
+            FROM UNNEST($47::int8[], $48::text[], $49::int8[], $50::int8[], $51::int8[],
+                        $52::text[], $53::int8[], $54::float8[], $55::text[], $56::text[],
+                        $57::text[], $58::text[])
+              AS u(r, gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
                    sm_util_avg, labels_json, container_id, pod_uid, user_name)
+            JOIN br ON br.r = u.r
             ON CONFLICT DO NOTHING
             RETURNING 1
          ), guard AS (
             INSERT INTO ingest_window_guard (windows_all_new)
             SELECT false
             WHERE (SELECT COUNT(*) FROM gw) + (SELECT COUNT(*) FROM pw)
-                  <> (SELECT COUNT(*) FROM b) * $45
+                  <> (SELECT COALESCE(SUM(window_rows), 0) FROM br)
          ), g AS (
             INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
-            SELECT u.uuid, b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes
-            FROM b, UNNEST($38::text[], $39::int8[], $40::text[], $41::text[], $42::int8[])
-              AS u(uuid, gpu_index, name, parent_uuid, memory_total_bytes)
-            -- The usual case, a GPU as it was, writes nothing (not even a row lock). A scalar
-            -- subquery, so that each GPU is one primary-key probe (as an anti-join the planner
-            -- scans the whole table).
+            SELECT ids.uuid, br.host_id, ids.gpu_index, ids.name, ids.parent_uuid,
+                   ids.memory_total_bytes
+            FROM ids JOIN br ON br.r = ids.r
+            -- As in the single report's statement: a GPU as it was writes nothing.
             WHERE (SELECT ROW(x.host_id, x.gpu_index, x.name, x.parent_uuid, x.memory_total_bytes)
-                   FROM gpus x WHERE x.uuid = u.uuid)
+                   FROM gpus x WHERE x.uuid = ids.uuid)
                   IS DISTINCT FROM
-                  ROW(b.host_id, u.gpu_index, u.name, u.parent_uuid, u.memory_total_bytes)
+                  ROW(br.host_id, ids.gpu_index, ids.name, ids.parent_uuid, ids.memory_total_bytes)
             ",
         super::gpu_identity_on_conflict_sql!(),
         "), d AS (
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
-            SELECT hr, b.host_id, 0 FROM b, UNNEST($43::int8[]) AS hr
+            SELECT u.hour_ms, br.host_id, 0
+            FROM UNNEST($59::int8[], $60::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
             ",
         super::dirty_mark_on_conflict_sql!(),
         "
          ), s AS (
             INSERT INTO serving_counts (host_id, endpoint, model, hour_ms, engine, requests,
                 input_tokens, output_tokens)
-            SELECT b.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
+            SELECT br.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
                 u.input_tokens, u.output_tokens
-            FROM b, UNNEST($56::text[], $57::text[], $58::int8[], $59::text[], $60::int8[],
-                           $61::int8[], $62::int8[])
-              AS u(endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
+            FROM UNNEST($61::int8[], $62::text[], $63::text[], $64::int8[], $65::text[],
+                        $66::int8[], $67::int8[], $68::int8[])
+              AS u(r, endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
+            JOIN br ON br.r = u.r
             ",
         super::serving_on_conflict_sql!(),
         "
          )
-         SELECT COUNT(*) FROM b"
+         SELECT r FROM br"
     ));
-    let sc = &rows.serving;
-    let stored: Result<(i64,), sqlx::Error> = super::bind_host!(query, report, agent, now_ms)
-        .bind(&report.batch_id)
-        .bind(token_id)
-        .bind(report.windows.len() as i64)
+    let each = |f: fn(&Job) -> Option<String>| jobs.iter().map(|j| f(j)).collect::<Vec<_>>();
+    let stored: Vec<(i64,)> = query
+        .bind((0..jobs.len() as i64).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.report.host.cluster.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.report.host.hostname.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(each(|j| j.report.host.provider.clone()))
+        .bind(each(|j| j.report.host.instance_id.clone()))
+        .bind(each(|j| j.report.host.instance_type.clone()))
+        .bind(each(|j| j.report.host.region.clone()))
+        .bind(
+            jobs.iter()
+                .map(|j| j.report.agent_version.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(jobs.iter().map(|j| j.now_ms).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.agent.spool_depth).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.agent.spool_dropped)
+                .collect::<Vec<_>>(),
+        )
+        .bind(each(|j| {
+            j.report
+                .host
+                .instance_id
+                .as_deref()
+                .map(gpuledger_core::bill::normalize_resource_id)
+        }))
+        .bind(each(|j| j.report.host.lifecycle.clone()))
+        .bind(jobs.iter().map(|j| j.token_id).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.report.batch_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.report.windows.len() as i64)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.content_sha256.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(&at.window_rows)
+        .bind(&at.identities)
+        .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())
+        .bind(l.iter().map(|x| x.name.as_str()).collect::<Vec<_>>())
+        .bind(
+            l.iter()
+                .map(|x| x.parent_uuid.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
+        .bind(&at.gpus)
         .bind(&g.uuid)
         .bind(&g.start_ms)
         .bind(&g.end_ms)
@@ -193,6 +400,16 @@ async fn ingest_report(
         .bind(&g.power_avg_watts)
         .bind(&g.temperature_max_c)
         .bind(&g.energy_mj)
+        .bind(&g.util_histogram)
+        .bind(&g.mig_gpu_slices)
+        .bind(&g.mig_gpu_instance_id)
+        .bind(&g.mig_instance_slices)
+        .bind(&g.mig_compute_slices)
+        .bind(&g.unseen_memory_bytes)
+        .bind(&g.unseen_cause)
+        .bind(&g.fault_code)
+        .bind(&g.fault_detail)
+        .bind(&at.processes)
         .bind(&p.gpu_uuid)
         .bind(&p.start_ms)
         .bind(&p.pid)
@@ -203,28 +420,10 @@ async fn ingest_report(
         .bind(&p.labels_json)
         .bind(&p.container_id)
         .bind(&p.pod_uid)
-        .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())
-        .bind(l.iter().map(|x| x.name.as_str()).collect::<Vec<_>>())
-        .bind(
-            l.iter()
-                .map(|x| x.parent_uuid.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(l.iter().map(|x| x.memory_total_bytes).collect::<Vec<_>>())
-        .bind(&rows.hours)
-        .bind(content_sha256)
-        .bind((g.uuid.len() + p.gpu_uuid.len()) as i64)
         .bind(&p.user_name)
-        .bind(&g.util_histogram)
-        .bind(&g.mig_gpu_slices)
-        .bind(&g.mig_gpu_instance_id)
-        .bind(&g.mig_instance_slices)
-        .bind(&g.mig_compute_slices)
-        .bind(&g.unseen_memory_bytes)
-        .bind(&g.unseen_cause)
-        .bind(&g.fault_code)
-        .bind(&g.fault_detail)
+        .bind(&at.hours)
+        .bind(&rows.hours)
+        .bind(&at.serving)
         .bind(&sc.endpoint)
         .bind(&sc.model)
         .bind(&sc.hour_ms)
@@ -232,33 +431,7 @@ async fn ingest_report(
         .bind(&sc.requests)
         .bind(&sc.input_tokens)
         .bind(&sc.output_tokens)
-        .fetch_one(pool)
-        .await;
-    let stored = match stored {
-        Ok((stored,)) => stored,
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some(WINDOW_GUARD) => {
-            let mut conn = pool.acquire().await?;
-            return match window_conflict(&mut *conn, report).await? {
-                Some(refusal) => Ok(super::IngestOutcome::Refused(refusal)),
-                None => Err(StoreError::Invalid(
-                    "a process window of this report was already stored".into(),
-                )),
-            };
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if stored > 0 {
-        return Ok(super::IngestOutcome::Stored);
-    }
-    let mut conn = pool.acquire().await?;
-    ingest_refusal(&mut *conn, report, token_id, content_sha256, now_ms)
-        .await?
-        .ok_or_else(|| {
-            // Only a race leaves nothing to name: another token took the host or a GPU between
-            // the statement and the look-up, and has since lost it. The agent retries.
-            StoreError::Invalid("the report was neither stored nor refused; retry".into())
-        })
+        .fetch_all(pool)
+        .await?;
+    Ok(stored.into_iter().map(|(r,)| r).collect())
 }
-
-/// The constraint the ingest statement violates when a window was already stored.
-const WINDOW_GUARD: &str = "ingest_window_already_stored";

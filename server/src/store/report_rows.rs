@@ -80,6 +80,16 @@ pub(crate) struct ServingColumns {
 }
 
 impl ServingColumns {
+    fn extend(&mut self, other: ServingColumns) {
+        self.endpoint.extend(other.endpoint);
+        self.model.extend(other.model);
+        self.hour_ms.extend(other.hour_ms);
+        self.engine.extend(other.engine);
+        self.requests.extend(other.requests);
+        self.input_tokens.extend(other.input_tokens);
+        self.output_tokens.extend(other.output_tokens);
+    }
+
     fn of(report: &Report) -> Self {
         type Counts = (String, Option<i64>, Option<i64>, Option<i64>);
         let add = |a: Option<i64>, b: Option<u64>| Some(a?.saturating_add(to_i64(b)?));
@@ -135,6 +145,46 @@ pub(crate) struct ReportRows {
 impl ReportRows {
     pub fn of(report: &Report) -> Result<Self, StoreError> {
         let mut rows = ReportRows::default();
+        rows.push(report)?;
+        Ok(rows)
+    }
+
+    /// Several reports' rows in one set of columns, each row tagged with its report's place in
+    /// `reports` (PostgreSQL's group-commit statement joins them back to their report).
+    pub fn of_group(reports: &[&Report]) -> Result<(Self, GroupIndex), StoreError> {
+        let mut rows = ReportRows::default();
+        let mut index = GroupIndex::default();
+        for (at, report) in reports.iter().enumerate() {
+            let before = rows.counts();
+            rows.push(report)?;
+            let after = rows.counts();
+            let at = at as i64;
+            let tag = |v: &mut Vec<i64>, from: usize, to: usize| v.extend((from..to).map(|_| at));
+            tag(&mut index.gpus, before.0, after.0);
+            tag(&mut index.processes, before.1, after.1);
+            tag(&mut index.identities, before.2, after.2);
+            tag(&mut index.hours, before.3, after.3);
+            tag(&mut index.serving, before.4, after.4);
+            index
+                .window_rows
+                .push((after.0 - before.0 + after.1 - before.1) as i64);
+        }
+        Ok((rows, index))
+    }
+
+    fn counts(&self) -> (usize, usize, usize, usize, usize) {
+        (
+            self.gpus.uuid.len(),
+            self.processes.gpu_uuid.len(),
+            self.identities.len(),
+            self.hours.len(),
+            self.serving.endpoint.len(),
+        )
+    }
+
+    /// Appends a report's rows. Identities and hours are each once per report.
+    fn push(&mut self, report: &Report) -> Result<(), StoreError> {
+        let rows = self;
         let mut identity_at: HashMap<&str, usize> = HashMap::new();
         for w in &report.windows {
             for g in &w.gpus {
@@ -211,16 +261,28 @@ impl ReportRows {
                 }
             }
         }
-        rows.hours = report
-            .windows
-            .iter()
-            .map(|w| gpuledger_core::time::hour_floor(w.start_ms))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        rows.serving = ServingColumns::of(report);
-        Ok(rows)
+        rows.hours.extend(
+            report
+                .windows
+                .iter()
+                .map(|w| gpuledger_core::time::hour_floor(w.start_ms))
+                .collect::<std::collections::BTreeSet<_>>(),
+        );
+        rows.serving.extend(ServingColumns::of(report));
+        Ok(())
     }
+}
+
+/// For each row of a group's [`ReportRows`], the place of its report in the group; and per
+/// report, how many window rows (GPU and process) it brings.
+#[derive(Debug, Default)]
+pub(crate) struct GroupIndex {
+    pub gpus: Vec<i64>,
+    pub processes: Vec<i64>,
+    pub identities: Vec<i64>,
+    pub hours: Vec<i64>,
+    pub serving: Vec<i64>,
+    pub window_rows: Vec<i64>,
 }
 
 /// What a retried batch must repeat exactly to be a duplicate: the SHA-256 of the report as

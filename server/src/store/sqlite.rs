@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Pool, Sqlite};
+use sqlx::{Connection, Pool, Sqlite};
 use tokio::sync::Mutex;
 
+use super::group_commit::{GroupCommit, Job, Written};
 use super::tokens::{ingest_refusal, window_conflict};
-use super::{store_impl, Db, Dialect, StoreError};
+use super::{store_impl, Db, Dialect, IngestOutcome, StoreError};
 
 impl Dialect for Sqlite {
     /// Nothing to set for the roll-up's reads (see the PostgreSQL store).
@@ -26,9 +27,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite"
 
 pub struct SqliteStore {
     pool: Pool<Sqlite>,
-    /// Shared with `db`, so writes through either take the same turn.
-    writer: Arc<Mutex<()>>,
     db: Db,
+    group: GroupCommit,
 }
 
 impl SqliteStore {
@@ -44,25 +44,93 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
+        // Shared with `db`, so writes through either take the same turn: SQLite allows one
+        // writer, and taking turns here is cheaper than meeting "database is locked".
         let writer = Arc::new(Mutex::new(()));
+        // One writer: SQLite writes one transaction at a time anyway.
+        let group = {
+            let (pool, writer) = (pool.clone(), writer.clone());
+            GroupCommit::start(1, move |jobs| {
+                let (pool, writer) = (pool.clone(), writer.clone());
+                async move { ingest_group(&pool, &writer, jobs).await }
+            })
+        };
         Ok(SqliteStore {
             db: Db::Sqlite {
                 pool: pool.clone(),
-                writer: writer.clone(),
+                writer,
             },
             pool,
-            writer,
+            group,
         })
     }
 }
 
 store_impl!(SqliteStore, "sqlite");
 
-impl SqliteStore {
-    /// SQLite allows one writer: take turns here rather than meet "database is locked".
-    async fn write_guard(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.writer.lock().await
+/// A group of reports in one transaction, each in its own savepoint, so that a repeat or a
+/// refusal undoes only its own rows; one commit (one write of the pages they share) for all.
+/// Should the transaction itself fail, each report is written alone and gets its own answer.
+async fn ingest_group(pool: &Pool<Sqlite>, writer: &Mutex<()>, jobs: Vec<Job>) -> Written {
+    let _turn = writer.lock().await;
+    if jobs.len() > 1 {
+        match ingest_together(pool, &jobs).await {
+            Ok(outcomes) => return Written { outcomes, alone: 0 },
+            Err(e) => tracing::warn!(
+                error = %e,
+                reports = jobs.len(),
+                "a group of reports could not be committed together; writing each alone"
+            ),
+        }
     }
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        outcomes.push(
+            ingest_report(
+                pool,
+                &job.report,
+                job.token_id,
+                &job.content_sha256,
+                job.agent,
+                job.now_ms,
+            )
+            .await,
+        );
+    }
+    Written {
+        alone: if jobs.len() > 1 { jobs.len() } else { 0 },
+        outcomes,
+    }
+}
+
+async fn ingest_together(
+    pool: &Pool<Sqlite>,
+    jobs: &[Job],
+) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
+    let mut tx = pool
+        .begin_with(crate::store::db::SQLITE_BEGIN_WRITE)
+        .await?;
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        // A savepoint: sqlx nests a transaction begun inside another.
+        let mut one = tx.begin().await?;
+        let outcome = ingest_report_tx(
+            &mut one,
+            &job.report,
+            job.token_id,
+            &job.content_sha256,
+            job.agent,
+            job.now_ms,
+        )
+        .await;
+        match outcome {
+            Ok(IngestOutcome::Stored) => one.commit().await?,
+            _ => one.rollback().await?,
+        }
+        outcomes.push(outcome);
+    }
+    tx.commit().await?;
+    Ok(outcomes)
 }
 
 /// Rows per multi-row `VALUES` statement: 23 columns each stays far below SQLite's limit of
@@ -70,7 +138,7 @@ impl SqliteStore {
 const ROWS_PER_STATEMENT: usize = 500;
 
 /// A report's windows as multi-row inserts. SQLite runs in-process, so round trips cost little;
-/// what counts is one transaction per report (the caller's) and few statements.
+/// what counts is few statements, and one transaction for a group of reports (the caller's).
 async fn insert_report_rows(
     tx: &mut sqlx::Transaction<'_, Sqlite>,
     host_id: i64,

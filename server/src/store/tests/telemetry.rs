@@ -750,3 +750,246 @@ async fn a_host_known_from_the_bill_is_added_once_and_marks_its_hours() {
         assert!(fleet.iter().all(|f| f.hostname != "i-0ghost"), "{b}");
     }
 }
+
+/// Reports sent at the same time are written as one group (one transaction on SQLite, one
+/// statement on PostgreSQL), and each still gets the answer it would get alone: stored, a
+/// repeat, or refused with its reason, with nothing of a refused report kept. Two reports of
+/// one host, and one batch sent twice, land in the same group too.
+#[tokio::test]
+async fn reports_sent_together_are_written_together_each_with_its_own_answer() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        let s = store.as_ref();
+        let status = AgentStatus::default();
+        let real = token_for(s, "rack-1", "hash-real", T0).await;
+        let rogue = token_for(s, "rogue", "hash-rogue", T0).await;
+        let now = T0 + 600_000;
+        let seed = report("seed", T0, 10.0);
+        assert_eq!(
+            s.ingest(&seed, real, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+        let mut theirs = report("rogue-1", T0, 10.0);
+        theirs.host.hostname = "rogue-host".into();
+        theirs.windows[0].gpus[0].uuid = "GPU-R".into();
+        assert_eq!(
+            s.ingest(&theirs, rogue, status, now).await.unwrap(),
+            IngestOutcome::Stored
+        );
+
+        let on_host = |batch: &str, host: &str, gpu: &str, start: i64| {
+            let mut r = report(batch, start, 50.0);
+            r.host.hostname = host.into();
+            r.windows[0].gpus[0].uuid = gpu.into();
+            r
+        };
+        // What each report should be answered, by batch id.
+        let mut sent: Vec<(Report, &str)> = (0..20)
+            .map(|i| {
+                let r = on_host(
+                    &format!("b-{i}"),
+                    &format!("h-{i}"),
+                    &format!("GPU-h{i}"),
+                    T0,
+                );
+                (r, "stored")
+            })
+            .collect();
+        sent.push((seed.clone(), "duplicate"));
+        sent.push((report("seed", T0, 99.0), "batch_reused"));
+        sent.push((report("next-1", T0 + 15_000, 20.0), "stored"));
+        sent.push((report("next-2", T0 + 30_000, 30.0), "stored"));
+        sent.push((
+            on_host("thief", "thief-host", "GPU-R", T0 + 15_000),
+            "gpu_of_another_token",
+        ));
+        // A window the seed stored, beside a new one: refused whole.
+        let mut overlap = report("overlap", T0, 10.0);
+        let mut later = overlap.windows[0].clone();
+        later.start_ms = T0 + 45_000;
+        later.end_ms = T0 + 60_000;
+        overlap.windows.push(later);
+        sent.push((overlap, "window_stored"));
+        let twice = on_host("twice", "h-twice", "GPU-twice", T0);
+        sent.push((twice.clone(), "stored or duplicate"));
+        sent.push((twice, "stored or duplicate"));
+
+        let counters = s.ingest_groups();
+        let (groups_before, reports_before) = (counters.groups.get(), counters.reports.get());
+        let mut tasks = Vec::new();
+        for (r, _) in &sent {
+            let (store, r) = (store.clone(), r.clone());
+            tasks.push(tokio::spawn(async move {
+                store.ingest(&r, real, status, now).await
+            }));
+        }
+        let mut twice_answers = Vec::new();
+        for (task, (r, expected)) in tasks.into_iter().zip(&sent) {
+            let answer = match task.await.unwrap().unwrap() {
+                IngestOutcome::Stored => "stored",
+                IngestOutcome::Duplicate => "duplicate",
+                IngestOutcome::Refused(refusal) => refusal.kind.reason(),
+            };
+            if *expected == "stored or duplicate" {
+                twice_answers.push(answer);
+            } else {
+                assert_eq!(answer, *expected, "{b}: batch {}", r.batch_id);
+            }
+        }
+        twice_answers.sort();
+        assert_eq!(twice_answers, ["duplicate", "stored"], "{b}");
+        let groups = counters.groups.get() - groups_before;
+        assert_eq!(
+            counters.reports.get() - reports_before,
+            sent.len() as u64,
+            "{b}"
+        );
+        assert!(
+            groups < sent.len() as u64,
+            "{b}: {} reports in {groups} groups",
+            sent.len()
+        );
+
+        // Exactly the stored reports' rows: the seed, the rogue's, 20 hosts, next-1 and next-2,
+        // and the twice-sent batch once; nothing of the overlap's new window.
+        let windows = crate::store::telemetry::gpu_windows(s.db(), T0, T0 + 120_000)
+            .await
+            .unwrap();
+        assert_eq!(windows.len(), 25, "{b}");
+        assert!(
+            !windows.iter().any(|w| w.start_ms == T0 + 45_000),
+            "{b}: a refused report keeps nothing"
+        );
+        let procs = crate::store::telemetry::process_windows(s.db(), T0, T0 + 120_000)
+            .await
+            .unwrap();
+        assert_eq!(procs.len(), 25, "{b}");
+        assert_eq!(
+            crate::store::telemetry::batch_count(s.db()).await.unwrap(),
+            25,
+            "{b}"
+        );
+        let hosts = crate::store::telemetry::hosts(s.db()).await.unwrap();
+        assert_eq!(
+            hosts.len(),
+            23,
+            "{b}: gpu-01, rogue-host, 20 hosts, h-twice"
+        );
+        let seeded = crate::store::telemetry::gpu_windows(s.db(), T0, T0 + 1)
+            .await
+            .unwrap();
+        assert!(
+            seeded
+                .iter()
+                .any(|w| w.gpu_uuid == "GPU-1" && w.util_avg == Some(10.0)),
+            "{b}: the seed's window is as it was"
+        );
+
+        // A burst of reports of distinct hosts is written together: the group takes the new
+        // ones and leaves a repeat and a refusal to be named on their own (PostgreSQL), or
+        // undoes them in their savepoints (SQLite).
+        let alone_before = counters.alone.get();
+        let groups_before = counters.groups.get();
+        let mut burst: Vec<(Report, &str)> = (0..20)
+            .map(|i| {
+                let r = on_host(
+                    &format!("c-{i}"),
+                    &format!("h-{i}"),
+                    &format!("GPU-h{i}"),
+                    T0 + 15_000,
+                );
+                (r, "stored")
+            })
+            .collect();
+        burst.push((
+            on_host("thief-2", "thief-2", "GPU-R", T0 + 30_000),
+            "gpu_of_another_token",
+        ));
+        burst.push((seed.clone(), "duplicate"));
+        // The rogue's GPU on one of this token's hosts that reports in the same burst, in
+        // another hour (so no roll-up mark is shared): refused, and the GPU stays the rogue's.
+        burst.push((
+            on_host("x-foreign", "h-5", "GPU-R", T0 + 3_600_000),
+            "gpu_of_another_token",
+        ));
+        // One batch id from two new hosts with other content: the first stored, the other
+        // refused, and its host not created.
+        burst.push((
+            on_host("shared", "s-1", "GPU-s1", T0),
+            "stored or batch_reused",
+        ));
+        burst.push((
+            on_host("shared", "s-2", "GPU-s2", T0),
+            "stored or batch_reused",
+        ));
+        // A report across two hours marks both.
+        let mut span = on_host("span", "h-span", "GPU-span", T0 + 3_585_000);
+        let mut next = span.windows[0].clone();
+        next.start_ms = T0 + 3_600_000;
+        next.end_ms = T0 + 3_615_000;
+        span.windows.push(next);
+        burst.push((span, "stored"));
+        let mut tasks = Vec::new();
+        for (r, _) in &burst {
+            let (store, r) = (store.clone(), r.clone());
+            tasks.push(tokio::spawn(async move {
+                store.ingest(&r, real, status, now).await
+            }));
+        }
+        let mut shared_answers = Vec::new();
+        for (task, (r, expected)) in tasks.into_iter().zip(&burst) {
+            let answer = match task.await.unwrap().unwrap() {
+                IngestOutcome::Stored => "stored",
+                IngestOutcome::Duplicate => "duplicate",
+                IngestOutcome::Refused(refusal) => refusal.kind.reason(),
+            };
+            if *expected == "stored or batch_reused" {
+                shared_answers.push((answer, r.host.hostname.clone()));
+            } else {
+                assert_eq!(answer, *expected, "{b}: batch {}", r.batch_id);
+            }
+        }
+        shared_answers.sort();
+        assert_eq!(
+            shared_answers.iter().map(|a| a.0).collect::<Vec<_>>(),
+            ["batch_reused", "stored"],
+            "{b}"
+        );
+        // On PostgreSQL the repeat and the refusals are named on their own (the test runtime
+        // has one thread, so the whole burst is queued before the writer takes it).
+        let alone = if b == "postgres" { 4 } else { 0 };
+        assert_eq!(counters.alone.get() - alone_before, alone, "{b}");
+        assert!(counters.groups.get() - groups_before < 20, "{b}");
+        let hosts = crate::store::telemetry::hosts(s.db()).await.unwrap();
+        let names: BTreeSet<&str> = hosts.iter().map(|h| h.hostname.as_str()).collect();
+        assert_eq!(hosts.len(), 25, "{b}: {names:?}");
+        assert!(names.contains(shared_answers[1].1.as_str()), "{b}");
+        assert!(!names.contains(shared_answers[0].1.as_str()), "{b}");
+        // Each GPU on the host that reported it.
+        let fleet = crate::store::telemetry::fleet(s.db()).await.unwrap();
+        let host_of = |gpu: &str| {
+            fleet
+                .iter()
+                .find(|f| f.uuid.as_deref() == Some(gpu))
+                .map(|f| f.hostname.clone())
+        };
+        assert_eq!(host_of("GPU-R").as_deref(), Some("rogue-host"), "{b}");
+        assert_eq!(host_of("GPU-h5").as_deref(), Some("h-5"), "{b}");
+        assert_eq!(host_of("GPU-span").as_deref(), Some("h-span"), "{b}");
+        let windows = crate::store::telemetry::gpu_windows(s.db(), T0, T0 + 7_200_000)
+            .await
+            .unwrap();
+        assert_eq!(windows.len(), 25 + 20 + 1 + 2, "{b}");
+        // Every host that reported has the hours of its windows marked for the roll-up, once.
+        let marks = crate::store::rollups::dirty_marks(s.db(), 1000)
+            .await
+            .unwrap();
+        let marked: BTreeSet<(i64, i64)> = marks.iter().map(|m| (m.hour_ms, m.host_id)).collect();
+        assert_eq!(marked.len(), marks.len(), "{b}");
+        let mut expected: BTreeSet<(i64, i64)> = hosts.iter().map(|h| (T0, h.id)).collect();
+        let span_host = hosts.iter().find(|h| h.hostname == "h-span").unwrap();
+        expected.insert((T0 + 3_600_000, span_host.id));
+        assert_eq!(marked, expected, "{b}");
+    }
+}
