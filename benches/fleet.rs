@@ -1,7 +1,7 @@
 //! The fleet benchmark: prints the figures `docs/benchmarks.md` quotes, on SQLite and PostgreSQL.
 //!
 //! - ingest end to end (HTTP reports to the real server → committed rows), beside the same rows
-//!   inserted straight into the same database in the same run, and their ratio;
+//!   inserted in bulk into the same database in the same run, and their ratio;
 //! - monthly review page and allocation API latency (p50, p95) for a month of 1,000 and of
 //!   10,000 GPUs (rollups seeded in the database, as the roll-up job leaves them);
 //! - attribution of a month of 1,000 GPUs from raw windows (`gpuledger-server rollup`), its
@@ -275,7 +275,7 @@ async fn timed_server_run(db: &Db, args: &[&str]) -> Result<(Usage, f64)> {
 }
 
 /// CPU seconds spent so far: by the whole machine (busy time from `/proc/stat`), by this
-/// benchmark process (the simulated agents or the straight-insert writers) and, when named, by a
+/// benchmark process (the simulated agents or the bulk writers) and, when named, by a
 /// child process (the server). What the machine spent beyond the two is the database's.
 #[derive(Clone, Copy)]
 struct CpuClock {
@@ -361,7 +361,7 @@ fn cpu_model() -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Ingest: HTTP reports → committed rows, against the same rows inserted straight.
+// Ingest: HTTP reports → committed rows, against the same rows inserted in bulk.
 
 /// Connections the simulated agents send over at once.
 const INGEST_AGENTS: usize = 64;

@@ -318,6 +318,14 @@ async fn a_good_report_is_stored_and_a_repeat_acknowledged() {
             metrics.contains("gpuledger_reports_duplicate_total 1"),
             "{metrics}"
         );
+        // Sent one after the other, each report is a group of its own, none written alone.
+        for line in [
+            "gpuledger_ingest_groups_total 2",
+            "gpuledger_ingest_grouped_reports_total 2",
+            "gpuledger_ingest_reports_written_alone_total 0",
+        ] {
+            assert!(metrics.contains(line), "{line}: {metrics}");
+        }
     }
 }
 

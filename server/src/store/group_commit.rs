@@ -4,8 +4,8 @@
 //! answers each. A report is acknowledged only after the commit that holds it, and each keeps its
 //! own outcome (stored, a repeat, a refusal) exactly as if it had been written alone.
 //!
-//! Nothing waits for a group to fill: under light load a group is one report and costs what it
-//! always did; under load the per-transaction and per-statement work is shared by many reports.
+//! Nothing waits for a group to fill: under light load a group is one report; under load the
+//! per-transaction and per-statement work is shared by many reports.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -61,9 +61,10 @@ pub(crate) struct GroupCommit {
 pub struct GroupCounters {
     pub groups: IntCounter,
     pub reports: IntCounter,
-    /// Reports the group could not take and that were written alone: on PostgreSQL a repeat or
-    /// a refusal (which the single report's path names), or every report of a group that failed
-    /// as a whole. Many of them mean group commit is not doing its work.
+    /// Reports of a group written on their own, on PostgreSQL: a repeat or a refusal (which the
+    /// single report's path names), a report that shares a host, batch id or GPU with another of
+    /// its group, and the reports of a part of a group that failed as a whole. Many of them mean
+    /// group commit is not doing its work.
     pub alone: IntCounter,
 }
 
@@ -84,16 +85,18 @@ impl GroupCounters {
             ),
             alone: counter(
                 "ingest_reports_written_alone_total",
-                "Reports of a group written on their own: repeats and refusals (PostgreSQL), or \
-                 all of a group that could not be written together",
+                "Reports of a group written on their own (PostgreSQL): repeats, refusals, reports \
+                 sharing a host, batch id or GPU with another of their group, and parts of a \
+                 group that could not be written together",
             ),
         }
     }
 }
 
 impl GroupCommit {
-    /// Starts `writers` tasks that each take a group off the queue and hand it to `write`. The tasks end when the store (the sender) is
-    /// dropped. The metric definitions are fixed; a bad one is a programming error.
+    /// Starts `writers` tasks that each take a group off the queue and hand it to `write`. The
+    /// tasks end when the store (the sender) is dropped. The metric definitions are fixed; a bad
+    /// one is a programming error.
     pub fn start<W, F>(writers: usize, write: W) -> GroupCommit
     where
         W: Fn(Vec<Job>) -> F + Send + Sync + 'static,

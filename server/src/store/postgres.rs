@@ -149,27 +149,12 @@ async fn ingest_group(pool: &Pool<Postgres>, jobs: Vec<Job>) -> Written {
             (h.cluster.as_str(), h.hostname.as_str())
         });
     }
-    let mut stored = HashSet::new();
-    if together.len() > 1 {
-        let group: Vec<&Job> = together.iter().map(|&place| &jobs[place]).collect();
-        match ingest_together(pool, &group).await {
-            Ok(written) => {
-                stored = written
-                    .into_iter()
-                    .filter_map(|r| together.get(usize::try_from(r).ok()?).copied())
-                    .collect();
-            }
-            // A window stored before: usual enough (an agent resending under a new batch id)
-            // that the single report's path names it.
-            Err(StoreError::Database(sqlx::Error::Database(e)))
-                if e.constraint() == Some(WINDOW_GUARD) => {}
-            Err(e) => tracing::warn!(
-                error = %e,
-                reports = group.len(),
-                "a group of reports could not be stored together; writing each alone"
-            ),
-        }
-    }
+    let group: Vec<&Job> = together.iter().map(|&place| &jobs[place]).collect();
+    let stored: HashSet<usize> = store_together(pool, &group)
+        .await
+        .into_iter()
+        .filter_map(|at| together.get(at).copied())
+        .collect();
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut alone = 0;
     for (place, job) in jobs.iter().enumerate() {
@@ -181,6 +166,43 @@ async fn ingest_group(pool: &Pool<Postgres>, jobs: Vec<Job>) -> Written {
         });
     }
     Written { outcomes, alone }
+}
+
+/// Stores what it can of `group` in few statements and answers the places (in `group`) of the
+/// reports stored. A window stored before makes the statement fail as a whole (the `guard`);
+/// usual enough, an agent sending a window again under a new batch id, that the group is halved
+/// and each half tried again, so one such report costs a few statements, not every report of
+/// its group written alone. A report left on its own is not tried here: written alone, it is
+/// named. Any other failure leaves that part of the group to be written alone.
+async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
+    let mut stored = Vec::new();
+    let mut parts = vec![0..group.len()];
+    while let Some(part) = parts.pop() {
+        if part.len() < 2 {
+            continue;
+        }
+        match ingest_together(pool, &group[part.clone()]).await {
+            Ok(places) => stored.extend(
+                places
+                    .into_iter()
+                    .filter_map(|at| usize::try_from(at).ok())
+                    .map(|at| part.start + at),
+            ),
+            Err(StoreError::Database(sqlx::Error::Database(e)))
+                if e.constraint() == Some(WINDOW_GUARD) =>
+            {
+                let half = part.start + part.len() / 2;
+                parts.push(part.start..half);
+                parts.push(half..part.end);
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                reports = part.len(),
+                "a group of reports could not be stored together; writing each alone"
+            ),
+        }
+    }
+    stored
 }
 
 /// Reports in one statement, no two of one host, batch id or GPU (see [`ingest_group`]):
@@ -305,6 +327,9 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
             SELECT u.hour_ms, br.host_id, 0
             FROM UNNEST($59::int8[], $60::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
+            -- The roll-up takes marks in this order: the same order here, so the two never
+            -- wait on each other in a circle.
+            ORDER BY u.hour_ms, br.host_id
             ",
         super::dirty_mark_on_conflict_sql!(),
         "
