@@ -172,15 +172,16 @@ async fn ingest_group(pool: &Pool<Postgres>, jobs: Vec<Job>) -> Written {
 /// reports stored. A window stored before makes the statement fail as a whole (the `guard`);
 /// usual enough, an agent sending a window again under a new batch id, that the group is halved
 /// and each half tried again, so one such report costs a few statements, not every report of
-/// its group written alone. A report left on its own is not tried here: written alone, it is
-/// named. Any other failure leaves that part of the group to be written alone.
+/// its group written alone; the report itself is then written alone, which names it. Any
+/// other failure leaves that part of the group to be written alone.
 async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
     let mut stored = Vec::new();
-    let mut parts = vec![0..group.len()];
+    if group.len() < 2 {
+        return stored;
+    }
+    let mut parts = Vec::new();
+    parts.push(0..group.len());
     while let Some(part) = parts.pop() {
-        if part.len() < 2 {
-            continue;
-        }
         match ingest_together(pool, &group[part.clone()]).await {
             Ok(places) => stored.extend(
                 places
@@ -191,9 +192,12 @@ async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
             Err(StoreError::Database(sqlx::Error::Database(e)))
                 if e.constraint() == Some(WINDOW_GUARD) =>
             {
-                let half = part.start + part.len() / 2;
-                parts.push(part.start..half);
-                parts.push(half..part.end);
+                // One report left is the one: written alone, it is named.
+                if part.len() > 1 {
+                    let half = part.start + part.len() / 2;
+                    parts.push(part.start..half);
+                    parts.push(half..part.end);
+                }
             }
             Err(e) => tracing::warn!(
                 error = %e,
