@@ -90,14 +90,7 @@ mod tests {
         store::rollups::mark_dirty_hours(store.db(), &[hour])
             .await
             .unwrap();
-        crate::rollup::run(
-            store,
-            &crate::billing::ratecard::RateCard::default_card(),
-            &Default::default(),
-            usize::MAX,
-        )
-        .await
-        .unwrap();
+        crate::test_support::roll_up(store).await;
     }
 
     async fn shape(store: &dyn Store, key: &str, closed: bool, answer: u32) -> Vec<u32> {

@@ -26,7 +26,7 @@ const MAX_GROUP_WINDOWS: usize = 8192;
 
 /// One report waiting to be written, with what it is written with.
 pub(crate) struct Job {
-    pub report: Arc<Report>,
+    pub report: Report,
     pub token_id: i64,
     pub content_sha256: String,
     pub agent: AgentStatus,

@@ -454,7 +454,7 @@ macro_rules! store_impl {
                 // own way: all of a report or (a repeat, a refusal) none of it.
                 self.group
                     .ingest($crate::store::group_commit::Job {
-                        report: std::sync::Arc::new(report.clone()),
+                        report: report.clone(),
                         token_id,
                         content_sha256,
                         agent,

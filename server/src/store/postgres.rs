@@ -72,7 +72,7 @@ store_impl!(PostgresStore, "postgres");
 /// `guard` CTE violate `ingest_window_already_stored`, which undoes the whole statement, and only
 /// then is the stored window looked up, to name it.
 async fn ingest_report(pool: &Pool<Postgres>, job: &Job) -> Result<IngestOutcome, StoreError> {
-    let report = job.report.as_ref();
+    let report = &job.report;
     match ingest_together(pool, &[job]).await {
         Ok(stored) if !stored.is_empty() => Ok(IngestOutcome::Stored),
         Ok(_) => {
@@ -221,7 +221,7 @@ async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
 /// One statement, not one per table, since on a busy server PostgreSQL's per-statement work is
 /// what ingest spends its CPU on; and, for a group, one for all its reports.
 async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64>, StoreError> {
-    let reports: Vec<&gpuledger_proto::Report> = jobs.iter().map(|j| j.report.as_ref()).collect();
+    let reports: Vec<&gpuledger_proto::Report> = jobs.iter().map(|j| &j.report).collect();
     let (rows, at) = super::report_rows::ReportRows::of_group(&reports)?;
     let (g, p, l, sc) = (&rows.gpus, &rows.processes, &rows.identities, &rows.serving);
     let query = sqlx::query_as(concat!(
