@@ -1088,10 +1088,17 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
 }
 
 /// What `table` takes on disk with its indexes: PostgreSQL's total relation size (TOAST
-/// included), SQLite's pages of the table and its indexes (`dbstat`).
+/// included) summed over its partitions, SQLite's pages of the table and its indexes (`dbstat`).
 async fn table_bytes(db: &Db, table: &str) -> Result<i64> {
     if db.backend == "postgres" {
-        count(db, &format!("SELECT pg_total_relation_size('{table}')")).await
+        count(
+            db,
+            &format!(
+                "SELECT COALESCE(SUM(pg_total_relation_size(relid)), 0)::BIGINT
+                 FROM pg_partition_tree('{table}')"
+            ),
+        )
+        .await
     } else {
         count(
             db,

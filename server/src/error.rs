@@ -87,15 +87,23 @@ impl ApiError {
     }
 }
 
-/// Connection-level failures mean "try again later", not "your request is wrong".
+/// Connection-level failures mean "try again later", not "your request is wrong". So does a
+/// statement that lost a race with another: a deadlock PostgreSQL broke, a lock not had in time,
+/// or a row routed to a default partition just as the history job attached the partition for
+/// it (store::partitions). Sent again as it is, it goes through.
 fn is_unavailable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
+    match e {
         sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    )
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(d) => match d.code().as_deref() {
+            Some("40P01" | "40001" | "55P03") => true,
+            Some("23514") => d.message().contains("partition constraint"),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -134,5 +142,60 @@ impl IntoResponse for ApiError {
             );
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection;
+
+    /// Real PostgreSQL errors: those of a race are worth sending again (503, which agents retry),
+    /// a check the data itself fails is not.
+    #[tokio::test]
+    async fn a_statement_that_lost_a_race_is_unavailable_not_internal() {
+        let db = crate::test_support::postgres().await;
+        let store = db.open().await;
+        crate::store::partitions::make_ahead(store.db(), 1_800_000_000_000, 0)
+            .await
+            .unwrap();
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let status = |e: sqlx::Error| ApiError::Store(StoreError::Database(e)).parts().0;
+
+        // A row routed to the default partition while its day's partition was attached.
+        let routed = sqlx::query(
+            "INSERT INTO process_windows_default (gpu_uuid, start_ms, pid, end_ms, labels_json)
+             VALUES ('GPU-1', 1800000000000, 1, 1800000015000, '{}')",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap_err();
+        assert_eq!(status(routed), StatusCode::SERVICE_UNAVAILABLE);
+
+        // A lock not had in time.
+        let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::query("LOCK TABLE hosts IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("SET lock_timeout = '50ms'")
+            .execute(&mut c)
+            .await
+            .unwrap();
+        let waited = sqlx::query("SELECT COUNT(*) FROM hosts")
+            .execute(&mut c)
+            .await
+            .unwrap_err();
+        assert_eq!(status(waited), StatusCode::SERVICE_UNAVAILABLE);
+        sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+        // A check the row itself fails stays an internal error.
+        let checked =
+            sqlx::query("INSERT INTO ingest_window_guard (windows_all_new) VALUES (false)")
+                .execute(&mut c)
+                .await
+                .unwrap_err();
+        assert_eq!(status(checked), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -198,9 +198,9 @@ pub fn spawn_waste_jobs(
 pub const ROLLUP_JOB: &str = "rollup";
 pub const RETENTION_JOB: &str = "raw-retention";
 
-/// Rolls up marked hours of the months still open every `every` and deletes raw windows past
-/// `retention_ms` (of closed months only) once an hour, each under its own lease so that with
-/// several replicas one does each.
+/// Rolls up marked hours of the months still open every `every`, and once an hour makes
+/// PostgreSQL's history partitions ahead and deletes raw windows past `retention_ms` (of closed
+/// months only), each under its own lease so that with several replicas one does each.
 pub fn spawn_rollup_jobs(
     store: Arc<dyn Store>,
     card: Arc<crate::billing::ratecard::RateCard>,
@@ -287,6 +287,21 @@ pub fn spawn_rollup_jobs(
             match store::jobs::try_lease(store.db(), RETENTION_JOB, &holder, now, 30 * 60_000).await
             {
                 Ok(true) => {
+                    // PostgreSQL's partitions of the coming days and months, made before their
+                    // rows arrive (store::partitions).
+                    match store::partitions::make_ahead(store.db(), now, now - retention_ms).await {
+                        Ok(work) => {
+                            if !work.partitions.is_empty() {
+                                tracing::info!(partitions = ?work.partitions, rows_moved = work.rows_moved, "history partitions made");
+                            }
+                            if !work.left_for_later.is_empty() {
+                                tracing::warn!(partitions = ?work.left_for_later, "history partitions not made: a lock was not had in time; the next run tries again");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "making history partitions failed; will retry")
+                        }
+                    }
                     let open_from = match close.current(store.as_ref()).await {
                         Ok(c) => c.open_from(now),
                         // Without the sign-offs the policy alone is the safe side: it keeps

@@ -696,9 +696,10 @@ pub async fn attribute_new_closed_months(
     Ok(recorded)
 }
 
-/// Deletes raw windows older than `now_ms - retention_ms`, batch by batch, but none of a month
-/// still open (from `open_from_ms`): its hours may be attributed again, and every hour waiting to
-/// be rolled up is in one. Returns how many rows went.
+/// Deletes raw windows older than `now_ms - retention_ms`, but none of a month still open (from
+/// `open_from_ms`): its hours may be attributed again, and every hour waiting to be rolled up is
+/// in one. On PostgreSQL whole days go at once (their partitions are dropped); the rest goes
+/// batch by batch. Returns how many rows the batches deleted.
 pub async fn enforce_retention(
     store: &dyn Store,
     now_ms: i64,
@@ -720,6 +721,14 @@ async fn delete_in_batches(
     let cutoff = (now_ms - retention_ms).min(open_from_ms);
     // Recorded first: should a batch fail, the hours may have lost windows already.
     store::telemetry::set_raw_deleted_before(store.db(), cutoff).await?;
+    // PostgreSQL drops the days wholly before the cutoff at once; the rest goes in batches.
+    let dropped = store::partitions::drop_before(store.db(), cutoff).await?;
+    if !dropped.partitions.is_empty() {
+        tracing::info!(partitions = ?dropped.partitions, "raw-window partitions past retention dropped");
+    }
+    if !dropped.left_for_later.is_empty() {
+        tracing::warn!(partitions = ?dropped.left_for_later, "raw-window partitions not dropped: a lock was not had in time; the next run tries again");
+    }
     let mut deleted = 0;
     loop {
         let n = store::telemetry::delete_raw_before(store.db(), cutoff, batch).await?;

@@ -111,6 +111,9 @@ pub trait Dialect {
     /// An aggregate of the distinct values of an expression as a JSON array's text: the SQL
     /// before and after the expression.
     const JSON_SET: (&'static str, &'static str);
+    /// Each GPU's newest window that starts at most `$1` ms before its host's last report, as a
+    /// join onto `gpus g` and `hosts h` that names it `w` (none when there is none).
+    const NEWEST_WINDOW: &'static str;
 }
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).

@@ -8,7 +8,8 @@
 //! once and checked once per backend ([`db::on_backend`]): both run the same SQL where the
 //! dialects agree (`$N` placeholders work on both through sqlx). What a backend does its own way
 //! stays in its file: the one-statement PostgreSQL ingest, SQLite's writer turn, the roll-up's
-//! read settings ([`Dialect`]), and each backend's migrations folder.
+//! read settings ([`Dialect`]), and each backend's migrations folder. PostgreSQL's history
+//! partitions have a module of their own (`partitions`); on SQLite its functions do nothing.
 //!
 //! The [`Store`] trait is what is left to each backend: its name, its [`Db`], and ingest.
 //! The contract tests in `tests/` run every case on both backends so they cannot drift apart.
@@ -25,6 +26,7 @@ mod group_commit;
 pub use group_commit::GroupCounters;
 pub mod jobs;
 pub mod ledger;
+pub mod partitions;
 mod postgres;
 pub mod read_tokens;
 pub mod recommendations;

@@ -24,6 +24,13 @@ impl Dialect for Postgres {
     /// The text's MD5: a long text would not fit a btree entry (migration 0022).
     const OWNER_KEY: (&'static str, &'static str) = ("md5(", ")");
     const JSON_SET: (&'static str, &'static str) = ("json_agg(DISTINCT ", ")::text");
+    /// A LATERAL newest-first probe: the look-back bound, a value per host, prunes it at run
+    /// time to the partitions of the newest days (store::partitions), where a MAX over the
+    /// whole table would probe every day's partition for every GPU.
+    const NEWEST_WINDOW: &'static str = "LEFT JOIN LATERAL (
+        SELECT * FROM gpu_windows x
+        WHERE x.gpu_uuid = g.uuid AND x.start_ms >= h.last_report_ms - $1
+        ORDER BY x.start_ms DESC LIMIT 1) w ON true";
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

@@ -21,6 +21,10 @@ impl Dialect for Sqlite {
     /// The text itself.
     const OWNER_KEY: (&'static str, &'static str) = ("", "");
     const JSON_SET: (&'static str, &'static str) = ("json_group_array(DISTINCT ", ")");
+    /// SQLite has no LATERAL: a correlated MAX, one index probe per GPU.
+    const NEWEST_WINDOW: &'static str = "LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid
+        AND w.start_ms = (SELECT MAX(x.start_ms) FROM gpu_windows x
+                          WHERE x.gpu_uuid = g.uuid AND x.start_ms >= h.last_report_ms - $1)";
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

@@ -110,13 +110,17 @@ pub(super) fn process_window(row: ProcessWindowColumns) -> super::StoredProcessW
     })(row)
 }
 
+/// How far before its host's last report a GPU's newest window is looked for: a GPU silent for a
+/// day while its host reports shows no latest state (it was taken out, or stopped answering),
+/// and the look-up reads only the newest days.
+pub const FLEET_LOOK_BACK_MS: i64 = 86_400_000;
+
 /// Each GPU of every host an agent reports, with its newest window (hosts known from the bill
 /// alone have no GPU to show).
 pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        // The latest state is the GPU's newest window: one index probe per GPU.
-        Ok(sqlx::query_as(
+    on_backend!(conn, |ex, DB| {
+        let sql = format!(
             "SELECT h.cluster, h.hostname, h.instance_type, h.last_report_ms, h.spool_depth,
                     g.uuid, g.gpu_index, g.name, g.parent_uuid, g.memory_total_bytes,
                     w.util_avg AS last_util_avg,
@@ -127,31 +131,38 @@ pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreE
                     w.fault_code AS last_fault_code, w.fault_detail AS last_fault_detail
              FROM hosts h
              LEFT JOIN gpus g ON g.host_id = h.id
-             LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid AND w.start_ms =
-                (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
+             {}
              WHERE h.from_bill = 0
              ORDER BY h.cluster, h.hostname, g.gpu_index, g.uuid",
-        )
-        .fetch_all(&mut *ex)
-        .await?)
+            <DB as super::Dialect>::NEWEST_WINDOW
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(FLEET_LOOK_BACK_MS)
+            .fetch_all(&mut *ex)
+            .await?)
     })
 }
 
+/// The processes of each GPU's newest window (as [`fleet`] finds it).
 pub async fn fleet_processes(
     on: impl Into<On<'_>>,
 ) -> Result<Vec<super::FleetProcess>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(
+    on_backend!(conn, |ex, DB| {
+        let sql = format!(
             "SELECT p.gpu_uuid, p.pid, p.process_name, p.memory_used_max_bytes, p.sm_util_avg,
                     p.labels_json, p.user_name
              FROM gpus g
-             JOIN process_windows p ON p.gpu_uuid = g.uuid AND p.start_ms =
-                (SELECT MAX(x.start_ms) FROM gpu_windows x WHERE x.gpu_uuid = g.uuid)
+             JOIN hosts h ON h.id = g.host_id
+             {}
+             JOIN process_windows p ON p.gpu_uuid = g.uuid AND p.start_ms = w.start_ms
              ORDER BY p.gpu_uuid, p.pid",
-        )
-        .fetch_all(&mut *ex)
-        .await?)
+            <DB as super::Dialect>::NEWEST_WINDOW
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(FLEET_LOOK_BACK_MS)
+            .fetch_all(&mut *ex)
+            .await?)
     })
 }
 
