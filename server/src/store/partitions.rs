@@ -206,7 +206,7 @@ fn lock_not_had(e: &sqlx::Error) -> bool {
         .is_some_and(|code| code == "55P03" || code == "40P01")
 }
 
-/// Makes the partitions of today and the next [`DAYS_AHEAD`] days for raw windows, of this
+/// Makes the partitions of yesterday, today and the next [`DAYS_AHEAD`] days for raw windows, of this
 /// month and the next for hourly attribution, and of every span whose rows wait in a default
 /// partition (moving them in). Raw-window days that end before `keep_from_ms` are not made:
 /// retention deletes their rows. Does nothing on SQLite.
@@ -225,7 +225,8 @@ pub async fn make_ahead(
             continue; // not partitioned (migration 0041 not applied)
         };
         let mut wanted: Vec<(i64, i64)> = match history.span {
-            Span::Day => (0..=DAYS_AHEAD)
+            // Yesterday too: on a new database, windows that straddle midnight arrive first.
+            Span::Day => (-1..=DAYS_AHEAD)
                 .map(|d| span_of(Span::Day, now_ms + d * DAY_MS))
                 .collect(),
             Span::Month => {

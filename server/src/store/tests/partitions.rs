@@ -87,7 +87,8 @@ async fn history_partitions_are_made_ahead_filled_from_the_default_and_dropped_w
             .await
             .unwrap();
         if b == "postgres" {
-            // Four waiting days (two of them also ahead) and the week ahead of today.
+            // Four waiting days (three of them also made as yesterday, today or ahead) and the week
+            // ahead of today.
             let mut days: Vec<String> = (0..=9)
                 .map(|k| day_name("gpu_windows", T0 + k * DAY))
                 .collect();
@@ -367,6 +368,7 @@ async fn an_existing_database_keeps_every_row_when_its_history_is_partitioned() 
             assert_eq!(
                 left,
                 [
+                    day_name("gpu_windows", bound),
                     day_name("gpu_windows", bound + DAY),
                     day_name("gpu_windows", bound + 2 * DAY),
                     day_name("gpu_windows", bound + 3 * DAY),
