@@ -327,6 +327,25 @@ async fn round_trip(db: TestDb) {
     assert_complete_and_unique(&windows, batches, label);
     assert_matches_scenario(&windows, &procs, &fleet, label);
     spool_is_drained(&spool, label);
+    if label == "postgres" {
+        // `serve` makes the days' partitions before its first report: none waits in the default.
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let count = |sql: &'static str| sqlx::query_as::<_, (i64,)>(sql);
+        let (waiting,) = count("SELECT COUNT(*) FROM gpu_windows_default")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(waiting, 0, "{label}: windows in the default partition");
+        let (days,) = count(
+            "SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'gpu_windows'::regclass
+             AND inhrelid <> 'gpu_windows_default'::regclass",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(days, 9, "{label}: yesterday, today and the next 7 days");
+    }
 
     let fleet_rows = store::telemetry::fleet(store.db()).await.unwrap();
     assert!(fleet_rows

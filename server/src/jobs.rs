@@ -287,21 +287,7 @@ pub fn spawn_rollup_jobs(
             match store::jobs::try_lease(store.db(), RETENTION_JOB, &holder, now, 30 * 60_000).await
             {
                 Ok(true) => {
-                    // PostgreSQL's partitions of the coming days and months, made before their
-                    // rows arrive (store::partitions).
-                    match store::partitions::make_ahead(store.db(), now, now - retention_ms).await {
-                        Ok(work) => {
-                            if !work.partitions.is_empty() {
-                                tracing::info!(partitions = ?work.partitions, rows_moved = work.rows_moved, "history partitions made");
-                            }
-                            if !work.left_for_later.is_empty() {
-                                tracing::warn!(partitions = ?work.left_for_later, "history partitions not made: a lock was not had in time; the next run tries again");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "making history partitions failed; will retry")
-                        }
-                    }
+                    make_history_partitions(store.as_ref(), now, retention_ms).await;
                     let open_from = match close.current(store.as_ref()).await {
                         Ok(c) => c.open_from(now),
                         // Without the sign-offs the policy alone is the safe side: it keeps
@@ -336,6 +322,24 @@ pub fn spawn_rollup_jobs(
             }
         }
     });
+}
+
+/// Makes PostgreSQL's history partitions of the coming days and months before their rows arrive,
+/// and moves in rows that waited in a default partition (store::partitions). `serve` calls it
+/// before taking reports, then the retention job once an hour. A failure is logged: rows still
+/// land in the default partition, and the next run tries again.
+pub async fn make_history_partitions(store: &dyn Store, now: i64, retention_ms: i64) {
+    match store::partitions::make_ahead(store.db(), now, now - retention_ms).await {
+        Ok(work) => {
+            if !work.partitions.is_empty() {
+                tracing::info!(partitions = ?work.partitions, rows_moved = work.rows_moved, "history partitions made");
+            }
+            if !work.left_for_later.is_empty() {
+                tracing::warn!(partitions = ?work.left_for_later, "history partitions not made: a lock was not had in time, or another replica made them; the next run tries again");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "making history partitions failed; will retry"),
+    }
 }
 
 /// Recomputes the recommendations pages ask for now, under its own lease (one replica does it).

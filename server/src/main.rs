@@ -300,6 +300,13 @@ async fn shutdown_signal() {
 }
 
 async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
+    // Before the first report, so that on a new database it finds its day's partition made.
+    gpuledger_server::jobs::make_history_partitions(
+        state.store.as_ref(),
+        gpuledger_server::now_ms(),
+        state.limits.retention_ms,
+    )
+    .await;
     gpuledger_server::jobs::spawn_waste_jobs(
         state.store.clone(),
         state.rate_card.clone(),

@@ -6,10 +6,10 @@
 //! nothing there.
 //!
 //! Each table also has a default partition, so that no row fails for want of one (a window from
-//! an agent's spool older than the partitions made, a clock far ahead). The hourly retention job
-//! calls [`make_ahead`] under its lease: it makes the partitions of the coming week and month
-//! before their rows arrive, and moves rows waiting in a default partition into the partition it
-//! makes for them.
+//! an agent's spool older than the partitions made, a clock far ahead). `serve` calls
+//! [`make_ahead`] before it takes its first report, and the hourly retention job under its lease:
+//! it makes the partitions of the coming week and month before their rows arrive, and moves rows
+//! waiting in a default partition into the partition it makes for them.
 //!
 //! A partition is made as a table of its own and then attached, because ATTACH locks the parent
 //! lightly (ingest and reads go on) where `CREATE TABLE … PARTITION OF` would lock it whole.
@@ -108,7 +108,8 @@ pub struct PartitionWork {
     pub partitions: Vec<String>,
     /// Rows moved out of default partitions into the partitions made for them.
     pub rows_moved: u64,
-    /// Partitions left for the next run because a lock was not had within [`LOCK_TIMEOUT`].
+    /// Partitions left for the next run: a lock not had within [`LOCK_TIMEOUT`], or another race
+    /// (see `worth_trying_later`).
     pub left_for_later: Vec<String>,
 }
 
@@ -197,13 +198,13 @@ fn overlaps(part: &Partition, (from, to): (i64, i64)) -> bool {
     !part.is_default && part.from_ms.is_none_or(|f| f < to) && part.to_ms.is_none_or(|t| t > from)
 }
 
-/// Whether a statement gave up waiting for a lock: `lock_timeout` ran out (55P03), or
-/// PostgreSQL broke a deadlock with a report being written (40P01). Either way the next run
-/// tries again.
-fn lock_not_had(e: &sqlx::Error) -> bool {
+/// Whether a statement lost a race the next run settles: `lock_timeout` ran out (55P03),
+/// PostgreSQL broke a deadlock with a report being written (40P01), or another replica starting
+/// at the same moment made the same partition (42P07).
+fn worth_trying_later(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|d| d.code())
-        .is_some_and(|code| code == "55P03" || code == "40P01")
+        .is_some_and(|code| matches!(code.as_ref(), "55P03" | "40P01" | "42P07"))
 }
 
 /// Makes the partitions of yesterday, today and the next [`DAYS_AHEAD`] days for raw windows, of this
@@ -253,7 +254,9 @@ pub async fn make_ahead(
                     work.partitions.push(name);
                     work.rows_moved += moved;
                 }
-                Err(StoreError::Database(e)) if lock_not_had(&e) => work.left_for_later.push(name),
+                Err(StoreError::Database(e)) if worth_trying_later(&e) => {
+                    work.left_for_later.push(name)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -357,7 +360,7 @@ pub async fn drop_before(db: &Db, before_ms: i64) -> Result<PartitionWork, Store
                     tx.commit().await?;
                     work.partitions.push(part.name);
                 }
-                Err(e) if lock_not_had(&e) => work.left_for_later.push(part.name),
+                Err(e) if worth_trying_later(&e) => work.left_for_later.push(part.name),
                 Err(e) => return Err(e.into()),
             }
         }
