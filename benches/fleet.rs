@@ -914,11 +914,28 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
     seed_rollups(&db, gpus).await?;
+    // As the job would have kept them: the month's rows in its own partitions on PostgreSQL.
+    let store = gpuledger_server::store::connect(&db.url).await?;
+    let partitions = gpuledger_server::store::partitions::make_ahead(
+        store.db(),
+        MONTH_START_MS,
+        MONTH_START_MS,
+        gpuledger_server::store::partitions::Waiting::Move,
+    )
+    .await?;
+    drop(store);
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
     let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
     let host_day_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_days").await?;
     let host_hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_hours").await?;
     let seeded_s = seeding.elapsed().as_secs_f64();
+    if !partitions.partitions.is_empty() {
+        println!(
+            "  {} partitions made, {} rows moved in",
+            partitions.partitions.len(),
+            partitions.rows_moved
+        );
+    }
 
     let mut server = start_server(&db.url, free_port()).await;
     let client = signed_in(&server, "viewer").await;

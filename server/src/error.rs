@@ -156,9 +156,14 @@ mod tests {
     async fn a_statement_that_lost_a_race_is_unavailable_not_internal() {
         let db = crate::test_support::postgres().await;
         let store = db.open().await;
-        crate::store::partitions::make_ahead(store.db(), 1_800_000_000_000, 0)
-            .await
-            .unwrap();
+        crate::store::partitions::make_ahead(
+            store.db(),
+            1_800_000_000_000,
+            0,
+            crate::store::partitions::Waiting::Move,
+        )
+        .await
+        .unwrap();
         let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
         let status = |e: sqlx::Error| ApiError::Store(StoreError::Database(e)).parts().0;
 

@@ -287,7 +287,13 @@ pub fn spawn_rollup_jobs(
             match store::jobs::try_lease(store.db(), RETENTION_JOB, &holder, now, 30 * 60_000).await
             {
                 Ok(true) => {
-                    make_history_partitions(store.as_ref(), now, retention_ms).await;
+                    make_history_partitions(
+                        store.as_ref(),
+                        now,
+                        retention_ms,
+                        store::partitions::Waiting::Move,
+                    )
+                    .await;
                     let open_from = match close.current(store.as_ref()).await {
                         Ok(c) => c.open_from(now),
                         // Without the sign-offs the policy alone is the safe side: it keeps
@@ -324,12 +330,17 @@ pub fn spawn_rollup_jobs(
     });
 }
 
-/// Makes PostgreSQL's history partitions of the coming days and months before their rows arrive,
-/// and moves in rows that waited in a default partition (store::partitions). `serve` calls it
-/// before taking reports, then the retention job once an hour. A failure is logged: rows still
-/// land in the default partition, and the next run tries again.
-pub async fn make_history_partitions(store: &dyn Store, now: i64, retention_ms: i64) {
-    match store::partitions::make_ahead(store.db(), now, now - retention_ms).await {
+/// Makes PostgreSQL's history partitions of the coming days and months before their rows arrive
+/// (store::partitions): `serve` before taking reports, leaving rows that wait in a default
+/// partition, then the retention job once an hour, moving those in. A failure is logged: rows
+/// still land in the default partition, and the next run tries again.
+pub async fn make_history_partitions(
+    store: &dyn Store,
+    now: i64,
+    retention_ms: i64,
+    waiting: store::partitions::Waiting,
+) {
+    match store::partitions::make_ahead(store.db(), now, now - retention_ms, waiting).await {
         Ok(work) => {
             if !work.partitions.is_empty() {
                 tracing::info!(partitions = ?work.partitions, rows_moved = work.rows_moved, "history partitions made");

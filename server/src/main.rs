@@ -305,6 +305,7 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
         state.store.as_ref(),
         gpuledger_server::now_ms(),
         state.limits.retention_ms,
+        gpuledger_server::store::partitions::Waiting::Leave,
     )
     .await;
     gpuledger_server::jobs::spawn_waste_jobs(

@@ -207,14 +207,25 @@ fn worth_trying_later(e: &sqlx::Error) -> bool {
         .is_some_and(|code| matches!(code.as_ref(), "55P03" | "40P01" | "42P07"))
 }
 
-/// Makes the partitions of yesterday, today and the next [`DAYS_AHEAD`] days for raw windows, of this
-/// month and the next for hourly attribution, and of every span whose rows wait in a default
-/// partition (moving them in). Raw-window days that end before `keep_from_ms` are not made:
-/// retention deletes their rows. Does nothing on SQLite.
+/// What [`make_ahead`] does with rows waiting in a default partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Make their spans' partitions and move them in: the hourly job.
+    Move,
+    /// Leave them, and their spans, to the job: `serve` before its first report, which must not
+    /// wait on moving a backlog.
+    Leave,
+}
+
+/// Makes the partitions of yesterday, today and the next [`DAYS_AHEAD`] days for raw windows, of
+/// this month and the next for hourly attribution, and (with [`Waiting::Move`]) of every span
+/// whose rows wait in a default partition, moving them in. Raw-window days that end before
+/// `keep_from_ms` are not made: retention deletes their rows. Does nothing on SQLite.
 pub async fn make_ahead(
     db: &Db,
     now_ms: i64,
     keep_from_ms: i64,
+    waiting: Waiting,
 ) -> Result<PartitionWork, StoreError> {
     let mut work = PartitionWork::default();
     if db.backend() != "postgres" {
@@ -235,8 +246,14 @@ pub async fn make_ahead(
                 vec![this, span_of(Span::Month, this.1)]
             }
         };
-        for day in waiting_days(db, &default.name, history.column).await? {
-            wanted.push(span_of(history.span, day));
+        let mut waiting_spans: Vec<(i64, i64)> = waiting_days(db, &default.name, history.column)
+            .await?
+            .into_iter()
+            .map(|day| span_of(history.span, day))
+            .collect();
+        match waiting {
+            Waiting::Move => wanted.append(&mut waiting_spans),
+            Waiting::Leave => wanted.retain(|range| !waiting_spans.contains(range)),
         }
         wanted.sort_unstable();
         wanted.dedup();

@@ -4,7 +4,7 @@
 //! read back must not depend on where the rows sit.
 
 use super::*;
-use crate::store::partitions::{self, Partition};
+use crate::store::partitions::{self, Partition, Waiting};
 use crate::store::RollupGrain;
 
 const DAY: i64 = 86_400_000;
@@ -83,12 +83,38 @@ async fn history_partitions_are_made_ahead_filled_from_the_default_and_dropped_w
         assert!(rollups >= 4, "{b}: {rollups} rollup rows");
 
         let now = T0 + 2 * DAY;
-        let made = partitions::make_ahead(s.db(), now, now - 35 * DAY)
+        // As `serve` starts: the days and months ahead, none whose rows wait in the default.
+        let ahead = partitions::make_ahead(s.db(), now, now - 35 * DAY, Waiting::Leave)
             .await
             .unwrap();
         if b == "postgres" {
-            // Four waiting days (three of them also made as yesterday, today or ahead) and the week
-            // ahead of today.
+            let mut expected: Vec<String> = (4..=9)
+                .map(|k| day_name("gpu_windows", T0 + k * DAY))
+                .collect();
+            expected.extend((4..=9).map(|k| day_name("process_windows", T0 + k * DAY)));
+            expected.extend(
+                ["rollup_hours", "rollup_host_hours", "rollup_usage_hours"]
+                    .map(|t| format!("{t}_202702")),
+            );
+            // Nothing went unattributed: no row of January waits there.
+            expected.extend(
+                ["rollup_unattributed_202701", "rollup_unattributed_202702"].map(String::from),
+            );
+            assert_eq!(ahead.partitions, expected, "{b}");
+            assert_eq!(ahead.rows_moved, 0, "{b}");
+            assert_eq!(
+                rows_in(&db, "gpu_windows_default").await,
+                4,
+                "{b}: left for the job"
+            );
+        } else {
+            assert_eq!(ahead, Default::default(), "{b}");
+        }
+        let made = partitions::make_ahead(s.db(), now, now - 35 * DAY, Waiting::Move)
+            .await
+            .unwrap();
+        if b == "postgres" {
+            // The four waiting days, then yesterday, today and the week ahead.
             let mut days: Vec<String> = (0..=9)
                 .map(|k| day_name("gpu_windows", T0 + k * DAY))
                 .collect();
@@ -112,7 +138,7 @@ async fn history_partitions_are_made_ahead_filled_from_the_default_and_dropped_w
                 "{b}: windows, processes and rollups moved: {made:?}"
             );
             assert!(made.left_for_later.is_empty(), "{b}");
-            let again = partitions::make_ahead(s.db(), now, now - 35 * DAY)
+            let again = partitions::make_ahead(s.db(), now, now - 35 * DAY, Waiting::Move)
                 .await
                 .unwrap();
             assert_eq!(again, Default::default(), "{b}: nothing more to make");
@@ -155,7 +181,7 @@ async fn history_partitions_are_made_ahead_filled_from_the_default_and_dropped_w
         }
         if b == "postgres" {
             assert_eq!(rows_in(&db, "gpu_windows_default").await, 1, "{b}");
-            let made = partitions::make_ahead(s.db(), now, now - 35 * DAY)
+            let made = partitions::make_ahead(s.db(), now, now - 35 * DAY, Waiting::Move)
                 .await
                 .unwrap();
             let far = day_name("gpu_windows", T0 + 30 * DAY);
@@ -331,7 +357,7 @@ async fn an_existing_database_keeps_every_row_when_its_history_is_partitioned() 
                 "{b}: {batch}"
             );
         }
-        let made = partitions::make_ahead(s.db(), bound + DAY, bound - 35 * DAY)
+        let made = partitions::make_ahead(s.db(), bound + DAY, bound - 35 * DAY, Waiting::Move)
             .await
             .unwrap();
         if b == "postgres" {
@@ -417,7 +443,7 @@ async fn partitions_are_made_while_reports_arrive_and_none_is_lost() {
         let mut made = Vec::new();
         for k in 0..12 {
             let now = T0 + k * DAY;
-            let work = partitions::make_ahead(store.db(), now, now - 35 * DAY)
+            let work = partitions::make_ahead(store.db(), now, now - 35 * DAY, Waiting::Move)
                 .await
                 .unwrap();
             made.extend(work.partitions);
@@ -429,7 +455,7 @@ async fn partitions_are_made_while_reports_arrive_and_none_is_lost() {
                 "{b}: {outcome:?}"
             );
         }
-        partitions::make_ahead(store.db(), T0, T0 - 35 * DAY)
+        partitions::make_ahead(store.db(), T0, T0 - 35 * DAY, Waiting::Move)
             .await
             .unwrap();
         let s = store.as_ref();
