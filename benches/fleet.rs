@@ -479,6 +479,9 @@ async fn ingest_round(backend: &str, reports_per_host: i64) -> Result<IngestRoun
     let bulk_cpu = CpuClock::now(None).per_report(&bulk_cpu, reports, "", "writer");
     let per_report_s = per_report_inserts(&db, reports_per_host).await?;
 
+    // The baselines' rows waited in the default partition: moved now, as the job would have
+    // long before, rather than while the server ingests the same days.
+    partitions_as_the_job_keeps_them(&db, gpuledger_server::now_ms()).await?;
     let token = create_token(&db.url, "bench", "http-*");
     let mut server = start_server(&db.url, free_port()).await;
     let client = reqwest::Client::new();
@@ -910,20 +913,22 @@ async fn seed_hosts(db: &Db, gpus: i64) -> Result<()> {
     execute(db, &sql, &[gpus]).await
 }
 
+/// Rows seeded straight into the database wait in PostgreSQL's default partitions: makes their
+/// partitions (and those around `now_ms`) and moves them in, as the server's job keeps them.
+async fn partitions_as_the_job_keeps_them(
+    db: &Db,
+    now_ms: i64,
+) -> Result<gpuledger_server::store::partitions::PartitionWork> {
+    use gpuledger_server::store::partitions::{make_ahead, Waiting};
+    let store = gpuledger_server::store::connect(&db.url).await?;
+    Ok(make_ahead(store.db(), now_ms, i64::MIN, Waiting::Move).await?)
+}
+
 async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
     seed_rollups(&db, gpus).await?;
-    // As the job would have kept them: the month's rows in its own partitions on PostgreSQL.
-    let store = gpuledger_server::store::connect(&db.url).await?;
-    let partitions = gpuledger_server::store::partitions::make_ahead(
-        store.db(),
-        MONTH_START_MS,
-        MONTH_START_MS,
-        gpuledger_server::store::partitions::Waiting::Move,
-    )
-    .await?;
-    drop(store);
+    let partitions = partitions_as_the_job_keeps_them(&db, MONTH_START_MS).await?;
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
     let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
     let host_day_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_days").await?;
@@ -1005,6 +1010,12 @@ async fn attribution(backend: &str, o: &Options) -> Result<()> {
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
     seed_hosts(&db, gpus).await?;
+    // The month's day partitions first, as the job would have made them ahead of its windows.
+    let mut day = MONTH_START_MS;
+    while day < MONTH_START_MS + o.attribution_hours * HOUR_MS {
+        partitions_as_the_job_keeps_them(&db, day).await?;
+        day += 8 * DAY_MS;
+    }
     let per_gpu = o.attribution_hours * HOUR_MS / window_ms;
     // Every GPU busy with a labelled process except 2 hours a day; 10% idle all month. Rows go
     // in in time order, as agents' reports arrive, which is what the time indexes are made for.
