@@ -99,7 +99,8 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(d) => match d.code().as_deref() {
             Some("40P01" | "40001" | "55P03") => true,
-            Some("23514") => d.message().contains("partition constraint"),
+            // A partition's bound is the one check that names no constraint (a CHECK does).
+            Some("23514") => d.constraint().is_none(),
             _ => false,
         },
         _ => false,

@@ -696,10 +696,10 @@ pub async fn attribute_new_closed_months(
     Ok(recorded)
 }
 
-/// Deletes raw windows older than `now_ms - retention_ms`, but none of a month still open (from
-/// `open_from_ms`): its hours may be attributed again, and every hour waiting to be rolled up is
-/// in one. On PostgreSQL whole days go at once (their partitions are dropped); the rest goes
-/// batch by batch. Returns how many rows the batches deleted.
+/// Deletes raw windows of the UTC days before the one `now_ms - retention_ms` falls in, but none
+/// of a month still open (from `open_from_ms`): its hours may be attributed again, and every hour
+/// waiting to be rolled up is in one. On PostgreSQL whole days go at once (their partitions are
+/// dropped); the rest goes batch by batch. Returns how many rows the batches deleted.
 pub async fn enforce_retention(
     store: &dyn Store,
     now_ms: i64,
@@ -717,8 +717,13 @@ async fn delete_in_batches(
     batch: i64,
 ) -> Result<u64, StoreError> {
     // Every hour still to be rolled up is in an open month (closed months' marks wait for a
-    // restatement), so keeping open months keeps them too.
-    let cutoff = (now_ms - retention_ms).min(open_from_ms);
+    // restatement), so keeping open months keeps them too. Whole UTC days: PostgreSQL then drops
+    // a day's partition once past, instead of deleting it an hour at a time (up to a day more
+    // is kept; ingest refuses windows past retention anyway).
+    let cutoff = (now_ms - retention_ms)
+        .min(open_from_ms)
+        .div_euclid(gpuledger_core::time::DAY_MS)
+        * gpuledger_core::time::DAY_MS;
     // Recorded first: should a batch fail, the hours may have lost windows already.
     store::telemetry::set_raw_deleted_before(store.db(), cutoff).await?;
     // PostgreSQL drops the days wholly before the cutoff at once; the rest goes in batches.

@@ -11,11 +11,15 @@
 //! it makes the partitions of the coming week and month before their rows arrive, and moves rows
 //! waiting in a default partition into the partition it makes for them.
 //!
-//! A partition is made as a table of its own and then attached, because ATTACH locks the parent
-//! lightly (ingest and reads go on) where `CREATE TABLE … PARTITION OF` would lock it whole.
-//! Dropping a partition does lock the parent whole for a moment. Every statement here waits at
-//! most [`LOCK_TIMEOUT`] for its locks: behind a long read the work is left for the next hour
-//! rather than holding up ingest queued behind it. A report whose rows were routed to a default
+//! A partition is made as a table of its own and then attached: ATTACH leaves the parent open
+//! to reads, where `CREATE TABLE … PARTITION OF` would lock it whole. Attaching still holds up
+//! ingest for its moment: it locks the default partition to check it holds none of the new
+//! range (a read of the whole default), and `hosts` while it copies the windows' foreign key to
+//! the new partition. For an empty default and a new partition that is milliseconds; moving a
+//! backlog holds them longer, which is why `serve` leaves it to the job. Dropping a partition
+//! locks the parent whole for a moment. Every statement here waits at most [`LOCK_TIMEOUT`] for
+//! its locks: behind a long read the work is left for the next hour rather than holding up
+//! ingest queued behind it. A report whose rows were routed to a default
 //! partition as the partition for them was attached fails and is sent again (the API answers
 //! 503 for it, see `error.rs`), as does one PostgreSQL picks to break a lock cycle with the job.
 
@@ -253,7 +257,10 @@ pub async fn make_ahead(
             .collect();
         match waiting {
             Waiting::Move => wanted.append(&mut waiting_spans),
-            Waiting::Leave => wanted.retain(|range| !waiting_spans.contains(range)),
+            // Each attach reads the whole default partition to check it holds none of the new
+            // range: with a backlog there, the job makes them.
+            Waiting::Leave if !waiting_spans.is_empty() => continue,
+            Waiting::Leave => {}
         }
         wanted.sort_unstable();
         wanted.dedup();
@@ -333,8 +340,21 @@ async fn make_partition(
     .execute(&mut *c)
     .await?
     .rows_affected();
+    // A CHECK of the range spares the attach a scan of the rows just moved in; the partition
+    // bound replaces it.
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\" ADD CONSTRAINT \"{name}_range\"
+             CHECK ({column} IS NOT NULL AND {column} >= {from} AND {column} < {to})"
+    ))
+    .execute(&mut *c)
+    .await?;
     sqlx::query(&format!(
         "ALTER TABLE \"{table}\" ATTACH PARTITION \"{name}\" FOR VALUES FROM ({from}) TO ({to})"
+    ))
+    .execute(&mut *c)
+    .await?;
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\" DROP CONSTRAINT \"{name}_range\""
     ))
     .execute(&mut *c)
     .await?;
