@@ -19,9 +19,9 @@
 //! backlog holds them longer, which is why `serve` leaves it to the job. Dropping a partition
 //! locks the parent whole for a moment. Every statement here waits at most [`LOCK_TIMEOUT`] for
 //! its locks: behind a long read the work is left for the next hour rather than holding up
-//! ingest queued behind it. A report whose rows were routed to a default
-//! partition as the partition for them was attached fails and is sent again (the API answers
-//! 503 for it, see `error.rs`), as does one PostgreSQL picks to break a lock cycle with the job.
+//! ingest queued behind it. A report whose rows were routed to a default partition as the
+//! partition for them was attached fails and is sent again (the API answers 503 for it, see
+//! `error.rs`), as does one PostgreSQL picks to break a lock cycle with the job.
 
 use chrono::{DateTime, Datelike};
 
@@ -330,6 +330,14 @@ async fn make_partition(
     ))
     .execute(&mut *c)
     .await?;
+    // The range as a CHECK, made while the table is empty and checked row by row as rows move
+    // in, spares the attach a scan of them; the partition bound then replaces it.
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\" ADD CONSTRAINT \"{name}_range\"
+             CHECK ({column} IS NOT NULL AND {column} >= {from} AND {column} < {to})"
+    ))
+    .execute(&mut *c)
+    .await?;
     let moved = sqlx::query(&format!(
         "WITH moved AS (DELETE FROM \"{default}\" WHERE {column} >= $1 AND {column} < $2
                         RETURNING *)
@@ -340,14 +348,6 @@ async fn make_partition(
     .execute(&mut *c)
     .await?
     .rows_affected();
-    // A CHECK of the range spares the attach a scan of the rows just moved in; the partition
-    // bound replaces it.
-    sqlx::query(&format!(
-        "ALTER TABLE \"{name}\" ADD CONSTRAINT \"{name}_range\"
-             CHECK ({column} IS NOT NULL AND {column} >= {from} AND {column} < {to})"
-    ))
-    .execute(&mut *c)
-    .await?;
     sqlx::query(&format!(
         "ALTER TABLE \"{table}\" ATTACH PARTITION \"{name}\" FOR VALUES FROM ({from}) TO ({to})"
     ))
