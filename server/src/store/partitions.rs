@@ -270,7 +270,7 @@ pub async fn make_ahead(
         wanted.retain(|&range| !covered(range) && !past(range));
         for range in wanted {
             if work.partitions.len() >= MOST_MADE_PER_RUN {
-                return Ok(work);
+                break;
             }
             let name = partition_name(history.table, history.span, range.0);
             match make_partition(db, history, &default.name, &name, range).await {
@@ -285,7 +285,25 @@ pub async fn make_ahead(
             }
         }
     }
+    if !work.partitions.is_empty() {
+        analyze_parents(db).await?;
+    }
     Ok(work)
+}
+
+/// Samples each partitioned table as a whole. Autovacuum analyzes partitions but never their
+/// parent, whose statistics the planner takes for a join over the table; without them it
+/// guesses. Once a day is enough: [`make_ahead`] calls it when it made a partition.
+async fn analyze_parents(db: &Db) -> Result<(), StoreError> {
+    let mut conn = db.write().await?;
+    let Backend::Postgres(c) = conn.backend() else {
+        return Ok(());
+    };
+    let tables: Vec<&str> = HISTORY.iter().map(|h| h.table).collect();
+    sqlx::query(&format!("ANALYZE {}", tables.join(", ")))
+        .execute(&mut *c)
+        .await?;
+    Ok(())
 }
 
 /// The UTC days of the rows waiting in a default partition.

@@ -129,6 +129,15 @@ async fn history_partitions_are_made_ahead_filled_from_the_default_and_dropped_w
                 "{b}: windows, processes and rollups moved: {made:?}"
             );
             assert!(made.left_for_later.is_empty(), "{b}");
+            // Autovacuum never analyzes a parent: making a partition does.
+            let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            let (sampled,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM pg_stats WHERE tablename = 'gpu_windows' AND inherited",
+            )
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+            assert!(sampled > 0, "{b}: the parent's statistics");
             let again = partitions::make_ahead(s.db(), now, now - 35 * DAY, Waiting::Move)
                 .await
                 .unwrap();
