@@ -17,18 +17,17 @@
 //! range (a read of the whole default), and `hosts` while it copies the windows' foreign key to
 //! the new partition. For an empty default and a new partition that is milliseconds; moving a
 //! backlog holds them longer, which is why `serve` leaves it to the job. Dropping a partition
-//! locks the parent whole for a moment. Every statement here waits at most [`LOCK_TIMEOUT`] for
-//! its locks: behind a long read the work is left for the next hour rather than holding up
-//! ingest queued behind it. A report whose rows were routed to a default partition as the
+//! locks the parent whole for a moment. Every statement here waits at most 5 s for its locks:
+//! behind a long read the work is left for the next hour rather than holding up ingest queued
+//! behind it. A report whose rows were routed to a default partition as the
 //! partition for them was attached fails and is sent again (the API answers 503 for it, see
 //! `error.rs`), as does one PostgreSQL picks to break a lock cycle with the job.
 
 use chrono::{DateTime, Datelike};
+use gpuledger_core::time::DAY_MS;
 
 use super::db::Backend;
 use super::{Db, StoreError};
-
-const DAY_MS: i64 = 86_400_000;
 
 /// Days made ahead of today: a week of hourly runs may fail before a day's rows land in the
 /// default partition.
@@ -38,8 +37,9 @@ pub const DAYS_AHEAD: i64 = 7;
 /// partition) is worked off over several runs, none long.
 const MOST_MADE_PER_RUN: usize = 64;
 
-/// How long a statement here waits for a lock before it gives up until the next run.
-pub const LOCK_TIMEOUT: &str = "5s";
+/// How long a statement here waits for a lock before it gives up until the next run, for the
+/// rest of its transaction.
+const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Span {
@@ -112,8 +112,8 @@ pub struct PartitionWork {
     pub partitions: Vec<String>,
     /// Rows moved out of default partitions into the partitions made for them.
     pub rows_moved: u64,
-    /// Partitions left for the next run: a lock not had within [`LOCK_TIMEOUT`], or another race
-    /// (see `worth_trying_later`).
+    /// Partitions left for the next run: a lock not had within 5 s, or another race (see
+    /// `worth_trying_later`).
     pub left_for_later: Vec<String>,
 }
 
@@ -236,6 +236,9 @@ pub async fn make_ahead(
         return Ok(work);
     }
     for history in &HISTORY {
+        if work.partitions.len() >= MOST_MADE_PER_RUN {
+            break;
+        }
         let existing = partitions(db, history.table).await?;
         let Some(default) = existing.iter().find(|p| p.is_default) else {
             continue; // not partitioned (migration 0041 not applied)
@@ -335,9 +338,7 @@ async fn make_partition(
         return Ok(0);
     };
     let (table, column) = (history.table, history.column);
-    sqlx::query(&format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-        .execute(&mut *c)
-        .await?;
+    sqlx::query(SET_LOCK_TIMEOUT).execute(&mut *c).await?;
     // No row may land in the default partition between the move and the attach, which checks
     // that the default holds none of the new range. Ingest of other days goes on.
     sqlx::query(&format!("LOCK TABLE \"{default}\" IN EXCLUSIVE MODE"))
@@ -401,9 +402,7 @@ pub async fn drop_before(db: &Db, before_ms: i64) -> Result<PartitionWork, Store
                 return Ok(work);
             };
             let dropped = async {
-                sqlx::query(&format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-                    .execute(&mut *c)
-                    .await?;
+                sqlx::query(SET_LOCK_TIMEOUT).execute(&mut *c).await?;
                 sqlx::query(&format!("DROP TABLE \"{}\"", part.name))
                     .execute(&mut *c)
                     .await

@@ -113,7 +113,7 @@ pub(super) fn process_window(row: ProcessWindowColumns) -> super::StoredProcessW
 /// How far before its host's last report a GPU's newest window is looked for: a GPU silent for a
 /// day while its host reports shows no latest state (it was taken out, or stopped answering),
 /// and the look-up reads only the newest days.
-pub const FLEET_LOOK_BACK_MS: i64 = 86_400_000;
+pub const FLEET_LOOK_BACK_MS: i64 = gpuledger_core::time::DAY_MS;
 
 /// Each GPU of every host an agent reports, with its newest window (hosts known from the bill
 /// alone have no GPU to show).
