@@ -44,6 +44,22 @@ pub fn utc_minute(ms: i64) -> String {
     )
 }
 
+/// `YYYY-MM-DD HH:MM:SS UTC`: when a page's figures are from, to the second.
+pub fn utc_second(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ`: a time in a header or an API field.
+pub fn rfc3339_second(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
 /// `text` cut to at most `max` characters, ending in `…` where cut.
 pub fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {

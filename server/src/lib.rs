@@ -34,6 +34,7 @@ pub mod purchase;
 pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;
+pub mod replica;
 pub mod rollup;
 pub mod scale_to_zero;
 pub mod sections;

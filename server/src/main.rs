@@ -130,6 +130,14 @@ struct ServeArgs {
     aws_sync_daily: bool,
     #[command(flatten)]
     aws: AwsArgs,
+    /// A streaming standby of the PostgreSQL primary (postgres://...) that pages and API reads
+    /// use while it is current enough; writes, sign-in and jobs stay on the primary.
+    #[arg(long, env = "GPULEDGER_READ_DATABASE_URL", hide_env_values = true)]
+    read_database_url: Option<String>,
+    /// How far behind the primary the read replica may be and still be read; further behind
+    /// (or down), pages read from the primary.
+    #[arg(long, env = "GPULEDGER_MAX_REPLICA_LAG", default_value = "30s", value_parser = humantime::parse_duration)]
+    max_replica_lag: Duration,
 }
 
 #[derive(Subcommand, Debug)]
@@ -331,6 +339,9 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
             state.metrics.clone(),
         );
     }
+    if let Some(replica) = &state.replica {
+        gpuledger_server::replica::spawn_poll(replica.clone());
+    }
     if args.aws_sync_daily {
         let ce = args.aws.cost_explorer().await;
         gpuledger_server::jobs::spawn_aws_sync(state.store.clone(), ce, Duration::from_secs(3600));
@@ -357,7 +368,18 @@ fn state_for(
     store: std::sync::Arc<dyn store::Store>,
     args: &ServeArgs,
 ) -> anyhow::Result<AppState> {
-    let mut state = AppState::new(store);
+    let mut state = AppState::new(store.clone());
+    if let Some(url) = &args.read_database_url {
+        let replica = store::connect_replica(url, store.clone())
+            .with_context(|| format!("--read-database-url {}", store::redacted_url(url)))?;
+        state.replica = Some(std::sync::Arc::new(
+            gpuledger_server::replica::Replica::new(
+                std::sync::Arc::new(replica),
+                store,
+                args.max_replica_lag,
+            ),
+        ));
+    }
     state.limits.retention_ms = args.retention.as_millis() as i64;
     state.close =
         gpuledger_server::closing::ClosePolicy::new(args.close_months_after.as_millis() as i64)

@@ -58,8 +58,10 @@ where
     let value = compute.await?;
     let kept = match serde_json::to_string(&value) {
         Ok(body) => {
+            // On the primary when read from a replica: the generation read with the figures
+            // keeps one computed from a replica behind a later roll-up from being served.
             store::sections::put_section_snapshot(
-                store.db(),
+                store.primary(),
                 (section, key),
                 (from_ms, to_ms),
                 (generation, now_ms),

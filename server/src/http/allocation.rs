@@ -196,9 +196,16 @@ async fn get_allocation(
         AllocationFormat::Json | AllocationFormat::Csv => None,
     };
     if let Some(focus) = focus {
-        return Ok(focus_response(state, from, to, (filters, scope), focus));
+        return Ok(focus_response(
+            state,
+            user.reads.shared(),
+            from,
+            to,
+            (filters, scope),
+            focus,
+        ));
     }
-    let loaded = ledger::load(state.store.as_ref(), from, to, grain_for(step)).await?;
+    let loaded = ledger::load(user.reads.store(), from, to, grain_for(step)).await?;
     let grid = crate::carbon::grid(&loaded, &state.config.carbon);
     let loaded = scope.restrict(loaded, schema);
     // No filter: the parts as loaded, not a copy.
@@ -229,6 +236,7 @@ async fn get_allocation(
 /// failure half-way ends the download early (the client sees a cut body), and is logged.
 fn focus_response(
     state: AppState,
+    store: std::sync::Arc<dyn crate::store::Store>,
     from: i64,
     to: i64,
     (filters, scope): (Vec<(GroupBy, String)>, Scope),
@@ -242,15 +250,9 @@ fn focus_response(
             scope: &scope,
             schema: &state.config.owners,
         };
-        let result = crate::focus_export::write_export(
-            state.store.as_ref(),
-            from,
-            to,
-            &selection,
-            format,
-            &tx,
-        )
-        .await;
+        let result =
+            crate::focus_export::write_export(store.as_ref(), from, to, &selection, format, &tx)
+                .await;
         if let Err(e) = result {
             tracing::error!(error = %e, "FOCUS export");
             let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
@@ -312,11 +314,8 @@ struct ImportView {
     ),
     security(("read_token" = []), ("session" = [])),
 )]
-async fn get_imports(
-    State(state): State<AppState>,
-    _user: SignedIn,
-) -> Result<Json<Vec<ImportView>>, ApiError> {
-    let rows = crate::billing::imports(state.store.as_ref()).await?;
+async fn get_imports(user: SignedIn) -> Result<Json<Vec<ImportView>>, ApiError> {
+    let rows = crate::billing::imports(user.reads.store()).await?;
     Ok(Json(
         rows.into_iter()
             .map(|r| ImportView {
@@ -382,11 +381,8 @@ struct PeriodFileJson {
     ),
     security(("read_token" = []), ("session" = [])),
 )]
-async fn get_periods(
-    State(state): State<AppState>,
-    _user: SignedIn,
-) -> Result<Json<Vec<PeriodJson>>, ApiError> {
-    let rows = crate::billing::periods::file_rows(state.store.as_ref()).await?;
+async fn get_periods(user: SignedIn) -> Result<Json<Vec<PeriodJson>>, ApiError> {
+    let rows = crate::billing::periods::file_rows(user.reads.store()).await?;
     Ok(Json(
         crate::billing::periods::periods_of(rows)
             .into_iter()

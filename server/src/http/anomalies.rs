@@ -62,7 +62,7 @@ async fn anomalies_api(
     query: Result<Query<MonthQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AnomaliesResponse>, ApiError> {
     let (range, month) = month_asked(query)?;
-    let store = state.store.as_ref();
+    let store = user.reads.store();
     let found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
     let anomalies = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners));
     Ok(Json(AnomaliesResponse { month, anomalies }))

@@ -262,10 +262,10 @@ fn recon_view(
 /// owners), and the hours still waiting for the roll-up: what the page and the API show.
 async fn month_reconciliation(
     state: &AppState,
+    store: &dyn crate::store::Store,
     from: i64,
     to: i64,
 ) -> Result<(Vec<crate::reconciliation::Reconciliation>, i64), crate::store::StoreError> {
-    let store = state.store.as_ref();
     let recs = crate::reconciliation::for_range(
         store,
         &state.rate_card,
@@ -291,9 +291,9 @@ async fn reconciliation_page(
         );
     };
     let loaded = async {
-        let (recs, pending) = month_reconciliation(&state, from, to).await?;
-        let periods = crate::billing::periods::all(state.store.as_ref()).await?;
-        let sign_offs = crate::closing::sign_offs(state.store.as_ref()).await?;
+        let (recs, pending) = month_reconciliation(&state, user.reads.store(), from, to).await?;
+        let periods = crate::billing::periods::all(user.reads.store()).await?;
+        let sign_offs = crate::closing::sign_offs(user.reads.store()).await?;
         Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
     }
     .await;
@@ -439,14 +439,15 @@ async fn sign_off(
 )]
 async fn reconciliation_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    user: SignedIn,
     query: Result<
         axum::extract::Query<super::params::MonthQuery>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Result<axum::Json<ReconciliationResponse>, crate::error::ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
-    let (currencies, hours_waiting_for_rollup) = month_reconciliation(&state, from, to).await?;
+    let (currencies, hours_waiting_for_rollup) =
+        month_reconciliation(&state, user.reads.store(), from, to).await?;
     Ok(axum::Json(ReconciliationResponse {
         month,
         hours_waiting_for_rollup,
@@ -482,16 +483,16 @@ async fn reconciliation_api(
 )]
 async fn commitments_api(
     State(state): State<AppState>,
-    _user: SignedIn,
+    user: SignedIn,
     query: Result<
         axum::extract::Query<super::params::MonthQuery>,
         axum::extract::rejection::QueryRejection,
     >,
 ) -> Result<axum::Json<CommitmentsResponse>, crate::error::ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
-    let costs = crate::commitments::type_costs(state.store.as_ref(), from, to).await?;
+    let costs = crate::commitments::type_costs(user.reads.store(), from, to).await?;
     let commitments = crate::commitments::for_range(
-        state.store.as_ref(),
+        user.reads.store(),
         &state.rate_card,
         &state.config,
         &costs,
@@ -668,15 +669,14 @@ fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
 }
 
 async fn render(
-    state: &AppState,
     user: &SignedIn,
     status: StatusCode,
     notice: Option<String>,
     error: Option<String>,
 ) -> Response {
     let read = tokio::try_join!(
-        crate::billing::periods::file_rows(state.store.as_ref()),
-        crate::exports::recent(state.store.as_ref(), 14),
+        crate::billing::periods::file_rows(user.reads.store()),
+        crate::exports::recent(user.reads.store(), 14),
     );
     match read {
         Ok((rows, exports)) => render_with_status(
@@ -702,8 +702,8 @@ async fn render(
     }
 }
 
-async fn billing_page(State(state): State<AppState>, user: SignedIn) -> Response {
-    render(&state, &user, StatusCode::OK, None, None).await
+async fn billing_page(user: SignedIn) -> Response {
+    render(&user, StatusCode::OK, None, None).await
 }
 
 async fn upload(
@@ -726,7 +726,7 @@ async fn upload(
                     match spool(&mut field).await {
                         Ok(Some(tmp)) => files.push((file_name, tmp)),
                         Ok(None) => {}
-                        Err(Spool::Upload(e)) => return upload_failed(&state, &user, e).await,
+                        Err(Spool::Upload(e)) => return upload_failed(&user, e).await,
                         Err(Spool::Disk(e)) => {
                             tracing::error!(error = %e, "billing upload: writing a temporary file");
                             return error_page(
@@ -740,7 +740,7 @@ async fn upload(
                 }
                 let bytes = match field.bytes().await {
                     Ok(b) => b,
-                    Err(e) => return upload_failed(&state, &user, e).await,
+                    Err(e) => return upload_failed(&user, e).await,
                 };
                 match name.as_str() {
                     "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
@@ -752,7 +752,7 @@ async fn upload(
                 }
             }
             Ok(None) => break,
-            Err(e) => return upload_failed(&state, &user, e).await,
+            Err(e) => return upload_failed(&user, e).await,
         }
     }
     // A multipart upload streams its files before the token field can be read, so the check
@@ -762,7 +762,6 @@ async fn upload(
     }
     if files.is_empty() {
         return render(
-            &state,
             &user,
             StatusCode::BAD_REQUEST,
             None,
@@ -779,7 +778,6 @@ async fn upload(
     };
     let refuse = |why: String| {
         render(
-            &state,
             &user,
             StatusCode::UNPROCESSABLE_ENTITY,
             None,
@@ -851,7 +849,7 @@ async fn upload(
                     }
                 })
                 .collect();
-            render(&state, &user, StatusCode::OK, Some(notice.join(" ")), None).await
+            render(&user, StatusCode::OK, Some(notice.join(" ")), None).await
         }
         Err(ImportError::Focus { file, error }) if files.len() > 1 => {
             // The import stopped at the first bad file: say what is wrong with every one.
@@ -896,13 +894,9 @@ async fn upload(
     }
 }
 
-async fn upload_failed(
-    state: &AppState,
-    user: &SignedIn,
-    e: axum::extract::multipart::MultipartError,
-) -> Response {
+async fn upload_failed(user: &SignedIn, e: axum::extract::multipart::MultipartError) -> Response {
     let message = format!("The upload failed: {}", e.body_text());
-    render(state, user, e.status(), None, Some(message)).await
+    render(user, e.status(), None, Some(message)).await
 }
 
 enum Spool {

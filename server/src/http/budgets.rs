@@ -64,7 +64,7 @@ async fn budgets_api(
 ) -> Result<Json<BudgetsResponse>, ApiError> {
     let (range, month) = month_asked(query)?;
     let budgets = crate::budgets::for_month(
-        state.store.as_ref(),
+        user.reads.store(),
         (&state.config.owners, &user.scope),
         range,
         now_ms(),
@@ -265,7 +265,7 @@ async fn page(
         Err(m) => return error_page(StatusCode::NOT_FOUND, "No such month", &m),
     };
     let rows = match crate::budgets::for_month(
-        state.store.as_ref(),
+        user.reads.store(),
         (&state.config.owners, &user.scope),
         (from, to),
         now_ms(),

@@ -360,16 +360,16 @@ pub fn build(
 /// its teams' processes on them ([`crate::fleet::within_scope`]), and no refused reports.
 async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
     let loaded = async {
-        let rows = crate::fleet::gpus(state.store.as_ref()).await?;
-        let processes = crate::fleet::processes(state.store.as_ref()).await?;
+        let rows = crate::fleet::gpus(user.reads.store()).await?;
+        let processes = crate::fleet::processes(user.reads.store()).await?;
         let (rows, processes) = crate::fleet::within_scope(
-            state.store.as_ref(),
+            user.reads.store(),
             (rows, processes),
             (&user.scope, &state.config.owners),
             now_ms(),
         )
         .await?;
-        let hosts = crate::fleet::hosts(state.store.as_ref()).await?;
+        let hosts = crate::fleet::hosts(user.reads.store()).await?;
         let ids: HashMap<(&str, &str), i64> = hosts
             .iter()
             .map(|h| ((h.cluster.as_str(), h.hostname.as_str()), h.id))
@@ -387,7 +387,7 @@ async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped)
             }
         }
         let by_id = current_price::gpu_prices(
-            state.store.as_ref(),
+            user.reads.store(),
             &hosts,
             &names,
             &state.rate_card,
@@ -405,7 +405,7 @@ async fn fleet_page(State(state): State<AppState>, TeamScoped(user): TeamScoped)
             .collect();
         // Which agent tokens were refused is the fleet's business, not a team's.
         let refused = if user.scope.is_all() {
-            crate::fleet::refusals(state.store.as_ref(), now_ms() - REFUSED_SHOWN_MS).await?
+            crate::fleet::refusals(user.reads.store(), now_ms() - REFUSED_SHOWN_MS).await?
         } else {
             Vec::new()
         };

@@ -100,6 +100,9 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Result<Resp
         .encode()
         .map_err(|e| ApiError::Internal(format!("encoding the metrics: {e}")))?;
     text.push_str(&export_gauges(&state).await);
+    if let Some(replica) = &state.replica {
+        text.push_str(&replica.exposition(crate::now_ms()));
+    }
     if let Some(scope) = reader {
         let cost = state
             .cost_metrics

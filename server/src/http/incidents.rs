@@ -150,17 +150,12 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
 /// Incidents overlapping `range`, those on the scope's GPUs alone.
 async fn scoped_incidents(
     state: &AppState,
+    store: &dyn crate::store::Store,
     range: (i64, i64),
     scope: &crate::session::Scope,
 ) -> Result<Vec<IncidentRow>, crate::store::StoreError> {
-    let rows = incidents::overlapping(state.store.as_ref(), range.0, range.1).await?;
-    incidents::for_scope(
-        state.store.as_ref(),
-        rows,
-        range,
-        (scope, &state.config.owners),
-    )
-    .await
+    let rows = incidents::overlapping(store, range.0, range.1).await?;
+    incidents::for_scope(store, rows, range, (scope, &state.config.owners)).await
 }
 
 #[derive(Deserialize)]
@@ -177,15 +172,15 @@ async fn incidents_page(
 ) -> Response {
     let now = now_ms();
     let range = (now - 30 * DAY_MS, now + 1);
-    let rows = match scoped_incidents(&state, range, &user.scope).await {
+    let rows = match scoped_incidents(&state, user.reads.store(), range, &user.scope).await {
         Ok(r) => r,
         Err(e) => return unavailable(e),
     };
-    let snoozes = match incidents::active_snoozes(state.store.as_ref(), now).await {
+    let snoozes = match incidents::active_snoozes(user.reads.store(), now).await {
         Ok(s) => s,
         Err(e) => return unavailable(e),
     };
-    let clusters = incidents::clusters(state.store.as_ref())
+    let clusters = incidents::clusters(user.reads.store())
         .await
         .unwrap_or_default();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
@@ -232,15 +227,14 @@ async fn incident_page(
     Path(id): Path<i64>,
 ) -> Response {
     let found = async {
-        let Some((row, messages)) = incidents::with_messages(state.store.as_ref(), id).await?
-        else {
+        let Some((row, messages)) = incidents::with_messages(user.reads.store(), id).await? else {
             return Ok(None);
         };
         // Judged as the list judges it: over the last 30 days, or since it started.
         let now = now_ms();
         let range = ((now - 30 * DAY_MS).min(row.started_ms), now + 1);
         let kept = incidents::for_scope(
-            state.store.as_ref(),
+            user.reads.store(),
             vec![row],
             range,
             (&user.scope, &state.config.owners),
@@ -323,7 +317,7 @@ struct MessageView {
 }
 
 async fn alerts_page(State(state): State<AppState>, user: SignedIn) -> Response {
-    match slack::history(state.store.as_ref(), 200).await {
+    match slack::history(user.reads.store(), 200).await {
         Ok(rows) => render(&AlertsPage {
             chrome: Some(Chrome::from(&user)),
             is_admin: user.is_admin(),
@@ -435,11 +429,12 @@ async fn incidents_api(
     } else {
         super::params::range(&q.from, &q.to)?
     };
-    let views: Vec<IncidentView> = scoped_incidents(&state, (from, to), &user.scope)
-        .await?
-        .into_iter()
-        .map(|r| view(r, now))
-        .collect();
+    let views: Vec<IncidentView> =
+        scoped_incidents(&state, user.reads.store(), (from, to), &user.scope)
+            .await?
+            .into_iter()
+            .map(|r| view(r, now))
+            .collect();
     match format {
         TableFormat::Json => Ok(Json(views).into_response()),
         TableFormat::Csv => {
@@ -493,14 +488,14 @@ async fn idle_history_api(
     } else {
         super::params::range(&q.from, &q.to)?
     };
-    let episodes = crate::idle_history::load(state.store.as_ref(), from, to).await?;
+    let episodes = crate::idle_history::load(user.reads.store(), from, to).await?;
     let episodes = if user.scope.is_all() {
         episodes
     } else {
         // A host's episodes where the host is wholly the reader's teams' over the range.
         let schema = &state.config.owners;
         let ledger =
-            crate::ledger::load(state.store.as_ref(), from, to, RollupGrain::HostDay).await?;
+            crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostDay).await?;
         let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
         episodes
             .into_iter()

@@ -24,6 +24,7 @@ mod openapi_tests;
 mod owner_dimension_tests;
 pub(crate) mod page;
 mod params;
+pub mod reads;
 mod recommendations;
 mod review;
 #[cfg(test)]
@@ -80,6 +81,8 @@ pub struct AppState {
     pub close: crate::closing::ClosePolicy,
     /// The cost gauges `/metrics` renders for read-only tokens, kept a few seconds.
     pub cost_metrics: crate::cost_metrics::Cache,
+    /// The read replica pages read from when it is current enough (`--read-database-url`).
+    pub replica: Option<Arc<crate::replica::Replica>>,
 }
 
 impl AppState {
@@ -98,6 +101,7 @@ impl AppState {
             trust_forwarded_for: false,
             close: crate::closing::ClosePolicy::default(),
             cost_metrics: crate::cost_metrics::Cache::default(),
+            replica: None,
         }
     }
 }
@@ -131,6 +135,10 @@ pub fn router(state: AppState) -> Router {
         .layer(header(http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(header(http::header::X_FRAME_OPTIONS, "DENY"))
         .layer(header(http::header::REFERRER_POLICY, "same-origin"))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            reads::route,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

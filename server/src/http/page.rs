@@ -15,6 +15,8 @@ pub struct Chrome {
     pub teams: Option<String>,
     /// `YYYY-MM-DD HH:MM UTC`, in the printed footer beside the page numbers.
     pub generated: String,
+    /// When the figures are from, where they were read from a replica (else they are current).
+    pub freshness: Option<String>,
 }
 
 impl From<&super::session::SignedIn> for Chrome {
@@ -25,6 +27,7 @@ impl From<&super::session::SignedIn> for Chrome {
             csrf: s.csrf.clone(),
             teams: (!s.scope.is_all()).then(|| s.scope.describe()),
             generated: crate::format::utc_minute(chrono::Utc::now().timestamp_millis()),
+            freshness: s.reads.freshness(),
         }
     }
 }

@@ -56,7 +56,7 @@ async fn shape_api(
 ) -> Result<Json<ShapeResponse>, ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
     let types = crate::shape::for_range(
-        state.store.as_ref(),
+        user.reads.store(),
         &state.config.owners,
         &user.scope,
         (from, to),
@@ -65,7 +65,7 @@ async fn shape_api(
     .await?;
     // Buying is the whole fleet's: a team's reader gets its shape, not the fleet's advice.
     let purchase_mix = if user.scope.is_all() {
-        let costs = crate::commitments::type_costs(state.store.as_ref(), from, to).await?;
+        let costs = crate::commitments::type_costs(user.reads.store(), from, to).await?;
         crate::purchase::of_shapes(&state.rate_card, &types, &costs)
     } else {
         Vec::new()
@@ -115,7 +115,7 @@ async fn scale_to_zero_api(
 ) -> Result<Json<ScaleToZeroResponse>, ApiError> {
     let ((from, to), month) = super::params::month_asked(query)?;
     let windows = crate::scale_to_zero::for_range(
-        state.store.as_ref(),
+        user.reads.store(),
         &state.config.owners,
         &user.scope,
         from,
@@ -166,12 +166,12 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
 /// The look-back's recommendations, those of the reader's teams alone where it is scoped.
 async fn compute(
     state: &AppState,
+    store: &dyn crate::store::Store,
     lookback_ms: i64,
     scope: &Scope,
 ) -> Result<Recommendations, StoreError> {
     let now = now_ms();
     let range = snapshots::lookback_range(now, lookback_ms);
-    let store = state.store.as_ref();
     let all = snapshots::get(store, &state.rate_card, &state.config.owners, range, now).await?;
     crate::recommend::for_scope(store, all, range, (scope, &state.config.owners)).await
 }
@@ -203,7 +203,7 @@ async fn api(
 ) -> Result<Response, ApiError> {
     let q = super::params::query_of(query)?;
     let format = TableFormat::of(q.format.as_deref())?;
-    let r = compute(&state, lookback(&q)?, &user.scope).await?;
+    let r = compute(&state, user.reads.store(), lookback(&q)?, &user.scope).await?;
     if format == TableFormat::Csv {
         let body = recommendations_csv(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(super::params::csv_response(
@@ -315,7 +315,14 @@ impl RecommendationsPage {
 }
 
 async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
-    match compute(&state, 7 * gpuledger_core::time::DAY_MS, &user.scope).await {
+    match compute(
+        &state,
+        user.reads.store(),
+        7 * gpuledger_core::time::DAY_MS,
+        &user.scope,
+    )
+    .await
+    {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
             total_saving: crate::format::usd(r.total_saving),

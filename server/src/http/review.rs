@@ -365,7 +365,7 @@ async fn review(
     let Some((from, to)) = calendar_month(&month) else {
         return no_such_month();
     };
-    let store = state.store.as_ref();
+    let store = user.reads.store();
     let now = now_ms();
     let (prev_from, prev_to, partial) = comparison(from, to, now);
     let recs = async {
@@ -641,7 +641,7 @@ async fn review(
         unattributed_hours: Default::default(),
         hosts: a.hosts.clone(),
     };
-    let labels = heatmap_labels(state.store.as_ref()).await;
+    let labels = heatmap_labels(user.reads.store()).await;
     let mut heatmap = charts::heatmap(
         &heat,
         from,
@@ -800,7 +800,7 @@ async fn drill_down(
         );
     };
     let loaded = async {
-        let store = state.store.as_ref();
+        let store = user.reads.store();
         let a = ledger::load(store, from, to, RollupGrain::Day).await?;
         let run_hours = ledger::experiment_hours(store, from, to).await?;
         let requests = crate::unit_costs::request_totals(store, from, to).await?;
@@ -892,7 +892,7 @@ async fn drill_down(
         .map(|other| charts::table((&a, &grid), other, (&month, &next), &filters, cost, &cur))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
-    let labels = heatmap_labels(state.store.as_ref()).await;
+    let labels = heatmap_labels(user.reads.store()).await;
     let heatmap = charts::heatmap(
         &a,
         from,

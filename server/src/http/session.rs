@@ -47,6 +47,8 @@ pub struct SignedIn {
     pub read_token: bool,
     /// The teams whose figures this person or token sees (admins: every team).
     pub scope: Scope,
+    /// Where this request reads its figures (the read replica or the primary).
+    pub reads: super::reads::Reads,
 }
 
 impl SignedIn {
@@ -147,6 +149,7 @@ async fn signed_in(parts: &Parts, state: &AppState) -> Result<SignedIn, Response
             csrf: s.csrf_token,
             token_hash,
             read_token: false,
+            reads: super::reads::Reads::of(parts, state),
         }),
         Ok(None) => Err(unauthenticated(parts)),
         Err(e) => {
@@ -190,6 +193,7 @@ async fn read_only_token(parts: &Parts, state: &AppState) -> Result<SignedIn, Re
             csrf: crate::auth::generate_token(),
             token_hash: String::new(),
             read_token: true,
+            reads: super::reads::Reads::of(parts, state),
         }),
         Ok(None) => Err(unauthenticated(parts)),
         Err(e) => {

@@ -294,17 +294,12 @@ struct UsageResponse {
 /// Cost per 1,000 requests per endpoint over `[from, to)`.
 pub(super) async fn endpoint_costs(
     state: &AppState,
+    store: &dyn crate::store::Store,
     a: &attribution::Attribution,
     range: (i64, i64),
     scope: &Scope,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {
-    Ok(unit_costs::endpoint_costs_in(
-        state.store.as_ref(),
-        a,
-        range,
-        (&state.config.owners, scope),
-    )
-    .await?)
+    Ok(unit_costs::endpoint_costs_in(store, a, range, (&state.config.owners, scope)).await?)
 }
 
 /// `GET /api/v1/usage`: cost per 1,000 requests per endpoint; a scoped reader's endpoints only.
@@ -333,8 +328,8 @@ async fn get_usage(
     query: Result<Query<RangeQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (from, to, format) = range_query(query)?;
-    let a = ledger::load(state.store.as_ref(), from, to, RollupGrain::Day).await?;
-    let endpoints = endpoint_costs(&state, &a, (from, to), &user.scope).await?;
+    let a = ledger::load(user.reads.store(), from, to, RollupGrain::Day).await?;
+    let endpoints = endpoint_costs(&state, user.reads.store(), &a, (from, to), &user.scope).await?;
     if format == TableFormat::Csv {
         let body = unit_costs::endpoint_costs_csv(&endpoints)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -387,9 +382,9 @@ async fn get_runs(
     let runs = match GroupBy::role(schema, Role::Experiment) {
         Some(GroupBy::Owner(experiment)) => {
             let grain = RollupGrain::OwnerHour(experiment);
-            let a = ledger::load(state.store.as_ref(), from, to, grain).await?;
+            let a = ledger::load(user.reads.store(), from, to, grain).await?;
             let mut runs = unit_costs::training_runs(&user.scope.restrict(a, schema), schema);
-            let progress = unit_costs::progress_totals(state.store.as_ref(), from, to).await?;
+            let progress = unit_costs::progress_totals(user.reads.store(), from, to).await?;
             unit_costs::with_progress(&mut runs, &progress);
             runs
         }

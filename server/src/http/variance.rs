@@ -83,7 +83,7 @@ async fn variance_api(
         })?,
     };
     let v = crate::variance::for_month(
-        state.store.as_ref(),
+        user.reads.store(),
         (from, to, now),
         by,
         (&user.scope, schema),

@@ -81,6 +81,19 @@ pub async fn get(
             }
         }
     }
+    if store.is_replica() {
+        // Kept only from the primary's reads: a snapshot has no guard against an older one
+        // computed from a lagging replica replacing a newer one (the refresh job keeps them).
+        let evidence =
+            crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
+                .await?;
+        return Ok(recommend(
+            &evidence,
+            card,
+            range.observed_ms,
+            Options::default(),
+        ));
+    }
     compute_and_store(store, card, owners, range, now_ms).await
 }
 

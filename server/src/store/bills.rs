@@ -80,7 +80,9 @@ pub struct BillLine {
 }
 
 /// Sums, once, the per-period totals of files imported before `billing_file_periods`
-/// existed (its migration could count their lines but not sum decimal text exactly).
+/// existed (its migration could count their lines but not sum decimal text exactly): done when
+/// the database is opened, after its migrations, so that reading them never writes (pages may
+/// read from a replica).
 pub(crate) async fn backfill_file_period_totals(on: impl Into<On<'_>>) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
@@ -485,11 +487,9 @@ pub async fn import_bill(
 pub async fn billing_file_periods(
     on: impl Into<On<'_>>,
 ) -> Result<Vec<super::BillingFilePeriodRow>, StoreError> {
-    let mut conn = on.into().write().await?;
+    let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
-        backfill_file_period_totals(&mut *tx).await?;
-        let rows = sqlx::query_as(
+        Ok(sqlx::query_as(
             "SELECT p.import_id, i.name, i.source, i.imported_ms, i.delivery, p.provider,
                     p.billing_account_id, p.billing_period_start_ms, p.currency, p.row_count,
                     p.billed_total, p.effective_total, p.replaced_ms, p.replaced_by
@@ -497,10 +497,8 @@ pub async fn billing_file_periods(
              ORDER BY p.billing_period_start_ms DESC, p.provider, p.billing_account_id,
                       i.imported_ms, i.id",
         )
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(rows)
+        .fetch_all(&mut *ex)
+        .await?)
     })
 }
 

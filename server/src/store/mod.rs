@@ -30,6 +30,7 @@ pub mod partitions;
 mod postgres;
 pub mod read_tokens;
 pub mod recommendations;
+pub mod replica;
 mod report_rows;
 pub mod rollups;
 pub mod sections;
@@ -52,6 +53,7 @@ pub use closing::{RestatementRow, SignOffRow};
 pub use db::{Db, Dialect};
 pub use ledger::{CurrencyCostRow, ExperimentDayRow};
 pub use postgres::PostgresStore;
+pub use replica::{connect_replica, ReplicaStore};
 pub use rollups::{DirtyMark, UnattributedRow, UsageRow};
 pub use sqlite::SqliteStore;
 pub use telemetry::{FleetProcess, FleetRow, StoredGpuWindow};
@@ -219,6 +221,16 @@ pub trait Store: Send + Sync {
     fn backend(&self) -> &'static str;
     /// The database itself, for the storage functions of the modules split out by concern.
     fn db(&self) -> &Db;
+    /// Where what is computed from reads is kept: the database itself, or a read replica's
+    /// primary (a replica takes no writes).
+    fn primary(&self) -> &Db {
+        self.db()
+    }
+    /// Whether reads may lag what was written (a read replica): what is kept from them then
+    /// needs a guard that a newer write wins.
+    fn is_replica(&self) -> bool {
+        false
+    }
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// This replica's ingest groups so far (see `group_commit`).
@@ -234,15 +246,21 @@ pub trait Store: Send + Sync {
     ) -> Result<IngestOutcome, StoreError>;
 }
 
-/// Opens the database named by `url` and brings its schema up to date.
+/// Opens the database named by `url` and brings its schema, and data older than it, up to date.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::connect(url).await?))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(PostgresStore::connect(url).await?))
+    let store: Arc<dyn Store> = if url.starts_with("sqlite:") {
+        Arc::new(SqliteStore::connect(url).await?)
+    } else if is_postgres_url(url) {
+        Arc::new(PostgresStore::connect(url).await?)
     } else {
-        Err(StoreError::UnsupportedUrl(redacted_url(url)))
-    }
+        return Err(StoreError::UnsupportedUrl(redacted_url(url)));
+    };
+    bills::backfill_file_period_totals(store.db()).await?;
+    Ok(store)
+}
+
+fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// The database URL as it may appear in logs and error messages: a password in it (in the

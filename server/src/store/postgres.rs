@@ -35,6 +35,11 @@ impl Dialect for Postgres {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// The newest migration this build has: a read replica must have replayed it to be read.
+pub(crate) fn latest_migration() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default()
+}
+
 pub struct PostgresStore {
     pool: Pool<Postgres>,
     db: Db,

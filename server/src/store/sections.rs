@@ -44,7 +44,8 @@ pub async fn section_snapshot(
     })
 }
 
-/// Stores (or replaces) a section's body, drawn from the rollups of `generation`.
+/// Stores (or replaces one of no later generation) a section's body, drawn from the rollups
+/// of `generation`.
 pub async fn put_section_snapshot(
     on: impl Into<On<'_>>,
     (section, key): (&str, &str),
@@ -60,7 +61,9 @@ pub async fn put_section_snapshot(
              VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (section, key, from_ms, to_ms)
              DO UPDATE SET generation = EXCLUDED.generation,
-                           computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body",
+                           computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body
+             -- One drawn from a replica behind the primary never replaces a newer one.
+             WHERE EXCLUDED.generation >= section_snapshots.generation",
         )
         .bind(section)
         .bind(key)

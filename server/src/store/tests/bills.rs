@@ -309,13 +309,23 @@ async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again(
             "{b}"
         );
 
-        // Files imported before per-period totals existed are summed once, on first read.
+        // Files imported before per-period totals existed are summed once, when the database
+        // is opened (reading them never writes: pages may read from a replica).
         execute_sql(
             &db,
             "UPDATE billing_file_periods SET billed_total = NULL, effective_total = NULL",
         )
         .await;
-        let again = crate::store::bills::billing_file_periods(s.db())
+        let unsummed = crate::store::bills::billing_file_periods(s.db())
+            .await
+            .unwrap();
+        let run = unsummed
+            .iter()
+            .find(|p| p.name == "run2-00002.csv")
+            .unwrap();
+        assert_eq!(run.billed_total, None, "{b}");
+        let reopened = db.open().await;
+        let again = crate::store::bills::billing_file_periods(reopened.db())
             .await
             .unwrap();
         let run = again.iter().find(|p| p.name == "run2-00002.csv").unwrap();
