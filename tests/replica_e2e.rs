@@ -151,7 +151,7 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
         None,
         &[
             ("GPULEDGER_READ_DATABASE_URL", standby.as_str()),
-            ("GPULEDGER_MAX_REPLICA_LAG", "20s"),
+            ("GPULEDGER_MAX_REPLICA_LAG", "45s"),
             ("GPULEDGER_ROLLUP_INTERVAL", "1s"),
         ],
     )
@@ -302,15 +302,14 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
     let after = after.text().await.unwrap();
     assert!(after.contains("1,234"), "{after}");
     assert!(!after.contains("(read replica)"), "{after}");
-    let theirs: serde_json::Value = reader
+    let theirs = reader
         .get(format!("{}/api/v1/budgets?month={month}", server.url))
         .bearer_auth(&bi)
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
+    assert_eq!(theirs.headers()["gpuledger-read-from"], "replica");
+    let theirs: serde_json::Value = theirs.json().await.unwrap();
     assert!(
         !theirs.to_string().contains("team-1"),
         "the replica has not replayed the budget: {theirs}"
@@ -327,8 +326,8 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
         .unwrap();
     assert_eq!(mine.headers()["gpuledger-read-from"], "primary");
 
-    // Further behind than --max-replica-lag (20 s), every page reads the primary.
-    until(40, "the replica to fall too far behind", || async {
+    // Further behind than --max-replica-lag (45 s), every page reads the primary.
+    until(70, "the replica to fall too far behind", || async {
         clusters(&reader, &server, Some(&bi)).await.from == "primary"
     })
     .await;
@@ -354,4 +353,72 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
         r.from == "replica" && r.clusters == ["repa-1", "repb-1"]
     })
     .await;
+
+    // Once the replica has replayed a person's change, their pages read it again (the cookie
+    // still held), and show the change.
+    let budgets = page_text(&admin, &format!("{}/budgets", server.url)).await;
+    let set = admin
+        .post(format!("{}/budgets", server.url))
+        .form(&[
+            ("csrf", csrf_of(&budgets).as_str()),
+            ("dimension", "team"),
+            ("key", "team-1"),
+            ("amount", "5678"),
+            ("currency", "USD"),
+            ("from_month", month.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        set.status(),
+        reqwest::StatusCode::SEE_OTHER,
+        "{}",
+        set.text().await.unwrap()
+    );
+    until(
+        30,
+        "the person's pages to read the replica again",
+        || async {
+            let page = admin
+                .get(format!("{}/budgets?month={month}", server.url))
+                .send()
+                .await
+                .unwrap();
+            let from = page.headers()["gpuledger-read-from"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let body = page.text().await.unwrap();
+            assert!(
+                body.contains("5,678"),
+                "the change shows wherever it is read: {body}"
+            );
+            from == "replica"
+        },
+    )
+    .await;
+}
+
+/// A read URL that names no standby (here the primary itself) is never read: pages read the
+/// primary, and the metrics say the replica is not in use.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_url_that_is_no_standby_is_not_read() {
+    let db = test_support::postgres().await;
+    let server = start_server_env(
+        &db.url,
+        free_port(),
+        None,
+        &[("GPULEDGER_READ_DATABASE_URL", db.url.as_str())],
+    )
+    .await;
+    let bi = server_run(&db.url, &["read-token", "create", "bi"])
+        .trim()
+        .to_owned();
+    let reader = reqwest::Client::new();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let read = clusters(&reader, &server, Some(&bi)).await;
+    assert_eq!((read.from.as_str(), read.as_of), ("primary", None));
+    let metrics = page_text(&reader, &format!("{}/metrics", server.url)).await;
+    assert!(metrics.contains("gpuledger_read_replica_up 0"), "{metrics}");
 }

@@ -98,7 +98,8 @@ fn is_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::Tls(_) => true,
         sqlx::Error::Database(d) => match d.code().as_deref() {
-            Some("40P01" | "40001" | "55P03") => true,
+            // 57014: a statement past its time (a read replica's statement_timeout).
+            Some("40P01" | "40001" | "55P03" | "57014") => true,
             // A partition's bound is the one check that names no constraint (a CHECK does).
             Some("23514") => d.constraint().is_none(),
             _ => false,

@@ -21,6 +21,23 @@ use crate::store::{self, Store};
 /// How often the replica's position is polled: how stale "as of" may be on an idle database.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a poll waits for each answer.
+const POLL_WAIT: Duration = Duration::from_secs(2);
+
+/// `query`'s answer, or an error once it has taken [`POLL_WAIT`].
+async fn within<T>(
+    query: impl std::future::Future<Output = Result<T, store::StoreError>>,
+) -> Result<T, store::StoreError> {
+    tokio::time::timeout(POLL_WAIT, query)
+        .await
+        .unwrap_or_else(|_| {
+            Err(store::StoreError::Invalid(format!(
+                "no answer within {} s",
+                POLL_WAIT.as_secs()
+            )))
+        })
+}
+
 pub struct Replica {
     store: Arc<dyn Store>,
     primary: Arc<dyn Store>,
@@ -75,9 +92,11 @@ impl Replica {
 
     /// Asks the primary and then the replica how far each is, at `now_ms`. The primary first:
     /// a replica that has replayed the primary's position has everything committed before it.
+    /// Each answer is waited for at most [`POLL_WAIT`]: a replica that hangs is not read.
     pub async fn poll(&self, now_ms: i64) {
-        let written = store::replica::wal_position(self.primary.db()).await;
-        let standby = store::replica::standby_state(self.store.db()).await;
+        let written = within(store::replica::wal_position(self.primary.db())).await;
+        let standby = within(store::replica::standby_state(self.store.db())).await;
+        let same_cluster = self.same_cluster().await;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(Some(at)) = written {
             seen.primary.push_back((now_ms, at));
@@ -97,6 +116,9 @@ impl Replica {
             (_, Err(e)) => Err(format!("the replica did not answer: {e}")),
             (_, Ok(s)) if s.replayed.is_none() => {
                 Err("the replica is not a standby (it replays no log)".to_owned())
+            }
+            _ if !same_cluster => {
+                Err("the replica is a standby of another database cluster".to_owned())
             }
             (_, Ok(s)) if !s.schema_current() => Err(format!(
                 "the replica's schema (migration {}) is older than this server's",
@@ -120,6 +142,42 @@ impl Replica {
                     })
             }
         };
+        Self::note(&mut seen, position);
+    }
+
+    /// Whether the replica is a standby of the primary's own cluster (a standby of staging's
+    /// database, say, is not), where both say which they are.
+    async fn same_cluster(&self) -> bool {
+        let primary = within(store::replica::cluster_identity(self.primary.db())).await;
+        let replica = within(store::replica::cluster_identity(self.store.db())).await;
+        match (primary, replica) {
+            (Ok(Some(p)), Ok(Some(r))) => p == r,
+            _ => true,
+        }
+    }
+
+    /// Takes the replica as current at `now_ms` without asking it (a test's replica that is
+    /// down, to see a failed read fall back).
+    #[cfg(test)]
+    pub fn assume_current(&self, now_ms: i64) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.replica = Some(Ok(Position {
+            replayed: i64::MAX,
+            as_of_ms: now_ms,
+        }));
+    }
+
+    /// A read from the replica failed (it went down, or cancelled the statement): requests
+    /// read the primary until the next poll finds it readable again.
+    pub fn failed(&self, why: &str) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        Self::note(
+            &mut seen,
+            Err(format!("a read from the replica failed: {why}")),
+        );
+    }
+
+    fn note(seen: &mut Seen, position: Result<Position, String>) {
         if let Err(why) = &position {
             // Said once when it changes, not every second.
             if !matches!(&seen.replica, Some(Err(before)) if before == why) {
@@ -159,7 +217,7 @@ impl Replica {
     }
 
     /// Its gauges in the Prometheus text format: whether pages can read it, and how far behind
-    /// the primary its figures were at the last poll (absent while it cannot be read).
+    /// the primary its figures are now, from the last poll (absent while it cannot be read).
     pub fn exposition(&self, now_ms: i64) -> String {
         let lag = self
             .readable(now_ms)

@@ -56,23 +56,34 @@ where
         }
     }
     let value = compute.await?;
-    let kept = match serde_json::to_string(&value) {
-        Ok(body) => {
-            // On the primary when read from a replica: the generation read with the figures
-            // keeps one computed from a replica behind a later roll-up from being served.
-            store::sections::put_section_snapshot(
-                store.primary(),
-                (section, key),
-                (from_ms, to_ms),
-                (generation, now_ms),
-                &body,
-            )
-            .await
+    let body = match serde_json::to_string(&value) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::warn!(section, error = %e, "section not kept; computed again next view");
+            return Ok(value);
         }
-        Err(e) => Err(StoreError::Invalid(e.to_string())),
     };
-    if let Err(e) = kept {
-        tracing::warn!(section, error = %e, "section not kept; computed again next view");
+    // On the primary when read from a replica: the generation read with the figures keeps one
+    // computed from a replica behind a later roll-up from being served. Written after the
+    // answer there, so a slow primary does not hold up a page the replica served.
+    let (primary, section, key) = (store.primary().clone(), section.to_owned(), key.to_owned());
+    let keep = async move {
+        let kept = store::sections::put_section_snapshot(
+            &primary,
+            (&section, &key),
+            (from_ms, to_ms),
+            (generation, now_ms),
+            &body,
+        )
+        .await;
+        if let Err(e) = kept {
+            tracing::warn!(section, error = %e, "section not kept; computed again next view");
+        }
+    };
+    if store.is_replica() {
+        tokio::spawn(keep);
+    } else {
+        keep.await;
     }
     Ok(value)
 }

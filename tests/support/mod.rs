@@ -262,8 +262,13 @@ pub const TEST_PASSWORD: &str = "correct horse battery staple";
 /// Adds a person with `role` through the command line and signs them in through the real
 /// sign-in form; the client keeps the session cookie.
 pub async fn signed_in(server: &Server, role: &str) -> reqwest::Client {
+    signed_in_at(&server.url, &server.db_url, role).await
+}
+
+/// [`signed_in`] at `url` (a load balancer in front of servers of `db_url`, say).
+pub async fn signed_in_at(url: &str, db_url: &str, role: &str) -> reqwest::Client {
     let username = format!("{role}-{}", free_port());
-    let out = server_cmd(&server.db_url)
+    let out = server_cmd(db_url)
         .args(["user", "add", &username, "--role", role])
         .env("GPULEDGER_PASSWORD", TEST_PASSWORD)
         .output()
@@ -278,7 +283,7 @@ pub async fn signed_in(server: &Server, role: &str) -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let login = format!("{}/login", server.url);
+    let login = format!("{url}/login");
     let html = client
         .get(&login)
         .send()

@@ -81,9 +81,10 @@ pub async fn get(
             }
         }
     }
-    if store.is_replica() {
-        // Kept only from the primary's reads: a snapshot has no guard against an older one
-        // computed from a lagging replica replacing a newer one (the refresh job keeps them).
+    if store.is_replica() && range.to_ms > now_ms - gpuledger_core::time::DAY_MS {
+        // A range still under way is kept only from the primary's reads: a snapshot has no
+        // guard against one computed from a lagging replica replacing a newer one (the refresh
+        // job keeps them). One over for a day is final either way, and kept on the primary.
         let evidence =
             crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
                 .await?;
@@ -112,7 +113,7 @@ pub async fn compute_and_store(
     match serde_json::to_string(&r) {
         Ok(body) => {
             store::recommendations::put_recommendation_snapshot(
-                store.db(),
+                store.primary(),
                 range.from_ms,
                 range.to_ms,
                 range.observed_ms,

@@ -4,6 +4,7 @@
 //! ([`Store::primary`]). Whether it is current enough to read is `crate::replica`'s to say,
 //! from [`wal_position`] and [`standby_state`].
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,12 +34,16 @@ pub fn connect_replica(url: &str, primary: Arc<dyn Store>) -> Result<ReplicaStor
             "a read replica needs a PostgreSQL primary (--database-url postgres://...)".into(),
         ));
     }
+    // A statement the standby never answers fails, and its page is read from the primary
+    // (`http::reads`), rather than waiting for ever.
+    let options =
+        sqlx::postgres::PgConnectOptions::from_str(url)?.options([("statement_timeout", "60s")]);
     let pool = PgPoolOptions::new()
         .max_connections(16)
         // A replica that stopped answering is left for the primary by the next poll; until
         // then a page waits this long, not the primary's 15 s.
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(url)?;
+        .connect_lazy_with(options);
     Ok(ReplicaStore {
         db: Db::Postgres { pool: pool.clone() },
         pool,
@@ -91,6 +96,23 @@ pub async fn wal_position(primary: &Db) -> Result<Option<i64>, StoreError> {
                 .await?;
             Ok(Some(at))
         }
+    }
+}
+
+/// The database cluster's identifier, the same on a primary and its physical standbys and
+/// different on any other (`None` where the role may not read it).
+pub async fn cluster_identity(db: &Db) -> Result<Option<i64>, StoreError> {
+    let Db::Postgres { pool } = db else {
+        return Ok(None);
+    };
+    match sqlx::query_as::<_, (i64,)>("SELECT system_identifier FROM pg_control_system()")
+        .fetch_one(pool)
+        .await
+    {
+        Ok((id,)) => Ok(Some(id)),
+        // 42501: not granted to this role; the check is then left out.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42501") => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
