@@ -77,6 +77,8 @@ fn start_haproxy(dir: &std::path::Path, port: u16, backends: &[u16]) -> Proc {
             .arg(&path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            // Its notes of servers going up and down, which the test brings about.
+            .stderr(Stdio::null())
             .spawn()
             .expect("spawn haproxy"),
     )

@@ -9,6 +9,22 @@ pub async fn gpus(store: &dyn Store) -> Result<Vec<FleetRow>, StoreError> {
     store::telemetry::fleet(store.db()).await
 }
 
+/// How each of these GPUs is named on its host (`#3`, a MIG device's `#3 MIG`), by UUID; a GPU
+/// not known is left out.
+pub async fn gpu_labels(
+    store: &dyn Store,
+    uuids: &[String],
+) -> Result<std::collections::HashMap<String, String>, StoreError> {
+    Ok(store::telemetry::gpu_places(store.db(), uuids)
+        .await?
+        .into_iter()
+        .map(|(uuid, index, parent)| {
+            let label = gpuledger_core::telemetry::gpu_label(index, &uuid, parent.is_some());
+            (uuid, label)
+        })
+        .collect())
+}
+
 /// The processes of each GPU's latest window.
 pub async fn processes(store: &dyn Store) -> Result<Vec<FleetProcess>, StoreError> {
     store::telemetry::fleet_processes(store.db()).await

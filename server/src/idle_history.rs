@@ -37,6 +37,53 @@ pub struct IdleEpisode {
     pub estimated: bool,
 }
 
+/// What a page shows of a range's idle episodes, per currency: how many, their dollars and the
+/// costliest. A closed month's review keeps this rather than every episode (a month of 10,000
+/// GPUs has some 30,000).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub currencies: Vec<CurrencySummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurrencySummary {
+    pub currency: String,
+    pub count: usize,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub cost: Decimal,
+    /// The `top` costliest, costliest first.
+    pub costliest: Vec<IdleEpisode>,
+}
+
+impl Summary {
+    /// The summary of `episodes` (costliest first, as [`load`] gives them), keeping the `top`
+    /// costliest of each currency.
+    pub fn of(episodes: impl IntoIterator<Item = IdleEpisode>, top: usize) -> Self {
+        let mut currencies: Vec<CurrencySummary> = Vec::new();
+        for e in episodes {
+            let at = match currencies.iter().position(|c| c.currency == e.currency) {
+                Some(at) => at,
+                None => {
+                    currencies.push(CurrencySummary {
+                        currency: e.currency.clone(),
+                        count: 0,
+                        cost: Decimal::ZERO,
+                        costliest: Vec::new(),
+                    });
+                    currencies.len() - 1
+                }
+            };
+            let c = &mut currencies[at];
+            c.count += 1;
+            c.cost += e.cost;
+            if c.costliest.len() < top {
+                c.costliest.push(e);
+            }
+        }
+        Summary { currencies }
+    }
+}
+
 #[derive(Default)]
 struct Hour {
     cost: Decimal,
@@ -205,6 +252,38 @@ fn episodes_of(
 
 #[cfg(test)]
 mod tests {
+    /// A summary keeps each currency's count and dollars whole and its costliest first.
+    #[test]
+    fn a_summary_counts_and_sums_every_episode_and_keeps_the_costliest() {
+        let episode = |host: &str, currency: &str, cost: &str| IdleEpisode {
+            cluster: "c".into(),
+            hostname: host.into(),
+            kind: "idle".into(),
+            start_ms: 0,
+            end_ms: HOUR_MS,
+            hours: 1,
+            gpus: vec![],
+            owners: BTreeMap::new(),
+            currency: currency.into(),
+            cost: cost.parse().unwrap(),
+            estimated: false,
+        };
+        let all = vec![
+            episode("a", "USD", "9.50"),
+            episode("b", "EUR", "7"),
+            episode("c", "USD", "3.25"),
+            episode("d", "USD", "0.000001"),
+        ];
+        let s = Summary::of(all, 2);
+        let usd = s.currencies.iter().find(|c| c.currency == "USD").unwrap();
+        assert_eq!((usd.count, usd.cost), (3, "12.750001".parse().unwrap()));
+        let hosts: Vec<&str> = usd.costliest.iter().map(|e| e.hostname.as_str()).collect();
+        assert_eq!(hosts, ["a", "c"]);
+        let eur = s.currencies.iter().find(|c| c.currency == "EUR").unwrap();
+        assert_eq!((eur.count, eur.costliest.len()), (1, 1));
+        let back: Summary = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s, "kept and read back as it was");
+    }
     use super::*;
     use crate::attribution::Attribution;
     use crate::attribution::Part;

@@ -111,14 +111,34 @@ pub async fn top_gpu_days(
     to_ms: i64,
     limit: usize,
 ) -> Result<(Vec<Part>, usize), StoreError> {
+    let (top, count) = top_gpus(store, from_ms, to_ms, limit).await?;
+    Ok((gpu_days(store, from_ms, to_ms, &top).await?, count))
+}
+
+/// The `limit` costliest GPUs in the whole days of `[from_ms, to_ms)`, costliest first, and how
+/// many GPUs there are in all: a ranking of every GPU-day of the range, which a closed month's
+/// review keeps.
+pub async fn top_gpus(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Result<(Vec<String>, usize), StoreError> {
     let (top, count) =
         store::ledger::rollup_top_gpus(store.db(), from_ms, to_ms, limit as i64).await?;
-    let rows = store::ledger::rollup_gpu_days(store.db(), from_ms, to_ms, &top).await?;
+    Ok((top, usize::try_from(count).unwrap_or(0)))
+}
+
+/// The daily rows of these GPUs in the whole days of `[from_ms, to_ms)`.
+pub async fn gpu_days(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    gpus: &[String],
+) -> Result<Vec<Part>, StoreError> {
+    let rows = store::ledger::rollup_gpu_days(store.db(), from_ms, to_ms, gpus).await?;
     let mut owners = OwnerTexts::default();
-    Ok((
-        rows.into_iter().map(|r| part_of(r, &mut owners)).collect(),
-        usize::try_from(count).unwrap_or(0),
-    ))
+    Ok(rows.into_iter().map(|r| part_of(r, &mut owners)).collect())
 }
 
 /// `[from_ms, to_ms)` as the rollups hold it: whole days from the daily rows, the hours at

@@ -358,19 +358,6 @@ fn heat_class(util: Option<f64>) -> &'static str {
 
 /// GPU × day utilization for the `limit` costliest GPUs in `a`: each cell is the GPU's
 /// average utilization that day over the time it reported.
-/// How a heatmap row names a GPU beside its host ([`crate::format::gpu_label`]), so no two
-/// rows of a host read the same.
-pub fn gpu_labels(fleet: &[crate::store::FleetRow]) -> HashMap<String, String> {
-    fleet
-        .iter()
-        .filter_map(|g| {
-            let uuid = g.uuid.as_deref()?;
-            let label = crate::format::gpu_label(g.gpu_index, uuid, g.parent_uuid.is_some());
-            Some((uuid.to_owned(), label))
-        })
-        .collect()
-}
-
 #[allow(clippy::too_many_arguments)]
 pub fn heatmap(
     a: &Attribution,

@@ -159,13 +159,20 @@ impl DrillDownPage {
 }
 
 /// The month `YYYY-MM` names, as [start, end) epoch ms.
-/// Heatmap row labels by GPU; failing to read them costs the labels (rows fall back to the
-/// end of the UUID), not the page.
+/// Heatmap row labels of the GPUs in `parts`; failing to read them costs the labels (rows fall
+/// back to the end of the UUID), not the page.
 async fn heatmap_labels(
     store: &dyn crate::store::Store,
+    parts: &[crate::attribution::Part],
 ) -> std::collections::HashMap<String, String> {
-    match crate::fleet::gpus(store).await {
-        Ok(fleet) => charts::gpu_labels(&fleet),
+    let uuids: Vec<String> = parts
+        .iter()
+        .filter_map(|p| p.gpu_uuid.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    match crate::fleet::gpu_labels(store, &uuids).await {
+        Ok(labels) => labels,
         Err(e) => {
             tracing::warn!(error = %e, "review: GPU indexes for the heatmap");
             Default::default()
@@ -357,6 +364,13 @@ fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)])
 /// `GET /review/YYYY-MM`. A team-scoped reader gets the review of its teams: every figure and
 /// table from their part of the ledger, and of lists (recommendations, idle episodes,
 /// anomalies, endpoints' requests) only what is wholly theirs.
+/// A month's idle waste as the review reads it: the kept summary, or the episodes a scoped
+/// reader narrows to its hosts first.
+enum IdleWaste {
+    Summary(crate::idle_history::Summary),
+    Episodes(Vec<crate::idle_history::IdleEpisode>),
+}
+
 async fn review(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,
@@ -401,22 +415,59 @@ async fn review(
     let kept_for = crate::sections::key(scope, schema);
     // Sections every viewer reads whole (each is narrowed to the viewer's scope afterwards).
     let fleet_wide = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, schema);
+    // The heatmap's GPUs: ranking every GPU-day of the month is its costliest read, kept once
+    // the month is closed; their days are a few thousand rows, read on each view.
+    let heat = async {
+        let (top, count) = crate::sections::kept(
+            store,
+            ("heatmap-top", &fleet_wide),
+            (from, to),
+            closed,
+            now,
+            ledger::top_gpus(store, from, to, REVIEW_HEATMAP_GPUS),
+        )
+        .await?;
+        Ok((ledger::gpu_days(store, from, to, &top).await?, count))
+    };
+    // Idle waste: whoever sees every team reads the kept summary; a scoped reader the episodes,
+    // to keep its hosts' alone.
+    let idle = async {
+        if scope.is_all() {
+            let summary = crate::sections::kept(
+                store,
+                ("idle-summary", &fleet_wide),
+                (from, to),
+                closed,
+                now,
+                async {
+                    let episodes = crate::idle_history::load(store, from, to).await?;
+                    Ok(crate::idle_history::Summary::of(episodes, TOP_ROWS))
+                },
+            )
+            .await?;
+            Ok(IdleWaste::Summary(summary))
+        } else {
+            crate::sections::kept(
+                store,
+                ("idle-history", &fleet_wide),
+                (from, to),
+                closed,
+                now,
+                crate::idle_history::load(store, from, to),
+            )
+            .await
+            .map(IdleWaste::Episodes)
+        }
+    };
     let loaded = tokio::try_join!(
         // Per host and day: the review shows no single GPU except in the heatmap.
         ledger::load(store, from, to, RollupGrain::HostDay),
-        ledger::top_gpu_days(store, from, to, REVIEW_HEATMAP_GPUS),
+        heat,
         ledger::experiment_hours(store, from, to),
         recs,
         // Its total, and why this month differs from it.
         ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
-        crate::sections::kept(
-            store,
-            ("idle-history", &fleet_wide),
-            (from, to),
-            closed,
-            now,
-            crate::idle_history::load(store, from, to),
-        ),
+        idle,
         crate::unit_costs::request_totals(store, from, to),
         crate::unit_costs::token_totals(store, from, to),
         crate::unit_costs::usage_sources(store, from, to),
@@ -501,14 +552,17 @@ async fn review(
     let held_hosts = scope.held_hosts(&all, schema);
     let held_runs =
         GroupBy::role(schema, Role::Experiment).and_then(|by| scope.held_keys(&all, by, schema));
-    let idle_episodes: Vec<_> = idle_episodes
-        .into_iter()
-        .filter(|e| {
-            held_hosts.as_ref().is_none_or(|h| {
-                h.contains(&gpuledger_core::scope::host_key(&e.cluster, &e.hostname))
-            })
-        })
-        .collect();
+    let idle_summary = match idle_episodes {
+        IdleWaste::Summary(summary) => summary,
+        IdleWaste::Episodes(episodes) => crate::idle_history::Summary::of(
+            episodes.into_iter().filter(|e| {
+                held_hosts.as_ref().is_none_or(|h| {
+                    h.contains(&gpuledger_core::scope::host_key(&e.cluster, &e.hostname))
+                })
+            }),
+            TOP_ROWS,
+        ),
+    };
     let requests = unit_costs::requests_of_held_endpoints(&all, requests, (schema, scope));
     // The bill's restatements are the whole bill's: not a team's to read.
     let restated = if scope.is_all() { restated } else { Vec::new() };
@@ -641,7 +695,7 @@ async fn review(
         unattributed_hours: Default::default(),
         hosts: a.hosts.clone(),
     };
-    let labels = heatmap_labels(user.reads.store()).await;
+    let labels = heatmap_labels(user.reads.store(), &heat.parts).await;
     let mut heatmap = charts::heatmap(
         &heat,
         from,
@@ -656,16 +710,16 @@ async fn review(
     let now = now_ms();
     // Idle waste from the ledger: episodes whose dollars add up to the month's idle and held
     // idle, for any month (live incidents need raw windows, gone once a month closes).
-    let all_episodes: Vec<_> = idle_episodes
+    let in_cur = idle_summary
+        .currencies
         .into_iter()
-        .filter(|e| e.currency == cur)
-        .collect();
-    let idle_waste: Decimal = all_episodes.iter().map(|e| e.cost).sum();
+        .find(|c| c.currency == cur);
+    let idle_waste: Decimal = in_cur.as_ref().map_or(Decimal::ZERO, |c| c.cost);
     let ledger_waste = month_totals.map_or(Decimal::ZERO, |t| t.idle_cost + t.held_idle_cost);
-    let episode_count = all_episodes.len();
-    let episodes: Vec<EpisodeView> = all_episodes
+    let episode_count = in_cur.as_ref().map_or(0, |c| c.count);
+    let episodes: Vec<EpisodeView> = in_cur
         .into_iter()
-        .take(TOP_ROWS)
+        .flat_map(|c| c.costliest)
         .map(|e| episode_view(e, &month))
         .collect();
     let mut endpoints = unit_costs::endpoint_costs(&a, &requests, schema);
@@ -892,7 +946,7 @@ async fn drill_down(
         .map(|other| charts::table((&a, &grid), other, (&month, &next), &filters, cost, &cur))
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
-    let labels = heatmap_labels(user.reads.store()).await;
+    let labels = heatmap_labels(user.reads.store(), &a.parts).await;
     let heatmap = charts::heatmap(
         &a,
         from,

@@ -940,7 +940,13 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
                     .unwrap()
             }
         };
-        let sections = ["shape", "scale-to-zero", "idle-history", "type-costs"];
+        let sections = [
+            "shape",
+            "scale-to-zero",
+            "idle-summary",
+            "type-costs",
+            "heatmap-top",
+        ];
         for section in sections {
             assert!(kept(section).await.is_none(), "{b}: {section}");
         }

@@ -143,6 +143,30 @@ pub async fn fleet(on: impl Into<On<'_>>) -> Result<Vec<super::FleetRow>, StoreE
     })
 }
 
+/// Each of these GPUs' index on its host and its MIG parent, where known: what names a GPU as
+/// `nvidia-smi` does, without reading its newest window as [`fleet`] does.
+pub async fn gpu_places(
+    on: impl Into<On<'_>>,
+    uuids: &[String],
+) -> Result<Vec<(String, Option<i64>, Option<String>)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let mut rows = Vec::new();
+        for chunk in uuids.chunks(500) {
+            let mut q = sqlx::QueryBuilder::<DB>::new(
+                "SELECT uuid, gpu_index, parent_uuid FROM gpus WHERE uuid IN (",
+            );
+            let mut list = q.separated(", ");
+            for u in chunk {
+                list.push_bind(u.clone());
+            }
+            list.push_unseparated(")");
+            rows.extend(q.build_query_as().fetch_all(&mut *ex).await?);
+        }
+        Ok(rows)
+    })
+}
+
 /// The processes of each GPU's newest window (as [`fleet`] finds it).
 pub async fn fleet_processes(
     on: impl Into<On<'_>>,
