@@ -252,6 +252,11 @@ fn episodes_of(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::attribution::Attribution;
+    use crate::attribution::Part;
+    use crate::store::HostRow;
+
     /// A summary keeps each currency's count and dollars whole and its costliest first.
     #[test]
     fn a_summary_counts_and_sums_every_episode_and_keeps_the_costliest() {
@@ -284,10 +289,6 @@ mod tests {
         let back: Summary = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s, "kept and read back as it was");
     }
-    use super::*;
-    use crate::attribution::Attribution;
-    use crate::attribution::Part;
-    use crate::store::HostRow;
 
     fn part(host_id: i64, hour: i64, kind: Kind, cost: i64, team: Option<&str>) -> Part {
         Part {

@@ -103,21 +103,9 @@ pub async fn load(
     })
 }
 
-/// The daily rows of the `limit` costliest GPUs in the whole days of `[from_ms, to_ms)` (what
-/// a utilization heatmap shows), and how many GPUs there are in all.
-pub async fn top_gpu_days(
-    store: &dyn Store,
-    from_ms: i64,
-    to_ms: i64,
-    limit: usize,
-) -> Result<(Vec<Part>, usize), StoreError> {
-    let (top, count) = top_gpus(store, from_ms, to_ms, limit).await?;
-    Ok((gpu_days(store, from_ms, to_ms, &top).await?, count))
-}
-
 /// The `limit` costliest GPUs in the whole days of `[from_ms, to_ms)`, costliest first, and how
-/// many GPUs there are in all: a ranking of every GPU-day of the range, which a closed month's
-/// review keeps.
+/// many GPUs there are in all (what a utilization heatmap shows, with [`gpu_days`]): a ranking
+/// of every GPU-day of the range, which a closed month's review keeps.
 pub async fn top_gpus(
     store: &dyn Store,
     from_ms: i64,

@@ -361,9 +361,6 @@ fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)])
     charts::api_href(month, next, by, "month", filters)
 }
 
-/// `GET /review/YYYY-MM`. A team-scoped reader gets the review of its teams: every figure and
-/// table from their part of the ledger, and of lists (recommendations, idle episodes,
-/// anomalies, endpoints' requests) only what is wholly theirs.
 /// A month's idle waste as the review reads it: the kept summary, or the episodes a scoped
 /// reader narrows to its hosts first.
 enum IdleWaste {
@@ -371,6 +368,9 @@ enum IdleWaste {
     Episodes(Vec<crate::idle_history::IdleEpisode>),
 }
 
+/// `GET /review/YYYY-MM`. A team-scoped reader gets the review of its teams: every figure and
+/// table from their part of the ledger, and of lists (recommendations, idle episodes,
+/// anomalies, endpoints' requests) only what is wholly theirs.
 async fn review(
     State(state): State<AppState>,
     TeamScoped(user): TeamScoped,

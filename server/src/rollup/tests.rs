@@ -10,7 +10,7 @@ use super::*;
 use crate::attribution::{Attribution, Kind, Owner, Rules};
 use crate::billing::focus;
 use crate::config::OwnerSchema;
-use crate::ledger::{attributed_costs, experiment_hours, load, top_gpu_days};
+use crate::ledger::{attributed_costs, experiment_hours, gpu_days, load, top_gpus};
 use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
 use crate::store;
 use crate::store::AgentStatus;
@@ -329,7 +329,8 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         "{what}: training runs from per-host daily rollups"
     );
     // The heatmap's GPUs: the costliest first, with all their days.
-    let (top, count) = top_gpu_days(store, from, to, 1).await.unwrap();
+    let (ranked, count) = top_gpus(store, from, to, 1).await.unwrap();
+    let top = gpu_days(store, from, to, &ranked).await.unwrap();
     assert_eq!(count, 4, "{what}: GPUs with rows");
     let top_gpu = top.first().and_then(|p| p.gpu_uuid.clone());
     let mut by_gpu: BTreeMap<Option<String>, Decimal> = BTreeMap::new();
