@@ -20,7 +20,7 @@ use chrono::Datelike;
 use fantoccini::wd::Capabilities;
 use fantoccini::{Client, ClientBuilder, Locator};
 use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
-use support::{artifact, free_port, Proc};
+use support::{artifact, free_port, slack_webhook, Proc};
 
 fn tool(env: &str, default: &str) -> PathBuf {
     let p = PathBuf::from(std::env::var(env).unwrap_or_else(|_| default.to_owned()));
@@ -38,28 +38,6 @@ struct Demo {
     url: String,
     password: String,
     sandbox_token: String,
-}
-
-/// Slack message bodies a webhook served here received.
-type Posts = std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
-
-/// A Slack incoming webhook: keeps each JSON body posted to it and answers 200 "ok".
-async fn slack_webhook() -> (Posts, String) {
-    let posts = Posts::default();
-    let kept = posts.clone();
-    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-        let kept = kept.clone();
-        async move {
-            if let Ok(v) = serde_json::from_slice(&body) {
-                kept.lock().unwrap().push(v);
-            }
-            "ok"
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (posts, format!("http://{addr}/services/T/B/demo"))
 }
 
 /// Starts the demo (with `config`, if any) and returns it with its URL, password and sandbox
@@ -343,7 +321,7 @@ async fn a_finance_lead_signs_in_reads_the_review_and_drills_down() {
     let chromium = tool("GPULEDGER_CHROMIUM", "/usr/bin/chromium");
     let driver = tool("GPULEDGER_CHROMEDRIVER", "/usr/bin/chromedriver");
     let dir = tempfile::tempdir().unwrap();
-    let (posts, webhook) = slack_webhook().await;
+    let (posts, webhook) = slack_webhook("demo").await;
     let config = dir.path().join("gpuledger.toml");
     std::fs::write(
         &config,

@@ -16,28 +16,6 @@ use gpuledger_server::test_support;
 use sqlx::Connection;
 use support::*;
 
-/// Slack message bodies the webhook served here received.
-type Posts = Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
-
-/// A Slack incoming webhook: keeps each JSON body posted to it and answers 200 "ok".
-async fn slack_webhook() -> (Posts, String) {
-    let posts = Posts::default();
-    let kept = posts.clone();
-    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
-        let kept = kept.clone();
-        async move {
-            if let Ok(v) = serde_json::from_slice(&body) {
-                kept.lock().unwrap().push(v);
-            }
-            "ok"
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (posts, format!("http://{addr}/services/T/B/many"))
-}
-
 /// HAProxy in front of `backends`, round robin, each checked on `/healthz` every 200 ms; a
 /// request whose server refuses the connection is sent to another (`redispatch`).
 fn start_haproxy(dir: &std::path::Path, port: u16, backends: &[u16]) -> Proc {
@@ -184,7 +162,7 @@ async fn three_replicas_behind_a_load_balancer_lose_nothing_store_nothing_twice_
 {
     let db = test_support::postgres().await;
     let dir = tempfile::tempdir().unwrap();
-    let (posts, webhook) = slack_webhook().await;
+    let (posts, webhook) = slack_webhook("many").await;
     let config = dir.path().join("gpuledger.toml");
     std::fs::write(
         &config,
@@ -308,14 +286,7 @@ async fn three_replicas_behind_a_load_balancer_lose_nothing_store_nothing_twice_
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let waiting = count(&db.url, "SELECT COUNT(*) FROM rollup_dirty_hours").await;
-        let body: serde_json::Value = admin
-            .get(format!("{lb}/api/v1/allocation?{}", around_now()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = allocation_at(&admin, &lb, &around_now()).await;
         let hours: f64 = body["totals"]
             .as_array()
             .unwrap()

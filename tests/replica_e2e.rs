@@ -99,6 +99,29 @@ async fn clusters(client: &reqwest::Client, server: &Server, bearer: Option<&str
     }
 }
 
+/// Sets team-1's budget from `month` on through the budgets page's form, as a person does.
+async fn set_budget(
+    admin: &reqwest::Client,
+    server: &Server,
+    month: &str,
+    amount: &str,
+) -> reqwest::Response {
+    let budgets = page_text(admin, &format!("{}/budgets", server.url)).await;
+    admin
+        .post(format!("{}/budgets", server.url))
+        .form(&[
+            ("csrf", csrf_of(&budgets).as_str()),
+            ("dimension", "team"),
+            ("key", "team-1"),
+            ("amount", amount),
+            ("currency", "USD"),
+            ("from_month", month),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Polls `check` every 200 ms until it holds, for at most `secs`.
 async fn until<F, Fut>(secs: u64, what: &str, mut check: F)
 where
@@ -272,20 +295,7 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
 
     // A person's change shows on the page the form leads to (read from the primary), while a
     // reader without it still reads the replica.
-    let budgets = page_text(&admin, &format!("{}/budgets", server.url)).await;
-    let set = admin
-        .post(format!("{}/budgets", server.url))
-        .form(&[
-            ("csrf", csrf_of(&budgets).as_str()),
-            ("dimension", "team"),
-            ("key", "team-1"),
-            ("amount", "1234"),
-            ("currency", "USD"),
-            ("from_month", month.as_str()),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let set = set_budget(&admin, &server, &month, "1234").await;
     assert_eq!(set.status(), reqwest::StatusCode::SEE_OTHER);
     let written = set
         .headers()
@@ -356,20 +366,7 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
 
     // Once the replica has replayed a person's change, their pages read it again (the cookie
     // still held), and show the change.
-    let budgets = page_text(&admin, &format!("{}/budgets", server.url)).await;
-    let set = admin
-        .post(format!("{}/budgets", server.url))
-        .form(&[
-            ("csrf", csrf_of(&budgets).as_str()),
-            ("dimension", "team"),
-            ("key", "team-1"),
-            ("amount", "5678"),
-            ("currency", "USD"),
-            ("from_month", month.as_str()),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let set = set_budget(&admin, &server, &month, "5678").await;
     assert_eq!(
         set.status(),
         reqwest::StatusCode::SEE_OTHER,

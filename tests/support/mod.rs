@@ -447,14 +447,7 @@ pub async fn allocation_rows(
     serde_json::Value,
     std::collections::BTreeMap<String, serde_json::Value>,
 ) {
-    let body: serde_json::Value = client
-        .get(format!("{}/api/v1/allocation?{query}", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = allocation_at(client, &server.url, query).await;
     let rows = body["rows"]
         .as_array()
         .unwrap_or_else(|| panic!("{body}"))
@@ -462,4 +455,40 @@ pub async fn allocation_rows(
         .map(|r| (r["key"].as_str().unwrap_or_default().to_owned(), r.clone()))
         .collect();
     (body, rows)
+}
+
+/// Slack message bodies a webhook served here received.
+pub type SlackPosts = std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
+
+/// A Slack incoming webhook: keeps each JSON body posted to it and answers 200 "ok". Its URL
+/// ends in `name`.
+pub async fn slack_webhook(name: &str) -> (SlackPosts, String) {
+    let posts = SlackPosts::default();
+    let kept = posts.clone();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let kept = kept.clone();
+        async move {
+            if let Ok(v) = serde_json::from_slice(&body) {
+                kept.lock().unwrap().push(v);
+            }
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (posts, format!("http://{addr}/services/T/B/{name}"))
+}
+
+/// `GET {url}/api/v1/allocation?{query}` as `client` sees it (`url`: a server, or a load
+/// balancer in front of several).
+pub async fn allocation_at(client: &reqwest::Client, url: &str, query: &str) -> serde_json::Value {
+    client
+        .get(format!("{url}/api/v1/allocation?{query}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
