@@ -51,6 +51,8 @@ struct Options {
     attribution_gpus: i64,
     ingest_rounds: usize,
     import_rows: u64,
+    /// Fleet sizes whose month the review is timed on.
+    review_gpus: Vec<i64>,
 }
 
 impl Options {
@@ -65,7 +67,9 @@ impl Options {
             attribution_gpus: 1_000,
             ingest_rounds: 5,
             import_rows: 500_000,
+            review_gpus: vec![1_000, 10_000],
         };
+        let mut review_gpus_given = false;
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             let mut value =
@@ -89,6 +93,13 @@ impl Options {
                 }
                 "--ingest-rounds" => o.ingest_rounds = value("--ingest-rounds")?.parse()?,
                 "--import-rows" => o.import_rows = value("--import-rows")?.parse()?,
+                "--review-gpus" => {
+                    review_gpus_given = true;
+                    o.review_gpus = value("--review-gpus")?
+                        .split(',')
+                        .map(str::parse)
+                        .collect::<Result<_, _>>()?
+                }
                 "--attribution-window-secs" => {
                     o.attribution_window_secs = value("--attribution-window-secs")?.parse()?
                 }
@@ -101,6 +112,12 @@ impl Options {
             o.ingest_rounds = 1;
             o.attribution_gpus = o.attribution_gpus.min(100);
             o.import_rows = o.import_rows.min(5_000);
+            if !review_gpus_given {
+                o.review_gpus = vec![100, 1_000];
+            }
+        }
+        if o.review_gpus.iter().any(|&n| n < 1) {
+            bail!("--review-gpus needs fleet sizes of at least 1");
         }
         if o.import_rows == 0 {
             bail!("--import-rows needs at least 1");
@@ -145,11 +162,7 @@ async fn main() -> Result<()> {
             ingest(backend, &o).await?;
         }
         if o.wants("review") {
-            for gpus in if o.quick {
-                [100, 1_000]
-            } else {
-                [1_000, 10_000]
-            } {
+            for &gpus in &o.review_gpus {
                 review_latency(backend, gpus, &o).await?;
             }
         }

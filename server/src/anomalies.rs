@@ -13,7 +13,7 @@ use crate::config::{Config, OwnerSchema};
 use crate::ledger;
 use crate::store::anomalies::{AnomalyId, DismissalRow};
 use crate::store::{RollupGrain, Store, StoreError};
-use gpuledger_core::anomaly::{self, Anomaly, DaySpend, Driver, ProcessSeen};
+use gpuledger_core::anomaly::{self, Anomaly, Driver, ProcessSeen};
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, weekday, DAY_MS};
@@ -143,29 +143,15 @@ async fn detect(
     let until = now
         .min(to + anomaly::RUN_LOOKBACK_DAYS * DAY_MS)
         .max(load_from);
-    let (ledger, first) = tokio::try_join!(
-        ledger::load(store, load_from, until, RollupGrain::HostDay),
-        crate::store::ledger::first_day(store.db()),
-    )?;
-    let history_from = first.unwrap_or(load_from);
-    let mut daily: BTreeMap<(GroupBy, String, &str), BTreeMap<i64, DaySpend>> = BTreeMap::new();
-    for p in &ledger.parts {
-        for by in &dimensions {
-            let day = daily
-                .entry((*by, key_of(p, *by, &ledger), p.currency.as_str()))
-                .or_default()
-                .entry(day_floor(p.hour_ms))
-                .or_default();
-            day.cost += p.cost;
-            day.gpu_seconds += p.gpu_seconds;
-            day.estimated |= p.estimated;
-        }
-    }
+    let history_from = crate::store::ledger::first_day(store.db())
+        .await?
+        .unwrap_or(load_from);
+    let daily = ledger::daily_spend(store, &dimensions, load_from, until).await?;
     let sensitivity = config.anomalies.sensitivity();
     let mut found = Vec::new();
     for ((by, key, currency), days) in &daily {
         for a in anomaly::find(days, (from, to), history_from, now, &sensitivity) {
-            found.push((*by, key.clone(), currency.to_string(), a));
+            found.push((*by, key.clone(), currency.clone(), a));
         }
     }
     let dismissed = crate::store::anomalies::dismissals(store.db(), load_from, to).await?;

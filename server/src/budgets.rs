@@ -79,10 +79,6 @@ pub async fn for_month(
     let until = now.min(to).max(from);
     // The weeks before today are the pattern, whichever month is asked for.
     let load_from = (day_floor(now) - PATTERN_WEEKS * 7 * DAY_MS).min(from);
-    let (ledger, first) = tokio::try_join!(
-        ledger::load(store, load_from, until, RollupGrain::HostDay),
-        crate::store::ledger::first_day(store.db()),
-    )?;
     // Cost per (dimension, key, currency, day), for the dimensions budgets name.
     let mut dimensions: Vec<(String, GroupBy)> = held
         .iter()
@@ -90,20 +86,30 @@ pub async fn for_month(
         .collect();
     dimensions.sort();
     dimensions.dedup();
-    let mut daily: BTreeMap<(&str, String, &str), BTreeMap<i64, Decimal>> = BTreeMap::new();
-    for p in &ledger.parts {
-        for (name, by) in &dimensions {
-            *daily
-                .entry((name.as_str(), key_of(p, *by, &ledger), p.currency.as_str()))
-                .or_default()
-                .entry(day_floor(p.hour_ms))
-                .or_default() += p.cost;
+    let by: Vec<GroupBy> = dimensions.iter().map(|(_, g)| *g).collect();
+    // Which keys a scoped reader holds needs no day: the range summed per host.
+    let held_in_range = async {
+        if scope.is_all() {
+            return Ok(None);
         }
-    }
+        ledger::load(store, load_from, until, RollupGrain::HostRange)
+            .await
+            .map(Some)
+    };
+    let (daily, first, ranged) = tokio::try_join!(
+        ledger::daily_spend(store, &by, load_from, until),
+        crate::store::ledger::first_day(store.db()),
+        held_in_range,
+    )?;
     // What a scoped reader sees: its teams' budgets, and the owners wholly its teams'.
     let wholly: BTreeMap<&str, Option<BTreeSet<String>>> = dimensions
         .iter()
-        .map(|(name, by)| (name.as_str(), scope.held_keys(&ledger, *by, schema)))
+        .map(|(name, by)| {
+            let held = ranged
+                .as_ref()
+                .and_then(|ledger| scope.held_keys(ledger, *by, schema));
+            (name.as_str(), held)
+        })
         .collect();
     let team = schema.role(Role::Team);
     let visible = |b: &Budget| {
@@ -113,15 +119,15 @@ pub async fn for_month(
                 .get(b.dimension.as_str())
                 .is_some_and(|keys| keys.as_ref().is_none_or(|k| k.contains(&b.key)))
     };
-    let empty = BTreeMap::new();
     let mut out: Vec<BudgetStatus> = held
         .into_iter()
         .filter(|b| visible(b))
         .map(|b| {
-            let days = daily
-                .get(&(b.dimension.as_str(), b.key.clone(), b.currency.as_str()))
-                .unwrap_or(&empty);
-            let f = forecast(days, (from, to), first.unwrap_or(from), now);
+            let days: BTreeMap<i64, Decimal> = GroupBy::parse(&b.dimension, schema)
+                .and_then(|by| daily.get(&(by, b.key.clone(), b.currency.clone())))
+                .map(|days| days.iter().map(|(d, spend)| (*d, spend.cost)).collect())
+                .unwrap_or_default();
+            let f = forecast(&days, (from, to), first.unwrap_or(from), now);
             let set_by = budgets
                 .iter()
                 .find(|(x, _)| x == b)
@@ -233,7 +239,7 @@ pub async fn set(
     let seen_from = gpuledger_core::time::month_start_ms(
         gpuledger_core::time::month_start_ms(month_from - 1) - 1,
     );
-    let seen = ledger::load(store, seen_from, now.max(month_to), RollupGrain::HostDay).await?;
+    let seen = ledger::load(store, seen_from, now.max(month_to), RollupGrain::HostRange).await?;
     let mut keys: Vec<String> = seen.parts.iter().map(|p| key_of(p, by, &seen)).collect();
     keys.sort();
     keys.dedup();

@@ -769,7 +769,7 @@ async fn set_budgets(
     };
     let this = month_start_ms(now_ms);
     let (from, to) = gpuledger_core::time::month_of(this - 1);
-    let last = crate::ledger::load(store, from, to, crate::store::RollupGrain::HostDay).await?;
+    let last = crate::ledger::load(store, from, to, crate::store::RollupGrain::HostRange).await?;
     for (name, percent) in [("foundation", 110), ("applied", 85), ("research", 150)] {
         let spent: Decimal = last
             .parts

@@ -64,7 +64,7 @@ pub async fn within_scope(
         store,
         now_ms - HELD_LOOKBACK_MS,
         now_ms,
-        store::RollupGrain::HostDay,
+        store::RollupGrain::HostRange,
     )
     .await?;
     let held = scope.held_hosts(&week, schema).unwrap_or_default();

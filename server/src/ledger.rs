@@ -5,12 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::allocation::{key_of, GroupBy};
 use crate::attribution::{Attribution, Kind, Owner, Part};
 use crate::store;
 use crate::store::{RollupGrain, RollupRow, Store, StoreError};
+use gpuledger_core::anomaly::DaySpend;
 use gpuledger_core::money::from_nano_atto;
-use gpuledger_core::time::hour_floor;
-use gpuledger_core::time::DAY_MS;
+use gpuledger_core::time::{day_floor, hour_floor, DAY_MS};
 
 /// Owners read back from their text, each distinct one once.
 #[derive(Default)]
@@ -50,7 +51,8 @@ pub(crate) fn part_of(r: RollupRow, owners: &mut OwnerTexts) -> Part {
 /// The attribution of `[from_ms, to_ms)` as rolled up. With [`RollupGrain::Day`], whole days
 /// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
 /// the hours at either end from the hourly one ([`RollupGrain::HostDay`] likewise, its day parts
-/// summed over each host's GPUs and naming none); with [`RollupGrain::Hour`], every part is an
+/// summed over each host's GPUs and naming none; [`RollupGrain::HostRange`] with the whole days
+/// summed into one part per host and owner, standing for the first whole day); with [`RollupGrain::Hour`], every part is an
 /// hour (and with [`RollupGrain::OwnerHour`], every hour of one dimension's owners' work).
 pub async fn load(
     store: &dyn Store,
@@ -101,6 +103,112 @@ pub async fn load(
         unattributed_hours: BTreeMap::new(),
         hosts,
     })
+}
+
+/// Cost and GPU time of `[from_ms, to_ms)` per day and value of `dimension` (`None`: per day
+/// alone), summed by the database over hosts and GPUs: parts that name no host or GPU, whose
+/// owner holds the dimension's value alone (nothing where the owner has none), each standing
+/// for its day (`hour_ms` is the day's start), and whose utilization and energy are left at
+/// zero. Whole days from the days summed per host, the days at either end from the hours summed
+/// per host. What a daily series of a dimension's owners reads (the review's chart, anomalies)
+/// in a few rows a day and value, where [`RollupGrain::HostDay`] holds one per host and owner.
+pub async fn days_by(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: Option<&str>,
+) -> Result<Attribution, StoreError> {
+    let name = dimension.unwrap_or("");
+    let mut rows = Vec::new();
+    for (grain, a, b) in spans(from_ms, to_ms) {
+        let grain = if grain.is_daily() {
+            RollupGrain::HostDay
+        } else {
+            grain
+        };
+        rows.extend(store::ledger::dimension_days(store.db(), grain, a, b, name).await?);
+    }
+    let mut owners: HashMap<Option<String>, Owner> = HashMap::new();
+    let parts = rows
+        .into_iter()
+        .map(|r| Part {
+            hour_ms: r.day_ms,
+            host_id: 0,
+            kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
+            gpu_uuid: None,
+            owner: owners
+                .entry(r.value)
+                .or_insert_with_key(|value| match value {
+                    Some(v) => [(name, v.as_str())].into_iter().collect(),
+                    None => Owner::default(),
+                })
+                .clone(),
+            pricing_category: r.pricing_category,
+            currency: r.currency,
+            cost: from_nano_atto(r.cost_nano, r.cost_atto),
+            estimated: r.estimated != 0,
+            gpu_seconds: r.gpu_seconds,
+            util_gpu_seconds: 0.0,
+            util_known_seconds: 0.0,
+            energy_j: 0.0,
+            energy_known_seconds: 0.0,
+        })
+        .collect();
+    Ok(Attribution {
+        parts,
+        unattributed: BTreeMap::new(),
+        unattributed_hours: BTreeMap::new(),
+        hosts: HashMap::new(),
+    })
+}
+
+/// Spend per day of `[from, until)` for each key of each of `dimensions`, in each currency.
+pub type DailySpend = BTreeMap<(GroupBy, String, String), BTreeMap<i64, DaySpend>>;
+
+/// Each dimension's spend per key and day of `[from, until)` (what anomalies and budgets judge):
+/// an owner dimension's (or the price's) summed per day and value by the database, a dimension
+/// of the host (cluster, type) from the days summed per host.
+pub async fn daily_spend(
+    store: &dyn Store,
+    dimensions: &[GroupBy],
+    from: i64,
+    until: i64,
+) -> Result<DailySpend, StoreError> {
+    let mut daily = DailySpend::new();
+    let mut per_host: Option<Attribution> = None;
+    for by in dimensions {
+        let summed;
+        let ledger = match *by {
+            GroupBy::Owner(name) => {
+                summed = days_by(store, from, until, Some(name)).await?;
+                &summed
+            }
+            GroupBy::PricingCategory => {
+                summed = days_by(store, from, until, None).await?;
+                &summed
+            }
+            _ => {
+                if per_host.is_none() {
+                    per_host = Some(load(store, from, until, RollupGrain::HostDay).await?);
+                }
+                match &per_host {
+                    Some(l) => l,
+                    None => continue,
+                }
+            }
+        };
+        for p in &ledger.parts {
+            let day = daily
+                .entry((*by, key_of(p, *by, ledger), p.currency.clone()))
+                .or_default()
+                .entry(day_floor(p.hour_ms))
+                .or_default();
+            day.cost += p.cost;
+            day.gpu_seconds += p.gpu_seconds;
+            day.estimated |= p.estimated;
+        }
+    }
+    Ok(daily)
 }
 
 /// The `limit` costliest GPUs in the whole days of `[from_ms, to_ms)`, costliest first, and how

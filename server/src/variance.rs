@@ -94,8 +94,9 @@ pub async fn for_month(
 ) -> Result<Variance, StoreError> {
     let (prev_from, prev_to, partial) = comparison(from, to, now);
     let (current, previous) = tokio::try_join!(
-        ledger::load(store, from, to, RollupGrain::HostDay),
-        ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
+        // Summed over the range, as the review reads them: the same figures on both.
+        ledger::load(store, from, to, RollupGrain::HostRange),
+        ledger::load(store, prev_from, prev_to, RollupGrain::HostRange),
     )?;
     let (current, previous) = (
         scope.restrict(current, schema),

@@ -125,6 +125,64 @@ fn summary(found: &[OwnerAnomaly]) -> Vec<(String, String, String, AnomalyKind)>
     out
 }
 
+/// Each dimension's spend per key and day, as anomalies read it (summed by the database per
+/// owner value, or from host-days for a host's dimension), is the host-days' summed per key:
+/// cost to the atto-dollar, over whole days and the partial day up to now.
+async fn daily_spend_is_the_ledger_s(store: &dyn Store, b: &str) {
+    let schema = crate::config::OwnerSchema::default();
+    let dimensions: Vec<GroupBy> = [
+        "team",
+        "model",
+        "cluster",
+        "instance_type",
+        "pricing_category",
+    ]
+    .iter()
+    .map(|d| GroupBy::parse(d, &schema).unwrap())
+    .collect();
+    let from = day("2026-10-01");
+    let got = crate::ledger::daily_spend(store, &dimensions, from, NOW)
+        .await
+        .unwrap();
+    let ledger = crate::ledger::load(store, from, NOW, RollupGrain::HostDay)
+        .await
+        .unwrap();
+    let mut want = crate::ledger::DailySpend::new();
+    for p in &ledger.parts {
+        for by in &dimensions {
+            let d = want
+                .entry((*by, key_of(p, *by, &ledger), p.currency.clone()))
+                .or_default()
+                .entry(day_floor(p.hour_ms))
+                .or_default();
+            d.cost += p.cost;
+            d.gpu_seconds += p.gpu_seconds;
+            d.estimated |= p.estimated;
+        }
+    }
+    assert!(want.len() > 20, "{b}: keys in the fixture: {}", want.len());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{b}"
+    );
+    for (key, days) in &want {
+        let g = &got[key];
+        assert_eq!(
+            g.keys().collect::<Vec<_>>(),
+            days.keys().collect::<Vec<_>>()
+        );
+        for (d, spend) in days {
+            assert_eq!(g[d].cost, spend.cost, "{b}: {key:?} {d}");
+            assert_eq!(g[d].estimated, spend.estimated, "{b}: {key:?} {d}");
+            assert!(
+                (g[d].gpu_seconds - spend.gpu_seconds).abs() < 1e-3,
+                "{b}: {key:?} {d}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet() {
     for db in crate::test_support::both().await {
@@ -196,6 +254,7 @@ async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet(
         )
         .await;
         crate::test_support::roll_up(store.as_ref()).await;
+        daily_spend_is_the_ledger_s(store.as_ref(), b).await;
         let teams = config(&["team"]);
         let found = find(
             store.as_ref(),

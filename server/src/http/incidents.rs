@@ -495,7 +495,7 @@ async fn idle_history_api(
         // A host's episodes where the host is wholly the reader's teams' over the range.
         let schema = &state.config.owners;
         let ledger =
-            crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostDay).await?;
+            crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostRange).await?;
         let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
         episodes
             .into_iter()

@@ -460,13 +460,16 @@ async fn review(
         }
     };
     let loaded = tokio::try_join!(
-        // Per host and day: the review shows no single GPU except in the heatmap.
-        ledger::load(store, from, to, RollupGrain::HostDay),
+        // Per host, summed over the month: the review shows no single GPU except in the
+        // heatmap, and no day except in its chart.
+        ledger::load(store, from, to, RollupGrain::HostRange),
+        // The chart: per day and team, so a scoped reader's is its teams'.
+        ledger::days_by(store, from, to, schema.role(Role::Team)),
         heat,
         ledger::experiment_hours(store, from, to),
         recs,
         // Its total, and why this month differs from it.
-        ledger::load(store, prev_from, prev_to, RollupGrain::HostDay),
+        ledger::load(store, prev_from, prev_to, RollupGrain::HostRange),
         idle,
         crate::unit_costs::request_totals(store, from, to),
         crate::unit_costs::token_totals(store, from, to),
@@ -504,6 +507,7 @@ async fn review(
     );
     let (
         all,
+        per_day,
         (heat_parts, gpu_count),
         run_hours,
         recs,
@@ -570,6 +574,7 @@ async fn review(
     let waiting = if scope.is_all() { waiting } else { 0 };
     let all = scope.restrict(all, schema);
     let prev = scope.restrict(prev, schema);
+    let per_day = scope.restrict(per_day, schema);
     // The heatmap of the scope's own GPU-days, or the fleet's costliest GPUs.
     let (heat_parts, gpu_count) = match scoped_gpus {
         Some(days) => {
@@ -688,7 +693,7 @@ async fn review(
         .chain([GroupBy::PricingCategory, GroupBy::Cluster])
         .map(|by| charts::table((&a, &grid), by, (&month, &next), none, total, &cur))
         .collect();
-    let (days, chart_width, ticks) = charts::days(&a, from, to, none, &cur);
+    let (days, chart_width, ticks) = charts::days(&per_day, from, to, none, &cur);
     let heat = Attribution {
         parts: heat_parts,
         unattributed: Default::default(),

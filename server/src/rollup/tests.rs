@@ -176,12 +176,15 @@ fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
         let period = match grain {
             RollupGrain::Hour | RollupGrain::OwnerHour(_) => p.hour_ms,
             RollupGrain::Day | RollupGrain::HostDay => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
+            // The whole range at once.
+            RollupGrain::HostRange => 0,
         };
+        let per_host = matches!(grain, RollupGrain::HostDay | RollupGrain::HostRange);
         let key = (
             period,
             p.host_id,
             // Per host: a host-day part names no GPU.
-            p.gpu_uuid.clone().filter(|_| grain != RollupGrain::HostDay),
+            p.gpu_uuid.clone().filter(|_| !per_host),
             p.owner.clone(),
             p.kind,
             p.pricing_category.clone(),
@@ -248,11 +251,100 @@ async fn assert_host_hours_match(store: &dyn Store, from: i64, to: i64, what: &s
     }
 }
 
+/// The days summed by the database per value of a dimension (what the review's chart and
+/// anomalies read) hold the host-days' parts: cost to the atto-dollar and GPU time per day,
+/// value, kind, price, currency and estimate, for a dimension and for none.
+async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str) {
+    let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
+    // The range summed per host is the host-days summed per host and owner, days without GPU
+    // time apart (what variance counts as cost without hours).
+    type RangeKey = (i64, Option<String>, Owner, Kind, String, String, bool, bool);
+    let per_range = |a: &Attribution| {
+        let mut out: BTreeMap<RangeKey, Decimal> = BTreeMap::new();
+        for p in &a.parts {
+            let key = (
+                p.host_id,
+                // Hours at the range's ends name their GPU, whole days none.
+                p.gpu_uuid.clone(),
+                p.owner.clone(),
+                p.kind,
+                p.pricing_category.clone(),
+                p.currency.clone(),
+                p.estimated,
+                p.gpu_seconds == 0.0,
+            );
+            *out.entry(key).or_default() += p.cost;
+        }
+        out
+    };
+    let ranged = load(store, from, to, RollupGrain::HostRange).await.unwrap();
+    assert_eq!(
+        per_range(&ranged),
+        per_range(&per_host),
+        "{what}: the range summed per host"
+    );
+    type Key = (i64, Option<String>, Kind, String, String, bool);
+    for dimension in [Some("team"), Some("model"), None] {
+        let by_day = |a: &Attribution| {
+            let mut out: BTreeMap<Key, (Decimal, f64)> = BTreeMap::new();
+            for p in &a.parts {
+                let value = dimension.and_then(|d| p.owner.get(d)).map(str::to_owned);
+                let e = out
+                    .entry((
+                        p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
+                        value,
+                        p.kind,
+                        p.pricing_category.clone(),
+                        p.currency.clone(),
+                        p.estimated,
+                    ))
+                    .or_default();
+                e.0 += p.cost;
+                e.1 += p.gpu_seconds;
+            }
+            out
+        };
+        let want = by_day(&per_host);
+        let summed = crate::ledger::days_by(store, from, to, dimension)
+            .await
+            .unwrap();
+        // One row per key: the database summed them.
+        assert_eq!(
+            summed.parts.len(),
+            by_day(&summed).len(),
+            "{what}: {dimension:?}"
+        );
+        let got = by_day(&summed);
+        assert!(
+            want.keys().any(|k| k.1.is_some()) || dimension.is_none(),
+            "{what}: {dimension:?} values in the fixture"
+        );
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{what}: {dimension:?} days"
+        );
+        for (key, (cost, seconds)) in &want {
+            assert_eq!(&got[key].0, cost, "{what}: {dimension:?} {key:?}");
+            assert!(
+                (got[key].1 - seconds).abs() < 1e-6,
+                "{what}: {dimension:?} {key:?}"
+            );
+        }
+        assert!(summed.parts.iter().all(|p| p.gpu_uuid.is_none()));
+    }
+}
+
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;
-    for grain in [RollupGrain::Hour, RollupGrain::Day, RollupGrain::HostDay] {
+    for grain in [
+        RollupGrain::Hour,
+        RollupGrain::Day,
+        RollupGrain::HostDay,
+        RollupGrain::HostRange,
+    ] {
         let rolled = load(store, from, to, grain).await.unwrap();
         assert!(
             close(&summed(&rolled.parts, grain), &summed(&raw.parts, grain)),
@@ -261,12 +353,22 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         assert_eq!(rolled.unattributed, raw.unattributed, "{what}: {grain:?}");
     }
     assert_host_hours_match(store, from, to, what).await;
+    assert_days_by_match(store, from, to, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;
     let rolled = load(store, from, to, RollupGrain::Day).await.unwrap();
     let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
     assert_eq!(total(&rolled), total(&raw), "{what}: a partial-day range");
+    let per_host = load(store, from, to, RollupGrain::HostRange).await.unwrap();
+    assert!(
+        close(
+            &summed(&per_host.parts, RollupGrain::HostRange),
+            &summed(&raw.parts, RollupGrain::HostRange)
+        ),
+        "{what}: a partial-day range summed per host"
+    );
+    assert_days_by_match(store, from, to, what).await;
     assert!(total(&raw) > Decimal::ZERO);
     let summed_by_db = attributed_costs(store, from, to).await.unwrap();
     assert_eq!(
@@ -318,16 +420,18 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         .unwrap();
     let daily = load(store, from, to, RollupGrain::Day).await.unwrap();
     let hours = experiment_hours(store, from, to).await.unwrap();
-    let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
-    assert_eq!(
-        crate::unit_costs::training_runs_by_day(
-            &per_host,
-            &hours,
-            &crate::config::OwnerSchema::default()
-        ),
-        crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default()),
-        "{what}: training runs from per-host daily rollups"
-    );
+    for grain in [RollupGrain::HostDay, RollupGrain::HostRange] {
+        let per_host = load(store, from, to, grain).await.unwrap();
+        assert_eq!(
+            crate::unit_costs::training_runs_by_day(
+                &per_host,
+                &hours,
+                &crate::config::OwnerSchema::default()
+            ),
+            crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default()),
+            "{what}: training runs from {grain:?} rollups"
+        );
+    }
     // The heatmap's GPUs: the costliest first, with all their days.
     let (ranked, count) = top_gpus(store, from, to, 1).await.unwrap();
     let top = gpu_days(store, from, to, &ranked).await.unwrap();

@@ -16,6 +16,22 @@ pub struct ExperimentDayRow {
     pub hours: i64,
 }
 
+/// Cost and GPU time in one day, of one kind, price, currency and value of an owner dimension,
+/// summed over hosts, GPUs and owners with that value.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DimensionDayRow {
+    pub day_ms: i64,
+    /// The owners' value in the dimension; `None` for owners without one.
+    pub value: Option<String>,
+    pub kind: String,
+    pub pricing_category: String,
+    pub currency: String,
+    pub estimated: i64,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+    pub gpu_seconds: f64,
+}
+
 /// Attributed cost in a currency over a range, summed in SQL.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct CurrencyCostRow {
@@ -323,6 +339,28 @@ pub async fn rollup_rows(
                 "rollup_host_days",
                 "day_ms >= $1 AND day_ms < $2".to_owned(),
             ),
+            HostRange => {
+                // Sums stay exact: atto parts carry over into nano parts in integer math. Days
+                // without GPU time (billed, nobody reported) stay apart from those with it:
+                // variance tells cost without hours from cost per hour.
+                let sql = "SELECT CAST($1 AS BIGINT) AS period_ms, host_id, '' AS gpu_uuid,
+                        o.labels AS owner, kind, pricing_category, currency, estimated,
+                        CAST(SUM(cost_nano) AS BIGINT)
+                            + CAST(SUM(cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                        SUM(gpu_seconds) AS gpu_seconds, SUM(util_gpu_seconds) AS util_gpu_seconds,
+                        SUM(util_known_seconds) AS util_known_seconds, SUM(energy_j) AS energy_j,
+                        SUM(energy_known_seconds) AS energy_known_seconds
+                     FROM rollup_host_days JOIN owners o ON o.id = owner_id
+                     WHERE day_ms >= $1 AND day_ms < $2
+                     GROUP BY host_id, o.id, o.labels, kind, pricing_category, currency, estimated,
+                         CASE WHEN gpu_seconds = 0 THEN 1 ELSE 0 END";
+                return Ok(sqlx::query_as(sql)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .fetch_all(&mut *ex)
+                    .await?);
+            }
         };
         let sql = format!(
             "{select}, {OWNER_AND_AMOUNTS}
@@ -485,6 +523,51 @@ pub async fn rollup_experiment_days(
         .bind(to_ms)
         .fetch_all(&mut *ex)
         .await?)
+    })
+}
+
+/// Cost and GPU time per day, kind, price, currency and value of `dimension` (an empty name:
+/// none) in `[from_ms, to_ms)`, summed by the database: from the days summed per host for
+/// [`RollupGrain::HostDay`](super::RollupGrain::HostDay), from the hours summed per host (into
+/// the days they fall in) for [`RollupGrain::Hour`](super::RollupGrain::Hour). A few rows a day
+/// per value, where host-days hold one per host and owner.
+pub async fn dimension_days(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: &str,
+) -> Result<Vec<DimensionDayRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (day, table, period) = if grain.is_daily() {
+            ("r.day_ms", "rollup_host_days", "r.day_ms")
+        } else {
+            (
+                "r.hour_ms - r.hour_ms % 86400000",
+                "rollup_host_hours",
+                "r.hour_ms",
+            )
+        };
+        // Sums stay exact: atto parts carry over into nano parts in integer math.
+        let sql = format!(
+            "SELECT {day} AS day_ms, ov.value AS value, r.kind, r.pricing_category, r.currency,
+                r.estimated,
+                CAST(SUM(r.cost_nano) AS BIGINT)
+                    + CAST(SUM(r.cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                CAST(SUM(r.cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                SUM(r.gpu_seconds) AS gpu_seconds
+             FROM {table} r
+                  LEFT JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
+             WHERE {period} >= $1 AND {period} < $2
+             GROUP BY {day}, ov.value, r.kind, r.pricing_category, r.currency, r.estimated"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(dimension)
+            .fetch_all(&mut *ex)
+            .await?)
     })
 }
 

@@ -133,6 +133,11 @@ pub enum RollupGrain {
     OwnerHour(&'static str),
     /// Daily rows summed over each host's GPUs (no GPU in the row).
     HostDay,
+    /// The daily rows of the whole range summed per host by the database, a row per host and
+    /// owner rather than per host, owner and day (each row's period is the range's first day;
+    /// days without GPU time summed apart from those with it): for figures of a whole range,
+    /// such as a month's tables, totals and variance.
+    HostRange,
 }
 
 /// A host's idle (or held-idle) cost in one hour for one owner, of one price, summed by the
@@ -157,7 +162,10 @@ pub struct IdleHourRow {
 impl RollupGrain {
     /// Whether rows of this grain stand for days (else hours).
     pub fn is_daily(self) -> bool {
-        matches!(self, RollupGrain::Day | RollupGrain::HostDay)
+        matches!(
+            self,
+            RollupGrain::Day | RollupGrain::HostDay | RollupGrain::HostRange
+        )
     }
 }
 
