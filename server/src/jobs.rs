@@ -17,12 +17,13 @@ const LEASE_MS: i64 = 3_600_000;
 
 /// A name for this replica in lease rows: host, process and a random part.
 pub fn holder_name() -> String {
+    format!("{}{:08x}", process_holder_prefix(), rand::random::<u32>())
+}
+
+/// How every lease holder of this process begins: host and process.
+pub fn process_holder_prefix() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "server".into());
-    format!(
-        "{host}:{}:{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
+    format!("{host}:{}:", std::process::id())
 }
 
 fn today(now_ms: i64) -> NaiveDate {

@@ -352,7 +352,17 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, backend = state.store.backend(), "serving");
     println!("gpuledger is serving on http://{addr}/");
+    let store = state.store.clone();
     serve(listener, state, shutdown_signal()).await?;
+    // A job this process was running stops with it: its leases go now, so another replica
+    // takes the job at its next tick rather than when the lease expires.
+    let prefix = gpuledger_server::jobs::process_holder_prefix();
+    let now = gpuledger_server::now_ms();
+    match gpuledger_server::store::jobs::release_leases_of(store.db(), &prefix, now).await {
+        Ok(n) if n > 0 => tracing::info!(leases = n, "job leases given up on shutdown"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "job leases not given up on shutdown"),
+    }
     Ok(())
 }
 

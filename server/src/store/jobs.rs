@@ -94,6 +94,28 @@ pub async fn finish_lease(
     })
 }
 
+/// Gives up every lease whose holder's name starts with `prefix` (one process's jobs), without
+/// recording a run: what a replica stopping mid-job does, so that another takes the job at its
+/// next tick rather than when the lease expires.
+pub async fn release_leases_of(
+    on: impl Into<On<'_>>,
+    prefix: &str,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let result = sqlx::query(
+            "UPDATE job_leases SET expires_ms = $2, holder = NULL
+             WHERE substr(holder, 1, length(CAST($1 AS TEXT))) = CAST($1 AS TEXT)",
+        )
+        .bind(prefix)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(result.rows_affected())
+    })
+}
+
 pub async fn job_last_run(on: impl Into<On<'_>>, job: &str) -> Result<Option<i64>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
