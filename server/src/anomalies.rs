@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::allocation::{key_of, GroupBy};
 use crate::attribution::Attribution;
 use crate::config::{Config, OwnerSchema};
-use crate::ledger;
+use crate::ledger::{self, Keep};
 use crate::store::anomalies::{AnomalyId, DismissalRow};
 use crate::store::{RollupGrain, Store, StoreError};
 use gpuledger_core::anomaly::{self, Anomaly, Driver, ProcessSeen};
@@ -90,14 +90,14 @@ pub fn watched(config: &Config) -> Vec<GroupBy> {
 }
 
 /// The anomalies with a day in `[from, to)` at `now`, with their drivers, biggest excess first
-/// (dismissed ones last).
+/// (dismissed ones last); the days of spend `keep` says are closed read as kept.
 pub async fn find(
     store: &dyn Store,
     config: &Config,
     range: (i64, i64),
-    now: i64,
+    (now, keep): (i64, Keep),
 ) -> Result<Vec<OwnerAnomaly>, StoreError> {
-    let (mut found, history_from) = detect(store, config, range, now).await?;
+    let (mut found, history_from) = detect(store, config, range, (now, keep)).await?;
     add_drivers(store, config, &mut found, history_from, now).await?;
     Ok(found)
 }
@@ -134,7 +134,7 @@ async fn detect(
     store: &dyn Store,
     config: &Config,
     (from, to): (i64, i64),
-    now: i64,
+    (now, keep): (i64, Keep),
 ) -> Result<(Vec<OwnerAnomaly>, i64), StoreError> {
     let dimensions = watched(config);
     let load_from =
@@ -146,7 +146,7 @@ async fn detect(
     let history_from = crate::store::ledger::first_day(store.db())
         .await?
         .unwrap_or(load_from);
-    let daily = ledger::daily_spend(store, &dimensions, load_from, until).await?;
+    let daily = ledger::daily_spend(store, &dimensions, (load_from, until), keep).await?;
     let sensitivity = config.anomalies.sensitivity();
     let mut found = Vec::new();
     for ((by, key, currency), days) in &daily {
@@ -401,7 +401,7 @@ pub async fn dismiss(
             "a reason is at most 500 characters without control characters".into(),
         ));
     }
-    let found = find(store, config, (start, start + DAY_MS), now).await?;
+    let found = find(store, config, (start, start + DAY_MS), (now, Keep::NOTHING)).await?;
     let Some(a) = found.into_iter().find(|a| {
         a.dimension == dimension
             && a.key == ask.key.trim()
@@ -447,8 +447,13 @@ pub async fn dismiss(
 pub async fn alert(store: &dyn Store, config: &Config, now: i64) -> Result<usize, StoreError> {
     let today = day_floor(now);
     let team = GroupBy::role(&config.owners, Role::Team);
-    let (found, history_from) =
-        detect(store, config, (today - DAY_MS, today + DAY_MS), now).await?;
+    let (found, history_from) = detect(
+        store,
+        config,
+        (today - DAY_MS, today + DAY_MS),
+        (now, Keep::NOTHING),
+    )
+    .await?;
     // Drivers only for what may be announced: not dismissed, its kind not claimed yet.
     let mut due = Vec::new();
     for a in found.into_iter().filter(|a| a.dismissed.is_none()) {

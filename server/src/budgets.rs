@@ -97,7 +97,7 @@ pub async fn for_month(
             .map(Some)
     };
     let (daily, first, ranged) = tokio::try_join!(
-        ledger::daily_spend(store, &by, load_from, until),
+        ledger::daily_spend(store, &by, (load_from, until), ledger::Keep::NOTHING),
         crate::store::ledger::first_day(store.db()),
         held_in_range,
     )?;

@@ -13,6 +13,67 @@ use gpuledger_core::anomaly::DaySpend;
 use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::{day_floor, hour_floor, DAY_MS};
 
+/// Which part of a read is final and may be kept as first read ([`crate::sections`]): what lies
+/// before `closed_before_ms`, the start of the oldest month still open. A roll-up that rewrites
+/// an hour there retires what was kept, as it does a closed month's kept sections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    pub closed_before_ms: i64,
+    pub now_ms: i64,
+}
+
+impl Keep {
+    /// Nothing kept: every read live.
+    pub const NOTHING: Keep = Keep {
+        closed_before_ms: i64::MIN,
+        now_ms: 0,
+    };
+
+    /// What lies before `closed_before_ms`: the start of the oldest month still open
+    /// (`ClosePolicy::open_from`), at `now_ms`.
+    pub fn before(closed_before_ms: i64, now_ms: i64) -> Keep {
+        Keep {
+            closed_before_ms,
+            now_ms,
+        }
+    }
+
+    /// `[a, b)` split at the boundary: the closed part, then the open one (either may be empty).
+    fn split(self, a: i64, b: i64) -> [(bool, i64, i64); 2] {
+        let at = self.closed_before_ms.clamp(a, b);
+        [(true, a, at), (false, at, b)]
+    }
+}
+
+/// `read`'s rows of `[a, b)`: those of its closed part kept as `section` for `key`, the rest
+/// read live.
+async fn kept_or_live<T, F, R>(
+    store: &dyn Store,
+    keep: Keep,
+    (section, key): (&str, &str),
+    (a, b): (i64, i64),
+    read: R,
+) -> Result<Vec<T>, StoreError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    F: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+    R: Fn(i64, i64) -> F,
+{
+    let mut rows = Vec::new();
+    for (closed, a, b) in keep.split(a, b) {
+        if a >= b {
+            continue;
+        }
+        rows.extend(if closed {
+            crate::sections::kept(store, (section, key), (a, b), true, keep.now_ms, read(a, b))
+                .await?
+        } else {
+            read(a, b).await?
+        });
+    }
+    Ok(rows)
+}
+
 /// Owners read back from their text, each distinct one once.
 #[derive(Default)]
 pub(crate) struct OwnerTexts(HashMap<String, Owner>);
@@ -25,6 +86,33 @@ impl OwnerTexts {
         let o = Owner::from_key(&text);
         self.0.insert(text, o.clone());
         o
+    }
+}
+
+/// Owners that hold one dimension's value alone (no value: the owner of nothing), each distinct
+/// one made once: the owners of rows summed per value.
+struct ValueOwners<'d> {
+    dimension: &'d str,
+    made: HashMap<Option<String>, Owner>,
+}
+
+impl<'d> ValueOwners<'d> {
+    fn of(dimension: &'d str) -> Self {
+        ValueOwners {
+            dimension,
+            made: HashMap::new(),
+        }
+    }
+
+    fn holding(&mut self, value: Option<String>) -> Owner {
+        let dimension = self.dimension;
+        self.made
+            .entry(value)
+            .or_insert_with_key(|value| match value {
+                Some(v) => [(dimension, v.as_str())].into_iter().collect(),
+                None => Owner::default(),
+            })
+            .clone()
     }
 }
 
@@ -60,6 +148,19 @@ pub async fn load(
     to_ms: i64,
     grain: RollupGrain,
 ) -> Result<Attribution, StoreError> {
+    load_kept(store, from_ms, to_ms, grain, Keep::NOTHING).await
+}
+
+/// [`load`], with the whole days of [`RollupGrain::HostRange`] that `keep` says are closed
+/// read as kept after the first read: a closed month's sums per host and owner are final, and
+/// summing its host-days again on every view would give the same rows slower.
+pub async fn load_kept(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    grain: RollupGrain,
+    keep: Keep,
+) -> Result<Attribution, StoreError> {
     let (from, to) = (hour_floor(from_ms), to_ms);
     let mut rows = Vec::new();
     let daily = grain.is_daily();
@@ -68,9 +169,14 @@ pub async fn load(
             store::ledger::rollup_rows(store.db(), RollupGrain::Hour, from, first_whole_day)
                 .await?,
         );
-        rows.extend(
-            store::ledger::rollup_rows(store.db(), grain, first_whole_day, last_whole_day).await?,
-        );
+        let whole_days = |a, b| store::ledger::rollup_rows(store.db(), grain, a, b);
+        let range = (first_whole_day, last_whole_day);
+        rows.extend(match grain {
+            RollupGrain::HostRange => {
+                kept_or_live(store, keep, ("ledger-host-range", "all"), range, whole_days).await?
+            }
+            _ => whole_days(range.0, range.1).await?,
+        });
         rows.extend(
             store::ledger::rollup_rows(store.db(), RollupGrain::Hour, last_whole_day, to).await?,
         );
@@ -85,12 +191,7 @@ pub async fn load(
     parts.sort_by(|a, b| {
         (a.hour_ms, a.host_id, &a.gpu_uuid).cmp(&(b.hour_ms, b.host_id, &b.gpu_uuid))
     });
-    let unattributed = store::ledger::rollup_unattributed(store.db(), from, to)
-        .await?
-        .into_iter()
-        .map(|u| (u.currency, from_nano_atto(u.cost_nano, u.cost_atto)))
-        .filter(|(_, amount)| !amount.is_zero())
-        .collect();
+    let unattributed = unattributed(store, from, to).await?;
     let hosts: HashMap<i64, _> = store::telemetry::hosts(store.db())
         .await?
         .into_iter()
@@ -105,30 +206,70 @@ pub async fn load(
     })
 }
 
+/// The cost of `[from_ms, to_ms)` no GPU took, per currency.
+async fn unattributed(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<BTreeMap<String, rust_decimal::Decimal>, StoreError> {
+    Ok(
+        store::ledger::rollup_unattributed(store.db(), hour_floor(from_ms), to_ms)
+            .await?
+            .into_iter()
+            .map(|u| (u.currency, from_nano_atto(u.cost_nano, u.cost_atto)))
+            .filter(|(_, amount)| !amount.is_zero())
+            .collect(),
+    )
+}
+
 /// Cost and GPU time of `[from_ms, to_ms)` per day and value of `dimension` (`None`: per day
 /// alone), summed by the database over hosts and GPUs: parts that name no host or GPU, whose
 /// owner holds the dimension's value alone (nothing where the owner has none), each standing
 /// for its day (`hour_ms` is the day's start), and whose utilization and energy are left at
 /// zero. Whole days from the days summed per host, the days at either end from the hours summed
 /// per host. What a daily series of a dimension's owners reads (the review's chart, anomalies)
-/// in a few rows a day and value, where [`RollupGrain::HostDay`] holds one per host and owner.
+/// in a few rows a day and value, where [`RollupGrain::HostDay`] holds one per host and owner;
+/// the whole days `keep` says are closed kept after the first read.
 pub async fn days_by(
     store: &dyn Store,
     from_ms: i64,
     to_ms: i64,
     dimension: Option<&str>,
+    keep: Keep,
 ) -> Result<Attribution, StoreError> {
     let name = dimension.unwrap_or("");
     let mut rows = Vec::new();
     for (grain, a, b) in spans(from_ms, to_ms) {
-        let grain = if grain.is_daily() {
-            RollupGrain::HostDay
+        if grain.is_daily() {
+            // Whole days: what `keep` says is closed read as kept after the first read.
+            let days =
+                |a, b| store::ledger::dimension_days(store.db(), RollupGrain::HostDay, a, b, name);
+            rows.extend(kept_or_live(store, keep, ("ledger-days-by", name), (a, b), days).await?);
         } else {
-            grain
-        };
-        rows.extend(store::ledger::dimension_days(store.db(), grain, a, b, name).await?);
+            rows.extend(store::ledger::dimension_days(store.db(), grain, a, b, name).await?);
+        }
     }
-    let mut owners: HashMap<Option<String>, Owner> = HashMap::new();
+    // One order whatever the rows came from (the database, or kept): sums over them agree to
+    // the bit.
+    rows.sort_by(|a, b| {
+        (
+            a.day_ms,
+            &a.value,
+            &a.kind,
+            &a.pricing_category,
+            &a.currency,
+            a.estimated,
+        )
+            .cmp(&(
+                b.day_ms,
+                &b.value,
+                &b.kind,
+                &b.pricing_category,
+                &b.currency,
+                b.estimated,
+            ))
+    });
+    let mut owners = ValueOwners::of(name);
     let parts = rows
         .into_iter()
         .map(|r| Part {
@@ -136,13 +277,7 @@ pub async fn days_by(
             host_id: 0,
             kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
             gpu_uuid: None,
-            owner: owners
-                .entry(r.value)
-                .or_insert_with_key(|value| match value {
-                    Some(v) => [(name, v.as_str())].into_iter().collect(),
-                    None => Owner::default(),
-                })
-                .clone(),
+            owner: owners.holding(r.value),
             pricing_category: r.pricing_category,
             currency: r.currency,
             cost: from_nano_atto(r.cost_nano, r.cost_atto),
@@ -162,17 +297,111 @@ pub async fn days_by(
     })
 }
 
+/// The attribution of `[from_ms, to_ms)` summed by the database per day, value of `dimension`
+/// and the cluster and region of the hosts it ran on: parts that name no GPU, whose owner holds
+/// the dimension's value alone (nothing where the owner has none), each standing for its day,
+/// and whose `host_id` stands for the hosts of one cluster and region (in `hosts` with that
+/// cluster and region, and no name: whose grid the energy was drawn on). What allocation by an
+/// owner dimension per day or month needs, in rows per day and value rather than per host and
+/// owner; not what needs a host, a GPU or another dimension.
+pub async fn load_by_value(
+    store: &dyn Store,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: &'static str,
+) -> Result<Attribution, StoreError> {
+    let mut rows = Vec::new();
+    for (grain, a, b) in spans(from_ms, to_ms) {
+        let grain = if grain.is_daily() {
+            RollupGrain::HostDay
+        } else {
+            grain
+        };
+        rows.extend(store::ledger::value_days(store.db(), grain, a, b, dimension).await?);
+    }
+    // One order whatever the database returns: sums over the parts agree run to run.
+    rows.sort_by(|a, b| {
+        let key = |r: &store::ledger::ValueDayRow| {
+            (
+                r.day_ms,
+                r.value.clone(),
+                r.cluster.clone(),
+                r.region.clone(),
+                r.kind.clone(),
+                r.pricing_category.clone(),
+                r.currency.clone(),
+                r.estimated,
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut grids: BTreeMap<(String, Option<String>), i64> = BTreeMap::new();
+    let mut owners = ValueOwners::of(dimension);
+    let mut parts = Vec::with_capacity(rows.len());
+    for r in rows {
+        // A host no longer known stays unknown (id 0 is no host's).
+        let host_id = match r.cluster {
+            Some(cluster) => {
+                let next = grids.len() as i64 + 1;
+                *grids.entry((cluster, r.region)).or_insert(next)
+            }
+            None => 0,
+        };
+        parts.push(Part {
+            hour_ms: r.day_ms,
+            host_id,
+            kind: Kind::parse(&r.kind).unwrap_or(Kind::Unmonitored),
+            gpu_uuid: None,
+            owner: owners.holding(r.value),
+            pricing_category: r.pricing_category,
+            currency: r.currency,
+            cost: from_nano_atto(r.cost_nano, r.cost_atto),
+            estimated: r.estimated != 0,
+            gpu_seconds: r.gpu_seconds,
+            util_gpu_seconds: r.util_gpu_seconds,
+            util_known_seconds: r.util_known_seconds,
+            energy_j: r.energy_j,
+            energy_known_seconds: r.energy_known_seconds,
+        });
+    }
+    let hosts = grids
+        .into_iter()
+        .map(|((cluster, region), id)| {
+            let host = gpuledger_core::telemetry::HostRow {
+                id,
+                from_bill: cluster == gpuledger_core::telemetry::BILLED_ONLY_CLUSTER,
+                cluster,
+                hostname: String::new(),
+                provider: None,
+                instance_id: None,
+                instance_key: None,
+                instance_type: None,
+                lifecycle: None,
+                region,
+            };
+            (id, host)
+        })
+        .collect();
+    Ok(Attribution {
+        parts,
+        unattributed: unattributed(store, from_ms, to_ms).await?,
+        unattributed_hours: BTreeMap::new(),
+        hosts,
+    })
+}
+
 /// Spend per day of `[from, until)` for each key of each of `dimensions`, in each currency.
 pub type DailySpend = BTreeMap<(GroupBy, String, String), BTreeMap<i64, DaySpend>>;
 
 /// Each dimension's spend per key and day of `[from, until)` (what anomalies and budgets judge):
 /// an owner dimension's (or the price's) summed per day and value by the database, a dimension
-/// of the host (cluster, type) from the days summed per host.
+/// of the host (cluster, type) from the days summed per host. The former's closed days, as
+/// `keep` says, are kept after the first read.
 pub async fn daily_spend(
     store: &dyn Store,
     dimensions: &[GroupBy],
-    from: i64,
-    until: i64,
+    (from, until): (i64, i64),
+    keep: Keep,
 ) -> Result<DailySpend, StoreError> {
     let mut daily = DailySpend::new();
     let mut per_host: Option<Attribution> = None;
@@ -180,11 +409,11 @@ pub async fn daily_spend(
         let summed;
         let ledger = match *by {
             GroupBy::Owner(name) => {
-                summed = days_by(store, from, until, Some(name)).await?;
+                summed = days_by(store, from, until, Some(name), keep).await?;
                 &summed
             }
             GroupBy::PricingCategory => {
-                summed = days_by(store, from, until, None).await?;
+                summed = days_by(store, from, until, None, keep).await?;
                 &summed
             }
             _ => {

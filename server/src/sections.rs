@@ -3,9 +3,9 @@
 //! shape, the scale-to-zero windows) would only give the same answer slower. They change only
 //! when the roll-up rewrites hours of the month (a restatement, or a month attributed for the
 //! first time), which counts a new generation of the month in the same transaction. A section
-//! is kept with the generation read before it was computed and served only while that is still
-//! the month's, so one computed while a roll-up ran (on any replica) is never served. The month
-//! under way is always read live.
+//! is kept with the generation read before it was computed (summed over the months its range
+//! overlaps) and served only while that is still theirs, so one computed while a roll-up ran (on
+//! any replica) is never served. The month under way is always read live.
 
 use std::future::Future;
 
@@ -24,7 +24,8 @@ pub fn key(scope: &Scope, schema: &OwnerSchema) -> String {
     digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
-/// `compute`'s answer for `section` over the month `[from_ms, to_ms)`: the one kept when
+/// `compute`'s answer for `section` over `[from_ms, to_ms)` (a month, or any range of closed
+/// months): the one kept when
 /// `closed`, else computed (and kept, when `closed`). Keeping it is best effort: a failed write
 /// still answers what was computed.
 pub async fn kept<T, F>(
@@ -42,12 +43,10 @@ where
     if !closed {
         return compute.await;
     }
-    let month = gpuledger_core::time::month_start_ms(from_ms);
     // Read before the figures: a roll-up that commits while they are computed moves it on.
-    let generation = store::sections::rollup_generation(store.db(), month).await?;
+    let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
     if let Some(body) =
-        store::sections::section_snapshot(store.db(), (section, key), (from_ms, to_ms), month)
-            .await?
+        store::sections::section_snapshot(store.db(), (section, key), (from_ms, to_ms)).await?
     {
         match serde_json::from_str(&body) {
             Ok(kept) => return Ok(kept),
@@ -147,9 +146,10 @@ mod tests {
             assert_eq!(shape(s, "all", true, 7).await, [5], "{b}");
 
             // What another version wrote and this one cannot read is computed again.
-            let generation = store::sections::rollup_generation(s.db(), OCTOBER)
-                .await
-                .unwrap();
+            let generation =
+                store::sections::rollup_generation(s.db(), (OCTOBER, OCTOBER + 31 * DAY_MS))
+                    .await
+                    .unwrap();
             assert!(generation > 0, "{b}: the roll-up counted its rewrite");
             store::sections::put_section_snapshot(
                 s.db(),
@@ -184,6 +184,43 @@ mod tests {
                 "{b}: computed again"
             );
             assert_eq!(shape(s, "racing", true, 11).await, [10], "{b}: and kept");
+
+            // A range over several months is retired by a rewrite of any of them, the last
+            // included; not by one after it.
+            let (from, to) = (OCTOBER - 20 * DAY_MS, OCTOBER + 31 * DAY_MS);
+            let months = |answer: u32| {
+                kept(s, ("months", "all"), (from, to), true, NOW, async move {
+                    Ok::<_, StoreError>(vec![answer])
+                })
+            };
+            assert_eq!(months(1).await.unwrap(), [1], "{b}");
+            assert_eq!(months(2).await.unwrap(), [1], "{b}: kept");
+            roll_up(s, OCTOBER + 60 * HOUR_MS).await;
+            assert_eq!(
+                months(3).await.unwrap(),
+                [3],
+                "{b}: its last month rewritten"
+            );
+            roll_up(s, OCTOBER - 3 * DAY_MS).await;
+            assert_eq!(
+                months(4).await.unwrap(),
+                [4],
+                "{b}: its first month rewritten"
+            );
+            roll_up(s, OCTOBER + 45 * DAY_MS).await;
+            assert_eq!(months(5).await.unwrap(), [4], "{b}: a month after it");
+            // A view computing it while a later month of it is rewritten: not served.
+            let racing = |answer: u32| {
+                kept(s, ("months", "racing"), (from, to), true, NOW, async move {
+                    if answer == 6 {
+                        roll_up(s, OCTOBER + 70 * HOUR_MS).await;
+                    }
+                    Ok::<_, StoreError>(vec![answer])
+                })
+            };
+            assert_eq!(racing(6).await.unwrap(), [6], "{b}");
+            assert_eq!(racing(7).await.unwrap(), [7], "{b}: computed again");
+            assert_eq!(racing(8).await.unwrap(), [7], "{b}: and kept");
         }
     }
 

@@ -85,18 +85,28 @@ pub fn of(
 }
 
 /// The month `[from, to)` against what it is set against ([`comparison`]), keys `by` one
-/// dimension; of the teams `scope` sees.
+/// dimension; of the teams `scope` sees. What `keep` says has closed is read as kept, as the
+/// review reads it.
 pub async fn for_month(
     store: &dyn Store,
     (from, to, now): (i64, i64, i64),
     by: GroupBy,
     (scope, schema): (&Scope, &OwnerSchema),
+    keep: ledger::Keep,
 ) -> Result<Variance, StoreError> {
     let (prev_from, prev_to, partial) = comparison(from, to, now);
+    // A stretch of the month before that grows by the hour is read live (see the review).
+    let keep_previous = if partial { ledger::Keep::NOTHING } else { keep };
     let (current, previous) = tokio::try_join!(
         // Summed over the range, as the review reads them: the same figures on both.
-        ledger::load(store, from, to, RollupGrain::HostRange),
-        ledger::load(store, prev_from, prev_to, RollupGrain::HostRange),
+        ledger::load_kept(store, from, to, RollupGrain::HostRange, keep),
+        ledger::load_kept(
+            store,
+            prev_from,
+            prev_to,
+            RollupGrain::HostRange,
+            keep_previous
+        ),
     )?;
     let (current, previous) = (
         scope.restrict(current, schema),

@@ -63,7 +63,13 @@ async fn anomalies_api(
 ) -> Result<Json<AnomaliesResponse>, ApiError> {
     let (range, month) = month_asked(query)?;
     let store = user.reads.store();
-    let found = crate::anomalies::find(store, &state.config, range, now_ms()).await?;
+    let found = crate::anomalies::find(
+        store,
+        &state.config,
+        range,
+        (now_ms(), crate::ledger::Keep::NOTHING),
+    )
+    .await?;
     let anomalies = crate::anomalies::within_scope(found, (&user.scope, &state.config.owners));
     Ok(Json(AnomaliesResponse { month, anomalies }))
 }

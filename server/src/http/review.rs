@@ -340,6 +340,20 @@ fn day_label(rfc: &str) -> String {
     rfc.get(..10).unwrap_or(rfc).to_owned()
 }
 
+/// `read`, its time logged at debug level (`GPULEDGER_LOG=gpuledger_server::http::review=debug`):
+/// where a slow view spends it. Reads run side by side, so each time includes waiting for the
+/// database while it works on the others.
+async fn timed<T>(what: &'static str, read: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = read.await;
+    tracing::debug!(
+        read = what,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "review read"
+    );
+    out
+}
+
 async fn this_review() -> Redirect {
     Redirect::to(&format!("/review/{}", month_label(now_ms())))
 }
@@ -379,6 +393,7 @@ async fn review(
     let Some((from, to)) = calendar_month(&month) else {
         return no_such_month();
     };
+    let started = std::time::Instant::now();
     let store = user.reads.store();
     let now = now_ms();
     let (prev_from, prev_to, partial) = comparison(from, to, now);
@@ -412,6 +427,9 @@ async fn review(
     };
     // A closed month's heaviest sections are final: read as kept after the first view.
     let closed = close.is_closed(from, now);
+    // The ledger reads of what has closed (this month's, the month before's, the weeks of
+    // history anomalies are judged on) are read as kept after the first view.
+    let keep = ledger::Keep::before(close.open_from(now), now);
     let kept_for = crate::sections::key(scope, schema);
     // Sections every viewer reads whole (each is narrowed to the viewer's scope afterwards).
     let fleet_wide = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, schema);
@@ -462,48 +480,92 @@ async fn review(
     let loaded = tokio::try_join!(
         // Per host, summed over the month: the review shows no single GPU except in the
         // heatmap, and no day except in its chart.
-        ledger::load(store, from, to, RollupGrain::HostRange),
+        timed(
+            "month",
+            ledger::load_kept(store, from, to, RollupGrain::HostRange, keep)
+        ),
         // The chart: per day and team, so a scoped reader's is its teams'.
-        ledger::days_by(store, from, to, schema.role(Role::Team)),
-        heat,
-        ledger::experiment_hours(store, from, to),
-        recs,
+        timed(
+            "chart",
+            ledger::days_by(store, from, to, schema.role(Role::Team), keep)
+        ),
+        timed("heatmap", heat),
+        timed("run hours", ledger::experiment_hours(store, from, to)),
+        timed("recommendations", recs),
         // Its total, and why this month differs from it.
-        ledger::load(store, prev_from, prev_to, RollupGrain::HostRange),
-        idle,
-        crate::unit_costs::request_totals(store, from, to),
-        crate::unit_costs::token_totals(store, from, to),
-        crate::unit_costs::usage_sources(store, from, to),
-        crate::unit_costs::progress_totals(store, from, to),
-        crate::closing::pending_hours(store, from, to),
-        crate::closing::restatements(store, from),
-        crate::budgets::for_month(store, (schema, scope), (from, to), now),
-        crate::anomalies::find(store, &state.config, (from, to), now),
-        crate::sections::kept(
-            store,
-            ("type-costs", &fleet_wide),
-            (from, to),
-            closed,
-            now,
-            crate::commitments::type_costs(store, from, to),
+        // A month to date is compared with a stretch that grows by the hour: kept, it would
+        // leave a snapshot a day.
+        timed(
+            "month before",
+            ledger::load_kept(
+                store,
+                prev_from,
+                prev_to,
+                RollupGrain::HostRange,
+                if partial { ledger::Keep::NOTHING } else { keep },
+            )
         ),
-        crate::sections::kept(
-            store,
-            ("scale-to-zero", &kept_for),
-            (from, to),
-            closed,
-            now,
-            crate::scale_to_zero::for_range(store, schema, scope, from, to),
+        timed("idle", idle),
+        timed(
+            "requests",
+            crate::unit_costs::request_totals(store, from, to)
         ),
-        crate::sections::kept(
-            store,
-            ("shape", &kept_for),
-            (from, to),
-            closed,
-            now,
-            crate::shape::for_range(store, schema, scope, (from, to), now),
+        timed("tokens", crate::unit_costs::token_totals(store, from, to)),
+        timed(
+            "usage sources",
+            crate::unit_costs::usage_sources(store, from, to)
         ),
-        scoped_gpus,
+        timed(
+            "progress",
+            crate::unit_costs::progress_totals(store, from, to)
+        ),
+        timed(
+            "pending hours",
+            crate::closing::pending_hours(store, from, to)
+        ),
+        timed("restatements", crate::closing::restatements(store, from)),
+        timed(
+            "budgets",
+            crate::budgets::for_month(store, (schema, scope), (from, to), now)
+        ),
+        timed(
+            "anomalies",
+            crate::anomalies::find(store, &state.config, (from, to), (now, keep))
+        ),
+        timed(
+            "type costs",
+            crate::sections::kept(
+                store,
+                ("type-costs", &fleet_wide),
+                (from, to),
+                closed,
+                now,
+                crate::commitments::type_costs(store, from, to),
+            )
+        ),
+        timed(
+            "scale-to-zero",
+            crate::sections::kept(
+                store,
+                ("scale-to-zero", &kept_for),
+                (from, to),
+                closed,
+                now,
+                crate::scale_to_zero::for_range(store, schema, scope, from, to),
+            )
+        ),
+        timed(
+            "shape",
+            crate::sections::kept(
+                store,
+                ("shape", &kept_for),
+                (from, to),
+                closed,
+                now,
+                crate::shape::for_range(store, schema, scope, (from, to), now),
+            )
+        ),
+        timed("scoped GPUs", scoped_gpus),
     );
     let (
         all,
@@ -529,6 +591,7 @@ async fn review(
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    let read_ms = started.elapsed().as_secs_f64() * 1e3;
     // Commitments and buying are the whole bill's and fleet's: only for who sees every team.
     let (commitments, purchase_mix) = if scope.is_all() {
         let commitments = crate::commitments::for_range(
@@ -741,6 +804,11 @@ async fn review(
         shown(run_total / Decimal::from(runs.len() as i64))
     };
     let (savings, total_saving) = savings_view(&recs, &month, &cur, schema);
+    tracing::debug!(
+        read_ms,
+        figures_ms = started.elapsed().as_secs_f64() * 1e3 - read_ms,
+        "review computed"
+    );
     render(&ReviewPage {
         chrome: Some(Chrome::from(&user)),
         teams: (!scope.is_all()).then(|| scope.describe()),

@@ -935,7 +935,7 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
         let kept = |section: &'static str| {
             let key = key.clone();
             async move {
-                store::sections::section_snapshot(s.db(), (section, &key), (month, next), month)
+                store::sections::section_snapshot(s.db(), (section, &key), (month, next))
                     .await
                     .unwrap()
             }
@@ -969,11 +969,17 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
                 "{b}: {section} kept on the first view"
             );
         }
+        // So are the month's sums per host and owner (its tables) and per day and team (its
+        // chart), whoever reads them.
+        for (section, key) in [("ledger-host-range", "all"), ("ledger-days-by", "team")] {
+            let kept = store::sections::section_snapshot(s.db(), (section, key), (month, next));
+            assert!(kept.await.unwrap().is_some(), "{b}: {section}");
+        }
         let (_, second) = api.get_as(&format!("/review/{label}"), Some(&admin)).await;
         assert_eq!(second, first, "{b}: read back as computed");
         // The page reads what is kept: a kept shape changed by hand shows.
         let shape = kept("shape").await.unwrap();
-        let generation = store::sections::rollup_generation(s.db(), month)
+        let generation = store::sections::rollup_generation(s.db(), (month, next))
             .await
             .unwrap();
         store::sections::put_section_snapshot(

@@ -82,11 +82,14 @@ async fn variance_api(
             bad("by", format!("{name:?} is none of {}", names.join(", ")))
         })?,
     };
+    let store = user.reads.store();
+    let close = state.close.current(store).await?;
     let v = crate::variance::for_month(
-        user.reads.store(),
+        store,
         (from, to, now),
         by,
         (&user.scope, schema),
+        crate::ledger::Keep::before(close.open_from(now), now),
     )
     .await?;
     match format {

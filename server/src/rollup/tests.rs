@@ -10,7 +10,7 @@ use super::*;
 use crate::attribution::{Attribution, Kind, Owner, Rules};
 use crate::billing::focus;
 use crate::config::OwnerSchema;
-use crate::ledger::{attributed_costs, experiment_hours, gpu_days, load, top_gpus};
+use crate::ledger::{attributed_costs, experiment_hours, gpu_days, load, top_gpus, Keep};
 use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
 use crate::store;
 use crate::store::AgentStatus;
@@ -283,6 +283,79 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
         per_range(&per_host),
         "{what}: the range summed per host"
     );
+    // Kept as a closed range's: the first read keeps the rows, the next reads them back, and a
+    // roll-up since (this runs after each change of the fixture) retires them.
+    let keep = crate::ledger::Keep {
+        closed_before_ms: i64::MAX,
+        now_ms: to,
+    };
+    let canonical = |a: &Attribution| {
+        let mut parts: Vec<String> = a.parts.iter().map(|p| format!("{p:?}")).collect();
+        parts.sort();
+        parts
+    };
+    for read in ["computed", "read back"] {
+        let kept = crate::ledger::load_kept(store, from, to, RollupGrain::HostRange, keep)
+            .await
+            .unwrap();
+        assert_eq!(canonical(&kept), canonical(&ranged), "{what}: kept, {read}");
+        assert_eq!(kept.unattributed, ranged.unattributed, "{what}: {read}");
+    }
+    let whole_days = (
+        (hour_floor(from) + DAY_MS - 1).div_euclid(DAY_MS) * DAY_MS,
+        to.div_euclid(DAY_MS) * DAY_MS,
+    );
+    // What is kept is the database's rows, bit for bit; and it is what is served.
+    let section = ("ledger-host-range", "all");
+    let body = store::sections::section_snapshot(store.db(), section, whole_days)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the whole days kept"));
+    let sorted = |mut rows: Vec<store::RollupRow>| {
+        rows.sort_by_key(|r| format!("{r:?}"));
+        rows
+    };
+    let live = store::ledger::rollup_rows(
+        store.db(),
+        RollupGrain::HostRange,
+        whole_days.0,
+        whole_days.1,
+    )
+    .await
+    .unwrap();
+    let stored: Vec<store::RollupRow> = serde_json::from_str(&body).unwrap();
+    assert!(!live.is_empty(), "{what}");
+    assert_eq!(sorted(stored.clone()), sorted(live), "{what}: kept rows");
+    let generation = store::sections::rollup_generation(store.db(), whole_days)
+        .await
+        .unwrap();
+    let put = |rows: &[store::RollupRow]| {
+        let body = serde_json::to_string(rows).unwrap();
+        async move {
+            store::sections::put_section_snapshot(
+                store.db(),
+                section,
+                whole_days,
+                (generation, to),
+                &body,
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let mut changed = stored.clone();
+    changed[0].cost_nano += 1;
+    put(&changed).await;
+    let served = crate::ledger::load_kept(store, from, to, RollupGrain::HostRange, keep)
+        .await
+        .unwrap();
+    let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
+    assert_eq!(
+        total(&served) - total(&ranged),
+        Decimal::new(1, 9),
+        "{what}: the kept rows are served"
+    );
+    put(&stored).await;
     type Key = (i64, Option<String>, Kind, String, String, bool);
     for dimension in [Some("team"), Some("model"), None] {
         let by_day = |a: &Attribution| {
@@ -305,9 +378,19 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
             out
         };
         let want = by_day(&per_host);
-        let summed = crate::ledger::days_by(store, from, to, dimension)
+        let summed = crate::ledger::days_by(store, from, to, dimension, Keep::NOTHING)
             .await
             .unwrap();
+        for read in ["computed", "read back"] {
+            let kept = crate::ledger::days_by(store, from, to, dimension, keep)
+                .await
+                .unwrap();
+            assert_eq!(
+                by_day(&kept),
+                by_day(&summed),
+                "{what}: {dimension:?} kept, {read}"
+            );
+        }
         // One row per key: the database summed them.
         assert_eq!(
             summed.parts.len(),
@@ -335,6 +418,74 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
     }
 }
 
+/// Allocation by an owner dimension read from the days summed per value and grid is
+/// allocation from the host-days: the same rows and totals, to the atto-dollar, with the same
+/// GPU-hours, utilization, energy and emissions (each host's grid by its region).
+async fn assert_by_value_matches(store: &dyn Store, from: i64, to: i64, what: &str) {
+    use crate::allocation::{group, totals, GroupBy, Step};
+    let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
+    let table = crate::carbon::GridTable::default();
+    let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+        (x, y) => x == y,
+    };
+    for dimension in ["model", "team"] {
+        let by_value = crate::ledger::load_by_value(store, from, to, dimension)
+            .await
+            .unwrap();
+        assert!(by_value.parts.len() <= per_host.parts.len(), "{what}");
+        let (want_grid, got_grid) = (
+            crate::carbon::grid(&per_host, &table),
+            crate::carbon::grid(&by_value, &table),
+        );
+        for step in [Step::Day, Step::Month] {
+            let by = GroupBy::Owner(dimension);
+            let want = group(&per_host, by, step, &want_grid);
+            let got = group(&by_value, by, step, &got_grid);
+            assert!(!want.is_empty(), "{what}");
+            assert_eq!(got.len(), want.len(), "{what}: {dimension} {step:?}");
+            for (g, w) in got.iter().zip(&want) {
+                let money = |r: &crate::allocation::AllocationRow| {
+                    (
+                        r.period_start.clone(),
+                        r.key.clone(),
+                        r.currency.clone(),
+                        [
+                            r.cost,
+                            r.used_cost,
+                            r.held_idle_cost,
+                            r.idle_cost,
+                            r.unmonitored_cost,
+                        ],
+                        r.estimated,
+                    )
+                };
+                assert_eq!(money(g), money(w), "{what}: {dimension} {step:?}");
+                for (x, y) in [
+                    (Some(g.gpu_hours), Some(w.gpu_hours)),
+                    (g.avg_util, w.avg_util),
+                    (Some(g.presence_gpu_hours), Some(w.presence_gpu_hours)),
+                    (g.energy_kwh, w.energy_kwh),
+                    (g.energy_measured_share, w.energy_measured_share),
+                    (g.kg_co2e, w.kg_co2e),
+                ] {
+                    assert!(close(x, y), "{what}: {dimension} {step:?} {g:?} {w:?}");
+                }
+            }
+        }
+        let (got, want) = (totals(&by_value, &got_grid), totals(&per_host, &want_grid));
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (&g.currency, g.cost, g.unattributed_cost, g.idle_cost),
+                (&w.currency, w.cost, w.unattributed_cost, w.idle_cost),
+                "{what}"
+            );
+            assert!(close(g.kg_co2e, w.kg_co2e), "{what}: {g:?} {w:?}");
+        }
+    }
+}
+
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
@@ -354,6 +505,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     }
     assert_host_hours_match(store, from, to, what).await;
     assert_days_by_match(store, from, to, what).await;
+    assert_by_value_matches(store, from, to, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;
@@ -1245,6 +1397,8 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
         let no_grid = totals(&daily, &crate::carbon::Grid::unknown());
         assert_eq!(no_grid[0].kg_co2e, None, "{b}");
         assert_eq!(no_grid[0].energy_kwh, t.energy_kwh, "{b}");
+        // Summed per value and grid by the database, the same figures.
+        assert_by_value_matches(s, from, to, b).await;
     }
 }
 

@@ -18,7 +18,7 @@ pub struct ExperimentDayRow {
 
 /// Cost and GPU time in one day, of one kind, price, currency and value of an owner dimension,
 /// summed over hosts, GPUs and owners with that value.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct DimensionDayRow {
     pub day_ms: i64,
     /// The owners' value in the dimension; `None` for owners without one.
@@ -29,7 +29,32 @@ pub struct DimensionDayRow {
     pub estimated: i64,
     pub cost_nano: i64,
     pub cost_atto: i64,
+    #[serde(with = "super::exact_f64")]
     pub gpu_seconds: f64,
+}
+
+/// Cost, GPU time, utilization and energy in one day of one value of an owner dimension, on the
+/// hosts of one cluster and region (the grid they drew on), of one kind, price and currency:
+/// summed over those hosts, their GPUs and the owners with that value.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ValueDayRow {
+    pub day_ms: i64,
+    /// The owners' value in the dimension; `None` for owners without one.
+    pub value: Option<String>,
+    /// `None` for a host no longer known.
+    pub cluster: Option<String>,
+    pub region: Option<String>,
+    pub kind: String,
+    pub pricing_category: String,
+    pub currency: String,
+    pub estimated: i64,
+    pub cost_nano: i64,
+    pub cost_atto: i64,
+    pub gpu_seconds: f64,
+    pub util_gpu_seconds: f64,
+    pub util_known_seconds: f64,
+    pub energy_j: f64,
+    pub energy_known_seconds: f64,
 }
 
 /// Attributed cost in a currency over a range, summed in SQL.
@@ -561,6 +586,56 @@ pub async fn dimension_days(
                   LEFT JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
              WHERE {period} >= $1 AND {period} < $2
              GROUP BY {day}, ov.value, r.kind, r.pricing_category, r.currency, r.estimated"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(dimension)
+            .fetch_all(&mut *ex)
+            .await?)
+    })
+}
+
+/// [`ValueDayRow`]s of `[from_ms, to_ms)` summed by the database: from the days summed per
+/// host for [`RollupGrain::HostDay`](super::RollupGrain::HostDay), from the hourly rows (into
+/// the days they fall in) for [`RollupGrain::Hour`](super::RollupGrain::Hour). A few rows a day
+/// per value and cluster, where host-days hold one per host and owner.
+pub async fn value_days(
+    on: impl Into<On<'_>>,
+    grain: super::RollupGrain,
+    from_ms: i64,
+    to_ms: i64,
+    dimension: &str,
+) -> Result<Vec<ValueDayRow>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        // The hours per host carry no utilization or energy: the hours at a range's ends are
+        // read per GPU, a day or two of rows.
+        let (day, table, period) = if grain.is_daily() {
+            ("r.day_ms", "rollup_host_days", "r.day_ms")
+        } else {
+            (
+                "r.hour_ms - r.hour_ms % 86400000",
+                "rollup_hours",
+                "r.hour_ms",
+            )
+        };
+        // Sums stay exact: atto parts carry over into nano parts in integer math.
+        let sql = format!(
+            "SELECT {day} AS day_ms, ov.value AS value, h.cluster AS cluster, h.region AS region,
+                r.kind, r.pricing_category, r.currency, r.estimated,
+                CAST(SUM(r.cost_nano) AS BIGINT)
+                    + CAST(SUM(r.cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                CAST(SUM(r.cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                SUM(r.gpu_seconds) AS gpu_seconds, SUM(r.util_gpu_seconds) AS util_gpu_seconds,
+                SUM(r.util_known_seconds) AS util_known_seconds, SUM(r.energy_j) AS energy_j,
+                SUM(r.energy_known_seconds) AS energy_known_seconds
+             FROM {table} r
+                  LEFT JOIN hosts h ON h.id = r.host_id
+                  LEFT JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
+             WHERE {period} >= $1 AND {period} < $2
+             GROUP BY {day}, ov.value, h.cluster, h.region, r.kind, r.pricing_category,
+                r.currency, r.estimated"
         );
         Ok(sqlx::query_as(&sql)
             .bind(from_ms)

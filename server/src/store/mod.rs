@@ -102,7 +102,8 @@ pub enum IngestOutcome {
 
 /// One rolled-up slice of attributed cost: a host's GPU, owner, kind and price for an hour or a
 /// day. `gpu_uuid` is `""` when absent; cost is [`gpuledger_core::money::to_nano_atto`].
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+/// Serialized (as a closed range's rows are kept, [`crate::sections`]) bit for bit.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct RollupRow {
     pub period_ms: i64,
     pub host_id: i64,
@@ -115,12 +116,32 @@ pub struct RollupRow {
     pub estimated: i64,
     pub cost_nano: i64,
     pub cost_atto: i64,
+    #[serde(with = "exact_f64")]
     pub gpu_seconds: f64,
+    #[serde(with = "exact_f64")]
     pub util_gpu_seconds: f64,
+    #[serde(with = "exact_f64")]
     pub util_known_seconds: f64,
+    #[serde(with = "exact_f64")]
     pub energy_j: f64,
     /// GPU-seconds whose energy NVML measured.
+    #[serde(with = "exact_f64")]
     pub energy_known_seconds: f64,
+}
+
+/// A float written as its bits: read back from JSON exactly, where a decimal text may come back
+/// one unit in the last place off (serde_json's default parsing), so that kept rows sum to what
+/// the database's did.
+pub(crate) mod exact_f64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(value.to_bits())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        u64::deserialize(d).map(f64::from_bits)
+    }
 }
 
 /// Which rollup table to read.

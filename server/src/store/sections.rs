@@ -4,41 +4,48 @@
 use super::db::{on_backend, On};
 use super::StoreError;
 
-/// How many times the roll-up has rewritten hours of the month starting at `month_ms` (0 for
-/// never): bumped in the same transaction as the rewrite.
-pub async fn rollup_generation(on: impl Into<On<'_>>, month_ms: i64) -> Result<i64, StoreError> {
+/// How many times the roll-up has rewritten hours of the months `[from_ms, to_ms)` overlaps,
+/// summed (0 for never): bumped in the same transaction as the rewrite. Each month's count only
+/// grows, so the sum moves whenever one of them does.
+pub async fn rollup_generation(
+    on: impl Into<On<'_>>,
+    (from_ms, to_ms): (i64, i64),
+) -> Result<i64, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT generation FROM rollup_generations WHERE month_ms = $1")
-                .bind(month_ms)
-                .fetch_optional(&mut *ex)
-                .await?;
-        Ok(found.unwrap_or(0))
+        let sum: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT) FROM rollup_generations
+             WHERE month_ms >= $1 AND month_ms < $2",
+        )
+        .bind(gpuledger_core::time::month_start_ms(from_ms))
+        .bind(to_ms)
+        .fetch_one(&mut *ex)
+        .await?;
+        Ok(sum)
     })
 }
 
 /// The stored body of `section` for `key` over `[from_ms, to_ms)`, if it was drawn from the
-/// month's rollups as they are now (`month_ms`'s generation).
+/// rollups of the months it overlaps as they are now ([`rollup_generation`]).
 pub async fn section_snapshot(
     on: impl Into<On<'_>>,
     (section, key): (&str, &str),
     (from_ms, to_ms): (i64, i64),
-    month_ms: i64,
 ) -> Result<Option<String>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         Ok(sqlx::query_scalar(
             "SELECT body FROM section_snapshots
              WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4
-               AND generation = COALESCE(
-                   (SELECT generation FROM rollup_generations WHERE month_ms = $5), 0)",
+               AND generation = (SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT)
+                                 FROM rollup_generations
+                                 WHERE month_ms >= $5 AND month_ms < $4)",
         )
         .bind(section)
         .bind(key)
         .bind(from_ms)
         .bind(to_ms)
-        .bind(month_ms)
+        .bind(gpuledger_core::time::month_start_ms(from_ms))
         .fetch_optional(&mut *ex)
         .await?)
     })
