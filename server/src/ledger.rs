@@ -321,19 +321,16 @@ pub async fn load_by_value(
     }
     // One order whatever the database returns: sums over the parts agree run to run.
     rows.sort_by(|a, b| {
-        let key = |r: &store::ledger::ValueDayRow| {
-            (
-                r.day_ms,
-                r.value.clone(),
-                r.cluster.clone(),
-                r.region.clone(),
-                r.kind.clone(),
-                r.pricing_category.clone(),
-                r.currency.clone(),
-                r.estimated,
-            )
-        };
-        key(a).cmp(&key(b))
+        let (ka, kb) = (
+            (a.day_ms, &a.value, &a.cluster, &a.region, &a.kind),
+            (b.day_ms, &b.value, &b.cluster, &b.region, &b.kind),
+        );
+        (ka, &a.pricing_category, &a.currency, a.estimated).cmp(&(
+            kb,
+            &b.pricing_category,
+            &b.currency,
+            b.estimated,
+        ))
     });
     let mut grids: BTreeMap<(String, Option<String>), i64> = BTreeMap::new();
     let mut owners = ValueOwners::of(dimension);
