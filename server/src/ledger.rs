@@ -11,7 +11,7 @@ use crate::store;
 use crate::store::{RollupGrain, RollupRow, Store, StoreError};
 use gpuledger_core::anomaly::DaySpend;
 use gpuledger_core::money::from_nano_atto;
-use gpuledger_core::time::{day_floor, hour_floor, DAY_MS};
+use gpuledger_core::time::{day_floor, hour_floor, month_start_ms, next_month_start, DAY_MS};
 
 /// Which part of a read is final and may be kept as first read ([`crate::sections`]): what lies
 /// before `closed_before_ms`, the start of the oldest month still open. A roll-up that rewrites
@@ -70,6 +70,36 @@ where
         } else {
             read(a, b).await?
         });
+    }
+    Ok(rows)
+}
+
+/// [`kept_or_live`] keeping whole calendar months only, each on its own: whatever range a
+/// client asks for reuses the months kept and leaves no section of its own behind; the part
+/// months at either end are read live.
+async fn kept_months_or_live<T, F, R>(
+    store: &dyn Store,
+    keep: Keep,
+    (section, key): (&str, &str),
+    (a, b): (i64, i64),
+    read: R,
+) -> Result<Vec<T>, StoreError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    F: std::future::Future<Output = Result<Vec<T>, StoreError>>,
+    R: Fn(i64, i64) -> F,
+{
+    let mut rows = Vec::new();
+    let mut at = a;
+    while at < b {
+        let next = next_month_start(at);
+        let end = next.min(b);
+        rows.extend(if month_start_ms(at) == at && end == next {
+            kept_or_live(store, keep, (section, key), (at, end), &read).await?
+        } else {
+            read(at, end).await?
+        });
+        at = end;
     }
     Ok(rows)
 }
@@ -303,21 +333,27 @@ pub async fn days_by(
 /// and whose `host_id` stands for the hosts of one cluster and region (in `hosts` with that
 /// cluster and region, and no name: whose grid the energy was drawn on). What allocation by an
 /// owner dimension per day or month needs, in rows per day and value rather than per host and
-/// owner; not what needs a host, a GPU or another dimension.
+/// owner; not what needs a host, a GPU or another dimension. The whole months `keep` says are
+/// closed are kept after the first read.
 pub async fn load_by_value(
     store: &dyn Store,
     from_ms: i64,
     to_ms: i64,
     dimension: &'static str,
+    keep: Keep,
 ) -> Result<Attribution, StoreError> {
     let mut rows = Vec::new();
     for (grain, a, b) in spans(from_ms, to_ms) {
-        let grain = if grain.is_daily() {
-            RollupGrain::HostDay
+        if grain.is_daily() {
+            let days =
+                |a, b| store::ledger::value_days(store.db(), RollupGrain::HostDay, a, b, dimension);
+            rows.extend(
+                kept_months_or_live(store, keep, ("ledger-by-value", dimension), (a, b), days)
+                    .await?,
+            );
         } else {
-            grain
-        };
-        rows.extend(store::ledger::value_days(store.db(), grain, a, b, dimension).await?);
+            rows.extend(store::ledger::value_days(store.db(), grain, a, b, dimension).await?);
+        }
     }
     // One order whatever the database returns: sums over the parts agree run to run.
     rows.sort_by(|a, b| {

@@ -16,6 +16,7 @@ use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
 use crate::error::ApiError;
 use crate::focus_export::Format;
 use crate::ledger;
+use crate::now_ms;
 use crate::session::Scope;
 use crate::store::RollupGrain;
 
@@ -220,7 +221,14 @@ async fn get_allocation(
         _ => None,
     };
     let loaded = match by_value {
-        Some(name) => ledger::load_by_value(user.reads.store(), from, to, name).await?,
+        Some(name) => {
+            // Closed months are final: their sums per value are kept after the first read.
+            let store = user.reads.store();
+            let now = now_ms();
+            let close = state.close.current(store).await?;
+            let keep = ledger::Keep::before(close.open_from(now), now);
+            ledger::load_by_value(store, from, to, name, keep).await?
+        }
         None => ledger::load(user.reads.store(), from, to, grain_for(step)).await?,
     };
     let grid = crate::carbon::grid(&loaded, &state.config.carbon);

@@ -430,7 +430,7 @@ async fn assert_by_value_matches(store: &dyn Store, from: i64, to: i64, what: &s
         (x, y) => x == y,
     };
     for dimension in ["model", "team"] {
-        let by_value = crate::ledger::load_by_value(store, from, to, dimension)
+        let by_value = crate::ledger::load_by_value(store, from, to, dimension, Keep::NOTHING)
             .await
             .unwrap();
         assert!(by_value.parts.len() <= per_host.parts.len(), "{what}");
@@ -486,6 +486,85 @@ async fn assert_by_value_matches(store: &dyn Store, from: i64, to: i64, what: &s
     }
 }
 
+/// Allocation by value with its closed months kept reads what it reads live, computed and read
+/// back; only a whole calendar month is kept (a range inside one leaves nothing behind), and the
+/// kept body is what is served.
+async fn assert_by_value_kept(store: &dyn Store, what: &str) {
+    use gpuledger_core::time::{month_start_ms, next_month_start};
+    let month = (month_start_ms(START), next_month_start(START));
+    assert!(
+        month.0 < START && END < month.1,
+        "the fixture lies in one month"
+    );
+    // Half a day of the month before (read live), the whole month (kept).
+    let (from, to) = (month.0 - 12 * HOUR_MS, month.1);
+    let keep = Keep::before(month.1, month.1 + DAY_MS);
+    let canonical = |a: &Attribution| {
+        let mut parts: Vec<String> = a.parts.iter().map(|p| format!("{p:?}")).collect();
+        parts.sort();
+        (parts, format!("{:?}", a.hosts), a.unattributed.clone())
+    };
+    let section = ("ledger-by-value", "team");
+    let live = crate::ledger::load_by_value(store, from, to, "team", Keep::NOTHING)
+        .await
+        .unwrap();
+    assert!(!live.parts.is_empty(), "{what}");
+    // A range inside the month is read live: its whole days are not kept on their own.
+    crate::ledger::load_by_value(store, START, END, "team", keep)
+        .await
+        .unwrap();
+    let whole_days = (DAY0, DAY0 + DAY_MS);
+    assert!(START < whole_days.0 && whole_days.1 < END);
+    let inside = store::sections::section_snapshot(store.db(), section, whole_days)
+        .await
+        .unwrap();
+    assert_eq!(inside, None, "{what}: part of a month kept");
+    let kept_body = || store::sections::section_snapshot(store.db(), section, month);
+    for read in ["computed", "read back"] {
+        let kept = crate::ledger::load_by_value(store, from, to, "team", keep)
+            .await
+            .unwrap();
+        assert_eq!(canonical(&kept), canonical(&live), "{what}: kept, {read}");
+    }
+    // The whole month alone is kept, as the database's rows bit for bit; and it is served.
+    let body = kept_body()
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the month kept"));
+    let mut stored: Vec<store::ledger::ValueDayRow> = serde_json::from_str(&body).unwrap();
+    let sorted = |mut rows: Vec<store::ledger::ValueDayRow>| {
+        rows.sort_by_key(|r| format!("{r:?}"));
+        rows
+    };
+    let rows =
+        store::ledger::value_days(store.db(), RollupGrain::HostDay, month.0, month.1, "team")
+            .await
+            .unwrap();
+    assert_eq!(sorted(stored.clone()), sorted(rows), "{what}: kept rows");
+    let generation = store::sections::rollup_generation(store.db(), month)
+        .await
+        .unwrap();
+    let put = |rows: Vec<store::ledger::ValueDayRow>| async move {
+        let body = serde_json::to_string(&rows).unwrap();
+        store::sections::put_section_snapshot(store.db(), section, month, (generation, 0), &body)
+            .await
+            .unwrap();
+    };
+    let original = stored.clone();
+    stored[0].cost_nano += 1;
+    put(stored).await;
+    let served = crate::ledger::load_by_value(store, from, to, "team", keep)
+        .await
+        .unwrap();
+    let total = |a: &Attribution| a.parts.iter().map(|p| p.cost).sum::<Decimal>();
+    assert_eq!(
+        total(&served) - total(&live),
+        Decimal::new(1, 9),
+        "{what}: the kept rows are served"
+    );
+    put(original).await;
+}
+
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
 async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     let (from, to) = (START - HOUR_MS, END + HOUR_MS);
@@ -506,6 +585,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     assert_host_hours_match(store, from, to, what).await;
     assert_days_by_match(store, from, to, what).await;
     assert_by_value_matches(store, from, to, what).await;
+    assert_by_value_kept(store, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;

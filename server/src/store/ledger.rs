@@ -36,7 +36,7 @@ pub struct DimensionDayRow {
 /// Cost, GPU time, utilization and energy in one day of one value of an owner dimension, on the
 /// hosts of one cluster and region (the grid they drew on), of one kind, price and currency:
 /// summed over those hosts, their GPUs and the owners with that value.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct ValueDayRow {
     pub day_ms: i64,
     /// The owners' value in the dimension; `None` for owners without one.
@@ -50,10 +50,15 @@ pub struct ValueDayRow {
     pub estimated: i64,
     pub cost_nano: i64,
     pub cost_atto: i64,
+    #[serde(with = "super::exact_f64")]
     pub gpu_seconds: f64,
+    #[serde(with = "super::exact_f64")]
     pub util_gpu_seconds: f64,
+    #[serde(with = "super::exact_f64")]
     pub util_known_seconds: f64,
+    #[serde(with = "super::exact_f64")]
     pub energy_j: f64,
+    #[serde(with = "super::exact_f64")]
     pub energy_known_seconds: f64,
 }
 
