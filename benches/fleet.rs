@@ -53,6 +53,9 @@ struct Options {
     import_rows: u64,
     /// Fleet sizes whose month the review is timed on.
     review_gpus: Vec<i64>,
+    /// The review timed on the month under way (at the real clock, seeded up to the hour under
+    /// way) instead of October 2026, closed.
+    review_under_way: bool,
 }
 
 impl Options {
@@ -68,6 +71,7 @@ impl Options {
             ingest_rounds: 5,
             import_rows: 500_000,
             review_gpus: vec![1_000, 10_000],
+            review_under_way: false,
         };
         let mut review_gpus_given = false;
         let mut args = std::env::args().skip(1);
@@ -77,6 +81,7 @@ impl Options {
             match a.as_str() {
                 "--bench" => {} // cargo bench passes it
                 "--quick" => o.quick = true,
+                "--review-under-way" => o.review_under_way = true,
                 "--only" => o.only = value("--only")?.split(',').map(str::to_owned).collect(),
                 "--backends" => {
                     o.backends = value("--backends")?.split(',').map(str::to_owned).collect()
@@ -765,7 +770,7 @@ fn series(name: &str, bind: usize) -> String {
 /// them. Each host's 8 GPUs do one kind of work: 40% of hosts train (a run label that changes
 /// every 3 days, idle 2 hours a day), 40% serve an endpoint (held idle 6 hours a day), 10% run
 /// notebooks (a team label only), 10% sit idle.
-async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
+async fn seed_rollups(db: &Db, gpus: i64, (month_start_ms, hours): (i64, i64)) -> Result<()> {
     seed_hosts(db, gpus).await?;
     // The hours with their owner labels first (a scratch table), then each distinct owner once
     // in `owners`, as the roll-up writes them: one JSON text, keys in order.
@@ -806,7 +811,7 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
         m = label("model"),
         t = label("team"),
     );
-    execute(db, &rows, &[gpus, MONTH_HOURS, MONTH_START_MS, HOUR_MS]).await?;
+    execute(db, &rows, &[gpus, hours, month_start_ms, HOUR_MS]).await?;
     execute(
         db,
         "INSERT INTO owners (labels) SELECT DISTINCT owner FROM bench_hours",
@@ -845,7 +850,7 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
              SUM(energy_known_seconds)
          FROM rollup_hours
          GROUP BY day, host_id, gpu_uuid, owner_id, kind, pricing_category, currency, estimated";
-    execute(db, days, &[MONTH_START_MS, DAY_MS]).await?;
+    execute(db, days, &[month_start_ms, DAY_MS]).await?;
     let host_days = "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
              pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
              util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
@@ -875,7 +880,7 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
              COUNT(DISTINCT hour_ms)
          FROM bench_hours WHERE experiment <> '' AND kind IN ('used', 'held_idle')
          GROUP BY day, experiment";
-    execute(db, runs, &[MONTH_START_MS, DAY_MS]).await?;
+    execute(db, runs, &[month_start_ms, DAY_MS]).await?;
     // Usage for right-sizing, per day (what the review's 7 whole days read): each model and
     // endpoint GPU-day's 15-second windows in three utilization bands, 10–25% (held idle: band
     // 0), at 30 GiB of peak memory: endpoints that would fit a smaller GPU.
@@ -899,7 +904,7 @@ async fn seed_rollups(db: &Db, gpus: i64) -> Result<()> {
          CROSS JOIN b",
         b = series("b", 1)
     );
-    execute(db, &usage, &[3, MONTH_START_MS, DAY_MS]).await?;
+    execute(db, &usage, &[3, month_start_ms, DAY_MS]).await?;
     execute(db, "DROP TABLE bench_hours", &[]).await?;
     execute(db, "ANALYZE", &[]).await?;
     Ok(())
@@ -940,8 +945,26 @@ async fn partitions_as_the_job_keeps_them(
 async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
-    seed_rollups(&db, gpus).await?;
-    let partitions = partitions_as_the_job_keeps_them(&db, MONTH_START_MS).await?;
+    // October 2026, closed; or the month under way, up to the hour under way.
+    let (month_start, hours, month, next) = if o.review_under_way {
+        use gpuledger_core::time::{hour_floor, month_label, month_start_ms, next_month_start};
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis() as i64;
+        let start = month_start_ms(now);
+        let next = next_month_start(now);
+        let hours = ((hour_floor(now) - start) / HOUR_MS).max(1);
+        (start, hours, month_label(start), month_label(next))
+    } else {
+        (
+            MONTH_START_MS,
+            MONTH_HOURS,
+            MONTH.to_owned(),
+            "2026-11".to_owned(),
+        )
+    };
+    seed_rollups(&db, gpus, (month_start, hours)).await?;
+    let partitions = partitions_as_the_job_keeps_them(&db, month_start).await?;
     let hour_rows = count(&db, "SELECT COUNT(*) FROM rollup_hours").await?;
     let day_rows = count(&db, "SELECT COUNT(*) FROM rollup_days").await?;
     let host_day_rows = count(&db, "SELECT COUNT(*) FROM rollup_host_days").await?;
@@ -959,17 +982,22 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
     let client = signed_in(&server, "viewer").await;
     let requests = if o.quick { 5 } else { 20 };
     let pages = [
-        ("review page", format!("{}/review/{MONTH}", server.url)),
+        ("review page", format!("{}/review/{month}", server.url)),
         (
             "allocation API (by team)",
             format!(
-                "{}/api/v1/allocation?from=2026-10-01&to=2026-11-01&by=team",
+                "{}/api/v1/allocation?from={month}-01&to={next}-01&by=team",
                 server.url
             ),
         ),
     ];
     println!(
-        "month of {gpus} GPUs: {hour_rows} hourly, {day_rows} daily, {host_hour_rows} host-hourly and {host_day_rows} host-daily rollup rows (seeded in {seeded_s:.0} s)"
+        "{} of {gpus} GPUs: {hour_rows} hourly, {day_rows} daily, {host_hour_rows} host-hourly and {host_day_rows} host-daily rollup rows (seeded in {seeded_s:.0} s)",
+        if o.review_under_way {
+            format!("{month} under way, {hours} hours")
+        } else {
+            "month".to_owned()
+        }
     );
     for (name, url) in &pages {
         let mut times = Vec::new();
@@ -983,10 +1011,10 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
             }
             if i == 0 && name.starts_with("review") {
                 // The month's first view computes its recommendations from the rollups and
-                // stores them, and keeps the closed month's shape and scale-to-zero sections;
-                // later views read them back. What a view of a month still open costs.
+                // stores them, and keeps its heaviest sections (a closed month's ledger reads
+                // too); later views read them back until a roll-up rewrites the month.
                 println!(
-                    "  {:<26} {:>7.1} ms  (computes the recommendations and the closed month's kept sections)",
+                    "  {:<26} {:>7.1} ms  (computes the recommendations and the kept sections)",
                     "first review view",
                     started.elapsed().as_secs_f64() * 1e3
                 );
@@ -1286,7 +1314,7 @@ async fn import(backend: &str, o: &Options) -> Result<()> {
 async fn export(backend: &str, gpus: i64) -> Result<()> {
     let db = fresh_db(backend).await?;
     let seeding = Instant::now();
-    seed_rollups(&db, gpus).await?;
+    seed_rollups(&db, gpus, (MONTH_START_MS, MONTH_HOURS)).await?;
     execute(&db, "UPDATE rollup_hours SET estimated = 0", &[]).await?;
     execute(
         &db,

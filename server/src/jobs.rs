@@ -197,6 +197,8 @@ pub fn spawn_waste_jobs(
 }
 
 pub const ROLLUP_JOB: &str = "rollup";
+/// The lease of the job that refreshes the review's heaviest sections of the months still open.
+pub const SECTIONS_JOB: &str = "review-sections";
 pub const RETENTION_JOB: &str = "raw-retention";
 
 /// Rolls up marked hours of the months still open every `every`, and once an hour makes
@@ -216,6 +218,7 @@ pub fn spawn_rollup_jobs(
         let mut tick = tokio::time::interval(every);
         let mut last_retention: Option<i64> = None;
         let mut last_recommendations: Option<i64> = None;
+        let mut last_sections: Option<i64> = None;
         loop {
             tick.tick().await;
             let now = crate::now_ms();
@@ -280,6 +283,10 @@ pub fn spawn_rollup_jobs(
             {
                 last_recommendations = Some(now);
                 refresh_recommendations(store.as_ref(), &card, &config.owners, &holder, now).await;
+            }
+            if last_sections.is_none_or(|last| now - last >= crate::sections::REFRESH_EVERY_MS) {
+                last_sections = Some(now);
+                refresh_review_sections(store.as_ref(), &config.owners, &close, &holder, now).await;
             }
             if last_retention.is_some_and(|last| now - last < 3_600_000) {
                 continue;
@@ -374,6 +381,36 @@ async fn refresh_recommendations(
         }
         Ok(false) => {}
         Err(e) => tracing::error!(error = %e, "recommendations: lease"),
+    }
+}
+
+/// Computes the review's heaviest sections of the months still open again, under its own lease
+/// (one replica does it), so that views of the month under way read them kept.
+async fn refresh_review_sections(
+    store: &dyn Store,
+    owners: &crate::config::OwnerSchema,
+    close: &crate::closing::ClosePolicy,
+    holder: &str,
+    now: i64,
+) {
+    match store::jobs::try_lease(store.db(), SECTIONS_JOB, holder, now, 10 * 60_000).await {
+        Ok(true) => {
+            let open_from = match close.current(store).await {
+                Ok(c) => c.open_from(now),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading month sign-offs");
+                    close.open_from(now)
+                }
+            };
+            if let Err(e) = crate::review_sections::refresh(store, owners, open_from, now).await {
+                tracing::error!(error = %e, "review sections refresh failed; views compute them");
+            }
+            if let Err(e) = store::jobs::finish_lease(store.db(), SECTIONS_JOB, holder, now).await {
+                tracing::error!(error = %e, "review sections: lease");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "review sections: lease"),
     }
 }
 

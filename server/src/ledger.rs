@@ -65,8 +65,7 @@ where
             continue;
         }
         rows.extend(if closed {
-            crate::sections::kept(store, (section, key), (a, b), true, keep.now_ms, read(a, b))
-                .await?
+            crate::sections::kept(store, (section, key), (a, b), keep.now_ms, read(a, b)).await?
         } else {
             read(a, b).await?
         });

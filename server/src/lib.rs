@@ -35,6 +35,7 @@ pub mod read_tokens;
 pub mod recommend;
 pub mod reconciliation;
 pub mod replica;
+pub mod review_sections;
 pub mod rollup;
 pub mod scale_to_zero;
 pub mod sections;

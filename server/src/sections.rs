@@ -1,11 +1,12 @@
-//! Sections of a closed month's pages kept as first computed. A closed month's figures are
-//! final: summing a month of a whole fleet's hourly rollups again for every view (the week's
-//! shape, the scale-to-zero windows) would only give the same answer slower. They change only
-//! when the roll-up rewrites hours of the month (a restatement, or a month attributed for the
-//! first time), which counts a new generation of the month in the same transaction. A section
-//! is kept with the generation read before it was computed (summed over the months its range
-//! overlaps) and served only while that is still theirs, so one computed while a roll-up ran (on
-//! any replica) is never served. The month under way is always read live.
+//! Sections of a month's pages kept as first computed. Summing a month of a whole fleet's
+//! hourly rollups again for every view (the week's shape, the scale-to-zero windows) would only
+//! give the same answer slower while the month's rollups stand. They change only when the
+//! roll-up rewrites hours of the month (the month under way's new hours, late data, a
+//! restatement, a month attributed for the first time), which counts a new generation of the
+//! month in the same transaction. A section is kept with the generation read before it was
+//! computed (summed over the months its range overlaps) and served only while that is still
+//! theirs, so one computed while a roll-up ran (on any replica) is never served. A closed
+//! month's are kept for good; the month under way's until its next roll-up.
 
 use std::future::Future;
 
@@ -24,15 +25,23 @@ pub fn key(scope: &Scope, schema: &OwnerSchema) -> String {
     digest.iter().take(12).map(|b| format!("{b:02x}")).collect()
 }
 
-/// `compute`'s answer for `section` over `[from_ms, to_ms)` (a month, or any range of closed
-/// months): the one kept when
-/// `closed`, else computed (and kept, when `closed`). Keeping it is best effort: a failed write
-/// still answers what was computed.
+/// How long a section of a range still under way is served after it was computed: the review's
+/// heaviest sections of the month under way, which the roll-up would otherwise retire every
+/// minute, are computed again by a job every [`REFRESH_EVERY_MS`].
+pub const MAX_AGE_MS: i64 = 10 * 60_000;
+/// How often the job computes the sections of the months still open again (well inside
+/// [`MAX_AGE_MS`]).
+pub const REFRESH_EVERY_MS: i64 = 5 * 60_000;
+
+/// `compute`'s answer for `section` over `[from_ms, to_ms)` (a month, or a range of months):
+/// the one kept, if computed after the range ended and no roll-up has rewritten an hour of its
+/// months since, or if computed while the range was under way and younger than [`MAX_AGE_MS`];
+/// else computed and kept. Keeping it is best effort: a failed write still answers what was
+/// computed.
 pub async fn kept<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
     (from_ms, to_ms): (i64, i64),
-    closed: bool,
     now_ms: i64,
     compute: F,
 ) -> Result<T, StoreError>
@@ -40,20 +49,40 @@ where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, StoreError>>,
 {
-    if !closed {
-        return compute.await;
-    }
-    // Read before the figures: a roll-up that commits while they are computed moves it on.
-    let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
-    if let Some(body) =
-        store::sections::section_snapshot(store.db(), (section, key), (from_ms, to_ms)).await?
-    {
-        match serde_json::from_str(&body) {
-            Ok(kept) => return Ok(kept),
-            // Written by another version: compute again and overwrite.
-            Err(e) => tracing::warn!(section, error = %e, "kept section unreadable"),
+    let stored = store::sections::stored_section(store.db(), (section, key), (from_ms, to_ms));
+    if let Some(kept) = stored.await? {
+        let under_way = kept.computed_ms < to_ms;
+        let serve = if under_way {
+            now_ms - kept.computed_ms < MAX_AGE_MS
+        } else {
+            kept.current
+        };
+        if serve {
+            match serde_json::from_str(&kept.body) {
+                Ok(kept) => return Ok(kept),
+                // Written by another version: compute again and overwrite.
+                Err(e) => tracing::warn!(section, error = %e, "kept section unreadable"),
+            }
         }
     }
+    computed(store, (section, key), (from_ms, to_ms), now_ms, compute).await
+}
+
+/// `compute`'s answer for `section` over `[from_ms, to_ms)`, computed now and kept: what the
+/// job that refreshes a range under way does.
+pub async fn computed<T, F>(
+    store: &dyn Store,
+    (section, key): (&str, &str),
+    (from_ms, to_ms): (i64, i64),
+    now_ms: i64,
+    compute: F,
+) -> Result<T, StoreError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T, StoreError>>,
+{
+    // Read before the figures: a roll-up that commits while they are computed moves it on.
+    let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
     let value = compute.await?;
     let body = match serde_json::to_string(&value) {
         Ok(body) => body,
@@ -105,12 +134,11 @@ mod tests {
         crate::test_support::roll_up(store).await;
     }
 
-    async fn shape(store: &dyn Store, key: &str, closed: bool, answer: u32) -> Vec<u32> {
+    async fn shape(store: &dyn Store, key: &str, answer: u32) -> Vec<u32> {
         kept(
             store,
             ("shape", key),
             (OCTOBER, OCTOBER + 31 * DAY_MS),
-            closed,
             NOW,
             async move { Ok::<_, StoreError>(vec![answer]) },
         )
@@ -119,31 +147,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_closed_months_section_is_kept_until_the_roll_up_rewrites_one_of_its_hours() {
+    async fn a_section_is_kept_until_the_roll_up_rewrites_one_of_its_hours() {
         for db in test_support::both().await {
             let store = db.open().await;
             let (s, b) = (store.as_ref(), db.backend);
-            assert_eq!(shape(s, "all", true, 1).await, [1], "{b}");
-            assert_eq!(shape(s, "all", true, 2).await, [1], "{b}: kept");
-            assert_eq!(
-                shape(s, "team-a", true, 3).await,
-                [3],
-                "{b}: another viewer's"
-            );
-            assert_eq!(
-                shape(s, "all", false, 4).await,
-                [4],
-                "{b}: an open month is live"
-            );
+            assert_eq!(shape(s, "all", 1).await, [1], "{b}");
+            assert_eq!(shape(s, "all", 2).await, [1], "{b}: kept");
+            assert_eq!(shape(s, "team-a", 3).await, [3], "{b}: another viewer's");
 
             // Late data for one hour of the month: the roll-up rewrites its day.
             roll_up(s, OCTOBER + 40 * HOUR_MS).await;
-            assert_eq!(shape(s, "all", true, 5).await, [5], "{b}: read again");
-            assert_eq!(shape(s, "all", true, 6).await, [5], "{b}: and kept");
+            assert_eq!(shape(s, "all", 5).await, [5], "{b}: read again");
+            assert_eq!(shape(s, "all", 6).await, [5], "{b}: and kept");
 
             // An hour of another month leaves it alone.
             roll_up(s, OCTOBER + 40 * DAY_MS).await;
-            assert_eq!(shape(s, "all", true, 7).await, [5], "{b}");
+            assert_eq!(shape(s, "all", 7).await, [5], "{b}");
 
             // What another version wrote and this one cannot read is computed again.
             let generation =
@@ -160,7 +179,7 @@ mod tests {
             )
             .await
             .unwrap();
-            assert_eq!(shape(s, "all", true, 8).await, [8], "{b}");
+            assert_eq!(shape(s, "all", 8).await, [8], "{b}");
 
             // A roll-up that commits while a view computes: what that view computed is kept
             // but never served, since it may hold the hours from before.
@@ -168,7 +187,6 @@ mod tests {
                 s,
                 ("shape", "racing"),
                 (OCTOBER, OCTOBER + 31 * DAY_MS),
-                true,
                 NOW,
                 async {
                     roll_up(s, OCTOBER + 50 * HOUR_MS).await;
@@ -178,18 +196,14 @@ mod tests {
             .await
             .unwrap();
             assert_eq!(racing, [9], "{b}");
-            assert_eq!(
-                shape(s, "racing", true, 10).await,
-                [10],
-                "{b}: computed again"
-            );
-            assert_eq!(shape(s, "racing", true, 11).await, [10], "{b}: and kept");
+            assert_eq!(shape(s, "racing", 10).await, [10], "{b}: computed again");
+            assert_eq!(shape(s, "racing", 11).await, [10], "{b}: and kept");
 
             // A range over several months is retired by a rewrite of any of them, the last
             // included; not by one after it.
             let (from, to) = (OCTOBER - 20 * DAY_MS, OCTOBER + 31 * DAY_MS);
             let months = |answer: u32| {
-                kept(s, ("months", "all"), (from, to), true, NOW, async move {
+                kept(s, ("months", "all"), (from, to), NOW, async move {
                     Ok::<_, StoreError>(vec![answer])
                 })
             };
@@ -211,7 +225,7 @@ mod tests {
             assert_eq!(months(5).await.unwrap(), [4], "{b}: a month after it");
             // A view computing it while a later month of it is rewritten: not served.
             let racing = |answer: u32| {
-                kept(s, ("months", "racing"), (from, to), true, NOW, async move {
+                kept(s, ("months", "racing"), (from, to), NOW, async move {
                     if answer == 6 {
                         roll_up(s, OCTOBER + 70 * HOUR_MS).await;
                     }
@@ -221,6 +235,43 @@ mod tests {
             assert_eq!(racing(6).await.unwrap(), [6], "{b}");
             assert_eq!(racing(7).await.unwrap(), [7], "{b}: computed again");
             assert_eq!(racing(8).await.unwrap(), [7], "{b}: and kept");
+        }
+    }
+
+    /// A section of a month under way outlives the roll-ups of its latest hours for
+    /// [`MAX_AGE_MS`], then is computed again.
+    #[tokio::test]
+    async fn a_section_under_way_is_served_by_its_age() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            let month = (OCTOBER, OCTOBER + 31 * DAY_MS);
+            let at = OCTOBER + 20 * DAY_MS;
+            let shape = |now: i64, answer: u32| {
+                kept(s, ("shape", "all"), month, now, async move {
+                    Ok::<_, StoreError>(vec![answer])
+                })
+            };
+            assert_eq!(shape(at, 1).await.unwrap(), [1], "{b}");
+            // The roll-up rewrites the hour under way: still served, and still stored.
+            roll_up(s, at - HOUR_MS).await;
+            assert_eq!(shape(at + 60_000, 2).await.unwrap(), [1], "{b}: by its age");
+            assert_eq!(
+                shape(at + MAX_AGE_MS - 1, 3).await.unwrap(),
+                [1],
+                "{b}: until it is too old"
+            );
+            assert_eq!(shape(at + MAX_AGE_MS, 4).await.unwrap(), [4], "{b}");
+            // Computed afresh (the job) whatever its age.
+            let fresh = computed(s, ("shape", "all"), month, at + MAX_AGE_MS + 1, async {
+                Ok::<_, StoreError>(vec![5])
+            });
+            assert_eq!(fresh.await.unwrap(), [5], "{b}");
+            assert_eq!(shape(at + MAX_AGE_MS + 2, 6).await.unwrap(), [5], "{b}");
+            // Once the month has ended, the count of rewrites alone decides: one computed
+            // while it was under way is computed again.
+            assert_eq!(shape(NOW, 7).await.unwrap(), [7], "{b}: ended");
+            assert_eq!(shape(NOW + 1, 8).await.unwrap(), [7], "{b}: and kept");
         }
     }
 

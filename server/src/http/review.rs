@@ -24,6 +24,7 @@ use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::now_ms;
 use crate::recommend::{snapshots, Recommendations};
+use crate::review_sections;
 use crate::store::RollupGrain;
 use gpuledger_core::owners::Role;
 use gpuledger_core::time::{month_label, month_of};
@@ -45,9 +46,9 @@ pub fn router() -> Router<AppState> {
 }
 
 /// How many GPUs the review's heatmap shows (the costliest); the CSV has all.
-const REVIEW_HEATMAP_GPUS: usize = 40;
+const REVIEW_HEATMAP_GPUS: usize = review_sections::HEATMAP_GPUS;
 const DRILL_HEATMAP_GPUS: usize = 200;
-const TOP_ROWS: usize = 10;
+const TOP_ROWS: usize = review_sections::TOP_ROWS;
 
 /// A headline figure and where it comes from.
 pub struct Figure {
@@ -217,9 +218,16 @@ fn closing_view(
     } else if closed {
         format!("Closed {}: these figures are final.", day_and_time(closes))
     } else {
+        let under_way = now < gpuledger_core::time::next_month_start(from);
         format!(
-            "Open: late data and bills may still change these figures until the month closes on {}.",
-            day_and_time(closes)
+            "Open: late data and bills may still change these figures until the month closes on {}.{}",
+            day_and_time(closes),
+            if under_way {
+                // Kept between refreshes (review_sections): say how old they can be.
+                " The idle history, the heatmap's GPUs, coverage, scale-to-zero and the week's shape are refreshed every 5 minutes."
+            } else {
+                ""
+            }
         )
     };
     let parse =
@@ -375,13 +383,6 @@ fn api_href(month: &str, next: &str, by: GroupBy, filters: &[(GroupBy, String)])
     charts::api_href(month, next, by, "month", filters)
 }
 
-/// A month's idle waste as the review reads it: the kept summary, or the episodes a scoped
-/// reader narrows to its hosts first.
-enum IdleWaste {
-    Summary(crate::idle_history::Summary),
-    Episodes(Vec<crate::idle_history::IdleEpisode>),
-}
-
 /// `GET /review/YYYY-MM`. A team-scoped reader gets the review of its teams: every figure and
 /// table from their part of the ledger, and of lists (recommendations, idle episodes,
 /// anomalies, endpoints' requests) only what is wholly theirs.
@@ -425,58 +426,19 @@ async fn review(
         Ok(c) => c,
         Err(e) => return unavailable(e),
     };
-    // A closed month's heaviest sections are final: read as kept after the first view.
-    let closed = close.is_closed(from, now);
     // The ledger reads of what has closed (this month's, the month before's, the weeks of
     // history anomalies are judged on) are read as kept after the first view.
     let keep = ledger::Keep::before(close.open_from(now), now);
-    let kept_for = crate::sections::key(scope, schema);
-    // Sections every viewer reads whole (each is narrowed to the viewer's scope afterwards).
-    let fleet_wide = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, schema);
-    // The heatmap's GPUs: ranking every GPU-day of the month is its costliest read, kept once
-    // the month is closed; their days are a few thousand rows, read on each view.
-    let heat = async {
-        let (top, count) = crate::sections::kept(
-            store,
-            ("heatmap-top", &fleet_wide),
-            (from, to),
-            closed,
-            now,
-            ledger::top_gpus(store, from, to, REVIEW_HEATMAP_GPUS),
-        )
-        .await?;
-        Ok((ledger::gpu_days(store, from, to, &top).await?, count))
-    };
-    // Idle waste: whoever sees every team reads the kept summary; a scoped reader the episodes,
-    // to keep its hosts' alone.
-    let idle = async {
-        if scope.is_all() {
-            let summary = crate::sections::kept(
-                store,
-                ("idle-summary", &fleet_wide),
-                (from, to),
-                closed,
-                now,
-                async {
-                    let episodes = crate::idle_history::load(store, from, to).await?;
-                    Ok(crate::idle_history::Summary::of(episodes, TOP_ROWS))
-                },
-            )
-            .await?;
-            Ok(IdleWaste::Summary(summary))
-        } else {
-            crate::sections::kept(
-                store,
-                ("idle-history", &fleet_wide),
-                (from, to),
-                closed,
-                now,
-                crate::idle_history::load(store, from, to),
-            )
-            .await
-            .map(IdleWaste::Episodes)
-        }
-    };
+    // The heaviest sections, kept (the month under way's refreshed by a job); then the
+    // heatmap's GPUs' days, a few thousand rows, read on each view.
+    // Boxed: its five sections side by side make a large future, too deep for a thread's
+    // stack beside the page's other reads in an unoptimized build.
+    let heavy = Box::pin(async {
+        let sections =
+            crate::review_sections::read(store, (schema, scope), (from, to), (now, false)).await?;
+        let heat = ledger::gpu_days(store, from, to, &sections.heatmap_gpus.0).await?;
+        Ok((sections, heat))
+    });
     let loaded = tokio::try_join!(
         // Per host, summed over the month: the review shows no single GPU except in the
         // heatmap, and no day except in its chart.
@@ -489,7 +451,7 @@ async fn review(
             "chart",
             ledger::days_by(store, from, to, schema.role(Role::Team), keep)
         ),
-        timed("heatmap", heat),
+        timed("kept sections", heavy),
         timed("run hours", ledger::experiment_hours(store, from, to)),
         timed("recommendations", recs),
         // Its total, and why this month differs from it.
@@ -505,7 +467,6 @@ async fn review(
                 if partial { ledger::Keep::NOTHING } else { keep },
             )
         ),
-        timed("idle", idle),
         timed(
             "requests",
             crate::unit_costs::request_totals(store, from, to)
@@ -532,49 +493,15 @@ async fn review(
             "anomalies",
             crate::anomalies::find(store, &state.config, (from, to), (now, keep))
         ),
-        timed(
-            "type costs",
-            crate::sections::kept(
-                store,
-                ("type-costs", &fleet_wide),
-                (from, to),
-                closed,
-                now,
-                crate::commitments::type_costs(store, from, to),
-            )
-        ),
-        timed(
-            "scale-to-zero",
-            crate::sections::kept(
-                store,
-                ("scale-to-zero", &kept_for),
-                (from, to),
-                closed,
-                now,
-                crate::scale_to_zero::for_range(store, schema, scope, from, to),
-            )
-        ),
-        timed(
-            "shape",
-            crate::sections::kept(
-                store,
-                ("shape", &kept_for),
-                (from, to),
-                closed,
-                now,
-                crate::shape::for_range(store, schema, scope, (from, to), now),
-            )
-        ),
         timed("scoped GPUs", scoped_gpus),
     );
     let (
         all,
         per_day,
-        (heat_parts, gpu_count),
+        (heavy, heat_parts),
         run_hours,
         recs,
         prev,
-        idle_episodes,
         requests,
         tokens,
         sources,
@@ -583,14 +510,18 @@ async fn review(
         restated,
         budgets,
         anomalies,
-        type_costs,
-        quiet,
-        shape,
         scoped_gpus,
     ) = match loaded {
         Ok(x) => x,
         Err(e) => return unavailable(e),
     };
+    let review_sections::Sections {
+        heatmap_gpus: (_, gpu_count),
+        idle: idle_episodes,
+        type_costs,
+        scale_to_zero: quiet,
+        shape,
+    } = heavy;
     let read_ms = started.elapsed().as_secs_f64() * 1e3;
     // Commitments and buying are the whole bill's and fleet's: only for who sees every team.
     let (commitments, purchase_mix) = if scope.is_all() {
@@ -620,8 +551,8 @@ async fn review(
     let held_runs =
         GroupBy::role(schema, Role::Experiment).and_then(|by| scope.held_keys(&all, by, schema));
     let idle_summary = match idle_episodes {
-        IdleWaste::Summary(summary) => summary,
-        IdleWaste::Episodes(episodes) => crate::idle_history::Summary::of(
+        review_sections::IdleWaste::Summary(summary) => summary,
+        review_sections::IdleWaste::Episodes(episodes) => crate::idle_history::Summary::of(
             episodes.into_iter().filter(|e| {
                 held_hosts.as_ref().is_none_or(|h| {
                     h.contains(&gpuledger_core::scope::host_key(&e.cluster, &e.hostname))

@@ -1017,3 +1017,97 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
         assert!(!buying(&fourth).contains("p4d.kept"), "{b}");
     }
 }
+
+/// The month under way's heaviest sections are computed ahead by a job and kept: served for
+/// up to 10 minutes whatever the roll-up did since, then read again.
+#[tokio::test]
+async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minutes() {
+    use crate::sections::MAX_AGE_MS;
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let s = api.store.as_ref();
+        let (admin, _) = api.session("admin").await;
+        fleet(&api).await;
+        let (from, next) = month_of(at());
+        let schema = crate::config::OwnerSchema::default();
+        let key = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, &schema);
+        let stored = |section: &'static str| {
+            let key = key.clone();
+            async move {
+                store::sections::stored_section(s.db(), (section, &key), (from, next))
+                    .await
+                    .unwrap()
+            }
+        };
+        let sections = [
+            "shape",
+            "scale-to-zero",
+            "idle-summary",
+            "type-costs",
+            "heatmap-top",
+        ];
+        for section in sections {
+            assert!(stored(section).await.is_none(), "{b}: {section}");
+        }
+        // What the job does every 5 minutes.
+        crate::review_sections::refresh(s, &schema, from, now_ms())
+            .await
+            .unwrap();
+        for section in sections {
+            assert!(
+                stored(section).await.is_some(),
+                "{b}: {section} computed ahead"
+            );
+        }
+        // A view reads them kept: a kept heatmap ranking changed by hand shows, even after a
+        // roll-up has rewritten the month's latest hour.
+        let ranking: (Vec<String>, usize) =
+            serde_json::from_str(&stored("heatmap-top").await.unwrap().body).unwrap();
+        assert!(!ranking.0.is_empty(), "{b}: {ranking:?}");
+        let changed = serde_json::to_string(&(ranking.0, 4321)).unwrap();
+        let put = |computed_ms: i64| {
+            let (key, changed) = (key.clone(), changed.clone());
+            async move {
+                let generation = store::sections::rollup_generation(s.db(), (from, next))
+                    .await
+                    .unwrap();
+                store::sections::put_section_snapshot(
+                    s.db(),
+                    ("heatmap-top", &key),
+                    (from, next),
+                    (generation, computed_ms),
+                    &changed,
+                )
+                .await
+                .unwrap();
+            }
+        };
+        put(now_ms()).await;
+        store::rollups::mark_dirty_hours(s.db(), &[hour_floor(at())])
+            .await
+            .unwrap();
+        crate::test_support::roll_up(s).await;
+        let path = format!("/review/{}", month());
+        let review = || api.get_as(&path, Some(&admin));
+        let (status, page) = review().await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(page.contains("of 4321 GPUs"), "{b}: the kept ranking read");
+        assert!(page.contains("refreshed every 5 minutes"), "{b}: and said");
+
+        // Older than 10 minutes: the view reads the month again, and keeps that.
+        put(now_ms() - MAX_AGE_MS - 1).await;
+        let (_, page) = review().await;
+        assert!(!page.contains("4321"), "{b}: read again");
+        let again = stored("heatmap-top").await.unwrap();
+        assert!(!again.body.contains("4321"), "{b}: and kept");
+        // The job computes the month under way's afresh, however young.
+        put(now_ms()).await;
+        crate::review_sections::refresh(s, &schema, from, now_ms())
+            .await
+            .unwrap();
+        assert!(
+            !stored("heatmap-top").await.unwrap().body.contains("4321"),
+            "{b}: refreshed"
+        );
+    }
+}

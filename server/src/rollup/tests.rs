@@ -546,9 +546,15 @@ async fn assert_by_value_kept(store: &dyn Store, what: &str) {
         .unwrap();
     let put = |rows: Vec<store::ledger::ValueDayRow>| async move {
         let body = serde_json::to_string(&rows).unwrap();
-        store::sections::put_section_snapshot(store.db(), section, month, (generation, 0), &body)
-            .await
-            .unwrap();
+        store::sections::put_section_snapshot(
+            store.db(),
+            section,
+            month,
+            (generation, keep.now_ms),
+            &body,
+        )
+        .await
+        .unwrap();
     };
     let original = stored.clone();
     stored[0].cost_nano += 1;

@@ -450,8 +450,9 @@ pub async fn replace_rollups(
             .bind(day + DAY_MS)
             .execute(&mut *tx)
             .await?;
-            // So were a closed month's sections kept as computed: the month's new generation
-            // retires them, and one a view is computing now; the old ones go.
+            // So were the sections of ended ranges kept as computed: the month's new generation
+            // retires them, and one a view is computing now; the old ones go. Those of a range
+            // still under way are served by their age, and replaced when computed again.
             sqlx::query(
                 "INSERT INTO rollup_generations (month_ms, generation) VALUES ($1, 1)
                  ON CONFLICT (month_ms)
@@ -460,11 +461,14 @@ pub async fn replace_rollups(
             .bind(gpuledger_core::time::month_start_ms(day))
             .execute(&mut *tx)
             .await?;
-            sqlx::query("DELETE FROM section_snapshots WHERE from_ms < $2 AND to_ms > $1")
-                .bind(day)
-                .bind(day + DAY_MS)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "DELETE FROM section_snapshots
+                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
             sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
                 .bind(day)
                 .execute(&mut *tx)

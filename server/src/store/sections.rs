@@ -25,21 +25,32 @@ pub async fn rollup_generation(
     })
 }
 
-/// The stored body of `section` for `key` over `[from_ms, to_ms)`, if it was drawn from the
+/// A section as stored: its body, when it was computed, and whether it was drawn from the
 /// rollups of the months it overlaps as they are now ([`rollup_generation`]).
-pub async fn section_snapshot(
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSection {
+    pub body: String,
+    pub computed_ms: i64,
+    pub current: bool,
+}
+
+/// The stored `section` for `key` over `[from_ms, to_ms)`, if any.
+pub async fn stored_section(
     on: impl Into<On<'_>>,
     (section, key): (&str, &str),
     (from_ms, to_ms): (i64, i64),
-) -> Result<Option<String>, StoreError> {
+) -> Result<Option<StoredSection>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        Ok(sqlx::query_scalar(
-            "SELECT body FROM section_snapshots
-             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4
-               AND generation = (SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT)
-                                 FROM rollup_generations
-                                 WHERE month_ms >= $5 AND month_ms < $4)",
+    let row: Option<(String, i64, i64)> = on_backend!(conn, |ex| {
+        sqlx::query_as(
+            "SELECT body, computed_ms,
+                    CAST(CASE WHEN generation = (SELECT CAST(COALESCE(SUM(generation), 0)
+                                                          AS BIGINT)
+                                                 FROM rollup_generations
+                                                 WHERE month_ms >= $5 AND month_ms < $4)
+                              THEN 1 ELSE 0 END AS BIGINT)
+             FROM section_snapshots
+             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4",
         )
         .bind(section)
         .bind(key)
@@ -47,8 +58,26 @@ pub async fn section_snapshot(
         .bind(to_ms)
         .bind(gpuledger_core::time::month_start_ms(from_ms))
         .fetch_optional(&mut *ex)
-        .await?)
-    })
+        .await
+    })?;
+    Ok(row.map(|(body, computed_ms, current)| StoredSection {
+        body,
+        computed_ms,
+        current: current != 0,
+    }))
+}
+
+/// The stored body of `section` for `key` over `[from_ms, to_ms)`, if it was drawn from the
+/// rollups of the months it overlaps as they are now ([`rollup_generation`]).
+pub async fn section_snapshot(
+    on: impl Into<On<'_>>,
+    section: (&str, &str),
+    range: (i64, i64),
+) -> Result<Option<String>, StoreError> {
+    Ok(stored_section(on, section, range)
+        .await?
+        .filter(|s| s.current)
+        .map(|s| s.body))
 }
 
 /// Stores (or replaces one of no later generation) a section's body, drawn from the rollups
