@@ -217,8 +217,6 @@ pub fn spawn_rollup_jobs(
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         let mut last_retention: Option<i64> = None;
-        let mut last_recommendations: Option<i64> = None;
-        let mut last_sections: Option<i64> = None;
         loop {
             tick.tick().await;
             let now = crate::now_ms();
@@ -278,16 +276,10 @@ pub fn spawn_rollup_jobs(
                 Ok(false) => {}
                 Err(e) => tracing::error!(error = %e, "roll-up: lease"),
             }
-            if last_recommendations
-                .is_none_or(|last| now - last >= crate::recommend::snapshots::REFRESH_EVERY_MS)
-            {
-                last_recommendations = Some(now);
-                refresh_recommendations(store.as_ref(), &card, &config.owners, &holder, now).await;
-            }
-            if last_sections.is_none_or(|last| now - last >= crate::sections::REFRESH_EVERY_MS) {
-                last_sections = Some(now);
-                refresh_review_sections(store.as_ref(), &config.owners, &close, &holder, now).await;
-            }
+            // Each tick asks; the lease says whether the period is up on any replica, so the
+            // refreshes run once per period whatever the number of replicas.
+            refresh_recommendations(store.as_ref(), &card, &config.owners, &holder).await;
+            refresh_review_sections(store.as_ref(), &config.owners, &close, &holder).await;
             if last_retention.is_some_and(|last| now - last < 3_600_000) {
                 continue;
             }
@@ -361,16 +353,18 @@ pub async fn make_history_partitions(
     }
 }
 
-/// Recomputes the recommendations pages ask for now, under its own lease (one replica does it).
+/// Recomputes the recommendations pages ask for now, under its own lease, once every
+/// `REFRESH_EVERY_MS` on whichever replica asks first.
 async fn refresh_recommendations(
     store: &dyn Store,
     card: &crate::billing::ratecard::RateCard,
     owners: &crate::config::OwnerSchema,
     holder: &str,
-    now: i64,
 ) {
+    let now = crate::now_ms();
     use crate::recommend::snapshots::{refresh, REFRESH_JOB};
-    match store::jobs::try_lease(store.db(), REFRESH_JOB, holder, now, 10 * 60_000).await {
+    let due = (10 * 60_000, crate::recommend::snapshots::REFRESH_EVERY_MS);
+    match store::jobs::try_lease_due(store.db(), REFRESH_JOB, holder, now, due).await {
         Ok(true) => {
             if let Err(e) = refresh(store, card, owners, now).await {
                 tracing::error!(error = %e, "recommendations refresh failed; will retry");
@@ -384,16 +378,18 @@ async fn refresh_recommendations(
     }
 }
 
-/// Computes the review's heaviest sections of the months still open again, under its own lease
-/// (one replica does it), so that views of the month under way read them kept.
+/// Computes the review's heaviest sections of the months still open again, under its own lease,
+/// once every `sections::REFRESH_EVERY_MS` on whichever replica asks first, so that views of the
+/// month under way read them kept.
 async fn refresh_review_sections(
     store: &dyn Store,
     owners: &crate::config::OwnerSchema,
     close: &crate::closing::ClosePolicy,
     holder: &str,
-    now: i64,
 ) {
-    match store::jobs::try_lease(store.db(), SECTIONS_JOB, holder, now, 10 * 60_000).await {
+    let now = crate::now_ms();
+    let due = (10 * 60_000, crate::sections::REFRESH_EVERY_MS);
+    match store::jobs::try_lease_due(store.db(), SECTIONS_JOB, holder, now, due).await {
         Ok(true) => {
             let open_from = match close.current(store).await {
                 Ok(c) => c.open_from(now),

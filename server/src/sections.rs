@@ -5,8 +5,9 @@
 //! restatement, a month attributed for the first time), which counts a new generation of the
 //! month in the same transaction. A section is kept with the generation read before it was
 //! computed (summed over the months its range overlaps) and served only while that is still
-//! theirs, so one computed while a roll-up ran (on any replica) is never served. A closed
-//! month's are kept for good; the month under way's until its next roll-up.
+//! theirs, so one computed while a roll-up ran (on any replica) is never served. A range under
+//! way (the month under way, which the roll-up rewrites every minute) is served by its age
+//! instead, for at most [`MAX_AGE_MS`], and computed again by a job ([`crate::review_sections`]).
 
 use std::future::Future;
 

@@ -224,7 +224,7 @@ fn closing_view(
             day_and_time(closes),
             if under_way {
                 // Kept between refreshes (review_sections): say how old they can be.
-                " The idle history, the heatmap's GPUs, coverage, scale-to-zero and the week's shape are refreshed every 5 minutes."
+                " The idle history, the heatmap's GPUs, coverage, scale-to-zero and the week's shape can be up to 10 minutes old."
             } else {
                 ""
             }

@@ -1087,12 +1087,29 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
             .await
             .unwrap();
         crate::test_support::roll_up(s).await;
+        // And the viewer's own sections are the ones the job computed: a kept shape changed by
+        // hand shows too.
+        let shape = stored("shape").await.unwrap();
+        assert!(shape.body.contains("g6.xlarge"), "{b}: {}", shape.body);
+        let generation = store::sections::rollup_generation(s.db(), (from, next))
+            .await
+            .unwrap();
+        store::sections::put_section_snapshot(
+            s.db(),
+            ("shape", &key),
+            (from, next),
+            (generation, shape.computed_ms),
+            &shape.body.replace("g6.xlarge", "g6.kept"),
+        )
+        .await
+        .unwrap();
         let path = format!("/review/{}", month());
         let review = || api.get_as(&path, Some(&admin));
         let (status, page) = review().await;
         assert_eq!(status, StatusCode::OK, "{b}");
         assert!(page.contains("of 4321 GPUs"), "{b}: the kept ranking read");
-        assert!(page.contains("refreshed every 5 minutes"), "{b}: and said");
+        assert!(page.contains("g6.kept"), "{b}: the kept shape read");
+        assert!(page.contains("up to 10 minutes old"), "{b}: and said");
 
         // Older than 10 minutes: the view reads the month again, and keeps that.
         put(now_ms() - MAX_AGE_MS - 1).await;

@@ -54,18 +54,33 @@ pub async fn try_lease(
     now_ms: i64,
     ttl_ms: i64,
 ) -> Result<bool, StoreError> {
+    try_lease_due(on, job, holder, now_ms, (ttl_ms, 0)).await
+}
+
+/// [`try_lease`], taken only if the job last finished `every_ms` or more ago (on any replica):
+/// a job each replica's timer asks for runs once per period, not once per replica.
+pub async fn try_lease_due(
+    on: impl Into<On<'_>>,
+    job: &str,
+    holder: &str,
+    now_ms: i64,
+    (ttl_ms, every_ms): (i64, i64),
+) -> Result<bool, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
         // One statement, so two replicas racing for it cannot both win.
         let result = sqlx::query(
             "INSERT INTO job_leases (name, holder, expires_ms) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
-             WHERE job_leases.expires_ms <= $4 OR job_leases.holder = excluded.holder",
+             WHERE (job_leases.expires_ms <= $4 OR job_leases.holder = excluded.holder)
+               AND COALESCE(job_leases.last_run_ms, $5) <= $5",
         )
         .bind(job)
         .bind(holder)
         .bind(now_ms + ttl_ms)
         .bind(now_ms)
+        // No period: whenever the lease is free, whatever another replica's clock wrote.
+        .bind(if every_ms > 0 { now_ms - every_ms } else { i64::MAX })
         .execute(&mut *ex)
         .await?;
         Ok(result.rows_affected() == 1)

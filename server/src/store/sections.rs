@@ -1,4 +1,4 @@
-//! Page sections of closed months, kept as computed ([`crate::sections`]), and the count of
+//! Page sections kept as computed ([`crate::sections`]), and the count of
 //! each month's roll-up rewrites they are checked against.
 
 use super::db::{on_backend, On};

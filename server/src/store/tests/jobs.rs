@@ -44,6 +44,41 @@ async fn a_stopping_process_gives_up_its_leases_and_no_other() {
     }
 }
 
+/// A job with a period runs once per period, whichever replica asks and however often.
+#[tokio::test]
+async fn a_periodic_lease_is_taken_once_per_period() {
+    use crate::store::jobs::{finish_lease, try_lease_due};
+    const EVERY: i64 = 300_000;
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let (s, b) = (store.db(), db.backend);
+        let due = |holder: &'static str, at: i64| {
+            try_lease_due(s, "refresh", holder, at, (60_000, EVERY))
+        };
+        assert!(due("replica-a", T0).await.unwrap(), "{b}: never run");
+        assert!(!due("replica-b", T0 + 1).await.unwrap(), "{b}: held by a");
+        finish_lease(s, "refresh", "replica-a", T0 + 10)
+            .await
+            .unwrap();
+        assert!(
+            !due("replica-b", T0 + 60_000).await.unwrap(),
+            "{b}: free, but run a minute ago"
+        );
+        assert!(!due("replica-a", T0 + EVERY + 9).await.unwrap(), "{b}");
+        assert!(due("replica-b", T0 + EVERY + 10).await.unwrap(), "{b}: due");
+        finish_lease(s, "refresh", "replica-b", T0 + EVERY + 20)
+            .await
+            .unwrap();
+        // Without a period, as before: whenever it is free.
+        assert!(
+            crate::store::jobs::try_lease(s, "refresh", "replica-a", T0 + EVERY + 21, 60_000)
+                .await
+                .unwrap(),
+            "{b}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn one_replica_at_a_time_holds_a_job_lease() {
     for db in test_support::both().await {
