@@ -271,6 +271,7 @@ pub async fn make_ahead(
         let covered = |range: (i64, i64)| existing.iter().any(|p| overlaps(p, range));
         let past = |range: (i64, i64)| history.retention_drops && range.1 <= keep_from_ms;
         wanted.retain(|&range| !covered(range) && !past(range));
+        let moved_before = work.rows_moved;
         for range in wanted {
             if work.partitions.len() >= MOST_MADE_PER_RUN {
                 break;
@@ -286,6 +287,9 @@ pub async fn make_ahead(
                 }
                 Err(e) => return Err(e),
             }
+        }
+        if work.rows_moved > moved_before {
+            vacuum(db, &default.name).await?;
         }
     }
     if !work.partitions.is_empty() {
@@ -304,6 +308,20 @@ async fn analyze_parents(db: &Db) -> Result<(), StoreError> {
     };
     let tables: Vec<&str> = HISTORY.iter().map(|h| h.table).collect();
     sqlx::query(&format!("ANALYZE {}", tables.join(", ")))
+        .execute(&mut *c)
+        .await?;
+    Ok(())
+}
+
+/// Vacuums a default partition rows were moved out of: until then their dead versions fill its
+/// pages, and every look for rows waiting there (at each start, and each hour) reads them all:
+/// after a backlog of a month of 100,000 GPUs, longer than a start may take.
+async fn vacuum(db: &Db, default: &str) -> Result<(), StoreError> {
+    let mut conn = db.write().await?;
+    let Backend::Postgres(c) = conn.backend() else {
+        return Ok(());
+    };
+    sqlx::query(&format!("VACUUM \"{default}\""))
         .execute(&mut *c)
         .await?;
     Ok(())
