@@ -257,7 +257,7 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
     }
     // The closed month's sections were kept, on the primary.
     let mut primary = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let (kept,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM section_snapshots")
+    let (kept,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM kept_sections")
         .fetch_one(&mut primary)
         .await
         .unwrap();

@@ -13,13 +13,16 @@ use gpuledger_core::anomaly::DaySpend;
 use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::{day_floor, hour_floor, month_start_ms, next_month_start, DAY_MS};
 
-/// Which part of a read is final and may be kept as first read ([`crate::sections`]): what lies
-/// before `closed_before_ms`, the start of the oldest month still open. A roll-up that rewrites
-/// an hour there retires what was kept, as it does a closed month's kept sections.
+/// Which part of a read may be kept as first read ([`crate::sections`]): what lies before
+/// `closed_before_ms`, the start of today (the roll-up rewrites today's hours every minute).
+/// A roll-up that rewrites an hour of a kept day (late data, a restatement) retires what was
+/// kept. A read whose kept part `grows` (the same stretch of the month before as the month so
+/// far) replaces the day before's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keep {
     pub closed_before_ms: i64,
     pub now_ms: i64,
+    pub grows: bool,
 }
 
 impl Keep {
@@ -27,26 +30,41 @@ impl Keep {
     pub const NOTHING: Keep = Keep {
         closed_before_ms: i64::MIN,
         now_ms: 0,
+        grows: false,
     };
 
-    /// What lies before `closed_before_ms`: the start of the oldest month still open
-    /// (`ClosePolicy::open_from`), at `now_ms`.
+    /// What lies before `closed_before_ms`, at `now_ms`.
     pub fn before(closed_before_ms: i64, now_ms: i64) -> Keep {
         Keep {
             closed_before_ms,
             now_ms,
+            grows: false,
         }
     }
 
-    /// `[a, b)` split at the boundary: the closed part, then the open one (either may be empty).
+    /// The days before today, at `now_ms`: what pages and the API keep.
+    pub fn past_days(now_ms: i64) -> Keep {
+        Keep::before(day_floor(now_ms), now_ms)
+    }
+
+    /// The same, for a range whose end moves on each day.
+    pub fn growing(self) -> Keep {
+        Keep {
+            grows: true,
+            ..self
+        }
+    }
+
+    /// `[a, b)` split at the boundary: the kept part, then the live one (either may be empty).
     fn split(self, a: i64, b: i64) -> [(bool, i64, i64); 2] {
         let at = self.closed_before_ms.clamp(a, b);
         [(true, a, at), (false, at, b)]
     }
 }
 
-/// `read`'s rows of `[a, b)`: those of its closed part kept as `section` for `key`, the rest
-/// read live.
+/// `read`'s rows of `[a, b)`: those of its kept part kept as `section` for `key`, the rest
+/// read live. A kept part that ends at today's start (the range reaches today) grows with the
+/// days.
 async fn kept_or_live<T, F, R>(
     store: &dyn Store,
     keep: Keep,
@@ -60,14 +78,19 @@ where
     R: Fn(i64, i64) -> F,
 {
     let mut rows = Vec::new();
-    for (closed, a, b) in keep.split(a, b) {
-        if a >= b {
+    for (kept, a, b_part) in keep.split(a, b) {
+        if a >= b_part {
             continue;
         }
-        rows.extend(if closed {
-            crate::sections::kept(store, (section, key), (a, b), keep.now_ms, read(a, b)).await?
+        rows.extend(if kept {
+            let span = crate::sections::Span {
+                from_ms: a,
+                to_ms: b_part,
+                grows: keep.grows || b >= keep.closed_before_ms,
+            };
+            crate::sections::kept(store, (section, key), span, keep.now_ms, read(a, b_part)).await?
         } else {
-            read(a, b).await?
+            read(a, b_part).await?
         });
     }
     Ok(rows)

@@ -2,12 +2,14 @@
 //! hourly rollups again for every view (the week's shape, the scale-to-zero windows) would only
 //! give the same answer slower while the month's rollups stand. They change only when the
 //! roll-up rewrites hours of the month (the month under way's new hours, late data, a
-//! restatement, a month attributed for the first time), which counts a new generation of the
-//! month in the same transaction. A section is kept with the generation read before it was
-//! computed (summed over the months its range overlaps) and served only while that is still
-//! theirs, so one computed while a roll-up ran (on any replica) is never served. A range under
-//! way (the month under way, which the roll-up rewrites every minute) is served by its age
-//! instead, for at most [`MAX_AGE_MS`], and computed again by a job ([`crate::review_sections`]).
+//! restatement, a month attributed for the first time), which counts a new generation of each
+//! day it rewrites in the same transaction. A section is kept with the generation read before
+//! it was computed (summed over the days its range overlaps) and served only while that is
+//! still theirs, so one computed while a roll-up ran (on any replica) is never served. Counted
+//! per day, the month under way's days before today are kept like a closed month's: the
+//! roll-up's minute-by-minute rewrites of today leave them alone. A range still under way (the
+//! review's heaviest sections of the month under way) is served by its age instead, for at most
+//! [`MAX_AGE_MS`], and computed again by a job ([`crate::review_sections`]).
 
 use std::future::Future;
 
@@ -34,15 +36,45 @@ pub const MAX_AGE_MS: i64 = 10 * 60_000;
 /// [`MAX_AGE_MS`]).
 pub const REFRESH_EVERY_MS: i64 = 5 * 60_000;
 
-/// `compute`'s answer for `section` over `[from_ms, to_ms)` (a month, or a range of months):
-/// the one kept, if computed after the range ended and no roll-up has rewritten an hour of its
-/// months since, or if computed while the range was under way and younger than [`MAX_AGE_MS`];
-/// else computed and kept. Keeping it is best effort: a failed write still answers what was
+/// The range a section covers: `[from_ms, to_ms)`, which `grows` when its end moves on each
+/// day (the month under way's days so far, the same stretch of the month before): each day's
+/// then replaces the day before's rather than leaving one behind a day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub grows: bool,
+}
+
+impl Span {
+    pub fn growing(from_ms: i64, to_ms: i64) -> Span {
+        Span {
+            from_ms,
+            to_ms,
+            grows: true,
+        }
+    }
+}
+
+impl From<(i64, i64)> for Span {
+    fn from((from_ms, to_ms): (i64, i64)) -> Span {
+        Span {
+            from_ms,
+            to_ms,
+            grows: false,
+        }
+    }
+}
+
+/// `compute`'s answer for `section` over `span` (a month, a range of months or days): the one
+/// kept, if computed after the range ended and no roll-up has rewritten an hour of its days
+/// since, or if computed while the range was under way and younger than [`MAX_AGE_MS`]; else
+/// computed and kept. Keeping it is best effort: a failed write still answers what was
 /// computed.
 pub async fn kept<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
-    (from_ms, to_ms): (i64, i64),
+    span: impl Into<Span>,
     now_ms: i64,
     compute: F,
 ) -> Result<T, StoreError>
@@ -50,9 +82,10 @@ where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, StoreError>>,
 {
-    let stored = store::sections::stored_section(store.db(), (section, key), (from_ms, to_ms));
-    if let Some(kept) = stored.await? {
-        let under_way = kept.computed_ms < to_ms;
+    let span = span.into();
+    let range = (span.from_ms, span.to_ms);
+    if let Some(kept) = store::sections::stored_section(store.db(), (section, key), range).await? {
+        let under_way = kept.computed_ms < span.to_ms;
         let serve = if under_way {
             now_ms - kept.computed_ms < MAX_AGE_MS
         } else {
@@ -66,15 +99,15 @@ where
             }
         }
     }
-    computed(store, (section, key), (from_ms, to_ms), now_ms, compute).await
+    computed(store, (section, key), span, now_ms, compute).await
 }
 
-/// `compute`'s answer for `section` over `[from_ms, to_ms)`, computed now and kept: what the
-/// job that refreshes a range under way does.
+/// `compute`'s answer for `section` over `span`, computed now and kept: what the job that
+/// refreshes a range under way does.
 pub async fn computed<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
-    (from_ms, to_ms): (i64, i64),
+    span: impl Into<Span>,
     now_ms: i64,
     compute: F,
 ) -> Result<T, StoreError>
@@ -82,6 +115,11 @@ where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, StoreError>>,
 {
+    let Span {
+        from_ms,
+        to_ms,
+        grows,
+    } = span.into();
     // Read before the figures: a roll-up that commits while they are computed moves it on.
     let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
     let value = compute.await?;
@@ -100,7 +138,7 @@ where
         let kept = store::sections::put_section_snapshot(
             &primary,
             (&section, &key),
-            (from_ms, to_ms),
+            (from_ms, to_ms, grows),
             (generation, now_ms),
             &body,
         )
@@ -174,7 +212,7 @@ mod tests {
             store::sections::put_section_snapshot(
                 s.db(),
                 ("shape", "all"),
-                (OCTOBER, OCTOBER + 31 * DAY_MS),
+                (OCTOBER, OCTOBER + 31 * DAY_MS, false),
                 (generation, NOW),
                 "{\"not\": \"a list\"}",
             )
@@ -236,6 +274,61 @@ mod tests {
             assert_eq!(racing(6).await.unwrap(), [6], "{b}");
             assert_eq!(racing(7).await.unwrap(), [7], "{b}: computed again");
             assert_eq!(racing(8).await.unwrap(), [7], "{b}: and kept");
+        }
+    }
+
+    /// Counted per day: a range of a month's days is retired by a rewrite of one of its days,
+    /// not by one of the month's later days. A growing range replaces the shorter growing ones
+    /// of the same start, and no range of fixed end.
+    #[tokio::test]
+    async fn days_are_retired_by_their_own_rewrites_and_a_growing_range_replaces_its_last() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            let days = |to_day: i64, answer: u32| {
+                let span = Span::growing(OCTOBER, OCTOBER + to_day * DAY_MS);
+                kept(s, ("days", "all"), span, NOW, async move {
+                    Ok::<_, StoreError>(vec![answer])
+                })
+            };
+            assert_eq!(days(20, 1).await.unwrap(), [1], "{b}");
+            // Today (day 20) and after: rewritten every minute, and nothing of the range.
+            roll_up(s, OCTOBER + 20 * DAY_MS + 3 * HOUR_MS).await;
+            roll_up(s, OCTOBER + 25 * DAY_MS).await;
+            assert_eq!(days(20, 2).await.unwrap(), [1], "{b}: kept");
+            roll_up(s, OCTOBER + 19 * DAY_MS + 23 * HOUR_MS).await;
+            assert_eq!(
+                days(20, 3).await.unwrap(),
+                [3],
+                "{b}: its last day rewritten"
+            );
+
+            // A range of fixed end over the same start, shorter and longer.
+            let fixed = |to_day: i64, answer: u32| {
+                kept(
+                    s,
+                    ("days", "all"),
+                    (OCTOBER, OCTOBER + to_day * DAY_MS),
+                    NOW,
+                    async move { Ok::<_, StoreError>(vec![answer]) },
+                )
+            };
+            assert_eq!(fixed(10, 4).await.unwrap(), [4], "{b}");
+            assert_eq!(fixed(31, 5).await.unwrap(), [5], "{b}");
+            // The next day's growing range replaces the day before's, and no other.
+            assert_eq!(days(21, 6).await.unwrap(), [6], "{b}: a day on");
+            let stored = |to_day: i64| {
+                store::sections::stored_section(
+                    s.db(),
+                    ("days", "all"),
+                    (OCTOBER, OCTOBER + to_day * DAY_MS),
+                )
+            };
+            assert_eq!(stored(20).await.unwrap(), None, "{b}: replaced");
+            for to_day in [10, 21, 31] {
+                assert!(stored(to_day).await.unwrap().is_some(), "{b}: {to_day}");
+            }
+            assert_eq!(fixed(10, 7).await.unwrap(), [4], "{b}: still kept");
         }
     }
 

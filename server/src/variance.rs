@@ -95,8 +95,9 @@ pub async fn for_month(
     keep: ledger::Keep,
 ) -> Result<Variance, StoreError> {
     let (prev_from, prev_to, partial) = comparison(from, to, now);
-    // A stretch of the month before that grows by the hour is read live (see the review).
-    let keep_previous = if partial { ledger::Keep::NOTHING } else { keep };
+    // The same stretch of the month before as the month so far: its kept days grow by one a
+    // day (see the review).
+    let keep_previous = if partial { keep.growing() } else { keep };
     let (current, previous) = tokio::try_join!(
         // Summed over the range, as the review reads them: the same figures on both.
         ledger::load_kept(store, from, to, RollupGrain::HostRange, keep),

@@ -17,10 +17,7 @@ const NOW: i64 = 1_795_464_000_000;
 /// What a view at [`NOW`] keeps: the ledger before November, whose days are final (the spikes
 /// below are injected into November, read live).
 fn kept() -> Keep {
-    Keep {
-        closed_before_ms: day("2026-11-01"),
-        now_ms: NOW,
-    }
+    Keep::before(day("2026-11-01"), NOW)
 }
 
 fn day(s: &str) -> i64 {

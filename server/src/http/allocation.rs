@@ -222,11 +222,10 @@ async fn get_allocation(
     };
     let loaded = match by_value {
         Some(name) => {
-            // Closed months are final: their sums per value are kept after the first read.
+            // Past days change only when the roll-up rewrites them: their sums per value are
+            // kept after the first read.
             let store = user.reads.store();
-            let now = now_ms();
-            let close = state.close.current(store).await?;
-            let keep = ledger::Keep::before(close.open_from(now), now);
+            let keep = ledger::Keep::past_days(now_ms());
             ledger::load_by_value(store, from, to, name, keep).await?
         }
         None => ledger::load(user.reads.store(), from, to, grain_for(step)).await?,

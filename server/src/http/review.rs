@@ -426,9 +426,9 @@ async fn review(
         Ok(c) => c,
         Err(e) => return unavailable(e),
     };
-    // The ledger reads of what has closed (this month's, the month before's, the weeks of
-    // history anomalies are judged on) are read as kept after the first view.
-    let keep = ledger::Keep::before(close.open_from(now), now);
+    // The ledger's past days (this month's, the month before's, the weeks of history
+    // anomalies are judged on) are read as kept after the first view; today's live.
+    let keep = ledger::Keep::past_days(now);
     // The heaviest sections, kept (the month under way's refreshed by a job); then the
     // heatmap's GPUs' days, a few thousand rows, read on each view.
     // Boxed: its five sections side by side make a large future, too deep for a thread's
@@ -454,9 +454,8 @@ async fn review(
         timed("kept sections", heavy),
         timed("run hours", ledger::experiment_hours(store, from, to)),
         timed("recommendations", recs),
-        // Its total, and why this month differs from it.
-        // A month to date is compared with a stretch that grows by the hour: kept, it would
-        // leave a snapshot a day.
+        // Its total, and why this month differs from it. A month to date is compared with
+        // the same stretch of the month before, whose kept days grow by one a day.
         timed(
             "month before",
             ledger::load_kept(
@@ -464,7 +463,7 @@ async fn review(
                 prev_from,
                 prev_to,
                 RollupGrain::HostRange,
-                if partial { ledger::Keep::NOTHING } else { keep },
+                if partial { keep.growing() } else { keep },
             )
         ),
         timed(

@@ -985,7 +985,7 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
         store::sections::put_section_snapshot(
             s.db(),
             ("shape", &key),
-            (month, next),
+            (month, next, false),
             (generation, now_ms()),
             &shape.replace("p4d.24xlarge", "p4d.kept"),
         )
@@ -1074,7 +1074,7 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
                 store::sections::put_section_snapshot(
                     s.db(),
                     ("heatmap-top", &key),
-                    (from, next),
+                    (from, next, false),
                     (generation, computed_ms),
                     &changed,
                 )
@@ -1097,7 +1097,7 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
         store::sections::put_section_snapshot(
             s.db(),
             ("shape", &key),
-            (from, next),
+            (from, next, false),
             (generation, shape.computed_ms),
             &shape.body.replace("g6.xlarge", "g6.kept"),
         )

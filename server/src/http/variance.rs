@@ -83,13 +83,12 @@ async fn variance_api(
         })?,
     };
     let store = user.reads.store();
-    let close = state.close.current(store).await?;
     let v = crate::variance::for_month(
         store,
         (from, to, now),
         by,
         (&user.scope, schema),
-        crate::ledger::Keep::before(close.open_from(now), now),
+        crate::ledger::Keep::past_days(now),
     )
     .await?;
     match format {

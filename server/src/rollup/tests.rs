@@ -285,10 +285,7 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
     );
     // Kept as a closed range's: the first read keeps the rows, the next reads them back, and a
     // roll-up since (this runs after each change of the fixture) retires them.
-    let keep = crate::ledger::Keep {
-        closed_before_ms: i64::MAX,
-        now_ms: to,
-    };
+    let keep = crate::ledger::Keep::before(i64::MAX, to);
     let canonical = |a: &Attribution| {
         let mut parts: Vec<String> = a.parts.iter().map(|p| format!("{p:?}")).collect();
         parts.sort();
@@ -335,7 +332,7 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
             store::sections::put_section_snapshot(
                 store.db(),
                 section,
-                whole_days,
+                (whole_days.0, whole_days.1, false),
                 (generation, to),
                 &body,
             )
@@ -549,7 +546,7 @@ async fn assert_by_value_kept(store: &dyn Store, what: &str) {
         store::sections::put_section_snapshot(
             store.db(),
             section,
-            month,
+            (month.0, month.1, false),
             (generation, keep.now_ms),
             &body,
         )
@@ -569,6 +566,83 @@ async fn assert_by_value_kept(store: &dyn Store, what: &str) {
         "{what}: the kept rows are served"
     );
     put(original).await;
+}
+
+/// The month under way's days before today are kept as its read per host (the review's, the
+/// allocation API's) first reads them; today's are read live, and the two add up to the live
+/// read of the whole month. A roll-up of today's hours leaves the kept days alone; one of a
+/// kept day retires them. The next day's read replaces the day before's.
+async fn assert_past_days_kept(store: &dyn Store, what: &str) {
+    use gpuledger_core::time::{month_start_ms, next_month_start};
+    let month = (month_start_ms(START), next_month_start(START));
+    let today = DAY0 + DAY_MS;
+    let now = today + 2 * HOUR_MS;
+    let keep = Keep::past_days(now);
+    type Key = (i64, Option<String>, String, Kind, String, bool);
+    let sums = |a: &Attribution| {
+        let mut out: BTreeMap<Key, (Decimal, i64)> = BTreeMap::new();
+        for p in &a.parts {
+            let key = (
+                p.host_id,
+                p.gpu_uuid.clone(),
+                p.owner.key(),
+                p.kind,
+                p.currency.clone(),
+                p.estimated,
+            );
+            let sum = out.entry(key).or_default();
+            sum.0 += p.cost;
+            sum.1 += p.gpu_seconds.round() as i64;
+        }
+        (out, a.unattributed.clone())
+    };
+    let read = |keep: Keep| {
+        crate::ledger::load_kept(store, month.0, month.1, RollupGrain::HostRange, keep)
+    };
+    let live = sums(&read(Keep::NOTHING).await.unwrap());
+    assert!(!live.0.is_empty(), "{what}");
+    let section = ("ledger-host-range", "all");
+    let stored = |to: i64| store::sections::stored_section(store.db(), section, (month.0, to));
+    for pass in ["computed", "read back"] {
+        let kept = read(keep).await.unwrap();
+        assert_eq!(sums(&kept), live, "{what}: kept days and today, {pass}");
+    }
+    let past = stored(today)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{what}: the days before today kept"));
+    assert!(past.current, "{what}");
+    // The roll-up rewrites today's first hour: the days before stay current.
+    store::rollups::mark_dirty_hours(store.db(), &[today])
+        .await
+        .unwrap();
+    crate::test_support::roll_up(store).await;
+    let after = stored(today).await.unwrap();
+    assert_eq!(after, Some(past.clone()), "{what}: today's roll-up");
+    // The next day: its days before it replace the day before's.
+    let tomorrow = Keep::past_days(now + DAY_MS);
+    assert_eq!(
+        sums(&read(tomorrow).await.unwrap()),
+        live,
+        "{what}: a day on"
+    );
+    assert!(stored(today + DAY_MS).await.unwrap().is_some(), "{what}");
+    assert_eq!(stored(today).await.unwrap(), None, "{what}: replaced");
+    // Late data for a kept day retires what was kept; it is read again.
+    store::rollups::mark_dirty_hours(store.db(), &[DAY0 + 5 * HOUR_MS])
+        .await
+        .unwrap();
+    crate::test_support::roll_up(store).await;
+    assert_eq!(
+        stored(today + DAY_MS).await.unwrap(),
+        None,
+        "{what}: retired"
+    );
+    assert_eq!(sums(&read(keep).await.unwrap()), live, "{what}: read again");
+    assert!(
+        stored(today).await.unwrap().is_some_and(|s| s.current),
+        "{what}"
+    );
 }
 
 /// The rollups say exactly what attribution from raw data says, per hour and per day.
@@ -592,6 +666,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     assert_days_by_match(store, from, to, what).await;
     assert_by_value_matches(store, from, to, what).await;
     assert_by_value_kept(store, what).await;
+    assert_past_days_kept(store, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;

@@ -450,9 +450,27 @@ pub async fn replace_rollups(
             .bind(day + DAY_MS)
             .execute(&mut *tx)
             .await?;
-            // So were the sections of ended ranges kept as computed: the month's new generation
+            // So were the sections of ended ranges kept as computed: the day's new generation
             // retires them, and one a view is computing now; the old ones go. Those of a range
             // still under way are served by their age, and replaced when computed again.
+            sqlx::query(
+                "INSERT INTO rollup_day_generations (day_ms, generation) VALUES ($1, 1)
+                 ON CONFLICT (day_ms)
+                 DO UPDATE SET generation = rollup_day_generations.generation + 1",
+            )
+            .bind(day)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "DELETE FROM kept_sections
+                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+            // The same by month for replicas of the version before migration 0042 while a
+            // rolling upgrade runs them beside this one (a later migration drops both tables).
             sqlx::query(
                 "INSERT INTO rollup_generations (month_ms, generation) VALUES ($1, 1)
                  ON CONFLICT (month_ms)

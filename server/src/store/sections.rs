@@ -1,11 +1,11 @@
 //! Page sections kept as computed ([`crate::sections`]), and the count of
-//! each month's roll-up rewrites they are checked against.
+//! each day's roll-up rewrites they are checked against.
 
 use super::db::{on_backend, On};
 use super::StoreError;
 
-/// How many times the roll-up has rewritten hours of the months `[from_ms, to_ms)` overlaps,
-/// summed (0 for never): bumped in the same transaction as the rewrite. Each month's count only
+/// How many times the roll-up has rewritten hours of the days `[from_ms, to_ms)` overlaps,
+/// summed (0 for never): bumped in the same transaction as the rewrite. Each day's count only
 /// grows, so the sum moves whenever one of them does.
 pub async fn rollup_generation(
     on: impl Into<On<'_>>,
@@ -14,10 +14,10 @@ pub async fn rollup_generation(
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
         let sum: i64 = sqlx::query_scalar(
-            "SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT) FROM rollup_generations
-             WHERE month_ms >= $1 AND month_ms < $2",
+            "SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT) FROM rollup_day_generations
+             WHERE day_ms >= $1 AND day_ms < $2",
         )
-        .bind(gpuledger_core::time::month_start_ms(from_ms))
+        .bind(gpuledger_core::time::day_floor(from_ms))
         .bind(to_ms)
         .fetch_one(&mut *ex)
         .await?;
@@ -26,7 +26,7 @@ pub async fn rollup_generation(
 }
 
 /// A section as stored: its body, when it was computed, and whether it was drawn from the
-/// rollups of the months it overlaps as they are now ([`rollup_generation`]).
+/// rollups of the days it overlaps as they are now ([`rollup_generation`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredSection {
     pub body: String,
@@ -46,17 +46,17 @@ pub async fn stored_section(
             "SELECT body, computed_ms,
                     CAST(CASE WHEN generation = (SELECT CAST(COALESCE(SUM(generation), 0)
                                                           AS BIGINT)
-                                                 FROM rollup_generations
-                                                 WHERE month_ms >= $5 AND month_ms < $4)
+                                                 FROM rollup_day_generations
+                                                 WHERE day_ms >= $5 AND day_ms < $4)
                               THEN 1 ELSE 0 END AS BIGINT)
-             FROM section_snapshots
+             FROM kept_sections
              WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4",
         )
         .bind(section)
         .bind(key)
         .bind(from_ms)
         .bind(to_ms)
-        .bind(gpuledger_core::time::month_start_ms(from_ms))
+        .bind(gpuledger_core::time::day_floor(from_ms))
         .fetch_optional(&mut *ex)
         .await
     })?;
@@ -68,7 +68,7 @@ pub async fn stored_section(
 }
 
 /// The stored body of `section` for `key` over `[from_ms, to_ms)`, if it was drawn from the
-/// rollups of the months it overlaps as they are now ([`rollup_generation`]).
+/// rollups of the days it overlaps as they are now ([`rollup_generation`]).
 pub async fn section_snapshot(
     on: impl Into<On<'_>>,
     section: (&str, &str),
@@ -81,25 +81,28 @@ pub async fn section_snapshot(
 }
 
 /// Stores (or replaces one of no later generation) a section's body, drawn from the rollups
-/// of `generation`.
+/// of `generation`. One over a range that `grows` (its end moves on each day: the month under
+/// way's days so far) replaces the shorter ones of the same start that grew before it.
 pub async fn put_section_snapshot(
     on: impl Into<On<'_>>,
     (section, key): (&str, &str),
-    (from_ms, to_ms): (i64, i64),
+    (from_ms, to_ms, grows): (i64, i64, bool),
     (generation, computed_ms): (i64, i64),
     body: &str,
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         sqlx::query(
-            "INSERT INTO section_snapshots
-                (section, key, from_ms, to_ms, generation, computed_ms, body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO kept_sections
+                (section, key, from_ms, to_ms, generation, computed_ms, grows, body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (section, key, from_ms, to_ms)
              DO UPDATE SET generation = EXCLUDED.generation,
-                           computed_ms = EXCLUDED.computed_ms, body = EXCLUDED.body
+                           computed_ms = EXCLUDED.computed_ms, grows = EXCLUDED.grows,
+                           body = EXCLUDED.body
              -- One drawn from a replica behind the primary never replaces a newer one.
-             WHERE EXCLUDED.generation >= section_snapshots.generation",
+             WHERE EXCLUDED.generation >= kept_sections.generation",
         )
         .bind(section)
         .bind(key)
@@ -107,9 +110,23 @@ pub async fn put_section_snapshot(
         .bind(to_ms)
         .bind(generation)
         .bind(computed_ms)
+        .bind(i32::from(grows))
         .bind(body)
-        .execute(&mut *ex)
+        .execute(&mut *tx)
         .await?;
+        if grows {
+            sqlx::query(
+                "DELETE FROM kept_sections
+                 WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms < $4 AND grows = 1",
+            )
+            .bind(section)
+            .bind(key)
+            .bind(from_ms)
+            .bind(to_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     })
 }
