@@ -56,6 +56,8 @@ struct Options {
     /// The review timed on the month under way (at the real clock, seeded up to the hour under
     /// way) instead of October 2026, closed.
     review_under_way: bool,
+    /// Timed views of each page (more to profile the server while it serves them).
+    review_requests: usize,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
             import_rows: 500_000,
             review_gpus: vec![1_000, 10_000],
             review_under_way: false,
+            review_requests: 20,
         };
         let mut review_gpus_given = false;
         let mut args = std::env::args().skip(1);
@@ -97,6 +100,7 @@ impl Options {
                     o.attribution_gpus = value("--attribution-gpus")?.parse()?
                 }
                 "--ingest-rounds" => o.ingest_rounds = value("--ingest-rounds")?.parse()?,
+                "--review-requests" => o.review_requests = value("--review-requests")?.parse()?,
                 "--import-rows" => o.import_rows = value("--import-rows")?.parse()?,
                 "--review-gpus" => {
                     review_gpus_given = true;
@@ -117,9 +121,13 @@ impl Options {
             o.ingest_rounds = 1;
             o.attribution_gpus = o.attribution_gpus.min(100);
             o.import_rows = o.import_rows.min(5_000);
+            o.review_requests = o.review_requests.min(5);
             if !review_gpus_given {
                 o.review_gpus = vec![100, 1_000];
             }
+        }
+        if o.review_requests == 0 {
+            bail!("--review-requests needs at least 1");
         }
         if o.review_gpus.iter().any(|&n| n < 1) {
             bail!("--review-gpus needs fleet sizes of at least 1");
@@ -980,7 +988,7 @@ async fn review_latency(backend: &str, gpus: i64, o: &Options) -> Result<()> {
 
     let mut server = start_server(&db.url, free_port()).await;
     let client = signed_in(&server, "viewer").await;
-    let requests = if o.quick { 5 } else { 20 };
+    let requests = o.review_requests;
     let pages = [
         ("review page", format!("{}/review/{month}", server.url)),
         (

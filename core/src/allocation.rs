@@ -212,26 +212,29 @@ pub fn period_start(ms: i64, step: Step) -> i64 {
 
 /// The key a part counts under.
 pub fn key_of(part: &Part, by: GroupBy, attribution: &Attribution) -> String {
+    key_str(part, by, attribution).to_owned()
+}
+
+/// [`key_of`], borrowed from the part or its host: what a sum over many parts compares without
+/// copying a text per part.
+pub fn key_str<'a>(part: &'a Part, by: GroupBy, attribution: &'a Attribution) -> &'a str {
     let host = attribution.hosts.get(&part.host_id);
-    let label = |v: Option<&str>| match part.kind {
-        Kind::Idle => IDLE_KEY.to_owned(),
+    let label = |v: Option<&'a str>| match part.kind {
+        Kind::Idle => IDLE_KEY,
         // Time nobody watched belongs to whom the bill's tag or the cluster map names as the
         // machine's owner (no process label reaches it); to the bucket where neither does.
-        Kind::Unmonitored => v.unwrap_or(UNMONITORED_KEY).to_owned(),
-        Kind::Used | Kind::HeldIdle => v.unwrap_or(UNLABELED_KEY).to_owned(),
+        Kind::Unmonitored => v.unwrap_or(UNMONITORED_KEY),
+        Kind::Used | Kind::HeldIdle => v.unwrap_or(UNLABELED_KEY),
     };
     match by {
         GroupBy::Owner(name) => label(part.owner.get(name)),
-        GroupBy::Cluster => host.map_or_else(|| "?".into(), |h| h.cluster.clone()),
-        GroupBy::Host => host.map_or_else(|| "?".into(), |h| h.hostname.clone()),
-        GroupBy::Gpu => part
-            .gpu_uuid
-            .clone()
-            .unwrap_or_else(|| "(no GPU data)".into()),
+        GroupBy::Cluster => host.map_or("?", |h| h.cluster.as_str()),
+        GroupBy::Host => host.map_or("?", |h| h.hostname.as_str()),
+        GroupBy::Gpu => part.gpu_uuid.as_deref().unwrap_or("(no GPU data)"),
         GroupBy::InstanceType => host
-            .and_then(|h| h.instance_type.clone())
-            .unwrap_or_else(|| "(unknown)".into()),
-        GroupBy::PricingCategory => part.pricing_category.clone(),
+            .and_then(|h| h.instance_type.as_deref())
+            .unwrap_or("(unknown)"),
+        GroupBy::PricingCategory => part.pricing_category.as_str(),
     }
 }
 
@@ -293,12 +296,14 @@ pub fn group(
     step: Step,
     grid: &Grid,
 ) -> Vec<AllocationRow> {
-    let mut acc: BTreeMap<(i64, String, String), Acc> = BTreeMap::new();
+    // Borrowed keys: a month of a large fleet has a part per host and owner, and this runs once
+    // per table.
+    let mut acc: BTreeMap<(i64, &str, &str), Acc> = BTreeMap::new();
     for p in &attribution.parts {
         let k = (
             period_start(p.hour_ms, step),
-            key_of(p, by, attribution),
-            p.currency.clone(),
+            key_str(p, by, attribution),
+            p.currency.as_str(),
         );
         acc.entry(k).or_default().add(p, grid);
     }
@@ -309,8 +314,8 @@ pub fn group(
                 period,
                 AllocationRow {
                     period_start: rfc3339(period),
-                    key,
-                    currency,
+                    key: key.to_owned(),
+                    currency: currency.to_owned(),
                     cost: a.cost,
                     used_cost: a.used,
                     held_idle_cost: a.held,

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{key_of, GroupBy};
+use crate::allocation::{key_str, GroupBy};
 use crate::attribution::{Attribution, Kind, Part};
 
 /// Decimals kept in the volume, idle and mix parts (price takes what is left).
@@ -102,7 +102,9 @@ impl Cell {
     }
 }
 
-type Cells = BTreeMap<String, Cell>;
+/// Per instance type; keys borrowed from the parts (a month of a large fleet has a part per host
+/// and owner).
+type Cells<'a> = BTreeMap<&'a str, Cell>;
 
 fn hours_of(p: &Part) -> Decimal {
     Decimal::try_from(p.gpu_seconds / 3600.0)
@@ -111,13 +113,13 @@ fn hours_of(p: &Part) -> Decimal {
 }
 
 /// Each key's cells per instance type, in `currency`.
-fn cells(a: &Attribution, by: GroupBy, currency: &str) -> BTreeMap<String, Cells> {
-    let mut out: BTreeMap<String, Cells> = BTreeMap::new();
+fn cells<'a>(a: &'a Attribution, by: GroupBy, currency: &str) -> BTreeMap<&'a str, Cells<'a>> {
+    let mut out: BTreeMap<&str, Cells> = BTreeMap::new();
     for p in a.parts.iter().filter(|p| p.currency == currency) {
         let c = out
-            .entry(key_of(p, by, a))
+            .entry(key_str(p, by, a))
             .or_default()
-            .entry(key_of(p, GroupBy::InstanceType, a))
+            .entry(key_str(p, GroupBy::InstanceType, a))
             .or_default();
         let hours = hours_of(p);
         c.cost += p.cost;
@@ -190,14 +192,14 @@ pub fn explain(
     currency: &str,
 ) -> Vec<VarianceRow> {
     let (mut before, mut after) = (cells(previous, by, currency), cells(current, by, currency));
-    let keys: std::collections::BTreeSet<String> =
-        before.keys().chain(after.keys()).cloned().collect();
+    let keys: std::collections::BTreeSet<&str> =
+        before.keys().chain(after.keys()).copied().collect();
     let mut rows: Vec<VarianceRow> = keys
         .into_iter()
         .map(|k| {
-            let b = before.remove(&k).unwrap_or_default();
-            let a = after.remove(&k).unwrap_or_default();
-            explain_key(k, &b, &a)
+            let b = before.remove(k).unwrap_or_default();
+            let a = after.remove(k).unwrap_or_default();
+            explain_key(k.to_owned(), &b, &a)
         })
         .collect();
     rows.sort_by(|x, y| {

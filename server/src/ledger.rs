@@ -192,8 +192,10 @@ pub(crate) fn part_of(r: RollupRow, owners: &mut OwnerTexts) -> Part {
 /// come from the daily rollup (each part stands for its day, `hour_ms` is the day's start) and
 /// the hours at either end from the hourly one ([`RollupGrain::HostDay`] likewise, its day parts
 /// summed over each host's GPUs and naming none; [`RollupGrain::HostRange`] with the whole days
-/// summed into one part per host and owner, standing for the first whole day); with [`RollupGrain::Hour`], every part is an
-/// hour (and with [`RollupGrain::OwnerHour`], every hour of one dimension's owners' work).
+/// summed into one part per host and owner, standing for the first whole day, and
+/// [`RollupGrain::HostGroupRange`] into one per group of hosts alike and owner); with
+/// [`RollupGrain::Hour`], every part is an hour (and with [`RollupGrain::OwnerHour`], every hour
+/// of one dimension's owners' work).
 pub async fn load(
     store: &dyn Store,
     from_ms: i64,
@@ -203,9 +205,10 @@ pub async fn load(
     load_kept(store, from_ms, to_ms, grain, Keep::NOTHING).await
 }
 
-/// [`load`], with the whole days of [`RollupGrain::HostRange`] that `keep` says are closed
-/// read as kept after the first read: a closed month's sums per host and owner are final, and
-/// summing its host-days again on every view would give the same rows slower.
+/// [`load`], with the whole days of [`RollupGrain::HostRange`] (and
+/// [`RollupGrain::HostGroupRange`]) that `keep` says are past read as kept after the first read:
+/// they change only when the roll-up rewrites one of those days, and summing their host-days
+/// again on every view would give the same rows slower.
 pub async fn load_kept(
     store: &dyn Store,
     from_ms: i64,
@@ -226,6 +229,16 @@ pub async fn load_kept(
         rows.extend(match grain {
             RollupGrain::HostRange => {
                 kept_or_live(store, keep, ("ledger-host-range", "all"), range, whole_days).await?
+            }
+            RollupGrain::HostGroupRange => {
+                kept_or_live(
+                    store,
+                    keep,
+                    ("ledger-host-groups", "all"),
+                    range,
+                    whole_days,
+                )
+                .await?
             }
             _ => whole_days(range.0, range.1).await?,
         });

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{group, key_of, GroupBy, Step};
+use crate::allocation::{group, key_str, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
 use crate::config::OwnerSchema;
 use crate::store::{self, Refusal, RunProgress, Store, StoreError, UsageCount};
@@ -299,15 +299,15 @@ pub fn training_runs_by_day(
 
 /// A run is one value of the dimension with the experiment role; its model and team those of
 /// the dimensions with those roles.
-fn runs_of(
-    a: &Attribution,
+fn runs_of<'a>(
+    a: &'a Attribution,
     run_hours: Option<&std::collections::HashMap<String, RunHours>>,
     schema: &OwnerSchema,
 ) -> Vec<TrainingRun> {
     let model_by = GroupBy::role(schema, Role::Model);
     let team_by = GroupBy::role(schema, Role::Team);
     let currency = main_currency(a);
-    struct Acc {
+    struct Acc<'a> {
         first: i64,
         last: i64,
         hours: std::collections::BTreeSet<i64>,
@@ -317,10 +317,11 @@ fn runs_of(
         /// GPU time doing work: a run has some.
         used_seconds: f64,
         estimated: bool,
-        models: BTreeMap<String, Decimal>,
-        teams: BTreeMap<String, Decimal>,
+        models: BTreeMap<&'a str, Decimal>,
+        teams: BTreeMap<&'a str, Decimal>,
     }
-    let mut runs: BTreeMap<String, Acc> = BTreeMap::new();
+    // Keys borrowed from the parts: a month of a large fleet has a part per host and owner.
+    let mut runs: BTreeMap<&str, Acc<'a>> = BTreeMap::new();
     for p in &a.parts {
         if p.currency != currency || !matches!(p.kind, Kind::Used | Kind::HeldIdle) {
             continue;
@@ -328,7 +329,7 @@ fn runs_of(
         let Some(experiment) = schema.value(&p.owner, Role::Experiment) else {
             continue;
         };
-        let r = runs.entry(experiment.to_owned()).or_insert_with(|| Acc {
+        let r = runs.entry(experiment).or_insert_with(|| Acc {
             first: p.hour_ms,
             last: p.hour_ms,
             hours: Default::default(),
@@ -352,23 +353,23 @@ fn runs_of(
         }
         r.estimated |= p.estimated;
         if let Some(by) = model_by {
-            *r.models.entry(key_of(p, by, a)).or_default() += p.cost;
+            *r.models.entry(key_str(p, by, a)).or_default() += p.cost;
         }
         if let Some(by) = team_by {
-            *r.teams.entry(key_of(p, by, a)).or_default() += p.cost;
+            *r.teams.entry(key_str(p, by, a)).or_default() += p.cost;
         }
     }
-    let top = |m: &BTreeMap<String, Decimal>| {
+    let top = |m: &BTreeMap<&str, Decimal>| {
         m.iter()
             .filter(|(k, _)| !k.starts_with('('))
             .max_by(|x, y| x.1.cmp(y.1).then(y.0.cmp(x.0)))
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| (*k).to_owned())
     };
     let mut rows: Vec<TrainingRun> = runs
         .into_iter()
         .filter(|(_, r)| r.used_seconds > 0.0)
         .map(|(experiment, r)| {
-            let (first, last, hours) = match run_hours.and_then(|h| h.get(&experiment)) {
+            let (first, last, hours) = match run_hours.and_then(|h| h.get(experiment)) {
                 Some(h) => (h.first_hour_ms, h.last_hour_ms, h.hours),
                 None => (r.first, r.last, r.hours.len() as i64),
             };
@@ -385,7 +386,7 @@ fn runs_of(
             cost: r.cost,
             held_idle_cost: r.held,
             estimated: r.estimated,
-            experiment,
+            experiment: experiment.to_owned(),
             steps: None,
             cost_per_1k_steps: None,
             epochs: None,

@@ -439,13 +439,16 @@ async fn review(
         let heat = ledger::gpu_days(store, from, to, &sections.heatmap_gpus.0).await?;
         Ok((sections, heat))
     });
+    // Per host, summed over the month: the review shows no single GPU except in the heatmap,
+    // and no day except in its chart. Whoever sees every team needs no host by name either
+    // (a team's reader needs its hosts, to keep to them): hosts alike are summed together.
+    let summed = if scope.is_all() {
+        RollupGrain::HostGroupRange
+    } else {
+        RollupGrain::HostRange
+    };
     let loaded = tokio::try_join!(
-        // Per host, summed over the month: the review shows no single GPU except in the
-        // heatmap, and no day except in its chart.
-        timed(
-            "month",
-            ledger::load_kept(store, from, to, RollupGrain::HostRange, keep)
-        ),
+        timed("month", ledger::load_kept(store, from, to, summed, keep)),
         // The chart: per day and team, so a scoped reader's is its teams'.
         timed(
             "chart",
@@ -462,7 +465,7 @@ async fn review(
                 store,
                 prev_from,
                 prev_to,
-                RollupGrain::HostRange,
+                summed,
                 if partial { keep.growing() } else { keep },
             )
         ),
@@ -531,8 +534,8 @@ async fn review(
             &type_costs,
             (from, to),
             now,
-        )
-        .await;
+        );
+        let commitments = timed("commitments", commitments).await;
         match commitments {
             Ok(c) => (
                 Some(c),
@@ -693,7 +696,11 @@ async fn review(
         unattributed_hours: Default::default(),
         hosts: a.hosts.clone(),
     };
-    let labels = heatmap_labels(user.reads.store(), &heat.parts).await;
+    let labels = timed(
+        "heatmap labels",
+        heatmap_labels(user.reads.store(), &heat.parts),
+    )
+    .await;
     let mut heatmap = charts::heatmap(
         &heat,
         from,

@@ -969,9 +969,9 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
                 "{b}: {section} kept on the first view"
             );
         }
-        // So are the month's sums per host and owner (its tables) and per day and team (its
-        // chart), whoever reads them.
-        for (section, key) in [("ledger-host-range", "all"), ("ledger-days-by", "team")] {
+        // So are the month's sums per group of hosts alike and owner (its tables: whoever sees
+        // every team reads no host by name) and per day and team (its chart).
+        for (section, key) in [("ledger-host-groups", "all"), ("ledger-days-by", "team")] {
             let kept = store::sections::section_snapshot(s.db(), (section, key), (month, next));
             assert!(kept.await.unwrap().is_some(), "{b}: {section}");
         }

@@ -177,7 +177,7 @@ fn summed(parts: &[Part], grain: RollupGrain) -> BTreeMap<Key, (Decimal, i64)> {
             RollupGrain::Hour | RollupGrain::OwnerHour(_) => p.hour_ms,
             RollupGrain::Day | RollupGrain::HostDay => p.hour_ms.div_euclid(DAY_MS) * DAY_MS,
             // The whole range at once.
-            RollupGrain::HostRange => 0,
+            RollupGrain::HostRange | RollupGrain::HostGroupRange => 0,
         };
         let per_host = matches!(grain, RollupGrain::HostDay | RollupGrain::HostRange);
         let key = (
@@ -568,6 +568,83 @@ async fn assert_by_value_kept(store: &dyn Store, what: &str) {
     put(original).await;
 }
 
+/// Hosts alike summed together give every figure that groups by a host's attributes or its
+/// owner as hosts summed one by one do: the review's tables, totals and emissions, and each pair
+/// of dimensions (variance sets teams against instance types), to the nano-dollar.
+async fn assert_host_groups_match(store: &dyn Store, from: i64, to: i64, what: &str) {
+    use crate::allocation::{group, key_of, GroupBy, Step};
+    let per_host = load(store, from, to, RollupGrain::HostRange).await.unwrap();
+    let grouped = load(store, from, to, RollupGrain::HostGroupRange)
+        .await
+        .unwrap();
+    assert!(!grouped.parts.is_empty(), "{what}");
+    assert!(grouped.parts.len() <= per_host.parts.len(), "{what}");
+    assert_eq!(grouped.unattributed, per_host.unattributed, "{what}");
+    let grid = |a: &Attribution| crate::carbon::grid(a, &Default::default());
+    let close_to = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    let dimensions = [
+        GroupBy::Cluster,
+        GroupBy::InstanceType,
+        GroupBy::PricingCategory,
+        GroupBy::Owner("model"),
+        GroupBy::Owner("team"),
+        GroupBy::Owner("experiment"),
+    ];
+    for by in dimensions {
+        let (g, h) = (
+            group(&grouped, by, Step::Month, &grid(&grouped)),
+            group(&per_host, by, Step::Month, &grid(&per_host)),
+        );
+        assert_eq!(g.len(), h.len(), "{what}: {by:?}");
+        for (g, h) in g.iter().zip(&h) {
+            let money = |r: &crate::allocation::AllocationRow| {
+                (
+                    r.key.clone(),
+                    r.currency.clone(),
+                    r.cost,
+                    r.used_cost,
+                    r.held_idle_cost,
+                    r.idle_cost,
+                    r.unmonitored_cost,
+                    r.estimated,
+                )
+            };
+            assert_eq!(money(g), money(h), "{what}: {by:?}");
+            assert!(close_to(g.gpu_hours, h.gpu_hours), "{what}: {by:?}");
+            let opt = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) => close_to(a, b),
+                (a, b) => a == b,
+            };
+            assert!(opt(g.energy_kwh, h.energy_kwh), "{what}: {by:?}");
+            assert!(opt(g.kg_co2e, h.kg_co2e), "{what}: {by:?}");
+            assert!(opt(g.avg_util, h.avg_util), "{what}: {by:?}");
+        }
+        for other in dimensions {
+            let pairs = |a: &Attribution| {
+                let mut out: BTreeMap<(String, String, String, Kind), (Decimal, i64)> =
+                    BTreeMap::new();
+                for p in &a.parts {
+                    let key = (
+                        key_of(p, by, a),
+                        key_of(p, other, a),
+                        p.currency.clone(),
+                        p.kind,
+                    );
+                    let sum = out.entry(key).or_default();
+                    sum.0 += p.cost;
+                    sum.1 += (p.gpu_seconds * 1000.0).round() as i64;
+                }
+                out
+            };
+            assert_eq!(
+                pairs(&grouped),
+                pairs(&per_host),
+                "{what}: {by:?} × {other:?}"
+            );
+        }
+    }
+}
+
 /// The month under way's days before today are kept as its read per host (the review's, the
 /// allocation API's) first reads them; today's are read live, and the two add up to the live
 /// read of the whole month. A roll-up of today's hours leaves the kept days alone; one of a
@@ -667,6 +744,8 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     assert_by_value_matches(store, from, to, what).await;
     assert_by_value_kept(store, what).await;
     assert_past_days_kept(store, what).await;
+    assert_host_groups_match(store, START - HOUR_MS, END + HOUR_MS, what).await;
+    assert_host_groups_match(store, DAY0, DAY0 + DAY_MS, what).await;
     // A range that starts and ends inside days takes hours at the edges, days between.
     let (from, to) = (START + HOUR_MS, END - 2 * HOUR_MS);
     let raw = raw_attribution(store, card, from, to).await;
@@ -1046,6 +1125,50 @@ fn passes_follow_where_the_windows_are() {
 /// With it, the month is restated and the restatement keeps the cost per team before and after
 /// and the reason. Raw windows go with retention once the month is closed, and a restatement
 /// that would need them is refused.
+/// Two hosts alike but for their names running the same owners' work are summed together by
+/// [`RollupGrain::HostGroupRange`]; a host of another type, and one of another cluster, stay
+/// apart; every figure is the same as summed host by host.
+#[tokio::test]
+async fn hosts_alike_are_summed_together_with_the_same_figures() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let (s, b) = (store.as_ref(), db.backend);
+        let token = agent_token(s, "*", START).await;
+        let status = AgentStatus::default();
+        let mut other_type = report("z-1", "z", "i-zzz", START, 60, "llama");
+        other_type.host.instance_type = Some("p5.48xlarge".into());
+        let mut other_cluster = report("w-1", "w", "i-www", START, 60, "llama");
+        other_cluster.host.cluster = "d".into();
+        for r in [
+            report("x-1", "x", "i-xxx", START, 60, "llama"),
+            report("y-1", "y", "i-yyy", START, 60, "llama"),
+            other_type,
+            other_cluster,
+        ] {
+            s.ingest(&r, token, status, START).await.unwrap();
+        }
+        crate::test_support::roll_up(s).await;
+        // A whole day: the hours at a range's ends are read per GPU, as for every grain.
+        let day = (DAY0, DAY0 + DAY_MS);
+        let grouped = load(s, day.0, day.1, RollupGrain::HostGroupRange)
+            .await
+            .unwrap();
+        let per_host = load(s, day.0, day.1, RollupGrain::HostRange).await.unwrap();
+        let hosts = |a: &Attribution| {
+            a.parts
+                .iter()
+                .map(|p| p.host_id)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        };
+        assert_eq!(hosts(&per_host), 4, "{b}");
+        assert_eq!(hosts(&grouped), 3, "{b}: x and y together");
+        assert!(grouped.parts.len() < per_host.parts.len(), "{b}");
+        assert_host_groups_match(s, day.0, day.1, b).await;
+        assert_host_groups_match(s, START - HOUR_MS, END + HOUR_MS, b).await;
+    }
+}
+
 #[tokio::test]
 async fn a_closed_month_stays_closed_until_restated() {
     let card = RateCard::default_card();

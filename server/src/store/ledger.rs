@@ -391,6 +391,32 @@ pub async fn rollup_rows(
                     .fetch_all(&mut *ex)
                     .await?);
             }
+            HostGroupRange => {
+                // As HostRange, over hosts alike but for their names. A row of a host no
+                // longer known (no `hosts` row) stays, in a group of its own kind.
+                let sql = "SELECT CAST($1 AS BIGINT) AS period_ms, MIN(r.host_id) AS host_id,
+                        '' AS gpu_uuid, o.labels AS owner, r.kind, r.pricing_category,
+                        r.currency, r.estimated,
+                        CAST(SUM(r.cost_nano) AS BIGINT)
+                            + CAST(SUM(r.cost_atto) AS BIGINT) / 1000000000 AS cost_nano,
+                        CAST(SUM(r.cost_atto) AS BIGINT) % 1000000000 AS cost_atto,
+                        SUM(r.gpu_seconds) AS gpu_seconds,
+                        SUM(r.util_gpu_seconds) AS util_gpu_seconds,
+                        SUM(r.util_known_seconds) AS util_known_seconds,
+                        SUM(r.energy_j) AS energy_j,
+                        SUM(r.energy_known_seconds) AS energy_known_seconds
+                     FROM rollup_host_days r JOIN owners o ON o.id = r.owner_id
+                        LEFT JOIN hosts h ON h.id = r.host_id
+                     WHERE r.day_ms >= $1 AND r.day_ms < $2
+                     GROUP BY h.id IS NULL, h.cluster, h.provider, h.region, h.instance_type,
+                         h.lifecycle, h.from_bill, o.id, o.labels, r.kind, r.pricing_category,
+                         r.currency, r.estimated, CASE WHEN r.gpu_seconds = 0 THEN 1 ELSE 0 END";
+                return Ok(sqlx::query_as(sql)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .fetch_all(&mut *ex)
+                    .await?);
+            }
         };
         let sql = format!(
             "{select}, {OWNER_AND_AMOUNTS}

@@ -159,6 +159,12 @@ pub enum RollupGrain {
     /// days without GPU time summed apart from those with it): for figures of a whole range,
     /// such as a month's tables, totals and variance.
     HostRange,
+    /// [`RollupGrain::HostRange`] summed once more over hosts alike in all but name (cluster,
+    /// provider, region, instance type, lifecycle, billed or not), a row per such group and
+    /// owner standing on the group's lowest host id: every figure that groups by a host's
+    /// attributes or its owner is the same, with a row per group where a fleet of 100,000 GPUs
+    /// has one per host. Not for a reader who needs hosts themselves (a team's held hosts).
+    HostGroupRange,
 }
 
 /// A host's idle (or held-idle) cost in one hour for one owner, of one price, summed by the
@@ -185,7 +191,10 @@ impl RollupGrain {
     pub fn is_daily(self) -> bool {
         matches!(
             self,
-            RollupGrain::Day | RollupGrain::HostDay | RollupGrain::HostRange
+            RollupGrain::Day
+                | RollupGrain::HostDay
+                | RollupGrain::HostRange
+                | RollupGrain::HostGroupRange
         )
     }
 }
