@@ -436,6 +436,106 @@ fn the_fake_answers_every_capture_as_the_real_driver_did() {
     );
 }
 
+/// What the agent's probe read on a real H200 (docs/real-gpus/), idle and under load: the fake
+/// configured as that machine answers each call the agent makes the same. Readings that change
+/// by the second (power, temperature, energy, clocks, GPM's percentages) are the scenario's.
+#[test]
+fn the_fake_answers_as_a_real_h200_did() {
+    let real = |file: &str| -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/real-gpus")
+            .join(file);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let gpu = |phase: Value| {
+        json!({"driver_version": "580.159.04", "gpus": [{
+            "model": "NVIDIA H200", "uuid": "GPU-REDACTED",
+            // The machine's own, to the byte (the catalogue's is whole MiB).
+            "memory_reserved_bytes": 644_939_776_u64,
+            "power_mw": 80443, "temperature_c": 44, "phases": [phase]
+        }]})
+    };
+    let idle = gpu(json!({"at_s": 0, "gpu_util": 0, "mem_util": 0, "memory_used_bytes": 0}));
+    let busy = gpu(json!({
+        "at_s": 0, "gpu_util": 100, "mem_util": 25, "memory_used_bytes": 1_194_131_456_u64,
+        "processes": [{"pid": 570, "name": "/venv/bin/python3",
+                       "memory_used_bytes": 1_184_890_880_u64, "sm_util": 99, "mem_util": 24}]
+    }));
+    let agents_calls = [
+        "name",
+        "uuid",
+        "index",
+        "memory_info",
+        "utilization_rates",
+        "mig_mode",
+        "mig_device_count",
+        "attributes",
+        "running_compute_processes",
+        "running_graphics_processes",
+        "sys_process_name",
+        "gpm_support",
+        "profile_info",
+        "supported_event_types",
+    ];
+    let mut report = Vec::new();
+    for (file, scenario) in [
+        ("h200-probe-idle.json", idle),
+        ("h200-probe-busy.json", busy),
+    ] {
+        let real = real(file);
+        let fake = with_fake(&scenario, gpuledger_agent::probe::answers);
+        let answered = |v: &Value, call: &str| v["devices"][0]["calls"][call].clone();
+        for call in agents_calls {
+            let (r, f) = (answered(&real, call), answered(&fake, call));
+            if r != f {
+                report.push(format!("{file} {call}: real {r}, fake {f}"));
+            }
+        }
+        // Per-process utilization: the same samples, at the fake's own time.
+        let samples = |v: &Value| {
+            let answer = answered(v, "process_utilization_stats");
+            match answer["ok"].as_str() {
+                Some(ok) => json!({"ok": ok.split("timestamp").next().unwrap_or_default()}),
+                None => answer,
+            }
+        };
+        if samples(&real) != samples(&fake) {
+            report.push(format!(
+                "{file} process_utilization_stats: real {}, fake {}",
+                samples(&real),
+                samples(&fake)
+            ));
+        }
+        let driver = |v: &Value| v["system"]["sys_driver_version"].clone();
+        assert_eq!(driver(&real), driver(&fake), "{file}");
+        // `gpuledger-agent probe` prints the same answers.
+        let _one = FAKE.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scenario.json");
+        std::fs::write(&path, scenario.to_string()).unwrap();
+        let out = std::process::Command::new(support::artifact("gpuledger-agent"))
+            .args(["probe", "--nvml-lib"])
+            .arg(support::artifact("libfake_nvml.so"))
+            .env("FAKE_NVML_SCENARIO", &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for call in agents_calls {
+            assert_eq!(answered(&printed, call), answered(&fake, call), "{call}");
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the fake differs from the real H200:\n{}",
+        report.join("\n")
+    );
+}
+
 #[test]
 fn the_h100_profiles_are_a_real_h100s() {
     let text = std::fs::read_to_string(

@@ -10,6 +10,7 @@ pub mod host;
 pub mod kube_pods;
 pub mod kubelet;
 pub mod owners;
+pub mod probe;
 pub mod run;
 pub mod serving;
 pub mod slurm;

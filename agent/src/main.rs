@@ -29,6 +29,17 @@ enum Command {
     Run(RunArgs),
     /// Sample briefly and print one report as JSON; sends nothing.
     Once(OnceArgs),
+    /// Print, as JSON, what this host's NVML answers to each call the agent makes: a value or
+    /// the driver's error (NotSupported, ...). For bug reports and checking the fake against a
+    /// real GPU.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ProbeArgs {
+    /// Path of libnvidia-ml.so; by default the system's.
+    #[arg(long, env = "GPULEDGER_NVML_LIB")]
+    nvml_lib: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -327,6 +338,20 @@ async fn main() -> anyhow::Result<()> {
                 shutdown_grace: args.shutdown_grace,
             };
             run::run(config, source, shutdown_signal()).await
+        }
+        Command::Probe(args) => {
+            let nvml = match &args.nvml_lib {
+                Some(lib) => nvml_wrapper::Nvml::builder()
+                    .lib_path(lib.as_os_str())
+                    .init(),
+                None => nvml_wrapper::Nvml::init(),
+            }
+            .context(
+                "is the NVIDIA driver installed? (--nvml-lib names another libnvidia-ml.so)",
+            )?;
+            let answers = gpuledger_agent::probe::answers(&nvml);
+            println!("{}", serde_json::to_string_pretty(&answers)?);
+            Ok(())
         }
         Command::Once(args) => {
             let source = args.source.open()?;

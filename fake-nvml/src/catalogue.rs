@@ -245,23 +245,22 @@ static H100: MigTable = MigTable {
     ],
 };
 
-/// H200: the GH100 die of the H100 SXM (132 SMs), so each profile has the H100's SMs and
-/// engines; the profile names and memory are NVIDIA's go-nvml mock's (no real H200 capture
-/// seen), whose SMs (16/32/48/64/112) and engines follow its H100 table, which a real H100's
-/// `mig -lgip` contradicts. The mock's 7g.141gb (144,384 MiB) is more than the board's 143,771;
-/// it is put at the board less what MIG keeps on H100.
+/// H200, as a real one's driver (580.159.04) lists it with MIG off (docs/real-gpus.md): the
+/// GH100 die of the H100 SXM, so each profile has the H100's SMs and engines, and memory a
+/// real H200 gives, below what NVIDIA's go-nvml mock says (18,432 MiB for 1g.18gb, 144,384
+/// for 7g.141gb: more than the board's 143,771).
 static H200: MigTable = MigTable {
     compute_slices: 7,
     memory_slices: 8,
     profiles: &[
-        gi(P1, 19, "1g.18gb", (1, 1, 7), 16, 18432, (1, 1, 0, 1, 0)),
+        gi(P1, 19, "1g.18gb", (1, 1, 7), 16, 16384, (1, 1, 0, 1, 0)),
         gi(
             P1_REV1,
             20,
             "1g.18gb+me",
             (1, 1, 1),
             16,
-            18432,
+            16384,
             (1, 1, 0, 1, 1),
         ),
         gi(
@@ -270,13 +269,13 @@ static H200: MigTable = MigTable {
             "1g.35gb",
             (1, 2, 4),
             26,
-            35840,
+            33280,
             (1, 1, 0, 1, 0),
         ),
-        gi(P2, 14, "2g.35gb", (2, 2, 3), 32, 35840, (2, 2, 0, 2, 0)),
-        gi(P3, 9, "3g.71gb", (3, 4, 2), 60, 72704, (3, 3, 0, 3, 0)),
-        gi(P4, 5, "4g.71gb", (4, 4, 1), 64, 72704, (4, 4, 0, 4, 0)),
-        gi(P7, 0, "7g.141gb", (7, 8, 1), 132, 143231, (8, 7, 0, 7, 1)),
+        gi(P2, 14, "2g.35gb", (2, 2, 3), 32, 33280, (2, 2, 0, 2, 0)),
+        gi(P3, 9, "3g.71gb", (3, 4, 2), 60, 71424, (3, 3, 0, 3, 0)),
+        gi(P4, 5, "4g.71gb", (4, 4, 1), 64, 71424, (4, 4, 0, 4, 0)),
+        gi(P7, 0, "7g.141gb", (7, 8, 1), 132, 143360, (8, 7, 0, 7, 1)),
     ],
 };
 
@@ -339,7 +338,8 @@ pub static MODELS: &[Model] = &[
         Some(&H100),
     ),
     model("NVIDIA H100 PCIe", Arch::Hopper, 81559, 551, Some(&H100)),
-    model("NVIDIA H200", Arch::Hopper, 143771, 551, Some(&H200)),
+    // Seen: 143,771 total; 644,939,776 bytes reserved (615.06 MiB; nvidia-smi shows 616).
+    model("NVIDIA H200", Arch::Hopper, 143771, 615, Some(&H200)),
     // Seen.
     model("NVIDIA A10G", Arch::Ampere, 23028, 435, None),
     model("NVIDIA A10", Arch::Ampere, 23028, 512, None),

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::ffi::{c_uint, c_ulonglong, c_void};
 use std::time::{Duration, Instant};
 
+use crate::catalogue::Arch;
 use crate::scenario::{Device, GpuFaultKind};
 use crate::{with_device, with_machine, DeviceHandle, NvmlReturn};
 use crate::{
@@ -19,6 +20,9 @@ use crate::{
 const XID_CRITICAL_ERROR: c_ulonglong = 0x8;
 /// Single- and double-bit ECC errors: registrable, never raised here.
 const ECC_ERRORS: c_ulonglong = 0x1 | 0x2;
+/// What else a real H200 (driver 580) answers it supports: P-state, clock and power-source
+/// changes and MIG configuration changes (docs/real-gpus.md). Registrable, never raised here.
+const HOPPER_OTHERS: c_ulonglong = 0x4 | 0x10 | 0x80 | 0x100;
 
 #[repr(C)]
 pub struct EventData {
@@ -65,7 +69,15 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
 ) -> NvmlReturn {
     with_device(device, |d, _| match d {
         Device::Mig { .. } => ERROR_NOT_SUPPORTED,
-        Device::Gpu { .. } => crate::answer(types, Ok(XID_CRITICAL_ERROR | ECC_ERRORS)),
+        Device::Gpu { gpu, .. } => {
+            // Older models as seen on none: the events the agent waits for.
+            let others = if gpu.model.arch >= Arch::Hopper {
+                HOPPER_OTHERS
+            } else {
+                0
+            };
+            crate::answer(types, Ok(XID_CRITICAL_ERROR | ECC_ERRORS | others))
+        }
     })
 }
 

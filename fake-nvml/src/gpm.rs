@@ -172,15 +172,17 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
         };
         for i in 0..count {
             let m = &mut *metrics.add(i);
-            let (value, name): (Option<u32>, &'static CStr) = match m.metric_id {
-                METRIC_GRAPHICS_UTIL => (activity.map(|a| a.0), c"GR_UTIL"),
-                METRIC_SM_UTIL => (activity.map(|a| a.0), c"SM_UTIL"),
-                METRIC_DRAM_BW_UTIL => (activity.map(|a| a.1), c"DRAM_BW_UTIL"),
-                _ => (None, c"UNSUPPORTED"),
-            };
+            // Names as a real H200's driver gives them.
+            let (value, short, long): (Option<u32>, &'static CStr, &'static CStr) =
+                match m.metric_id {
+                    METRIC_GRAPHICS_UTIL => (activity.map(|a| a.0), c"gract", c"GRAPHICS_UTIL"),
+                    METRIC_SM_UTIL => (activity.map(|a| a.0), c"smutil", c"SM_UTIL"),
+                    METRIC_DRAM_BW_UTIL => (activity.map(|a| a.1), c"dram", c"DRAM_BW_UTIL"),
+                    _ => (None, c"UNSUPPORTED", c"UNSUPPORTED"),
+                };
             m.info = MetricInfo {
-                short_name: name.as_ptr(),
-                long_name: name.as_ptr(),
+                short_name: short.as_ptr(),
+                long_name: long.as_ptr(),
                 unit: c"%".as_ptr(),
             };
             m.value = 0.0;
