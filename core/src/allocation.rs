@@ -277,6 +277,41 @@ impl Acc {
         );
         self.estimated |= p.estimated;
     }
+
+    fn merge(&mut self, o: &Acc) {
+        self.cost += o.cost;
+        self.used += o.used;
+        self.held += o.held;
+        self.idle += o.idle;
+        self.unmonitored += o.unmonitored;
+        self.gpu_seconds += o.gpu_seconds;
+        self.util_gpu_seconds += o.util_gpu_seconds;
+        self.util_known_seconds += o.util_known_seconds;
+        self.presence_seconds += o.presence_seconds;
+        self.footprint.merge(&o.footprint);
+        self.estimated |= o.estimated;
+    }
+
+    fn row(&self, period: i64, key: &str, currency: &str) -> AllocationRow {
+        AllocationRow {
+            period_start: rfc3339(period),
+            key: key.to_owned(),
+            currency: currency.to_owned(),
+            cost: self.cost,
+            used_cost: self.used,
+            held_idle_cost: self.held,
+            idle_cost: self.idle,
+            unmonitored_cost: self.unmonitored,
+            gpu_hours: self.gpu_seconds / 3600.0,
+            avg_util: (self.util_known_seconds > 0.0)
+                .then(|| self.util_gpu_seconds / self.util_known_seconds),
+            presence_gpu_hours: presence_hours(self.presence_seconds),
+            energy_kwh: self.footprint.energy_kwh(),
+            energy_measured_share: self.footprint.measured_share(),
+            kg_co2e: self.footprint.kg_co2e(),
+            estimated: self.estimated,
+        }
+    }
 }
 
 /// GPU-hours from seconds, where a few float crumbs of time measured elsewhere are nothing.
@@ -309,32 +344,56 @@ pub fn group(
     }
     let mut rows: Vec<(i64, AllocationRow)> = acc
         .into_iter()
-        .map(|((period, key, currency), a)| {
-            (
-                period,
-                AllocationRow {
-                    period_start: rfc3339(period),
-                    key: key.to_owned(),
-                    currency: currency.to_owned(),
-                    cost: a.cost,
-                    used_cost: a.used,
-                    held_idle_cost: a.held,
-                    idle_cost: a.idle,
-                    unmonitored_cost: a.unmonitored,
-                    gpu_hours: a.gpu_seconds / 3600.0,
-                    avg_util: (a.util_known_seconds > 0.0)
-                        .then(|| a.util_gpu_seconds / a.util_known_seconds),
-                    presence_gpu_hours: presence_hours(a.presence_seconds),
-                    energy_kwh: a.footprint.energy_kwh(),
-                    energy_measured_share: a.footprint.measured_share(),
-                    kg_co2e: a.footprint.kg_co2e(),
-                    estimated: a.estimated,
-                },
-            )
-        })
+        .map(|((period, key, currency), a)| (period, a.row(period, key, currency)))
         .collect();
     rows.sort_by(|(pa, a), (pb, b)| pa.cmp(pb).then(b.cost.cmp(&a.cost)).then(a.key.cmp(&b.key)));
     rows.into_iter().map(|(_, r)| r).collect()
+}
+
+/// A table as a page shows it: the costliest keys, and the others summed into one row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Costliest {
+    pub rows: Vec<AllocationRow>,
+    /// The keys past the first ones, summed (their key is empty), and how many they are.
+    pub rest: Option<(usize, AllocationRow)>,
+}
+
+/// The `keep` costliest keys of `by` in `currency` over the whole of `attribution` (one period:
+/// a page's month), largest first, then by key; the rest summed exactly into one row, so the
+/// table still adds up to its total. The API and CSV list every key ([`group`]).
+pub fn costliest(
+    attribution: &Attribution,
+    by: GroupBy,
+    currency: &str,
+    grid: &Grid,
+    keep: usize,
+) -> Costliest {
+    let mut acc: BTreeMap<&str, Acc> = BTreeMap::new();
+    let mut first_hour = None::<i64>;
+    for p in attribution.parts.iter().filter(|p| p.currency == currency) {
+        first_hour = Some(first_hour.map_or(p.hour_ms, |h| h.min(p.hour_ms)));
+        acc.entry(key_str(p, by, attribution))
+            .or_default()
+            .add(p, grid);
+    }
+    let period = period_start(first_hour.unwrap_or(0), Step::Month);
+    let mut keys: Vec<(&str, Acc)> = acc.into_iter().collect();
+    keys.sort_by(|(ka, a), (kb, b)| b.cost.cmp(&a.cost).then(ka.cmp(kb)));
+    let others = keys.split_off(keep.min(keys.len()));
+    let rest = (!others.is_empty()).then(|| {
+        let mut sum = Acc::default();
+        for (_, a) in &others {
+            sum.merge(a);
+        }
+        (others.len(), sum.row(period, "", currency))
+    });
+    Costliest {
+        rows: keys
+            .iter()
+            .map(|(key, a)| a.row(period, key, currency))
+            .collect(),
+        rest,
+    }
 }
 
 /// The currency pages about `attribution` show: the one carrying the most of its money,
@@ -466,6 +525,86 @@ pub fn calendar_month(text: &str) -> Option<(i64, i64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::HostRow;
+    use std::collections::HashMap;
+
+    /// `hours` GPU-hours at `util` % for `team`, costing `cost`, in `currency`.
+    fn part(team: &str, kind: Kind, cost: &str, hours: f64, util: f64, currency: &str) -> Part {
+        Part {
+            hour_ms: 1_777_593_600_000 + 3 * HOUR_MS,
+            host_id: 1,
+            gpu_uuid: Some("GPU-1".into()),
+            owner: [("team", team)].into_iter().collect(),
+            kind,
+            pricing_category: "on_demand".into(),
+            currency: currency.into(),
+            cost: cost.parse().unwrap(),
+            estimated: false,
+            gpu_seconds: hours * 3600.0,
+            util_gpu_seconds: util * hours * 3600.0,
+            util_known_seconds: hours * 3600.0,
+            energy_j: hours * 3.6e6,
+            energy_known_seconds: hours * 3600.0,
+        }
+    }
+
+    fn attribution(parts: Vec<Part>) -> Attribution {
+        let host = HostRow {
+            id: 1,
+            cluster: "c".into(),
+            hostname: "h1".into(),
+            provider: None,
+            instance_id: None,
+            instance_key: None,
+            instance_type: None,
+            lifecycle: None,
+            region: None,
+            from_bill: false,
+        };
+        Attribution {
+            parts,
+            unattributed: BTreeMap::new(),
+            unattributed_hours: BTreeMap::new(),
+            hosts: HashMap::from([(1, host)]),
+        }
+    }
+
+    #[test]
+    fn the_costliest_keys_are_shown_and_the_rest_summed_to_the_cent() {
+        let a = attribution(vec![
+            part("a", Kind::Used, "0.10", 1.0, 10.0, "USD"),
+            part("b", Kind::Used, "5.00", 2.0, 50.0, "USD"),
+            part("c", Kind::HeldIdle, "0.333333", 3.0, 0.0, "USD"),
+            part("c", Kind::Used, "0.666667", 1.0, 90.0, "USD"),
+            part("d", Kind::Used, "3.00", 1.0, 30.0, "USD"),
+            part("e", Kind::Used, "0.10", 1.0, 20.0, "USD"),
+            // Another currency is not this table's.
+            part("f", Kind::Used, "99", 1.0, 20.0, "EUR"),
+        ]);
+        let grid = Grid::unknown();
+        let t = costliest(&a, GroupBy::TEAM, "USD", &grid, 2);
+        let keys: Vec<_> = t.rows.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["b", "d"]);
+        let (n, rest) = t.rest.clone().unwrap();
+        assert_eq!(n, 3);
+        // c (1.00 with 0.333333 held idle), a and e: exactly, and with their own utilization.
+        assert_eq!(rest.cost, "1.200000".parse::<Decimal>().unwrap());
+        assert_eq!(rest.held_idle_cost, "0.333333".parse::<Decimal>().unwrap());
+        assert_eq!(rest.gpu_hours, 6.0);
+        assert_eq!(rest.avg_util, Some((90.0 + 10.0 + 20.0) / 6.0));
+        assert_eq!(rest.energy_kwh, Some(6.0));
+        // Every key of the full grouping is in the table or the rest, to the same total.
+        let all = group(&a, GroupBy::TEAM, Step::Month, &grid);
+        let usd: Vec<_> = all.iter().filter(|r| r.currency == "USD").collect();
+        let shown: Decimal = t.rows.iter().map(|r| r.cost).sum::<Decimal>() + rest.cost;
+        assert_eq!(shown, usd.iter().map(|r| r.cost).sum::<Decimal>());
+        assert_eq!(&t.rows[0], usd[0]);
+        // Ties go by key; keeping as many as there are leaves no rest.
+        let t = costliest(&a, GroupBy::TEAM, "USD", &grid, 10);
+        let keys: Vec<_> = t.rows.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(keys, ["b", "d", "c", "a", "e"]);
+        assert_eq!(t.rest, None);
+    }
 
     #[test]
     fn bounds_and_periods() {

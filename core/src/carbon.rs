@@ -164,6 +164,15 @@ impl Footprint {
         }
     }
 
+    /// Adds another sum's figures to this one.
+    pub fn merge(&mut self, other: &Footprint) {
+        self.energy_j += other.energy_j;
+        self.measured_seconds += other.measured_seconds;
+        self.gpu_seconds += other.gpu_seconds;
+        self.co2e_g += other.co2e_g;
+        self.co2e_energy_j += other.co2e_energy_j;
+    }
+
     /// kWh measured; `None` where none of the GPU time was (unknown, not 0).
     pub fn energy_kwh(&self) -> Option<f64> {
         (self.measured_seconds > 0.0).then(|| self.energy_j / 3.6e6)

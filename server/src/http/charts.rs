@@ -8,7 +8,7 @@ use chrono::Datelike;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use crate::allocation::{group, period_start, GroupBy, Step};
+use crate::allocation::{costliest, period_start, AllocationRow, Costliest, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
 use crate::carbon::Grid;
 
@@ -71,6 +71,8 @@ pub struct Bar {
     pub co2e_kg: String,
     /// Used GPU-hours measured by presence, in words, where there are any.
     pub presence: Option<String>,
+    /// The keys past a table's first rows, summed (`key` says how many; `href` is the CSV).
+    pub rest: bool,
 }
 
 /// The longest share bar in a spend table: narrow enough that two tables sit side by side at
@@ -120,9 +122,15 @@ pub fn title_of(by: GroupBy) -> String {
     }
 }
 
-/// One month's spend in `currency` by `by` (its share of `total`), with each key linking to its
-/// drill-down and the whole table to the allocation API's CSV of the same query; emissions from
-/// each host's intensity in `grid`.
+/// Rows a page's table shows before the rest are summed into one: a month of a large fleet has
+/// tens of thousands of experiments, more than anyone reads (or a browser draws quickly); the
+/// table's CSV lists every one.
+pub const TABLE_ROWS: usize = 20;
+
+/// One month's spend in `currency` by `by`: its [`TABLE_ROWS`] costliest keys with bars and
+/// shares of `total`, each linking to its drill-down, and the others summed into one row; the
+/// whole table links to the allocation API's CSV of the same query, every key in it. Emissions
+/// from each host's intensity in `grid`.
 pub fn table(
     (a, grid): (&Attribution, &Grid),
     by: GroupBy,
@@ -131,41 +139,52 @@ pub fn table(
     total: Decimal,
     currency: &str,
 ) -> Table {
-    let mut rows = group(a, by, Step::Month, grid);
-    rows.retain(|r| r.currency == currency);
+    let Costliest { rows, rest } = costliest(a, by, currency, grid, TABLE_ROWS);
+    let csv = csv_href(month, next_month, by, "month", filters);
     let max = rows
         .iter()
+        .chain(rest.as_ref().map(|(_, r)| r))
         .map(|r| r.cost)
         .max()
         .unwrap_or(Decimal::ONE)
         .max(Decimal::new(1, 6));
+    let bar = |r: AllocationRow, key: String, href: String, rest: bool| Bar {
+        width: (r.cost / max).to_f64().unwrap_or(0.0).clamp(0.0, 1.0) * BAR_WIDTH,
+        share: if total.is_zero() {
+            "—".into()
+        } else {
+            format!("{}%", (r.cost / total * Decimal::from(100)).round_dp(1))
+        },
+        cost: crate::format::money(r.cost, currency),
+        held_idle: crate::format::money(r.held_idle_cost, currency),
+        gpu_hours: crate::format::whole(r.gpu_hours),
+        avg_util: r
+            .avg_util
+            .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
+        energy_kwh: energy_text(r.energy_kwh, r.energy_measured_share),
+        co2e_kg: co2e_text(r.kg_co2e, r.energy_measured_share),
+        presence: presence_text(r.presence_gpu_hours, r.gpu_hours),
+        href,
+        key,
+        rest,
+    };
+    let mut bars: Vec<Bar> = rows
+        .into_iter()
+        .map(|mut r| {
+            let key = std::mem::take(&mut r.key);
+            bar(r, key.clone(), drill_href(month, by, &key), false)
+        })
+        .collect();
+    if let Some((n, r)) = rest {
+        let key = format!("{} more", crate::format::thousands(n as i64));
+        bars.push(bar(r, key, csv.clone(), true));
+    }
     Table {
         title: title_of(by),
         by: by.as_str(),
         column: column_of(by),
-        csv: csv_href(month, next_month, by, "month", filters),
-        rows: rows
-            .into_iter()
-            .map(|r| Bar {
-                width: (r.cost / max).to_f64().unwrap_or(0.0).max(0.0) * BAR_WIDTH,
-                share: if total.is_zero() {
-                    "—".into()
-                } else {
-                    format!("{}%", (r.cost / total * Decimal::from(100)).round_dp(1))
-                },
-                cost: crate::format::money(r.cost, currency),
-                held_idle: crate::format::money(r.held_idle_cost, currency),
-                gpu_hours: crate::format::whole(r.gpu_hours),
-                avg_util: r
-                    .avg_util
-                    .map_or_else(|| "—".into(), |u| format!("{u:.0}%")),
-                energy_kwh: energy_text(r.energy_kwh, r.energy_measured_share),
-                co2e_kg: co2e_text(r.kg_co2e, r.energy_measured_share),
-                presence: presence_text(r.presence_gpu_hours, r.gpu_hours),
-                href: drill_href(month, by, &r.key),
-                key: r.key,
-            })
-            .collect(),
+        csv,
+        rows: bars,
     }
 }
 

@@ -1128,3 +1128,87 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
         );
     }
 }
+
+/// A table shows its costliest keys and sums the others into one row, to the cent; that row and
+/// the table link to the CSV, which lists every key.
+#[tokio::test]
+async fn a_table_shows_its_costliest_keys_and_sums_the_rest() {
+    let keep = super::charts::TABLE_ROWS;
+    for (api, _db) in apis().await {
+        let (viewer, _) = api.session("viewer").await;
+        let mut r = placed("rev-many");
+        let gpu = &mut r.windows[0].gpus[0];
+        gpu.util_avg = Some(100.0);
+        gpu.util_max = Some(100.0);
+        gpu.processes = (0..keep + 5)
+            .map(|i| gpuledger_proto::ProcessWindow {
+                pid: 100 + i as u32,
+                memory_used_max_bytes: Some(10_000_000),
+                sm_util_avg: Some(1.0 + i as f64 * 0.25),
+                labels: [("experiment".to_string(), format!("exp-{i:02}"))].into(),
+                ..Default::default()
+            })
+            .collect();
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let card = crate::billing::ratecard::RateCard::default_card();
+        crate::rollup::run(api.store.as_ref(), &card, &Default::default(), usize::MAX)
+            .await
+            .unwrap();
+
+        let (status, page) = api
+            .get_as(&format!("/review/{}", month()), Some(&viewer))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let shown = &page_tables(&page)["experiment"];
+        let all = api_rows(&api, &viewer, "experiment", "").await;
+        assert!(all.len() > keep + 4, "{}: {all:?}", api.backend);
+        assert_eq!(shown.len(), keep + 1, "{}: {shown:?}", api.backend);
+        assert_eq!(shown[..keep], all[..keep], "{}", api.backend);
+        // The rest: how many, and their exact sum.
+        let (from, to) = month_of(at());
+        let (_, body) = api
+            .get_as(
+                &format!(
+                    "/api/v1/allocation?from={}&to={}&by=experiment&step=month",
+                    rfc3339(from),
+                    rfc3339(to)
+                ),
+                Some(&viewer),
+            )
+            .await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let rest: rust_decimal::Decimal = v["rows"].as_array().unwrap()[keep..]
+            .iter()
+            .map(|r| gpuledger_core::money::from_text(r["cost"].as_str().unwrap()))
+            .sum();
+        let last = &shown[keep];
+        assert_eq!(
+            last.0,
+            format!("{} more", all.len() - keep),
+            "{}",
+            api.backend
+        );
+        assert_eq!(last.1, crate::format::usd(rest), "{}", api.backend);
+        // It links to the table's CSV, where every key is.
+        let doc = Html::parse_document(&page);
+        let table = doc
+            .select(&sel("table.spend[data-by=experiment]"))
+            .next()
+            .unwrap();
+        let rest_link = table.select(&sel("tr.rest td.key a")).next().unwrap();
+        let csv = rest_link.value().attr("href").unwrap();
+        assert!(csv.ends_with("format=csv"), "{csv}");
+        let (status, body) = api.get_as(csv, Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        for (key, ..) in &all {
+            assert!(body.contains(key.as_str()), "{key} in the CSV: {body}");
+        }
+        // Tables with fewer keys than that have no such row.
+        assert!(page_tables(&page)["cluster"]
+            .iter()
+            .all(|r| !r.0.ends_with(" more")));
+    }
+}
