@@ -436,9 +436,27 @@ fn the_fake_answers_every_capture_as_the_real_driver_did() {
     );
 }
 
+/// `text` with the value after each `field: ` replaced by `_` (up to the next `,` or ` }`).
+fn masked(text: &str, field: &str) -> String {
+    let needle = format!("{field}: ");
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(&needle) {
+        let start = at + needle.len();
+        out.push_str(&rest[..start]);
+        out.push('_');
+        let tail = &rest[start..];
+        let end = tail.find([',', ' ']).unwrap_or(tail.len());
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What the agent's probe read on a real H200 (docs/real-gpus/), idle and under load: the fake
 /// configured as that machine answers each call the agent makes the same. Readings that change
-/// by the second (power, temperature, energy, clocks, GPM's percentages) are the scenario's.
+/// by the second (power, temperature, energy, GPM's percentages, sample times) are compared by
+/// whether they answered, and what error; the rest value for value.
 #[test]
 fn the_fake_answers_as_a_real_h200_did() {
     let real = |file: &str| -> Value {
@@ -477,6 +495,8 @@ fn the_fake_answers_as_a_real_h200_did() {
         "profile_info",
         "supported_event_types",
     ];
+    // The agent reads these too; their values are the moment's.
+    let readings = ["power_usage", "temperature", "total_energy_consumption"];
     let mut report = Vec::new();
     for (file, scenario) in [
         ("h200-probe-idle.json", idle),
@@ -485,27 +505,48 @@ fn the_fake_answers_as_a_real_h200_did() {
         let real = real(file);
         let fake = with_fake(&scenario, gpuledger_agent::probe::answers);
         let answered = |v: &Value, call: &str| v["devices"][0]["calls"][call].clone();
-        for call in agents_calls {
-            let (r, f) = (answered(&real, call), answered(&fake, call));
+        let mut differs = |call: &str, r: Value, f: Value| {
             if r != f {
                 report.push(format!("{file} {call}: real {r}, fake {f}"));
             }
+        };
+        for call in agents_calls {
+            differs(call, answered(&real, call), answered(&fake, call));
+        }
+        let kind = |v: Value| match v.get("ok") {
+            Some(_) => json!("ok"),
+            None => v,
+        };
+        for call in readings {
+            differs(
+                call,
+                kind(answered(&real, call)),
+                kind(answered(&fake, call)),
+            );
         }
         // Per-process utilization: the same samples, at the fake's own time.
         let samples = |v: &Value| {
             let answer = answered(v, "process_utilization_stats");
             match answer["ok"].as_str() {
-                Some(ok) => json!({"ok": ok.split("timestamp").next().unwrap_or_default()}),
+                Some(ok) => json!({"ok": masked(ok, "timestamp")}),
                 None => answer,
             }
         };
-        if samples(&real) != samples(&fake) {
-            report.push(format!(
-                "{file} process_utilization_stats: real {}, fake {}",
-                samples(&real),
-                samples(&fake)
-            ));
-        }
+        differs("process_utilization_stats", samples(&real), samples(&fake));
+        // GPM: the agent's metrics and the driver's names for them, at the moment's values.
+        let gpm = |v: &Value| -> Vec<String> {
+            let answer = answered(v, "gpm_metrics");
+            let list: Vec<String> = serde_json::from_str(answer["ok"].as_str().unwrap()).unwrap();
+            list.iter()
+                .filter(|m| {
+                    ["GraphicsUtil", "SmUtil", "DramBwUtil"]
+                        .iter()
+                        .any(|id| m.contains(id))
+                })
+                .map(|m| masked(m, "value"))
+                .collect()
+        };
+        differs("gpm_metrics", json!(gpm(&real)), json!(gpm(&fake)));
         let driver = |v: &Value| v["system"]["sys_driver_version"].clone();
         assert_eq!(driver(&real), driver(&fake), "{file}");
         // `gpuledger-agent probe` prints the same answers.
@@ -529,10 +570,48 @@ fn the_fake_answers_as_a_real_h200_did() {
             assert_eq!(answered(&printed, call), answered(&fake, call), "{call}");
         }
     }
+    assert_eq!(masked("a: 1, b: 2 }", "b"), "a: 1, b: _ }");
     assert!(
         report.is_empty(),
         "the fake differs from the real H200:\n{}",
         report.join("\n")
+    );
+}
+
+/// On a GPU in MIG mode the probe makes the agent's MIG calls: each MIG device's instance ids
+/// (raw calls) and its GPU instance's GPM activity.
+#[test]
+fn the_probe_reads_mig_devices_as_the_agent_does() {
+    let scenario = json!({"gpus": [{
+        "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-mig",
+        "mig": [{
+            "profile": "3g.40gb", "gpu_instance_id": 2, "uuid": "MIG-one",
+            "phases": [{"at_s": 0, "gpu_util": 35, "mem_util": 12,
+                        "memory_used_bytes": 1_073_741_824_u64,
+                        "processes": [{"pid": 7, "name": "vllm",
+                                       "memory_used_bytes": 1_073_741_824_u64}]}]
+        }]
+    }]});
+    let answers = with_fake(&scenario, gpuledger_agent::probe::answers);
+    let gpu = &answers["devices"][0]["calls"];
+    assert_eq!(
+        gpu["mig_mode"]["ok"], "MigMode { current: 1, pending: 1 }",
+        "{gpu}"
+    );
+    let slots = gpu["mig_devices"].as_array().unwrap();
+    assert_eq!(slots.len(), 7, "the H100's seven slots: {gpu}");
+    let one = &slots[0]["calls"];
+    assert_eq!(one["uuid"]["ok"], "\"MIG-one\"", "{one}");
+    assert_eq!(one["gpu_instance_id"]["ok"], "2", "{one}");
+    assert_eq!(one["compute_instance_id"]["ok"], "0", "{one}");
+    // MIG devices give no utilization; GPM measures their GPU instance.
+    assert_eq!(one["utilization_rates"]["err"], "NotSupported", "{one}");
+    let gpm = one["gpm_mig_metrics"]["ok"].as_str().unwrap();
+    assert!(gpm.contains("GraphicsUtil, value: 35.0"), "{gpm}");
+    // Slots no device holds.
+    assert_eq!(
+        slots[1]["calls"]["mig_device_by_index"]["err"], "NotFound",
+        "{gpu}"
     );
 }
 

@@ -3,12 +3,13 @@
 //! GPU host, it is what the fake must answer when configured as that machine
 //! (docs/real-gpus.md); attached to a bug report, it says what a driver does not give.
 
+use std::ffi::c_uint;
 use std::fmt::Debug;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::gpm::GpmMetricId;
-use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::{Device, Nvml};
 use serde_json::{json, Map, Value};
@@ -132,12 +133,21 @@ fn probe_device(nvml: &Nvml, device: &Device<'_>, calls: &mut Map<String, Value>
     record(calls, "gpm_metrics", gpm_whole_device(nvml, device));
 }
 
-/// GPM over the whole device: two samples GPM_INTERVAL apart.
+/// GPM over the whole device: two samples GPM_INTERVAL apart (Hopper and newer, not in MIG mode).
 fn gpm_whole_device(nvml: &Nvml, device: &Device<'_>) -> Result<Vec<String>, NvmlError> {
-    let before = device.gpm_sample()?;
+    gpm(nvml, || device.gpm_sample())
+}
+
+/// GPM's activity between two samples `sample` takes GPM_INTERVAL apart: the agent's two metrics
+/// and two more, each with the driver's names.
+fn gpm<'a>(
+    nvml: &'a Nvml,
+    sample: impl Fn() -> Result<nvml_wrapper::GpmSample<'a>, NvmlError>,
+) -> Result<Vec<String>, NvmlError> {
+    let before = sample()?;
     let at = Instant::now();
     std::thread::sleep(GPM_INTERVAL);
-    let after = device.gpm_sample()?;
+    let after = sample()?;
     let metrics = [
         GpmMetricId::GraphicsUtil,
         GpmMetricId::SmUtil,
@@ -150,7 +160,9 @@ fn gpm_whole_device(nvml: &Nvml, device: &Device<'_>) -> Result<Vec<String>, Nvm
     Ok(out)
 }
 
-/// A GPU in MIG mode: its profiles (the agent's compute slices) and each MIG device's answers.
+/// A GPU's MIG profiles (the agent's compute slices: every `NVML_GPU_INSTANCE_PROFILE_*`
+/// constant nvml.h defines, 0 to 15) and, in MIG mode, each MIG device's answers, where it sits
+/// and its GPM activity.
 fn probe_mig(nvml: &Nvml, device: &Device<'_>, calls: &mut Map<String, Value>) {
     let mut profiles = Map::new();
     for profile in 0..16 {
@@ -169,7 +181,26 @@ fn probe_mig(nvml: &Nvml, device: &Device<'_>, calls: &mut Map<String, Value>) {
     for slot in 0..slots {
         let mut child = Map::new();
         match device.mig_device_by_index(slot) {
-            Ok(instance) => probe_device(nvml, &instance, &mut child),
+            Ok(instance) => {
+                probe_device(nvml, &instance, &mut child);
+                // Where it sits, with the raw calls the agent makes (nvml-wrapper has none).
+                let id = |call: Result<&unsafe extern "C" fn(_, *mut c_uint) -> _, _>| {
+                    let call = nvml_sym(call)?;
+                    let mut id: c_uint = 0;
+                    // SAFETY: the handle comes from this live `Nvml`; `id` is a valid out-pointer.
+                    nvml_try(unsafe { call(instance.handle(), &mut id) })?;
+                    Ok::<_, NvmlError>(id)
+                };
+                let lib = nvml.lib();
+                let gi = id(lib.nvmlDeviceGetGpuInstanceId.as_ref());
+                let ci = id(lib.nvmlDeviceGetComputeInstanceId.as_ref());
+                if let Ok(gi) = &gi {
+                    let metrics = gpm(nvml, || device.gpm_mig_sample(*gi));
+                    record(&mut child, "gpm_mig_metrics", metrics);
+                }
+                record(&mut child, "gpu_instance_id", gi);
+                record(&mut child, "compute_instance_id", ci);
+            }
             Err(e) => record::<()>(&mut child, "mig_device_by_index", Err(e)),
         }
         children.push(json!({ "slot": slot, "calls": child }));

@@ -359,8 +359,9 @@ pub struct Costliest {
 }
 
 /// The `keep` costliest keys of `by` in `currency` over the whole of `attribution` (one period:
-/// a page's month), largest first, then by key; the rest summed exactly into one row, so the
-/// table still adds up to its total. The API and CSV list every key ([`group`]).
+/// a page's month), largest first, then by key, as [`group`] orders them; the rest (two or more)
+/// summed exactly into one row, so the table still adds up to its total. The API and CSV list
+/// every key.
 pub fn costliest(
     attribution: &Attribution,
     by: GroupBy,
@@ -379,7 +380,13 @@ pub fn costliest(
     let period = period_start(first_hour.unwrap_or(0), Step::Month);
     let mut keys: Vec<(&str, Acc)> = acc.into_iter().collect();
     keys.sort_by(|(ka, a), (kb, b)| b.cost.cmp(&a.cost).then(ka.cmp(kb)));
-    let others = keys.split_off(keep.min(keys.len()));
+    // One key left over is shown as itself: "1 more" would hide its name and save no row.
+    let cut = if keys.len() == keep + 1 {
+        keys.len()
+    } else {
+        keep.min(keys.len())
+    };
+    let others = keys.split_off(cut);
     let rest = (!others.is_empty()).then(|| {
         let mut sum = Acc::default();
         for (_, a) in &others {
@@ -599,11 +606,13 @@ mod tests {
         let shown: Decimal = t.rows.iter().map(|r| r.cost).sum::<Decimal>() + rest.cost;
         assert_eq!(shown, usd.iter().map(|r| r.cost).sum::<Decimal>());
         assert_eq!(&t.rows[0], usd[0]);
-        // Ties go by key; keeping as many as there are leaves no rest.
-        let t = costliest(&a, GroupBy::TEAM, "USD", &grid, 10);
-        let keys: Vec<_> = t.rows.iter().map(|r| r.key.as_str()).collect();
-        assert_eq!(keys, ["b", "d", "c", "a", "e"]);
-        assert_eq!(t.rest, None);
+        // Ties go by key; keeping as many as there are, or all but one, leaves no rest.
+        for keep in [4, 5, 10] {
+            let t = costliest(&a, GroupBy::TEAM, "USD", &grid, keep);
+            let keys: Vec<_> = t.rows.iter().map(|r| r.key.as_str()).collect();
+            assert_eq!(keys, ["b", "d", "c", "a", "e"], "keeping {keep}");
+            assert_eq!(t.rest, None);
+        }
     }
 
     #[test]

@@ -141,9 +141,9 @@ pub fn table(
 ) -> Table {
     let Costliest { rows, rest } = costliest(a, by, currency, grid, TABLE_ROWS);
     let csv = csv_href(month, next_month, by, "month", filters);
+    // Bars are to the longest row's scale; the rest's, often most of the spend, is cut to it.
     let max = rows
         .iter()
-        .chain(rest.as_ref().map(|(_, r)| r))
         .map(|r| r.cost)
         .max()
         .unwrap_or(Decimal::ONE)

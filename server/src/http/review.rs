@@ -141,6 +141,9 @@ struct DrillDownPage {
     heatmap: Heatmap,
     endpoint: Option<EndpointRow>,
     runs: Vec<RunRow>,
+    /// How many runs there are, where more than `runs` shows ("54,980").
+    runs_more: Option<String>,
+    runs_csv: String,
     empty: bool,
     /// What this key spent in currencies other than the page's, in words ("" when none).
     other_currencies: String,
@@ -985,11 +988,14 @@ async fn drill_down(
             schema,
         );
         runs.retain(|r| held_runs.as_ref().is_none_or(|h| h.contains(&r.experiment)));
-        // No cost per step here: a run's part on one host or cluster is not what its steps cost.
-        runs_view(&runs, &month, schema)
+        runs
     } else {
         Vec::new()
     };
+    // The costliest, as on the review: a large cluster runs tens of thousands a month.
+    let runs_more = (runs.len() > TOP_ROWS).then(|| crate::format::thousands(runs.len() as i64));
+    // No cost per step here: a run's part on one host or cluster is not what its steps cost.
+    let runs = runs_view(&runs[..runs.len().min(TOP_ROWS)], &month, schema);
     let (prev_from, _) = month_of(from - 1);
     let drill = |m: &str| charts::drill_href(m, by, &key);
     render(&DrillDownPage {
@@ -1011,6 +1017,11 @@ async fn drill_down(
         heatmap,
         endpoint,
         runs,
+        runs_more,
+        runs_csv: format!(
+            "/api/v1/runs?{}",
+            query(&[("from", &month), ("to", &next), ("format", "csv")])
+        ),
         other_currencies: others
             .iter()
             .map(|(c, d)| money(*d, c))

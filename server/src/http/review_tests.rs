@@ -1210,5 +1210,20 @@ async fn a_table_shows_its_costliest_keys_and_sums_the_rest() {
         assert!(page_tables(&page)["cluster"]
             .iter()
             .all(|r| !r.0.ends_with(" more")));
+        // The cluster's drill-down: the same table, and its costliest runs of the many.
+        let (status, drill) = api
+            .get_as(
+                &format!("/review/{}/cluster?key=c1", month()),
+                Some(&viewer),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", api.backend);
+        let drilled = &page_tables(&drill)["experiment"];
+        assert_eq!(drilled, shown, "{}", api.backend);
+        let doc = Html::parse_document(&drill);
+        let runs = doc.select(&sel("table.runs tbody tr")).count();
+        assert_eq!(runs, crate::review_sections::TOP_ROWS, "{}", api.backend);
+        let said = format!("{} runs: the {runs} costliest here", keep + 5);
+        assert!(drill.contains(&said), "{}: {said}", api.backend);
     }
 }
