@@ -560,13 +560,7 @@ mod tests {
             id: 1,
             cluster: "c".into(),
             hostname: "h1".into(),
-            provider: None,
-            instance_id: None,
-            instance_key: None,
-            instance_type: None,
-            lifecycle: None,
-            region: None,
-            from_bill: false,
+            ..Default::default()
         };
         Attribution {
             parts,

@@ -171,8 +171,9 @@ pub fn table(
     let mut bars: Vec<Bar> = rows
         .into_iter()
         .map(|mut r| {
+            let href = drill_href(month, by, &r.key);
             let key = std::mem::take(&mut r.key);
-            bar(r, key.clone(), drill_href(month, by, &key), false)
+            bar(r, key, href, false)
         })
         .collect();
     if let Some((n, r)) = rest {

@@ -49,8 +49,8 @@ fn page_tables(html: &str) -> BTreeMap<String, Vec<Row>> {
     out
 }
 
-/// The allocation API's rows for the month, as the page would show them.
-async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
+/// The allocation API's answer for the month by `by` (`filter`: `&key=value…`), as JSON.
+async fn month_allocation(api: &Api, cookie: &str, by: &str, filter: &str) -> serde_json::Value {
     let (from, to) = month_of(at());
     let q = format!(
         "from={}&to={}&by={by}&step=month{filter}",
@@ -61,7 +61,12 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
         .get_as(&format!("/api/v1/allocation?{q}"), Some(cookie))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The allocation API's rows for the month, as the page would show them.
+async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
+    let v = month_allocation(api, cookie, by, filter).await;
     v["rows"]
         .as_array()
         .unwrap()
@@ -220,18 +225,7 @@ async fn every_review_table_equals_the_allocation_api() {
         // The headline total is the API's total, and links to it.
         let doc = Html::parse_document(&page);
         let first = doc.select(&sel("section.headline a.big")).next().unwrap();
-        let (from, to) = month_of(at());
-        let (_, body) = api
-            .get_as(
-                &format!(
-                    "/api/v1/allocation?from={}&to={}&by=model&step=month",
-                    rfc3339(from),
-                    rfc3339(to)
-                ),
-                Some(&viewer),
-            )
-            .await;
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let v = month_allocation(&api, &viewer, "model", "").await;
         let total = crate::format::usd(gpuledger_core::money::from_text(
             v["totals"][0]["cost"].as_str().unwrap(),
         ));
@@ -831,18 +825,7 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
         .await
         .unwrap();
 
-        let (from, to) = month_of(at());
-        let (_, body) = api
-            .get_as(
-                &format!(
-                    "/api/v1/allocation?from={}&to={}&by=cluster&step=month",
-                    rfc3339(from),
-                    rfc3339(to)
-                ),
-                Some(&viewer),
-            )
-            .await;
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let v = month_allocation(&api, &viewer, "cluster", "").await;
         let total_in = |currency: &str| {
             v["totals"]
                 .as_array()
@@ -850,10 +833,10 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
                 .iter()
                 .find(|t| t["currency"] == currency)
                 .map(|t| gpuledger_core::money::from_text(t["cost"].as_str().unwrap()))
-                .unwrap_or_else(|| panic!("no {currency} total: {body}"))
+                .unwrap_or_else(|| panic!("no {currency} total: {v}"))
         };
         let (eur_total, usd_total) = (total_in("EUR"), total_in("USD"));
-        assert!(usd_total > rust_decimal::Decimal::ZERO, "{body}");
+        assert!(usd_total > rust_decimal::Decimal::ZERO, "{v}");
 
         let (status, page) = api
             .get_as(&format!("/review/{}", month()), Some(&viewer))
@@ -1168,18 +1151,7 @@ async fn a_table_shows_its_costliest_keys_and_sums_the_rest() {
         assert_eq!(shown.len(), keep + 1, "{}: {shown:?}", api.backend);
         assert_eq!(shown[..keep], all[..keep], "{}", api.backend);
         // The rest: how many, and their exact sum.
-        let (from, to) = month_of(at());
-        let (_, body) = api
-            .get_as(
-                &format!(
-                    "/api/v1/allocation?from={}&to={}&by=experiment&step=month",
-                    rfc3339(from),
-                    rfc3339(to)
-                ),
-                Some(&viewer),
-            )
-            .await;
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let v = month_allocation(&api, &viewer, "experiment", "").await;
         let rest: rust_decimal::Decimal = v["rows"].as_array().unwrap()[keep..]
             .iter()
             .map(|r| gpuledger_core::money::from_text(r["cost"].as_str().unwrap()))
