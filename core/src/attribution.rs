@@ -22,6 +22,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use foldhash::{HashMap as FastMap, HashMapExt};
+
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
@@ -100,11 +102,12 @@ pub struct Part {
     pub energy_known_seconds: f64,
 }
 
-/// What one weight stands for before the cost is divided.
+/// What one weight stands for before the cost is divided. Borrowed and interned, not owned:
+/// a host-hour has a share per window, so each allocation here was paid millions of times.
 #[derive(Debug, Clone)]
-struct Share {
-    gpu_uuid: Option<String>,
-    owner: Owner,
+struct Share<'w> {
+    gpu_uuid: Option<&'w str>,
+    owner: OwnerId,
     kind: Kind,
     weight: f64,
     gpu_seconds: f64,
@@ -168,54 +171,92 @@ pub fn hosts_by_instance_key(hosts: &[HostRow]) -> HashMap<&str, i64> {
     by_key.into_iter().map(|(k, h)| (k, h.id)).collect()
 }
 
+/// An owner interned by [`Owners`]: equal owners have the same id, so shares are merged by
+/// comparing ids rather than owners' dimension maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct OwnerId(u32);
+
 /// Owners by the schema: a process's from its labels on its host's cluster (each distinct label
 /// set read once), nobody's (idle, unmonitored) from the cluster alone, and the processes the
-/// agent cannot see as "(unseen process)".
+/// agent cannot see as "(unseen process)". Each distinct owner is kept once, under its id.
 struct Owners<'a> {
     schema: &'a OwnerSchema,
     cluster: &'a str,
-    nobody: Owner,
-    unseen: Owner,
-    cache: HashMap<(&'a str, &'a str), Owner>,
+    nobody: OwnerId,
+    unseen: OwnerId,
+    by_cluster: FastMap<&'a str, (OwnerId, OwnerId)>,
+    by_labels: FastMap<(&'a str, &'a str), OwnerId>,
+    ids: FastMap<Owner, OwnerId>,
+    owners: Vec<Owner>,
 }
 
 impl<'a> Owners<'a> {
     fn new(schema: &'a OwnerSchema) -> Self {
-        Owners {
+        let mut owners = Owners {
             schema,
             cluster: "",
-            nobody: schema.owner_of(&BTreeMap::new(), ""),
-            unseen: schema.unseen_owner(""),
-            cache: HashMap::new(),
+            nobody: OwnerId(0),
+            unseen: OwnerId(0),
+            by_cluster: FastMap::new(),
+            by_labels: FastMap::new(),
+            ids: FastMap::new(),
+            owners: Vec::new(),
+        };
+        owners.nobody = owners.intern(schema.owner_of(&BTreeMap::new(), ""));
+        owners.unseen = owners.intern(schema.unseen_owner(""));
+        owners
+    }
+
+    fn intern(&mut self, owner: Owner) -> OwnerId {
+        if let Some(id) = self.ids.get(&owner) {
+            return *id;
         }
+        let id = OwnerId(self.owners.len() as u32);
+        self.owners.push(owner.clone());
+        self.ids.insert(owner, id);
+        id
+    }
+
+    fn get(&self, id: OwnerId) -> &Owner {
+        &self.owners[id.0 as usize]
     }
 
     /// Owners on a host of `cluster` from now on.
     fn on_cluster(&mut self, cluster: &'a str) {
-        if self.cluster != cluster {
-            self.cluster = cluster;
-            self.nobody = self.schema.owner_of(&BTreeMap::new(), cluster);
-            self.unseen = self.schema.unseen_owner(cluster);
+        if self.cluster == cluster {
+            return;
         }
+        self.cluster = cluster;
+        let (nobody, unseen) = match self.by_cluster.get(cluster) {
+            Some(ids) => *ids,
+            None => {
+                let nobody = self.intern(self.schema.owner_of(&BTreeMap::new(), cluster));
+                let unseen = self.intern(self.schema.unseen_owner(cluster));
+                self.by_cluster.insert(cluster, (nobody, unseen));
+                (nobody, unseen)
+            }
+        };
+        self.nobody = nobody;
+        self.unseen = unseen;
     }
 
-    fn of_holder(&mut self, h: Holder<'a>) -> Owner {
+    fn of_holder(&mut self, h: Holder<'a>) -> OwnerId {
         match h {
             Holder::Seen(p) => self.of(p),
-            Holder::Unseen(_) => self.unseen.clone(),
+            Holder::Unseen(_) => self.unseen,
         }
     }
 
-    fn of(&mut self, p: &'a StoredProcessWindow) -> Owner {
-        let (schema, cluster) = (self.schema, self.cluster);
-        self.cache
-            .entry((p.labels_json.as_str(), cluster))
-            .or_insert_with(|| {
-                let labels: BTreeMap<String, String> =
-                    serde_json::from_str(&p.labels_json).unwrap_or_default();
-                schema.owner_of(&labels, cluster)
-            })
-            .clone()
+    fn of(&mut self, p: &'a StoredProcessWindow) -> OwnerId {
+        let key = (p.labels_json.as_str(), self.cluster);
+        if let Some(id) = self.by_labels.get(&key) {
+            return *id;
+        }
+        let labels: BTreeMap<String, String> =
+            serde_json::from_str(&p.labels_json).unwrap_or_default();
+        let id = self.intern(self.schema.owner_of(&labels, self.cluster));
+        self.by_labels.insert(key, id);
+        id
     }
 }
 
@@ -262,8 +303,8 @@ fn by_memory<'a>(holders: &[Holder<'a>]) -> Vec<(Holder<'a>, f64)> {
 /// Whether it was busy, held idle or idle is [`Thresholds::of_window`], the same for incidents
 /// and the fleet page.
 #[allow(clippy::too_many_arguments)]
-fn window_shares<'a>(
-    uuid: &str,
+fn window_shares<'a, 'w>(
+    uuid: &'w str,
     w: &AttributionWindow,
     procs: &[&'a StoredProcessWindow],
     owners: &mut Owners<'a>,
@@ -271,14 +312,14 @@ fn window_shares<'a>(
     gpu_seconds: f64,
     energy_j: Option<f64>,
     rules: Thresholds,
-    out: &mut Vec<Share>,
+    out: &mut Vec<Share<'w>>,
 ) {
-    let share_at = |owner: Owner, kind: Kind, fraction: f64, util: Option<f64>| {
+    let share_at = |owner: OwnerId, kind: Kind, fraction: f64, util: Option<f64>| {
         let secs = gpu_seconds * fraction;
         Share {
             energy_j: energy_j.map_or(0.0, |e| e * fraction),
             energy_known_seconds: if energy_j.is_some() { secs } else { 0.0 },
-            gpu_uuid: Some(uuid.to_owned()),
+            gpu_uuid: Some(uuid),
             owner,
             kind,
             weight: weight * fraction,
@@ -288,7 +329,7 @@ fn window_shares<'a>(
         }
     };
     let share =
-        |owner: Owner, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
+        |owner: OwnerId, kind: Kind, fraction: f64| share_at(owner, kind, fraction, w.util_avg);
     let mut holding: Vec<Holder<'a>> = procs
         .iter()
         .copied()
@@ -351,18 +392,13 @@ fn window_shares<'a>(
             } else {
                 // Busy with no process in sight (another container's, say): used, by processes
                 // the agent cannot see.
-                out.push(share_at(owners.unseen.clone(), Kind::Used, busy, busy_util));
+                out.push(share_at(owners.unseen, Kind::Used, busy, busy_util));
             }
             if let Some(split) = split {
                 let quiet = 1.0 - split.busy_fraction;
                 let quiet_util = Some(split.quiet_util);
                 if holding.is_empty() {
-                    out.push(share_at(
-                        owners.nobody.clone(),
-                        Kind::Idle,
-                        quiet,
-                        quiet_util,
-                    ));
+                    out.push(share_at(owners.nobody, Kind::Idle, quiet, quiet_util));
                 }
                 for (h, part) in by_memory(&holding) {
                     out.push(share_at(
@@ -385,9 +421,7 @@ fn window_shares<'a>(
                 out.push(share(owners.of_holder(h), Kind::HeldIdle, part));
             }
         }
-        Activity::Idle | Activity::Unknown => {
-            out.push(share(owners.nobody.clone(), Kind::Idle, 1.0))
-        }
+        Activity::Idle | Activity::Unknown => out.push(share(owners.nobody, Kind::Idle, 1.0)),
     }
 }
 
@@ -452,16 +486,16 @@ pub fn mig_fractions<'w>(
 
 /// The shares of one host-hour. The first share is always a catch-all (unmonitored or idle),
 /// which is where a cost goes if every weight is 0.
-fn host_hour_shares<'a>(
+fn host_hour_shares<'a, 'w>(
     hour_ms: i64,
-    windows: &[&AttributionWindow],
-    procs: &HashMap<(&str, i64), Vec<&'a StoredProcessWindow>>,
+    windows: &[&'w AttributionWindow],
+    procs: &FastMap<(&str, i64), Vec<&'a StoredProcessWindow>>,
     owners: &mut Owners<'a>,
     rules: Thresholds,
-) -> Vec<Share> {
+) -> Vec<Share<'w>> {
     let mut out = vec![Share {
         gpu_uuid: None,
-        owner: owners.nobody.clone(),
+        owner: owners.nobody,
         kind: Kind::Unmonitored,
         weight: 0.0,
         gpu_seconds: 0.0,
@@ -471,8 +505,9 @@ fn host_hour_shares<'a>(
         energy_known_seconds: 0.0,
     }];
     // Physical GPUs and their MIG instances.
-    let mut physical: BTreeMap<&str, Vec<&AttributionWindow>> = BTreeMap::new();
-    let mut children: BTreeMap<&str, BTreeMap<&str, Vec<&AttributionWindow>>> = BTreeMap::new();
+    let mut physical: BTreeMap<&'w str, Vec<&'w AttributionWindow>> = BTreeMap::new();
+    let mut children: BTreeMap<&'w str, BTreeMap<&'w str, Vec<&'w AttributionWindow>>> =
+        BTreeMap::new();
     for w in windows {
         match w.parent_uuid.as_deref() {
             None => physical.entry(&w.gpu_uuid).or_default().push(w),
@@ -527,8 +562,8 @@ fn host_hour_shares<'a>(
                 }
                 if idle > 0.0 {
                     out.push(Share {
-                        gpu_uuid: Some((*gpu).to_owned()),
-                        owner: owners.nobody.clone(),
+                        gpu_uuid: Some(*gpu),
+                        owner: owners.nobody,
                         kind: Kind::Idle,
                         weight: gpu_share * idle * t,
                         gpu_seconds: idle * seconds,
@@ -548,7 +583,7 @@ fn host_hour_shares<'a>(
                 gpu_share,
                 1.0,
                 covered * scale,
-                &owners.nobody,
+                owners.nobody,
             ));
             continue;
         }
@@ -559,7 +594,7 @@ fn host_hour_shares<'a>(
             .collect();
         let parent_energy: Option<f64> =
             (!parent_energies.is_empty()).then(|| parent_energies.iter().sum());
-        let leaves: Vec<(&str, f64, &Vec<&AttributionWindow>)> = match instances {
+        let leaves: Vec<(&'w str, f64, &Vec<&'w AttributionWindow>)> = match instances {
             Some(instances) => {
                 let sizes: Vec<f64> = instances
                     .values()
@@ -608,7 +643,7 @@ fn host_hour_shares<'a>(
                 leaf_share,
                 physical_fraction,
                 covered * scale,
-                &owners.nobody,
+                owners.nobody,
             ));
         }
     }
@@ -617,7 +652,7 @@ fn host_hour_shares<'a>(
 
 /// The processes of a device's window.
 fn processes_at<'p, 'k, 'a>(
-    procs: &'p HashMap<(&'k str, i64), Vec<&'a StoredProcessWindow>>,
+    procs: &'p FastMap<(&'k str, i64), Vec<&'a StoredProcessWindow>>,
     uuid: &'k str,
     start_ms: i64,
 ) -> &'p [&'a StoredProcessWindow] {
@@ -657,12 +692,12 @@ fn unmonitored(
     share: f64,
     physical_fraction: f64,
     covered_ms: f64,
-    nobody: &Owner,
-) -> Option<Share> {
+    nobody: OwnerId,
+) -> Option<Share<'_>> {
     let uncovered = (1.0 - covered_ms / HOUR_MS as f64).max(0.0);
-    (uncovered > 0.0).then(|| Share {
-        gpu_uuid: Some(uuid.to_owned()),
-        owner: nobody.clone(),
+    (uncovered > 0.0).then_some(Share {
+        gpu_uuid: Some(uuid),
+        owner: nobody,
         kind: Kind::Unmonitored,
         weight: share * uncovered,
         gpu_seconds: physical_fraction * uncovered * 3600.0,
@@ -674,11 +709,11 @@ fn unmonitored(
 }
 
 /// One share per (GPU, owner, kind), in first-seen order so the catch-all stays first.
-fn merge(shares: Vec<Share>) -> Vec<Share> {
-    let mut index: HashMap<(Option<String>, Owner, Kind), usize> = HashMap::new();
+fn merge(shares: Vec<Share<'_>>) -> Vec<Share<'_>> {
+    let mut index: FastMap<(Option<&str>, OwnerId, Kind), usize> = FastMap::new();
     let mut out: Vec<Share> = Vec::new();
     for s in shares {
-        let key = (s.gpu_uuid.clone(), s.owner.clone(), s.kind);
+        let key = (s.gpu_uuid, s.owner, s.kind);
         match index.get(&key) {
             Some(&i) => {
                 let m = &mut out[i];
@@ -776,7 +811,7 @@ pub fn attribute_by(
             .or_default()
             .push(w);
     }
-    let mut procs: HashMap<(&str, i64), Vec<&StoredProcessWindow>> = HashMap::new();
+    let mut procs: FastMap<(&str, i64), Vec<&StoredProcessWindow>> = FastMap::new();
     for p in processes {
         procs
             .entry((p.gpu_uuid.as_str(), p.start_ms))
@@ -849,14 +884,14 @@ pub fn attribute_by(
                 // A dimension no process label gave may come from the line's tags.
                 let owner = if reads_tags {
                     let tags = item.tags.as_ref().unwrap_or(&no_tags);
-                    schema.with_tags(&share.owner, tags, cluster)
+                    schema.with_tags(owners.get(share.owner), tags, cluster)
                 } else {
-                    share.owner.clone()
+                    owners.get(share.owner).clone()
                 };
                 parts.push(Part {
                     hour_ms: hour,
                     host_id,
-                    gpu_uuid: share.gpu_uuid.clone(),
+                    gpu_uuid: share.gpu_uuid.map(str::to_owned),
                     owner,
                     kind: share.kind,
                     pricing_category: item.pricing_category.clone(),

@@ -9,6 +9,8 @@
 //! has been rolled up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::attribution::Rules;
 use crate::attribution::{self, Part};
@@ -22,7 +24,7 @@ use crate::store::{
 use gpuledger_core::activity::util_band;
 use gpuledger_core::commitment::charge_unused;
 use gpuledger_core::money::to_nano_atto;
-use gpuledger_core::owners::{Owner, Role};
+use gpuledger_core::owners::Role;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// Consecutive hours attributed in one pass: one load of raw data, bounded memory.
@@ -94,6 +96,8 @@ async fn run_in_passes(
     (from_ms, to_ms): (i64, i64),
 ) -> Result<RollupSummary, StoreError> {
     let mut summary = RollupSummary::default();
+    // Shared with the threads that attribute each group of hosts.
+    let shared = Arc::new((card.clone(), rules.clone()));
     while summary.hours < max_hours {
         let marks =
             store::rollups::dirty_marks_in(store.db(), from_ms, to_ms, MARKS_PER_ROUND).await?;
@@ -113,14 +117,31 @@ async fn run_in_passes(
                 // Before the lines are divided among host groups: an unused part charged to
                 // the covered owners follows usage that may be in any group.
                 let lines = charge_unused(lines, rules.unused_commitments, from, to);
+                let host_of = attribution::hosts_by_instance_key(&hosts);
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
-                for group in &pass.host_groups {
-                    let (r, u, us) =
-                        attribute_hours(store, card, rules, &hosts, &lines, group, from, to)
-                            .await?;
+                let mut add = |(r, u, us): Attributed| {
                     rows.extend(r);
                     unattributed.extend(u);
                     usage.extend(us);
+                };
+                // Each group is read while the one before is attributed on a blocking thread:
+                // reading (the database, and decoding its rows) and attributing take about the
+                // same CPU, so with two cores the pass takes little more than the larger. At most
+                // two groups' raw data is held at once.
+                let mut attributing: Option<tokio::task::JoinHandle<Attributed>> = None;
+                for group in &pass.host_groups {
+                    let inputs =
+                        read_group(store, &hosts, &host_of, &lines, group, (from, to)).await?;
+                    if let Some(done) = attributing.take() {
+                        add(joined(done.await)?);
+                    }
+                    let shared = Arc::clone(&shared);
+                    attributing = Some(tokio::task::spawn_blocking(move || {
+                        attribute_read(&shared.0, &shared.1, inputs, (from, to))
+                    }));
+                }
+                if let Some(done) = attributing {
+                    add(joined(done.await)?);
                 }
                 let marks: Vec<DirtyMark> = pass
                     .hours
@@ -145,6 +166,11 @@ async fn run_in_passes(
         }
     }
     Ok(summary)
+}
+
+/// An attribution run on a blocking thread, or why it did not finish.
+fn joined(result: Result<Attributed, tokio::task::JoinError>) -> Result<Attributed, StoreError> {
+    result.map_err(|e| StoreError::Invalid(format!("attributing a group of hosts failed: {e}")))
 }
 
 /// Every host, with one known from the bill alone added for each GPU instance `lines` charge that
@@ -307,31 +333,40 @@ fn consecutive_runs(hours: &[i64]) -> Vec<Vec<i64>> {
     runs
 }
 
-/// Attribution of `[from, to)` (whole hours) from raw data for the hosts in `group`, as rollup
-/// rows per hour, and how endpoints and models used their GPUs in those hours. Bill lines that
-/// match no host are counted (as unattributed) with the group that starts the id range.
-#[allow(clippy::too_many_arguments)]
-async fn attribute_hours(
+/// What attributing `[from, to)` for the hosts of one group reads, owned so that it can be
+/// attributed on another thread.
+struct GroupInputs {
+    hosts: Vec<HostRow>,
+    windows: Vec<AttributionWindow>,
+    processes: Vec<StoredProcessWindow>,
+    lines: Vec<StoredCostLine>,
+}
+
+/// Rollup rows, unattributed cost and usage rows of a group of hosts.
+type Attributed = (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>);
+
+/// The raw data of `[from, to)` (whole hours) for the hosts in `group`, with the group's bill
+/// lines and hosts. Bill lines that match no host go with the group that starts the id range
+/// (counted as unattributed there).
+async fn read_group(
     store: &dyn Store,
-    card: &RateCard,
-    rules: &Rules,
     hosts: &[HostRow],
+    host_of: &HashMap<&str, i64>,
     lines: &[StoredCostLine],
     group: &HostGroup,
-    from: i64,
-    to: i64,
-) -> Result<(Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>), StoreError> {
+    (from, to): (i64, i64),
+) -> Result<GroupInputs, StoreError> {
     if group.range == HostRange::ALL {
-        let windows = store::rollups::attribution_windows(store.db(), from, to).await?;
-        let processes = store::telemetry::process_windows(store.db(), from, to).await?;
-        return Ok(attribute_read(
-            card, rules, hosts, &windows, &processes, lines, from, to,
-        ));
+        return Ok(GroupInputs {
+            hosts: hosts.to_vec(),
+            windows: store::rollups::attribution_windows(store.db(), from, to).await?,
+            processes: store::telemetry::process_windows(store.db(), from, to).await?,
+            lines: lines.to_vec(),
+        });
     }
     let (windows, processes) =
         store::rollups::attribution_inputs_of_hosts(store.db(), from, to, &group.host_ids).await?;
-    let host_of = attribution::hosts_by_instance_key(hosts);
-    let group_lines: Vec<StoredCostLine> = lines
+    let lines = lines
         .iter()
         .filter(
             |l| match l.resource_key.as_deref().and_then(|k| host_of.get(k)) {
@@ -341,36 +376,40 @@ async fn attribute_hours(
         )
         .cloned()
         .collect();
-    Ok(attribute_read(
-        card,
-        rules,
+    // Only the group's hosts: a large fleet's hour is hundreds of groups, and copying every
+    // host for each was a cost that grew with the square of the fleet.
+    let hosts = hosts
+        .iter()
+        .filter(|h| group.range.contains(h.id))
+        .cloned()
+        .collect();
+    Ok(GroupInputs {
         hosts,
-        &windows,
-        &processes,
-        &group_lines,
-        from,
-        to,
-    ))
-}
-
-/// Rollup rows, unattributed cost and usage of `[from, to)` from the raw data read for it.
-#[allow(clippy::too_many_arguments)]
-fn attribute_read(
-    card: &RateCard,
-    rules: &Rules,
-    hosts: &[HostRow],
-    windows: &[AttributionWindow],
-    processes: &[StoredProcessWindow],
-    lines: &[StoredCostLine],
-    from: i64,
-    to: i64,
-) -> (Vec<RollupRow>, Vec<UnattributedRow>, Vec<UsageRow>) {
-    let usage = usage_rows(windows, processes, &rules.owners);
-    let a = attribution::attribute_by(
-        hosts.to_vec(),
         windows,
         processes,
         lines,
+    })
+}
+
+/// Rollup rows, unattributed cost and usage of `[from, to)` from the raw data read for it.
+fn attribute_read(
+    card: &RateCard,
+    rules: &Rules,
+    inputs: GroupInputs,
+    (from, to): (i64, i64),
+) -> Attributed {
+    let GroupInputs {
+        hosts,
+        windows,
+        processes,
+        lines,
+    } = inputs;
+    let usage = usage_rows(&windows, &processes, &rules.owners);
+    let a = attribution::attribute_by(
+        hosts,
+        &windows,
+        &processes,
+        &lines,
         card,
         &rules.busy,
         &rules.owners,
@@ -424,36 +463,39 @@ pub(crate) fn usage_rows(
     processes: &[StoredProcessWindow],
     owners: &OwnerSchema,
 ) -> Vec<UsageRow> {
-    let window_of: HashMap<(&str, i64), &AttributionWindow> = windows
+    use foldhash::{HashMap as FastMap, HashMapExt};
+    let window_of: FastMap<(&str, i64), &AttributionWindow> = windows
         .iter()
         .map(|w| ((w.gpu_uuid.as_str(), w.start_ms), w))
         .collect();
-    type Key<'a> = (i64, i64, &'a str, &'static str, String, i64);
-    let mut counted: BTreeMap<Key, (BTreeSet<i64>, i64)> = BTreeMap::new();
-    let mut labelled: HashMap<&str, Owner> = HashMap::new();
+    // Per distinct label set, its endpoint and model (read from labels only, not from a
+    // cluster or a bill tag), shared rather than copied into every key.
+    let mut labelled: FastMap<&str, [Option<Rc<str>>; 2]> = FastMap::new();
+    type Key<'a> = (i64, i64, &'a str, &'static str, Rc<str>, i64);
+    let mut counted: FastMap<Key, (BTreeSet<i64>, i64)> = FastMap::new();
     for p in processes {
         let Some(w) = window_of.get(&(p.gpu_uuid.as_str(), p.start_ms)) else {
             continue;
         };
-        let band = w.util_avg.map_or(-1, util_band);
-        // Endpoints and models are read from labels only (not from a cluster or a bill tag).
-        let owner = labelled.entry(p.labels_json.as_str()).or_insert_with(|| {
+        let values = labelled.entry(p.labels_json.as_str()).or_insert_with(|| {
             let labels: BTreeMap<String, String> =
                 serde_json::from_str(&p.labels_json).unwrap_or_default();
-            owners.owner_of(&labels, "")
+            let owner = owners.owner_of(&labels, "");
+            [Role::Endpoint, Role::Model].map(|role| owners.value(&owner, role).map(Rc::from))
         });
-        for role in [Role::Endpoint, Role::Model] {
-            let Some(key) = owners.value(owner, role) else {
+        let band = w.util_avg.map_or(-1, util_band);
+        let hour = gpuledger_core::time::hour_floor(w.start_ms);
+        for (role, value) in [Role::Endpoint, Role::Model].iter().zip(values.iter()) {
+            let Some(value) = value else {
                 continue;
             };
-            let hour = gpuledger_core::time::hour_floor(w.start_ms);
             let e = counted
                 .entry((
                     hour,
                     w.host_id,
                     w.gpu_uuid.as_str(),
                     role.as_str(),
-                    key.to_owned(),
+                    Rc::clone(value),
                     band,
                 ))
                 .or_default();
@@ -461,6 +503,8 @@ pub(crate) fn usage_rows(
             e.1 = e.1.max(p.memory_used_max_bytes.unwrap_or(0));
         }
     }
+    let mut counted: Vec<_> = counted.into_iter().collect();
+    counted.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
     counted
         .into_iter()
         .map(
@@ -469,7 +513,7 @@ pub(crate) fn usage_rows(
                 host_id,
                 gpu_uuid: gpu.to_owned(),
                 owner_by: by.to_owned(),
-                owner_key: key,
+                owner_key: key.to_string(),
                 util_band,
                 windows: starts.len() as i64,
                 peak_memory_bytes: peak,
