@@ -11,7 +11,9 @@
 //! review's heaviest sections of the month under way) is served by its age instead, for at most
 //! [`MAX_AGE_MS`], and computed again by a job ([`crate::review_sections`]).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -70,7 +72,8 @@ impl From<(i64, i64)> for Span {
 /// kept, if computed after the range ended and no roll-up has rewritten an hour of its days
 /// since, or if computed while the range was under way and younger than [`MAX_AGE_MS`]; else
 /// computed and kept. Keeping it is best effort: a failed write still answers what was
-/// computed.
+/// computed. Where this process is already computing it (another view, or the job), this waits
+/// for that and serves what it kept.
 pub async fn kept<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
@@ -83,27 +86,80 @@ where
     F: Future<Output = Result<T, StoreError>>,
 {
     let span = span.into();
+    if let Some(kept) = servable(store, (section, key), span, now_ms).await? {
+        return Ok(kept);
+    }
+    let turn = turn_to_compute(section, key, span);
+    let _turn = turn.lock().await;
+    // Whoever held the turn may have kept it meanwhile.
+    if let Some(kept) = servable(store, (section, key), span, now_ms).await? {
+        return Ok(kept);
+    }
+    // On the heap: a section's computation is a large future, and a page awaits several.
+    Box::pin(compute_and_keep(
+        store,
+        (section, key),
+        span,
+        now_ms,
+        compute,
+    ))
+    .await
+}
+
+/// The kept answer for `section` over `span`, if it may be served at `now_ms`.
+async fn servable<T: DeserializeOwned>(
+    store: &dyn Store,
+    (section, key): (&str, &str),
+    span: Span,
+    now_ms: i64,
+) -> Result<Option<T>, StoreError> {
     let range = (span.from_ms, span.to_ms);
-    if let Some(kept) = store::sections::stored_section(store.db(), (section, key), range).await? {
-        let under_way = kept.computed_ms < span.to_ms;
-        let serve = if under_way {
-            now_ms - kept.computed_ms < MAX_AGE_MS
-        } else {
-            kept.current
-        };
-        if serve {
-            match serde_json::from_str(&kept.body) {
-                Ok(kept) => return Ok(kept),
-                // Written by another version: compute again and overwrite.
-                Err(e) => tracing::warn!(section, error = %e, "kept section unreadable"),
-            }
+    let Some(kept) = store::sections::stored_section(store.db(), (section, key), range).await?
+    else {
+        return Ok(None);
+    };
+    let under_way = kept.computed_ms < span.to_ms;
+    let serve = if under_way {
+        now_ms - kept.computed_ms < MAX_AGE_MS
+    } else {
+        kept.current
+    };
+    if !serve {
+        return Ok(None);
+    }
+    match serde_json::from_str(&kept.body) {
+        Ok(kept) => Ok(Some(kept)),
+        // Written by another version: compute again and overwrite.
+        Err(e) => {
+            tracing::warn!(section, error = %e, "kept section unreadable");
+            Ok(None)
         }
     }
-    computed(store, (section, key), span, now_ms, compute).await
+}
+
+/// Sections this process is computing, by section, key and range. A month's first views and
+/// the job that refreshes the month under way ask for the same sections at once (after a
+/// start, say); each computing them beside the others only shared the same cores and slowed
+/// every page. Other replicas compute their own: the turn is per process.
+static COMPUTING: LazyLock<Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+/// The turn to compute `section` for `key` over `span`, shared by whoever asks while it is held.
+fn turn_to_compute(section: &str, key: &str, span: Span) -> Arc<tokio::sync::Mutex<()>> {
+    let name = format!("{section}\n{key}\n{}\n{}", span.from_ms, span.to_ms);
+    let mut computing = COMPUTING.lock().unwrap_or_else(PoisonError::into_inner);
+    // Turns nobody holds or waits for are let go.
+    computing.retain(|_, turn| turn.strong_count() > 0);
+    if let Some(turn) = computing.get(&name).and_then(Weak::upgrade) {
+        return turn;
+    }
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    computing.insert(name, Arc::downgrade(&turn));
+    turn
 }
 
 /// `compute`'s answer for `section` over `span`, computed now and kept: what the job that
-/// refreshes a range under way does.
+/// refreshes a range under way does. Views that ask for it meanwhile wait and serve it.
 pub async fn computed<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
@@ -115,11 +171,36 @@ where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, StoreError>>,
 {
+    let span = span.into();
+    let turn = turn_to_compute(section, key, span);
+    let _turn = turn.lock().await;
+    // On the heap: a section's computation is a large future, and a page awaits several.
+    Box::pin(compute_and_keep(
+        store,
+        (section, key),
+        span,
+        now_ms,
+        compute,
+    ))
+    .await
+}
+
+async fn compute_and_keep<T, F>(
+    store: &dyn Store,
+    (section, key): (&str, &str),
+    span: Span,
+    now_ms: i64,
+    compute: F,
+) -> Result<T, StoreError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T, StoreError>>,
+{
     let Span {
         from_ms,
         to_ms,
         grows,
-    } = span.into();
+    } = span;
     // Read before the figures: a roll-up that commits while they are computed moves it on.
     let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
     let value = compute.await?;
@@ -381,5 +462,47 @@ mod tests {
         let more: OwnerSchema =
             toml::from_str(r#"cost_center = { from = ["label:cost_center"] }"#).unwrap();
         assert_ne!(key(&Scope::all(), &schema), key(&Scope::all(), &more));
+    }
+
+    #[tokio::test]
+    async fn whoever_asks_while_a_section_is_computed_waits_for_it() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            let computations = AtomicUsize::new(0);
+            let slow = |answer: u32| {
+                let computations = &computations;
+                async move {
+                    computations.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok::<_, StoreError>(vec![answer])
+                }
+            };
+            let october = (OCTOBER, OCTOBER + 31 * DAY_MS);
+
+            // Two first views at once: one computes, the other serves what it kept.
+            let name = ("two-views", "all");
+            let (first, second) = tokio::join!(
+                kept(s, name, october, NOW, slow(1)),
+                kept(s, name, october, NOW, slow(2)),
+            );
+            assert_eq!((first.unwrap(), second.unwrap()), (vec![1], vec![1]), "{b}");
+            assert_eq!(computations.load(Ordering::SeqCst), 1, "{b}: computed once");
+
+            // A view while the job computes: it waits and serves the job's.
+            let name = ("job-and-view", "all");
+            let (job, view) = tokio::join!(computed(s, name, october, NOW, slow(3)), async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                kept(s, name, october, NOW, slow(4)).await
+            });
+            assert_eq!((job.unwrap(), view.unwrap()), (vec![3], vec![3]), "{b}");
+            assert_eq!(
+                computations.load(Ordering::SeqCst),
+                2,
+                "{b}: the view computed nothing"
+            );
+        }
     }
 }
