@@ -86,13 +86,13 @@ where
     F: Future<Output = Result<T, StoreError>>,
 {
     let span = span.into();
-    if let Some(kept) = servable(store, (section, key), span, now_ms).await? {
+    if let Some(kept) = servable(store, (section, key), span, (now_ms, MAX_AGE_MS)).await? {
         return Ok(kept);
     }
     let turn = turn_to_compute(section, key, span);
     let _turn = turn.lock().await;
     // Whoever held the turn may have kept it meanwhile.
-    if let Some(kept) = servable(store, (section, key), span, now_ms).await? {
+    if let Some(kept) = servable(store, (section, key), span, (now_ms, MAX_AGE_MS)).await? {
         return Ok(kept);
     }
     // On the heap: a section's computation is a large future, and a page awaits several.
@@ -106,12 +106,13 @@ where
     .await
 }
 
-/// The kept answer for `section` over `span`, if it may be served at `now_ms`.
+/// The kept answer for `section` over `span`, if it may be served at `now_ms`: one computed
+/// while the range was under way if younger than `max_age_ms`.
 async fn servable<T: DeserializeOwned>(
     store: &dyn Store,
     (section, key): (&str, &str),
     span: Span,
-    now_ms: i64,
+    (now_ms, max_age_ms): (i64, i64),
 ) -> Result<Option<T>, StoreError> {
     let range = (span.from_ms, span.to_ms);
     let Some(kept) = store::sections::stored_section(store.db(), (section, key), range).await?
@@ -120,7 +121,7 @@ async fn servable<T: DeserializeOwned>(
     };
     let under_way = kept.computed_ms < span.to_ms;
     let serve = if under_way {
-        now_ms - kept.computed_ms < MAX_AGE_MS
+        now_ms - kept.computed_ms < max_age_ms
     } else {
         kept.current
     };
@@ -158,8 +159,14 @@ fn turn_to_compute(section: &str, key: &str, span: Span) -> Arc<tokio::sync::Mut
     turn
 }
 
-/// `compute`'s answer for `section` over `span`, computed now and kept: what the job that
-/// refreshes a range under way does. Views that ask for it meanwhile wait and serve it.
+/// How young a section of a range under way the job leaves as it is: a view computed it moments
+/// ago (after a start, say). Kept at most this plus [`REFRESH_EVERY_MS`] before the job computes
+/// it again, well inside [`MAX_AGE_MS`].
+pub const FRESH_FOR_JOB_MS: i64 = REFRESH_EVERY_MS / 2;
+
+/// `compute`'s answer for `section` over `span`, computed now and kept unless one younger than
+/// [`FRESH_FOR_JOB_MS`] is kept: what the job that refreshes a range under way does. Views that
+/// ask for it meanwhile wait and serve it.
 pub async fn computed<T, F>(
     store: &dyn Store,
     (section, key): (&str, &str),
@@ -174,6 +181,10 @@ where
     let span = span.into();
     let turn = turn_to_compute(section, key, span);
     let _turn = turn.lock().await;
+    let fresh = (now_ms, FRESH_FOR_JOB_MS);
+    if let Some(kept) = servable(store, (section, key), span, fresh).await? {
+        return Ok(kept);
+    }
     // On the heap: a section's computation is a large future, and a page awaits several.
     Box::pin(compute_and_keep(
         store,
@@ -437,12 +448,19 @@ mod tests {
                 "{b}: until it is too old"
             );
             assert_eq!(shape(at + MAX_AGE_MS, 4).await.unwrap(), [4], "{b}");
-            // Computed afresh (the job) whatever its age.
-            let fresh = computed(s, ("shape", "all"), month, at + MAX_AGE_MS + 1, async {
-                Ok::<_, StoreError>(vec![5])
-            });
-            assert_eq!(fresh.await.unwrap(), [5], "{b}");
-            assert_eq!(shape(at + MAX_AGE_MS + 2, 6).await.unwrap(), [5], "{b}");
+            // The job leaves one a view has just computed, and computes afresh one as old as
+            // half its period.
+            let job = |now: i64, answer: u32| {
+                computed(s, ("shape", "all"), month, now, async move {
+                    Ok::<_, StoreError>(vec![answer])
+                })
+            };
+            let kept_at = at + MAX_AGE_MS;
+            let young = kept_at + FRESH_FOR_JOB_MS - 1;
+            assert_eq!(job(young, 5).await.unwrap(), [4], "{b}: left as it is");
+            let old = kept_at + FRESH_FOR_JOB_MS;
+            assert_eq!(job(old, 5).await.unwrap(), [5], "{b}: computed afresh");
+            assert_eq!(shape(old + 1, 6).await.unwrap(), [5], "{b}");
             // Once the month has ended, the count of rewrites alone decides: one computed
             // while it was under way is computed again.
             assert_eq!(shape(NOW, 7).await.unwrap(), [7], "{b}: ended");

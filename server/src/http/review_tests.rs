@@ -1100,8 +1100,17 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
         assert!(!page.contains("4321"), "{b}: read again");
         let again = stored("heatmap-top").await.unwrap();
         assert!(!again.body.contains("4321"), "{b}: and kept");
-        // The job computes the month under way's afresh, however young.
+        // The job leaves the month under way's that a view has just computed, and computes
+        // afresh those as old as half its period.
         put(now_ms()).await;
+        crate::review_sections::refresh(s, &schema, from, now_ms())
+            .await
+            .unwrap();
+        assert!(
+            stored("heatmap-top").await.unwrap().body.contains("4321"),
+            "{b}: just computed, left"
+        );
+        put(now_ms() - crate::sections::FRESH_FOR_JOB_MS).await;
         crate::review_sections::refresh(s, &schema, from, now_ms())
             .await
             .unwrap();
