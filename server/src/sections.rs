@@ -89,21 +89,7 @@ where
     if let Some(kept) = servable(store, (section, key), span, (now_ms, MAX_AGE_MS)).await? {
         return Ok(kept);
     }
-    let turn = turn_to_compute(section, key, span);
-    let _turn = turn.lock().await;
-    // Whoever held the turn may have kept it meanwhile.
-    if let Some(kept) = servable(store, (section, key), span, (now_ms, MAX_AGE_MS)).await? {
-        return Ok(kept);
-    }
-    // On the heap: a section's computation is a large future, and a page awaits several.
-    Box::pin(compute_and_keep(
-        store,
-        (section, key),
-        span,
-        now_ms,
-        compute,
-    ))
-    .await
+    in_turn(store, (section, key), span, (now_ms, MAX_AGE_MS), compute).await
 }
 
 /// The kept answer for `section` over `span`, if it may be served at `now_ms`: one computed
@@ -178,11 +164,26 @@ where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, StoreError>>,
 {
-    let span = span.into();
+    let fresh = (now_ms, FRESH_FOR_JOB_MS);
+    in_turn(store, (section, key), span.into(), fresh, compute).await
+}
+
+/// In this process's turn for the section: the one kept if servable (younger than `max_age_ms`
+/// while under way; whoever held the turn may have kept it meanwhile), else computed and kept.
+async fn in_turn<T, F>(
+    store: &dyn Store,
+    (section, key): (&str, &str),
+    span: Span,
+    (now_ms, max_age_ms): (i64, i64),
+    compute: F,
+) -> Result<T, StoreError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T, StoreError>>,
+{
     let turn = turn_to_compute(section, key, span);
     let _turn = turn.lock().await;
-    let fresh = (now_ms, FRESH_FOR_JOB_MS);
-    if let Some(kept) = servable(store, (section, key), span, fresh).await? {
+    if let Some(kept) = servable(store, (section, key), span, (now_ms, max_age_ms)).await? {
         return Ok(kept);
     }
     // On the heap: a section's computation is a large future, and a page awaits several.
