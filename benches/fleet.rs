@@ -16,7 +16,8 @@
 //! after `--`: `--quick` (small sizes, a smoke run), `--only ingest,review,attribution,agent`,
 //! `--backends sqlite,postgres`, `--agent-seconds N`, `--attribution-window-secs N`,
 //! `--attribution-days N` (31: the month) or `--attribution-hours N`, `--attribution-gpus N`
-//! (1,000), `--ingest-rounds N` (5; the median is the figure), `--import-rows N` (500,000).
+//! (1,000), `--ingest-rounds N` (5; the median is the figure), `--ingest-windows-per-report N`
+//! (4, the agent's default: a report a minute of 15-second windows), `--import-rows N` (500,000).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -50,6 +51,8 @@ struct Options {
     attribution_hours: i64,
     attribution_gpus: i64,
     ingest_rounds: usize,
+    /// Windows in each report the simulated agents send.
+    ingest_windows_per_report: usize,
     import_rows: u64,
     /// Fleet sizes whose month the review is timed on.
     review_gpus: Vec<i64>,
@@ -71,6 +74,7 @@ impl Options {
             attribution_hours: MONTH_HOURS,
             attribution_gpus: 1_000,
             ingest_rounds: 5,
+            ingest_windows_per_report: 4,
             import_rows: 500_000,
             review_gpus: vec![1_000, 10_000],
             review_under_way: false,
@@ -100,6 +104,9 @@ impl Options {
                     o.attribution_gpus = value("--attribution-gpus")?.parse()?
                 }
                 "--ingest-rounds" => o.ingest_rounds = value("--ingest-rounds")?.parse()?,
+                "--ingest-windows-per-report" => {
+                    o.ingest_windows_per_report = value("--ingest-windows-per-report")?.parse()?
+                }
                 "--review-requests" => o.review_requests = value("--review-requests")?.parse()?,
                 "--import-rows" => o.import_rows = value("--import-rows")?.parse()?,
                 "--review-gpus" => {
@@ -145,6 +152,9 @@ impl Options {
         }
         if o.ingest_rounds == 0 {
             bail!("--ingest-rounds needs at least 1");
+        }
+        if !(1..=16).contains(&o.ingest_windows_per_report) {
+            bail!("--ingest-windows-per-report is 1 to 16");
         }
         Ok(o)
     }
@@ -397,12 +407,20 @@ const INGEST_HOSTS: usize = 1_250;
 /// 32,766 bound values (and PostgreSQL's 65,535).
 const BULK_ROWS_PER_STATEMENT: usize = 2_000;
 
-/// One agent report as the agent sends it by default (one 15 s window of 8 GPUs, one labelled
-/// process each), from an AWS host the rate card prices.
-fn agent_report(host: usize, seq: i64, prefix: &str) -> Report {
+/// GPU windows each host sends in a round of the ingest figure, whatever the report size.
+const INGEST_WINDOWS_PER_HOST: i64 = 16;
+
+/// One agent report as the agent sends it (by default four 15 s windows of 8 GPUs, one labelled
+/// process each), from an AWS host the rate card prices: the `seq`th report of `host`.
+fn agent_report(host: usize, seq: i64, prefix: &str, windows: usize) -> Report {
     // Recent windows: the server refuses those older than its retention.
     let base = (gpuledger_server::now_ms() - DAY_MS) / HOUR_MS * HOUR_MS;
-    let mut r = eight_gpu_report(prefix, host, seq as u64, base + seq * WINDOW_MS);
+    let first = base + seq * windows as i64 * WINDOW_MS;
+    let mut r = eight_gpu_report(prefix, host, seq as u64, first);
+    for k in 1..windows as i64 {
+        let next = eight_gpu_report(prefix, host, seq as u64, first + k * WINDOW_MS);
+        r.windows.extend(next.windows);
+    }
     r.host.provider = Some("aws".into());
     r.host.instance_type = Some("p5.48xlarge".into());
     r
@@ -443,17 +461,22 @@ impl IngestRound {
 /// the machine does drifts over seconds, so one pair of figures can land on either side of a
 /// target by chance; the median round is the figure.
 async fn ingest(backend: &str, o: &Options) -> Result<()> {
-    let reports_per_host: i64 = if o.quick { 1 } else { 8 };
+    let per_report = o.ingest_windows_per_report;
+    let reports_per_host: i64 = if o.quick {
+        1
+    } else {
+        (INGEST_WINDOWS_PER_HOST / per_report as i64).max(1)
+    };
     let reports = INGEST_HOSTS as i64 * reports_per_host;
-    let windows = reports * i64::from(GPUS_PER_HOST);
+    let windows = reports * i64::from(GPUS_PER_HOST) * per_report as i64;
     println!(
-        "ingest: {windows} GPU-windows in {reports} reports from a fleet of {} GPUs ({INGEST_HOSTS} hosts) over {INGEST_AGENTS} concurrent connections, {} rounds",
+        "ingest: {windows} GPU-windows in {reports} reports of {per_report} windows from a fleet of {} GPUs ({INGEST_HOSTS} hosts) over {INGEST_AGENTS} concurrent connections, {} rounds",
         INGEST_HOSTS * GPUS_PER_HOST as usize,
         o.ingest_rounds
     );
     let mut rounds = Vec::new();
     for round in 1..=o.ingest_rounds {
-        let r = ingest_round(backend, reports_per_host).await?;
+        let r = ingest_round(backend, reports_per_host, per_report).await?;
         println!(
             "  round {round}: end to end {:>6.0}/s, bulk insert {:>6.0}/s, ratio {:.2} (a transaction per report {:>6.0}/s)",
             r.http_rate,
@@ -479,8 +502,14 @@ async fn ingest(backend: &str, o: &Options) -> Result<()> {
         r.per_report_rate,
         r.http_rate / r.per_report_rate
     );
-    println!("  CPU per report, end to end:      {}", r.http_cpu);
-    println!("  CPU per report, bulk:            {}", r.bulk_cpu);
+    println!(
+        "  CPU per report of {per_report}, end to end: {}",
+        r.http_cpu
+    );
+    println!(
+        "  CPU per report of {per_report}, bulk:       {}",
+        r.bulk_cpu
+    );
     let rss = rounds.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
     println!(
         "  ratio to bulk {:.2} (target ≥ 0.50; rounds {:.2}–{:.2}); server peak RSS {rss:.0} MiB",
@@ -491,9 +520,13 @@ async fn ingest(backend: &str, o: &Options) -> Result<()> {
     Ok(())
 }
 
-async fn ingest_round(backend: &str, reports_per_host: i64) -> Result<IngestRound> {
+async fn ingest_round(
+    backend: &str,
+    reports_per_host: i64,
+    per_report: usize,
+) -> Result<IngestRound> {
     let reports = INGEST_HOSTS as i64 * reports_per_host;
-    let windows = reports * i64::from(GPUS_PER_HOST);
+    let windows = reports * i64::from(GPUS_PER_HOST) * per_report as i64;
     let db = fresh_db(backend).await?;
     let host_sql = "INSERT INTO hosts (id, cluster, hostname, last_report_ms) VALUES (999999, 'raw', 'raw', 0)";
     execute(&db, host_sql, &[]).await?;
@@ -501,9 +534,9 @@ async fn ingest_round(backend: &str, reports_per_host: i64) -> Result<IngestRoun
     // Baselines first: the same rows straight into the same tables, in bulk and a transaction
     // per report.
     let bulk_cpu = CpuClock::now(None);
-    let bulk_s = bulk_inserts(&db, reports_per_host).await?;
+    let bulk_s = bulk_inserts(&db, reports_per_host, per_report).await?;
     let bulk_cpu = CpuClock::now(None).per_report(&bulk_cpu, reports, "", "writer");
-    let per_report_s = per_report_inserts(&db, reports_per_host).await?;
+    let per_report_s = per_report_inserts(&db, reports_per_host, per_report).await?;
 
     // The baselines' rows waited in the default partition: moved now, as the job would have
     // long before, rather than while the server ingests the same days.
@@ -521,7 +554,7 @@ async fn ingest_round(backend: &str, reports_per_host: i64) -> Result<IngestRoun
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             for (host, seq) in reports_of_agent(agent, reports_per_host) {
-                let body = agent_report(host, seq, "http");
+                let body = agent_report(host, seq, "http", per_report);
                 let sent = Instant::now();
                 let resp = client
                     .post(format!("{url}/api/v1/reports"))
@@ -666,8 +699,8 @@ macro_rules! push_rows {
 /// one transaction per statement pair, by one writer per core (SQLite: one writer, as it
 /// allows), with no HTTP, validation, host upsert, idempotency or rollup marks. The reports are
 /// built before the clock starts.
-async fn bulk_inserts(db: &Db, reports_per_host: i64) -> Result<f64> {
-    let reports_per_statement = BULK_ROWS_PER_STATEMENT / GPUS_PER_HOST as usize;
+async fn bulk_inserts(db: &Db, reports_per_host: i64, per_report: usize) -> Result<f64> {
+    let reports_per_statement = BULK_ROWS_PER_STATEMENT / (GPUS_PER_HOST as usize * per_report);
     let writers = if db.backend == "postgres" {
         std::thread::available_parallelism().map_or(2, usize::from)
     } else {
@@ -675,7 +708,7 @@ async fn bulk_inserts(db: &Db, reports_per_host: i64) -> Result<f64> {
     };
     let mut chunks: Vec<Vec<Vec<Report>>> = (0..writers).map(|_| Vec::new()).collect();
     let all: Vec<Report> = (0..reports_per_host)
-        .flat_map(|seq| (0..INGEST_HOSTS).map(move |h| agent_report(h, seq, "bulk")))
+        .flat_map(|seq| (0..INGEST_HOSTS).map(move |h| agent_report(h, seq, "bulk", per_report)))
         .collect();
     for (i, chunk) in all.chunks(reports_per_statement).enumerate() {
         chunks[i % writers].push(chunk.to_vec());
@@ -709,7 +742,7 @@ async fn bulk_inserts(db: &Db, reports_per_host: i64) -> Result<f64> {
 
 /// The former baseline: each report's windows in its own transaction, one multi-row statement
 /// per table, by as many concurrent writers as agents (SQLite: one at a time).
-async fn per_report_inserts(db: &Db, reports_per_host: i64) -> Result<f64> {
+async fn per_report_inserts(db: &Db, reports_per_host: i64, per_report: usize) -> Result<f64> {
     macro_rules! insert_all {
         ($pool:expr, $db:ty) => {{
             let pool = Arc::new($pool);
@@ -719,7 +752,7 @@ async fn per_report_inserts(db: &Db, reports_per_host: i64) -> Result<f64> {
                 let pool = pool.clone();
                 tasks.push(tokio::spawn(async move {
                     for (host, seq) in reports_of_agent(agent, reports_per_host) {
-                        let r = [agent_report(host, seq, "raw")];
+                        let r = [agent_report(host, seq, "raw", per_report)];
                         let (mut gpus, mut procs) = push_rows!($db, &r);
                         let mut tx = pool.begin().await?;
                         gpus.build().execute(&mut *tx).await?;
@@ -1491,7 +1524,7 @@ async fn agent(o: &Options) -> Result<()> {
     .await?;
     server.proc.terminate(Duration::from_secs(30));
     println!(
-        "agent: 8 GPUs sampled every 1 s, 15 s windows, for {wall:.0} s against the fake NVML ({stored} GPU windows reached the server)"
+        "agent: 8 GPUs sampled every 1 s, 15 s windows sent a minute at a time, for {wall:.0} s against the fake NVML ({stored} GPU windows reached the server)"
     );
     println!(
         "  CPU {:.2} s = {:.3}% of a core (target ≤ 0.1%), {:.1} s per hour; peak RSS {:.1} MiB (target ≤ 15 MB)",

@@ -424,6 +424,159 @@ async fn outage(db: TestDb) {
     spool_is_drained(&spool, label);
 }
 
+/// The windows of each stored batch, in the order batches were received.
+async fn windows_per_batch(db: &TestDb) -> Vec<i64> {
+    use sqlx::Connection;
+    let sql = "SELECT windows FROM ingested_batches ORDER BY received_ms, batch_id";
+    let rows: Vec<(i64,)> = if db.backend == "postgres" {
+        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query_as(sql).fetch_all(&mut c).await.unwrap()
+    } else {
+        let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+        sqlx::query_as(sql).fetch_all(&mut c).await.unwrap()
+    };
+    rows.into_iter().map(|(n,)| n).collect()
+}
+
+/// Each window stored once per device, each starting where the one before ended.
+fn assert_contiguous(windows: &[StoredGpuWindow], per_gpu: i64, label: &str) {
+    let gpus = by_gpu(windows);
+    assert_eq!(gpus.len(), 5, "{label}: {:?}", gpus.keys());
+    for (uuid, ws) in &gpus {
+        assert_eq!(ws.len() as i64, per_gpu, "{label}: {uuid}");
+        for pair in ws.windows(2) {
+            assert_eq!(pair[1].start_ms, pair[0].end_ms, "{label}: {uuid}: a gap");
+        }
+    }
+}
+
+/// With `--report-every 3s` and 1-second windows a report carries three windows: every batch
+/// but the one sealed on shutdown holds three, and every window arrives once.
+async fn reports_of_several_windows(db: TestDb) {
+    let label = db.backend;
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let token = create_token(&db.url, "e2e", "e2e");
+    let server = start_server(&db.url, free_port()).await;
+    let spool = dir.path().join("spool");
+    let mut agent = Proc(
+        agent_command(&AgentOptions {
+            server: &server.url,
+            token: &token,
+            scenario: &scenario,
+            spool: &spool,
+            cluster: "e2e",
+            hostname: "gpu-host-5",
+            window: "1s",
+        })
+        .env("GPULEDGER_REPORT_EVERY", "3s")
+        .spawn()
+        .unwrap(),
+    );
+    tokio::time::sleep(Duration::from_millis(7_500)).await;
+    let store = db.open().await;
+    let before_shutdown = windows_per_batch(&db).await;
+    assert!(
+        !before_shutdown.is_empty() && before_shutdown.iter().all(|&n| n == 3),
+        "{label}: full batches of three windows while running: {before_shutdown:?}"
+    );
+    assert!(agent.terminate(Duration::from_secs(15)).success());
+    let batches = windows_per_batch(&db).await;
+    assert_eq!(
+        batches.len(),
+        before_shutdown.len() + 1,
+        "{label}: the open batch sealed on shutdown: {batches:?}"
+    );
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    let procs = store::telemetry::process_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    assert_contiguous(&windows, batches.iter().sum(), label);
+    assert_matches_scenario(&windows, &procs, &fleet, label);
+    spool_is_drained(&spool, label);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reports_of_several_windows_sqlite() {
+    reports_of_several_windows(test_support::sqlite()).await;
+}
+#[tokio::test(flavor = "multi_thread")]
+async fn reports_of_several_windows_postgres() {
+    reports_of_several_windows(test_support::postgres().await).await;
+}
+
+/// An agent killed outright (no chance to flush) with windows waiting in its open batch sends
+/// them once it runs again: closed windows are on disk as they close.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_agent_sends_its_open_batch_when_it_runs_again() {
+    let db = test_support::sqlite();
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = processes();
+    let scenario = write_scenario(dir.path(), &fleet);
+    let token = create_token(&db.url, "e2e", "e2e");
+    let server = start_server(&db.url, free_port()).await;
+    let spool = dir.path().join("spool");
+    let options = AgentOptions {
+        server: &server.url,
+        token: &token,
+        scenario: &scenario,
+        spool: &spool,
+        cluster: "e2e",
+        hostname: "gpu-host-6",
+        window: "1s",
+    };
+    let agent = |every: &str| {
+        Proc(
+            agent_command(&options)
+                .env("GPULEDGER_REPORT_EVERY", every)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut first = agent("1h");
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let killed_ms = gpuledger_server::now_ms();
+    let store = db.open().await;
+    assert_eq!(
+        store::telemetry::batch_count(store.db()).await.unwrap(),
+        0,
+        "nothing sent before the batch is full"
+    );
+
+    let mut second = agent("1h");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(second.terminate(Duration::from_secs(15)).success());
+    let batches = windows_per_batch(&db).await;
+    assert_eq!(
+        batches.len(),
+        2,
+        "the first run's batch, then the second's: {batches:?}"
+    );
+    assert!(
+        batches[0] >= 2,
+        "the first run's closed windows: {batches:?}"
+    );
+    let windows = store::telemetry::gpu_windows(store.db(), 0, i64::MAX)
+        .await
+        .unwrap();
+    for (uuid, ws) in by_gpu(&windows) {
+        let before_kill: Vec<_> = ws.iter().filter(|w| w.end_ms <= killed_ms).collect();
+        assert_eq!(before_kill.len() as i64, batches[0], "{uuid}");
+        for pair in before_kill.windows(2) {
+            assert_eq!(
+                pair[1].start_ms, pair[0].end_ms,
+                "{uuid}: a gap before the kill"
+            );
+        }
+    }
+    spool_is_drained(&spool, "sqlite");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn telemetry_round_trip_sqlite() {
     round_trip(test_support::sqlite()).await;

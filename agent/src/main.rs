@@ -163,9 +163,13 @@ struct RunArgs {
     /// Agent token from `gpuledger-server token create`.
     #[arg(long, env = "GPULEDGER_TOKEN", hide_env_values = true)]
     token: String,
-    /// Length of one aggregation window; one report is sent per window.
+    /// Length of one aggregation window.
     #[arg(long, env = "GPULEDGER_WINDOW", default_value = "15s", value_parser = humantime::parse_duration)]
     window: Duration,
+    /// How often to send: a report holds the windows of this long (rounded up to whole
+    /// windows, at least one). Each window is on disk as it closes either way.
+    #[arg(long, env = "GPULEDGER_REPORT_EVERY", default_value = "60s", value_parser = humantime::parse_duration)]
+    report_every: Duration,
     /// Where batches wait until the server acknowledges them.
     #[arg(
         long,
@@ -324,6 +328,7 @@ async fn main() -> anyhow::Result<()> {
                 host: args.source.host_config(),
                 sample_interval: args.source.sample_interval,
                 window: args.window,
+                windows_per_report: run::windows_per_report(args.report_every, args.window),
                 spool_dir: args.spool_dir,
                 spool_max_bytes: args.spool_max_bytes,
                 delivery: DeliveryConfig {

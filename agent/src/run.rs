@@ -1,5 +1,6 @@
-//! The agent's main loop: sample every tick, close a window on each boundary, spool it, and let
-//! the deliverer send it. On shutdown the open window is flushed to the spool first.
+//! The agent's main loop: sample every tick, close a window on each boundary, spool it into the
+//! open batch, and let the deliverer send each batch once full. On shutdown the open window is
+//! flushed to the spool and the open batch sealed first.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ pub struct AgentConfig {
     pub host: HostConfig,
     pub sample_interval: Duration,
     pub window: Duration,
+    /// Windows sent together in one report: fewer, larger reports cost the server and the
+    /// database less per window, and each window reaches the server that much later.
+    pub windows_per_report: usize,
     pub spool_dir: PathBuf,
     pub spool_max_bytes: u64,
     pub delivery: DeliveryConfig,
@@ -76,13 +80,26 @@ impl OwnerSources {
     }
 }
 
-pub fn report(host: &HostInfo, window: Window) -> Report {
+/// A report of no window yet, under a new batch id.
+pub fn new_batch(host: &HostInfo) -> Report {
     Report {
         batch_id: uuid::Uuid::new_v4().to_string(),
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         host: host.clone(),
-        windows: vec![window],
+        windows: Vec::new(),
     }
+}
+
+pub fn report(host: &HostInfo, window: Window) -> Report {
+    let mut r = new_batch(host);
+    r.windows.push(window);
+    r
+}
+
+/// How many windows of `window` a report of `every` holds: at least one.
+pub fn windows_per_report(every: Duration, window: Duration) -> usize {
+    let window_ms = window.as_millis().max(1);
+    every.as_millis().div_ceil(window_ms).clamp(1, 10_000) as usize
 }
 
 /// The next window boundary after `now_ms`: windows line up on wall-clock multiples.
@@ -147,7 +164,8 @@ pub async fn run(
                 let now = crate::now_ms();
                 if now >= boundary {
                     if let Some(w) = builder.close(boundary) {
-                        spool_window(&spool, &host, with_serving(w, &mut serving).await, &wake);
+                        let w = with_serving(w, &mut serving).await;
+                        spool_window(&spool, &host, w, config.windows_per_report, &wake);
                         serving.save();
                     }
                     builder.begin_at(boundary);
@@ -159,10 +177,18 @@ pub async fn run(
         }
     }
 
-    // Flush the open window so a restart or redeploy loses nothing.
+    // Flush the open window and send the open batch, so a restart or redeploy loses nothing
+    // and leaves nothing waiting.
     if let Some(w) = builder.close(crate::now_ms()) {
-        spool_window(&spool, &host, with_serving(w, &mut serving).await, &wake);
+        let w = with_serving(w, &mut serving).await;
+        spool_window(&spool, &host, w, config.windows_per_report, &wake);
         serving.save();
+    }
+    match spool.seal() {
+        Ok(_) => wake.notify_one(),
+        Err(e) => {
+            tracing::error!(error = %e, "could not seal the open batch; it is sent after a restart")
+        }
     }
     let deadline = tokio::time::Instant::now() + config.shutdown_grace;
     while spool.depth() > 0 && tokio::time::Instant::now() < deadline {
@@ -192,11 +218,12 @@ pub async fn watch_pods(config: KubeletConfig) -> Pods {
     pods
 }
 
-fn spool_window(spool: &Spool, host: &HostInfo, window: Window, wake: &Notify) {
-    let r = report(host, window);
-    match spool.push(&r) {
-        Ok(_) => wake.notify_one(),
-        Err(e) => tracing::error!(error = %e, batch = %r.batch_id, "could not spool a window"),
+fn spool_window(spool: &Spool, host: &HostInfo, window: Window, per_report: usize, wake: &Notify) {
+    let start_ms = window.start_ms;
+    match spool.add_window(host, window, per_report, || new_batch(host)) {
+        Ok(true) => wake.notify_one(),
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, start_ms, "could not spool a window"),
     }
 }
 
@@ -242,6 +269,20 @@ pub async fn once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_holds_the_windows_of_its_period() {
+        let s = Duration::from_secs;
+        assert_eq!(windows_per_report(s(60), s(15)), 4);
+        assert_eq!(windows_per_report(s(15), s(15)), 1);
+        assert_eq!(
+            windows_per_report(s(50), s(15)),
+            4,
+            "a part window rounds up"
+        );
+        assert_eq!(windows_per_report(s(1), s(15)), 1, "never fewer than one");
+        assert_eq!(windows_per_report(Duration::ZERO, s(15)), 1);
+    }
 
     #[test]
     fn boundaries_are_wall_clock_multiples() {

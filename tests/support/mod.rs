@@ -210,6 +210,9 @@ pub fn agent_command(o: &AgentOptions<'_>) -> Command {
             "2s",
         ])
         .args(["--label-env-keys", "MLFLOW_RUN_ID"])
+        // A report per window, so a test sees each window as it closes; tests of reports of
+        // several windows set the variable again.
+        .env("GPULEDGER_REPORT_EVERY", o.window)
         .env("FAKE_NVML_SCENARIO", o.scenario)
         .env("GPULEDGER_LOG", "warn")
         .stdin(Stdio::null());
