@@ -114,6 +114,9 @@ pub trait Dialect {
     /// Each GPU's newest window that starts at most `$1` ms before its host's last report, as a
     /// join onto `gpus g` and `hosts h` that names it `w` (none when there is none).
     const NEWEST_WINDOW: &'static str;
+    /// The texts of a JSON array bound as a parameter, as a subquery (`x IN (…)`): the SQL
+    /// before and after the parameter.
+    const JSON_ARRAY_TEXTS: (&'static str, &'static str);
 }
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).

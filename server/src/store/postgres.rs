@@ -31,6 +31,8 @@ impl Dialect for Postgres {
         SELECT * FROM gpu_windows x
         WHERE x.gpu_uuid = g.uuid AND x.start_ms >= h.last_report_ms - $1
         ORDER BY x.start_ms DESC LIMIT 1) w ON true";
+    const JSON_ARRAY_TEXTS: (&'static str, &'static str) =
+        ("SELECT json_array_elements_text(", "::json)");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -80,9 +82,9 @@ store_impl!(PostgresStore, "postgres");
 
 /// A report written alone, in [`ingest_together`]'s statement (one statement is one
 /// transaction, so no BEGIN or COMMIT either). When it stores nothing, the report is a repeat or
-/// refused and `ingest_refusal` says which; a window another batch already stored makes the
-/// `guard` CTE violate `ingest_window_already_stored`, which undoes the whole statement, and only
-/// then is the stored window looked up, to name it.
+/// refused and `ingest_refusal` says which; a window another batch already stored violates its
+/// table's key, which undoes the whole statement, and only then is the stored window looked
+/// up, to name it.
 async fn ingest_report(pool: &Pool<Postgres>, job: &Job) -> Result<IngestOutcome, StoreError> {
     let report = &job.report;
     match ingest_together(pool, &[job]).await {
@@ -104,9 +106,7 @@ async fn ingest_report(pool: &Pool<Postgres>, job: &Job) -> Result<IngestOutcome
                 StoreError::Invalid("the report was neither stored nor refused; retry".into())
             })
         }
-        Err(StoreError::Database(sqlx::Error::Database(e)))
-            if e.constraint() == Some(WINDOW_GUARD) =>
-        {
+        Err(e) if window_already_stored(&e) => {
             let mut conn = pool.acquire().await?;
             match window_conflict(&mut *conn, report).await? {
                 Some(refusal) => Ok(IngestOutcome::Refused(refusal)),
@@ -119,8 +119,18 @@ async fn ingest_report(pool: &Pool<Postgres>, job: &Job) -> Result<IngestOutcome
     }
 }
 
-/// The constraint the ingest statement violates when a window was already stored.
-const WINDOW_GUARD: &str = "ingest_window_already_stored";
+/// Whether the ingest statement failed on a window stored before: a unique key of a GPU's or a
+/// process's windows (a day's partition's, whose name begins with its table's). The statement
+/// inserts windows without `ON CONFLICT`, which would cost each row a second look at the key:
+/// a window sent again under a new batch id is rare, and undoes its statement.
+fn window_already_stored(e: &StoreError) -> bool {
+    let StoreError::Database(sqlx::Error::Database(e)) = e else {
+        return false;
+    };
+    e.kind() == sqlx::error::ErrorKind::UniqueViolation
+        && e.constraint()
+            .is_some_and(|c| c.starts_with("gpu_windows") || c.starts_with("process_windows"))
+}
 
 /// A group of reports (see `group_commit`): as many as possible in one statement, the rest each
 /// alone. Each is answered as if written alone: the ones the group statement did not store (a
@@ -181,7 +191,7 @@ async fn ingest_group(pool: &Pool<Postgres>, jobs: Vec<Job>) -> Written {
 }
 
 /// Stores what it can of `group` in few statements and answers the places (in `group`) of the
-/// reports stored. A window stored before makes the statement fail as a whole (the `guard`);
+/// reports stored. A window stored before makes the statement fail as a whole (its key);
 /// usual enough, an agent sending a window again under a new batch id, that the group is halved
 /// and each half tried again, so one such report costs a few statements, not every report of
 /// its group written alone; the report itself is then written alone, which names it. Any
@@ -201,9 +211,7 @@ async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
                     .filter_map(|at| usize::try_from(at).ok())
                     .map(|at| part.start + at),
             ),
-            Err(StoreError::Database(sqlx::Error::Database(e)))
-                if e.constraint() == Some(WINDOW_GUARD) =>
-            {
+            Err(e) if window_already_stored(&e) => {
                 // One report left is the one: written alone, it is named.
                 if part.len() > 1 {
                     let half = part.start + part.len() / 2;
@@ -228,7 +236,7 @@ async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
 /// A host is written only when the batch id is new, none of the report's GPUs sits on a host of
 /// another active token, and the host itself is this token's (or free): otherwise nothing of
 /// that report is written. The statement fails as a whole where a window was stored before
-/// (`guard`). Answers the places of the reports it stored.
+/// ([`window_already_stored`]). Answers the places of the reports it stored.
 ///
 /// One statement, not one per table, since on a busy server PostgreSQL's per-statement work is
 /// what ingest spends its CPU on; and, for a group, one for all its reports.
@@ -241,13 +249,13 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
             SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
                                  $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
                                  $11::int8[], $12::text[], $13::text[], $14::int8[], $15::text[],
-                                 $16::int8[], $17::text[], $18::int8[])
+                                 $16::int8[], $17::text[])
               AS r(r, cluster, hostname, provider, instance_id, instance_type, region,
                    agent_version, now_ms, spool_depth, spool_dropped, instance_key, lifecycle,
-                   token_id, batch_id, windows, content_sha256, window_rows)
+                   token_id, batch_id, windows, content_sha256)
          ), ids AS (
-            SELECT * FROM UNNEST($19::int8[], $20::text[], $21::int8[], $22::text[],
-                                 $23::text[], $24::int8[])
+            SELECT * FROM UNNEST($18::int8[], $19::text[], $20::int8[], $21::text[],
+                                 $22::text[], $23::int8[])
               AS u(r, uuid, gpu_index, name, parent_uuid, memory_total_bytes)
          ), foreign_gpus AS (
             -- Reports with a GPU on a host of another active token, found in one pass over the
@@ -280,7 +288,7 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
             ON CONFLICT DO NOTHING
             RETURNING batch_id, host_id
          ), br AS (
-            SELECT rep.r, b.host_id, b.batch_id, rep.window_rows
+            SELECT rep.r, b.host_id, b.batch_id
             FROM b JOIN rep ON rep.batch_id = b.batch_id
          ), gw AS (
             INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
@@ -294,19 +302,17 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
                 u.util_histogram, u.mig_gpu_slices, u.mig_gpu_instance_id,
                 u.mig_instance_slices, u.mig_compute_slices, u.unseen_memory_bytes,
                 u.unseen_cause, u.fault_code, u.fault_detail
-            FROM UNNEST($25::int8[], $26::text[], $27::int8[], $28::int8[], $29::int8[],
-                        $30::int8[], $31::int8[], $32::float8[], $33::float8[], $34::float8[],
-                        $35::float8[], $36::float8[], $37::int8[], $38::text[], $39::int8[],
-                        $40::int8[], $41::int8[], $42::int8[], $43::int8[], $44::text[],
-                        $45::text[], $46::text[])
+            FROM UNNEST($24::int8[], $25::text[], $26::int8[], $27::int8[], $28::int8[],
+                        $29::int8[], $30::int8[], $31::float8[], $32::float8[], $33::float8[],
+                        $34::float8[], $35::float8[], $36::int8[], $37::text[], $38::int8[],
+                        $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::text[],
+                        $44::text[], $45::text[])
               AS u(r, gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
                    memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
                    temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
                    mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
                    unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
             JOIN br ON br.r = u.r
-            ON CONFLICT DO NOTHING
-            RETURNING 1
          ), pw AS (
             INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
                 memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
@@ -314,19 +320,12 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
             SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
                 u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
                 u.pod_uid, u.user_name, br.host_id
-            FROM UNNEST($47::int8[], $48::text[], $49::int8[], $50::int8[], $51::int8[],
-                        $52::text[], $53::int8[], $54::float8[], $55::text[], $56::text[],
-                        $57::text[], $58::text[])
+            FROM UNNEST($46::int8[], $47::text[], $48::int8[], $49::int8[], $50::int8[],
+                        $51::text[], $52::int8[], $53::float8[], $54::text[], $55::text[],
+                        $56::text[], $57::text[])
               AS u(r, gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
                    sm_util_avg, labels_json, container_id, pod_uid, user_name)
             JOIN br ON br.r = u.r
-            ON CONFLICT DO NOTHING
-            RETURNING 1
-         ), guard AS (
-            INSERT INTO ingest_window_guard (windows_all_new)
-            SELECT false
-            WHERE (SELECT COUNT(*) FROM gw) + (SELECT COUNT(*) FROM pw)
-                  <> (SELECT COALESCE(SUM(window_rows), 0) FROM br)
          ), g AS (
             INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
             SELECT ids.uuid, br.host_id, ids.gpu_index, ids.name, ids.parent_uuid,
@@ -342,7 +341,7 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
         "), d AS (
             INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
             SELECT u.hour_ms, br.host_id, 0
-            FROM UNNEST($59::int8[], $60::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
+            FROM UNNEST($58::int8[], $59::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
             -- The roll-up takes marks in this order: the same order here, so the two never
             -- wait on each other in a circle.
             ORDER BY u.hour_ms, br.host_id
@@ -354,8 +353,8 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
                 input_tokens, output_tokens)
             SELECT br.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
                 u.input_tokens, u.output_tokens
-            FROM UNNEST($61::int8[], $62::text[], $63::text[], $64::int8[], $65::text[],
-                        $66::int8[], $67::int8[], $68::int8[])
+            FROM UNNEST($60::int8[], $61::text[], $62::text[], $63::int8[], $64::text[],
+                        $65::int8[], $66::int8[], $67::int8[])
               AS u(r, endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
             JOIN br ON br.r = u.r
             ",
@@ -417,7 +416,6 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
                 .map(|j| j.content_sha256.as_str())
                 .collect::<Vec<_>>(),
         )
-        .bind(&at.window_rows)
         .bind(&at.identities)
         .bind(l.iter().map(|x| x.uuid.as_str()).collect::<Vec<_>>())
         .bind(l.iter().map(|x| x.gpu_index).collect::<Vec<_>>())

@@ -165,9 +165,6 @@ impl ReportRows {
             tag(&mut index.identities, before.2, after.2);
             tag(&mut index.hours, before.3, after.3);
             tag(&mut index.serving, before.4, after.4);
-            index
-                .window_rows
-                .push((after.0 - before.0 + after.1 - before.1) as i64);
         }
         Ok((rows, index))
     }
@@ -273,8 +270,7 @@ impl ReportRows {
     }
 }
 
-/// For each row of a group's [`ReportRows`], the place of its report in the group; and per
-/// report, how many window rows (GPU and process) it brings.
+/// For each row of a group's [`ReportRows`], the place of its report in the group.
 #[derive(Debug, Default)]
 pub(crate) struct GroupIndex {
     pub gpus: Vec<i64>,
@@ -282,7 +278,6 @@ pub(crate) struct GroupIndex {
     pub identities: Vec<i64>,
     pub hours: Vec<i64>,
     pub serving: Vec<i64>,
-    pub window_rows: Vec<i64>,
 }
 
 /// What a retried batch must repeat exactly to be a duplicate: the SHA-256 of the report as

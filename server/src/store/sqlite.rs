@@ -25,6 +25,7 @@ impl Dialect for Sqlite {
     const NEWEST_WINDOW: &'static str = "LEFT JOIN gpu_windows w ON w.gpu_uuid = g.uuid
         AND w.start_ms = (SELECT MAX(x.start_ms) FROM gpu_windows x
                           WHERE x.gpu_uuid = g.uuid AND x.start_ms >= h.last_report_ms - $1)";
+    const JSON_ARRAY_TEXTS: (&'static str, &'static str) = ("SELECT value FROM json_each(", ")");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

@@ -433,7 +433,7 @@ pub async fn ingest_refusal(
     now_ms: i64,
 ) -> Result<Option<super::IngestOutcome>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
+    on_backend!(conn, |ex, DB| {
         use super::{IngestOutcome, Refusal, RefusalKind};
         let batch: Option<(i64, Option<String>)> = sqlx::query_as(
             "SELECT token_id, content_sha256 FROM ingested_batches WHERE batch_id = $1",
@@ -480,37 +480,53 @@ pub async fn ingest_refusal(
                 ),
             })));
         }
-        // Each GPU once, named at its first window.
-        let mut seen = std::collections::HashSet::new();
+        // The report's GPUs another active token's host holds, in one statement (SQLite asks
+        // for every report, and each statement is a round trip to its thread); each named at
+        // its first window.
+        let mut uuids: Vec<&str> = report
+            .windows
+            .iter()
+            .flat_map(|w| &w.gpus)
+            .map(|g| g.uuid.as_str())
+            .collect();
+        uuids.sort_unstable();
+        uuids.dedup();
+        let uuids = serde_json::to_string(&uuids)
+            .map_err(|e| StoreError::Invalid(format!("GPU ids cannot be encoded: {e}")))?;
+        let (open, close) = <DB as super::db::Dialect>::JSON_ARRAY_TEXTS;
+        let sql = format!(
+            concat!(
+                "SELECT x.uuid, h.cluster, h.hostname, t.name
+                 FROM gpus x JOIN hosts h ON h.id = x.host_id
+                 JOIN api_tokens t ON t.id = h.token_id
+                 WHERE x.uuid IN ({}$1{}) AND h.token_id <> $2 AND ",
+                token_active_sql!("t", "$3")
+            ),
+            open, close
+        );
+        let held: Vec<(String, String, String, String)> = sqlx::query_as(&sql)
+            .bind(&uuids)
+            .bind(token_id)
+            .bind(now_ms)
+            .fetch_all(&mut *ex)
+            .await?;
         for (w, window) in report.windows.iter().enumerate() {
             for (g, gpu) in window.gpus.iter().enumerate() {
-                if !seen.insert(gpu.uuid.as_str()) {
+                let Some((_, cluster, hostname, owner)) =
+                    held.iter().find(|(uuid, ..)| *uuid == gpu.uuid)
+                else {
                     continue;
-                }
-                let held: Option<(String, String, String)> = sqlx::query_as(concat!(
-                    "SELECT h.cluster, h.hostname, t.name
-                     FROM gpus x JOIN hosts h ON h.id = x.host_id
-                     JOIN api_tokens t ON t.id = h.token_id
-                     WHERE x.uuid = $1 AND h.token_id <> $2 AND ",
-                    token_active_sql!("t", "$3")
-                ))
-                .bind(&gpu.uuid)
-                .bind(token_id)
-                .bind(now_ms)
-                .fetch_optional(&mut *ex)
-                .await?;
-                if let Some((cluster, hostname, owner)) = held {
-                    return Ok(Some(IngestOutcome::Refused(Refusal {
-                        kind: RefusalKind::GpuOfAnotherToken,
-                        field: format!("windows[{w}].gpus[{g}].uuid"),
-                        message: format!(
-                            "GPU {} belongs to host {cluster}/{hostname}, which reports \
-                             with token {owner:?}; an admin moves a host to another token \
-                             with `token rebind`",
-                            gpu.uuid
-                        ),
-                    })));
-                }
+                };
+                return Ok(Some(IngestOutcome::Refused(Refusal {
+                    kind: RefusalKind::GpuOfAnotherToken,
+                    field: format!("windows[{w}].gpus[{g}].uuid"),
+                    message: format!(
+                        "GPU {} belongs to host {cluster}/{hostname}, which reports \
+                         with token {owner:?}; an admin moves a host to another token \
+                         with `token rebind`",
+                        gpu.uuid
+                    ),
+                })));
             }
         }
         Ok(None)

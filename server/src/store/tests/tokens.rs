@@ -121,6 +121,23 @@ async fn a_host_and_its_gpus_belong_to_the_first_token_that_reports_them() {
         };
         assert_eq!(refusal.kind, RefusalKind::GpuOfAnotherToken, "{b}");
         assert_eq!(refusal.field, "windows[0].gpus[0].uuid", "{b}");
+
+        // Several windows, the stolen GPU only in the second, behind a GPU of the rogue's own:
+        // named where it first appears.
+        let mut later = report("rogue-3", T0 + 15_000, 100.0);
+        later.host.hostname = "rogue-host".into();
+        later.windows[0].gpus[0].uuid = "GPU-rogue-own".into();
+        let mut second = report("rogue-3", T0 + 30_000, 100.0).windows.remove(0);
+        let mut own = second.gpus[0].clone();
+        own.uuid = "GPU-rogue-own".into();
+        second.gpus.insert(0, own);
+        later.windows.push(second);
+        let IngestOutcome::Refused(refusal) = s.ingest(&later, rogue, status, now).await.unwrap()
+        else {
+            panic!("{b}: a bound GPU in a later window must be refused");
+        };
+        assert_eq!(refusal.kind, RefusalKind::GpuOfAnotherToken, "{b}");
+        assert_eq!(refusal.field, "windows[1].gpus[1].uuid", "{b}");
         assert_eq!(
             crate::store::telemetry::batch_count(s.db()).await.unwrap(),
             1,
