@@ -96,10 +96,17 @@ pub fn report(host: &HostInfo, window: Window) -> Report {
     r
 }
 
-/// How many windows of `window` a report of `every` holds: at least one.
+/// The most windows a report holds: what the server takes in one report.
+pub const MAX_WINDOWS_PER_REPORT: usize = 2_000;
+
+/// How many windows of `window` a report of `every` holds: at least one, at most
+/// [`MAX_WINDOWS_PER_REPORT`].
 pub fn windows_per_report(every: Duration, window: Duration) -> usize {
     let window_ms = window.as_millis().max(1);
-    every.as_millis().div_ceil(window_ms).clamp(1, 10_000) as usize
+    every
+        .as_millis()
+        .div_ceil(window_ms)
+        .clamp(1, MAX_WINDOWS_PER_REPORT as u128) as usize
 }
 
 /// The next window boundary after `now_ms`: windows line up on wall-clock multiples.
@@ -282,6 +289,11 @@ mod tests {
         );
         assert_eq!(windows_per_report(s(1), s(15)), 1, "never fewer than one");
         assert_eq!(windows_per_report(Duration::ZERO, s(15)), 1);
+        assert_eq!(
+            windows_per_report(s(86_400), Duration::from_millis(100)),
+            MAX_WINDOWS_PER_REPORT,
+            "never more than the server takes"
+        );
     }
 
     #[test]

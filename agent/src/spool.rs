@@ -119,7 +119,8 @@ impl Spool {
 
     /// Adds a closed window to the open batch (a new batch from `new_batch` if none is open, or
     /// if the host is no longer the one it names), durably: on disk when this returns. A batch
-    /// holding `per_batch` windows is sealed, to be sent. Answers whether a batch was sealed.
+    /// holding `per_batch` windows, or [`MAX_BATCH_BYTES`], is sealed, to be sent. Answers
+    /// whether a batch was sealed.
     /// If the write fails the window stays in the open batch, and is written with the next.
     pub fn add_window(
         &self,
@@ -141,10 +142,11 @@ impl Spool {
             }
         });
         batch.report.windows.push(window);
-        if batch.report.windows.len() >= per_batch.max(1) {
+        let body = serde_json::to_vec(&batch.report)?;
+        if batch.report.windows.len() >= per_batch.max(1) || body.len() >= MAX_BATCH_BYTES {
             return Ok(self.seal_locked(&mut open)?.is_some() || sealed);
         }
-        self.write(&batch.report, &batch.path)?;
+        self.write_body(&body, &batch.path)?;
         Ok(sealed)
     }
 
@@ -193,16 +195,19 @@ impl Spool {
     }
 
     fn write(&self, report: &Report, path: &Path) -> Result<(), SpoolError> {
-        let body = serde_json::to_vec(report)?;
+        self.write_body(&serde_json::to_vec(report)?, path)
+    }
+
+    fn write_body(&self, body: &[u8], path: &Path) -> Result<(), SpoolError> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
-        let written = write_durably(&tmp, path, &body, &self.inner.dir);
+        let written = write_durably(&tmp, path, body, &self.inner.dir);
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             // A full disk: make room by dropping the oldest batch, then try once more.
             if self.drop_oldest(1) > 0 {
-                write_durably(&tmp, path, &body, &self.inner.dir).inspect_err(|_| {
+                write_durably(&tmp, path, body, &self.inner.dir).inspect_err(|_| {
                     let _ = fs::remove_file(&tmp);
                 })?;
             } else {
@@ -291,6 +296,11 @@ impl Spool {
         tracing::warn!(batch = %e.path.display(), dropped_total = total, "spool full: dropped the oldest batch");
     }
 }
+
+/// A batch is sealed once it is this large, however few its windows: the server refuses a
+/// report over its body limit (4 MiB by default) for good, and a host of many MIG instances and
+/// processes sends large windows.
+pub const MAX_BATCH_BYTES: usize = 1024 * 1024;
 
 /// A sealed batch's extension: what the deliverer sends.
 const SEALED: &str = "json";
@@ -476,6 +486,33 @@ mod tests {
         let spool = Spool::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(sealed(&spool), [full]);
         assert_eq!(files_ending(dir.path(), "open"), 0);
+    }
+
+    #[test]
+    fn a_batch_as_large_as_the_bound_is_sealed_before_it_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), 8 << 20).unwrap();
+        let h = host("a");
+        let large = || Report {
+            agent_version: "x".repeat(MAX_BATCH_BYTES - 2_000),
+            ..batch(&h)
+        };
+        assert!(!spool.add_window(&h, window(0), 4, large).unwrap());
+        // Nearly the bound in the envelope, then windows until past it.
+        let mut start = 15_000;
+        while !spool.add_window(&h, window(start), 1_000, large).unwrap() {
+            start += 15_000;
+            assert!(start < 100 * 15_000, "never sealed");
+        }
+        let reports = sealed(&spool);
+        assert_eq!(reports.len(), 1);
+        assert!(reports[0].windows.len() > 2, "full windows first");
+        let size = serde_json::to_vec(&reports[0]).unwrap().len();
+        assert!(size >= MAX_BATCH_BYTES, "{size}");
+        assert!(
+            size < MAX_BATCH_BYTES + 1_000,
+            "sealed at the window that passed it: {size}"
+        );
     }
 
     #[test]
