@@ -160,21 +160,27 @@ pub struct AllocationRow {
     pub idle_cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub unmonitored_cost: Decimal,
+    #[serde(serialize_with = "crate::figures::four")]
     pub gpu_hours: f64,
     /// GPU utilization (%) averaged over this key's GPU time, where known.
+    #[serde(serialize_with = "crate::figures::two_or_null")]
     pub avg_util: Option<f64>,
     /// Used GPU-hours measured by presence: on devices nothing measures the activity of (an
     /// A100's or A30's MIG devices), where a process holding the device counts as using it.
+    #[serde(serialize_with = "crate::figures::four")]
     pub presence_gpu_hours: f64,
     /// Energy measured by NVML for this key's GPU time, in kWh: null where none of it was
     /// measured (GPUs without an energy counter), a floor where only part was
     /// (`energy_measured_share` below 1).
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub energy_kwh: Option<f64>,
     /// The share of this key's GPU time (0 to 1) whose energy was measured.
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub energy_measured_share: Option<f64>,
     /// kg CO2e of the measured energy, from the grid intensity where each host runs
     /// (docs/carbon.md): null where no energy was measured or some was drawn where the grid's
     /// intensity is unknown.
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub kg_co2e: Option<f64>,
     /// Whether any part comes from the rate card rather than a bill.
     pub estimated: bool,
@@ -195,10 +201,14 @@ pub struct Totals {
     /// On the bill in this range but for resources that are not GPU hosts gpuledger knows.
     #[serde(with = "rust_decimal::serde::str")]
     pub unattributed_cost: Decimal,
+    #[serde(serialize_with = "crate::figures::four")]
     pub gpu_hours: f64,
     /// As the rows': null where nothing was measured.
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub energy_kwh: Option<f64>,
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub energy_measured_share: Option<f64>,
+    #[serde(serialize_with = "crate::figures::four_or_null")]
     pub kg_co2e: Option<f64>,
 }
 

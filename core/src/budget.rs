@@ -82,7 +82,9 @@ pub fn forecast(
         high: spent,
         basis_days: 0,
     };
-    if now >= month_to {
+    // An ended month is what it spent; one not begun has spent nothing and is forecast
+    // nothing (a pattern of weeks before it says nothing of a month that may never run).
+    if now >= month_to || now < month_from {
         return done;
     }
     let today = crate::time::day_floor(now);
@@ -142,9 +144,12 @@ pub enum Standing {
     Over,
     AtRisk,
     OnTrack,
+    /// The month has not begun: nothing spent, nothing forecast.
+    NotBegun,
 }
 
 impl Standing {
+    /// How a budget of a month that has begun stands.
     pub fn of(budget: Decimal, f: &Forecast) -> Standing {
         if f.spent > budget {
             Standing::Over
@@ -160,6 +165,7 @@ impl Standing {
             Standing::Over => "over budget",
             Standing::AtRisk => "heading over",
             Standing::OnTrack => "on track",
+            Standing::NotBegun => "not begun",
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod budget;
 pub mod carbon;
 pub mod commitment;
 pub mod cost_metrics;
+pub mod figures;
 pub mod idle;
 pub mod money;
 pub mod owners;

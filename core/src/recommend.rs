@@ -167,7 +167,7 @@ impl Default for Options {
 /// Each recommendation names the GPUs it covers; no two kept recommendations share a GPU, so
 /// their savings add up without counting a GPU-hour twice. `cost` and `saving` are over the
 /// look-back, from the ledger; a saving never exceeds the cost it comes from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RightSize {
     /// `endpoint` or `model`.
@@ -192,7 +192,7 @@ pub struct RightSize {
 }
 
 /// A whole GPU busy less than the threshold: its work could share another GPU.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Consolidation {
     pub gpus: Vec<String>,
@@ -214,7 +214,7 @@ pub struct Consolidation {
 /// Training that ran on on-demand capacity and could have run on spot: what its GPU-hours
 /// actually cost and what the rate card's spot prices for the same instance types would have
 /// saved. A run is not assumed to recur, so there is no monthly figure.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpotCandidate {
     pub experiment: String,
@@ -230,7 +230,7 @@ pub struct SpotCandidate {
 /// GPUs of a host held idle (memory allocated at ~0% SM, by a forgotten notebook or a stuck
 /// job) that did no work: stop the processes or release the GPUs. Moving them to cheaper or
 /// spot capacity would only make the waste cheaper.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Release {
     pub gpus: Vec<String>,
@@ -243,16 +243,18 @@ pub struct Release {
     pub cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub saving: Decimal,
+    /// The saving as a month's worth: held all along, they would be held all month.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_saving: Decimal,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Recommendations {
     pub lookback_days: f64,
     pub right_size: Vec<RightSize>,
     pub consolidation: Vec<Consolidation>,
     pub spot: Vec<SpotCandidate>,
-    #[serde(default)]
     pub release: Vec<Release>,
     /// The savings above added up over the look-back: they cover separate GPUs.
     #[serde(with = "rust_decimal::serde::str")]
@@ -507,6 +509,7 @@ pub fn recommend(
                     .collect(),
                 cost: cost.round_dp(2),
                 saving: cost.round_dp(2),
+                monthly_saving: monthly(cost, lookback_ms).round_dp(2),
             })
             .collect();
 

@@ -139,7 +139,11 @@ pub async fn for_month(
                 amount: b.amount,
                 currency: b.currency.clone(),
                 set_by,
-                standing: Standing::of(b.amount, &f),
+                standing: if now < from {
+                    Standing::NotBegun
+                } else {
+                    Standing::of(b.amount, &f)
+                },
                 forecast: f,
             }
         })

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use prometheus::{Encoder, GaugeVec, Opts, Registry, TextEncoder};
 use rust_decimal::prelude::ToPrimitive;
@@ -25,18 +24,19 @@ use gpuledger_core::time::{hour_floor, month_of, HOUR_MS};
 
 /// How long one rendering is served again: a month of ledger is read once per this, however
 /// many Prometheus servers scrape (the ledger itself changes hourly).
-const FRESH_FOR: Duration = Duration::from_secs(30);
+const FRESH_FOR_MS: i64 = 30_000;
 
 /// The hours read to find the latest one the ledger holds (rollups lag the clock).
 const RECENT_HOURS: i64 = 6;
 
-/// Renderings per scope, each kept [`FRESH_FOR`].
+/// Renderings per scope with the moment each was rendered at, each kept [`FRESH_FOR_MS`].
 #[derive(Default, Clone)]
-pub struct Cache(Arc<Mutex<HashMap<String, (Instant, String)>>>);
+pub struct Cache(Arc<Mutex<HashMap<String, (i64, String)>>>);
 
 impl Cache {
     /// The gauges as `scope` sees them at `now`, rendered anew once they are older than
-    /// [`FRESH_FOR`]. The lock is held while rendering, so concurrent scrapes read once.
+    /// [`FRESH_FOR_MS`] (or rendered at a later moment than `now`). The lock is held while
+    /// rendering, so concurrent scrapes read once.
     pub async fn exposition(
         &self,
         store: &dyn Store,
@@ -44,17 +44,21 @@ impl Cache {
         scope: &Scope,
         now: i64,
     ) -> Result<String, CostMetricsError> {
+        if crate::sections::reading_afresh() {
+            return exposition(store, config, scope, now).await;
+        }
         let key = scope.to_stored().unwrap_or_default();
+        let fresh = |at: i64| (0..FRESH_FOR_MS).contains(&(now - at));
         let mut cache = self.0.lock().await;
         if let Some((at, text)) = cache.get(&key) {
-            if at.elapsed() < FRESH_FOR {
+            if fresh(*at) {
                 return Ok(text.clone());
             }
         }
         let text = exposition(store, config, scope, now).await?;
         // Scopes come and go with tokens; keep the map from growing without end.
-        cache.retain(|_, (at, _)| at.elapsed() < FRESH_FOR);
-        cache.insert(key, (Instant::now(), text.clone()));
+        cache.retain(|_, (at, _)| fresh(*at));
+        cache.insert(key, (now, text.clone()));
         Ok(text)
     }
 }

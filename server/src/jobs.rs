@@ -220,66 +220,15 @@ pub fn spawn_rollup_jobs(
         loop {
             tick.tick().await;
             let now = crate::now_ms();
-            match store::jobs::try_lease(store.db(), ROLLUP_JOB, &holder, now, 10 * 60_000).await {
-                Ok(true) => {
-                    // A bounded slice per tick: a month of re-marked hours catches up over a
-                    // few ticks instead of holding the lease for long.
-                    let open_from = match close.current(store.as_ref()).await {
-                        Ok(c) => c.open_from(now),
-                        // Without the sign-offs the policy alone is the safe side: it keeps
-                        // more open, never less.
-                        Err(e) => {
-                            tracing::warn!(error = %e, "reading month sign-offs");
-                            close.open_from(now)
-                        }
-                    };
-                    match crate::rollup::run_open_months(
-                        store.as_ref(),
-                        &card,
-                        &rules,
-                        24 * 7,
-                        open_from,
-                    )
-                    .await
-                    {
-                        Ok(s) if s.hours > 0 => {
-                            tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::error!(error = %e, "roll-up failed; will retry"),
-                    }
-                    match crate::rollup::attribute_new_closed_months(
-                        store.as_ref(),
-                        &card,
-                        &rules,
-                        open_from,
-                        now,
-                    )
-                    .await
-                    {
-                        Ok(months) => {
-                            for m in months {
-                                tracing::info!(
-                                    month = %gpuledger_core::time::month_label(m.month_ms),
-                                    "a closed month's late bill attributed for the first time"
-                                );
-                            }
-                        }
-                        Err(e) => tracing::error!(error = %e, "roll-up of late bills failed"),
-                    }
-                    if let Err(e) =
-                        store::jobs::finish_lease(store.db(), ROLLUP_JOB, &holder, now).await
-                    {
-                        tracing::error!(error = %e, "roll-up: lease");
-                    }
-                }
-                Ok(false) => {}
-                Err(e) => tracing::error!(error = %e, "roll-up: lease"),
-            }
-            // Each tick asks; the lease says whether the period is up on any replica, so the
-            // refreshes run once per period whatever the number of replicas.
-            refresh_recommendations(store.as_ref(), &card, &config.owners, &holder).await;
-            refresh_review_sections(store.as_ref(), &config.owners, &close, &holder).await;
+            roll_up_and_refresh(
+                store.as_ref(),
+                &card,
+                &rules,
+                &config.owners,
+                &close,
+                &holder,
+            )
+            .await;
             if last_retention.is_some_and(|last| now - last < 3_600_000) {
                 continue;
             }
@@ -328,6 +277,65 @@ pub fn spawn_rollup_jobs(
             }
         }
     });
+}
+
+/// One tick of the roll-up job, as every replica runs it each minute: the marked hours of the
+/// months still open rolled up and closed months' first bills attributed (under the roll-up's
+/// lease), then the recommendations and the review's kept sections refreshed where their
+/// period is up (each under its own lease).
+pub async fn roll_up_and_refresh(
+    store: &dyn Store,
+    card: &crate::billing::ratecard::RateCard,
+    rules: &crate::attribution::Rules,
+    owners: &crate::config::OwnerSchema,
+    close: &crate::closing::ClosePolicy,
+    holder: &str,
+) {
+    let now = crate::now_ms();
+    match store::jobs::try_lease(store.db(), ROLLUP_JOB, holder, now, 10 * 60_000).await {
+        Ok(true) => {
+            // A bounded slice per tick: a month of re-marked hours catches up over a
+            // few ticks instead of holding the lease for long.
+            let open_from = match close.current(store).await {
+                Ok(c) => c.open_from(now),
+                // Without the sign-offs the policy alone is the safe side: it keeps
+                // more open, never less.
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading month sign-offs");
+                    close.open_from(now)
+                }
+            };
+            match crate::rollup::run_open_months(store, card, rules, 24 * 7, open_from).await {
+                Ok(s) if s.hours > 0 => {
+                    tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "roll-up failed; will retry"),
+            }
+            match crate::rollup::attribute_new_closed_months(store, card, rules, open_from, now)
+                .await
+            {
+                Ok(months) => {
+                    for m in months {
+                        tracing::info!(
+                            month = %gpuledger_core::time::month_label(m.month_ms),
+                            "a closed month's late bill attributed for the first time"
+                        );
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "roll-up of late bills failed"),
+            }
+            if let Err(e) = store::jobs::finish_lease(store.db(), ROLLUP_JOB, holder, now).await {
+                tracing::error!(error = %e, "roll-up: lease");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::error!(error = %e, "roll-up: lease"),
+    }
+    // Each tick asks; the lease says whether the period is up on any replica, so the
+    // refreshes run once per period whatever the number of replicas.
+    refresh_recommendations(store, card, owners, holder).await;
+    refresh_review_sections(store, owners, close, holder).await;
 }
 
 /// Makes PostgreSQL's history partitions of the coming days and months before their rows arrive

@@ -73,7 +73,7 @@ async fn kept_or_live<T, F, R>(
     read: R,
 ) -> Result<Vec<T>, StoreError>
 where
-    T: serde::Serialize + serde::de::DeserializeOwned,
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
     F: std::future::Future<Output = Result<Vec<T>, StoreError>>,
     R: Fn(i64, i64) -> F,
 {
@@ -107,7 +107,7 @@ async fn kept_months_or_live<T, F, R>(
     read: R,
 ) -> Result<Vec<T>, StoreError>
 where
-    T: serde::Serialize + serde::de::DeserializeOwned,
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
     F: std::future::Future<Output = Result<Vec<T>, StoreError>>,
     R: Fn(i64, i64) -> F,
 {

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod billing;
 pub mod budgets;
 pub mod carbon;
+pub mod clock;
 pub mod closing;
 pub mod commitments;
 pub mod config;
@@ -56,9 +57,9 @@ use std::future::Future;
 
 pub use http::{router, AppState};
 
-/// Wall-clock time in epoch milliseconds.
+/// Now, in epoch milliseconds: the wall clock, or the moment a test fixed ([`clock::at`]).
 pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    clock::now_ms()
 }
 
 /// Serves the app on `listener` until `shutdown` resolves, finishing requests in flight.

@@ -172,6 +172,7 @@ mod scope_tests {
             action: "stop".into(),
             cost: Decimal::from(saving),
             saving: Decimal::from(saving),
+            monthly_saving: Decimal::from(saving * 4),
         };
         let all = Recommendations {
             lookback_days: 7.0,

@@ -102,10 +102,14 @@ pub async fn read(
         ("shape", &kept_for),
         (from, to),
         (now, recompute),
-        crate::shape::for_range(store, schema, scope, (from, to), now),
+        async {
+            let shapes = crate::shape::for_range(store, schema, scope, (from, to), now).await?;
+            Ok(shapes.into_iter().map(KeptShape::from).collect::<Vec<_>>())
+        },
     );
     let (heatmap_gpus, idle, type_costs, scale_to_zero, shape) =
         tokio::try_join!(heat, idle, type_costs, scale_to_zero, shape)?;
+    let shape = shape.into_iter().map(TypeShape::from).collect();
     Ok(Sections {
         heatmap_gpus,
         idle,
@@ -113,6 +117,35 @@ pub async fn read(
         scale_to_zero,
         shape,
     })
+}
+
+/// A type's week as kept: with the hourly series the purchase mix is priced on, which the
+/// shape's own serialization (the API's) leaves out.
+#[derive(serde::Serialize, serde::Deserialize, PartialEq)]
+struct KeptShape {
+    shape: TypeShape,
+    hourly: Vec<f64>,
+    interruptible: Vec<f64>,
+}
+
+impl From<TypeShape> for KeptShape {
+    fn from(mut shape: TypeShape) -> KeptShape {
+        KeptShape {
+            hourly: std::mem::take(&mut shape.hourly),
+            interruptible: std::mem::take(&mut shape.interruptible),
+            shape,
+        }
+    }
+}
+
+impl From<KeptShape> for TypeShape {
+    fn from(kept: KeptShape) -> TypeShape {
+        TypeShape {
+            hourly: kept.hourly,
+            interruptible: kept.interruptible,
+            ..kept.shape
+        }
+    }
 }
 
 /// One section: kept, or computed afresh with `recompute`.
@@ -124,7 +157,7 @@ async fn section<T, F>(
     compute: F,
 ) -> Result<T, StoreError>
 where
-    T: serde::Serialize + serde::de::DeserializeOwned,
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq,
     F: std::future::Future<Output = Result<T, StoreError>>,
 {
     if recompute {

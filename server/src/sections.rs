@@ -82,14 +82,34 @@ pub async fn kept<T, F>(
     compute: F,
 ) -> Result<T, StoreError>
 where
-    T: Serialize + DeserializeOwned,
+    T: Serialize + DeserializeOwned + PartialEq,
     F: Future<Output = Result<T, StoreError>>,
 {
     let span = span.into();
+    if reading_afresh() {
+        return compute.await;
+    }
     if let Some(kept) = servable(store, (section, key), span, (now_ms, MAX_AGE_MS)).await? {
         return Ok(kept);
     }
     in_turn(store, (section, key), span, (now_ms, MAX_AGE_MS), compute).await
+}
+
+tokio::task_local! {
+    static AFRESH: ();
+}
+
+/// Runs `f` with every kept copy passed by: each section, kept ledger read and stored
+/// recommendation computed from the ledger as on a first view, and nothing read or written
+/// kept. What a view would serve if nothing had been kept: the reference the differential
+/// tests hold every served figure to.
+pub async fn afresh<F: Future>(f: F) -> F::Output {
+    AFRESH.scope((), f).await
+}
+
+/// Whether this task reads everything afresh ([`afresh`]).
+pub fn reading_afresh() -> bool {
+    AFRESH.try_with(|_| ()).is_ok()
 }
 
 /// The kept answer for `section` over `span`, if it may be served at `now_ms`: one computed
@@ -161,9 +181,12 @@ pub async fn computed<T, F>(
     compute: F,
 ) -> Result<T, StoreError>
 where
-    T: Serialize + DeserializeOwned,
+    T: Serialize + DeserializeOwned + PartialEq,
     F: Future<Output = Result<T, StoreError>>,
 {
+    if reading_afresh() {
+        return compute.await;
+    }
     let fresh = (now_ms, FRESH_FOR_JOB_MS);
     in_turn(store, (section, key), span.into(), fresh, compute).await
 }
@@ -178,7 +201,7 @@ async fn in_turn<T, F>(
     compute: F,
 ) -> Result<T, StoreError>
 where
-    T: Serialize + DeserializeOwned,
+    T: Serialize + DeserializeOwned + PartialEq,
     F: Future<Output = Result<T, StoreError>>,
 {
     let turn = turn_to_compute(section, key, span);
@@ -205,7 +228,7 @@ async fn compute_and_keep<T, F>(
     compute: F,
 ) -> Result<T, StoreError>
 where
-    T: Serialize + DeserializeOwned,
+    T: Serialize + DeserializeOwned + PartialEq,
     F: Future<Output = Result<T, StoreError>>,
 {
     let Span {
@@ -216,12 +239,8 @@ where
     // Read before the figures: a roll-up that commits while they are computed moves it on.
     let generation = store::sections::rollup_generation(store.db(), (from_ms, to_ms)).await?;
     let value = compute.await?;
-    let body = match serde_json::to_string(&value) {
-        Ok(body) => body,
-        Err(e) => {
-            tracing::warn!(section, error = %e, "section not kept; computed again next view");
-            return Ok(value);
-        }
+    let Some(body) = copy_of(section, &value) else {
+        return Ok(value);
     };
     // On the primary when read from a replica: the generation read with the figures keeps one
     // computed from a replica behind a later roll-up from being served. Written after the
@@ -246,6 +265,37 @@ where
         keep.await;
     }
     Ok(value)
+}
+
+/// `value` as it is kept, if it reads back as the same value. A kept copy is a copy: one that
+/// would read back as anything else (a field the format skips, a float it rounds) is not kept,
+/// and the section is computed on every view, with an error logged, until its type is mended;
+/// tests fail on it.
+pub fn copy_of<T>(section: &str, value: &T) -> Option<String>
+where
+    T: Serialize + DeserializeOwned + PartialEq,
+{
+    let body = match serde_json::to_string(value) {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::warn!(section, error = %e, "section not kept; computed again next view");
+            return None;
+        }
+    };
+    let differs = match serde_json::from_str::<T>(&body) {
+        Ok(back) if back == *value => return Some(body),
+        Ok(_) => "it reads back as another value".to_owned(),
+        Err(e) => format!("it does not read back: {e}"),
+    };
+    tracing::error!(
+        section,
+        differs,
+        "section not kept: its kept copy would differ from what was computed"
+    );
+    if cfg!(test) {
+        panic!("section {section}: its kept copy would differ from what was computed: {differs}");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -467,6 +517,35 @@ mod tests {
             assert_eq!(shape(NOW, 7).await.unwrap(), [7], "{b}: ended");
             assert_eq!(shape(NOW + 1, 8).await.unwrap(), [7], "{b}: and kept");
         }
+    }
+
+    /// A section whose kept copy would read back as another value (a field its serialization
+    /// skips) is never kept: tests fail on it, and a server logs it and computes it afresh.
+    #[test]
+    fn a_copy_that_would_differ_is_never_kept() {
+        #[derive(Debug, PartialEq, Serialize, serde::Deserialize)]
+        struct Lossy {
+            shown: u32,
+            #[serde(skip)]
+            priced_on: Vec<f64>,
+        }
+        let whole = Lossy {
+            shown: 1,
+            priced_on: Vec::new(),
+        };
+        assert_eq!(copy_of("whole", &whole).as_deref(), Some(r#"{"shown":1}"#));
+        let lossy = Lossy {
+            shown: 1,
+            priced_on: vec![2.5],
+        };
+        let refused = std::panic::catch_unwind(|| copy_of("lossy", &lossy));
+        assert!(
+            refused.is_err(),
+            "a lossy copy fails the test that makes it"
+        );
+        // Floats read back bit for bit.
+        let thirds: Vec<f64> = (1..50).map(|i| f64::from(i) / 3.0).collect();
+        assert!(copy_of("thirds", &thirds).is_some());
     }
 
     #[test]

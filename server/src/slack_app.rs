@@ -340,6 +340,7 @@ async fn budget(
                 crate::budgets::Standing::Over => "over",
                 crate::budgets::Standing::AtRisk => "heading over",
                 crate::budgets::Standing::OnTrack => "on track",
+                crate::budgets::Standing::NotBegun => "not begun",
             };
             format!(
                 "*{} {}*: {} of {} spent, {} expected by the month's end ({standing})",

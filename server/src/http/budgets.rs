@@ -238,7 +238,9 @@ fn view(s: &BudgetStatus) -> BudgetView {
         budget: m(s.amount),
         spent: m(s.forecast.spent),
         forecast: m(s.forecast.expected),
-        range: if s.forecast.basis_days == 0 {
+        range: if s.standing == crate::budgets::Standing::NotBegun {
+            "the month has not begun".into()
+        } else if s.forecast.basis_days == 0 {
             "no history yet".into()
         } else {
             format!("{} – {}", m(s.forecast.low), m(s.forecast.high))
@@ -248,6 +250,7 @@ fn view(s: &BudgetStatus) -> BudgetView {
             crate::budgets::Standing::Over => "over",
             crate::budgets::Standing::AtRisk => "risk",
             crate::budgets::Standing::OnTrack => "ok",
+            crate::budgets::Standing::NotBegun => "not-begun",
         },
         set_by: s.set_by.clone(),
     }

@@ -165,7 +165,8 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
         assert_eq!(budgets[1]["standing"], "on_track", "{b}: {v}");
         assert_eq!(budgets[1]["set_by"], "admin-user", "{b}");
 
-        // Next month: nothing spent yet, its forecast from the same recent weeks.
+        // Next month, not begun: nothing spent and nothing forecast (a pattern of weeks before
+        // it says nothing of a month that has not run), whatever the recent weeks cost.
         let next = month_label(to);
         let (status, later) = send(
             &api,
@@ -176,15 +177,21 @@ async fn budgets_are_set_by_admins_and_forecast_from_the_ledger() {
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{b}: {later}");
-        let (_, next_to) = month_of(to);
-        let want =
-            gpuledger_core::budget::forecast(&daily["a"], (to, next_to), first_day, now_ms());
         assert_eq!(
-            [d(&later["spent"]), d(&later["expected"])],
-            [Decimal::ZERO, want.expected],
+            [d(&later["spent"]), d(&later["expected"]), d(&later["high"])],
+            [Decimal::ZERO; 3],
             "{b}: {later}"
         );
-        assert!(want.expected > Decimal::ZERO, "{b}");
+        assert_eq!(later["standing"], "not_begun", "{b}: {later}");
+        let recent = gpuledger_core::budget::forecast(&daily["a"], (from, to), first_day, now_ms());
+        assert!(
+            recent.expected > Decimal::ZERO,
+            "{b}: the weeks before did cost"
+        );
+        let (_, page) = api
+            .get_as(&format!("/budgets?month={next}"), Some(&viewer))
+            .await;
+        assert!(page.contains("the month has not begun"), "{b}");
 
         // The review says how the month's budgets stand, and links here.
         let (status, review) = api.get_as(&format!("/review/{month}"), Some(&viewer)).await;

@@ -12,6 +12,8 @@ mod budgets_tests;
 mod charts;
 #[cfg(test)]
 mod cost_metrics_tests;
+#[cfg(test)]
+mod differential_tests;
 mod fleet;
 mod health;
 mod incidents;

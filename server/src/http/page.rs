@@ -26,7 +26,7 @@ impl From<&super::session::SignedIn> for Chrome {
             role: s.role.as_str(),
             csrf: s.csrf.clone(),
             teams: (!s.scope.is_all()).then(|| s.scope.describe()),
-            generated: crate::format::utc_minute(chrono::Utc::now().timestamp_millis()),
+            generated: crate::format::utc_minute(crate::now_ms()),
             freshness: s.reads.freshness(),
         }
     }

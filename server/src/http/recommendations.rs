@@ -140,6 +140,10 @@ struct LookbackQuery {
     /// How far back to look, as `7d` or `72h`: 1h to 35d (7d by default).
     #[param(example = "7d")]
     lookback: Option<String>,
+    /// `YYYY-MM`: the range that month's review draws on instead (its last 7 days, up to now
+    /// while it is under way). Not with `lookback`.
+    #[param(example = "2026-10")]
+    month: Option<String>,
     /// `json` (the default) or `csv`.
     #[param(value_type = Option<TableFormat>)]
     format: Option<String>,
@@ -163,15 +167,31 @@ fn lookback(q: &LookbackQuery) -> Result<i64, ApiError> {
     Ok(ms)
 }
 
-/// The look-back's recommendations, those of the reader's teams alone where it is scoped.
+/// The range a query asks for at `now`: a month's review range, or a look-back to now.
+fn asked_range(q: &LookbackQuery, now: i64) -> Result<snapshots::Range, ApiError> {
+    let Some(month) = &q.month else {
+        return Ok(snapshots::lookback_range(now, lookback(q)?));
+    };
+    let bad = |message: String| ApiError::BadRequest {
+        message,
+        field: Some("month".into()),
+    };
+    if q.lookback.is_some() {
+        return Err(bad("month and lookback are two ranges: ask for one".into()));
+    }
+    let (from, to) = crate::allocation::calendar_month(month)
+        .ok_or_else(|| bad(format!("{month:?} is not a month such as 2026-10")))?;
+    snapshots::review_range(from, to, now).ok_or_else(|| bad(format!("{month} has not begun")))
+}
+
+/// The range's recommendations, those of the reader's teams alone where it is scoped.
 async fn compute(
     state: &AppState,
     store: &dyn crate::store::Store,
-    lookback_ms: i64,
+    range: snapshots::Range,
     scope: &Scope,
 ) -> Result<Recommendations, StoreError> {
     let now = now_ms();
-    let range = snapshots::lookback_range(now, lookback_ms);
     let all = snapshots::get(store, &state.rate_card, &state.config.owners, range, now).await?;
     crate::recommend::for_scope(store, all, range, (scope, &state.config.owners)).await
 }
@@ -203,7 +223,8 @@ async fn api(
 ) -> Result<Response, ApiError> {
     let q = super::params::query_of(query)?;
     let format = TableFormat::of(q.format.as_deref())?;
-    let r = compute(&state, user.reads.store(), lookback(&q)?, &user.scope).await?;
+    let range = asked_range(&q, now_ms())?;
+    let r = compute(&state, user.reads.store(), range, &user.scope).await?;
     if format == TableFormat::Csv {
         let body = recommendations_csv(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
         return Ok(super::params::csv_response(
@@ -292,7 +313,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             x.cost.to_string(),
             x.saving.to_string(),
             String::new(),
-            String::new(),
+            x.monthly_saving.to_string(),
             owners.join(" "),
         ])?;
     }
@@ -315,14 +336,8 @@ impl RecommendationsPage {
 }
 
 async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Response {
-    match compute(
-        &state,
-        user.reads.store(),
-        7 * gpuledger_core::time::DAY_MS,
-        &user.scope,
-    )
-    .await
-    {
+    let range = snapshots::lookback_range(now_ms(), snapshots::DEFAULT_LOOKBACK_MS);
+    match compute(&state, user.reads.store(), range, &user.scope).await {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
             total_saving: crate::format::usd(r.total_saving),

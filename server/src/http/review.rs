@@ -208,15 +208,25 @@ fn day_and_time(ms: i64) -> String {
 
 fn closing_view(
     close: crate::closing::ClosePolicy,
-    from: i64,
-    now: i64,
-    waiting: i64,
+    (from, now): (i64, i64),
+    (empty, waiting): (bool, i64),
     restatements: &[crate::store::RestatementRow],
     currency: &str,
 ) -> ClosingView {
     let closes = close.closes_at(from);
-    let closed = close.is_closed(from, now);
-    let text = if closed && close.is_signed_off(from) && closes > now {
+    // A month nothing was reported or billed for has no figures to be final.
+    let closed = close.is_closed(from, now) && !empty;
+    let text = if empty {
+        format!(
+            "No data: no agent reported and no bill covers {}, so there is nothing to review{}.",
+            month_label(from),
+            if close.is_closed(from, now) {
+                ""
+            } else {
+                " yet"
+            }
+        )
+    } else if closed && close.is_signed_off(from) && closes > now {
         "Closed: signed off with its final bill; these figures are final.".to_owned()
     } else if closed {
         format!("Closed {}: these figures are final.", day_and_time(closes))
@@ -373,6 +383,20 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
     database_unavailable("review page", e)
 }
 
+/// A month still to come has no review: no figures, no comparison, no forecast.
+fn not_begun(from: i64, now: i64) -> Response {
+    error_page(
+        StatusCode::NOT_FOUND,
+        "This month has not begun",
+        &format!(
+            "{} begins on {}; its review opens then. The month under way is /review/{}.",
+            month_label(from),
+            day_and_time(from),
+            month_label(now)
+        ),
+    )
+}
+
 fn no_such_month() -> Response {
     error_page(
         StatusCode::NOT_FOUND,
@@ -400,6 +424,9 @@ async fn review(
     let started = std::time::Instant::now();
     let store = user.reads.store();
     let now = now_ms();
+    if from > now {
+        return not_begun(from, now);
+    }
     let (prev_from, prev_to, partial) = comparison(from, to, now);
     let recs = async {
         match snapshots::review_range(from, to, now) {
@@ -571,6 +598,12 @@ async fn review(
     let restated = if scope.is_all() { restated } else { Vec::new() };
     // Nor is how much of the whole fleet changed after the month closed.
     let waiting = if scope.is_all() { waiting } else { 0 };
+    // Nothing reported, billed, waiting or restated for the whole fleet: the month says so (a
+    // team's part of a month with data can be empty and still final).
+    let empty = all.parts.is_empty()
+        && all.unattributed.values().all(Decimal::is_zero)
+        && waiting == 0
+        && restated.is_empty();
     let all = scope.restrict(all, schema);
     let prev = scope.restrict(prev, schema);
     let per_day = scope.restrict(per_day, schema);
@@ -596,7 +629,7 @@ async fn review(
         others,
     } = allocation::in_main_currency(&all);
     let shown = |d: Decimal| money(d, &cur);
-    let closing = closing_view(close, from, now, waiting, &restated, &cur);
+    let closing = closing_view(close, (from, now), (empty, waiting), &restated, &cur);
     let t = totals(&a, &grid);
     let month_totals = t.first();
     let total = month_totals.map_or(Decimal::ZERO, |t| t.cost);
@@ -715,7 +748,6 @@ async fn review(
         &labels,
     );
     heatmap.total_gpus = gpu_count;
-    let now = now_ms();
     // Idle waste from the ledger: episodes whose dollars add up to the month's idle and held
     // idle, for any month (live incidents need raw windows, gone once a month closes).
     let in_cur = idle_summary
@@ -866,6 +898,10 @@ async fn drill_down(
             "Add ?key=… to the address: the model, team, host or other name to look at.",
         );
     };
+    let now = now_ms();
+    if from > now {
+        return not_begun(from, now);
+    }
     let loaded = async {
         let store = user.reads.store();
         let a = ledger::load(store, from, to, RollupGrain::Day).await?;
@@ -1004,7 +1040,7 @@ async fn drill_down(
         review_href: format!("/review/{month}"),
         previous_href: drill(&month_label(prev_from)),
         next_href: drill(&next),
-        next_begun: to <= now_ms(),
+        next_begun: to <= now,
         previous: month_label(prev_from),
         dimension: by.as_str(),
         key,

@@ -11,7 +11,9 @@ use tower::ServiceExt;
 use super::tests::{apis, report, Api};
 use crate::now_ms;
 use crate::store;
-use gpuledger_core::time::{hour_floor, month_of, rfc3339, HOUR_MS};
+use gpuledger_core::time::{
+    hour_floor, month_label, month_of, month_start_ms, rfc3339, DAY_MS, HOUR_MS,
+};
 use gpuledger_proto::Report;
 
 /// A table row as the page shows it: key, cost, kWh.
@@ -641,6 +643,41 @@ async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
             "{b}"
         );
         assert!(!page.contains("(-"), "{b}: one minus sign");
+    }
+}
+
+/// A month nothing was reported or billed for says so and is never called final; a month that
+/// has not begun has no review, no drill-down, no comparison and no budget forecast.
+#[tokio::test]
+async fn an_empty_month_says_so_and_a_future_month_has_no_review() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let (viewer, _) = api.session("viewer").await;
+        fleet(&api).await;
+        let (from, to) = month_of(at());
+        // Long closed, and nothing in it.
+        let empty = month_label(month_start_ms(month_start_ms(from - 1) - 1));
+        let (status, page) = api.get_as(&format!("/review/{empty}"), Some(&viewer)).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        assert!(page.contains("No data: no agent reported"), "{b}");
+        assert!(!page.contains("final"), "{b}: nothing to be final");
+
+        // The month after this one, and one a year on.
+        for future in [month_label(to), month_label(to + 400 * DAY_MS)] {
+            for path in [
+                format!("/review/{future}"),
+                format!("/review/{future}/team?key=search"),
+            ] {
+                let (status, page) = api.get_as(&path, Some(&viewer)).await;
+                assert_eq!(status, StatusCode::NOT_FOUND, "{b}: {path}");
+                assert!(page.contains("This month has not begun"), "{b}: {path}");
+                assert!(!page.contains("heading over"), "{b}: {path}: no forecast");
+                assert!(
+                    !page.contains("against"),
+                    "{b}: {path}: no comparison with anything"
+                );
+            }
+        }
     }
 }
 

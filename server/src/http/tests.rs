@@ -1062,6 +1062,35 @@ async fn recommendations_answer_for_viewers_and_name_bad_parameters() {
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(error_of(body.as_bytes()).field.as_deref(), Some("lookback"));
+        // A month's review range: the month under way's so far; a month to come, a month
+        // misspelt or a month with a look-back are refused, the field named.
+        let this = gpuledger_core::time::month_label(now_ms());
+        let (status, body) = api
+            .get_as(
+                &format!("/api/v1/recommendations?month={this}&format=csv"),
+                Some(&viewer),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}: {body}", api.backend);
+        assert!(body.starts_with("kind,key,"), "{body}");
+        let next = gpuledger_core::time::month_label(gpuledger_core::time::next_month_start(
+            gpuledger_core::time::month_start_ms(now_ms()),
+        ));
+        for query in [
+            format!("month={next}"),
+            "month=2026-13".to_owned(),
+            format!("month={this}&lookback=3d"),
+        ] {
+            let (status, body) = api
+                .get_as(&format!("/api/v1/recommendations?{query}"), Some(&viewer))
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+            assert_eq!(
+                error_of(body.as_bytes()).field.as_deref(),
+                Some("month"),
+                "{query}"
+            );
+        }
         let (status, page) = api.get_as("/recommendations", Some(&viewer)).await;
         assert_eq!(status, StatusCode::OK);
         assert!(page.contains("Right-size inference"));

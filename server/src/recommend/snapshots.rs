@@ -65,13 +65,19 @@ pub async fn get(
     range: Range,
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
-    let stored = store::recommendations::recommendation_snapshot(
-        store.db(),
-        range.from_ms,
-        range.to_ms,
-        range.observed_ms,
-    )
-    .await?;
+    // Read afresh (the differential tests' reference): computed, nothing read or kept.
+    let afresh = crate::sections::reading_afresh();
+    let stored = if afresh {
+        None
+    } else {
+        store::recommendations::recommendation_snapshot(
+            store.db(),
+            range.from_ms,
+            range.to_ms,
+            range.observed_ms,
+        )
+        .await?
+    };
     if let Some((computed_ms, body)) = stored {
         if computed_ms >= range.to_ms || now_ms - computed_ms < MAX_AGE_MS {
             match serde_json::from_str(&body) {
@@ -81,10 +87,10 @@ pub async fn get(
             }
         }
     }
-    if store.is_replica() && range.to_ms > now_ms - gpuledger_core::time::DAY_MS {
-        // A range still under way is kept only from the primary's reads: a snapshot has no
-        // guard against one computed from a lagging replica replacing a newer one (the refresh
-        // job keeps them). One over for a day is final either way, and kept on the primary.
+    // A range still under way is kept only from the primary's reads: a snapshot has no guard
+    // against one computed from a lagging replica replacing a newer one (the refresh job keeps
+    // them). One over for a day is final either way, and kept on the primary.
+    if afresh || (store.is_replica() && range.to_ms > now_ms - gpuledger_core::time::DAY_MS) {
         let evidence =
             crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
                 .await?;
@@ -110,19 +116,16 @@ pub async fn compute_and_store(
         crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
             .await?;
     let r = recommend(&evidence, card, range.observed_ms, Options::default());
-    match serde_json::to_string(&r) {
-        Ok(body) => {
-            store::recommendations::put_recommendation_snapshot(
-                store.primary(),
-                range.from_ms,
-                range.to_ms,
-                range.observed_ms,
-                now_ms,
-                &body,
-            )
-            .await?
-        }
-        Err(e) => tracing::warn!(error = %e, "recommendations not stored"),
+    if let Some(body) = crate::sections::copy_of("recommendations", &r) {
+        store::recommendations::put_recommendation_snapshot(
+            store.primary(),
+            range.from_ms,
+            range.to_ms,
+            range.observed_ms,
+            now_ms,
+            &body,
+        )
+        .await?
     }
     Ok(r)
 }

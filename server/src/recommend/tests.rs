@@ -438,6 +438,11 @@ fn a_gpu_held_idle_all_along_is_to_release() {
         x.saving,
         (dec("5.1207") * Decimal::from(WEEK_HOURS)).round_dp(2)
     );
+    // Held all week, held all month: the same hourly cost over a 730-hour month.
+    assert_eq!(
+        x.monthly_saving,
+        (dec("5.1207") * Decimal::from(730)).round_dp(2)
+    );
     assert!(x
         .action
         .starts_with("stop the idle processes or release the GPU"));

@@ -56,7 +56,10 @@ pub struct SavingRow {
     pub what: String,
     pub href: String,
     pub change: String,
+    /// Saved over the look-back.
     pub saving: String,
+    /// The same rate over a month, or "—" where the saving does not recur.
+    pub monthly: String,
 }
 
 /// One idle episode as the review lists it.
@@ -154,13 +157,29 @@ pub fn endpoint_view(e: &EndpointUnitCost, month: &str, schema: &OwnerSchema) ->
     }
 }
 
-/// Savings are priced from the rate card, in its currency.
+/// The month's recommendations as rows, largest saving over the look-back first: each with
+/// what it saved over the look-back and, where the saving recurs (serving, GPUs held all
+/// along), the same rate over a month; a training run is not assumed to recur. Amounts are in
+/// the bill's currency of the GPUs they cover.
 pub fn savings_view(
     r: &Recommendations,
     month: &str,
     currency: &str,
     schema: &OwnerSchema,
 ) -> (Vec<SavingRow>, String) {
+    let row =
+        |what: String, href: String, change: String, saving: Decimal, monthly: Option<Decimal>| {
+            (
+                saving,
+                SavingRow {
+                    what,
+                    href,
+                    change,
+                    saving: money(saving, currency),
+                    monthly: monthly.map_or_else(|| "—".to_owned(), |m| money(m, currency)),
+                },
+            )
+        };
     let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
     for x in &r.right_size {
         let by = if x.by == "endpoint" {
@@ -168,54 +187,46 @@ pub fn savings_view(
         } else {
             by_role(schema, Role::Model)
         };
-        rows.push((
+        rows.push(row(
+            format!("{} {}", x.by, x.key),
+            charts::drill_href(month, by, &x.key),
+            format!(
+                "{} GPU{} {} → {} ({})",
+                x.gpus.len(),
+                if x.gpus.len() == 1 { "" } else { "s" },
+                x.current_gpu,
+                x.recommended_gpu,
+                x.recommended_instance_type
+            ),
             x.saving,
-            SavingRow {
-                what: format!("{} {}", x.by, x.key),
-                href: charts::drill_href(month, by, &x.key),
-                change: format!(
-                    "{} GPU{} {} → {} ({})",
-                    x.gpus.len(),
-                    if x.gpus.len() == 1 { "" } else { "s" },
-                    x.current_gpu,
-                    x.recommended_gpu,
-                    x.recommended_instance_type
-                ),
-                saving: money(x.saving, currency),
-            },
+            Some(x.monthly_saving),
         ));
     }
     for c in &r.consolidation {
-        rows.push((
+        rows.push(row(
+            format!("GPU on {}", c.host),
+            charts::drill_href(month, GroupBy::Host, &c.host),
+            c.action.clone(),
             c.saving,
-            SavingRow {
-                what: format!("GPU on {}", c.host),
-                href: charts::drill_href(month, GroupBy::Host, &c.host),
-                change: c.action.clone(),
-                saving: money(c.saving, currency),
-            },
+            Some(c.monthly_saving),
         ));
     }
     for x in &r.release {
-        rows.push((
+        rows.push(row(
+            format!("GPUs held idle on {}", x.host),
+            charts::drill_href(month, GroupBy::Host, &x.host),
+            x.action.clone(),
             x.saving,
-            SavingRow {
-                what: format!("GPUs held idle on {}", x.host),
-                href: charts::drill_href(month, GroupBy::Host, &x.host),
-                change: x.action.clone(),
-                saving: money(x.saving, currency),
-            },
+            Some(x.monthly_saving),
         ));
     }
     for s in &r.spot {
-        rows.push((
+        rows.push(row(
+            format!("experiment {}", s.experiment),
+            charts::drill_href(month, by_role(schema, Role::Experiment), &s.experiment),
+            "on-demand → spot".into(),
             s.saving,
-            SavingRow {
-                what: format!("experiment {}", s.experiment),
-                href: charts::drill_href(month, by_role(schema, Role::Experiment), &s.experiment),
-                change: "on-demand → spot".into(),
-                saving: money(s.saving, currency),
-            },
+            None,
         ));
     }
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
@@ -608,4 +619,45 @@ pub fn purchase_view(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuledger_core::recommend::{Release, SpotCandidate};
+
+    /// Each saving says its period, and a month at its rate where it recurs: a GPU held idle
+    /// all week is held all month; a training run is not assumed to recur.
+    #[test]
+    fn savings_show_their_look_back_and_a_month_at_that_rate() {
+        let r = Recommendations {
+            lookback_days: 7.0,
+            release: vec![Release {
+                gpus: vec!["GPU-1".into()],
+                host: "train-east-06".into(),
+                owners: Default::default(),
+                action: "release the GPU".into(),
+                cost: Decimal::new(330_348, 2),
+                saving: Decimal::new(330_348, 2),
+                monthly_saving: Decimal::new(1_435_487, 2),
+            }],
+            spot: vec![SpotCandidate {
+                experiment: "exp-9".into(),
+                gpus: vec!["GPU-2".into()],
+                instance_types: vec!["p4d.24xlarge".into()],
+                gpu_hours: 10.0,
+                cost: Decimal::from(100),
+                saving: Decimal::from(60),
+            }],
+            total_saving: Decimal::new(336_348, 2),
+            ..Default::default()
+        };
+        let (rows, total) = savings_view(&r, "2026-10", "USD", &OwnerSchema::default());
+        assert_eq!(total, "$3,363.48");
+        let shown: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|r| (r.saving.as_str(), r.monthly.as_str()))
+            .collect();
+        assert_eq!(shown, [("$3,303.48", "$14,354.87"), ("$60.00", "—")]);
+    }
 }

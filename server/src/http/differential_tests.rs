@@ -1,0 +1,652 @@
+//! The same right figure on every view. Every page, API answer and CSV a viewer is served,
+//! whatever it was served from (kept sections, kept ledger reads, stored recommendations, the
+//! cost gauges' cache), must equal what the same view answers when everything is computed
+//! afresh from the ledger ([`crate::sections::afresh`]): at the moments a kept copy can go
+//! wrong (the first view, a later one, after the job refreshed the month under way, after a
+//! roll-up of new hours, after a late bill, after the month closed), for whoever sees every
+//! team and for a team's viewer, on both databases. The fleet is the demo's (commitments,
+//! spot, hours after the bill's last line) and a generated one beside it (a second currency,
+//! MIG slices, a host no bill covers).
+//!
+//! Pages are found as a person finds them: from the month's reviews and the other pages,
+//! following every link a page holds, so a figure that opens a page is checked there too.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use gpuledger_proto::{GpuWindow, HostInfo, MigPlacement, ProcessWindow, Report, Window};
+use tower::ServiceExt;
+
+use super::security_tests::{Access, ROUTES};
+use super::{router, AppState};
+use crate::auth::{generate_token, hash_token};
+use crate::billing::ratecard::RateCard;
+use crate::store::{self, AgentStatus, NewToken, Store};
+use crate::{clock, sections, test_support};
+use gpuledger_core::scope::Scope;
+use gpuledger_core::time::{month_label, month_start_ms, rfc3339, DAY_MS, HOUR_MS};
+
+/// Sunday 22 November 2026, 10:30 UTC: three weeks into the month, October closed.
+const NOW: i64 = 1_795_343_400_000;
+
+/// Pages a crawl visits at most, per viewer and moment.
+const MAX_PAGES: usize = 400;
+/// Addresses of one kind a crawl visits at most (drill-downs of one dimension in one month,
+/// say): every kind is checked, not every key of a fleet.
+const PER_KIND: usize = 3;
+
+/// Who views, and how they sign in.
+struct Viewer {
+    name: &'static str,
+    cookie: String,
+    /// A read-only token of the same scope, for `/metrics`.
+    read_token: String,
+}
+
+/// A view's answer: its status and body (a redirect's target instead of a body).
+#[derive(PartialEq)]
+struct Answer {
+    status: StatusCode,
+    body: String,
+}
+
+async fn view(app: &Router, viewer: &Viewer, path: &str, at: i64, afresh: bool) -> Answer {
+    let mut req = Request::get(path);
+    req = if path.starts_with("/metrics") {
+        req.header("authorization", format!("Bearer {}", viewer.read_token))
+    } else {
+        req.header("cookie", &viewer.cookie)
+    };
+    // On the heap: the review's future is deep, and a test thread's stack is small.
+    let call = Box::pin(app.clone().oneshot(req.body(Body::empty()).unwrap()));
+    let resp = if afresh {
+        Box::pin(clock::at(at, sections::afresh(call))).await
+    } else {
+        Box::pin(clock::at(at, call)).await
+    }
+    .unwrap();
+    let status = resp.status();
+    let location = resp
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body = if status.is_redirection() {
+        location
+    } else {
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    Answer { status, body }
+}
+
+/// The same-site links of a page (`href="/…"`), as a client would follow them.
+fn links(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in body.split("href=\"").skip(1) {
+        let Some(end) = part.find('"') else { continue };
+        let href = part[..end].replace("&amp;", "&");
+        let href = href.split('#').next().unwrap_or_default().to_owned();
+        if href.starts_with('/') && !href.starts_with("//") && followed(&href) {
+            out.push(href);
+        }
+    }
+    out
+}
+
+/// What kind of address `href` is: its path and its query's parameter names, with the values
+/// of those that choose what is shown (`by`, `step`, `format`, …) but not of those that name
+/// a key or a range.
+fn kind(href: &str) -> String {
+    const CHOOSE: [&str; 5] = ["by", "step", "format", "month", "lookback"];
+    let (path, query) = href.split_once('?').unwrap_or((href, ""));
+    let mut params: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((name, _)) if !CHOOSE.contains(&name) => name,
+            _ => p,
+        })
+        .collect();
+    params.sort_unstable();
+    format!("{path}?{}", params.join("&"))
+}
+
+/// Pages whose answer is a figure (or leads to one): not sign-in, assets or forms' targets.
+fn followed(href: &str) -> bool {
+    !["/login", "/logout", "/static/", "/api/v1/openapi.json"]
+        .iter()
+        .any(|p| href.starts_with(p))
+}
+
+/// Where the two answers first differ, in words: the text around the first difference.
+fn difference(path: &str, served: &Answer, fresh: &Answer) -> String {
+    if served.status != fresh.status {
+        return format!(
+            "{path}: served {} where afresh {}",
+            served.status, fresh.status
+        );
+    }
+    let (a, b) = (served.body.as_bytes(), fresh.body.as_bytes());
+    let at = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    let around = |text: &str| {
+        let start = text.floor_char_boundary(at.saturating_sub(160));
+        let end = text.ceil_char_boundary((at + 160).min(text.len()));
+        text[start..end]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!(
+        "{path}, at byte {at}:\n    served: …{}…\n    afresh: …{}…",
+        around(&served.body),
+        around(&fresh.body)
+    )
+}
+
+/// Whether `href` stays within `months` (`YYYY-MM` anywhere in it): the crawl follows no
+/// month navigation beyond the data's.
+fn within(href: &str, months: &[String]) -> bool {
+    let bytes = href.as_bytes();
+    (0..bytes.len().saturating_sub(6)).all(|i| {
+        let candidate = &href[i..i + 7];
+        let is_month = candidate.bytes().enumerate().all(|(j, c)| {
+            if j == 4 {
+                c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        }) && (i == 0 || !bytes[i - 1].is_ascii_digit());
+        !is_month || months.iter().any(|m| m == candidate)
+    })
+}
+
+/// Every page reachable from `seeds` as `viewer` sees them at `at`, through links within
+/// `months`, each viewed as served and then afresh; the differences, and the pages visited.
+async fn crawl(
+    app: &Router,
+    viewer: &Viewer,
+    (seeds, months): (&[String], &[String]),
+    at: i64,
+) -> (Vec<String>, BTreeSet<String>) {
+    let mut queue: VecDeque<String> = seeds.iter().cloned().collect();
+    let mut seen: BTreeSet<String> = queue.iter().cloned().collect();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut differences = Vec::new();
+    while let Some(path) = queue.pop_front() {
+        let served = Box::pin(view(app, viewer, &path, at, false)).await;
+        let fresh = Box::pin(view(app, viewer, &path, at, true)).await;
+        assert!(
+            served.status != StatusCode::INTERNAL_SERVER_ERROR
+                && served.status != StatusCode::SERVICE_UNAVAILABLE,
+            "{} at {}: {path} answered {}: {}",
+            viewer.name,
+            rfc3339(at),
+            served.status,
+            served.body.chars().take(400).collect::<String>()
+        );
+        if served != fresh {
+            differences.push(difference(&path, &served, &fresh));
+        }
+        for link in links(&served.body) {
+            if seen.len() >= MAX_PAGES || seen.contains(&link) || !within(&link, months) {
+                continue;
+            }
+            let of_kind = kinds.entry(kind(&link)).or_default();
+            if *of_kind < PER_KIND {
+                *of_kind += 1;
+                seen.insert(link.clone());
+                queue.push_back(link);
+            }
+        }
+    }
+    (differences, seen)
+}
+
+/// A route pattern's paths among `visited` (`{month}` and the like match one segment).
+fn visits(pattern: &str, visited: &BTreeSet<String>) -> bool {
+    let want: Vec<&str> = pattern.split('/').collect();
+    visited.iter().any(|path| {
+        let path = path.split('?').next().unwrap_or_default();
+        let got: Vec<&str> = path.split('/').collect();
+        got.len() == want.len()
+            && want
+                .iter()
+                .zip(&got)
+                .all(|(w, g)| (w.starts_with('{') && !g.is_empty()) || w == g)
+    })
+}
+
+/// A signed-in person of `role` seeing `teams` (a JSON array, or every team), with a read
+/// token of the same scope; sessions last through every moment viewed.
+async fn viewer(store: &dyn Store, name: &'static str, role: &str, teams: Option<&str>) -> Viewer {
+    let hash = crate::session::hash_password("correct horse battery").unwrap();
+    store::accounts::create_user(store.db(), name, &hash, role, teams, NOW)
+        .await
+        .unwrap();
+    let user = store::accounts::user_by_name(store.db(), name)
+        .await
+        .unwrap()
+        .unwrap();
+    let token = generate_token();
+    store::accounts::create_session(
+        store.db(),
+        &hash_token(&token),
+        user.id,
+        "csrf",
+        NOW,
+        NOW + 60 * DAY_MS,
+    )
+    .await
+    .unwrap();
+    let scope = Scope::from_stored(teams);
+    let read_token = crate::read_tokens::create(store, &format!("{name}-reads"), &scope, name, NOW)
+        .await
+        .unwrap();
+    Viewer {
+        name,
+        cookie: format!("gpl_session={token}"),
+        read_token,
+    }
+}
+
+/// The generated fleet beside the demo's: `eu-mig`, an A100 in MIG mode billed in euros (a
+/// 3g.40gb slice serving, a 2g.20gb one held by a notebook, two slices no instance holds), and
+/// `onprem`, an L4 host no bill covers (priced from the rate card), training; each reporting
+/// hourly from the start of last month. The euro bill stops three days before `now`.
+async fn generated_fleet(store: &dyn Store, now: i64) {
+    let start = month_start_ms(month_start_ms(now) - 1);
+    let end = now - now.rem_euclid(HOUR_MS);
+    for (cluster, host) in [("eu-mig", "mig-eu-00"), ("onprem", "owned-00")] {
+        let name = format!("gen-{cluster}");
+        store::tokens::create_token(
+            store.db(),
+            &NewToken::for_cluster(&name, &hash_token(&generate_token()), cluster),
+            start,
+        )
+        .await
+        .unwrap();
+        let token = store::tokens::token_by_name(store.db(), &name)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        let info = HostInfo {
+            hostname: host.into(),
+            cluster: cluster.into(),
+            provider: Some(if cluster == "onprem" { "onprem" } else { "aws" }.into()),
+            instance_id: (cluster == "eu-mig").then(|| "i-0e0e0e0e0e0e0e0e1".into()),
+            instance_type: Some(
+                if cluster == "onprem" {
+                    "g6.xlarge"
+                } else {
+                    "p4d.24xlarge"
+                }
+                .into(),
+            ),
+            region: Some(
+                if cluster == "onprem" {
+                    "dc-1"
+                } else {
+                    "eu-west-1"
+                }
+                .into(),
+            ),
+            lifecycle: Some("on_demand".into()),
+        };
+        let mut t = start;
+        while t < end {
+            let day_end = (t + DAY_MS).min(end);
+            let mut windows = Vec::new();
+            while t < day_end {
+                let gpus = if cluster == "eu-mig" {
+                    mig_gpus(t)
+                } else {
+                    vec![training_l4(t)]
+                };
+                windows.push(Window {
+                    serving: Vec::new(),
+                    start_ms: t,
+                    end_ms: t + HOUR_MS,
+                    samples: 3600,
+                    gpus,
+                });
+                t += HOUR_MS;
+            }
+            let report = Report {
+                batch_id: format!("gen-{host}-{t}"),
+                agent_version: "test".into(),
+                host: info.clone(),
+                windows,
+            };
+            let outcome = store
+                .ingest(&report, token, AgentStatus::default(), now)
+                .await
+                .unwrap();
+            assert_eq!(outcome, store::IngestOutcome::Stored, "{}", report.batch_id);
+        }
+    }
+    let bill = euro_bill(start, now - 3 * DAY_MS, ("25.40", i64::MAX, ""));
+    crate::billing::import_focus(store, "gen-eu-bill.csv", bill.into_bytes(), now)
+        .await
+        .unwrap();
+}
+
+/// One physical A100 in MIG mode and its two instances at hour `t`.
+fn mig_gpus(t: i64) -> Vec<GpuWindow> {
+    let busy = 40.0 + (t / HOUR_MS % 24) as f64 * 2.0;
+    let instance =
+        |uuid: &str, slices: u32, profile: &str, labels: &[(&str, &str)], util: f64| GpuWindow {
+            uuid: uuid.into(),
+            index: 0,
+            name: "NVIDIA A100-SXM4-80GB".into(),
+            parent_uuid: Some("GPU-gen-a100".into()),
+            memory_total_bytes: Some((u64::from(slices) * 10) << 30),
+            memory_used_max_bytes: Some(8 << 30),
+            util_avg: Some(util),
+            util_max: Some(util),
+            mig: Some(MigPlacement {
+                gpu_instance_id: slices,
+                compute_instance_id: 0,
+                profile: Some(profile.into()),
+                gpu_instance_slices: slices,
+                compute_instance_slices: slices,
+            }),
+            processes: vec![ProcessWindow {
+                pid: 100 + slices,
+                name: Some("python3".into()),
+                memory_used_max_bytes: Some(8 << 30),
+                sm_util_avg: Some(util),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+    vec![
+        GpuWindow {
+            uuid: "GPU-gen-a100".into(),
+            index: 0,
+            name: "NVIDIA A100-SXM4-80GB".into(),
+            memory_total_bytes: Some(80 << 30),
+            mig_compute_slices: Some(7),
+            power_avg_watts: Some(180.0),
+            energy_mj: Some(180 * 3_600_000),
+            ..Default::default()
+        },
+        instance(
+            "MIG-gen-a",
+            3,
+            "3g.40gb",
+            &[
+                ("endpoint", "vision-api"),
+                ("model", "detector"),
+                ("team", "vision"),
+            ],
+            busy,
+        ),
+        instance(
+            "MIG-gen-b",
+            2,
+            "2g.20gb",
+            &[("experiment", "notebook-eu"), ("team", "research")],
+            0.0,
+        ),
+    ]
+}
+
+/// An L4 training all day and idle at night.
+fn training_l4(t: i64) -> GpuWindow {
+    let working = (6..22).contains(&(t / HOUR_MS % 24));
+    GpuWindow {
+        uuid: "GPU-gen-owned-l4".into(),
+        index: 0,
+        name: "NVIDIA L4".into(),
+        memory_total_bytes: Some(24 << 30),
+        memory_used_max_bytes: Some(if working { 20 << 30 } else { 0 }),
+        util_avg: Some(if working { 90.0 } else { 0.0 }),
+        util_max: Some(if working { 95.0 } else { 0.0 }),
+        processes: if working {
+            vec![ProcessWindow {
+                pid: 7,
+                name: Some("python3".into()),
+                memory_used_max_bytes: Some(20 << 30),
+                sm_util_avg: Some(88.0),
+                labels: [
+                    ("experiment", "owned-sweep"),
+                    ("model", "llama-8b"),
+                    ("team", "research"),
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+                ..Default::default()
+            }]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    }
+}
+
+const FOCUS_HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags";
+
+/// The MIG host's bill in euros: a line per hour of `[from, until)` at `hourly`, and at
+/// `later` from `changed_at` on (a restated bill).
+fn euro_bill(from: i64, until: i64, (rate, changed_at, later): (&str, i64, &str)) -> String {
+    let mut csv = String::from(FOCUS_HEADER);
+    let mut t = from;
+    while t + HOUR_MS <= until {
+        let hourly = if t >= changed_at { later } else { rate };
+        csv.push_str(&format!(
+            "\nAWS,2,{},{},{},Usage,{hourly},{hourly},{hourly},EUR,Standard,,Amazon Elastic Compute Cloud,p4d,,arn:aws:ec2:eu-west-1:2:instance/i-0e0e0e0e0e0e0e0e1,eu-west-1,",
+            rfc3339(month_start_ms(t)),
+            rfc3339(t),
+            rfc3339(t + HOUR_MS),
+        ));
+        t += HOUR_MS;
+    }
+    csv
+}
+
+/// What a step between two views does to the data.
+enum Step {
+    /// Nothing: the same data viewed again.
+    Nothing,
+    /// The jobs' tick: the roll-up, then the recommendations and kept sections refreshed.
+    Job,
+    /// The demo fleet's next hour reported, then the jobs' tick.
+    NewHours(i64, i64),
+    /// A late bill: the euro host's export delivered again, its hours from `from` at another
+    /// rate, then the jobs' tick.
+    LateBill(i64),
+}
+
+/// Every page each viewer can reach is served as a fresh computation answers it, at every
+/// moment a kept copy could go wrong; and every route that serves figures was among them.
+#[tokio::test]
+async fn every_view_serves_what_a_fresh_computation_answers() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let s = store.as_ref();
+        let card = RateCard::default_card();
+        let config = crate::config::Config::default();
+        let rules = config.attribution_rules();
+        Box::pin(crate::demo::seed(s, &card, &rules, NOW))
+            .await
+            .unwrap();
+        Box::pin(generated_fleet(s, NOW)).await;
+        Box::pin(clock::at(NOW, test_support::roll_up(s))).await;
+        // What is idle now, as the idle job finds it every minute.
+        Box::pin(crate::incidents::evaluate(s, &card, &config, NOW))
+            .await
+            .unwrap();
+        let admin = viewer(s, "finance-lead", "admin", None).await;
+        let team = viewer(s, "foundation-lead", "viewer", Some(r#"["foundation"]"#)).await;
+        let mut state = AppState::new(store.clone());
+        state.rate_card = std::sync::Arc::new(card.clone());
+        let app = router(state.clone());
+
+        let this = month_start_ms(NOW);
+        let last = month_start_ms(this - 1);
+        let months = [month_start_ms(last - 1), last, this, this + 40 * DAY_MS];
+        let labels: Vec<String> = months.iter().map(|m| month_label(*m)).collect();
+        let seeds: Vec<String> = months
+            .iter()
+            .map(|m| format!("/review/{}", month_label(*m)))
+            .chain(
+                [
+                    "/",
+                    "/incidents",
+                    "/recommendations",
+                    "/budgets",
+                    "/billing",
+                    "/alerts",
+                    "/metrics",
+                    "/api/v1/recommendations",
+                    "/api/v1/incidents",
+                    "/api/v1/budgets",
+                    "/api/v1/billing/imports",
+                    "/api/v1/billing/periods",
+                    "/api/v1/idle/history",
+                    "/api/v1/usage",
+                    "/api/v1/runs",
+                ]
+                .map(String::from),
+            )
+            .chain([last, this].iter().flat_map(|m| {
+                let month = month_label(*m);
+                [
+                    format!("/api/v1/anomalies?month={month}"),
+                    format!("/api/v1/billing/reconciliation?month={month}"),
+                    format!("/api/v1/billing/commitments?month={month}"),
+                    format!("/api/v1/variance?month={month}&by=team"),
+                    format!("/api/v1/shape?month={month}"),
+                    format!("/api/v1/scale-to-zero?month={month}"),
+                ]
+            }))
+            .collect();
+
+        let euro_late_from = last + 20 * DAY_MS;
+        let close_after = crate::closing::DEFAULT_CLOSE_AFTER_MS;
+        let moments = [
+            ("the first view", NOW, Step::Nothing),
+            ("a later view", NOW + 60_000, Step::Nothing),
+            (
+                "after the job refreshed the month",
+                NOW + 6 * 60_000,
+                Step::Job,
+            ),
+            (
+                "after a roll-up of new hours",
+                NOW + 75 * 60_000,
+                Step::NewHours(NOW, NOW + HOUR_MS),
+            ),
+            (
+                "after a late bill",
+                NOW + 90 * 60_000,
+                Step::LateBill(euro_late_from),
+            ),
+            (
+                "after the month closed",
+                this + 31 * DAY_MS + close_after + HOUR_MS,
+                Step::Job,
+            ),
+        ];
+        let mut failures = Vec::new();
+        let mut visited = BTreeSet::new();
+        for (moment, at, step) in moments {
+            match step {
+                Step::Nothing => {}
+                Step::Job => {}
+                Step::NewHours(from, to) => {
+                    Box::pin(crate::demo::report_live(s, from, to))
+                        .await
+                        .unwrap();
+                }
+                Step::LateBill(from) => {
+                    // The month's export delivered again, its later hours restated.
+                    let bill = euro_bill(last, NOW - 3 * DAY_MS, ("25.40", from, "31.75"));
+                    Box::pin(crate::billing::import_focus(
+                        s,
+                        "gen-eu-bill.csv",
+                        bill.into_bytes(),
+                        at,
+                    ))
+                    .await
+                    .unwrap();
+                }
+            }
+            if !matches!(step, Step::Nothing) {
+                let close = state.close;
+                Box::pin(clock::at(
+                    at,
+                    crate::jobs::roll_up_and_refresh(
+                        s,
+                        &card,
+                        &rules,
+                        &config.owners,
+                        &close,
+                        "test",
+                    ),
+                ))
+                .await;
+                Box::pin(crate::incidents::evaluate(s, &card, &config, at))
+                    .await
+                    .unwrap();
+            }
+            for who in [&admin, &team] {
+                let (differences, seen) = Box::pin(crawl(&app, who, (&seeds, &labels), at)).await;
+                let count = seen.len();
+                visited.extend(seen);
+                for d in differences {
+                    failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                }
+                eprintln!("{}: {moment}, {}: {count} pages", db.backend, who.name);
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} views served other figures than a fresh computation:\n{}",
+            failures.len(),
+            failures
+                .iter()
+                .take(12)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        // Every route that answers figures to a viewer was checked.
+        let unchecked: Vec<&str> = ROUTES
+            .iter()
+            .filter(|(method, path, access)| {
+                *method == "GET"
+                    && matches!(access, Access::Viewer)
+                    && !visits(path, &visited)
+                    && !["/review", "/account"].contains(path)
+            })
+            .map(|(_, path, _)| *path)
+            .collect();
+        assert!(
+            unchecked.is_empty(),
+            "routes no view reached: {unchecked:?}"
+        );
+        let by_kind: BTreeMap<&str, usize> = visited.iter().fold(BTreeMap::new(), |mut m, p| {
+            *m.entry(p.split(['?', '/']).nth(1).unwrap_or_default())
+                .or_default() += 1;
+            m
+        });
+        eprintln!("{}: pages checked by kind: {by_kind:?}", db.backend);
+    }
+}
