@@ -759,6 +759,12 @@ pub fn attribute(
 /// Attributes `[from_ms, to_ms)` (whole hours) from already-loaded data; whether a window was
 /// busy, held idle or idle by each host's cluster's thresholds in `busy`; who owned it by the
 /// owner dimensions in `schema`.
+///
+/// `lines` are the bill's lines overlapping the range and, for the hours after the bill's last
+/// line, each host's newest lines ending before it: an hour a host reported and no line covers
+/// is estimated at what the bill last charged that host for an hour (its commitments and
+/// negotiated rates included), within [`crate::bill::LAST_BILLED_LOOKBACK_MS`]; only a host
+/// the bill has not charged in that time is priced from the rate card.
 #[allow(clippy::too_many_arguments)]
 pub fn attribute_by(
     hosts: Vec<HostRow>,
@@ -804,6 +810,7 @@ pub fn attribute_by(
             }
         }
     }
+    let mut last_billed = last_billed_before(lines, &by_key, reads_tags, from_ms);
     let mut host_windows: BTreeMap<(i64, i64), Vec<&AttributionWindow>> = BTreeMap::new();
     for w in windows {
         host_windows
@@ -831,11 +838,18 @@ pub fn attribute_by(
             .get(&(host_id, hour))
             .map(Vec::as_slice)
             .unwrap_or(&[]);
+        // Keys come by host, then hour: the last billed hour is known for every hour after.
         let items = match billed.remove(&(host_id, hour)) {
-            Some(items) => items,
-            None => estimate(hosts.get(&host_id), ws, hour, card)
-                .into_iter()
-                .collect(),
+            Some(items) => {
+                last_billed.insert(host_id, (hour, items.clone()));
+                items
+            }
+            None => estimate(
+                hosts.get(&host_id),
+                ws,
+                hour,
+                (card, last_billed.get(&host_id)),
+            ),
         };
         if items.is_empty() {
             continue;
@@ -919,32 +933,98 @@ pub fn attribute_by(
     }
 }
 
-/// The rate card's estimate for a host-hour with telemetry and no bill: the hourly rate for the
-/// time the host was seen reporting in that hour.
+/// Each host's newest billed hour before `from_ms` and what the bill charged for it: from the
+/// lines that end by then (a commitment's unused part is not what the host costs).
+fn last_billed_before(
+    lines: &[StoredCostLine],
+    by_key: &HashMap<&str, i64>,
+    reads_tags: bool,
+    from_ms: i64,
+) -> HashMap<i64, (i64, Vec<CostItem>)> {
+    let before: Vec<(i64, &StoredCostLine)> = lines
+        .iter()
+        .filter(|l| l.charge_period_end_ms <= from_ms && !l.is_unused_commitment())
+        .filter_map(|l| {
+            let host = *by_key.get(l.resource_key.as_deref()?)?;
+            Some((host, l))
+        })
+        .collect();
+    let last_hour = |l: &StoredCostLine| {
+        hour_floor(l.charge_period_end_ms.max(l.charge_period_start_ms + 1) - 1)
+    };
+    let mut newest: HashMap<i64, i64> = HashMap::new();
+    for (host, l) in &before {
+        let hour = newest.entry(*host).or_insert(i64::MIN);
+        *hour = (*hour).max(last_hour(l));
+    }
+    let mut out: HashMap<i64, (i64, Vec<CostItem>)> = HashMap::new();
+    for (host, l) in before {
+        let hour = newest[&host];
+        for (_, amount) in line_hours(l, hour, hour + HOUR_MS) {
+            out.entry(host)
+                .or_insert_with(|| (hour, Vec::new()))
+                .1
+                .push(CostItem {
+                    amount,
+                    currency: l.currency.clone(),
+                    pricing_category: l.pricing_category.clone(),
+                    estimated: false,
+                    tags: reads_tags
+                        .then(|| crate::bill::tags_of(&l.tags_json))
+                        .filter(|t| !t.is_empty()),
+                });
+        }
+    }
+    out
+}
+
+/// The estimate for a host-hour with telemetry and no bill, for the time the host was seen
+/// reporting in that hour: at what the bill charged the host for its last billed hour, where
+/// that is within [`crate::bill::LAST_BILLED_LOOKBACK_MS`], else at the rate card's price.
 fn estimate(
     host: Option<&HostRow>,
     ws: &[&AttributionWindow],
     hour: i64,
-    card: &RateCard,
-) -> Option<CostItem> {
-    let first = ws.iter().map(|w| w.start_ms).min()?;
-    let last = ws.iter().map(|w| w.end_ms).max()?;
+    (card, last_billed): (&RateCard, Option<&(i64, Vec<CostItem>)>),
+) -> Vec<CostItem> {
+    let (Some(first), Some(last)) = (
+        ws.iter().map(|w| w.start_ms).min(),
+        ws.iter().map(|w| w.end_ms).max(),
+    ) else {
+        return Vec::new();
+    };
     let seen = (last.min(hour + HOUR_MS) - first.max(hour)).max(0);
+    let for_seen = |hourly: Decimal| {
+        (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS)).round_dp(crate::money::MAX_SCALE)
+    };
+    if let Some((_, items)) =
+        last_billed.filter(|(at, _)| hour - at <= crate::bill::LAST_BILLED_LOOKBACK_MS)
+    {
+        return items
+            .iter()
+            .map(|i| CostItem {
+                amount: for_seen(i.amount),
+                estimated: true,
+                ..i.clone()
+            })
+            .collect();
+    }
     let mut physical: BTreeMap<&str, &str> = BTreeMap::new();
     for w in ws.iter().filter(|w| w.parent_uuid.is_none()) {
         physical.insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
     }
     let names: Vec<&str> = physical.values().copied().collect();
     let spot = host.and_then(|h| h.lifecycle.as_deref()) == Some("spot");
-    let (hourly, category) =
-        card.host_price(host.and_then(|h| h.instance_type.as_deref()), &names, spot)?;
-    let amount =
-        (hourly * Decimal::from(seen) / Decimal::from(HOUR_MS)).round_dp(crate::money::MAX_SCALE);
-    Some(CostItem {
-        amount,
+    let Some((hourly, category)) =
+        card.host_price(host.and_then(|h| h.instance_type.as_deref()), &names, spot)
+    else {
+        return Vec::new();
+    };
+    vec![CostItem {
+        amount: for_seen(hourly),
         currency: card.currency.clone(),
         pricing_category: category.into(),
         estimated: true,
         tags: None,
-    })
+    }]
 }

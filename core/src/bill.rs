@@ -119,6 +119,11 @@ pub enum FocusError {
     RowCount { expected: u64, found: u64 },
 }
 
+/// How far back an hour after the bill's last line looks for the rate the bill last charged its
+/// host: bills lag the hours they cover by a day or two (longer at a month's start), and a host
+/// the bill has not charged for a month is priced from the rate card again.
+pub const LAST_BILLED_LOOKBACK_MS: i64 = 31 * 24 * HOUR_MS;
+
 /// Spreads an amount charged over `[start, end)` across its hours by overlap, exactly, and keeps
 /// the hours in `[from_ms, to_ms)`. The same split whatever the range asked for, so a line's
 /// hours add up to the line.

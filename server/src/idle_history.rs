@@ -33,7 +33,7 @@ pub struct IdleEpisode {
     pub currency: String,
     #[serde(with = "rust_decimal::serde::str")]
     pub cost: Decimal,
-    /// Part of it priced from the rate card (no bill for those hours yet).
+    /// Part of it estimated (no bill for those hours yet).
     pub estimated: bool,
 }
 

@@ -116,7 +116,9 @@ async fn run_in_passes(
                 let hosts = hosts_for(store, card, &lines).await?;
                 // Before the lines are divided among host groups: an unused part charged to
                 // the covered owners follows usage that may be in any group.
-                let lines = charge_unused(lines, rules.unused_commitments, from, to);
+                let mut lines = charge_unused(lines, rules.unused_commitments, from, to);
+                // The hours after the bill's last line are estimated at what it last charged.
+                lines.extend(attribution::last_billed(store, &hosts, from).await?);
                 let host_of = attribution::hosts_by_instance_key(&hosts);
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 let mut add = |(r, u, us): Attributed| {

@@ -95,6 +95,33 @@ fn fits_i64(field: &str, value: Option<u64>) -> Result<(), ValidationError> {
     }
 }
 
+/// The most requests a count may carry per second of the time it covers: far above any
+/// endpoint's (a whole fleet's), and low enough that no sum of a month's counts comes near a
+/// 64-bit integer.
+pub const MAX_REQUESTS_PER_SECOND: u64 = 10_000_000;
+/// The same for tokens read or generated.
+pub const MAX_TOKENS_PER_SECOND: u64 = 1_000_000_000;
+
+/// A count over `millis` of time, within `per_second` a second of it (a second at least).
+pub fn count_within(
+    field: &str,
+    value: Option<u64>,
+    per_second: u64,
+    millis: i64,
+) -> Result<(), ValidationError> {
+    let seconds = u64::try_from(millis.max(1_000))
+        .unwrap_or(u64::MAX)
+        .div_ceil(1_000);
+    let most = per_second.saturating_mul(seconds);
+    match value {
+        Some(v) if v > most => fail(
+            field,
+            format!("is more than {per_second} a second over the time it covers (at most {most})"),
+        ),
+        _ => Ok(()),
+    }
+}
+
 pub fn validate(report: &Report, now_ms: i64, limits: &Limits) -> Result<(), ValidationError> {
     let id = &report.batch_id;
     if id.is_empty() || id.len() > 128 {
@@ -192,7 +219,7 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
     let mut served = HashSet::new();
     for (j, s) in w.serving.iter().enumerate() {
         let at = format!("{at}.serving[{j}]");
-        serving(&at, s)?;
+        serving(&at, s, w.end_ms - w.start_ms)?;
         if !served.insert((s.endpoint.as_str(), s.model.as_deref())) {
             return fail(at, "the same endpoint and model appear twice in the window");
         }
@@ -211,7 +238,7 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
     Ok(())
 }
 
-fn serving(at: &str, s: &ServingWindow) -> Result<(), ValidationError> {
+fn serving(at: &str, s: &ServingWindow, window_ms: i64) -> Result<(), ValidationError> {
     text(&format!("{at}.endpoint"), &s.endpoint, true)?;
     opt_text(&format!("{at}.model"), &s.model)?;
     if !SERVING_ENGINES.contains(&s.engine.as_str()) {
@@ -220,9 +247,25 @@ fn serving(at: &str, s: &ServingWindow) -> Result<(), ValidationError> {
             format!("must be one of {}", SERVING_ENGINES.join(", ")),
         );
     }
-    fits_i64(&format!("{at}.requests"), s.requests)?;
-    fits_i64(&format!("{at}.input_tokens"), s.input_tokens)?;
-    fits_i64(&format!("{at}.output_tokens"), s.output_tokens)
+    let field = |name: &str| format!("{at}.{name}");
+    count_within(
+        &field("requests"),
+        s.requests,
+        MAX_REQUESTS_PER_SECOND,
+        window_ms,
+    )?;
+    count_within(
+        &field("input_tokens"),
+        s.input_tokens,
+        MAX_TOKENS_PER_SECOND,
+        window_ms,
+    )?;
+    count_within(
+        &field("output_tokens"),
+        s.output_tokens,
+        MAX_TOKENS_PER_SECOND,
+        window_ms,
+    )
 }
 
 /// `[percent, samples]` pairs: percents 0–100 in rising order, each seen at least once, no more

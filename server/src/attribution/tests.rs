@@ -9,7 +9,7 @@ use crate::config::IdleConfig;
 use crate::store::{AttributionWindow, HostRow, StoredCostLine, StoredProcessWindow};
 use gpuledger_core::activity::Activity;
 use gpuledger_core::money::split_exact;
-use gpuledger_core::time::HOUR_MS;
+use gpuledger_core::time::{hour_floor, HOUR_MS};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 
@@ -521,6 +521,77 @@ fn no_bill_means_a_rate_card_estimate() {
     );
     assert_eq!(cost_where(&a, |_| true), d("30"));
     assert!(a.parts.iter().all(|p| !p.estimated));
+}
+
+/// An hour after the bill's last line is priced as the bill priced the host's last billed hour
+/// (a savings plan's committed rate, not the rate card's on-demand one): from a line before the
+/// range or from the range's own billed hours, for the time the host was seen; a host the bill
+/// has not charged within the look-back is priced from the rate card.
+#[test]
+fn an_hour_after_the_bills_last_line_is_priced_as_the_bill_priced_the_host() {
+    let seen = |hour: i64, quarters: i64| -> Vec<AttributionWindow> {
+        (0..quarters)
+            .map(|q| window(1, "GPU-0", None, hour + q * 15 * MIN, 15, Some(90.0)))
+            .collect()
+    };
+    // Covered by a savings plan at 60% of on demand: the committed hour and its plan's fee.
+    let committed = |start: i64| {
+        let mut used = line("i-1", start, start + HOUR_MS, "19.66356", "committed");
+        used.commitment_id = Some("sp-1".into());
+        used.commitment_part = Some(gpuledger_core::bill::CommitmentPart::Used);
+        used
+    };
+    let card = RateCard::default_card();
+    let p4d = || vec![host(1, "i-1", "p4d.24xlarge")];
+    // The bill's last line an hour before the range, passed as the loaders pass it.
+    let a = attribute(
+        p4d(),
+        &seen(H, 4),
+        &[],
+        &[committed(H - HOUR_MS)],
+        &card,
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("19.66356"));
+    assert!(a
+        .parts
+        .iter()
+        .all(|p| p.estimated && p.pricing_category == "committed"));
+    // Billed in the range's first hour, seen for half of its third: the same rate, for the half.
+    let mut windows = seen(H, 4);
+    windows.extend(seen(H + 2 * HOUR_MS, 2));
+    let a = attribute(
+        p4d(),
+        &windows,
+        &[],
+        &[committed(H)],
+        &card,
+        H,
+        H + 3 * HOUR_MS,
+    );
+    let third = |p: &Part| p.hour_ms == H + 2 * HOUR_MS;
+    assert_eq!(cost_where(&a, third), d("9.83178"));
+    assert!(a.parts.iter().filter(|p| third(p)).all(|p| p.estimated));
+    assert!(a.parts.iter().filter(|p| !third(p)).all(|p| !p.estimated));
+    // The bill last charged the host longer ago than the look-back: the rate card again.
+    let long_ago = hour_floor(H - gpuledger_core::bill::LAST_BILLED_LOOKBACK_MS) - HOUR_MS;
+    let a = attribute(
+        p4d(),
+        &seen(H, 4),
+        &[],
+        &[committed(long_ago)],
+        &card,
+        H,
+        H + HOUR_MS,
+    );
+    assert_eq!(cost_where(&a, |_| true), d("32.7726"));
+    assert!(a.parts.iter().all(|p| p.pricing_category == "on_demand"));
+    // A commitment's unused part on the host's resource is not its rate.
+    let mut unused = committed(H - HOUR_MS);
+    unused.commitment_part = Some(gpuledger_core::bill::CommitmentPart::Unused);
+    let a = attribute(p4d(), &seen(H, 4), &[], &[unused], &card, H, H + HOUR_MS);
+    assert_eq!(cost_where(&a, |_| true), d("32.7726"));
 }
 
 #[test]

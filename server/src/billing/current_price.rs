@@ -1,5 +1,6 @@
 //! What a GPU host costs per hour now, for figures about the present (the fleet page's $/hour,
-//! an idle incident's burn rate): the latest hour the bill covers, else the rate card.
+//! an idle incident's burn rate): the latest hour the bill charged it (bills lag a day or two),
+//! else the rate card.
 //!
 //! Month figures never come from here: they are sums over the hourly ledger.
 
@@ -13,8 +14,9 @@ use crate::store::{HostRow, Store, StoreError, StoredCostLine};
 use gpuledger_core::bill::spread_over_hours;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
-/// How far back bills are read to price the present hour: bills arrive hours late.
-pub const BILL_LOOKBACK_MS: i64 = 6 * HOUR_MS;
+/// How far back bills are read to price the present hour: as far as an hour after the bill's
+/// last line is estimated from it in the ledger.
+pub const BILL_LOOKBACK_MS: i64 = gpuledger_core::bill::LAST_BILLED_LOOKBACK_MS;
 
 /// One physical GPU's cost per hour on a host, in the currency of its bill (or of the rate
 /// card), and whether it is a rate-card estimate.
@@ -85,10 +87,16 @@ pub async fn gpu_prices(
     card: &RateCard,
     now_ms: i64,
 ) -> Result<HashMap<i64, GpuPrice>, StoreError> {
-    let lines = store::bills::cost_lines(
+    // Each host's newest billed hour, however far behind the bill is (within the look-back).
+    let keys: Vec<&str> = hosts
+        .iter()
+        .filter_map(|h| h.instance_key.as_deref())
+        .collect();
+    let lines = store::bills::last_billed_lines(
         store.db(),
-        hour_floor(now_ms - BILL_LOOKBACK_MS),
-        now_ms + HOUR_MS,
+        &keys,
+        now_ms - BILL_LOOKBACK_MS,
+        hour_floor(now_ms) + HOUR_MS,
     )
     .await?;
     let mut out = HashMap::new();
@@ -158,8 +166,13 @@ mod tests {
         let p = gpu_price(&h, &[&older, &newer], &names, &card, now).unwrap();
         assert_eq!(p.per_gpu_hour, Decimal::new(150, 2));
         assert!(!p.estimated);
-        // A bill older than the look-back does not count: the rate card answers, as an estimate.
-        let stale = line(90 * HOUR_MS, 91 * HOUR_MS, "6.00");
+        // A bill a day or two behind still prices the present (bills lag); one older than the
+        // look-back does not: the rate card answers, as an estimate.
+        let lagging = line(50 * HOUR_MS, 51 * HOUR_MS, "6.00");
+        let p = gpu_price(&h, &[&lagging], &names, &card, now).unwrap();
+        assert_eq!((p.per_gpu_hour, p.estimated), (Decimal::new(150, 2), false));
+        let month_ago = hour_floor(now - BILL_LOOKBACK_MS) - 2 * HOUR_MS;
+        let stale = line(month_ago, month_ago + HOUR_MS, "6.00");
         let p = gpu_price(&h, &[&stale], &names, &card, now).unwrap();
         assert!(p.estimated);
         let (hourly, _) = card.host_price(Some("g5.12xlarge"), &names, false).unwrap();

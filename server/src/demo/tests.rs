@@ -401,6 +401,90 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         recs.total_saving
     );
 
+    // The month under way's last two days are not billed yet: each hour of the committed
+    // training hosts is estimated at what the bill last charged them (the savings plan's rate,
+    // 60 % of on demand), not at the rate card's on-demand price; so no sweep is told to move
+    // to spot, and the hosts' burn rate is the billed one.
+    let (this_from, this_to) = gpuledger_core::time::month_of(now);
+    let this = crate::attribution::compute(store.as_ref(), &card, &rules, this_from, now)
+        .await
+        .unwrap();
+    let train_east: std::collections::HashSet<i64> = this
+        .hosts
+        .values()
+        .filter(|h| h.cluster == "train-east")
+        .map(|h| h.id)
+        .collect();
+    let mut per_host_hour: BTreeMap<(i64, i64), Decimal> = BTreeMap::new();
+    for p in this
+        .parts
+        .iter()
+        .filter(|p| train_east.contains(&p.host_id))
+    {
+        if p.estimated {
+            assert_eq!(p.pricing_category, "committed", "{p:?}");
+        }
+        *per_host_hour.entry((p.host_id, p.hour_ms)).or_default() += p.cost;
+    }
+    let committed_rate = card.instance_types["p4d.24xlarge"].on_demand * Decimal::new(6, 1);
+    let estimated_hours: Vec<i64> = this
+        .parts
+        .iter()
+        .filter(|p| p.estimated && train_east.contains(&p.host_id))
+        .map(|p| p.hour_ms)
+        .collect();
+    assert!(
+        estimated_hours.len() > 8 * 40,
+        "two days after the bill's last line"
+    );
+    for ((_, hour), cost) in &per_host_hour {
+        if *hour < gpuledger_core::time::hour_floor(now) {
+            assert_eq!(*cost, committed_rate, "{hour}");
+        }
+    }
+    let this_range = crate::recommend::snapshots::review_range(this_from, this_to, now).unwrap();
+    let this_recs = crate::recommend::snapshots::get(
+        store.as_ref(),
+        &card,
+        &crate::config::OwnerSchema::default(),
+        this_range,
+        now,
+    )
+    .await
+    .unwrap();
+    assert!(
+        this_recs
+            .spot
+            .iter()
+            .all(|s| !s.experiment.starts_with("exp-lr-sweep")),
+        "a sweep on a savings plan is not on demand: {:?}",
+        this_recs.spot
+    );
+    let hosts = store::telemetry::hosts(store.db()).await.unwrap();
+    let train_host = hosts
+        .iter()
+        .find(|h| h.hostname == "train-east-00")
+        .unwrap();
+    let names: std::collections::HashMap<i64, Vec<String>> =
+        [(train_host.id, vec!["NVIDIA A100-SXM4-80GB".to_owned(); 8])].into();
+    let prices = crate::billing::current_price::gpu_prices(
+        store.as_ref(),
+        std::slice::from_ref(train_host),
+        &names,
+        &card,
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            prices[&train_host.id].per_gpu_hour,
+            prices[&train_host.id].estimated
+        ),
+        (committed_rate / Decimal::from(8), false),
+        "the burn rate of a host billed two days ago"
+    );
+
     // Started at 26 minutes past the hour, the demo's newest window is 26 minutes long: its
     // idle H100 cluster and held-idle notebooks are incidents at once all the same (the
     // hour-long window before it counts), and stay open while the demo keeps reporting.

@@ -251,7 +251,7 @@ pub struct DayBar {
     pub idle_y: f64,
     pub idle_h: f64,
     pub total: String,
-    /// Part of the day is priced from the rate card: no bill covers it yet.
+    /// Part of the day is estimated: no bill covers it yet.
     pub estimated: bool,
 }
 

@@ -91,13 +91,20 @@ pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
     what: &str,
 ) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         ApiError::BadRequest {
             message: format!("invalid {what}: {}", e.inner()),
             field: (path != ".").then_some(path),
         }
-    })
+    })?;
+    // One document a body: a second one after it (two reports sent as one) would otherwise be
+    // dropped while the first is answered as stored.
+    de.end().map_err(|e| ApiError::BadRequest {
+        message: format!("invalid {what}: {e}: a body holds one JSON document"),
+        field: None,
+    })?;
+    Ok(value)
 }
 
 /// The answer to a body that could not be read: too large, or otherwise unreadable.

@@ -72,10 +72,12 @@ struct ReviewPage {
     unattributed: String,
     /// What the bill carries in currencies other than the page's, in words ("" when none).
     other_currencies: String,
-    estimated: bool,
+    /// How much of the month is estimated (hours after the bill's last line), in words; ""
+    /// when none is.
+    estimated: String,
     tables: Vec<Table>,
     days: Vec<DayBar>,
-    /// Some day is priced from the rate card (the chart marks it).
+    /// Some day is estimated: no bill covers it yet (the chart marks it).
     days_estimated: bool,
     chart_width: f64,
     ticks: Vec<charts::Tick>,
@@ -134,7 +136,7 @@ struct DrillDownPage {
     figures: Vec<Figure>,
     tables: Vec<Table>,
     days: Vec<DayBar>,
-    /// Some day is priced from the rate card (the chart marks it).
+    /// Some day is estimated: no bill covers it yet (the chart marks it).
     days_estimated: bool,
     chart_width: f64,
     ticks: Vec<charts::Tick>,
@@ -293,6 +295,34 @@ fn budget_result(budgets: &[crate::budgets::BudgetStatus]) -> String {
         "{over} of {} budgets over, {risk} heading over, {} on track",
         budgets.len(),
         count(Standing::OnTrack)
+    )
+}
+
+/// How much of a month's `total` (in `currency`) is estimated, in words: the hours after the
+/// bill's last line, each priced at what the bill last charged its host (the rate card for a
+/// host it never charged); "" when the bill covers it all.
+fn estimated_share(a: &Attribution, total: Decimal, currency: &str) -> String {
+    let (cost, seconds) = a
+        .parts
+        .iter()
+        .filter(|p| p.estimated)
+        .fold((Decimal::ZERO, 0.0), |(c, s), p| {
+            (c + p.cost, s + p.gpu_seconds)
+        });
+    if cost.is_zero() && seconds == 0.0 {
+        return String::new();
+    }
+    let pct = if total.is_zero() {
+        Decimal::ZERO
+    } else {
+        (cost / total * Decimal::from(100)).round_dp(1)
+    };
+    format!(
+        "{} of these figures ({pct:.1}%, {} GPU-hours) is estimated: hours the bill does not \
+         cover yet, each priced at what the bill last charged its host (the rate card's price \
+         for a host no bill has charged).",
+        money(cost, currency),
+        crate::format::whole(seconds / 3600.0)
     )
 }
 
@@ -797,7 +827,7 @@ async fn review(
             .map(|(c, d)| money(*d, c))
             .collect::<Vec<_>>()
             .join(", "),
-        estimated: a.parts.iter().any(|p| p.estimated),
+        estimated: estimated_share(&a, total, &cur),
         tables,
         days_estimated: days.iter().any(|d| d.estimated),
         days,

@@ -629,6 +629,17 @@ async fn comparisons_are_like_for_like_and_no_link_leads_to_the_future() {
         // chart marks them so.
         assert!(page.contains("<g class=\"estimated\">"), "{b}");
         assert!(page.contains("no bill covers the day yet"), "{b}");
+        // The headline says how much of the month that is: all of it, here.
+        let share = page
+            .split("estimated-share\">")
+            .nth(1)
+            .and_then(|p| p.split("</p>").next())
+            .unwrap_or_default();
+        assert!(
+            share.contains("(100.0%,")
+                && share.contains("is estimated: hours the bill does not cover yet"),
+            "{b}: {share}"
+        );
         assert!(
             !page.contains(&format!("href=\"/review/{}\"", label(to))),
             "{b}"

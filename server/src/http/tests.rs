@@ -1247,3 +1247,50 @@ async fn an_export_run_uploads_with_its_manifest() {
         );
     }
 }
+
+/// A body holding two JSON documents (two reports sent as one) is refused whole: the first was
+/// answered as stored and the second dropped. Reports and usage counts alike.
+#[tokio::test]
+async fn a_body_of_two_json_documents_is_refused_whole() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let first = serde_json::to_vec(&report("two-a")).unwrap();
+        let mut both = first.clone();
+        both.extend(serde_json::to_vec(&report("two-b")).unwrap());
+        let (status, body) = api.post(Some(&api.token), both).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
+        assert!(
+            error_of(&body).message.contains("one JSON document"),
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        // Nothing of it was kept: the first alone is stored now, not a duplicate.
+        let (status, body) = api.post(Some(&api.token), first).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let ack: IngestAck = serde_json::from_slice(&body).unwrap();
+        assert_eq!(ack.status, "stored", "{b}");
+
+        let now = now_ms();
+        let count = serde_json::json!({
+            "source": "pod-1",
+            "counts": [{
+                "endpoint": "chat",
+                "start": gpuledger_core::time::rfc3339(now - 3_600_000),
+                "end": gpuledger_core::time::rfc3339(now - 60_000),
+                "requests": 10
+            }]
+        })
+        .to_string();
+        let req = Request::post("/api/v1/usage")
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", api.token))
+            .body(Body::from(format!("{count}{count}")))
+            .unwrap();
+        let resp = api.app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{b}");
+        let totals = store::usage::usage_totals(api.store.db(), now - 7_200_000, now)
+            .await
+            .unwrap();
+        assert!(totals.is_empty(), "{b}: {totals:?}");
+    }
+}

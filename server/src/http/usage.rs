@@ -181,12 +181,23 @@ pub(crate) fn parse(
         if start_ms < now - retention_ms {
             return Err(bad(&field("start"), "is older than the retention period"));
         }
-        let requests =
-            i64::try_from(c.requests).map_err(|_| bad(&field("requests"), "is too large"))?;
-        let tokens = |name: &str, n: Option<u64>| {
+        // Bounded by the period, as an engine's counts are by their window: no sum of them
+        // comes near a 64-bit integer.
+        let period = end_ms - start_ms;
+        let bounded = |name: &str, n: Option<u64>, per_second: u64| {
+            crate::validate::count_within(&field(name), n, per_second, period)
+                .map_err(|e| bad(&e.field, e.message))?;
             n.map(|n| i64::try_from(n).map_err(|_| bad(&field(name), "is too large")))
                 .transpose()
         };
+        let requests = bounded(
+            "requests",
+            Some(c.requests),
+            crate::validate::MAX_REQUESTS_PER_SECOND,
+        )?
+        .unwrap_or_default();
+        let tokens =
+            |name: &str, n: Option<u64>| bounded(name, n, crate::validate::MAX_TOKENS_PER_SECOND);
         counts.push(UsageCount {
             endpoint: c.endpoint,
             start_ms,
@@ -426,6 +437,11 @@ mod tests {
         let ok = r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1200}"#;
         let (source, counts, progress) = parse(&body(ok), NOW, 35 * DAY, 300_000).unwrap();
         assert_eq!(source, "pod-1");
+        let most = r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":36000000000}"#;
+        assert!(
+            parse(&body(most), NOW, 35 * DAY, 300_000).is_ok(),
+            "10 million a second"
+        );
         assert!(progress.is_empty());
         assert_eq!(counts[0].requests, 1200);
         assert_eq!(counts[0].end_ms - counts[0].start_ms, 3_600_000);
@@ -457,6 +473,20 @@ mod tests {
             (
                 r#"{"endpoint":"chat","start":"2026-01-21T10:00:00Z","end":"2026-01-21T11:00:00Z","requests":1}"#,
                 "counts[0].start",
+            ),
+            // More than 10 million requests a second over the hour, or 2^63 - 1 of them: no
+            // count a sum of counts could overflow on.
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":36000000001}"#,
+                "counts[0].requests",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":9223372036854775807}"#,
+                "counts[0].requests",
+            ),
+            (
+                r#"{"endpoint":"chat","start":"2026-09-21T10:00:00Z","end":"2026-09-21T11:00:00Z","requests":1,"output_tokens":4611686018427387904}"#,
+                "counts[0].output_tokens",
             ),
         ];
         for (count, field) in bad_cases {

@@ -474,9 +474,24 @@ pub async fn import_bill(
                 }
             }
         }
-        // The hours whose attribution changes: those of new lines and of replaced ones.
+        // The hours whose attribution changes: those of new lines and of replaced ones, and
+        // the estimated hours after them (each estimated at what the bill last charged its
+        // host, which these lines may have moved).
         let spans: Vec<(i64, i64)> = spans.into_iter().collect();
-        let hours = super::hours_of_spans(&spans);
+        let mut hours = super::hours_of_spans(&spans);
+        if let Some(last_end) = spans.iter().map(|s| s.1).max() {
+            let estimated: Vec<(i64,)> = sqlx::query_as(
+                "SELECT DISTINCT hour_ms FROM rollup_host_hours
+                 WHERE hour_ms >= $1 AND hour_ms < $2 AND estimated = 1",
+            )
+            .bind(gpuledger_core::time::hour_floor(last_end))
+            .bind(last_end + gpuledger_core::bill::LAST_BILLED_LOOKBACK_MS)
+            .fetch_all(&mut *tx)
+            .await?;
+            hours.extend(estimated.into_iter().map(|(h,)| h));
+            hours.sort_unstable();
+            hours.dedup();
+        }
         super::rollups::mark_dirty(&mut *tx, &hours, super::BILLING_MARK_HOST).await?;
         tx.commit().await?;
         Ok(outcomes)
@@ -581,6 +596,63 @@ pub async fn commitment_purchases(on: impl Into<On<'_>>) -> Result<Vec<Commitmen
     })
 }
 
+/// A cost line's columns as [`cost_lines`] and [`last_billed_lines`] read them.
+type CostLineColumns = (
+    Option<String>,
+    i64,
+    i64,
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+/// A cost line from its columns; amounts are stored as the exact decimal text they were
+/// imported as.
+fn stored_cost_line(
+    (
+        resource_key,
+        charge_period_start_ms,
+        charge_period_end_ms,
+        charge_category,
+        billed_cost,
+        effective_cost,
+        currency,
+        pricing_category,
+        instance_type,
+        tags_json,
+        commitment_id,
+        commitment_status,
+    ): CostLineColumns,
+) -> super::StoredCostLine {
+    let amount = |text: String| gpuledger_core::money::from_text(&text);
+    super::StoredCostLine {
+        resource_key,
+        charge_period_start_ms,
+        charge_period_end_ms,
+        charge_category,
+        billed_cost: amount(billed_cost),
+        effective_cost: amount(effective_cost),
+        currency,
+        pricing_category,
+        instance_type,
+        tags_json,
+        commitment_id: commitment_id.filter(|id| !id.is_empty()),
+        commitment_part: commitment_status
+            .as_deref()
+            .and_then(gpuledger_core::commitment::Status::parse)
+            .map(|status| match status {
+                gpuledger_core::commitment::Status::Used => CommitmentPart::Used,
+                gpuledger_core::commitment::Status::Unused => CommitmentPart::Unused,
+            }),
+    }
+}
+
 /// Cost lines whose charge period overlaps `[from_ms, to_ms)`.
 pub async fn cost_lines(
     on: impl Into<On<'_>>,
@@ -589,21 +661,7 @@ pub async fn cost_lines(
 ) -> Result<Vec<super::StoredCostLine>, StoreError> {
     let mut conn = on.into().read().await?;
     on_backend!(conn, |ex| {
-        type Columns = (
-            Option<String>,
-            i64,
-            i64,
-            String,
-            String,
-            String,
-            String,
-            String,
-            Option<String>,
-            String,
-            Option<String>,
-            Option<String>,
-        );
-        let rows: Vec<Columns> = sqlx::query_as(concat!(
+        let rows: Vec<CostLineColumns> = sqlx::query_as(concat!(
             "SELECT resource_key, charge_period_start_ms, charge_period_end_ms, charge_category,
                     billed_cost, effective_cost, currency, pricing_category, instance_type,
                     tags_json, commitment_discount_id, commitment_discount_status ",
@@ -613,46 +671,57 @@ pub async fn cost_lines(
         .bind(to_ms)
         .fetch_all(&mut *ex)
         .await?;
-        // Amounts are stored as the exact decimal text they were imported as.
-        let amount = |text: String| gpuledger_core::money::from_text(&text);
-        Ok(rows
-            .into_iter()
-            .map(
-                |(
-                    resource_key,
-                    charge_period_start_ms,
-                    charge_period_end_ms,
-                    charge_category,
-                    billed_cost,
-                    effective_cost,
-                    currency,
-                    pricing_category,
-                    instance_type,
-                    tags_json,
-                    commitment_id,
-                    commitment_status,
-                )| super::StoredCostLine {
-                    resource_key,
-                    charge_period_start_ms,
-                    charge_period_end_ms,
-                    charge_category,
-                    billed_cost: amount(billed_cost),
-                    effective_cost: amount(effective_cost),
-                    currency,
-                    pricing_category,
-                    instance_type,
-                    tags_json,
-                    commitment_id: commitment_id.filter(|id| !id.is_empty()),
-                    commitment_part: commitment_status
-                        .as_deref()
-                        .and_then(gpuledger_core::commitment::Status::parse)
-                        .map(|status| match status {
-                            gpuledger_core::commitment::Status::Used => CommitmentPart::Used,
-                            gpuledger_core::commitment::Status::Unused => CommitmentPart::Unused,
-                        }),
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(stored_cost_line).collect())
+    })
+}
+
+/// For the hours after the bill's last line: of each resource in `resource_keys`, the lines
+/// covering its newest billed hour that ends by `before_ms` and after `since_ms` (a
+/// commitment's unused part left out: it is not what the resource costs to run). Each
+/// resource's newest end is one probe of the `(resource_key, charge_period_end_ms)` index.
+pub async fn last_billed_lines(
+    on: impl Into<On<'_>>,
+    resource_keys: &[&str],
+    since_ms: i64,
+    before_ms: i64,
+) -> Result<Vec<super::StoredCostLine>, StoreError> {
+    if resource_keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = serde_json::to_string(resource_keys)
+        .map_err(|e| StoreError::Invalid(format!("resource keys cannot be encoded: {e}")))?;
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let (open, close) = <DB as super::db::Dialect>::JSON_ARRAY_VALUES;
+        let not_unused = "COALESCE(LOWER(TRIM({t}.commitment_discount_status)), '') <> 'unused'";
+        let sql = format!(
+            "SELECT c.resource_key, c.charge_period_start_ms, c.charge_period_end_ms,
+                    c.charge_category, c.billed_cost, c.effective_cost, c.currency,
+                    c.pricing_category, c.instance_type, c.tags_json,
+                    c.commitment_discount_id, c.commitment_discount_status
+             FROM (SELECT v.value AS resource_key,
+                          (SELECT MAX(x.charge_period_end_ms) FROM cost_lines x
+                           WHERE x.resource_key = v.value
+                             AND x.charge_period_end_ms <= $3 AND x.charge_period_end_ms > $2
+                             AND {x_not_unused}) AS last_end
+                   FROM ({open}$1{close}) v) l
+             JOIN cost_lines c ON c.resource_key = l.resource_key
+             WHERE c.charge_period_end_ms <= l.last_end
+               AND c.charge_period_end_ms > l.last_end - {HOUR}
+               AND c.charge_period_start_ms < l.last_end
+               AND {c_not_unused}
+             ORDER BY c.charge_period_start_ms, c.resource_key",
+            x_not_unused = not_unused.replace("{t}", "x"),
+            c_not_unused = not_unused.replace("{t}", "c"),
+            HOUR = gpuledger_core::time::HOUR_MS,
+        );
+        let rows: Vec<CostLineColumns> = sqlx::query_as(&sql)
+            .bind(&keys)
+            .bind(since_ms)
+            .bind(before_ms)
+            .fetch_all(&mut *ex)
+            .await?;
+        Ok(rows.into_iter().map(stored_cost_line).collect())
     })
 }
 

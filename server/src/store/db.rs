@@ -117,7 +117,17 @@ pub trait Dialect {
     /// The texts of a JSON array bound as a parameter, as a subquery (`x IN (…)`): the SQL
     /// before and after the parameter.
     const JSON_ARRAY_TEXTS: (&'static str, &'static str);
+    /// The same as a table of one column named `value` (`FROM (…) v`, then `v.value`).
+    const JSON_ARRAY_VALUES: (&'static str, &'static str);
+    /// A sum of a BIGINT column that never fails on overflow (SQLite's SUM raises, PostgreSQL's
+    /// cast back to BIGINT does): at most [`COUNT_SUM_CAP`], read as a BIGINT. The SQL before
+    /// and after the column.
+    const CAPPED_SUM: (&'static str, &'static str);
 }
+
+/// The most a sum of counts (requests, tokens) reads as: far above any real count, well inside
+/// a 64-bit integer. Counts posted by agents are bounded one by one; their sum is capped here.
+pub const COUNT_SUM_CAP: i64 = 9_000_000_000_000_000_000;
 
 /// A connection on either backend, owned (from the pool) or borrowed (from a transaction).
 pub enum Conn<'a> {

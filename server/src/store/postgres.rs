@@ -33,6 +33,13 @@ impl Dialect for Postgres {
         ORDER BY x.start_ms DESC LIMIT 1) w ON true";
     const JSON_ARRAY_TEXTS: (&'static str, &'static str) =
         ("SELECT json_array_elements_text(", "::json)");
+    const JSON_ARRAY_VALUES: (&'static str, &'static str) = (
+        "SELECT value FROM json_array_elements_text(",
+        "::json) AS value",
+    );
+    // SUM over BIGINT is NUMERIC: exact, capped before the cast back.
+    const CAPPED_SUM: (&'static str, &'static str) =
+        ("CAST(LEAST(SUM(", "), 9000000000000000000) AS BIGINT)");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

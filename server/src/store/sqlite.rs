@@ -26,6 +26,10 @@ impl Dialect for Sqlite {
         AND w.start_ms = (SELECT MAX(x.start_ms) FROM gpu_windows x
                           WHERE x.gpu_uuid = g.uuid AND x.start_ms >= h.last_report_ms - $1)";
     const JSON_ARRAY_TEXTS: (&'static str, &'static str) = ("SELECT value FROM json_each(", ")");
+    const JSON_ARRAY_VALUES: (&'static str, &'static str) = ("SELECT value FROM json_each(", ")");
+    // TOTAL sums in floating point and never raises; exact below 2^53.
+    const CAPPED_SUM: (&'static str, &'static str) =
+        ("CAST(MIN(TOTAL(", "), 9000000000000000000.0) AS INTEGER)");
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

@@ -157,10 +157,11 @@ pub async fn usage_totals(
     to_ms: i64,
 ) -> Result<Vec<(String, i64)>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        // SUM over BIGINT is NUMERIC on PostgreSQL: cast back to a 64-bit integer.
+    on_backend!(conn, |ex, DB| {
+        // Capped, never an overflow: one source's absurd count must not fail every reader.
+        let (sum, end) = <DB as super::db::Dialect>::CAPPED_SUM;
         Ok(sqlx::query_as(&format!(
-            "SELECT endpoint, CAST(SUM(requests) AS BIGINT) FROM {COUNTS_SQL}
+            "SELECT endpoint, {sum}requests{end} FROM {COUNTS_SQL}
              GROUP BY endpoint HAVING COUNT(requests) = COUNT(*) ORDER BY endpoint"
         ))
         .bind(from_ms)
@@ -205,14 +206,15 @@ pub async fn token_totals(
     to_ms: i64,
 ) -> Result<Vec<(String, Option<i64>, Option<i64>)>, StoreError> {
     let mut conn = on.into().read().await?;
-    let rows: Vec<(String, Option<i64>, Option<i64>)> = on_backend!(conn, |ex| {
+    let rows: Vec<(String, Option<i64>, Option<i64>)> = on_backend!(conn, |ex, DB| {
+        let (sum, end) = <DB as super::db::Dialect>::CAPPED_SUM;
         Ok::<_, StoreError>(
             sqlx::query_as(&format!(
                 "SELECT endpoint,
                     CASE WHEN COUNT(input_tokens) = COUNT(*)
-                         THEN CAST(SUM(input_tokens) AS BIGINT) END,
+                         THEN {sum}input_tokens{end} END,
                     CASE WHEN COUNT(output_tokens) = COUNT(*)
-                         THEN CAST(SUM(output_tokens) AS BIGINT) END
+                         THEN {sum}output_tokens{end} END
                  FROM {COUNTS_SQL}
                  GROUP BY endpoint ORDER BY endpoint"
             ))

@@ -366,3 +366,53 @@ async fn run_progress_counts_steps_made_in_the_range_on_both_databases() {
         );
     }
 }
+
+/// Counts stored before they were bounded (or by many sources at once) sum without failing:
+/// the sum is capped, never an overflow that took every reader's page down.
+#[tokio::test]
+async fn sums_of_counts_never_overflow() {
+    use crate::store::UsageCount;
+    let count = |endpoint: &str, requests: i64| UsageCount {
+        endpoint: endpoint.into(),
+        start_ms: T0,
+        end_ms: T0 + 3_600_000,
+        requests,
+        input_tokens: Some(requests),
+        output_tokens: Some(1),
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        token_for(store.as_ref(), "owner", "owner-hash", T0).await;
+        for source in ["pod-a", "pod-b"] {
+            crate::store::usage::upsert_usage(
+                store.db(),
+                source,
+                &[count("chat", i64::MAX), count("embed", 3)],
+                1,
+                T0,
+            )
+            .await
+            .unwrap();
+        }
+        let range = (T0, T0 + 3_600_000);
+        let cap = crate::store::db::COUNT_SUM_CAP;
+        assert_eq!(
+            crate::store::usage::usage_totals(store.db(), range.0, range.1)
+                .await
+                .unwrap(),
+            vec![("chat".to_owned(), cap), ("embed".to_owned(), 6)],
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::usage::token_totals(store.db(), range.0, range.1)
+                .await
+                .unwrap(),
+            vec![
+                ("chat".to_owned(), Some(cap), Some(2)),
+                ("embed".to_owned(), Some(6), Some(2))
+            ],
+            "{b}"
+        );
+    }
+}
