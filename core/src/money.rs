@@ -108,6 +108,28 @@ pub fn cents(amount: Decimal) -> Decimal {
     amount.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero)
 }
 
+/// `parts` of `total` in cents that add up to `total` in cents: each rounded as [`cents`]
+/// would, and the cents their rounding lost or gained given to (or taken from) the parts it
+/// moved most, largest first. No part then shows a cent none of it carried (a residue), and
+/// the parts a table shows add up to its total.
+pub fn cents_adding_up(parts: &[Decimal], total: Decimal) -> Vec<Decimal> {
+    let mut rounded: Vec<Decimal> = parts.iter().map(|p| cents(*p)).collect();
+    let cent = Decimal::new(1, 2);
+    let mut off = cents(total) - rounded.iter().sum::<Decimal>();
+    // Largest rounding loss first when cents are missing, largest gain first when too many.
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    let step = if off.is_sign_negative() { -cent } else { cent };
+    order.sort_by_key(|&i| std::cmp::Reverse((parts[i] - rounded[i]) * step.signum()));
+    for i in order.into_iter().cycle().take(parts.len() * 4) {
+        if off.is_zero() {
+            break;
+        }
+        rounded[i] += step;
+        off -= step;
+    }
+    rounded
+}
+
 const ATTO_PER_NANO: i128 = 1_000_000_000;
 
 /// An amount as two integers SQL can sum exactly on any backend: whole nano-units (floor) and
@@ -145,6 +167,26 @@ pub fn main_currency<'a>(amounts: impl IntoIterator<Item = (&'a str, Decimal)>) 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parts_in_cents_add_up_without_a_residue() {
+        use super::*;
+        let d = |s: &str| Decimal::from_str_exact(s).unwrap();
+        // Each rounds down by 0.4 of a cent; the price nearly nothing: the lost cent goes to
+        // a part that lost most, not to the price as a residue of a cent it never carried.
+        let parts = [d("1.004"), d("1.004"), d("1.004"), d("0.002")];
+        let total: Decimal = parts.iter().sum();
+        let shown = cents_adding_up(&parts, total);
+        assert_eq!(shown, [d("1.01"), d("1.00"), d("1.00"), d("0.00")]);
+        assert_eq!(shown.iter().sum::<Decimal>(), cents(total));
+        // Too many cents: taken back from a part rounding raised most.
+        let parts = [d("0.005"), d("0.006"), d("-0.004")];
+        let shown = cents_adding_up(&parts, parts.iter().sum());
+        assert_eq!(shown, [d("0.00"), d("0.01"), d("0.00")]);
+        // Exact parts are left as they are.
+        let parts = [d("3.25"), d("-1.50")];
+        assert_eq!(cents_adding_up(&parts, d("1.75")), parts);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

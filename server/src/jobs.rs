@@ -145,26 +145,7 @@ pub fn spawn_waste_jobs(
             }
         });
     }
-    {
-        // Budgets move with the ledger, which the roll-up refreshes every few minutes.
-        let (store, config, holder) = (store.clone(), config.clone(), holder.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(300));
-            loop {
-                tick.tick().await;
-                let now = crate::now_ms();
-                match store::jobs::try_lease(store.db(), BUDGET_JOB, &holder, now, 240_000).await {
-                    Ok(true) => match crate::budgets::alert(store.as_ref(), &config, now).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(messages = n, "budget alerts"),
-                        Err(e) => tracing::error!(error = %e, "budget alerts failed"),
-                    },
-                    Ok(false) => {}
-                    Err(e) => tracing::error!(error = %e, "budget alerts: lease"),
-                }
-            }
-        });
-    }
+    // Budgets move with the ledger, which the roll-up refreshes every few minutes.
     announce_every_five_minutes(
         (store.clone(), config.clone(), holder.clone()),
         BUDGET_JOB,
@@ -243,15 +224,7 @@ pub fn spawn_rollup_jobs(
                         store::partitions::Waiting::Move,
                     )
                     .await;
-                    let open_from = match close.current(store.as_ref()).await {
-                        Ok(c) => c.open_from(now),
-                        // Without the sign-offs the policy alone is the safe side: it keeps
-                        // more open, never less.
-                        Err(e) => {
-                            tracing::warn!(error = %e, "reading month sign-offs");
-                            close.open_from(now)
-                        }
-                    };
+                    let open_from = open_from(store.as_ref(), &close, now).await;
                     match crate::rollup::enforce_retention(
                         store.as_ref(),
                         now,
@@ -279,6 +252,19 @@ pub fn spawn_rollup_jobs(
     });
 }
 
+/// The start of the oldest month still open at `now`, with the sign-offs in the database.
+async fn open_from(store: &dyn Store, close: &crate::closing::ClosePolicy, now: i64) -> i64 {
+    match close.current(store).await {
+        Ok(c) => c.open_from(now),
+        // Without the sign-offs the policy alone is the safe side: it keeps more open, never
+        // less.
+        Err(e) => {
+            tracing::warn!(error = %e, "reading month sign-offs");
+            close.open_from(now)
+        }
+    }
+}
+
 /// One tick of the roll-up job, as every replica runs it each minute: the marked hours of the
 /// months still open rolled up and closed months' first bills attributed (under the roll-up's
 /// lease), then the recommendations and the review's kept sections refreshed where their
@@ -296,15 +282,7 @@ pub async fn roll_up_and_refresh(
         Ok(true) => {
             // A bounded slice per tick: a month of re-marked hours catches up over a
             // few ticks instead of holding the lease for long.
-            let open_from = match close.current(store).await {
-                Ok(c) => c.open_from(now),
-                // Without the sign-offs the policy alone is the safe side: it keeps
-                // more open, never less.
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading month sign-offs");
-                    close.open_from(now)
-                }
-            };
+            let open_from = open_from(store, close, now).await;
             match crate::rollup::run_open_months(store, card, rules, 24 * 7, open_from).await {
                 Ok(s) if s.hours > 0 => {
                     tracing::debug!(hours = s.hours, rows = s.rows, "rolled up")
@@ -399,13 +377,7 @@ async fn refresh_review_sections(
     let due = (10 * 60_000, crate::sections::REFRESH_EVERY_MS);
     match store::jobs::try_lease_due(store.db(), SECTIONS_JOB, holder, now, due).await {
         Ok(true) => {
-            let open_from = match close.current(store).await {
-                Ok(c) => c.open_from(now),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading month sign-offs");
-                    close.open_from(now)
-                }
-            };
+            let open_from = open_from(store, close, now).await;
             if let Err(e) = crate::review_sections::refresh(store, owners, open_from, now).await {
                 tracing::error!(error = %e, "review sections refresh failed; views compute them");
             }

@@ -266,9 +266,12 @@ pub fn variance_view(v: &crate::variance::Variance, month: &str) -> VarianceView
     use crate::variance::VarianceRow;
     let cur = &v.currency;
     let view = |r: &VarianceRow, href: Option<String>| {
-        let cents = gpuledger_core::money::cents;
-        let (volume, idle, mix) = (cents(r.volume), cents(r.idle), cents(r.mix));
-        let change = cents(r.change);
+        let change = gpuledger_core::money::cents(r.change);
+        // In cents that add up to the change, with no residue cell: a part shows a cent only
+        // where it carries some.
+        let parts =
+            gpuledger_core::money::cents_adding_up(&[r.volume, r.idle, r.mix, r.price], r.change);
+        let (volume, idle, mix, price) = (parts[0], parts[1], parts[2], parts[3]);
         VarianceRowView {
             key: r.key.clone(),
             href,
@@ -278,7 +281,7 @@ pub fn variance_view(v: &crate::variance::Variance, month: &str) -> VarianceView
             volume: money(volume, cur),
             idle: money(idle, cur),
             mix: money(mix, cur),
-            price: money(change - volume - idle - mix, cur),
+            price: money(price, cur),
         }
     };
     let mut rows: Vec<VarianceRowView> = v
