@@ -62,17 +62,13 @@ pub fn now_ms() -> i64 {
     clock::now_ms()
 }
 
-/// Serves the app on `listener` until `shutdown` resolves, finishing requests in flight.
+/// Serves the app on `listener` until `shutdown` resolves, finishing requests in flight, with
+/// each connection held to `limits` (timeouts, a cap on how many are open).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
+    limits: http::connections::ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // The peer address is handed to handlers for counting failed sign-ins per client.
-    axum::serve(
-        listener,
-        router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    http::connections::serve(listener, router(state), limits, shutdown).await
 }

@@ -108,6 +108,17 @@ struct ServeArgs {
     /// Largest report body accepted, in bytes.
     #[arg(long, env = "GPULEDGER_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// How long a client may take to send a request's headers; a connection idle this long
+    /// (before its first request or between two) is closed.
+    #[arg(long, env = "GPULEDGER_HEADER_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    header_timeout: Duration,
+    /// How long a request body may send nothing before it is dropped.
+    #[arg(long, env = "GPULEDGER_BODY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// Connections open at once; more wait until one closes. Lowered to what the open-file
+    /// limit holds (the limit is raised to its hard limit first).
+    #[arg(long, env = "GPULEDGER_MAX_CONNECTIONS", default_value_t = 4_096)]
+    max_connections: usize,
     /// Config file (TOML): idle thresholds per cluster and Slack routes. See docs/alerts.md.
     #[arg(long, env = "GPULEDGER_CONFIG")]
     config: Option<std::path::PathBuf>,
@@ -353,7 +364,13 @@ async fn run_server(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, backend = state.store.backend(), "serving");
     println!("gpuledger is serving on http://{addr}/");
     let store = state.store.clone();
-    serve(listener, state, shutdown_signal()).await?;
+    let limits = gpuledger_server::http::connections::ConnectionLimits {
+        header_read: args.header_timeout,
+        body_idle: args.body_timeout,
+        max_connections: args.max_connections,
+    }
+    .within_open_file_limit();
+    serve(listener, state, limits, shutdown_signal()).await?;
     // A job this process was running stops with it: its leases go now, so another replica
     // takes the job at its next tick rather than when the lease expires.
     let prefix = gpuledger_server::jobs::process_holder_prefix();

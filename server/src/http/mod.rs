@@ -10,6 +10,7 @@ mod budgets;
 #[cfg(test)]
 mod budgets_tests;
 mod charts;
+pub mod connections;
 #[cfg(test)]
 mod cost_metrics_tests;
 #[cfg(test)]

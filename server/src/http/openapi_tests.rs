@@ -412,7 +412,12 @@ impl Live {
         let admin_cookie = admin_session(store.as_ref()).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(crate::serve(listener, state, std::future::pending()));
+        tokio::spawn(crate::serve(
+            listener,
+            state,
+            Default::default(),
+            std::future::pending(),
+        ));
         Live {
             base,
             http: reqwest::Client::new(),
