@@ -108,7 +108,8 @@ pub async fn create(
 }
 
 /// Gives a token a new secret. The old one keeps working for `overlap`, so agents can be given
-/// the new one without a gap.
+/// the new one without a gap. A token inside an earlier rotation's overlap is not rotated: its
+/// previous secret would stop working at once, cutting off agents not yet given the new one.
 pub async fn rotate(
     store: &dyn Store,
     name: &str,
@@ -120,14 +121,37 @@ pub async fn rotate(
     if !store::tokens::rotate_token(store.db(), name, &auth::hash_token(&secret), until, now_ms)
         .await?
     {
-        return Err(invalid(format!(
-            "no active token named {name:?} (a revoked or expired token cannot be rotated)"
-        )));
+        let token = store::tokens::token_by_name(store.db(), name).await?;
+        let overlapping = token
+            .filter(|t| t.is_active(now_ms))
+            .and_then(|t| t.previous_expires_ms)
+            .filter(|&until| until > now_ms);
+        return Err(invalid(match overlapping {
+            Some(until) => format!(
+                "token {name:?} was rotated already and its previous secret works until {};                  rotating again now would end that at once. Rotate again after then, or revoke                  the token and make a new one",
+                crate::format::utc_minute(until)
+            ),
+            None => format!(
+                "no active token named {name:?} (a revoked or expired token cannot be rotated)"
+            ),
+        }));
     }
     let token = store::tokens::token_by_name(store.db(), name)
         .await?
         .ok_or_else(|| invalid(format!("token {name:?} disappeared")))?;
     Ok(Issued { secret, token })
+}
+
+/// When each secret of a token just rotated stops working, in words.
+pub fn rotation_text(token: &TokenRow) -> String {
+    let when = |ms: Option<i64>| ms.map(crate::format::utc_minute);
+    format!(
+        "the previous secret works until {}; the new one {}",
+        when(token.previous_expires_ms).unwrap_or_else(|| "now".into()),
+        when(token.expires_ms).map_or("until the token is revoked".into(), |e| format!(
+            "until the token expires at {e}"
+        ))
+    )
 }
 
 pub async fn revoke(store: &dyn Store, name: &str, now_ms: i64) -> Result<(), TokenAdminError> {

@@ -129,13 +129,45 @@ fn pattern(what: &str, text: &str) -> Result<glob::Pattern, String> {
             "the {what} {text:?} has surrounding spaces or control characters, which no name has"
         ));
     }
-    if text.chars().all(|c| c == '*') {
+    let parsed = glob::Pattern::new(text)
+        .map_err(|e| format!("the {what} {text:?} is not a valid pattern: {e}"))?;
+    // Judged by what it matches, not how it is spelled: `?*`, `*?` and `*[!-]*` are `*` too.
+    let matched = NAMES_NOBODY_GAVE
+        .iter()
+        .filter(|name| parsed.matches(name))
+        .count();
+    if matched * 2 > NAMES_NOBODY_GAVE.len() {
         return Err(format!(
-            "the {what} {text:?} matches every name; name a cluster or a pattern of some"
+            "the {what} {text:?} matches every name, or nearly ({matched} of {} names made up \
+             at random); name a cluster or a pattern of some",
+            NAMES_NOBODY_GAVE.len()
         ));
     }
-    glob::Pattern::new(text).map_err(|e| format!("the {what} {text:?} is not a valid pattern: {e}"))
+    Ok(parsed)
 }
+
+/// Names no one gave, to try a scope's pattern on: 256 made of the characters names use, 1 to
+/// 24 long, from a fixed seed so that a pattern is judged the same on every replica. A pattern
+/// matching most of them is no scope.
+static NAMES_NOBODY_GAVE: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789-._ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        // xorshift64: enough to spread names over the characters; nothing secret here.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..256)
+        .map(|_| {
+            let len = 1 + (next() % 24) as usize;
+            (0..len)
+                .map(|_| CHARS[(next() % CHARS.len() as u64) as usize] as char)
+                .collect()
+        })
+        .collect()
+});
 
 /// Whether a token may report this host: its scope, or for a token made before scopes existed,
 /// the clusters it reported before (one that never reported takes the first cluster it reports).
@@ -266,6 +298,66 @@ mod tests {
         ] {
             let err = TokenScope::parse(cluster, hosts).unwrap_err();
             assert!(err.contains(says), "{cluster:?} {hosts:?}: {err}");
+        }
+    }
+
+    /// Every pattern that matches every one of many names is refused, however it is spelled;
+    /// patterns that pick some names out are kept. The names here are not the guard's own.
+    #[test]
+    fn a_pattern_that_matches_every_name_is_refused_by_what_it_matches() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(56);
+        let alphabet: Vec<char> = "abcdefghijklmnopqrstuvwxyz0123456789-._ABCXYZ"
+            .chars()
+            .collect();
+        let names: Vec<String> = (0..5_000)
+            .map(|_| {
+                let len = rng.random_range(1..=40);
+                (0..len)
+                    .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                    .collect()
+            })
+            .chain(["-", "a", "0", "train-east", "gpu-node-17"].map(String::from))
+            .collect();
+        let every = [
+            "*", "**", "?*", "*?", "*?*", "*?*?", "*[!-]*", "*[!-]", "[!-]*", "*[!@]*", "*[!a]*",
+            "?*?*", "[!.]*", "*[!~]", "[!~]*",
+        ];
+        let some = [
+            "train",
+            "train-*",
+            "*-east",
+            "gpu-node-?",
+            "gpu-node-[0-9]*",
+            "*gpu*",
+            "[a-c]*",
+            "infer-?",
+        ];
+        for text in every.iter().chain(&some) {
+            let matches_all = glob::Pattern::new(text)
+                .map(|p| {
+                    names
+                        .iter()
+                        .filter(|n| !n.contains('~'))
+                        .all(|n| p.matches(n))
+                })
+                .unwrap_or(false);
+            let refused = TokenScope::parse(text, None).is_err();
+            let hosts_refused = TokenScope::parse("train", Some(text)).is_err();
+            if matches_all {
+                assert!(
+                    refused && hosts_refused,
+                    "{text:?} matches every name and was kept"
+                );
+            }
+        }
+        for text in every {
+            let err = TokenScope::parse(text, None).unwrap_err();
+            assert!(err.contains("matches every name"), "{text}: {err}");
+        }
+        for text in some {
+            assert!(TokenScope::parse(text, None).is_ok(), "{text}");
+            assert!(TokenScope::parse("train", Some(text)).is_ok(), "{text}");
         }
     }
 

@@ -543,9 +543,8 @@ async fn main() -> anyhow::Result<()> {
                         agent_tokens::rotate(store.as_ref(), &name, overlap, now_ms()).await?;
                     println!("{}", issued.secret);
                     eprintln!(
-                        "token {name:?} has a new secret, shown only once; the old one works \
-                         until {}.",
-                        humantime::format_duration(overlap)
+                        "token {name:?} has a new secret, shown only once; {}.",
+                        agent_tokens::rotation_text(&issued.token)
                     );
                 }
                 TokenCommand::Rebind { host, to } => {

@@ -790,7 +790,25 @@ async fn admins_manage_tokens_on_the_tokens_page() {
             )
             .await;
         assert_eq!(status, StatusCode::OK, "{b}: {page}");
-        assert!(page.contains("old one works until"), "{b}");
+        assert!(
+            page.contains("the previous secret works until")
+                && page.contains("the new one until the token expires at"),
+            "{b}: {page}"
+        );
+        // A second rotation inside the overlap would cut off the agents still on the first
+        // secret: refused, and both secrets keep working.
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/rotate",
+                &admin,
+                &format!("csrf={csrf}&name=rack-9&overlap_hours=2"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{b}: {page}");
+        assert!(
+            page.contains("Nothing was changed") && page.contains("was rotated already"),
+            "{b}: {page}"
+        );
         let now = now_ms();
         let hash = crate::auth::hash_token(&secret);
         assert!(store::tokens::active_token(api.store.db(), &hash, now)

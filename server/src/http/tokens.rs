@@ -286,9 +286,9 @@ async fn rotate(
     .await;
     answer_issued(&state, &user, result, |t| {
         format!(
-            "Token {:?} has a new secret; the old one works until {}.",
+            "Token {:?} has a new secret; {}.",
             t.name,
-            when(t.previous_expires_ms)
+            agent_tokens::rotation_text(t)
         )
     })
     .await

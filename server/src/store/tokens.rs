@@ -220,7 +220,8 @@ pub async fn revoke_token(
 }
 
 /// Gives an active token a new secret; the old one keeps working until
-/// `old_valid_until_ms`. Returns whether an active token by that name was found.
+/// `old_valid_until_ms`. Returns whether an active token by that name was found whose previous
+/// secret no longer works: rotating inside an overlap would end the overlap at once.
 pub async fn rotate_token(
     on: impl Into<On<'_>>,
     name: &str,
@@ -234,7 +235,8 @@ pub async fn rotate_token(
             "UPDATE api_tokens
              SET previous_token_hash = token_hash, previous_expires_ms = $3,
                  token_hash = $2
-             WHERE name = $1 AND ",
+             WHERE name = $1
+               AND (previous_expires_ms IS NULL OR previous_expires_ms <= $4) AND ",
             token_active_sql!("api_tokens", "$4")
         ))
         .bind(name)

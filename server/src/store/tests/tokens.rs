@@ -240,11 +240,37 @@ async fn tokens_rotate_expire_and_keep_their_refusals() {
             "{b}: overlap"
         );
         assert!(
+            !crate::store::tokens::rotate_token(s.db(), "rack-1", "newer", T0 + 9_000, T0 + 500)
+                .await
+                .unwrap(),
+            "{b}: a second rotation inside the overlap would end it at once"
+        );
+        assert!(
+            crate::store::tokens::active_token(s.db(), "old", T0 + 999)
+                .await
+                .unwrap()
+                .is_some(),
+            "{b}: the overlap is kept"
+        );
+        assert!(
             crate::store::tokens::active_token(s.db(), "old", T0 + 1_000)
                 .await
                 .unwrap()
                 .is_none(),
             "{b}: overlap over"
+        );
+        assert!(
+            crate::store::tokens::rotate_token(s.db(), "rack-1", "newer", T0 + 3_000, T0 + 1_000)
+                .await
+                .unwrap(),
+            "{b}: once the overlap is over the token rotates again"
+        );
+        assert!(
+            crate::store::tokens::active_token(s.db(), "new", T0 + 2_999)
+                .await
+                .unwrap()
+                .is_some(),
+            "{b}"
         );
 
         crate::store::tokens::create_token(
