@@ -170,6 +170,22 @@ impl Columns {
             .into_iter()
             .map(|h| h.trim().trim_start_matches('\u{feff}').to_owned())
             .collect();
+        // A column named twice leaves which one holds the values to chance: refuse it.
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+            if let Some(first) = first_of.insert(name, i) {
+                return Err(field_err(
+                    1,
+                    name,
+                    format!(
+                        "is named twice in the header (columns {} and {}); which one holds the \
+                         values cannot be told",
+                        first + 1,
+                        i + 1
+                    ),
+                ));
+            }
+        }
         let index: HashMap<String, usize> = names
             .iter()
             .enumerate()
@@ -545,6 +561,90 @@ fn time(line: u64, cols: &Columns, r: &StringRecord, name: &str) -> Result<i64, 
         .ok_or_else(|| field_err(line, name, format!("not an ISO 8601 date-time: {text:?}")))
 }
 
+const DAY_MS: i64 = 24 * 3600 * 1000;
+/// The longest billing period read: providers bill by the month; a year leaves room for
+/// contracts billed yearly.
+const MAX_BILLING_PERIOD_MS: i64 = 366 * DAY_MS;
+/// How far before its billing period a charge may lie: a late usage row (OCI's sample bill
+/// charges September's last hours in October) or a correction of an earlier month.
+const MAX_CHARGE_BEFORE_MS: i64 = 400 * DAY_MS;
+/// The longest charge period of a purchase: a commitment's term, bought up front (five years
+/// is longer than any provider sells).
+const MAX_PURCHASE_TERM_MS: i64 = 5 * 366 * DAY_MS;
+
+/// A charge period a bill could hold: no longer than its billing period (a purchase, no longer
+/// than a commitment's term), and near it. A bill from 1950 to 9999 is a broken export, and
+/// reading it would spread its cost over every hour between.
+fn charge_period_fits(
+    line: u64,
+    (start, end): (i64, i64),
+    (billing_start, billing_end): (i64, i64),
+    charge_category: &str,
+) -> Result<(), FocusError> {
+    let day = |ms: i64| {
+        let when = crate::format::utc_minute(ms);
+        when.split(' ').next().unwrap_or_default().to_owned()
+    };
+    let billing = billing_end.saturating_sub(billing_start);
+    if billing <= 0 {
+        return Err(field_err(
+            line,
+            "BillingPeriodEnd",
+            "is not after BillingPeriodStart",
+        ));
+    }
+    if billing > MAX_BILLING_PERIOD_MS {
+        return Err(field_err(
+            line,
+            "BillingPeriodEnd",
+            format!(
+                "makes a billing period of {} days ({} to {}); no bill covers more than a year",
+                billing / DAY_MS,
+                day(billing_start),
+                day(billing_end)
+            ),
+        ));
+    }
+    let purchase = charge_category == "Purchase";
+    let longest = if purchase {
+        MAX_PURCHASE_TERM_MS
+    } else {
+        billing
+    };
+    if end.saturating_sub(start) > longest {
+        return Err(field_err(
+            line,
+            "ChargePeriodEnd",
+            format!(
+                "makes a charge period of {} days ({} to {}), longer than {}",
+                end.saturating_sub(start) / DAY_MS,
+                day(start),
+                day(end),
+                if purchase {
+                    "any commitment's term (five years)".to_owned()
+                } else {
+                    format!("its billing period ({} days)", billing / DAY_MS)
+                }
+            ),
+        ));
+    }
+    let latest_end = billing_end.saturating_add(longest);
+    if start < billing_start.saturating_sub(MAX_CHARGE_BEFORE_MS) || end > latest_end {
+        return Err(field_err(
+            line,
+            "ChargePeriodStart",
+            format!(
+                "the charge period {} to {} lies too far outside its billing period {} to {}",
+                day(start),
+                day(end),
+                day(billing_start),
+                day(billing_end)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_row(line: u64, r: &StringRecord, cols: &Columns) -> Result<CostLine, FocusError> {
     // No export writes NUL, and PostgreSQL cannot store it in text: name the cell (a fuzzer
     // found this; see fuzz/regressions/focus/).
@@ -580,6 +680,16 @@ fn parse_row(line: u64, r: &StringRecord, cols: &Columns) -> Result<CostLine, Fo
         "" => month_start_ms(start),
         _ => time(line, cols, r, "BillingPeriodStart")?,
     };
+    let billing_period_end_ms = match cols.get(r, "BillingPeriodEnd") {
+        "" => gpuledger_core::time::next_month_start(billing_period_start_ms),
+        _ => time(line, cols, r, "BillingPeriodEnd")?,
+    };
+    charge_period_fits(
+        line,
+        (start, end),
+        (billing_period_start_ms, billing_period_end_ms),
+        &charge_category,
+    )?;
     let tags = tags_object(line, cols.get(r, "Tags"))?;
     let sku_details = json_object(line, "SkuPriceDetails", cols.get(r, "SkuPriceDetails"))?;
     let mut extra: BTreeMap<&str, String> = cols

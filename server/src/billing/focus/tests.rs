@@ -389,3 +389,104 @@ fn each_providers_shape_and_version() {
     );
     assert!(l.extra_json.contains(r#""HostProviderName":"Nebius""#));
 }
+
+/// A column named twice is refused with the columns it is at, in CSV and Parquet alike (both
+/// read their header through `Columns`), rather than the later one silently winning.
+#[test]
+fn a_column_named_twice_is_refused() {
+    let header = format!("{HEADER},BilledCost");
+    let row = format!("{GOOD},0.01");
+    let err = parse(&with_header(&header, &[&row])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 1, column BilledCost: is named twice in the header (columns 7 and 20); which one \
+         holds the values cannot be told"
+    );
+    // Blank header cells (a trailing comma) are not names, and may repeat.
+    let blanks = format!("{HEADER},,");
+    assert!(parse(&with_header(&blanks, &[&format!("{GOOD},,")])).is_ok());
+}
+
+/// Charge periods a bill could hold are read; one longer than its billing period, or far
+/// outside it, is refused with its line and column. The real sample's OCI row charged two hours
+/// before its billing period is read (`the_focus_projects_real_sample_reads_whole`).
+#[test]
+fn a_charge_period_far_outside_or_longer_than_its_billing_period_is_refused() {
+    let with = |start: &str, end: &str, category: &str| {
+        GOOD.replace("2026-05-01T03:00:00Z", start)
+            .replace("2026-05-01T04:00:00Z", end)
+            .replace(",Usage,", &format!(",{category},"))
+    };
+    for (start, end, category, column, says) in [
+        (
+            "1950-01-01T00:00:00Z",
+            "9999-12-31T00:00:00Z",
+            "Usage",
+            "ChargePeriodEnd",
+            "longer than its billing period (31 days)",
+        ),
+        (
+            "1950-01-01T00:00:00Z",
+            "1950-01-01T01:00:00Z",
+            "Usage",
+            "ChargePeriodStart",
+            "too far outside its billing period 2026-05-01 to 2026-06-01",
+        ),
+        (
+            "9999-01-01T00:00:00Z",
+            "9999-01-01T01:00:00Z",
+            "Usage",
+            "ChargePeriodStart",
+            "too far outside",
+        ),
+        (
+            "2026-05-01T00:00:00Z",
+            "2026-07-01T00:00:00Z",
+            "Usage",
+            "ChargePeriodEnd",
+            "61 days",
+        ),
+        (
+            "2026-05-01T00:00:00Z",
+            "2036-05-01T00:00:00Z",
+            "Purchase",
+            "ChargePeriodEnd",
+            "any commitment's term",
+        ),
+    ] {
+        let row = with(start, end, category);
+        match parse(&csv(&[GOOD, &row])).unwrap_err() {
+            FocusError::Field {
+                line,
+                column: c,
+                message,
+            } => {
+                assert_eq!((line, c.as_str()), (3, column), "{start}..{end}: {message}");
+                assert!(message.contains(says), "{start}..{end}: {message}");
+            }
+            other => panic!("{start}..{end}: {other}"),
+        }
+    }
+    for (start, end, category) in [
+        // A late row charged before its billing period, a correction of months before, a
+        // whole month, and a three-year commitment bought up front.
+        ("2026-04-30T22:00:00Z", "2026-04-30T23:00:00Z", "Usage"),
+        ("2025-06-01T00:00:00Z", "2025-06-01T01:00:00Z", "Adjustment"),
+        ("2026-05-01T00:00:00Z", "2026-06-01T00:00:00Z", "Usage"),
+        ("2026-05-10T00:00:00Z", "2029-05-10T00:00:00Z", "Purchase"),
+    ] {
+        let row = with(start, end, category);
+        assert!(parse(&csv(&[&row])).is_ok(), "{start}..{end} {category}");
+    }
+    let header = format!("{HEADER},BillingPeriodEnd");
+    for (billing_end, says) in [
+        ("2026-05-01T00:00:00Z", "is not after BillingPeriodStart"),
+        ("2099-05-01T00:00:00Z", "no bill covers more than a year"),
+    ] {
+        let err = parse(&with_header(&header, &[&format!("{GOOD},{billing_end}")])).unwrap_err();
+        assert!(
+            err.to_string().contains("column BillingPeriodEnd") && err.to_string().contains(says),
+            "{err}"
+        );
+    }
+}
