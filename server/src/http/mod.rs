@@ -138,6 +138,9 @@ pub fn router(state: AppState) -> Router {
         .layer(header(http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(header(http::header::X_FRAME_OPTIONS, "DENY"))
         .layer(header(http::header::REFERRER_POLICY, "same-origin"))
+        // Pages, API answers and downloads hold money and names: no shared or browser cache
+        // keeps them. Static assets set their own caching.
+        .layer(header(http::header::CACHE_CONTROL, "no-store"))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             reads::route,

@@ -410,6 +410,45 @@ async fn every_response_carries_the_security_headers() {
     }
 }
 
+/// Nothing a signed-in person or a token reads is kept by a browser or a shared cache: every
+/// `GET` route of the table, as an admin and as a read-only token, answers `no-store`; only
+/// the stylesheet is cached.
+#[tokio::test]
+async fn nothing_read_is_kept_by_a_cache() {
+    for (api, _db) in apis().await {
+        let (admin, _) = api.session("admin").await;
+        let read = crate::read_tokens::create(
+            api.store.as_ref(),
+            "bi",
+            &crate::read_tokens::Scope::all(),
+            "admin-user",
+            now_ms(),
+        )
+        .await
+        .unwrap();
+        let mut checked = 0;
+        for &(method, pattern, _) in ROUTES.iter().filter(|(m, _, _)| *m == "GET") {
+            let path = concrete(pattern);
+            for (cookie, token) in [(Some(admin.as_str()), None), (None, Some(read.as_str()))] {
+                let (status, headers, _) = call(&api, method, &path, cookie, token, "").await;
+                let cache = headers
+                    .get("cache-control")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                if path.starts_with("/static/") {
+                    assert_eq!(cache.as_deref(), Some("public, max-age=3600"), "{path}");
+                } else {
+                    assert_eq!(cache.as_deref(), Some("no-store"), "{path} ({status})");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked}");
+        let csv = "/api/v1/allocation?format=csv";
+        let (_, headers, _) = call(&api, "GET", csv, Some(&admin), None, "").await;
+        assert_eq!(headers.get("cache-control").unwrap(), "no-store", "{csv}");
+    }
+}
+
 /// The policy forbids inline script and style; a template that used either would break in
 /// browsers, so none may.
 #[test]
