@@ -169,6 +169,19 @@ pub fn validate(report: &Report, now_ms: i64, limits: &Limits) -> Result<(), Val
             );
         }
     }
+    // A host's windows follow one another: two that overlap would count the overlap's energy
+    // and cost twice.
+    let mut by_start: Vec<(usize, &Window)> = report.windows.iter().enumerate().collect();
+    by_start.sort_by_key(|(_, w)| w.start_ms);
+    for pair in by_start.windows(2) {
+        let ((i, earlier), (j, later)) = (pair[0], pair[1]);
+        if earlier.end_ms > later.start_ms {
+            return fail(
+                format!("windows[{j}].start_ms"),
+                format!("overlaps windows[{i}], which ends at {}", earlier.end_ms),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -200,7 +213,7 @@ fn window(at: &str, w: &Window, now_ms: i64, limits: &Limits) -> Result<(), Vali
     let mut uuids = HashSet::new();
     for (j, g) in w.gpus.iter().enumerate() {
         let at = format!("{at}.gpus[{j}]");
-        gpu(&at, g, limits)?;
+        gpu(&at, g, limits, w.end_ms - w.start_ms)?;
         util_histogram(
             &format!("{at}.util_histogram"),
             &g.util_histogram,
@@ -298,7 +311,10 @@ fn util_histogram(at: &str, pairs: &[(u32, u32)], samples: u32) -> Result<(), Va
     Ok(())
 }
 
-fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> {
+/// The most power a GPU window may report, in watts (the largest boards draw about 1,200).
+const MAX_POWER_WATTS: f64 = 10_000.0;
+
+fn gpu(at: &str, g: &GpuWindow, limits: &Limits, window_ms: i64) -> Result<(), ValidationError> {
     text(&format!("{at}.uuid"), &g.uuid, true)?;
     text(&format!("{at}.name"), &g.name, false)?;
     opt_text(&format!("{at}.parent_uuid"), &g.parent_uuid)?;
@@ -308,6 +324,18 @@ fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> 
         g.memory_used_max_bytes,
     )?;
     fits_i64(&format!("{at}.energy_mj"), g.energy_mj)?;
+    // Watts times milliseconds is millijoules: no more energy than the most power allowed
+    // drawn for the whole window.
+    let most_energy_mj = (MAX_POWER_WATTS as u64).saturating_mul(window_ms.max(0) as u64);
+    if let Some(energy) = g.energy_mj.filter(|&e| e > most_energy_mj) {
+        return fail(
+            format!("{at}.energy_mj"),
+            format!(
+                "{energy} mJ is more than {MAX_POWER_WATTS} W over the window's {window_ms} ms \
+                 (at most {most_energy_mj})"
+            ),
+        );
+    }
     if let (Some(used), Some(total)) = (g.memory_used_max_bytes, g.memory_total_bytes) {
         if used > total {
             return fail(
@@ -328,7 +356,7 @@ fn gpu(at: &str, g: &GpuWindow, limits: &Limits) -> Result<(), ValidationError> 
         &format!("{at}.power_avg_watts"),
         g.power_avg_watts,
         0.0,
-        10_000.0,
+        MAX_POWER_WATTS,
     )?;
     bounded(
         &format!("{at}.temperature_max_c"),
@@ -605,6 +633,48 @@ mod tests {
             },
         ];
         validate(&r, NOW, &Limits::default()).unwrap();
+    }
+
+    /// Energy is bounded by the most power over the window's length, as power is; a host's
+    /// windows may not overlap one another.
+    #[test]
+    fn energy_is_bounded_by_power_and_windows_do_not_overlap() {
+        // 15 s at 700 W is 10,500 J: 10,500,000 mJ; the most, 10 kW for 15 s, 150,000,000.
+        let mut r = good();
+        r.windows[0].gpus[0].energy_mj = Some(10_500_000);
+        validate(&r, NOW, &Limits::default()).unwrap();
+        for energy in [150_000_001, i64::MAX as u64] {
+            assert_eq!(
+                field_of(|r| r.windows[0].gpus[0].energy_mj = Some(energy)),
+                "windows[0].gpus[0].energy_mj",
+                "{energy}"
+            );
+        }
+        let mut r = good();
+        r.windows[0].gpus[0].energy_mj = Some(150_000_000);
+        validate(&r, NOW, &Limits::default()).unwrap();
+
+        let second = |r: &mut Report, start: i64, end: i64| {
+            let mut w = r.windows[0].clone();
+            (w.start_ms, w.end_ms) = (start, end);
+            r.windows.insert(0, w);
+        };
+        let mut r = good();
+        second(&mut r, NOW - 30_000, NOW - 15_000);
+        validate(&r, NOW, &Limits::default()).unwrap();
+        assert_eq!(
+            field_of(|r| second(r, NOW - 20_000, NOW - 10_000)),
+            "windows[1].start_ms"
+        );
+        let mut r = good();
+        second(&mut r, NOW - 10_000, NOW - 5_000);
+        let err = validate(&r, NOW, &Limits::default()).unwrap_err();
+        assert_eq!(err.field, "windows[0].start_ms", "{}", err.message);
+        assert!(
+            err.message.contains("overlaps windows[1]"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

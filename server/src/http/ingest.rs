@@ -137,6 +137,16 @@ async fn ingest(
         let host = &report.host;
         return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
     }
+    if let Some(refusal) = window_in_closed_month(state, &report, now).await? {
+        let host = &report.host;
+        return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
+    }
+    if let Some(refusal) =
+        crate::store::tokens::window_overlap(state.store.db(), &report, token.id, now).await?
+    {
+        let host = &report.host;
+        return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
+    }
     let agent = AgentStatus {
         spool_depth: header_i64(headers, SPOOL_DEPTH_HEADER),
         spool_dropped: header_i64(headers, SPOOL_DROPPED_HEADER),
@@ -163,6 +173,52 @@ async fn ingest(
         status: status.to_owned(),
         windows: report.windows.len(),
     })
+}
+
+/// The report's first window in a month whose figures are final, as a refusal: taken in, it
+/// would change a closed month without a restatement (or wait for one for ever). The agent
+/// keeps a batch refused so in its dead-letter folder.
+async fn window_in_closed_month(
+    state: &AppState,
+    report: &Report,
+    now: i64,
+) -> Result<Option<Refusal>, ApiError> {
+    use gpuledger_core::time::month_start_ms;
+    let Some((i, earliest)) = report
+        .windows
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, w)| w.start_ms)
+    else {
+        return Ok(None);
+    };
+    // This month is open: only a report reaching back past its start asks the sign-offs.
+    if earliest.start_ms >= month_start_ms(now) {
+        return Ok(None);
+    }
+    let close = state.close.current(state.store.as_ref()).await?;
+    if !close.is_closed(earliest.start_ms, now) {
+        return Ok(None);
+    }
+    let month = crate::format::utc_minute(month_start_ms(earliest.start_ms));
+    let month = month.get(..7).unwrap_or(&month);
+    let why = if close.is_signed_off(earliest.start_ms) {
+        "it was signed off".to_owned()
+    } else {
+        format!(
+            "it closed {}",
+            crate::format::utc_minute(close.closes_at(earliest.start_ms))
+        )
+    };
+    Ok(Some(Refusal {
+        kind: crate::store::RefusalKind::MonthClosed,
+        field: format!("windows[{i}].start_ms"),
+        message: format!(
+            "{month} is closed ({why}): its figures are final, and a window for it would change \
+             them without a restatement. An admin restates a closed month with \
+             `gpuledger-server rollup --reopen`"
+        ),
+    }))
 }
 
 /// Keeps a refused report on record for the fleet page (where it came from: a host of a

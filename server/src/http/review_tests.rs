@@ -141,7 +141,7 @@ async fn post_json(api: &Api, path: &str, body: serde_json::Value) -> (StatusCod
 
 /// Two windows of a host in af-south-1 (900.6 g CO2e/kWh in the built-in table): one whose
 /// model label is a script and whose GPU measured no energy, one for llama-70b on the chat
-/// endpoint with an experiment and a measured 2 kWh.
+/// endpoint with an experiment and a measured 2 kWh over the quarter of an hour after it.
 async fn fleet(api: &Api) {
     let mut r = placed("rev-1");
     r.host.instance_type = Some("g6.xlarge".into());
@@ -152,8 +152,11 @@ async fn fleet(api: &Api) {
     let mut r2 = placed("rev-2");
     r2.host.instance_type = Some("g6.xlarge".into());
     r2.host.region = Some("af-south-1".into());
-    r2.windows[0].start_ms -= 60_000;
-    r2.windows[0].end_ms -= 60_000;
+    // A quarter of an hour at 8 kW is 2 kWh (a GPU's energy is bounded by its power), after
+    // the first window.
+    r2.windows[0].start_ms += 60_000;
+    r2.windows[0].end_ms = r2.windows[0].start_ms + 900_000;
+    r2.windows[0].samples = 900;
     r2.windows[0].gpus[0].energy_mj = Some(7_200_000_000);
     r2.windows[0].gpus[0].processes[0].labels = [
         ("model".to_string(), "llama-70b".to_string()),

@@ -1294,3 +1294,131 @@ async fn a_body_of_two_json_documents_is_refused_whole() {
         assert!(totals.is_empty(), "{b}: {totals:?}");
     }
 }
+
+/// A window overlapping one another batch stored for the same GPU is refused with 409 naming
+/// the GPU, nothing stored; a window that follows it, and the same batch sent again, are not.
+#[tokio::test]
+async fn a_window_overlapping_a_stored_one_of_its_gpu_is_refused() {
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let first = report("overlap-a");
+        let (start, end) = (first.windows[0].start_ms, first.windows[0].end_ms);
+        let (status, _) = api
+            .post(Some(&api.token), serde_json::to_vec(&first).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let at = |batch: &str, from: i64, to: i64| {
+            let mut r = report(batch);
+            (r.windows[0].start_ms, r.windows[0].end_ms) = (from, to);
+            serde_json::to_vec(&r).unwrap()
+        };
+        let (status, body) = api
+            .post(
+                Some(&api.token),
+                at("overlap-b", start - 5_000, end - 5_000),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CONFLICT,
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let err = error_of(&body);
+        assert_eq!(err.field.as_deref(), Some("windows[0].gpus[0]"), "{b}");
+        assert!(
+            err.message.contains("overlaps its window"),
+            "{b}: {}",
+            err.message
+        );
+        // Nothing of the refused batch was kept: sent again later it is refused again, not
+        // taken for a duplicate.
+        let (status, _) = api
+            .post(
+                Some(&api.token),
+                at("overlap-b", start - 5_000, end - 5_000),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{b}");
+        let (status, body) = api
+            .post(Some(&api.token), at("overlap-c", start - 15_000, start))
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&first).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+        let ack: IngestAck = serde_json::from_slice(&body).unwrap();
+        assert_eq!(ack.status, "duplicate", "{b}");
+    }
+}
+
+/// A window for a month whose figures are final is refused (409 naming the window, and why the
+/// month is closed), nothing of its batch stored, whether the month closed by time or was
+/// signed off; a window of a month still open is taken.
+#[tokio::test]
+async fn a_window_for_a_closed_month_is_refused() {
+    let ms = |t: &str| crate::billing::focus::parse_time_ms(t).unwrap();
+    let now = ms("2026-11-03T12:00:00Z");
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let at = |batch: &str, start: i64| {
+            let mut r = report(batch);
+            (r.windows[0].start_ms, r.windows[0].end_ms) = (start, start + 15_000);
+            serde_json::to_vec(&r).unwrap()
+        };
+        let post = |body: Vec<u8>| crate::clock::at(now, api.post(Some(&api.token), body));
+        // September closed on October 6 (five days after it ended); October is open until November 6.
+        for _ in 0..2 {
+            let (status, body) = post(at("late-september", ms("2026-09-30T20:00:00Z"))).await;
+            assert_eq!(
+                status,
+                StatusCode::CONFLICT,
+                "{b}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            let err = error_of(&body);
+            assert_eq!(err.field.as_deref(), Some("windows[0].start_ms"), "{b}");
+            assert!(
+                err.message
+                    .starts_with("2026-09 is closed (it closed 2026-10-06 00:00 UTC)"),
+                "{b}: {}",
+                err.message
+            );
+        }
+        let (status, body) = post(at("late-october", ms("2026-10-30T10:00:00Z"))).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        // Signed off, October closes at once.
+        store::closing::sign_off_month(
+            api.store.db(),
+            &store::SignOffRow {
+                month_ms: ms("2026-10-01T00:00:00Z"),
+                signed_ms: now,
+                by_user: "finance".into(),
+                note: String::new(),
+            },
+        )
+        .await
+        .unwrap();
+        let (status, body) = post(at("later-october", ms("2026-10-31T10:00:00Z"))).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{b}");
+        assert!(
+            error_of(&body)
+                .message
+                .contains("2026-10 is closed (it was signed off)"),
+            "{b}"
+        );
+        let (status, _) = post(at("november", ms("2026-11-03T10:00:00Z"))).await;
+        assert_eq!(status, StatusCode::OK, "{b}");
+    }
+}

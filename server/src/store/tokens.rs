@@ -71,6 +71,10 @@ pub enum RefusalKind {
     BatchReused,
     /// A window of the report was already stored by another batch.
     WindowStored,
+    /// A window of the report overlaps one another batch stored for the same GPU.
+    WindowOverlaps,
+    /// A window of the report falls in a month whose figures are final.
+    MonthClosed,
     /// Request counts of a source another active token reports.
     SourceOfAnotherToken,
 }
@@ -85,13 +89,21 @@ impl RefusalKind {
             RefusalKind::GpuOfAnotherToken => "gpu_of_another_token",
             RefusalKind::BatchReused => "batch_reused",
             RefusalKind::WindowStored => "window_stored",
+            RefusalKind::WindowOverlaps => "window_overlaps",
+            RefusalKind::MonthClosed => "month_closed",
             RefusalKind::SourceOfAnotherToken => "source_of_another_token",
         }
     }
 
     /// Who sent it is the problem (403), as opposed to what it says (409).
     pub fn is_forbidden(self) -> bool {
-        !matches!(self, RefusalKind::BatchReused | RefusalKind::WindowStored)
+        !matches!(
+            self,
+            RefusalKind::BatchReused
+                | RefusalKind::WindowStored
+                | RefusalKind::WindowOverlaps
+                | RefusalKind::MonthClosed
+        )
     }
 }
 
@@ -533,6 +545,89 @@ pub async fn ingest_refusal(
         }
         Ok(None)
     })
+}
+
+/// The first window of the report that overlaps a window another batch stored for the same
+/// GPU at another start, as a refusal: the overlap's energy and cost would count twice. (A
+/// window at the same start is [`window_conflict`]'s.) A GPU's reports come from its host's one
+/// agent, one after another, so no two race here.
+pub async fn window_overlap(
+    on: impl Into<On<'_>>,
+    report: &gpuledger_proto::Report,
+    token_id: i64,
+    now_ms: i64,
+) -> Result<Option<Refusal>, StoreError> {
+    let mut uuids: Vec<&str> = report
+        .windows
+        .iter()
+        .flat_map(|w| &w.gpus)
+        .map(|g| g.uuid.as_str())
+        .collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    let (Some(first), Some(last)) = (
+        report.windows.iter().map(|w| w.start_ms).min(),
+        report.windows.iter().map(|w| w.end_ms).max(),
+    ) else {
+        return Ok(None);
+    };
+    let uuids = serde_json::to_string(&uuids)
+        .map_err(|e| StoreError::Invalid(format!("GPU ids cannot be encoded: {e}")))?;
+    let mut conn = on.into().read().await?;
+    let stored: Vec<(String, i64, i64, String)> = on_backend!(conn, |ex, DB| {
+        let (open, close) = <DB as super::db::Dialect>::JSON_ARRAY_TEXTS;
+        // Windows span an hour at most, so one starting more than that before the report's
+        // first cannot reach it: the key (gpu_uuid, start_ms) bounds the look.
+        // This host's windows only, and not while another active token holds it: a GPU or a
+        // host of another token is refused for that (403) when the report is stored.
+        let sql = format!(
+            concat!(
+                "SELECT w.gpu_uuid, w.start_ms, w.end_ms, w.batch_id
+                 FROM gpu_windows w JOIN hosts h ON h.id = w.host_id
+                 LEFT JOIN api_tokens t ON t.id = h.token_id AND t.id <> $7 AND ",
+                token_active_sql!("t", "$8"),
+                " WHERE w.gpu_uuid IN ({open}$1{close}) AND w.start_ms > $2 AND w.start_ms < $3
+                   AND w.batch_id <> $4 AND h.cluster = $5 AND h.hostname = $6
+                   AND t.id IS NULL"
+            ),
+            open = open,
+            close = close
+        );
+        sqlx::query_as(&sql)
+            .bind(&uuids)
+            .bind(first.saturating_sub(crate::validate::MAX_WINDOW_MS))
+            .bind(last)
+            .bind(&report.batch_id)
+            .bind(&report.host.cluster)
+            .bind(&report.host.hostname)
+            .bind(token_id)
+            .bind(now_ms)
+            .fetch_all(&mut *ex)
+            .await
+    })?;
+    for (w, window) in report.windows.iter().enumerate() {
+        for (g, gpu) in window.gpus.iter().enumerate() {
+            let overlapped = stored.iter().find(|(uuid, start, end, _)| {
+                *uuid == gpu.uuid
+                    && *start != window.start_ms
+                    && *start < window.end_ms
+                    && *end > window.start_ms
+            });
+            if let Some((_, start, end, batch)) = overlapped {
+                return Ok(Some(Refusal {
+                    kind: RefusalKind::WindowOverlaps,
+                    field: format!("windows[{w}].gpus[{g}]"),
+                    message: format!(
+                        "GPU {}'s window {}–{} ms overlaps its window {start}–{end} ms stored by \
+                         batch {batch:?}; a GPU's windows never overlap, or the overlap's energy \
+                         and cost would count twice",
+                        gpu.uuid, window.start_ms, window.end_ms
+                    ),
+                }));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The first window of the report that another batch already stored, as a refusal

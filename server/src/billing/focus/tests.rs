@@ -490,3 +490,59 @@ fn a_charge_period_far_outside_or_longer_than_its_billing_period_is_refused() {
         );
     }
 }
+
+/// A row that never ends is refused at its line once it passes the record cap, however well
+/// it compresses, without reading the rest into memory; a cell over the cell cap is refused
+/// with its line and column.
+#[test]
+fn an_endless_row_or_an_oversized_cell_is_refused_with_its_place() {
+    use std::io::Read;
+    let head = format!("{HEADER}\n{GOOD}\n");
+    // Never ends: only the cap stops it.
+    let endless = std::io::Cursor::new(head.clone().into_bytes()).chain(std::io::repeat(b'a'));
+    let err = csv_rows(Box::new(endless), false)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        FocusError::Line {
+            line: 3,
+            message: "is longer than 1 MiB: no bill's row is; is this a FOCUS export?".into()
+        }
+    );
+    // 64 MiB of one line in a gzip of kilobytes.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, head.as_bytes()).unwrap();
+    let block = vec![b'a'; 1 << 20];
+    for _ in 0..64 {
+        std::io::Write::write_all(&mut gz, &block).unwrap();
+    }
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() < 1 << 20, "{}", gz.len());
+    let err = parse(&gz).unwrap_err();
+    assert!(matches!(err, FocusError::Line { line: 3, .. }), "{err}");
+    // A long row that ends within the cap reads.
+    let wide_tags = format!(
+        r#""{{""team"":""search"",""note"":""{}""}}""#,
+        "x".repeat(60_000)
+    );
+    let wide = GOOD.replace(r#""{""team"":""search""}""#, &wide_tags);
+    assert_eq!(parse(&csv(&[&wide])).unwrap().len(), 1);
+    let huge_tags = format!(
+        r#""{{""team"":""search"",""note"":""{}""}}""#,
+        "x".repeat(70_000)
+    );
+    let huge = GOOD.replace(r#""{""team"":""search""}""#, &huge_tags);
+    match parse(&csv(&[GOOD, &huge])).unwrap_err() {
+        FocusError::Field {
+            line,
+            column,
+            message,
+        } => {
+            assert_eq!((line, column.as_str()), (3, "Tags"));
+            assert!(message.contains("at most 64 KiB"), "{message}");
+        }
+        other => panic!("{other}"),
+    }
+}
