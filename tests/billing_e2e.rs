@@ -122,14 +122,19 @@ async fn focus_exports_from_three_clouds_import_with_exact_totals() {
     let imports = imports.as_array().unwrap();
     assert_eq!(imports.len(), 3);
     for (import, file) in imports.iter().zip(&files) {
+        // One currency a file here: one total, named by its currency.
+        let totals = import["totals"].as_array().unwrap();
+        assert_eq!(totals.len(), 1, "{import}");
+        assert_eq!(totals[0]["currency"], "USD", "{import}");
+        assert_eq!(totals[0]["rows"], 300, "{import}");
         assert_eq!(
-            d(import["billed_total"].as_str().unwrap()),
+            d(totals[0]["billed_total"].as_str().unwrap()),
             column_total(file, "BilledCost"),
             "{}",
             file.display()
         );
         assert_eq!(
-            d(import["effective_total"].as_str().unwrap()),
+            d(totals[0]["effective_total"].as_str().unwrap()),
             column_total(file, "EffectiveCost"),
             "{}",
             file.display()
@@ -759,14 +764,15 @@ async fn a_parquet_export_imports_with_exact_totals() {
     assert!(printed.contains("imported 250 rows"), "{printed}");
     let store = db.open().await;
     let imports = store::bills::billing_imports(store.db()).await.unwrap();
-    assert_eq!(
-        d(&imports[0].billed_total),
-        d(expected["billed"].as_str().unwrap())
-    );
-    assert_eq!(
-        d(&imports[0].effective_total),
-        d(expected["effective"].as_str().unwrap())
-    );
+    let [(_, totals)]: [_; 1] = imports[0]
+        .totals
+        .clone()
+        .into_iter()
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    assert_eq!(totals.billed, d(expected["billed"].as_str().unwrap()));
+    assert_eq!(totals.effective, d(expected["effective"].as_str().unwrap()));
     // The same rows as the CSV: dates and tags survive the format.
     let from_csv = gpuledger_server::billing::focus::parse(&std::fs::read(&csv).unwrap()).unwrap();
     let from_parquet =

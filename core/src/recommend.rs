@@ -170,6 +170,8 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RightSize {
+    /// The currency of `cost` and `saving`: the bill's for the GPUs it covers.
+    pub currency: String,
     /// `endpoint` or `model`.
     pub by: String,
     pub key: String,
@@ -195,6 +197,7 @@ pub struct RightSize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Consolidation {
+    pub currency: String,
     pub gpus: Vec<String>,
     pub host: String,
     pub avg_util: f64,
@@ -217,6 +220,7 @@ pub struct Consolidation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpotCandidate {
+    pub currency: String,
     pub experiment: String,
     pub gpus: Vec<String>,
     pub instance_types: Vec<String>,
@@ -233,6 +237,7 @@ pub struct SpotCandidate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Release {
+    pub currency: String,
     pub gpus: Vec<String>,
     pub host: String,
     /// The owner labels of the processes holding them.
@@ -256,9 +261,49 @@ pub struct Recommendations {
     pub consolidation: Vec<Consolidation>,
     pub spot: Vec<SpotCandidate>,
     pub release: Vec<Release>,
-    /// The savings above added up over the look-back: they cover separate GPUs.
+    /// The savings above added up over the look-back, one sum per currency (never across
+    /// them): they cover separate GPUs.
+    pub total_saving: Vec<CurrencyAmount>,
+}
+
+/// An amount in one currency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CurrencyAmount {
+    /// ISO 4217.
+    pub currency: String,
     #[serde(with = "rust_decimal::serde::str")]
-    pub total_saving: Decimal,
+    pub amount: Decimal,
+}
+
+impl Recommendations {
+    /// The savings in `currency` added up; zero where none is in it.
+    pub fn total_in(&self, currency: &str) -> Decimal {
+        self.total_saving
+            .iter()
+            .filter(|t| t.currency == currency)
+            .map(|t| t.amount)
+            .sum()
+    }
+
+    /// Adds up the kept savings again, per currency (after some were filtered out).
+    pub fn sum_savings(&mut self) {
+        let mut totals: BTreeMap<&str, Decimal> = BTreeMap::new();
+        let savings = (self.right_size.iter().map(|r| (&r.currency, r.saving)))
+            .chain(self.consolidation.iter().map(|r| (&r.currency, r.saving)))
+            .chain(self.spot.iter().map(|r| (&r.currency, r.saving)))
+            .chain(self.release.iter().map(|r| (&r.currency, r.saving)));
+        for (currency, saving) in savings {
+            *totals.entry(currency.as_str()).or_default() += saving;
+        }
+        self.total_saving = totals
+            .into_iter()
+            .map(|(currency, amount)| CurrencyAmount {
+                currency: currency.to_owned(),
+                amount,
+            })
+            .collect();
+    }
 }
 
 /// The 95th percentile of windows counted per band, as the top of its band (rounded up to the
@@ -296,7 +341,54 @@ pub struct Evidence {
     pub owners: OwnerSchema,
 }
 
+/// The recommendations of each currency the evidence's costs are in, drawn apart: an endpoint
+/// served from a dollar-billed and a euro-billed host has a saving in each, never one sum.
 pub fn recommend(
+    evidence: &Evidence,
+    card: &RateCard,
+    lookback_ms: i64,
+    options: Options,
+) -> Recommendations {
+    let currencies: BTreeSet<&str> = evidence.parts.iter().map(|p| p.currency.as_str()).collect();
+    let mut all = Recommendations {
+        lookback_days: lookback_ms as f64 / crate::time::DAY_MS as f64,
+        ..Recommendations::default()
+    };
+    for currency in currencies {
+        let parts: Vec<Part> = (evidence.parts.iter())
+            .filter(|p| p.currency == currency)
+            .cloned()
+            .collect();
+        let gpus: BTreeSet<&str> = parts.iter().filter_map(|p| p.gpu_uuid.as_deref()).collect();
+        let usage = (evidence.usage.iter())
+            .filter(|u| gpus.contains(u.gpu_uuid.as_str()))
+            .cloned()
+            .collect();
+        let one = Evidence {
+            parts,
+            usage,
+            ..evidence.clone()
+        };
+        let mut r = recommend_in_one_currency(&one, card, lookback_ms, options);
+        let tag = |c: &mut String| *c = currency.to_owned();
+        r.right_size.iter_mut().for_each(|x| tag(&mut x.currency));
+        r.consolidation
+            .iter_mut()
+            .for_each(|x| tag(&mut x.currency));
+        r.spot.iter_mut().for_each(|x| tag(&mut x.currency));
+        r.release.iter_mut().for_each(|x| tag(&mut x.currency));
+        all.lookback_days = r.lookback_days;
+        all.right_size.extend(r.right_size);
+        all.consolidation.extend(r.consolidation);
+        all.spot.extend(r.spot);
+        all.release.extend(r.release);
+    }
+    all.sum_savings();
+    all
+}
+
+/// [`recommend`] over costs all in one currency (each item's `currency` left to the caller).
+fn recommend_in_one_currency(
     evidence: &Evidence,
     card: &RateCard,
     lookback_ms: i64,
@@ -451,6 +543,7 @@ pub fn recommend(
             .unwrap_or_default();
         let saving = spent * (Decimal::ONE - price / current_price);
         right_size.push(RightSize {
+            currency: String::new(),
             by: (*by).to_owned(),
             key: key.to_string(),
             current_gpu: current.name.to_owned(),
@@ -492,6 +585,7 @@ pub fn recommend(
         release_by_host
             .into_iter()
             .map(|(host_id, Held { gpus, cost, owners })| Release {
+                currency: String::new(),
                 action: format!(
                 "stop the idle processes or release the {}: they hold memory at ~0% and did no \
                  work",
@@ -534,6 +628,7 @@ pub fn recommend(
                 .cloned()
                 .unwrap_or_default();
             Consolidation {
+                currency: String::new(),
                 gpus: vec![g.to_owned()],
                 action: format!(
                     "move its work onto a GPU with room: it needs about {:.0}% of one kept {:.0}% \
@@ -555,6 +650,7 @@ pub fn recommend(
         .into_iter()
         .filter(|(_, t)| t.saving > Decimal::ZERO)
         .map(|(experiment, t)| SpotCandidate {
+            currency: String::new(),
             experiment: experiment.to_owned(),
             gpus: t.gpus.iter().map(|g| (*g).to_owned()).collect(),
             instance_types: t.instance_types.iter().map(|i| (*i).to_owned()).collect(),
@@ -570,7 +666,7 @@ pub fn recommend(
         consolidation,
         spot,
         release,
-        total_saving: Decimal::ZERO,
+        total_saving: Vec::new(),
     })
 }
 
@@ -605,14 +701,12 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
     candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut taken: BTreeSet<&str> = BTreeSet::new();
     let mut keep: BTreeSet<(u8, usize)> = BTreeSet::new();
-    let mut total = Decimal::ZERO;
     for (saving, rank, _, i, gpus) in &candidates {
         if saving.is_zero() || gpus.iter().any(|g| taken.contains(g.as_str())) {
             continue;
         }
         taken.extend(gpus.iter().map(String::as_str));
         keep.insert((*rank, *i));
-        total += *saving;
     }
     let kept = |rank: u8, i: usize| keep.contains(&(rank, i));
     r.right_size = std::mem::take(&mut r.right_size)
@@ -650,7 +744,7 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
             .cmp(&a.saving)
             .then(a.experiment.cmp(&b.experiment))
     });
-    r.total_saving = total;
+    r.sum_savings();
     r
 }
 

@@ -154,11 +154,49 @@ pub fn rotation_text(token: &TokenRow) -> String {
     )
 }
 
-pub async fn revoke(store: &dyn Store, name: &str, now_ms: i64) -> Result<(), TokenAdminError> {
-    if store::tokens::revoke_token(store.db(), name, now_ms).await? {
-        Ok(())
-    } else {
-        Err(invalid(format!("no active token named {name:?}")))
+/// What becomes of the request counts and runs' progress a token sent when it is revoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SentUsage {
+    /// They stay in the figures (the token was retired, not stolen).
+    Keep,
+    /// They are deleted with it (the token sent what it should not have).
+    Remove,
+}
+
+/// Ends a token at once. A token that sent request counts or runs' progress is revoked only
+/// with a word on what becomes of them (`sent`): kept in the figures or removed; answers how
+/// many counts and progress reports were removed.
+pub async fn revoke(
+    store: &dyn Store,
+    name: &str,
+    sent: Option<SentUsage>,
+    now_ms: i64,
+) -> Result<(u64, u64), TokenAdminError> {
+    let token = store::tokens::token_by_name(store.db(), name)
+        .await?
+        .filter(|t| t.revoked_ms.is_none())
+        .ok_or_else(|| invalid(format!("no active token named {name:?}")))?;
+    if sent.is_none() {
+        let sources = store::usage::posted_sources(store.db(), Some(token.id)).await?;
+        if !sources.is_empty() {
+            let names: Vec<&str> = sources.iter().map(|s| s.source.as_str()).collect();
+            return Err(invalid(format!(
+                "token {name:?} sent request counts or runs' progress from {} source(s) ({}); \
+                 say what becomes of them when it goes: kept in the figures (--keep-usage) or \
+                 removed (--remove-usage)",
+                names.len(),
+                names.join(", ")
+            )));
+        }
+    }
+    if !store::tokens::revoke_token(store.db(), name, now_ms).await? {
+        return Err(invalid(format!("no active token named {name:?}")));
+    }
+    match sent {
+        Some(SentUsage::Remove) => {
+            Ok(store::usage::delete_posted(store.db(), None, Some(token.id)).await?)
+        }
+        _ => Ok((0, 0)),
     }
 }
 

@@ -187,13 +187,20 @@ pub struct SetBudget<'a> {
     pub from_month: &'a str,
 }
 
-pub async fn set(
-    store: &dyn Store,
-    schema: &OwnerSchema,
-    ask: SetBudget<'_>,
-    by_user: &str,
-    now: i64,
-) -> Result<BudgetStatus, BudgetError> {
+/// A budget as asked, its fields checked on their own (before the ledger is asked about its
+/// key): what the fuzz target drives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedBudget {
+    pub by: GroupBy,
+    pub key: String,
+    pub amount: Decimal,
+    pub currency: String,
+    pub month_from: i64,
+    pub month_to: i64,
+}
+
+/// Checks a budget's fields, naming the one at fault.
+pub fn check(schema: &OwnerSchema, ask: &SetBudget<'_>) -> Result<CheckedBudget, BudgetError> {
     let by = GroupBy::parse(ask.dimension, schema).ok_or_else(|| {
         let names: Vec<&str> = GroupBy::all(schema).iter().map(|g| g.as_str()).collect();
         invalid(
@@ -239,6 +246,32 @@ pub async fn set(
                 ),
             )
         })?;
+    Ok(CheckedBudget {
+        by,
+        key: key.to_owned(),
+        amount,
+        currency,
+        month_from,
+        month_to,
+    })
+}
+
+pub async fn set(
+    store: &dyn Store,
+    schema: &OwnerSchema,
+    ask: SetBudget<'_>,
+    by_user: &str,
+    now: i64,
+) -> Result<BudgetStatus, BudgetError> {
+    let CheckedBudget {
+        by,
+        key,
+        amount,
+        currency,
+        month_from,
+        month_to,
+    } = check(schema, &ask)?;
+    let key = key.as_str();
     // The key must be one the ledger knows: a typo would otherwise be a budget nobody spends.
     let seen_from = gpuledger_core::time::month_start_ms(
         gpuledger_core::time::month_start_ms(month_from - 1) - 1,

@@ -502,12 +502,20 @@ pub struct ConfigError {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let err = |message: String| ConfigError {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// A config file's text, checked as [`Config::load`] checks it; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let err = |message: String| ConfigError {
+            path: path.to_owned(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        let config: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let config: Config = toml::from_str(text).map_err(|e| err(e.to_string()))?;
         let thresholds = std::iter::once(config.idle.threshold_percent).chain(
             config
                 .idle

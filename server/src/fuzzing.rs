@@ -93,6 +93,116 @@ pub fn focus(data: &[u8]) {
     }
 }
 
+/// `POST /api/v1/usage`'s decoding and checks: what an accepted post may hold.
+pub fn usage(data: &[u8]) {
+    let limits = Limits::default();
+    let Ok((source, counts, progress)) = crate::http::usage::parse(
+        data,
+        FUZZ_NOW_MS,
+        limits.retention_ms,
+        limits.max_clock_skew_ms,
+    ) else {
+        return;
+    };
+    let named = |text: &str| !text.trim().is_empty() && !text.chars().any(char::is_control);
+    assert!(
+        named(&source),
+        "a source with no name or a control character"
+    );
+    for c in &counts {
+        assert!(
+            named(&c.endpoint),
+            "an endpoint with no name or a control character"
+        );
+        assert!(c.end_ms > c.start_ms, "a period that ends before it starts");
+        assert!(
+            c.end_ms - c.start_ms <= 31 * 24 * 3_600_000,
+            "a period over 31 days"
+        );
+        assert!(c.start_ms >= FUZZ_NOW_MS - limits.retention_ms);
+        assert!(c.end_ms <= FUZZ_NOW_MS + limits.max_clock_skew_ms);
+        let seconds = ((c.end_ms - c.start_ms).max(1_000) as u64).div_ceil(1_000);
+        assert!(c.requests >= 0, "a negative count");
+        assert!(
+            c.requests as u64 <= validate::MAX_REQUESTS_PER_SECOND * seconds,
+            "a count beyond its bound"
+        );
+        for t in [c.input_tokens, c.output_tokens].into_iter().flatten() {
+            assert!(t >= 0 && t as u64 <= validate::MAX_TOKENS_PER_SECOND * seconds);
+        }
+    }
+    for p in &progress {
+        assert!(
+            named(&p.experiment),
+            "an experiment with no name or a control character"
+        );
+        assert!(
+            p.step >= 0 && p.epoch.is_none_or(|e| e >= 0),
+            "a negative step or epoch"
+        );
+        assert!(p.at_ms <= FUZZ_NOW_MS + limits.max_clock_skew_ms);
+    }
+}
+
+/// A budget as `PUT /api/v1/budgets` takes it (its fields as JSON strings), checked before the
+/// ledger is asked about its key: an accepted one is storable as it stands.
+pub fn budget(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let field = |name: &str| value.get(name).and_then(|v| v.as_str()).unwrap_or_default();
+    let schema = gpuledger_core::owners::OwnerSchema::default();
+    let ask = crate::budgets::SetBudget {
+        dimension: field("dimension"),
+        key: field("key"),
+        amount: field("amount"),
+        currency: field("currency"),
+        from_month: field("from_month"),
+    };
+    let Ok(b) = crate::budgets::check(&schema, &ask) else {
+        return;
+    };
+    assert!(!b.key.is_empty() && !b.key.chars().any(char::is_control));
+    assert!(
+        !b.amount.is_sign_negative() || b.amount.is_zero(),
+        "a negative budget"
+    );
+    assert!(b.amount.normalize().scale() <= 6, "more than six decimals");
+    assert!(
+        b.currency.len() == 3 && b.currency.chars().all(|c| c.is_ascii_uppercase()),
+        "a currency that is not a code: {:?}",
+        b.currency
+    );
+    assert!(
+        b.month_to > b.month_from,
+        "a month that ends before it starts"
+    );
+    // What is stored reads back as the same amount.
+    let text = gpuledger_core::money::to_text(b.amount);
+    assert_eq!(gpuledger_core::money::from_text(&text), b.amount);
+}
+
+/// The config file (`--config`): any text is refused with a message or read whole, never a
+/// panic; an accepted one holds what the server relies on.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(config) = crate::config::Config::parse(text, "fuzz.toml") else {
+        return;
+    };
+    assert!((0.0..=100.0).contains(&config.idle.threshold_percent));
+    for o in config.idle.clusters.values() {
+        assert!(o
+            .threshold_percent
+            .is_none_or(|t| (0.0..=100.0).contains(&t)));
+    }
+    // The rules attribution and the pages are built from.
+    let _ = config.attribution_rules();
+    let names: Vec<&str> = config.owners.names().collect();
+    assert!(!names.is_empty(), "no owner dimension");
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -143,5 +253,50 @@ mod tests {
     #[test]
     fn focus_findings_and_seeds_replay() {
         replay("focus", super::focus);
+    }
+
+    #[test]
+    fn usage_budget_and_config_findings_and_seeds_replay() {
+        replay("usage", super::usage);
+        replay("budget", super::budget);
+        replay("config", super::config);
+    }
+
+    /// The new targets' seeds pass their checks, so the fuzzers start past them.
+    #[test]
+    fn usage_budget_and_config_seeds_are_accepted() {
+        let seeds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+        let usage = std::fs::read(seeds.join("usage/counts-and-progress.json")).unwrap();
+        let limits = crate::validate::Limits::default();
+        crate::http::usage::parse(
+            &usage,
+            super::FUZZ_NOW_MS,
+            limits.retention_ms,
+            limits.max_clock_skew_ms,
+        )
+        .unwrap();
+        let budget = std::fs::read(seeds.join("budget/team.json")).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&budget).unwrap();
+        let field = |name: &str| value[name].as_str().unwrap_or_default().to_owned();
+        let (d, k, a, c, m) = (
+            field("dimension"),
+            field("key"),
+            field("amount"),
+            field("currency"),
+            field("from_month"),
+        );
+        crate::budgets::check(
+            &Default::default(),
+            &crate::budgets::SetBudget {
+                dimension: &d,
+                key: &k,
+                amount: &a,
+                currency: &c,
+                from_month: &m,
+            },
+        )
+        .unwrap();
+        let config = std::fs::read_to_string(seeds.join("config/full.toml")).unwrap();
+        crate::config::Config::parse(&config, "full.toml").unwrap();
     }
 }

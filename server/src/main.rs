@@ -49,6 +49,11 @@ enum Command {
         #[command(subcommand)]
         command: BillingCommand,
     },
+    /// Request counts and runs' progress that sources posted (`POST /api/v1/usage`).
+    Usage {
+        #[command(subcommand)]
+        command: UsageCommand,
+    },
     /// Bring the hourly and daily rollups up to date now (`serve` does it every minute), after
     /// marking [--from, --to) to be attributed again (after changing the rate card, say).
     Rollup {
@@ -269,6 +274,24 @@ enum ReadTokenCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum UsageCommand {
+    /// List each source that posted counts or progress: the token that sent it, how much, when.
+    List {
+        /// Only what this agent token sent.
+        #[arg(long)]
+        token: Option<String>,
+    },
+    /// Delete what a source posted (only what `--token` sent, if given): a count a source
+    /// should not have sent leaves every cost per request wrong until it goes.
+    Delete {
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        token: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum TokenCommand {
     /// Create an agent token for a cluster and print it (it is shown only this once).
     Create {
@@ -288,7 +311,15 @@ enum TokenCommand {
     List,
     /// Revoke a token by name; agents using it get 401 from then on, and its hosts are free
     /// for the next token in scope that reports them.
-    Revoke { name: String },
+    Revoke {
+        name: String,
+        /// Keep the request counts and runs' progress it sent in the figures.
+        #[arg(long, conflicts_with = "remove_usage")]
+        keep_usage: bool,
+        /// Delete the request counts and runs' progress it sent.
+        #[arg(long)]
+        remove_usage: bool,
+    },
     /// Give a token a new secret and print it; the old one keeps working for `--overlap`.
     Rotate {
         name: String,
@@ -534,9 +565,24 @@ async fn main() -> anyhow::Result<()> {
                         );
                     }
                 }
-                TokenCommand::Revoke { name } => {
-                    agent_tokens::revoke(store.as_ref(), &name, now_ms()).await?;
+                TokenCommand::Revoke {
+                    name,
+                    keep_usage,
+                    remove_usage,
+                } => {
+                    let sent = match (keep_usage, remove_usage) {
+                        (true, _) => Some(agent_tokens::SentUsage::Keep),
+                        (_, true) => Some(agent_tokens::SentUsage::Remove),
+                        _ => None,
+                    };
+                    let (counts, progress) =
+                        agent_tokens::revoke(store.as_ref(), &name, sent, now_ms()).await?;
                     println!("token {name:?} revoked");
+                    if remove_usage {
+                        println!(
+                            "removed {counts} request counts and {progress} progress reports it sent"
+                        );
+                    }
                 }
                 TokenCommand::Rotate { name, overlap } => {
                     let issued =
@@ -550,6 +596,54 @@ async fn main() -> anyhow::Result<()> {
                 TokenCommand::Rebind { host, to } => {
                     agent_tokens::rebind(store.as_ref(), &host, &to, now_ms()).await?;
                     println!("host {host} now reports with token {to:?}");
+                }
+            }
+            Ok(())
+        }
+        Command::Usage { command } => {
+            let store = store::connect(&cli.database_url)
+                .await
+                .with_context(|| format!("opening {}", store::redacted_url(&cli.database_url)))?;
+            let token_id = |token: Option<String>| {
+                let store = store.clone();
+                async move {
+                    match token {
+                        None => Ok::<_, anyhow::Error>(None),
+                        Some(name) => Ok(Some(
+                            store::tokens::token_by_name(store.db(), &name)
+                                .await?
+                                .with_context(|| format!("no agent token named {name:?}"))?
+                                .id,
+                        )),
+                    }
+                }
+            };
+            match command {
+                UsageCommand::List { token } => {
+                    let id = token_id(token).await?;
+                    let when = gpuledger_server::format::utc_minute;
+                    println!("SOURCE\tTOKEN\tCOUNTS\tREQUESTS\tPROGRESS\tFROM\tTO");
+                    for s in store::usage::posted_sources(store.db(), id).await? {
+                        println!(
+                            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                            s.source,
+                            s.token.as_deref().unwrap_or("(deleted)"),
+                            s.counts,
+                            s.requests,
+                            s.progress,
+                            when(s.first_ms),
+                            when(s.last_ms)
+                        );
+                    }
+                }
+                UsageCommand::Delete { source, token } => {
+                    let id = token_id(token).await?;
+                    let (counts, progress) =
+                        store::usage::delete_posted(store.db(), Some(&source), id).await?;
+                    println!(
+                        "source {source:?}: deleted {counts} request counts and {progress} \
+                         progress reports"
+                    );
                 }
             }
             Ok(())
@@ -841,8 +935,8 @@ async fn main() -> anyhow::Result<()> {
                     ));
                     match s.import {
                         Some(i) if i.new => println!(
-                            "Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; {} lines (effective {}), replaced {} older lines",
-                            s.fetched_days, s.skipped_days, i.rows, i.effective_total, i.replaced_lines
+                            "Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; {} lines ({}), replaced {} older lines",
+                            s.fetched_days, s.skipped_days, i.rows, i.totals_text(), i.replaced_lines
                         ),
                         Some(_) => println!("Cost Explorer {from}..{to}: {} days fetched; nothing changed since the last sync", s.fetched_days),
                         None => println!("Cost Explorer {from}..{to}: {} days fetched, {} final days skipped; no EC2 cost", s.fetched_days, s.skipped_days),
@@ -923,8 +1017,11 @@ async fn main() -> anyhow::Result<()> {
                                 imported += 1;
                                 rows += summary.rows;
                                 println!(
-                                    "{}: imported {} rows (billed {}, effective {}); replaced {} older rows",
-                                    path.display(), summary.rows, summary.billed_total, summary.effective_total, summary.replaced_lines
+                                    "{}: imported {} rows ({}); replaced {} older rows",
+                                    path.display(),
+                                    summary.rows,
+                                    summary.totals_text(),
+                                    summary.replaced_lines
                                 );
                             } else {
                                 unchanged += 1;

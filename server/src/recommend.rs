@@ -53,13 +53,9 @@ pub fn within_scope(
             .collect(),
         spot: recs.spot.into_iter().filter(|r| ours(&r.gpus)).collect(),
         release: recs.release.into_iter().filter(|r| ours(&r.gpus)).collect(),
-        total_saving: rust_decimal::Decimal::ZERO,
+        total_saving: Vec::new(),
     };
-    kept.total_saving = (kept.right_size.iter().map(|r| r.saving))
-        .chain(kept.consolidation.iter().map(|r| r.saving))
-        .chain(kept.spot.iter().map(|r| r.saving))
-        .chain(kept.release.iter().map(|r| r.saving))
-        .sum();
+    kept.sum_savings();
     kept
 }
 
@@ -166,6 +162,7 @@ mod scope_tests {
     #[test]
     fn a_scope_keeps_recommendations_on_its_gpus_alone_and_adds_them_up_again() {
         let release = |gpus: &[&str], saving: i64| Release {
+            currency: "USD".into(),
             gpus: gpus.iter().map(|g| g.to_string()).collect(),
             host: "h".into(),
             owners: Default::default(),
@@ -181,14 +178,15 @@ mod scope_tests {
                 release(&["GPU-a2", "GPU-b1"], 7),
                 release(&[], 11),
             ],
-            total_saving: Decimal::from(23),
             ..Default::default()
         };
+        let mut all = all;
+        all.sum_savings();
         let held = std::collections::BTreeSet::from(["GPU-a1".to_owned(), "GPU-a2".to_owned()]);
         let mine = within_scope(all.clone(), Some(&held));
         assert_eq!(mine.release.len(), 1);
         assert_eq!(mine.release[0].gpus, vec!["GPU-a1"]);
-        assert_eq!(mine.total_saving, Decimal::from(5));
-        assert_eq!(within_scope(all, None).total_saving, Decimal::from(23));
+        assert_eq!(mine.total_in("USD"), Decimal::from(5));
+        assert_eq!(within_scope(all, None).total_in("USD"), Decimal::from(23));
     }
 }

@@ -42,10 +42,34 @@ pub struct ImportSummary {
     /// False when this exact file had been imported before: nothing changed.
     pub new: bool,
     pub rows: u64,
-    pub billed_total: Decimal,
-    pub effective_total: Decimal,
+    /// Per currency: never one total over dollars and euros.
+    pub totals: crate::store::CurrencyTotals,
     /// Lines of earlier imports for the same billing periods that this one replaced.
     pub replaced_lines: u64,
+}
+
+impl ImportSummary {
+    /// "billed 1.25 USD + 3.10 EUR, effective 1.20 USD + 3.00 EUR": each currency its own
+    /// exact sum, as the file adds up.
+    pub fn totals_text(&self) -> String {
+        let each = |pick: fn(&crate::store::PeriodTotals) -> Decimal| {
+            let parts: Vec<String> = self
+                .totals
+                .iter()
+                .map(|(currency, t)| format!("{} {currency}", pick(t)))
+                .collect();
+            if parts.is_empty() {
+                "0".to_owned()
+            } else {
+                parts.join(" + ")
+            }
+        };
+        format!(
+            "billed {}, effective {}",
+            each(|t| t.billed),
+            each(|t| t.effective)
+        )
+    }
 }
 
 /// Lines a chunk; a few chunks in flight bound memory whatever the file's size.
@@ -282,22 +306,19 @@ impl From<ImportOutcome> for ImportSummary {
                 import_id,
                 replaced_lines,
                 rows,
-                billed_total,
-                effective_total,
+                totals,
             } => ImportSummary {
                 import_id,
                 new: true,
                 rows,
-                billed_total,
-                effective_total,
+                totals,
                 replaced_lines,
             },
             ImportOutcome::AlreadyImported { import_id } => ImportSummary {
                 import_id,
                 new: false,
                 rows: 0,
-                billed_total: Decimal::ZERO,
-                effective_total: Decimal::ZERO,
+                totals: Default::default(),
                 replaced_lines: 0,
             },
         }
@@ -408,18 +429,16 @@ mod tests {
                 .unwrap();
             assert!(s.new, "{b}");
             assert_eq!(s.rows, 1000, "{b}");
-            assert_eq!(
-                (s.billed_total, s.effective_total),
-                (billed, effective),
-                "{b}"
-            );
+            // The sample bills in dollars alone: one total, in dollars.
+            let usd = |t: &crate::store::CurrencyTotals| {
+                assert_eq!(t.keys().collect::<Vec<_>>(), ["USD"], "{b}");
+                (t["USD"].billed, t["USD"].effective)
+            };
+            assert_eq!(usd(&s.totals), (billed, effective), "{b}");
             let imports = store::bills::billing_imports(store.db()).await.unwrap();
             assert_eq!(imports.len(), 1, "{b}");
-            assert_eq!(
-                Decimal::from_str(&imports[0].billed_total).unwrap(),
-                billed,
-                "{b}"
-            );
+            assert_eq!(usd(&imports[0].totals), (billed, effective), "{b}");
+            assert_eq!(imports[0].totals["USD"].rows, 1000, "{b}");
             assert_eq!(imports[0].row_count, 1000, "{b}");
             assert_eq!(imports[0].current_lines, 1000, "{b}");
 

@@ -317,6 +317,17 @@ struct ImportView {
     rows: i64,
     /// Of its rows, those no later file of the same billing period replaced.
     current_rows: i64,
+    /// Its totals in each currency it was billed in, by currency: amounts in two currencies
+    /// are never added.
+    totals: Vec<ImportTotalView>,
+}
+
+/// An import's lines in one currency.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct ImportTotalView {
+    /// ISO 4217, as the bill's `BillingCurrency`.
+    currency: String,
+    rows: u64,
     /// Decimal, exactly as the bill adds up.
     billed_total: String,
     effective_total: String,
@@ -328,7 +339,8 @@ struct ImportView {
     tag = "billing",
     summary = "The bills imported",
     description = "Every bill file and sync imported, in the order imported, with its exact \
-        totals. Covers every team: a team-scoped reader gets 403.",
+        totals in each currency it was billed in. Covers every team: a team-scoped reader gets \
+        403.",
     responses(
         (status = 200, description = "The imports.", body = Vec<ImportView>),
         super::openapi::Unauthorized,
@@ -349,8 +361,16 @@ async fn get_imports(user: SignedIn) -> Result<Json<Vec<ImportView>>, ApiError> 
                 imported_at: gpuledger_core::time::rfc3339(r.imported_ms),
                 rows: r.row_count,
                 current_rows: r.current_lines,
-                billed_total: r.billed_total,
-                effective_total: r.effective_total,
+                totals: r
+                    .totals
+                    .iter()
+                    .map(|(currency, t)| ImportTotalView {
+                        currency: currency.clone(),
+                        rows: t.rows,
+                        billed_total: gpuledger_core::money::to_text(t.billed),
+                        effective_total: gpuledger_core::money::to_text(t.effective),
+                    })
+                    .collect(),
             })
             .collect(),
     ))

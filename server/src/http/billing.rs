@@ -841,8 +841,10 @@ async fn upload(
                 .map(|((name, _), s)| {
                     if s.new {
                         format!(
-                            "{name}: imported {} rows (billed {}, effective {}); replaced {} older rows.",
-                            s.rows, s.billed_total, s.effective_total, s.replaced_lines
+                            "{name}: imported {} rows ({}); replaced {} older rows.",
+                            s.rows,
+                            s.totals_text(),
+                            s.replaced_lines
                         )
                     } else {
                         format!("{name} was imported before; nothing changed.")

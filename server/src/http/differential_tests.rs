@@ -197,6 +197,18 @@ async fn crawl(
         if served != fresh {
             differences.push(difference(&path, &served, &fresh));
         }
+        if path.starts_with("/api/") && served.status == StatusCode::OK {
+            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&served.body) {
+                let mut unnamed = Vec::new();
+                money_without_currency(&json, "", false, &mut unnamed);
+                if !unnamed.is_empty() {
+                    differences.push(format!(
+                        "{path}: money that names no currency (the fleet bills in two): {}",
+                        unnamed.join(", ")
+                    ));
+                }
+            }
+        }
         for link in links(&served.body) {
             if seen.len() >= MAX_PAGES || seen.contains(&link) || !within(&link, months) {
                 continue;
@@ -210,6 +222,48 @@ async fn crawl(
         }
     }
     (differences, seen)
+}
+
+/// Whether a field holds money: costs, savings, totals, amounts.
+fn is_money(key: &str) -> bool {
+    [
+        "cost",
+        "saving",
+        "amount",
+        "billed",
+        "effective",
+        "spend",
+        "budget",
+        "forecast",
+    ]
+    .iter()
+    .any(|word| {
+        key == *word || key.ends_with(&format!("_{word}")) || key.starts_with(&format!("{word}_"))
+    }) || key.ends_with("_total")
+}
+
+/// The money fields of a JSON answer (as paths) with no `currency` beside them or around
+/// them: on a fleet billed in two currencies, such a figure cannot be read, or was added
+/// across currencies.
+fn money_without_currency(value: &serde_json::Value, at: &str, named: bool, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(fields) => {
+            let named = named || fields.get("currency").is_some_and(|c| c.is_string());
+            for (key, v) in fields {
+                let here = format!("{at}.{key}");
+                if is_money(key) && (v.is_string() || v.is_number()) && !named {
+                    out.push(here.clone());
+                }
+                money_without_currency(v, &here, named, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate().take(3) {
+                money_without_currency(v, &format!("{at}[{i}]"), named, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A route pattern's paths among `visited` (`{month}` and the like match one segment).
@@ -649,4 +703,38 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
         });
         eprintln!("{}: pages checked by kind: {by_kind:?}", db.backend);
     }
+}
+
+/// The walk finds money that names no currency, as the imports and recommendations answered it
+/// before they were per currency, and passes money beside or under a `currency`.
+#[test]
+fn money_that_names_no_currency_is_found() {
+    let found = |json: serde_json::Value| {
+        let mut out = Vec::new();
+        money_without_currency(&json, "", false, &mut out);
+        out
+    };
+    assert_eq!(
+        found(
+            serde_json::json!([{"id": 1, "rows": 3, "billed_total": "1.25", "effective_total": "1.2"}])
+        ),
+        ["[0].billed_total", "[0].effective_total"]
+    );
+    assert_eq!(
+        found(
+            serde_json::json!({"release": [{"saving": "3", "monthly_saving": "4", "gpus": ["GPU-1"]}], "total_saving": "3"})
+        ),
+        [
+            ".release[0].monthly_saving",
+            ".release[0].saving",
+            ".total_saving"
+        ]
+    );
+    assert!(found(
+        serde_json::json!({"currency": "EUR", "rows": [{"cost": "1", "gpu_hours": 2.0}]})
+    )
+    .is_empty());
+    assert!(
+        found(serde_json::json!({"totals": [{"currency": "USD", "billed_total": "1"}]})).is_empty()
+    );
 }

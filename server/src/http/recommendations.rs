@@ -246,6 +246,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
         "recommended",
         "gpus",
         "lookback_days",
+        "currency",
         "cost",
         "saving",
         "monthly_cost",
@@ -261,6 +262,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             format!("{} ({})", x.recommended_gpu, x.recommended_instance_type),
             x.gpus.join(" "),
             days.clone(),
+            x.currency.clone(),
             x.cost.to_string(),
             x.saving.to_string(),
             x.monthly_cost.to_string(),
@@ -279,6 +281,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             c.action.clone(),
             c.gpus.join(" "),
             days.clone(),
+            c.currency.clone(),
             c.cost.to_string(),
             c.saving.to_string(),
             c.monthly_cost.to_string(),
@@ -294,6 +297,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             "spot".to_owned(),
             s.gpus.join(" "),
             days.clone(),
+            s.currency.clone(),
             s.cost.to_string(),
             s.saving.to_string(),
             String::new(),
@@ -310,6 +314,7 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             x.action.clone(),
             x.gpus.join(" "),
             days.clone(),
+            x.currency.clone(),
             x.cost.to_string(),
             x.saving.to_string(),
             String::new(),
@@ -318,6 +323,11 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
         ])?;
     }
     w.into_string()
+}
+
+/// The savings added up, one sum per currency: `$1,200.00 + €300.00`.
+pub(crate) fn savings_text(r: &Recommendations) -> String {
+    crate::format::money_sums(r.total_saving.iter().map(|t| (&t.currency, &t.amount)))
 }
 
 #[derive(Template)]
@@ -330,8 +340,8 @@ struct RecommendationsPage {
 
 impl RecommendationsPage {
     /// Money as every page shows it.
-    fn money(&self, amount: &rust_decimal::Decimal) -> String {
-        crate::format::usd(*amount)
+    fn money(&self, amount: &rust_decimal::Decimal, currency: &str) -> String {
+        crate::format::money(*amount, currency)
     }
 }
 
@@ -340,7 +350,7 @@ async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Re
     match compute(&state, user.reads.store(), range, &user.scope).await {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
-            total_saving: crate::format::usd(r.total_saving),
+            total_saving: savings_text(&r),
             r,
         }),
         Err(e) => {

@@ -309,12 +309,32 @@ impl CsrfForm for NameForm {
     }
 }
 
+#[derive(Debug, Deserialize)]
+struct RevokeForm {
+    csrf: String,
+    name: String,
+    /// `keep` or `remove`: what becomes of the counts and progress the token sent.
+    #[serde(default)]
+    usage: String,
+}
+
+impl CsrfForm for RevokeForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn revoke(
     State(state): State<AppState>,
-    AdminForm { user, form }: AdminForm<NameForm>,
+    AdminForm { user, form }: AdminForm<RevokeForm>,
 ) -> Response {
-    match agent_tokens::revoke(state.store.as_ref(), &form.name, now_ms()).await {
-        Ok(()) => Redirect::to("/tokens").into_response(),
+    let sent = match form.usage.as_str() {
+        "keep" => Some(agent_tokens::SentUsage::Keep),
+        "remove" => Some(agent_tokens::SentUsage::Remove),
+        _ => None,
+    };
+    match agent_tokens::revoke(state.store.as_ref(), &form.name, sent, now_ms()).await {
+        Ok(_) => Redirect::to("/tokens").into_response(),
         Err(e) => answer_error(&state, &user, e).await,
     }
 }

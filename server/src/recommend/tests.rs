@@ -206,7 +206,7 @@ fn an_over_provisioned_endpoint_is_sent_to_an_l4_and_counted_once() {
         "the GPU is in the right-size already: {:?}",
         r.consolidation
     );
-    assert_eq!(r.total_saving, c.saving);
+    assert_eq!(r.total_in(&c.currency), c.saving);
 }
 
 /// Without a price for the smaller GPU's instance type, nothing is recommended onto it:
@@ -447,7 +447,7 @@ fn a_gpu_held_idle_all_along_is_to_release() {
         .action
         .starts_with("stop the idle processes or release the GPU"));
     assert!(r.consolidation.is_empty() && r.spot.is_empty(), "{r:?}");
-    assert_eq!(r.total_saving, x.saving);
+    assert_eq!(r.total_in(&x.currency), x.saving);
 }
 
 /// Two processes of one endpoint on one GPU window count it once, with the larger memory.

@@ -48,10 +48,11 @@ pub struct BillingImportRow {
     pub name: String,
     pub imported_ms: i64,
     pub row_count: i64,
-    pub billed_total: String,
-    pub effective_total: String,
     /// Lines of this import still in force (a newer export of a period replaces them).
     pub current_lines: i64,
+    /// Its totals in each currency it was billed in, as imported.
+    #[sqlx(skip)]
+    pub totals: super::CurrencyTotals,
 }
 
 /// A stored cost line with every column it came with, for the FOCUS export.
@@ -238,7 +239,6 @@ pub async fn import_bill(
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
         use super::{ImportOutcome, Replaces};
-        use gpuledger_core::money::to_text;
         type Period = (String, String, i64);
         let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         backfill_file_period_totals(&mut *tx).await?;
@@ -276,8 +276,8 @@ pub async fn import_bill(
             // Counts and totals are known once the last line is read: written at the end.
             let (import_id,): (i64,) = sqlx::query_as(
                 "INSERT INTO billing_imports (source, name, content_sha256, imported_ms,
-                     row_count, billed_total, effective_total, delivery)
-                 VALUES ($1, $2, $3, $4, 0, '0', '0', $5) RETURNING id",
+                     row_count, delivery)
+                 VALUES ($1, $2, $3, $4, 0, $5) RETURNING id",
             )
             .bind(&import.source)
             .bind(&import.name)
@@ -288,23 +288,19 @@ pub async fn import_bill(
             .await?;
             let periods =
                 insert_bill_file(&mut *tx, import_id, &import.name, &mut lines, &mut spans).await?;
-            let mut total = super::PeriodTotals::default();
-            for (_, t) in &periods {
-                total.rows += t.rows;
-                total.billed += t.billed;
-                total.effective += t.effective;
+            let mut totals = super::CurrencyTotals::new();
+            for ((_, _, _, currency), t) in &periods {
+                let sum = totals.entry(currency.clone()).or_default();
+                sum.rows += t.rows;
+                sum.billed += t.billed;
+                sum.effective += t.effective;
             }
-            sqlx::query(
-                "UPDATE billing_imports SET row_count = $1, billed_total = $2,
-                     effective_total = $3
-                 WHERE id = $4",
-            )
-            .bind(total.rows as i64)
-            .bind(to_text(total.billed))
-            .bind(to_text(total.effective))
-            .bind(import_id)
-            .execute(&mut *tx)
-            .await?;
+            let rows: u64 = totals.values().map(|t| t.rows).sum();
+            sqlx::query("UPDATE billing_imports SET row_count = $1 WHERE id = $2")
+                .bind(rows as i64)
+                .bind(import_id)
+                .execute(&mut *tx)
+                .await?;
             let mut covered: Vec<Period> =
                 periods.into_iter().map(|(p, _)| (p.0, p.1, p.2)).collect();
             covered.sort();
@@ -318,9 +314,8 @@ pub async fn import_bill(
             outcomes.push(ImportOutcome::Imported {
                 import_id,
                 replaced_lines: 0,
-                rows: total.rows,
-                billed_total: total.billed,
-                effective_total: total.effective,
+                rows,
+                totals,
             });
         }
 
@@ -521,16 +516,56 @@ pub async fn billing_imports(
     on: impl Into<On<'_>>,
 ) -> Result<Vec<super::BillingImportRow>, StoreError> {
     let mut conn = on.into().read().await?;
-    on_backend!(conn, |ex| {
-        Ok(sqlx::query_as(
-            "SELECT i.id, i.source, i.name, i.imported_ms, i.row_count, i.billed_total,
-                    i.effective_total,
-                    (SELECT COUNT(*) FROM cost_lines c WHERE c.import_id = i.id) AS current_lines
-             FROM billing_imports i ORDER BY i.id",
-        )
-        .fetch_all(&mut *ex)
-        .await?)
-    })
+    type PeriodRow = (i64, String, i64, Option<String>, Option<String>);
+    let (mut imports, periods, unsummed): (Vec<super::BillingImportRow>, Vec<PeriodRow>, _) =
+        on_backend!(conn, |ex| {
+            let imports = sqlx::query_as(
+                "SELECT i.id, i.source, i.name, i.imported_ms, i.row_count,
+                        (SELECT COUNT(*) FROM cost_lines c WHERE c.import_id = i.id)
+                            AS current_lines
+                 FROM billing_imports i ORDER BY i.id",
+            )
+            .fetch_all(&mut *ex)
+            .await?;
+            let periods = sqlx::query_as(
+                "SELECT import_id, currency, row_count, billed_total, effective_total
+                 FROM billing_file_periods",
+            )
+            .fetch_all(&mut *ex)
+            .await?;
+            // Periods stored before their totals were (summed at the next import): their lines.
+            let unsummed: Vec<(i64, String, String, String)> = sqlx::query_as(
+                "SELECT c.import_id, c.currency, c.billed_cost, c.effective_cost
+                 FROM cost_lines c JOIN billing_file_periods p
+                   ON p.import_id = c.import_id AND p.provider = c.provider
+                  AND p.billing_account_id = c.billing_account_id
+                  AND p.billing_period_start_ms = c.billing_period_start_ms
+                  AND p.currency = c.currency
+                 WHERE p.billed_total IS NULL",
+            )
+            .fetch_all(&mut *ex)
+            .await?;
+            Ok::<_, StoreError>((imports, periods, unsummed))
+        })?;
+    // Summed exactly here: the totals are decimal text.
+    use gpuledger_core::money::from_text;
+    let mut add = |import_id: i64, currency: String, rows: i64, billed: &str, effective: &str| {
+        if let Ok(at) = imports.binary_search_by_key(&import_id, |i| i.id) {
+            let sum = imports[at].totals.entry(currency).or_default();
+            sum.rows += u64::try_from(rows).unwrap_or_default();
+            sum.billed += from_text(billed);
+            sum.effective += from_text(effective);
+        }
+    };
+    for (import_id, currency, rows, billed, effective) in periods {
+        if let (Some(billed), Some(effective)) = (billed, effective) {
+            add(import_id, currency, rows, &billed, &effective);
+        }
+    }
+    for (import_id, currency, billed, effective) in unsummed {
+        add(import_id, currency, 1, &billed, &effective);
+    }
+    Ok(imports)
 }
 
 /// A stored cost line as commitments read it (amounts as their exact decimal text).

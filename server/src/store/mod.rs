@@ -206,7 +206,7 @@ pub const BILLING_MARK_HOST: i64 = 0;
 pub const REPEAT_SAMPLE_LINES: u32 = 1_000;
 
 /// One file's lines in one billing period.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PeriodTotals {
     pub rows: u64,
     pub billed: rust_decimal::Decimal,
@@ -220,6 +220,10 @@ impl PeriodTotals {
         self.effective += l.effective_cost;
     }
 }
+
+/// An import's totals in each currency its lines were billed in: never added across
+/// currencies.
+pub type CurrencyTotals = std::collections::BTreeMap<String, PeriodTotals>;
 
 /// A file's (provider, billing account, billing period, currency)s with its lines in each: a
 /// file covers a handful, so a list beats a map.
@@ -237,14 +241,14 @@ pub enum Replaces {
     WholePeriods,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportOutcome {
     Imported {
         import_id: i64,
         replaced_lines: u64,
         rows: u64,
-        billed_total: rust_decimal::Decimal,
-        effective_total: rust_decimal::Decimal,
+        /// Per currency: a bill in dollars and euros has two totals, never one.
+        totals: CurrencyTotals,
     },
     /// The same content was imported before; nothing changed.
     AlreadyImported { import_id: i64 },

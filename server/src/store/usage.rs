@@ -269,3 +269,76 @@ pub async fn progress_totals(
         })
         .collect())
 }
+
+/// A source of posted counts and runs' progress, as an admin lists it: the token that last
+/// sent it, how much it holds and over when.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PostedSource {
+    pub source: String,
+    /// The token's name; `None` if the token was deleted.
+    pub token: Option<String>,
+    pub counts: i64,
+    /// Requests in its counts, capped as every sum of counts is.
+    pub requests: i64,
+    pub progress: i64,
+    pub first_ms: i64,
+    pub last_ms: i64,
+}
+
+/// Every source that posted counts or progress, per token that sent it (a source two tokens
+/// sent is listed twice), optionally only one token's; by source.
+pub async fn posted_sources(
+    on: impl Into<On<'_>>,
+    token_id: Option<i64>,
+) -> Result<Vec<PostedSource>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex, DB| {
+        let (sum, end) = <DB as super::db::Dialect>::CAPPED_SUM;
+        Ok(sqlx::query_as(&format!(
+            "SELECT x.source, t.name AS token, CAST(SUM(x.counts) AS BIGINT) AS counts,
+                    {sum}x.requests{end} AS requests,
+                    CAST(SUM(x.progress) AS BIGINT) AS progress,
+                    MIN(x.first_ms) AS first_ms, MAX(x.last_ms) AS last_ms
+             FROM (SELECT source, token_id, COUNT(*) AS counts, {sum}requests{end} AS requests,
+                          0 AS progress, MIN(start_ms) AS first_ms, MAX(end_ms) AS last_ms
+                   FROM usage_counts GROUP BY source, token_id
+                   UNION ALL
+                   SELECT source, token_id, 0, 0, COUNT(*), MIN(at_ms), MAX(at_ms)
+                   FROM run_progress GROUP BY source, token_id) x
+             LEFT JOIN api_tokens t ON t.id = x.token_id
+             WHERE $1 IS NULL OR x.token_id = $1
+             GROUP BY x.source, x.token_id, t.name
+             ORDER BY x.source, t.name"
+        ))
+        .bind(token_id)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Deletes a source's counts and progress (only those `token_id` sent, if given), in one
+/// transaction; answers how many counts and progress reports went.
+pub async fn delete_posted(
+    on: impl Into<On<'_>>,
+    source: Option<&str>,
+    token_id: Option<i64>,
+) -> Result<(u64, u64), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        let mut gone = [0u64; 2];
+        for (i, table) in ["usage_counts", "run_progress"].iter().enumerate() {
+            gone[i] = sqlx::query(&format!(
+                "DELETE FROM {table}
+                 WHERE ($1 IS NULL OR source = $1) AND ($2 IS NULL OR token_id = $2)"
+            ))
+            .bind(source)
+            .bind(token_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        Ok((gone[0], gone[1]))
+    })
+}

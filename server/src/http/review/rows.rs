@@ -157,30 +157,34 @@ pub fn endpoint_view(e: &EndpointUnitCost, month: &str, schema: &OwnerSchema) ->
     }
 }
 
-/// The month's recommendations as rows, largest saving over the look-back first: each with
-/// what it saved over the look-back and, where the saving recurs (serving, GPUs held all
-/// along), the same rate over a month; a training run is not assumed to recur. Amounts are in
-/// the bill's currency of the GPUs they cover.
+/// The month's recommendations as rows, those in the month's main currency first, largest
+/// saving over the look-back first: each with what it saved over the look-back and, where the
+/// saving recurs (serving, GPUs held all along), the same rate over a month; a training run is
+/// not assumed to recur. Amounts are in the bill's currency of the GPUs they cover, and added
+/// up per currency.
 pub fn savings_view(
     r: &Recommendations,
     month: &str,
-    currency: &str,
+    main_currency: &str,
     schema: &OwnerSchema,
 ) -> (Vec<SavingRow>, String) {
-    let row =
-        |what: String, href: String, change: String, saving: Decimal, monthly: Option<Decimal>| {
-            (
-                saving,
-                SavingRow {
-                    what,
-                    href,
-                    change,
-                    saving: money(saving, currency),
-                    monthly: monthly.map_or_else(|| "—".to_owned(), |m| money(m, currency)),
-                },
-            )
-        };
-    let mut rows: Vec<(Decimal, SavingRow)> = Vec::new();
+    let row = |what: String,
+               href: String,
+               change: String,
+               (currency, saving): (&str, Decimal),
+               monthly: Option<Decimal>| {
+        (
+            (currency != main_currency, std::cmp::Reverse(saving)),
+            SavingRow {
+                what,
+                href,
+                change,
+                saving: money(saving, currency),
+                monthly: monthly.map_or_else(|| "—".to_owned(), |m| money(m, currency)),
+            },
+        )
+    };
+    let mut rows: Vec<((bool, std::cmp::Reverse<Decimal>), SavingRow)> = Vec::new();
     for x in &r.right_size {
         let by = if x.by == "endpoint" {
             by_role(schema, Role::Endpoint)
@@ -198,7 +202,7 @@ pub fn savings_view(
                 x.recommended_gpu,
                 x.recommended_instance_type
             ),
-            x.saving,
+            (&x.currency, x.saving),
             Some(x.monthly_saving),
         ));
     }
@@ -207,7 +211,7 @@ pub fn savings_view(
             format!("GPU on {}", c.host),
             charts::drill_href(month, GroupBy::Host, &c.host),
             c.action.clone(),
-            c.saving,
+            (&c.currency, c.saving),
             Some(c.monthly_saving),
         ));
     }
@@ -216,7 +220,7 @@ pub fn savings_view(
             format!("GPUs held idle on {}", x.host),
             charts::drill_href(month, GroupBy::Host, &x.host),
             x.action.clone(),
-            x.saving,
+            (&x.currency, x.saving),
             Some(x.monthly_saving),
         ));
     }
@@ -225,14 +229,14 @@ pub fn savings_view(
             format!("experiment {}", s.experiment),
             charts::drill_href(month, by_role(schema, Role::Experiment), &s.experiment),
             "on-demand → spot".into(),
-            s.saving,
+            (&s.currency, s.saving),
             None,
         ));
     }
-    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    rows.sort_by_key(|r| r.0);
     (
         rows.into_iter().map(|(_, r)| r).take(TOP_ROWS).collect(),
-        money(r.total_saving, currency),
+        super::super::recommendations::savings_text(r),
     )
 }
 
@@ -636,6 +640,7 @@ mod tests {
         let r = Recommendations {
             lookback_days: 7.0,
             release: vec![Release {
+                currency: "USD".into(),
                 gpus: vec!["GPU-1".into()],
                 host: "train-east-06".into(),
                 owners: Default::default(),
@@ -645,6 +650,7 @@ mod tests {
                 monthly_saving: Decimal::new(1_435_487, 2),
             }],
             spot: vec![SpotCandidate {
+                currency: "USD".into(),
                 experiment: "exp-9".into(),
                 gpus: vec!["GPU-2".into()],
                 instance_types: vec!["p4d.24xlarge".into()],
@@ -652,11 +658,23 @@ mod tests {
                 cost: Decimal::from(100),
                 saving: Decimal::from(60),
             }],
-            total_saving: Decimal::new(336_348, 2),
             ..Default::default()
         };
+        let mut r = r;
+        r.sum_savings();
         let (rows, total) = savings_view(&r, "2026-10", "USD", &OwnerSchema::default());
         assert_eq!(total, "$3,363.48");
+        // A saving in euros is its own sum, and comes after the month's main currency's.
+        r.spot.push(SpotCandidate {
+            currency: "EUR".into(),
+            experiment: "exp-eu".into(),
+            saving: Decimal::from(5_000),
+            ..r.spot[0].clone()
+        });
+        r.sum_savings();
+        let (rows_eu, total_eu) = savings_view(&r, "2026-10", "USD", &OwnerSchema::default());
+        assert_eq!(total_eu, "€5,000.00 + $3,363.48");
+        assert_eq!(rows_eu.last().map(|r| r.saving.as_str()), Some("€5,000.00"));
         let shown: Vec<(&str, &str)> = rows
             .iter()
             .map(|r| (r.saving.as_str(), r.monthly.as_str()))

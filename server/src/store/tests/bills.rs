@@ -112,7 +112,11 @@ async fn bills_import_once_and_a_newer_export_replaces_its_period() {
             (0, 1),
             "{b}"
         );
-        assert_eq!(imports[0].effective_total, "32.772600000000001", "{b}");
+        assert_eq!(
+            imports[0].totals["USD"].effective.to_string(),
+            "32.772600000000001",
+            "{b}: an import's totals are as it was imported, replaced or not"
+        );
 
         // Another month is left alone.
         let june = MAY + 31 * 24 * 3_600_000;

@@ -416,3 +416,144 @@ async fn sums_of_counts_never_overflow() {
         );
     }
 }
+
+/// An admin lists what each source posted and under which token, and deletes a source's
+/// counts (or one token's of them); revoking a token that sent counts needs a word on what
+/// becomes of them, and removing them leaves no count of it behind.
+#[tokio::test]
+async fn a_sources_usage_is_listed_deleted_and_kept_or_removed_with_its_token() {
+    use crate::agent_tokens::{revoke, SentUsage};
+    use crate::store::{RunProgress, UsageCount};
+    let count = |hour: i64, requests: i64| UsageCount {
+        endpoint: "chat".into(),
+        start_ms: T0 + hour * 3_600_000,
+        end_ms: T0 + (hour + 1) * 3_600_000,
+        requests,
+        input_tokens: None,
+        output_tokens: None,
+    };
+    let step = |hour: i64| RunProgress {
+        experiment: "exp-1".into(),
+        at_ms: T0 + hour * 3_600_000,
+        step: hour * 100,
+        epoch: None,
+    };
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let (b, s) = (db.backend, store.as_ref());
+        let good = token_for(s, "good", "good-hash", T0).await;
+        let bad = token_for(s, "bad", "bad-hash", T0).await;
+        let post = |source: &'static str,
+                    counts: Vec<UsageCount>,
+                    progress: Vec<RunProgress>,
+                    token: i64| async move {
+            crate::store::usage::record(s.db(), source, (&counts, &progress), token, T0)
+                .await
+                .unwrap()
+        };
+        assert_eq!(
+            post(
+                "pod-a",
+                vec![count(0, 10), count(1, 20)],
+                vec![step(1)],
+                good
+            )
+            .await,
+            None
+        );
+        assert_eq!(post("pod-b", vec![count(0, 5)], vec![], good).await, None);
+        assert_eq!(
+            post(
+                "pod-x",
+                vec![count(2, 1_000_000)],
+                vec![step(2), step(3)],
+                bad
+            )
+            .await,
+            None
+        );
+
+        let listed = crate::store::usage::posted_sources(s.db(), None)
+            .await
+            .unwrap();
+        let row = |l: &crate::store::usage::PostedSource| {
+            (
+                l.source.clone(),
+                l.token.clone().unwrap_or_default(),
+                l.counts,
+                l.requests,
+                l.progress,
+            )
+        };
+        assert_eq!(
+            listed.iter().map(row).collect::<Vec<_>>(),
+            [
+                ("pod-a".into(), "good".into(), 2, 30, 1),
+                ("pod-b".into(), "good".into(), 1, 5, 0),
+                ("pod-x".into(), "bad".into(), 1, 1_000_000, 2),
+            ],
+            "{b}"
+        );
+        assert_eq!(listed[0].first_ms, T0, "{b}");
+        assert_eq!(listed[0].last_ms, T0 + 2 * 3_600_000, "{b}");
+        let only_bad = crate::store::usage::posted_sources(s.db(), Some(bad))
+            .await
+            .unwrap();
+        assert_eq!(only_bad.len(), 1, "{b}");
+
+        // Deleting one source leaves the others.
+        assert_eq!(
+            crate::store::usage::delete_posted(s.db(), Some("pod-b"), None)
+                .await
+                .unwrap(),
+            (1, 0),
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::usage::usage_totals(s.db(), T0, T0 + 3 * 3_600_000)
+                .await
+                .unwrap(),
+            vec![("chat".to_owned(), 1_000_030)],
+            "{b}"
+        );
+
+        // Revoking a token that sent counts needs a word on them; nothing changes without it.
+        let err = revoke(s, "bad", None, T0).await.unwrap_err().to_string();
+        assert!(
+            err.contains("pod-x") && err.contains("--remove-usage"),
+            "{b}: {err}"
+        );
+        assert!(
+            crate::store::tokens::active_token(s.db(), "bad-hash", T0)
+                .await
+                .unwrap()
+                .is_some(),
+            "{b}"
+        );
+        assert_eq!(
+            revoke(s, "bad", Some(SentUsage::Remove), T0).await.unwrap(),
+            (1, 2),
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::usage::usage_totals(s.db(), T0, T0 + 3 * 3_600_000)
+                .await
+                .unwrap(),
+            vec![("chat".to_owned(), 30)],
+            "{b}: what the revoked token sent is gone"
+        );
+        assert_eq!(
+            revoke(s, "good", Some(SentUsage::Keep), T0).await.unwrap(),
+            (0, 0),
+            "{b}"
+        );
+        assert_eq!(
+            crate::store::usage::posted_sources(s.db(), None)
+                .await
+                .unwrap()
+                .len(),
+            1,
+            "{b}: kept"
+        );
+    }
+}
