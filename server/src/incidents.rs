@@ -63,7 +63,48 @@ async fn idle_run_start(
         since = since.min(longer.since_ms);
         span = (span * 2).min(RUN_HISTORY_MS);
     }
+    // Still idle at the edge of the raw windows kept: the ledger says how long before.
+    if since <= from + waste::MAX_GAP_MS && now_ms - from >= RUN_HISTORY_MS {
+        since = ledger_run_start(store, f, since).await?;
+    }
     Ok(since)
+}
+
+/// How far back the ledger keeps an idle run's hours, at most.
+const LEDGER_RUN_HISTORY_MS: i64 = 400 * 24 * HOUR_MS;
+
+/// Where a run still idle at `since` began, by the ledger: back hour by hour while every host
+/// of the finding carried idle or held-idle cost (for held-idle GPUs: on one of those GPUs).
+/// The raw windows go after their retention; the hourly ledger stays, so a notebook held idle
+/// since the 1st says so rather than "since" the retention's edge.
+async fn ledger_run_start(store: &dyn Store, f: &Finding, since: i64) -> Result<i64, StoreError> {
+    let first = since - since.rem_euclid(HOUR_MS);
+    let mut hour = first;
+    let mut span = 7 * 24 * HOUR_MS;
+    let oldest = hour - LEDGER_RUN_HISTORY_MS;
+    loop {
+        let from = (hour - span).max(oldest);
+        let rows = store::ledger::idle_hours_of_hosts(store.db(), &f.host_ids, from, hour).await?;
+        let mut idle: HashMap<i64, HashSet<i64>> = HashMap::new();
+        for (host, at, gpus) in rows {
+            let held = f.kind != waste::IncidentKind::HeldIdle
+                || f.gpus.iter().any(|g| gpus.contains(&format!("\"{g}\"")));
+            if held {
+                idle.entry(at).or_default().insert(host);
+            }
+        }
+        let all_idle = |at: i64| {
+            idle.get(&at)
+                .is_some_and(|hosts| f.host_ids.iter().all(|h| hosts.contains(h)))
+        };
+        while hour > from && all_idle(hour - HOUR_MS) {
+            hour -= HOUR_MS;
+        }
+        if hour > from || from <= oldest {
+            return Ok(if hour < first { hour } else { since });
+        }
+        span *= 2;
+    }
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]

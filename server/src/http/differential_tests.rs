@@ -224,6 +224,43 @@ async fn crawl(
     (differences, seen)
 }
 
+/// A cross-page identity: the 30 days of idle dollars `/incidents` shows are the idle
+/// history's for the same hours, to the cent, for this viewer. `None` when they agree.
+async fn incidents_disagree_with_idle_history(
+    app: &Router,
+    viewer: &Viewer,
+    at: i64,
+) -> Option<String> {
+    let page = Box::pin(view(app, viewer, "/incidents", at, false)).await;
+    let (href, shown) = {
+        let doc = scraper::Html::parse_document(&page.body);
+        let sel = scraper::Selector::parse("p.summary a").ok()?;
+        let Some(a) = doc.select(&sel).next() else {
+            return Some(format!(
+                "/incidents has no link to its idle dollars: {}",
+                page.body
+            ));
+        };
+        (
+            a.value().attr("href").unwrap_or_default().to_owned(),
+            a.text().collect::<String>(),
+        )
+    };
+    let history = Box::pin(view(app, viewer, &href, at, false)).await;
+    let json: serde_json::Value = serde_json::from_str(&history.body).ok()?;
+    let mut sums: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
+    for e in json["episodes"].as_array().into_iter().flatten() {
+        let cost = gpuledger_core::money::from_text(e["cost"].as_str().unwrap_or("0"));
+        *sums
+            .entry(e["currency"].as_str().unwrap_or_default().to_owned())
+            .or_default() += cost;
+    }
+    let expected = crate::format::money_sums(&sums);
+    (shown != expected).then(|| {
+        format!("/incidents shows {shown} idle over the last 30 days, {href} adds up to {expected}")
+    })
+}
+
 /// Whether a field holds money: costs, savings, totals, amounts.
 fn is_money(key: &str) -> bool {
     [
@@ -661,6 +698,9 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
                     .unwrap();
             }
             for who in [&admin, &team] {
+                if let Some(d) = incidents_disagree_with_idle_history(&app, who, at).await {
+                    failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                }
                 let (differences, seen) = Box::pin(crawl(&app, who, (&seeds, &labels), at)).await;
                 let count = seen.len();
                 visited.extend(seen);

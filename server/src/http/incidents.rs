@@ -140,7 +140,31 @@ struct IncidentsPage {
     /// Preselected in the snooze form.
     selected: String,
     snoozes: Vec<(String, String, String)>,
+    /// Idle and held-idle dollars of the last 30 days' whole hours, from the ledger.
     wasted_30d: String,
+    /// Where they come from: the idle history of the same hours.
+    wasted_30d_href: String,
+}
+
+/// The idle episodes of `[from, to)` from the ledger, those of hosts wholly the reader's teams'
+/// over the range for a scoped reader: what `/api/v1/idle/history` answers and what
+/// `/incidents` adds up.
+async fn scoped_episodes(
+    state: &AppState,
+    user: &super::session::SignedIn,
+    (from, to): (i64, i64),
+) -> Result<Vec<crate::idle_history::IdleEpisode>, crate::store::StoreError> {
+    let episodes = crate::idle_history::load(user.reads.store(), from, to).await?;
+    if user.scope.is_all() {
+        return Ok(episodes);
+    }
+    let schema = &state.config.owners;
+    let ledger = crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostRange).await?;
+    let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
+    Ok(episodes
+        .into_iter()
+        .filter(|e| held.contains(&host_key(&e.cluster, &e.hostname)))
+        .collect())
 }
 
 fn unavailable(e: impl std::fmt::Display) -> Response {
@@ -184,6 +208,16 @@ async fn incidents_page(
         .await
         .unwrap_or_default();
     let views: Vec<IncidentView> = rows.into_iter().map(|r| view(r, now)).collect();
+    // The last 30 days' whole hours, from the ledger: the same dollars the review and the idle
+    // history have for those hours (incidents' own figures cover only their open spells).
+    let hours = {
+        let to = now - now.rem_euclid(gpuledger_core::time::HOUR_MS);
+        (to - 30 * DAY_MS, to)
+    };
+    let episodes = match scoped_episodes(&state, &user, hours).await {
+        Ok(e) => e,
+        Err(e) => return unavailable(e),
+    };
     // A scoped reader hears of snoozes of the clusters its incidents are on, no others.
     let snoozes: Vec<_> = snoozes
         .into_iter()
@@ -191,10 +225,15 @@ async fn incidents_page(
         .collect();
     // Per currency, never added across.
     let mut wasted: BTreeMap<String, rust_decimal::Decimal> = BTreeMap::new();
-    for v in &views {
-        *wasted.entry(v.currency.clone()).or_default() += v.wasted;
+    for e in &episodes {
+        *wasted.entry(e.currency.clone()).or_default() += e.cost;
     }
     let wasted_30d = crate::format::money_sums(&wasted);
+    let wasted_30d_href = format!(
+        "/api/v1/idle/history?from={}&to={}",
+        rfc3339(hours.0),
+        rfc3339(hours.1)
+    );
     let (open, resolved): (Vec<_>, Vec<_>) = views.into_iter().partition(|v| v.open);
     render(&IncidentsPage {
         chrome: Some(Chrome::from(&user)),
@@ -209,6 +248,7 @@ async fn incidents_page(
             .map(|s| (s.cluster, rfc3339(s.until_ms), s.by_user))
             .collect(),
         wasted_30d,
+        wasted_30d_href,
     })
 }
 
@@ -488,20 +528,7 @@ async fn idle_history_api(
     } else {
         super::params::range(&q.from, &q.to)?
     };
-    let episodes = crate::idle_history::load(user.reads.store(), from, to).await?;
-    let episodes = if user.scope.is_all() {
-        episodes
-    } else {
-        // A host's episodes where the host is wholly the reader's teams' over the range.
-        let schema = &state.config.owners;
-        let ledger =
-            crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostRange).await?;
-        let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
-        episodes
-            .into_iter()
-            .filter(|e| held.contains(&host_key(&e.cluster, &e.hostname)))
-            .collect()
-    };
+    let episodes = scoped_episodes(&state, &user, (from, to)).await?;
     match format {
         TableFormat::Json => Ok(Json(IdleHistory {
             from: gpuledger_core::time::rfc3339(from),

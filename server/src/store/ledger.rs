@@ -454,6 +454,35 @@ pub async fn idle_hours(
     })
 }
 
+/// The hours of `[from_ms, to_ms)` in which each of `host_ids` carried idle or held-idle cost,
+/// with the GPUs that carried it (a JSON array of texts): how far back an idle run goes once
+/// the raw windows are gone.
+pub async fn idle_hours_of_hosts(
+    on: impl Into<On<'_>>,
+    host_ids: &[i64],
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(i64, i64, String)>, StoreError> {
+    if host_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Integers from the database, written into the statement: nothing a client typed.
+    let ids: Vec<String> = host_ids.iter().map(i64::to_string).collect();
+    let ids = ids.join(", ");
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(&format!(
+            "SELECT host_id, hour_ms, gpus FROM rollup_host_hours
+             WHERE host_id IN ({ids}) AND hour_ms >= $1 AND hour_ms < $2
+               AND kind IN ('idle', 'held_idle')"
+        ))
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
 /// Whether the ledger holds anything for `[from_ms, to_ms)`: a rollup row or unattributed
 /// cost in any hour of it; with `from_windows_only`, a row attributed to a GPU (which only
 /// raw windows can give).
