@@ -210,6 +210,17 @@ pub async fn authorize_report(
     }
 }
 
+/// The report's first window overlapping one its GPU already stored on that host, as a
+/// refusal (409): the overlap's energy and cost would count twice.
+pub async fn window_overlap(
+    store: &dyn Store,
+    report: &gpuledger_proto::Report,
+    token_id: i64,
+    now_ms: i64,
+) -> Result<Option<Refusal>, store::StoreError> {
+    store::tokens::window_overlap(store.db(), report, token_id, now_ms).await
+}
+
 /// Last use is written at most once a minute per token: many hosts share one token, and a write
 /// per report to one row would make them queue for it.
 const TOUCH_EVERY_MS: i64 = 60_000;

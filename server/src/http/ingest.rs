@@ -142,7 +142,7 @@ async fn ingest(
         return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);
     }
     if let Some(refusal) =
-        crate::store::tokens::window_overlap(state.store.db(), &report, token.id, now).await?
+        auth::window_overlap(state.store.as_ref(), &report, token.id, now).await?
     {
         let host = &report.host;
         return Err(refused(state, &token, &host.cluster, &host.hostname, refusal, now).await);

@@ -497,15 +497,7 @@ pub async fn ingest_refusal(
         // The report's GPUs another active token's host holds, in one statement (SQLite asks
         // for every report, and each statement is a round trip to its thread); each named at
         // its first window.
-        let mut uuids: Vec<&str> = report
-            .windows
-            .iter()
-            .flat_map(|w| &w.gpus)
-            .map(|g| g.uuid.as_str())
-            .collect();
-        uuids.sort_unstable();
-        uuids.dedup();
-        let uuids = serde_json::to_string(&uuids)
+        let uuids = serde_json::to_string(&gpus_of(report))
             .map_err(|e| StoreError::Invalid(format!("GPU ids cannot be encoded: {e}")))?;
         let (open, close) = <DB as super::db::Dialect>::JSON_ARRAY_TEXTS;
         let sql = format!(
@@ -547,6 +539,19 @@ pub async fn ingest_refusal(
     })
 }
 
+/// The report's GPUs, each once.
+fn gpus_of(report: &gpuledger_proto::Report) -> Vec<&str> {
+    let mut uuids: Vec<&str> = report
+        .windows
+        .iter()
+        .flat_map(|w| &w.gpus)
+        .map(|g| g.uuid.as_str())
+        .collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    uuids
+}
+
 /// The first window of the report that overlaps a window another batch stored for the same
 /// GPU at another start, as a refusal: the overlap's energy and cost would count twice. (A
 /// window at the same start is [`window_conflict`]'s.) A GPU's reports come from its host's one
@@ -557,14 +562,7 @@ pub async fn window_overlap(
     token_id: i64,
     now_ms: i64,
 ) -> Result<Option<Refusal>, StoreError> {
-    let mut uuids: Vec<&str> = report
-        .windows
-        .iter()
-        .flat_map(|w| &w.gpus)
-        .map(|g| g.uuid.as_str())
-        .collect();
-    uuids.sort_unstable();
-    uuids.dedup();
+    let uuids = gpus_of(report);
     let (Some(first), Some(last)) = (
         report.windows.iter().map(|w| w.start_ms).min(),
         report.windows.iter().map(|w| w.end_ms).max(),
