@@ -1318,22 +1318,29 @@ async fn import(backend: &str, o: &Options) -> Result<()> {
         if !usage.success {
             bail!("importing {} failed", path.display());
         }
-        let stored: (String,) = {
-            let sql = "SELECT billed_total FROM billing_imports";
+        // The import's total is per currency and billing period; the export bills one currency.
+        let stored: Vec<(String, String)> = {
+            let sql = "SELECT currency, billed_total FROM billing_file_periods";
             if db.backend == "postgres" {
                 let mut conn = sqlx::PgConnection::connect(&db.url).await?;
-                sqlx::query_as(sql).fetch_one(&mut conn).await?
+                sqlx::query_as(sql).fetch_all(&mut conn).await?
             } else {
                 let mut conn = sqlx::SqliteConnection::connect(&db.url).await?;
-                sqlx::query_as(sql).fetch_one(&mut conn).await?
+                sqlx::query_as(sql).fetch_all(&mut conn).await?
             }
         };
-        if stored.0.parse::<rust_decimal::Decimal>()? != billed {
-            bail!(
-                "{}: billed total {} is not {billed}",
-                path.display(),
-                stored.0
-            );
+        let mut total = rust_decimal::Decimal::ZERO;
+        for (currency, amount) in &stored {
+            if currency != "USD" {
+                bail!(
+                    "{}: a total in {currency}, the export bills USD",
+                    path.display()
+                );
+            }
+            total += amount.parse::<rust_decimal::Decimal>()?;
+        }
+        if total != billed {
+            bail!("{}: billed total {total} is not {billed}", path.display());
         }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let rate = o.import_rows as f64 / wall;
@@ -1365,9 +1372,8 @@ async fn export(backend: &str, gpus: i64) -> Result<()> {
     .await?;
     execute(
         &db,
-        "INSERT INTO billing_imports (id, source, name, content_sha256, imported_ms, row_count,
-             billed_total, effective_total)
-         VALUES (1, 'focus', 'bench.csv', 'bench', 0, 0, '0', '0')",
+        "INSERT INTO billing_imports (id, source, name, content_sha256, imported_ms, row_count)
+         VALUES (1, 'focus', 'bench.csv', 'bench', 0, 0)",
         &[],
     )
     .await?;
