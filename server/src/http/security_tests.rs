@@ -190,21 +190,26 @@ fn assert_not_signed_in(method: &str, path: &str, status: StatusCode, body: &str
     }
 }
 
+/// A BI tool's read-only token for every team, as an admin makes one.
+async fn bi_token(api: &Api) -> String {
+    crate::read_tokens::create(
+        api.store.as_ref(),
+        "bi",
+        &crate::read_tokens::Scope::all(),
+        "admin-user",
+        now_ms(),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn every_route_admits_exactly_its_audience() {
     for (api, _db) in apis().await {
         let (viewer, viewer_csrf) = api.session("viewer").await;
         let (admin, admin_csrf) = api.session("admin").await;
         // A BI tool's read-only token: a viewer's reads, by GET only.
-        let read = crate::read_tokens::create(
-            api.store.as_ref(),
-            "bi",
-            &crate::read_tokens::Scope::all(),
-            "admin-user",
-            now_ms(),
-        )
-        .await
-        .unwrap();
+        let read = bi_token(&api).await;
         for &(method, pattern, access) in ROUTES {
             let path = concrete(pattern);
             let who = api.backend;
@@ -422,15 +427,7 @@ async fn every_response_carries_the_security_headers() {
 async fn nothing_read_is_kept_by_a_cache() {
     for (api, _db) in apis().await {
         let (admin, _) = api.session("admin").await;
-        let read = crate::read_tokens::create(
-            api.store.as_ref(),
-            "bi",
-            &crate::read_tokens::Scope::all(),
-            "admin-user",
-            now_ms(),
-        )
-        .await
-        .unwrap();
+        let read = bi_token(&api).await;
         let mut checked = 0;
         for &(method, pattern, _) in ROUTES.iter().filter(|(m, _, _)| *m == "GET") {
             let path = concrete(pattern);
