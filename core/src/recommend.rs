@@ -354,22 +354,33 @@ pub fn recommend(
         lookback_days: lookback_ms as f64 / crate::time::DAY_MS as f64,
         ..Recommendations::default()
     };
+    let several = currencies.len() > 1;
     for currency in currencies {
-        let parts: Vec<Part> = (evidence.parts.iter())
-            .filter(|p| p.currency == currency)
-            .cloned()
-            .collect();
-        let gpus: BTreeSet<&str> = parts.iter().filter_map(|p| p.gpu_uuid.as_deref()).collect();
-        let usage = (evidence.usage.iter())
-            .filter(|u| gpus.contains(u.gpu_uuid.as_str()))
-            .cloned()
-            .collect();
-        let one = Evidence {
-            parts,
-            usage,
-            ..evidence.clone()
+        // One currency (the usual fleet): the evidence as it is, not a copy of it.
+        let split;
+        let one = if several {
+            let parts: Vec<Part> = (evidence.parts.iter())
+                .filter(|p| p.currency == currency)
+                .cloned()
+                .collect();
+            let gpus: BTreeSet<&str> = parts.iter().filter_map(|p| p.gpu_uuid.as_deref()).collect();
+            let usage = (evidence.usage.iter())
+                .filter(|u| gpus.contains(u.gpu_uuid.as_str()))
+                .cloned()
+                .collect();
+            split = Evidence {
+                parts,
+                usage,
+                mig_instances: evidence.mig_instances.clone(),
+                hostnames: evidence.hostnames.clone(),
+                instance_types: evidence.instance_types.clone(),
+                owners: evidence.owners.clone(),
+            };
+            &split
+        } else {
+            evidence
         };
-        let mut r = recommend_in_one_currency(&one, card, lookback_ms, options);
+        let mut r = recommend_in_one_currency(one, card, lookback_ms, options);
         let tag = |c: &mut String| *c = currency.to_owned();
         r.right_size.iter_mut().for_each(|x| tag(&mut x.currency));
         r.consolidation
@@ -377,7 +388,6 @@ pub fn recommend(
             .for_each(|x| tag(&mut x.currency));
         r.spot.iter_mut().for_each(|x| tag(&mut x.currency));
         r.release.iter_mut().for_each(|x| tag(&mut x.currency));
-        all.lookback_days = r.lookback_days;
         all.right_size.extend(r.right_size);
         all.consolidation.extend(r.consolidation);
         all.spot.extend(r.spot);

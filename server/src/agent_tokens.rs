@@ -128,7 +128,9 @@ pub async fn rotate(
             .filter(|&until| until > now_ms);
         return Err(invalid(match overlapping {
             Some(until) => format!(
-                "token {name:?} was rotated already and its previous secret works until {};                  rotating again now would end that at once. Rotate again after then, or revoke                  the token and make a new one",
+                "token {name:?} was rotated already and its previous secret works until {}; \
+                 rotating again now would end that at once. Rotate again after then, or revoke \
+                 the token and make a new one",
                 crate::format::utc_minute(until)
             ),
             None => format!(

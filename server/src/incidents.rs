@@ -87,8 +87,10 @@ async fn ledger_run_start(store: &dyn Store, f: &Finding, since: i64) -> Result<
         let rows = store::ledger::idle_hours_of_hosts(store.db(), &f.host_ids, from, hour).await?;
         let mut idle: HashMap<i64, HashSet<i64>> = HashMap::new();
         for (host, at, gpus) in rows {
+            let carried: Vec<String> = serde_json::from_str(&gpus)
+                .map_err(|e| StoreError::Invalid(format!("idle hours' GPUs {gpus:?}: {e}")))?;
             let held = f.kind != waste::IncidentKind::HeldIdle
-                || f.gpus.iter().any(|g| gpus.contains(&format!("\"{g}\"")));
+                || f.gpus.iter().any(|g| carried.contains(g));
             if held {
                 idle.entry(at).or_default().insert(host);
             }

@@ -200,8 +200,7 @@ async fn window_in_closed_month(
     if !close.is_closed(earliest.start_ms, now) {
         return Ok(None);
     }
-    let month = crate::format::utc_minute(month_start_ms(earliest.start_ms));
-    let month = month.get(..7).unwrap_or(&month);
+    let month = gpuledger_core::time::month_label(earliest.start_ms);
     let why = if close.is_signed_off(earliest.start_ms) {
         "it was signed off".to_owned()
     } else {
