@@ -830,11 +830,49 @@ async fn token_cli_create_list_revoke() {
         listing.contains("rack-7\tactive\tcluster rack"),
         "{listing}"
     );
+    // Serving code on a host without an agent posts counts once its token is bound to the
+    // endpoint, and not after the binding is taken back.
+    let start_ms = gpuledger_server::now_ms() - 3_600_000;
+    let usage = || {
+        let url = format!("{}/api/v1/usage", server.url);
+        let body = serde_json::json!({"source": "edge-1", "counts": [{"endpoint": "chat-api",
+            "start": gpuledger_core::time::rfc3339(start_ms),
+            "end": gpuledger_core::time::rfc3339(start_ms + 60_000), "requests": 10}]});
+        let secret = rotated.clone();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(secret)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert_eq!(usage().await, reqwest::StatusCode::FORBIDDEN);
+    let cli = |args: &[&str]| {
+        let out = server_cmd(&db.url).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(cli(&["token", "bind", "rack-7", "--endpoint", "chat-api"])
+        .contains("may post for endpoint"));
+    assert!(cli(&["token", "list"]).contains("rack-7\tendpoint chat-api"));
+    assert_eq!(usage().await, reqwest::StatusCode::OK);
+    cli(&["token", "unbind", "rack-7", "--endpoint", "chat-api"]);
+    assert!(!cli(&["token", "list"]).contains("endpoint chat-api"));
+    assert_eq!(usage().await, reqwest::StatusCode::FORBIDDEN);
     let revoke = server_cmd(&db.url)
-        .args(["token", "revoke", "rack-7"])
+        .args(["token", "revoke", "rack-7", "--remove-usage"])
         .output()
         .unwrap();
     assert!(revoke.status.success());
+    assert!(String::from_utf8_lossy(&revoke.stdout).contains("removed 1 request counts"));
     for secret in [&token, &rotated] {
         assert_eq!(
             post(secret.clone()).await,

@@ -242,6 +242,84 @@ pub async fn rebind(
     Ok(())
 }
 
+/// An owner a token may post request counts or runs' progress for, wherever it runs: an
+/// endpoint (counts) or an experiment (progress).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundRole {
+    Endpoint,
+    Experiment,
+}
+
+impl BoundRole {
+    pub fn role(self) -> gpuledger_core::owners::Role {
+        match self {
+            BoundRole::Endpoint => gpuledger_core::owners::Role::Endpoint,
+            BoundRole::Experiment => gpuledger_core::owners::Role::Experiment,
+        }
+    }
+
+    /// From a form's or the CLI's word (`endpoint`, `experiment`).
+    pub fn parse(word: &str) -> Result<BoundRole, TokenAdminError> {
+        match word.trim() {
+            "endpoint" => Ok(BoundRole::Endpoint),
+            "experiment" => Ok(BoundRole::Experiment),
+            other => Err(invalid(format!(
+                "a token is bound to an endpoint or an experiment, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Lets a token post counts (an endpoint) or progress (an experiment) for `value` although
+/// no host it reports runs it: serving code on hosts without an agent, a run's coordinator.
+/// Usage posts are otherwise held to the owners of the token's hosts.
+pub async fn bind_owner(
+    store: &dyn Store,
+    token_name: &str,
+    (role, value): (BoundRole, &str),
+    now_ms: i64,
+) -> Result<(), TokenAdminError> {
+    let value = value.trim();
+    if value.is_empty() || value.chars().count() > 128 || value.chars().any(char::is_control) {
+        return Err(invalid(
+            "an endpoint or experiment is named in 1 to 128 characters without control \
+             characters",
+        ));
+    }
+    let token = store::tokens::token_by_name(store.db(), token_name)
+        .await?
+        .filter(|t| t.is_active(now_ms))
+        .ok_or_else(|| invalid(format!("no active token named {token_name:?}")))?;
+    store::tokens::bind_owner(store.db(), token.id, (role.role().as_str(), value), now_ms).await?;
+    Ok(())
+}
+
+/// Takes a binding back: the token's posts for `value` are held to its hosts' owners again.
+pub async fn unbind_owner(
+    store: &dyn Store,
+    token_name: &str,
+    (role, value): (BoundRole, &str),
+) -> Result<(), TokenAdminError> {
+    let value = value.trim();
+    let token = store::tokens::token_by_name(store.db(), token_name)
+        .await?
+        .ok_or_else(|| invalid(format!("no token named {token_name:?}")))?;
+    if !store::tokens::unbind_owner(store.db(), token.id, (role.role().as_str(), value)).await? {
+        return Err(invalid(format!(
+            "token {token_name:?} has no binding to {} {value:?}",
+            role.role().as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Every owner bound to a token, by token name.
+pub async fn owner_bindings(
+    store: &dyn Store,
+) -> Result<Vec<store::tokens::OwnerBinding>, StoreError> {
+    store::tokens::owner_bindings(store.db()).await
+}
+
 /// A token's state in words, for listings.
 pub fn state(token: &TokenRow, now_ms: i64) -> &'static str {
     match (token.revoked_ms, token.expires_ms) {

@@ -326,12 +326,49 @@ enum TokenCommand {
         #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
         overlap: std::time::Duration,
     },
+    /// Let a token post request counts for an endpoint, or runs' progress for an experiment,
+    /// that runs on none of its hosts (serving code on hosts without an agent). Otherwise a
+    /// token posts only for the owners of its hosts.
+    Bind {
+        name: String,
+        #[command(flatten)]
+        owner: BoundOwner,
+    },
+    /// Take a binding back.
+    Unbind {
+        name: String,
+        #[command(flatten)]
+        owner: BoundOwner,
+    },
     /// Move a host (CLUSTER/HOSTNAME) to another token, after its agent's token changed.
     Rebind {
         host: String,
         #[arg(long)]
         to: String,
     },
+}
+
+/// One endpoint or one experiment, for `token bind` and `token unbind`.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+struct BoundOwner {
+    /// An endpoint (the value of the dimension with the endpoint role).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// An experiment (the value of the dimension with the experiment role).
+    #[arg(long)]
+    experiment: Option<String>,
+}
+
+impl BoundOwner {
+    fn pair(&self) -> (agent_tokens::BoundRole, &str) {
+        match (&self.endpoint, &self.experiment) {
+            (Some(e), _) => (agent_tokens::BoundRole::Endpoint, e),
+            (None, Some(x)) => (agent_tokens::BoundRole::Experiment, x),
+            // clap requires exactly one of them.
+            (None, None) => (agent_tokens::BoundRole::Endpoint, ""),
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -564,6 +601,13 @@ async fn main() -> anyhow::Result<()> {
                             t.last_address.as_deref().unwrap_or("-"),
                         );
                     }
+                    let bound = agent_tokens::owner_bindings(store.as_ref()).await?;
+                    if !bound.is_empty() {
+                        println!("\nTOKEN\tMAY ALSO POST FOR");
+                        for b in bound {
+                            println!("{}\t{} {}", b.token, b.role, b.value);
+                        }
+                    }
                 }
                 TokenCommand::Revoke {
                     name,
@@ -591,6 +635,23 @@ async fn main() -> anyhow::Result<()> {
                     eprintln!(
                         "token {name:?} has a new secret, shown only once; {}.",
                         agent_tokens::rotation_text(&issued.token)
+                    );
+                }
+                TokenCommand::Bind { name, owner } => {
+                    let (role, value) = owner.pair();
+                    agent_tokens::bind_owner(store.as_ref(), &name, (role, value), now_ms())
+                        .await?;
+                    println!(
+                        "token {name:?} may post for {} {value:?} wherever it runs",
+                        role.role().as_str()
+                    );
+                }
+                TokenCommand::Unbind { name, owner } => {
+                    let (role, value) = owner.pair();
+                    agent_tokens::unbind_owner(store.as_ref(), &name, (role, value)).await?;
+                    println!(
+                        "token {name:?} posts for {} {value:?} only while its hosts run it",
+                        role.role().as_str()
                     );
                 }
                 TokenCommand::Rebind { host, to } => {

@@ -10,22 +10,123 @@ use serde::Serialize;
 use crate::allocation::{group, key_str, GroupBy, Step};
 use crate::attribution::{Attribution, Kind};
 use crate::config::OwnerSchema;
-use crate::store::{self, Refusal, RunProgress, Store, StoreError, UsageCount};
+use crate::store::{
+    self, Refusal, RefusalKind, RunProgress, Store, StoreError, TokenRow, UsageCount,
+};
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 use gpuledger_core::time::HOUR_MS;
 
 /// Stores a source's request counts (each replaces that source's count of the same endpoint and
-/// start) and runs' progress, together; a refusal when one belongs to another token.
+/// start) and runs' progress, together; a refusal when one belongs to another token, or names
+/// an endpoint or experiment that is not the token's ([`owner_not_of_token`]).
 pub async fn record_counts(
     store: &dyn Store,
+    schema: &OwnerSchema,
     source: &str,
     (counts, progress): (&[UsageCount], &[RunProgress]),
-    token_id: i64,
+    token: &TokenRow,
     now_ms: i64,
 ) -> Result<Option<Refusal>, StoreError> {
-    store::usage::record(store.db(), source, (counts, progress), token_id, now_ms).await
+    if let Some(refusal) = owner_not_of_token(store, schema, (counts, progress), token).await? {
+        return Ok(Some(refusal));
+    }
+    store::usage::record(store.db(), source, (counts, progress), token.id, now_ms).await
+}
+
+/// The first count or progress report naming an owner the token may not post for, as a
+/// refusal (403, the field named). A token may post for an endpoint or experiment that had a
+/// process on one of its hosts from the day before the post's first period to its last (the
+/// hourly ledger trails the agents by a roll-up, so a day's slack), and for one an admin bound
+/// to it (`token bind`). Otherwise one agent token could add requests to any team's endpoint and
+/// make its cost per request look as low as it liked.
+pub async fn owner_not_of_token(
+    store: &dyn Store,
+    schema: &OwnerSchema,
+    (counts, progress): (&[UsageCount], &[RunProgress]),
+    token: &TokenRow,
+) -> Result<Option<Refusal>, StoreError> {
+    let endpoints = owners_of_token(
+        (store, schema, token),
+        Role::Endpoint,
+        counts
+            .iter()
+            .map(|c| (c.endpoint.as_str(), c.start_ms, c.end_ms))
+            .collect(),
+    )
+    .await?;
+    let refusal = |field: String, role: Role, name: &str| Refusal {
+        kind: RefusalKind::OwnerNotOfToken,
+        field,
+        message: format!(
+            "{} {name:?} ran on none of token {:?}'s hosts from the day before this period \
+             to its end (as the hourly ledger has them), and no admin bound it to the token; \
+             post with the token of the hosts that run it, or have an admin run \
+             `gpuledger-server token bind {} --{} {name}`",
+            role.as_str(),
+            token.name,
+            token.name,
+            role.as_str()
+        ),
+    };
+    if let Some((i, c)) = counts
+        .iter()
+        .enumerate()
+        .find(|(_, c)| !endpoints.contains(&c.endpoint))
+    {
+        return Ok(Some(refusal(
+            format!("counts[{i}].endpoint"),
+            Role::Endpoint,
+            &c.endpoint,
+        )));
+    }
+    let experiments = owners_of_token(
+        (store, schema, token),
+        Role::Experiment,
+        progress
+            .iter()
+            .map(|p| (p.experiment.as_str(), p.at_ms, p.at_ms + 1))
+            .collect(),
+    )
+    .await?;
+    if let Some((i, p)) = progress
+        .iter()
+        .enumerate()
+        .find(|(_, p)| !experiments.contains(&p.experiment))
+    {
+        return Ok(Some(refusal(
+            format!("progress[{i}].experiment"),
+            Role::Experiment,
+            &p.experiment,
+        )));
+    }
+    Ok(None)
+}
+
+/// Of the owners of `role` named (each with the period it was named for), those the token may
+/// post for.
+async fn owners_of_token(
+    (store, schema, token): (&dyn Store, &OwnerSchema, &TokenRow),
+    role: Role,
+    names: Vec<(&str, i64, i64)>,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let (Some(from), Some(to)) = (
+        names.iter().map(|n| n.1).min(),
+        names.iter().map(|n| n.2).max(),
+    ) else {
+        return Ok(Default::default());
+    };
+    let mut distinct: Vec<&str> = names.iter().map(|n| n.0).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let day = gpuledger_core::time::DAY_MS;
+    let owners = store::usage::NamedOwners {
+        role: role.as_str(),
+        dimension: schema.role(role),
+        days: (from.div_euclid(day) * day - day, to),
+    };
+    store::usage::owners_of_token(store.db(), token.id, owners, &distinct).await
 }
 
 /// Each run's steps and epochs in `[from_ms, to_ms)` ([`store::usage::progress_totals`]).

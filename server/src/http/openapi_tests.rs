@@ -395,6 +395,16 @@ impl Live {
         )
         .await
         .unwrap();
+        // Its counts are for the demo's chat-api, which runs on hosts of other tokens: bound
+        // as an admin binds serving code that has no agent on its hosts.
+        crate::agent_tokens::bind_owner(
+            store.as_ref(),
+            "openapi-agent",
+            (crate::agent_tokens::BoundRole::Endpoint, "chat-api"),
+            now,
+        )
+        .await
+        .unwrap();
         let read = |name: &'static str, scope: crate::read_tokens::Scope| {
             let store = store.clone();
             async move {

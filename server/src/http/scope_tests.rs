@@ -84,6 +84,15 @@ pub(super) async fn two_teams(api: &Api, admin: &str) -> (i64, i64) {
         let (status, v) = send(api, "PUT", "/api/v1/budgets", admin, body).await;
         assert_eq!(status, StatusCode::OK, "{v}");
     }
+    // The ledger is written here, not by agents: the token is bound to the endpoint.
+    crate::agent_tokens::bind_owner(
+        api.store.as_ref(),
+        "agent",
+        (crate::agent_tokens::BoundRole::Endpoint, "bravo-chat"),
+        now_ms(),
+    )
+    .await
+    .unwrap();
     let hour = gpuledger_core::time::hour_floor(now_ms()) - HOUR_MS;
     let usage = serde_json::json!({"source": "pod-1", "counts": [{"endpoint": "bravo-chat",
         "start": gpuledger_core::time::rfc3339(hour),

@@ -78,6 +78,8 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/tokens/rotate", Access::Admin),
     ("POST", "/tokens/revoke", Access::Admin),
     ("POST", "/tokens/rebind", Access::Admin),
+    ("POST", "/tokens/bind", Access::Admin),
+    ("POST", "/tokens/unbind", Access::Admin),
     ("POST", "/tokens/read", Access::Admin),
     ("POST", "/tokens/read/revoke", Access::Admin),
     ("POST", "/budgets", Access::Admin),
@@ -889,5 +891,232 @@ async fn admins_manage_tokens_on_the_tokens_page() {
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{b}");
         assert!(page.contains("no token named"), "{b}");
+    }
+}
+
+/// Posts a usage body with an agent token.
+async fn post_usage(api: &Api, token: &str, body: serde_json::Value) -> (StatusCode, Vec<u8>) {
+    let req = Request::post("/api/v1/usage")
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let resp = api.app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, bytes.to_vec())
+}
+
+/// Request counts and runs' progress are held to the owners of the token's hosts: another
+/// team's endpoint or run is 403 naming the field, and nothing of the post is stored; an
+/// admin's binding lets a token post for an owner its hosts do not run, until taken back.
+#[tokio::test]
+async fn an_agent_token_posts_usage_only_for_the_owners_of_its_hosts() {
+    use super::tests::report;
+    use gpuledger_core::time::rfc3339;
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let labelled =
+            |batch: &str, cluster: &str, host: &str, gpu: &str, owner: [(&str, &str); 2]| {
+                let mut r = report(batch);
+                r.host.cluster = cluster.into();
+                r.host.hostname = host.into();
+                r.windows[0].gpus[0].uuid = gpu.into();
+                r.windows[0].gpus[0].processes[0].labels =
+                    owner.map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+                serde_json::to_vec(&r).unwrap()
+            };
+        let applied = labelled(
+            "applied-1",
+            "c1",
+            "h1",
+            "GPU-1",
+            [("endpoint", "chat-api"), ("experiment", "lr-sweep-1")],
+        );
+        let (status, resp) = api.post(Some(&api.token), applied).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        let sandbox = agent_token(&api, "sandbox", "sandbox", None).await;
+        let toy = labelled(
+            "sandbox-1",
+            "sandbox",
+            "s1",
+            "GPU-S1",
+            [("endpoint", "toy"), ("experiment", "toy-run")],
+        );
+        let (status, resp) = api.post(Some(&sandbox), toy).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{b}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        crate::test_support::roll_up(api.store.as_ref()).await;
+
+        let now = now_ms();
+        let counts = |source: &str, endpoints: &[&str], start: i64| {
+            serde_json::json!({"source": source, "counts": endpoints.iter().map(|e| serde_json::json!({
+                "endpoint": e,
+                "start": rfc3339(start),
+                "end": rfc3339(start + 60_000),
+                "requests": 900_000,
+            })).collect::<Vec<_>>()})
+        };
+        let progress = |source: &str, experiment: &str| {
+            serde_json::json!({"source": source, "progress": [
+                {"experiment": experiment, "at": rfc3339(now - 60_000), "step": 100}
+            ]})
+        };
+        let refused = |(status, resp): (StatusCode, Vec<u8>), field: &str| {
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "{b}: {}",
+                String::from_utf8_lossy(&resp)
+            );
+            let e = error_of(&resp);
+            assert_eq!(e.field.as_deref(), Some(field), "{b}");
+            assert!(
+                e.message.contains("token bind sandbox"),
+                "{b}: {}",
+                e.message
+            );
+        };
+        let stored = || async {
+            store::usage::posted_sources(api.store.db(), None)
+                .await
+                .unwrap()
+                .len()
+        };
+
+        // The sandbox token cannot add requests to applied's endpoint or steps to its run, alone
+        // or behind one of its own.
+        let start = now - 120_000;
+        refused(
+            post_usage(&api, &sandbox, counts("pod", &["chat-api"], start)).await,
+            "counts[0].endpoint",
+        );
+        refused(
+            post_usage(&api, &sandbox, counts("pod", &["toy", "chat-api"], start)).await,
+            "counts[1].endpoint",
+        );
+        refused(
+            post_usage(&api, &sandbox, progress("rank-0", "lr-sweep-1")).await,
+            "progress[0].experiment",
+        );
+        assert_eq!(
+            stored().await,
+            0,
+            "{b}: nothing of a refused post is stored"
+        );
+        let metrics = api.get_as("/metrics", None).await.1;
+        assert!(
+            metrics.contains("reports_rejected_total{reason=\"owner_not_of_token\"} 3"),
+            "{b}: {metrics}"
+        );
+
+        // Each token posts for its own hosts' owners.
+        let ok = |(status, resp): (StatusCode, Vec<u8>)| {
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{b}: {}",
+                String::from_utf8_lossy(&resp)
+            );
+        };
+        ok(post_usage(&api, &sandbox, counts("pod", &["toy"], start)).await);
+        ok(post_usage(&api, &sandbox, progress("rank-0", "toy-run")).await);
+        ok(post_usage(&api, &api.token, counts("chat-0", &["chat-api"], start)).await);
+        ok(post_usage(&api, &api.token, progress("rank-0", "lr-sweep-1")).await);
+        // ... while they ran there: not for a period weeks before its processes did.
+        let (status, resp) = post_usage(
+            &api,
+            &api.token,
+            counts("chat-0", &["chat-api"], now - 20 * 86_400_000),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{b}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        assert_eq!(
+            error_of(&resp).field.as_deref(),
+            Some("counts[0].endpoint"),
+            "{b}"
+        );
+
+        // An admin binds the sandbox token to chat-api (serving code on a host with no agent):
+        // its counts are taken, until the binding is taken back.
+        let (admin, csrf) = api.session("admin").await;
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/bind",
+                &admin,
+                &format!("csrf={csrf}&token=sandbox&role=endpoint&value=chat-api"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        assert!(page.contains("may post for endpoint"), "{b}");
+        assert!(
+            page.contains("<td>endpoint chat-api</td>"),
+            "{b}: the binding is listed"
+        );
+        ok(post_usage(&api, &sandbox, counts("edge", &["chat-api"], start)).await);
+        refused(
+            post_usage(&api, &sandbox, progress("rank-0", "lr-sweep-1")).await,
+            "progress[0].experiment",
+        );
+        for (form, want) in [
+            ("token=sandbox&role=team&value=applied", "not \"team\""),
+            (
+                "token=nobody&role=endpoint&value=chat-api",
+                "no active token",
+            ),
+            ("token=sandbox&role=endpoint&value=", "1 to 128 characters"),
+        ] {
+            let (status, _, page) = api
+                .post_form("/tokens/bind", &admin, &format!("csrf={csrf}&{form}"))
+                .await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{b}: {form}");
+            assert!(
+                page.contains(&want.replace('"', "&#34;")),
+                "{b}: {form}: {page}"
+            );
+        }
+        let (status, _, page) = api
+            .post_form(
+                "/tokens/unbind",
+                &admin,
+                &format!("csrf={csrf}&token=sandbox&role=endpoint&value=chat-api"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{b}: {page}");
+        refused(
+            post_usage(
+                &api,
+                &sandbox,
+                counts("edge", &["chat-api"], start - 60_000),
+            )
+            .await,
+            "counts[0].endpoint",
+        );
+        // The CLI's way binds an experiment.
+        crate::agent_tokens::bind_owner(
+            api.store.as_ref(),
+            "sandbox",
+            (crate::agent_tokens::BoundRole::Experiment, "lr-sweep-1"),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+        ok(post_usage(&api, &sandbox, progress("coordinator", "lr-sweep-1")).await);
     }
 }

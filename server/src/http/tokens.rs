@@ -27,6 +27,8 @@ pub fn router() -> Router<AppState> {
         .route("/tokens/rotate", post(rotate))
         .route("/tokens/revoke", post(revoke))
         .route("/tokens/rebind", post(rebind))
+        .route("/tokens/bind", post(bind))
+        .route("/tokens/unbind", post(unbind))
         .route("/tokens/read", post(create_read))
         .route("/tokens/read/revoke", post(revoke_read))
 }
@@ -53,6 +55,13 @@ fn read_view(t: &crate::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
         last_used: t.last_used_ms.map_or("never".to_owned(), |u| ago(now - u)),
         teams: crate::read_tokens::scope_of(t).describe(),
     }
+}
+
+struct BindingView {
+    token: String,
+    role: String,
+    value: String,
+    since: String,
 }
 
 struct TokenView {
@@ -93,6 +102,8 @@ struct TokensPage {
     csrf: String,
     tokens: Vec<TokenView>,
     read_tokens: Vec<ReadTokenView>,
+    /// Owners admins bound to tokens, by token.
+    bindings: Vec<BindingView>,
     /// A secret just made: (token name, secret).
     issued: Option<(String, String)>,
     /// What went wrong with the last form, in words.
@@ -112,11 +123,20 @@ async fn page(
     let listed = tokio::try_join!(
         agent_tokens::list(state.store.as_ref()),
         crate::read_tokens::list(state.store.as_ref()),
+        agent_tokens::owner_bindings(state.store.as_ref()),
     );
-    let (tokens, read_tokens) = match listed {
-        Ok((t, r)) => (
+    let (tokens, read_tokens, bindings) = match listed {
+        Ok((t, r, b)) => (
             t.iter().map(|t| view(t, now)).collect(),
             r.iter().map(|r| read_view(r, now)).collect(),
+            b.into_iter()
+                .map(|b| BindingView {
+                    since: when(Some(b.bound_ms)),
+                    token: b.token,
+                    role: b.role,
+                    value: b.value,
+                })
+                .collect(),
         ),
         Err(e) => {
             tracing::error!(error = %e, "tokens page: storage failed");
@@ -135,6 +155,7 @@ async fn page(
             csrf: user.csrf.clone(),
             tokens,
             read_tokens,
+            bindings,
             issued,
             problem,
             done,
@@ -362,6 +383,72 @@ async fn rebind(
             let done = format!(
                 "Host {host} now reports with token {:?}.",
                 form.token.trim()
+            );
+            page(&state, &user, StatusCode::OK, None, None, Some(done)).await
+        }
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct BindForm {
+    csrf: String,
+    token: String,
+    role: String,
+    value: String,
+}
+
+impl CsrfForm for BindForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /tokens/bind` (admins): lets a token post counts or progress for an endpoint or
+/// experiment its hosts do not run.
+async fn bind(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<BindForm>,
+) -> Response {
+    let token = form.token.trim();
+    let bound = match agent_tokens::BoundRole::parse(&form.role) {
+        Ok(role) => {
+            agent_tokens::bind_owner(state.store.as_ref(), token, (role, &form.value), now_ms())
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    match bound {
+        Ok(()) => {
+            let done = format!(
+                "Token {token:?} may post for {} {:?} wherever it runs.",
+                form.role.trim(),
+                form.value.trim()
+            );
+            page(&state, &user, StatusCode::OK, None, None, Some(done)).await
+        }
+        Err(e) => answer_error(&state, &user, e).await,
+    }
+}
+
+/// `POST /tokens/unbind` (admins): takes a binding back.
+async fn unbind(
+    State(state): State<AppState>,
+    AdminForm { user, form }: AdminForm<BindForm>,
+) -> Response {
+    let token = form.token.trim();
+    let unbound = match agent_tokens::BoundRole::parse(&form.role) {
+        Ok(role) => {
+            agent_tokens::unbind_owner(state.store.as_ref(), token, (role, &form.value)).await
+        }
+        Err(e) => Err(e),
+    };
+    match unbound {
+        Ok(()) => {
+            let done = format!(
+                "Token {token:?} posts for {} {:?} only while its hosts run it.",
+                form.role.trim(),
+                form.value.trim()
             );
             page(&state, &user, StatusCode::OK, None, None, Some(done)).await
         }

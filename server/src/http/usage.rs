@@ -221,7 +221,10 @@ const USAGE_SOURCES: &str = "request counts";
     description = "Serving code's request (and, where it counts them, token) counts per \
         endpoint, with an agent token: what cost per 1,000 requests and per 1M tokens are \
         computed from. A source's count of an endpoint from a start replaces the one it sent \
-        before; counts from different sources add up.",
+        before; counts from different sources add up. A token posts counts only for \
+        endpoints, and progress only for experiments, that ran on hosts it reports or that an \
+        admin bound to it (`token bind`); anything else is refused whole with 403 naming the \
+        field.",
     request_body = UsageReport,
     responses(
         (status = 200, description = "Stored.", body = UsageAck),
@@ -250,9 +253,10 @@ async fn post_usage(
     )?;
     if let Some(refusal) = unit_costs::record_counts(
         state.store.as_ref(),
+        &state.config.owners,
         &source,
         (&counts, &progress),
-        token.id,
+        &token,
         now,
     )
     .await?

@@ -77,6 +77,9 @@ pub enum RefusalKind {
     MonthClosed,
     /// Request counts of a source another active token reports.
     SourceOfAnotherToken,
+    /// Counts or progress for an endpoint or experiment that runs on none of the token's hosts
+    /// and that no admin bound to it.
+    OwnerNotOfToken,
 }
 
 impl RefusalKind {
@@ -92,6 +95,7 @@ impl RefusalKind {
             RefusalKind::WindowOverlaps => "window_overlaps",
             RefusalKind::MonthClosed => "month_closed",
             RefusalKind::SourceOfAnotherToken => "source_of_another_token",
+            RefusalKind::OwnerNotOfToken => "owner_not_of_token",
         }
     }
 
@@ -661,5 +665,73 @@ pub async fn window_conflict(
             }
         }
         Ok(None)
+    })
+}
+
+/// An owner an admin bound to an agent token: the token may post request counts (an endpoint)
+/// or runs' progress (an experiment) for it wherever it runs.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OwnerBinding {
+    pub token: String,
+    /// `endpoint` or `experiment` ([`gpuledger_core::owners::Role::as_str`]).
+    pub role: String,
+    pub value: String,
+    pub bound_ms: i64,
+}
+
+/// Binds `value` of `role` to a token; binding it again changes nothing.
+pub async fn bind_owner(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    (role, value): (&str, &str),
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        sqlx::query(
+            "INSERT INTO token_owner_bindings (token_id, role, value, bound_ms)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (token_id, role, value) DO NOTHING",
+        )
+        .bind(token_id)
+        .bind(role)
+        .bind(value)
+        .bind(now_ms)
+        .execute(&mut *ex)
+        .await?;
+        Ok(())
+    })
+}
+
+/// Removes a binding. Returns whether there was one.
+pub async fn unbind_owner(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    (role, value): (&str, &str),
+) -> Result<bool, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let gone = sqlx::query(
+            "DELETE FROM token_owner_bindings WHERE token_id = $1 AND role = $2 AND value = $3",
+        )
+        .bind(token_id)
+        .bind(role)
+        .bind(value)
+        .execute(&mut *ex)
+        .await?;
+        Ok(gone.rows_affected() > 0)
+    })
+}
+
+/// Every binding, by token name, role and value.
+pub async fn owner_bindings(on: impl Into<On<'_>>) -> Result<Vec<OwnerBinding>, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT t.name AS token, b.role, b.value, b.bound_ms
+             FROM token_owner_bindings b JOIN api_tokens t ON t.id = b.token_id
+             ORDER BY t.name, b.role, b.value",
+        )
+        .fetch_all(&mut *ex)
+        .await?)
     })
 }

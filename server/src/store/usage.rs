@@ -139,6 +139,58 @@ pub async fn record(
     })
 }
 
+/// Which owner a usage post names, and where to look for it.
+#[derive(Debug, Clone, Copy)]
+pub struct NamedOwners<'a> {
+    /// `endpoint` or `experiment`: the role bindings are kept under.
+    pub role: &'a str,
+    /// The owner dimension that has the role in the schema, where one does.
+    pub dimension: Option<&'a str>,
+    /// UTC days `[from_ms, to_ms)` in which a process of the owner counts.
+    pub days: (i64, i64),
+}
+
+/// Of `names`, those token `token_id` may post counts or progress for: values of `owners.role`
+/// an admin bound to the token, and values of its dimension that a process had on one of the
+/// token's hosts on a day of `owners.days` (the hourly ledger's host days, rebuilt with each
+/// hour's roll-up).
+pub async fn owners_of_token(
+    on: impl Into<On<'_>>,
+    token_id: i64,
+    owners: NamedOwners<'_>,
+    names: &[&str],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    if names.is_empty() {
+        return Ok(Default::default());
+    }
+    let names = serde_json::to_string(names)
+        .map_err(|e| StoreError::Invalid(format!("owner names cannot be encoded: {e}")))?;
+    let mut conn = on.into().read().await?;
+    let found: Vec<(String,)> = on_backend!(conn, |ex, DB| {
+        let (open, close) = <DB as super::db::Dialect>::JSON_ARRAY_TEXTS;
+        let sql = format!(
+            "SELECT b.value FROM token_owner_bindings b
+             WHERE b.token_id = $1 AND b.role = $2 AND b.value IN ({open}$3{close})
+             UNION
+             SELECT v.value FROM owner_values v
+             JOIN rollup_host_days r ON r.owner_id = v.owner_id
+             JOIN hosts h ON h.id = r.host_id
+             WHERE h.token_id = $1 AND v.dimension = $4 AND v.value IN ({open}$3{close})
+               AND r.day_ms >= $5 AND r.day_ms < $6"
+        );
+        sqlx::query_as(&sql)
+            .bind(token_id)
+            .bind(owners.role)
+            .bind(&names)
+            .bind(owners.dimension)
+            .bind(owners.days.0)
+            .bind(owners.days.1)
+            .fetch_all(&mut *ex)
+            .await
+    })?;
+    Ok(found.into_iter().map(|(v,)| v).collect())
+}
+
 /// Every count of `[from_ms, to_ms)`: the periods serving code posted that start in it, and the
 /// hours agents read from serving engines in it, as one relation (endpoint, requests,
 /// input_tokens, output_tokens).
