@@ -26,6 +26,8 @@ use crate::telemetry::UsageTotal;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 pub const HOURS_PER_MONTH: i64 = 730;
+/// The ledger's pricing category of hours a commitment (savings plan, reservation) covered.
+const COMMITTED: &str = "committed";
 
 /// A GPU (or MIG profile) one could run on: what it holds and computes, and an instance type
 /// that offers it. Its price is not here: it is the rate card's price of that instance type per
@@ -167,6 +169,12 @@ impl Default for Options {
 /// Each recommendation names the GPUs it covers; no two kept recommendations share a GPU, so
 /// their savings add up without counting a GPU-hour twice. `cost` and `saving` are over the
 /// look-back, from the ledger; a saving never exceeds the cost it comes from.
+///
+/// `saving` is cash: what the bill would drop by. The part of a change that falls on hours a
+/// commitment (a savings plan, a reservation) covered is `frees_commitment` instead: the
+/// commitment is paid for either way, so releasing or shrinking those GPUs frees commitment for
+/// other work, and is cash only once other on-demand work takes it up or the commitment is
+/// reduced at renewal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RightSize {
@@ -183,17 +191,22 @@ pub struct RightSize {
     pub cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub saving: Decimal,
+    /// The change's part on hours a commitment covered: freed commitment, not cash.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub frees_commitment: Decimal,
     /// Serving runs all month: the look-back's rate over a 730-hour month.
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_saving: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_frees_commitment: Decimal,
     pub recommended_gpu: String,
     pub recommended_instance_type: String,
     pub projected_p95_util: f64,
 }
 
-/// A whole GPU busy less than the threshold: its work could share another GPU.
+/// Whole GPUs of a host, each busy less than the threshold: their work could share fewer GPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Consolidation {
@@ -205,13 +218,18 @@ pub struct Consolidation {
     pub action: String,
     #[serde(with = "rust_decimal::serde::str")]
     pub cost: Decimal,
-    /// The share of its cost its work does not need at the target utilization.
+    /// The share of its cost its work does not need at the target utilization, in cash.
     #[serde(with = "rust_decimal::serde::str")]
     pub saving: Decimal,
+    /// The same share of its cost on hours a commitment covered: freed commitment, not cash.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub frees_commitment: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_saving: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_frees_commitment: Decimal,
 }
 
 /// Training that ran on on-demand capacity and could have run on spot: what its GPU-hours
@@ -231,26 +249,33 @@ pub struct SpotCandidate {
     pub saving: Decimal,
 }
 
-/// GPUs of a host held idle (memory allocated at ~0% SM, by a forgotten notebook or a stuck
-/// job) that did no work: stop the processes or release the GPUs. Moving them to cheaper or
-/// spot capacity would only make the waste cheaper.
+/// GPUs of a host that did no work over the look-back: held idle (memory allocated at ~0% SM,
+/// by a forgotten notebook or a stuck job), or idle with no process at all (a cluster nobody
+/// runs anything on): stop the processes or release the GPUs. Moving them to cheaper or spot
+/// capacity would only make the waste cheaper.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Release {
     pub currency: String,
     pub gpus: Vec<String>,
     pub host: String,
-    /// The owner labels of the processes holding them.
+    /// The owner labels of the processes holding them (none where no process ran).
     pub owners: BTreeMap<String, String>,
     pub action: String,
-    /// What holding them idle cost over the look-back: all of it is saved.
+    /// What holding them idle cost over the look-back: all of it is saved, in cash
+    /// (`saving`) or as freed commitment (`frees_commitment`).
     #[serde(with = "rust_decimal::serde::str")]
     pub cost: Decimal,
     #[serde(with = "rust_decimal::serde::str")]
     pub saving: Decimal,
+    /// Held on hours a commitment covered: releasing them frees commitment, not cash.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub frees_commitment: Decimal,
     /// The saving as a month's worth: held all along, they would be held all month.
     #[serde(with = "rust_decimal::serde::str")]
     pub monthly_saving: Decimal,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub monthly_frees_commitment: Decimal,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -261,9 +286,11 @@ pub struct Recommendations {
     pub consolidation: Vec<Consolidation>,
     pub spot: Vec<SpotCandidate>,
     pub release: Vec<Release>,
-    /// The savings above added up over the look-back, one sum per currency (never across
+    /// The cash savings above added up over the look-back, one sum per currency (never across
     /// them): they cover separate GPUs.
     pub total_saving: Vec<CurrencyAmount>,
+    /// The commitment they would free, added up the same way: not cash.
+    pub total_frees_commitment: Vec<CurrencyAmount>,
 }
 
 /// An amount in one currency.
@@ -286,23 +313,46 @@ impl Recommendations {
             .sum()
     }
 
-    /// Adds up the kept savings again, per currency (after some were filtered out).
+    /// The commitment freed in `currency` added up; zero where none is.
+    pub fn frees_commitment_in(&self, currency: &str) -> Decimal {
+        self.total_frees_commitment
+            .iter()
+            .filter(|t| t.currency == currency)
+            .map(|t| t.amount)
+            .sum()
+    }
+
+    /// Adds up the kept savings and freed commitment again, per currency (after some were
+    /// filtered out).
     pub fn sum_savings(&mut self) {
-        let mut totals: BTreeMap<&str, Decimal> = BTreeMap::new();
-        let savings = (self.right_size.iter().map(|r| (&r.currency, r.saving)))
-            .chain(self.consolidation.iter().map(|r| (&r.currency, r.saving)))
-            .chain(self.spot.iter().map(|r| (&r.currency, r.saving)))
-            .chain(self.release.iter().map(|r| (&r.currency, r.saving)));
-        for (currency, saving) in savings {
-            *totals.entry(currency.as_str()).or_default() += saving;
+        let mut cash: BTreeMap<&str, Decimal> = BTreeMap::new();
+        let mut freed: BTreeMap<&str, Decimal> = BTreeMap::new();
+        let savings = (self.right_size.iter())
+            .map(|r| (&r.currency, r.saving, r.frees_commitment))
+            .chain((self.consolidation.iter()).map(|r| (&r.currency, r.saving, r.frees_commitment)))
+            .chain(
+                self.spot
+                    .iter()
+                    .map(|r| (&r.currency, r.saving, Decimal::ZERO)),
+            )
+            .chain((self.release.iter()).map(|r| (&r.currency, r.saving, r.frees_commitment)));
+        for (currency, saving, frees) in savings {
+            *cash.entry(currency.as_str()).or_default() += saving;
+            if !frees.is_zero() {
+                *freed.entry(currency.as_str()).or_default() += frees;
+            }
         }
-        self.total_saving = totals
-            .into_iter()
-            .map(|(currency, amount)| CurrencyAmount {
-                currency: currency.to_owned(),
-                amount,
-            })
-            .collect();
+        let amounts = |totals: BTreeMap<&str, Decimal>| {
+            totals
+                .into_iter()
+                .map(|(currency, amount)| CurrencyAmount {
+                    currency: currency.to_owned(),
+                    amount,
+                })
+                .collect()
+        };
+        self.total_saving = amounts(cash);
+        self.total_frees_commitment = amounts(freed);
     }
 }
 
@@ -404,35 +454,36 @@ fn recommend_in_one_currency(
     lookback_ms: i64,
     options: Options,
 ) -> Recommendations {
-    // Per endpoint and per model: peak process memory, windows per utilization band, GPUs,
-    // GPU models (weighted by windows).
+    // Per endpoint and per model, on each GPU model it ran on: peak process memory, windows
+    // per utilization band, GPUs. Each GPU model is sized apart: a day's load test on other
+    // GPUs neither moves the p95 of the fleet it serves from nor joins its recommendation (and
+    // so leaves those GPUs to the advice that fits them, a release say).
     #[derive(Default)]
     struct Usage<'a> {
         peak_bytes: i64,
         bands: [i64; BANDS],
         gpus: BTreeSet<&'a str>,
-        gpu_models: BTreeMap<(&'a str, Option<i64>), i64>,
     }
-    let mut usage: BTreeMap<(&'static str, &str), Usage> = BTreeMap::new();
+    type GpuModel<'a> = (&'a str, Option<i64>);
+    let mut usage: BTreeMap<(&'static str, &str, GpuModel), Usage> = BTreeMap::new();
     for u in &evidence.usage {
         let by = match u.owner_by.as_str() {
             "endpoint" => "endpoint",
             "model" => "model",
             _ => continue,
         };
-        let e = usage.entry((by, u.owner_key.as_str())).or_default();
+        let model = (u.gpu_name.as_deref().unwrap_or(""), u.memory_total_bytes);
+        let e = usage.entry((by, u.owner_key.as_str(), model)).or_default();
         e.peak_bytes = e.peak_bytes.max(u.peak_memory_bytes);
         if let Ok(band) = usize::try_from(u.util_band) {
             e.bands[band.min(BANDS - 1)] += u.windows;
         }
         e.gpus.insert(&u.gpu_uuid);
-        *e.gpu_models
-            .entry((u.gpu_name.as_deref().unwrap_or(""), u.memory_total_bytes))
-            .or_default() += u.windows;
     }
     // What each endpoint and model cost, from the attribution (the bill, exactly), and each
     // GPU's cost and time-weighted utilization.
-    let mut cost: HashMap<(&str, String), Decimal> = HashMap::new();
+    // Per endpoint or model and GPU: (cost, of it on hours a commitment covered).
+    let mut cost: HashMap<(&str, &str, &str), (Decimal, Decimal)> = HashMap::new();
     #[derive(Default)]
     struct Training<'a> {
         cost: Decimal,
@@ -449,8 +500,13 @@ fn recommend_in_one_currency(
         util_known_seconds: f64,
         host_id: i64,
         in_use: bool,
-        /// Cost while held idle, and GPU time doing work.
+        /// Of `cost`, on hours a commitment covered.
+        committed_cost: Decimal,
+        /// Cost while held idle or idle with no process (and of it, on committed hours), and
+        /// GPU time doing work.
         held_cost: Decimal,
+        idle_cost: Decimal,
+        committed_unused_cost: Decimal,
         used_seconds: f64,
         held_owners: BTreeMap<String, BTreeSet<String>>,
     }
@@ -460,15 +516,28 @@ fn recommend_in_one_currency(
     for part in &evidence.parts {
         if let Some(g) = &part.gpu_uuid {
             let e = gpus.entry(g).or_default();
+            let committed = part.pricing_category == COMMITTED;
             e.cost += part.cost;
+            if committed {
+                e.committed_cost += part.cost;
+            }
             e.util_gpu_seconds += part.util_gpu_seconds;
             e.util_known_seconds += part.util_known_seconds;
             e.host_id = part.host_id;
             e.in_use |= matches!(part.kind, Kind::Used | Kind::HeldIdle);
             match part.kind {
                 Kind::Used => e.used_seconds += part.gpu_seconds,
+                Kind::Idle => {
+                    e.idle_cost += part.cost;
+                    if committed {
+                        e.committed_unused_cost += part.cost;
+                    }
+                }
                 Kind::HeldIdle => {
                     e.held_cost += part.cost;
+                    if committed {
+                        e.committed_unused_cost += part.cost;
+                    }
                     // Who to ask to release it: every owner value but the endpoint's.
                     for (k, v) in part
                         .owner
@@ -488,11 +557,23 @@ fn recommend_in_one_currency(
             continue;
         }
         let endpoint = schema.value(&part.owner, Role::Endpoint);
-        if let Some(e) = endpoint {
-            *cost.entry(("endpoint", e.to_owned())).or_default() += part.cost;
-        }
-        if let Some(m) = schema.value(&part.owner, Role::Model) {
-            *cost.entry(("model", m.to_owned())).or_default() += part.cost;
+        let committed = if part.pricing_category == COMMITTED {
+            part.cost
+        } else {
+            Decimal::ZERO
+        };
+        if let Some(g) = part.gpu_uuid.as_deref() {
+            let owners = [
+                ("endpoint", endpoint),
+                ("model", schema.value(&part.owner, Role::Model)),
+            ];
+            for (by, key) in owners {
+                if let Some(key) = key {
+                    let c = cost.entry((by, key, g)).or_default();
+                    c.0 += part.cost;
+                    c.1 += committed;
+                }
+            }
         }
         // Training on spot: an experiment that serves no endpoint, working (held-idle GPUs are
         // to be released, not moved), on on-demand capacity (committed capacity is paid for
@@ -525,10 +606,7 @@ fn recommend_in_one_currency(
     }
 
     let mut right_size = Vec::new();
-    for ((by, key), u) in &usage {
-        let Some(((name, mem), _)) = u.gpu_models.iter().max_by_key(|(_, n)| **n) else {
-            continue;
-        };
+    for ((by, key, (name, mem)), u) in &usage {
         let Some(current) = identify(name, *mem) else {
             continue;
         };
@@ -547,11 +625,16 @@ fn recommend_in_one_currency(
         let Some((rec, price, projected)) = best else {
             continue;
         };
-        let spent = cost
-            .get(&(*by, key.to_string()))
-            .copied()
-            .unwrap_or_default();
-        let saving = spent * (Decimal::ONE - price / current_price);
+        let (spent, committed) =
+            u.gpus
+                .iter()
+                .fold((Decimal::ZERO, Decimal::ZERO), |(spent, committed), g| {
+                    let (c, k) = cost.get(&(*by, *key, *g)).copied().unwrap_or_default();
+                    (spent + c, committed + k)
+                });
+        let share = Decimal::ONE - price / current_price;
+        let frees = committed * share;
+        let saving = spent * share - frees;
         right_size.push(RightSize {
             currency: String::new(),
             by: (*by).to_owned(),
@@ -562,27 +645,35 @@ fn recommend_in_one_currency(
             p95_util,
             cost: spent.round_dp(2),
             saving: saving.round_dp(2),
+            frees_commitment: frees.round_dp(2),
             monthly_cost: monthly(spent, lookback_ms).round_dp(2),
             monthly_saving: monthly(saving, lookback_ms).round_dp(2),
+            monthly_frees_commitment: monthly(frees, lookback_ms).round_dp(2),
             recommended_gpu: rec.name.to_owned(),
             recommended_instance_type: rec.offered_on(),
             projected_p95_util: (projected * 10.0).round() / 10.0,
         });
     }
 
-    // GPUs that did no work but were held idle: to release, per host.
+    // GPUs that did no work, held idle by a process or with none at all: to release, per
+    // host. The biggest waste is often a whole cluster nobody runs anything on.
     #[derive(Default)]
     struct Held {
         gpus: Vec<String>,
         cost: Decimal,
+        committed: Decimal,
+        held: bool,
         owners: BTreeMap<String, BTreeSet<String>>,
     }
     let mut release_by_host: BTreeMap<i64, Held> = BTreeMap::new();
     for (g, u) in &gpus {
-        if u.used_seconds == 0.0 && u.held_cost > Decimal::ZERO {
+        let unused = u.held_cost + u.idle_cost;
+        if u.used_seconds == 0.0 && unused > Decimal::ZERO {
             let e = release_by_host.entry(u.host_id).or_default();
             e.gpus.push((*g).to_owned());
-            e.cost += u.held_cost;
+            e.cost += unused;
+            e.committed += u.committed_unused_cost;
+            e.held |= u.held_cost > Decimal::ZERO;
             for (k, v) in &u.held_owners {
                 e.owners
                     .entry(k.clone())
@@ -591,16 +682,35 @@ fn recommend_in_one_currency(
             }
         }
     }
-    let release: Vec<Release> =
-        release_by_host
-            .into_iter()
-            .map(|(host_id, Held { gpus, cost, owners })| Release {
+    let release: Vec<Release> = release_by_host
+        .into_iter()
+        .map(
+            |(
+                host_id,
+                Held {
+                    gpus,
+                    cost,
+                    committed,
+                    held,
+                    owners,
+                },
+            )| Release {
                 currency: String::new(),
-                action: format!(
-                "stop the idle processes or release the {}: they hold memory at ~0% and did no \
-                 work",
-                if gpus.len() == 1 { "GPU".to_owned() } else { format!("{} GPUs", gpus.len()) }
-            ),
+                action: {
+                    let them = if gpus.len() == 1 {
+                        "GPU".to_owned()
+                    } else {
+                        format!("{} GPUs", gpus.len())
+                    };
+                    if held {
+                        format!(
+                            "stop the idle processes or release the {them}: they hold memory \
+                             at ~0% and did no work"
+                        )
+                    } else {
+                        format!("release the {them}: no process ran on them")
+                    }
+                },
                 gpus,
                 host: evidence
                     .hostnames
@@ -612,46 +722,84 @@ fn recommend_in_one_currency(
                     .map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(", ")))
                     .collect(),
                 cost: cost.round_dp(2),
-                saving: cost.round_dp(2),
-                monthly_saving: monthly(cost, lookback_ms).round_dp(2),
-            })
-            .collect();
+                saving: (cost - committed).round_dp(2),
+                frees_commitment: committed.round_dp(2),
+                monthly_saving: monthly(cost - committed, lookback_ms).round_dp(2),
+                monthly_frees_commitment: monthly(committed, lookback_ms).round_dp(2),
+            },
+        )
+        .collect();
 
     // Whole GPUs busy less than the threshold, with work on them: candidates to pack together
-    // (a GPU that only sat held idle is to release, not to pack).
-    let consolidation: Vec<Consolidation> = gpus
+    // (a GPU that only sat held idle is to release, not to pack). One recommendation per host:
+    // eight GPUs of a host each a few percent busy are one move, not eight.
+    let mut packable: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
+    for (g, u) in gpus {
+        if !(u.in_use
+            && u.used_seconds > 0.0
+            && u.util_known_seconds > 0.0
+            && !evidence.mig_instances.contains(g))
+        {
+            continue;
+        }
+        let avg = u.util_gpu_seconds / u.util_known_seconds;
+        if avg < options.consolidation_below {
+            packable.entry(u.host_id).or_default().push((g, avg, u));
+        }
+    }
+    let consolidation: Vec<Consolidation> = packable
         .into_iter()
-        .filter(|(g, u)| {
-            u.in_use
-                && u.used_seconds > 0.0
-                && u.util_known_seconds > 0.0
-                && !evidence.mig_instances.contains(*g)
-        })
-        .map(|(g, u)| (g, u.util_gpu_seconds / u.util_known_seconds, u))
-        .filter(|(_, avg, _)| *avg < options.consolidation_below)
-        .map(|(g, avg, u)| {
-            let needed = (avg / options.target_util).clamp(0.0, 1.0);
-            let spare = Decimal::from_f64(1.0 - needed).unwrap_or_default();
-            let host = evidence
-                .hostnames
-                .get(&u.host_id)
-                .cloned()
-                .unwrap_or_default();
-            Consolidation {
-                currency: String::new(),
-                gpus: vec![g.to_owned()],
-                action: format!(
-                    "move its work onto a GPU with room: it needs about {:.0}% of one kept {:.0}% \
-                     busy, then release this one",
+        .map(|(host_id, on_host)| {
+            let (mut cost, mut cash_saving, mut freed) =
+                (Decimal::ZERO, Decimal::ZERO, Decimal::ZERO);
+            let (mut util, mut known, mut needed) = (0.0, 0.0, 0.0);
+            for (_, avg, u) in &on_host {
+                // The share of this GPU its work does not need at the target utilization.
+                let need = (avg / options.target_util).clamp(0.0, 1.0);
+                let spare = Decimal::from_f64(1.0 - need).unwrap_or_default();
+                cost += u.cost;
+                cash_saving += (u.cost - u.committed_cost) * spare;
+                freed += u.committed_cost * spare;
+                util += u.util_gpu_seconds;
+                known += u.util_known_seconds;
+                needed += need;
+            }
+            let avg = util / known;
+            let action = match on_host.len() {
+                1 => format!(
+                    "move its work onto a GPU with room: it needs about {:.0}% of one kept \
+                     {:.0}% busy, then release this one",
                     needed * 100.0,
                     options.target_util
                 ),
-                host,
+                n if needed < 1.0 => format!(
+                    "pack the work of its {n} GPUs onto one with room: together they need \
+                     about {:.0}% of one kept {:.0}% busy, then release them",
+                    needed * 100.0,
+                    options.target_util
+                ),
+                n => format!(
+                    "pack the work of its {n} GPUs together: they need about {needed:.1} GPUs \
+                     kept {:.0}% busy between them, then release the rest",
+                    options.target_util
+                ),
+            };
+            Consolidation {
+                currency: String::new(),
+                gpus: on_host.iter().map(|(g, _, _)| (*g).to_owned()).collect(),
+                action,
+                host: evidence
+                    .hostnames
+                    .get(&host_id)
+                    .cloned()
+                    .unwrap_or_default(),
                 avg_util: (avg * 10.0).round() / 10.0,
-                cost: u.cost.round_dp(2),
-                saving: (u.cost * spare).round_dp(2),
-                monthly_cost: monthly(u.cost, lookback_ms).round_dp(2),
-                monthly_saving: monthly(u.cost * spare, lookback_ms).round_dp(2),
+                cost: cost.round_dp(2),
+                saving: cash_saving.round_dp(2),
+                frees_commitment: freed.round_dp(2),
+                monthly_cost: monthly(cost, lookback_ms).round_dp(2),
+                monthly_saving: monthly(cash_saving, lookback_ms).round_dp(2),
+                monthly_frees_commitment: monthly(freed, lookback_ms).round_dp(2),
             }
         })
         .collect();
@@ -677,6 +825,7 @@ fn recommend_in_one_currency(
         spot,
         release,
         total_saving: Vec::new(),
+        total_frees_commitment: Vec::new(),
     })
 }
 
@@ -689,24 +838,30 @@ fn spot_discount(card: &RateCard, instance_type: &str) -> Option<Decimal> {
         .then(|| Decimal::ONE - spot / rate.on_demand)
 }
 
-/// Keeps, of recommendations that cover the same GPU, the one that saves most (ties: right-size
-/// before packing before spot before release, then by name), so the total counts no GPU twice; each list is
-/// then ordered by saving.
+/// Keeps, of recommendations that cover the same GPU, the one that saves most, in cash and
+/// freed commitment together (ties: right-size before packing before spot before release, then
+/// by name), so the total counts no GPU twice; each list is then ordered the same way.
 fn disjoint(mut r: Recommendations) -> Recommendations {
     let mut candidates: Vec<(Decimal, u8, String, usize, &[String])> = Vec::new();
     for (i, x) in r.right_size.iter().enumerate() {
         // An endpoint before the model it serves: the endpoint is what one resizes.
         let rank = if x.by == "endpoint" { 0 } else { 1 };
-        candidates.push((x.saving, rank, x.key.clone(), i, &x.gpus));
+        candidates.push((
+            x.saving + x.frees_commitment,
+            rank,
+            x.key.clone(),
+            i,
+            &x.gpus,
+        ));
     }
     for (i, x) in r.consolidation.iter().enumerate() {
-        candidates.push((x.saving, 2, x.host.clone(), i, &x.gpus));
+        candidates.push((x.saving + x.frees_commitment, 2, x.host.clone(), i, &x.gpus));
     }
     for (i, x) in r.spot.iter().enumerate() {
         candidates.push((x.saving, 3, x.experiment.clone(), i, &x.gpus));
     }
     for (i, x) in r.release.iter().enumerate() {
-        candidates.push((x.saving, 4, x.host.clone(), i, &x.gpus));
+        candidates.push((x.saving + x.frees_commitment, 4, x.host.clone(), i, &x.gpus));
     }
     candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut taken: BTreeSet<&str> = BTreeSet::new();
@@ -743,12 +898,19 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
         .filter(|(i, _)| kept(4, *i))
         .map(|(_, x)| x)
         .collect();
-    r.release
-        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.host.cmp(&b.host)));
-    r.right_size
-        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.key.cmp(&b.key)));
-    r.consolidation
-        .sort_by(|a, b| b.saving.cmp(&a.saving).then(a.gpus.cmp(&b.gpus)));
+    let gross = |saving: Decimal, frees: Decimal| std::cmp::Reverse(saving + frees);
+    r.release.sort_by(|a, b| {
+        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
+            .then(a.host.cmp(&b.host))
+    });
+    r.right_size.sort_by(|a, b| {
+        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
+            .then(a.key.cmp(&b.key))
+    });
+    r.consolidation.sort_by(|a, b| {
+        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
+            .then(a.gpus.cmp(&b.gpus))
+    });
     r.spot.sort_by(|a, b| {
         b.saving
             .cmp(&a.saving)

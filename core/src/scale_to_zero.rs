@@ -32,6 +32,8 @@ pub struct OwnerHour {
     pub currency: String,
     pub kind: Kind,
     pub cost: Decimal,
+    /// Of `cost`, on hours a commitment (savings plan, reservation) covered.
+    pub committed: Decimal,
     pub gpu_seconds: f64,
 }
 
@@ -56,12 +58,16 @@ pub struct Candidate {
     /// Hours a week its windows cover.
     pub hours_per_week: u32,
     /// The evidence: hours of the range inside its windows in which it held GPUs, the GPU-hours
-    /// it held then, and their cost (what turning it off then saves over the range).
+    /// it held then, and their cost: what turning it off then saves over the range, in cash
+    /// (`saving`) and, for hours a commitment covered, as freed commitment (paid for either
+    /// way: cash only once other on-demand work takes it up or the commitment is reduced).
     pub quiet_hours: u32,
     pub gpu_hours: f64,
     #[serde(with = "rust_decimal::serde::str")]
     pub saving: Decimal,
-    /// `saving ÷ gpu_hours`: the rate those GPU-hours cost.
+    #[serde(with = "rust_decimal::serde::str")]
+    pub frees_commitment: Decimal,
+    /// `(saving + frees_commitment) ÷ gpu_hours`: the rate those GPU-hours cost.
     #[serde(with = "rust_decimal::serde::str_option")]
     pub per_gpu_hour: Option<Decimal>,
 }
@@ -102,8 +108,8 @@ fn runs(quiet: &[bool; WEEK_HOURS as usize]) -> Vec<(u32, u32)> {
 
 /// The owners of `hours` with recurring quiet windows, largest saving first.
 pub fn find(hours: &[OwnerHour]) -> Vec<Candidate> {
-    // Per owner and currency, per hour of the range: any work, cost, GPU-seconds.
-    type Hours = BTreeMap<i64, (bool, Decimal, f64)>;
+    // Per owner and currency, per hour of the range: any work, cost, GPU-seconds, committed cost.
+    type Hours = BTreeMap<i64, (bool, Decimal, f64, Decimal)>;
     let mut by_owner: BTreeMap<(&str, &str), Hours> = BTreeMap::new();
     // A bucket ("(unseen process)", "(unlabeled)") is no endpoint anyone could turn off.
     for h in hours.iter().filter(|h| !h.key.starts_with('(')) {
@@ -115,13 +121,14 @@ pub fn find(hours: &[OwnerHour]) -> Vec<Candidate> {
         e.0 |= h.kind == Kind::Used;
         e.1 += h.cost;
         e.2 += h.gpu_seconds;
+        e.3 += h.committed;
     }
     let mut found = Vec::new();
     for ((key, currency), hours) in by_owner {
         // Per hour of the week: the weeks it was seen, and whether it ever worked then.
         let mut seen: Vec<BTreeSet<i64>> = vec![BTreeSet::new(); WEEK_HOURS as usize];
         let mut worked = [false; WEEK_HOURS as usize];
-        for (&hour, &(used, _, _)) in &hours {
+        for (&hour, &(used, _, _, _)) in &hours {
             let slot = hour_of_week(hour) as usize;
             seen[slot].insert(hour);
             worked[slot] |= used;
@@ -143,11 +150,13 @@ pub fn find(hours: &[OwnerHour]) -> Vec<Candidate> {
                 in_window[((start + i) % WEEK_HOURS) as usize] = true;
             }
         }
-        let (mut quiet_hours, mut saving, mut gpu_seconds) = (0, Decimal::ZERO, 0.0);
-        for (&hour, &(_, cost, seconds)) in &hours {
+        let (mut quiet_hours, mut cost_then, mut gpu_seconds) = (0, Decimal::ZERO, 0.0);
+        let mut committed = Decimal::ZERO;
+        for (&hour, &(_, cost, seconds, on_commitment)) in &hours {
             if in_window[hour_of_week(hour) as usize] {
                 quiet_hours += 1;
-                saving += cost;
+                cost_then += cost;
+                committed += on_commitment;
                 gpu_seconds += seconds;
             }
         }
@@ -173,11 +182,16 @@ pub fn find(hours: &[OwnerHour]) -> Vec<Candidate> {
             per_gpu_hour: Decimal::try_from(gpu_hours)
                 .ok()
                 .filter(|g| !g.is_zero())
-                .map(|g| (saving / g).round_dp(4)),
-            saving,
+                .map(|g| (cost_then / g).round_dp(4)),
+            saving: cost_then - committed,
+            frees_commitment: committed,
         });
     }
-    found.sort_by(|a, b| b.saving.cmp(&a.saving).then(a.key.cmp(&b.key)));
+    found.sort_by(|a, b| {
+        (b.saving + b.frees_commitment)
+            .cmp(&(a.saving + a.frees_commitment))
+            .then(a.key.cmp(&b.key))
+    });
     found
 }
 

@@ -54,6 +54,7 @@ pub fn within_scope(
         spot: recs.spot.into_iter().filter(|r| ours(&r.gpus)).collect(),
         release: recs.release.into_iter().filter(|r| ours(&r.gpus)).collect(),
         total_saving: Vec::new(),
+        total_frees_commitment: Vec::new(),
     };
     kept.sum_savings();
     kept
@@ -169,7 +170,9 @@ mod scope_tests {
             action: "stop".into(),
             cost: Decimal::from(saving),
             saving: Decimal::from(saving),
+            frees_commitment: Decimal::ZERO,
             monthly_saving: Decimal::from(saving * 4),
+            monthly_frees_commitment: Decimal::ZERO,
         };
         let all = Recommendations {
             lookback_days: 7.0,

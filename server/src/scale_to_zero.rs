@@ -62,6 +62,6 @@ pub async fn for_range(
             candidate,
         }));
     }
-    found.sort_by_key(|f| std::cmp::Reverse(f.candidate.saving));
+    found.sort_by_key(|f| std::cmp::Reverse(f.candidate.saving + f.candidate.frees_commitment));
     Ok(found)
 }

@@ -11,6 +11,7 @@ fn hour(key: &str, at: i64, kind: Kind, cost: i64) -> OwnerHour {
         currency: "USD".into(),
         kind,
         cost: Decimal::from(cost),
+        committed: Decimal::ZERO,
         gpu_seconds: 2.0 * 3600.0,
     }
 }

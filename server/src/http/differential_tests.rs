@@ -8,6 +8,10 @@
 //! spot, hours after the bill's last line) and a generated one beside it (a second currency,
 //! MIG slices, a host no bill covers).
 //!
+//! Cross-page identities are checked at the same moments: the review's headline is the
+//! allocation API's total and the reconciliation's parts; `/incidents`' idle dollars are the
+//! idle history's.
+//!
 //! Pages are found as a person finds them: from the month's reviews and the other pages,
 //! following every link a page holds, so a figure that opens a page is checked there too.
 
@@ -43,6 +47,8 @@ struct Viewer {
     cookie: String,
     /// A read-only token of the same scope, for `/metrics`.
     read_token: String,
+    /// Whether the viewer is held to some teams.
+    scoped: bool,
 }
 
 /// A view's answer: its status and body (a redirect's target instead of a body).
@@ -261,6 +267,132 @@ async fn incidents_disagree_with_idle_history(
     })
 }
 
+/// A cross-page identity: the month's review, the allocation API its "GPU spend" links to and
+/// (for whoever may read it) the reconciliation with the bill are one ledger: the headline is
+/// the allocation's total in its currency, and each currency's allocation totals are the
+/// reconciliation's attributed and estimated parts by kind, and its unattributed part, to the
+/// micro-unit. The differences, in words.
+async fn review_allocation_and_bill_disagree(
+    app: &Router,
+    viewer: &Viewer,
+    at: i64,
+    month: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let page = Box::pin(view(app, viewer, &format!("/review/{month}"), at, false)).await;
+    let (href, shown) = {
+        let doc = scraper::Html::parse_document(&page.body);
+        let Ok(sel) = scraper::Selector::parse("section.headline a.big") else {
+            return vec!["bad selector".into()];
+        };
+        let Some(a) = doc.select(&sel).next() else {
+            return vec![format!("/review/{month} has no headline")];
+        };
+        (
+            a.value()
+                .attr("href")
+                .unwrap_or_default()
+                .replace("&amp;", "&"),
+            a.text().collect::<String>(),
+        )
+    };
+    let allocation = Box::pin(view(app, viewer, &href, at, false)).await;
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(&allocation.body) else {
+        return vec![format!("{href} is not JSON: {}", allocation.body)];
+    };
+    let decimal =
+        |v: &serde_json::Value| gpuledger_core::money::from_text(v.as_str().unwrap_or("0"));
+    let totals: Vec<&serde_json::Value> = json["totals"].as_array().into_iter().flatten().collect();
+    let matching = totals.iter().any(|t| {
+        crate::format::money(
+            decimal(&t["cost"]),
+            t["currency"].as_str().unwrap_or_default(),
+        ) == shown
+    });
+    let spent = totals.iter().any(|t| !decimal(&t["cost"]).is_zero());
+    if !matching && (spent || shown != crate::format::money(rust_decimal::Decimal::ZERO, "USD")) {
+        out.push(format!(
+            "/review/{month} shows {shown} of GPU spend, {href} totals {}",
+            json["totals"]
+        ));
+    }
+    let reconciliation = Box::pin(view(
+        app,
+        viewer,
+        &format!("/api/v1/billing/reconciliation?month={month}"),
+        at,
+        false,
+    ))
+    .await;
+    // A team's reader may not read the whole bill (403); whoever sees every team must.
+    if viewer.scoped {
+        if reconciliation.status != StatusCode::FORBIDDEN {
+            out.push(format!(
+                "a team's reader got {} for the reconciliation",
+                reconciliation.status
+            ));
+        }
+        return out;
+    }
+    let Ok(bill) = serde_json::from_str::<serde_json::Value>(&reconciliation.body) else {
+        out.push(format!(
+            "the reconciliation of {month} is not JSON: {}",
+            reconciliation.body
+        ));
+        return out;
+    };
+    let kinds = ["used", "held_idle", "idle", "unmonitored"];
+    for t in totals {
+        let currency = t["currency"].as_str().unwrap_or_default();
+        let Some(r) = bill["currencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["currency"] == currency)
+        else {
+            if !decimal(&t["cost"]).is_zero() {
+                out.push(format!(
+                    "{month}: {currency} is in the allocation, not the reconciliation"
+                ));
+            }
+            continue;
+        };
+        let part = |kind: &str| decimal(&r["attributed"][kind]) + decimal(&r["estimated"][kind]);
+        let sides = [
+            (
+                "cost",
+                decimal(&t["cost"]),
+                kinds.iter().map(|k| part(k)).sum(),
+            ),
+            ("idle_cost", decimal(&t["idle_cost"]), part("idle")),
+            (
+                "held_idle_cost",
+                decimal(&t["held_idle_cost"]),
+                part("held_idle"),
+            ),
+            (
+                "unmonitored_cost",
+                decimal(&t["unmonitored_cost"]),
+                part("unmonitored"),
+            ),
+            (
+                "unattributed_cost",
+                decimal(&t["unattributed_cost"]),
+                decimal(&r["ledger_unattributed"]),
+            ),
+        ];
+        for (field, allocated, reconciled) in sides {
+            if allocated != reconciled {
+                out.push(format!(
+                    "{month} {currency}: the allocation's {field} is {allocated}, the \
+                     reconciliation's {reconciled}"
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Whether a field holds money: costs, savings, totals, amounts.
 fn is_money(key: &str) -> bool {
     [
@@ -347,6 +479,7 @@ async fn viewer(store: &dyn Store, name: &'static str, role: &str, teams: Option
         name,
         cookie: format!("gpl_session={token}"),
         read_token,
+        scoped: teams.is_some(),
     }
 }
 
@@ -700,6 +833,11 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
             for who in [&admin, &team] {
                 if let Some(d) = incidents_disagree_with_idle_history(&app, who, at).await {
                     failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                }
+                for month in &labels[..3] {
+                    for d in review_allocation_and_bill_disagree(&app, who, at, month).await {
+                        failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                    }
                 }
                 let (differences, seen) = Box::pin(crawl(&app, who, (&seeds, &labels), at)).await;
                 let count = seen.len();

@@ -251,6 +251,8 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
         "saving",
         "monthly_cost",
         "monthly_saving",
+        "frees_commitment",
+        "monthly_frees_commitment",
         "detail",
     ])?;
     let days = format!("{}", r.lookback_days);
@@ -267,6 +269,8 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             x.saving.to_string(),
             x.monthly_cost.to_string(),
             x.monthly_saving.to_string(),
+            x.frees_commitment.to_string(),
+            x.monthly_frees_commitment.to_string(),
             format!(
                 "peak {} GB, p95 {}% now, {}% projected",
                 x.peak_memory_gb, x.p95_util, x.projected_p95_util
@@ -286,6 +290,8 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             c.saving.to_string(),
             c.monthly_cost.to_string(),
             c.monthly_saving.to_string(),
+            c.frees_commitment.to_string(),
+            c.monthly_frees_commitment.to_string(),
             String::new(),
         ])?;
     }
@@ -301,6 +307,9 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             s.cost.to_string(),
             s.saving.to_string(),
             String::new(),
+            String::new(),
+            // On-demand hours only: a spot move frees no commitment.
+            "0".to_owned(),
             String::new(),
             format!("{} GPU-hours run", s.gpu_hours),
         ])?;
@@ -319,15 +328,25 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
             x.saving.to_string(),
             String::new(),
             x.monthly_saving.to_string(),
+            x.frees_commitment.to_string(),
+            x.monthly_frees_commitment.to_string(),
             owners.join(" "),
         ])?;
     }
     w.into_string()
 }
 
-/// The savings added up, one sum per currency: `$1,200.00 + €300.00`.
+/// The cash savings added up, one sum per currency: `$1,200.00 + €300.00`.
 pub(crate) fn savings_text(r: &Recommendations) -> String {
     crate::format::money_sums(r.total_saving.iter().map(|t| (&t.currency, &t.amount)))
+}
+
+/// The commitment the recommendations free, added up the same way; "" where they free none.
+pub(crate) fn frees_text(r: &Recommendations) -> String {
+    if r.total_frees_commitment.is_empty() {
+        return String::new();
+    }
+    crate::format::money_sums((r.total_frees_commitment.iter()).map(|t| (&t.currency, &t.amount)))
 }
 
 #[derive(Template)]
@@ -336,6 +355,7 @@ struct RecommendationsPage {
     chrome: Option<Chrome>,
     r: Recommendations,
     total_saving: String,
+    total_frees: String,
 }
 
 impl RecommendationsPage {
@@ -351,6 +371,7 @@ async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Re
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
             total_saving: savings_text(&r),
+            total_frees: frees_text(&r),
             r,
         }),
         Err(e) => {

@@ -95,6 +95,8 @@ struct ReviewPage {
     runs_csv: String,
     savings: Vec<SavingRow>,
     total_saving: String,
+    /// Commitment the recommendations free (not cash); "" where none.
+    total_frees: String,
     /// The month's budgets in words ("2 of 5 over budget, 1 heading over"); empty when none.
     budgets: String,
     /// Days an owner spent well above its usual, biggest first (dismissed ones last).
@@ -856,6 +858,7 @@ async fn review(
         ),
         savings,
         total_saving,
+        total_frees: super::recommendations::frees_text(&recs),
         closing,
         saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
         // A commitment is the whole bill's, never a team's to read.

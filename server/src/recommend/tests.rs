@@ -475,3 +475,234 @@ fn usage_counts_a_window_once_per_label() {
     // One row per hour for the endpoint and one for the model.
     assert_eq!(rows.len() as i64, 2 * WEEK_HOURS);
 }
+
+/// A GPU held idle on hours a savings plan covered: releasing it frees commitment, paid for
+/// either way, not cash. Half the week committed, half on demand: half of each, and the totals
+/// keep them apart.
+#[test]
+fn held_idle_gpus_on_committed_hours_free_commitment_not_cash() {
+    let (ws, mut ps) = week(
+        1,
+        "GPU-nb",
+        "NVIDIA A100-SXM4-80GB",
+        80,
+        |_| 0.0,
+        30,
+        None,
+        Some("notebook"),
+    );
+    for p in &mut ps {
+        p.sm_util_avg = Some(0.0);
+    }
+    let card = RateCard::default_card();
+    let mut lines = hourly_bill("i-a", "5.1207");
+    for line in lines.iter_mut().take((WEEK_HOURS / 2) as usize) {
+        line.pricing_category = "committed".into();
+    }
+    let a = attribute(
+        vec![host(1, "a")],
+        &ws,
+        &ps,
+        &lines,
+        &card,
+        H,
+        H + WEEK_HOURS * HOUR_MS,
+    );
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        WEEK_HOURS * HOUR_MS,
+        Options::default(),
+    );
+    assert_eq!(r.release.len(), 1, "{r:?}");
+    let x = &r.release[0];
+    let half = (dec("5.1207") * Decimal::from(WEEK_HOURS / 2)).round_dp(2);
+    assert_eq!((x.saving, x.frees_commitment), (half, half), "{x:?}");
+    assert_eq!(x.cost, x.saving + x.frees_commitment);
+    assert_eq!(
+        (x.monthly_saving, x.monthly_frees_commitment),
+        (
+            (dec("5.1207") * Decimal::from(365)).round_dp(2),
+            (dec("5.1207") * Decimal::from(365)).round_dp(2)
+        )
+    );
+    assert_eq!(
+        r.total_in("USD"),
+        half,
+        "the cash total holds no commitment"
+    );
+    assert_eq!(r.frees_commitment_in("USD"), half);
+
+    // All of it committed: no cash at all, and the recommendation is still made.
+    for line in &mut lines {
+        line.pricing_category = "committed".into();
+    }
+    let a = attribute(
+        vec![host(1, "a")],
+        &ws,
+        &ps,
+        &lines,
+        &card,
+        H,
+        H + WEEK_HOURS * HOUR_MS,
+    );
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        WEEK_HOURS * HOUR_MS,
+        Options::default(),
+    );
+    assert_eq!(r.release.len(), 1, "{r:?}");
+    assert!(r.release[0].saving.is_zero(), "{r:?}");
+    assert_eq!(r.release[0].frees_commitment, r.release[0].cost);
+    assert!(r.total_in("USD").is_zero());
+}
+
+/// The demo's October: an endpoint serves from its A100 all week, and one day's load test ran
+/// it on a host of H100s nobody uses otherwise. Each GPU model is sized apart: the load test
+/// neither raises the endpoint's p95 nor joins its recommendation, so the endpoint goes to an
+/// L4 for what its A100 cost alone, and the H100s get the advice that fits them: the one the
+/// load test used is packed, the one that never ran a process is released, as is a host nobody
+/// ran anything on all week.
+#[test]
+fn a_load_test_on_other_gpus_is_sized_apart_and_leaves_them_to_release() {
+    let (mut ws, mut ps) = week(
+        1,
+        "GPU-chat",
+        "NVIDIA A100-SXM4-80GB",
+        80,
+        |h| 10.0 + (h % 11) as f64,
+        10,
+        Some("chat"),
+        None,
+    );
+    let (w, p) = week(
+        2,
+        "GPU-h1",
+        "NVIDIA H100 80GB HBM3",
+        80,
+        |h| if h < 24 { 90.0 } else { 0.0 },
+        10,
+        Some("chat"),
+        None,
+    );
+    ws.extend(w);
+    // The load test's day only: no process the rest of the week.
+    ps.extend(p.into_iter().filter(|p| p.start_ms < H + 24 * HOUR_MS));
+    for (host_id, gpu) in [(2, "GPU-h2"), (3, "GPU-z")] {
+        let (w, _) = week(
+            host_id,
+            gpu,
+            "NVIDIA H100 80GB HBM3",
+            80,
+            |_| 0.0,
+            0,
+            None,
+            None,
+        );
+        ws.extend(w);
+    }
+    let mut lines = hourly_bill("i-a", "5.1207");
+    lines.extend(hourly_bill("i-h", "9.80"));
+    lines.extend(hourly_bill("i-z", "4.90"));
+    let card = RateCard::default_card();
+    let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
+    let a = attribute(
+        vec![host(1, "a"), host(2, "h"), host(3, "z")],
+        &ws,
+        &ps,
+        &lines,
+        &card,
+        from,
+        to,
+    );
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        to - from,
+        Options::default(),
+    );
+
+    let chat: Vec<_> = r.right_size.iter().filter(|x| x.key == "chat").collect();
+    assert_eq!(chat.len(), 1, "{r:?}");
+    assert_eq!(
+        (
+            chat[0].current_gpu.as_str(),
+            chat[0].gpus.as_slice(),
+            chat[0].p95_util
+        ),
+        ("A100 80GB", ["GPU-chat".to_owned()].as_slice(), 25.0),
+        "the load test's H100 is neither in the endpoint's GPUs nor in its p95"
+    );
+    assert_eq!(
+        chat[0].cost,
+        (dec("5.1207") * Decimal::from(WEEK_HOURS)).round_dp(2)
+    );
+
+    let packed: Vec<&Vec<String>> = r.consolidation.iter().map(|c| &c.gpus).collect();
+    assert_eq!(packed, [&vec!["GPU-h1".to_owned()]], "{r:?}");
+    let released: std::collections::BTreeMap<&str, (&[String], &str)> = (r.release.iter())
+        .map(|x| (x.host.as_str(), (x.gpus.as_slice(), x.action.as_str())))
+        .collect();
+    assert_eq!(released.len(), 2, "{r:?}");
+    assert_eq!(released["h"].0, ["GPU-h2".to_owned()]);
+    assert_eq!(released["z"].0, ["GPU-z".to_owned()]);
+    assert!(
+        released["z"]
+            .1
+            .starts_with("release the GPU: no process ran"),
+        "{r:?}"
+    );
+    let z = r.release.iter().find(|x| x.host == "z").unwrap();
+    assert_eq!(
+        z.saving,
+        (dec("4.90") * Decimal::from(WEEK_HOURS)).round_dp(2)
+    );
+    assert!(z.owners.is_empty());
+}
+
+/// Several GPUs of a host, each a few percent busy, are one move: their work packed onto one
+/// GPU, the others released, with the savings of each GPU added up.
+#[test]
+fn barely_busy_gpus_of_a_host_are_packed_in_one_recommendation() {
+    let mut ws = Vec::new();
+    let mut ps = Vec::new();
+    for gpu in ["GPU-p1", "GPU-p2", "GPU-p3"] {
+        let (w, p) = week(
+            1,
+            gpu,
+            "NVIDIA H100 80GB HBM3",
+            80,
+            |_| 8.0,
+            10,
+            None,
+            Some("sweep"),
+        );
+        ws.extend(w);
+        ps.extend(p);
+    }
+    let lines = hourly_bill("i-a", "9.00");
+    let card = RateCard::default_card();
+    let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
+    let a = attribute(vec![host(1, "a")], &ws, &ps, &lines, &card, from, to);
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        to - from,
+        Options::default(),
+    );
+    assert_eq!(r.consolidation.len(), 1, "{r:?}");
+    let c = &r.consolidation[0];
+    assert_eq!(c.gpus, ["GPU-p1", "GPU-p2", "GPU-p3"]);
+    assert_eq!(c.avg_util, 8.0);
+    // 3 × 8% is 30% of one GPU kept 80% busy: each GPU's 90% spare.
+    assert!(
+        c.action.starts_with("pack the work of its 3 GPUs onto one"),
+        "{}",
+        c.action
+    );
+    assert!(c.action.contains("about 30% of one"), "{}", c.action);
+    let week_cost = dec("9.00") * Decimal::from(WEEK_HOURS);
+    assert_eq!(c.cost, week_cost.round_dp(2));
+    assert_eq!(c.saving, (week_cost * dec("0.9")).round_dp(2));
+}

@@ -232,15 +232,28 @@ pub async fn owner_hours(
         // Read from the hours summed per host, an owner's values from `owner_values` (never
         // by parsing its labels on each row), and summed once: a first sum per owner-hour
         // barely shrinks the rows and, past the database's work memory, spills to disk.
+        // Hours a commitment covered apart: turning an owner off then frees commitment, not
+        // cash.
         let sql = "SELECT r.hour_ms, ov.value, ot.value, r.kind, r.currency,
                     CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
-                    SUM(r.gpu_seconds)
+                    SUM(r.gpu_seconds), r.pricing_category = 'committed'
              FROM rollup_host_hours r
                   JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
                   LEFT JOIN owner_values ot ON ot.owner_id = r.owner_id AND ot.dimension = $4
              WHERE r.hour_ms >= $1 AND r.hour_ms < $2
-             GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency";
-        type Row = (i64, String, Option<String>, String, String, i64, i64, f64);
+             GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency,
+                    r.pricing_category = 'committed'";
+        type Row = (
+            i64,
+            String,
+            Option<String>,
+            String,
+            String,
+            i64,
+            i64,
+            f64,
+            bool,
+        );
         let rows: Vec<Row> = sqlx::query_as(sql)
             .bind(from_ms)
             .bind(to_ms)
@@ -251,7 +264,8 @@ pub async fn owner_hours(
         Ok(rows
             .into_iter()
             .map(
-                |(hour_ms, key, team, kind, currency, nano, atto, gpu_seconds)| {
+                |(hour_ms, key, team, kind, currency, nano, atto, gpu_seconds, committed)| {
+                    let cost = gpuledger_core::money::from_nano_atto(nano, atto);
                     let hour = gpuledger_core::scale_to_zero::OwnerHour {
                         key,
                         hour_ms,
@@ -259,7 +273,12 @@ pub async fn owner_hours(
                         // As the ledger reads it: a kind this build does not know is unwatched.
                         kind: gpuledger_core::attribution::Kind::parse(&kind)
                             .unwrap_or(gpuledger_core::attribution::Kind::Unmonitored),
-                        cost: gpuledger_core::money::from_nano_atto(nano, atto),
+                        cost,
+                        committed: if committed {
+                            cost
+                        } else {
+                            rust_decimal::Decimal::ZERO
+                        },
                         gpu_seconds,
                     };
                     (team.filter(|t| !t.is_empty()), hour)

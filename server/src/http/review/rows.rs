@@ -60,6 +60,10 @@ pub struct SavingRow {
     pub saving: String,
     /// The same rate over a month, or "—" where the saving does not recur.
     pub monthly: String,
+    /// Commitment the change frees over the look-back and a month ("" where none): paid for
+    /// either way, so not in `saving`.
+    pub frees: String,
+    pub monthly_frees: String,
 }
 
 /// One idle episode as the review lists it.
@@ -171,16 +175,25 @@ pub fn savings_view(
     let row = |what: String,
                href: String,
                change: String,
-               (currency, saving): (&str, Decimal),
-               monthly: Option<Decimal>| {
+               (currency, saving, frees): (&str, Decimal, Decimal),
+               monthly: Option<(Decimal, Decimal)>| {
+        let freed = |d: Decimal| {
+            if d.is_zero() {
+                String::new()
+            } else {
+                money(d, currency)
+            }
+        };
         (
-            (currency != main_currency, std::cmp::Reverse(saving)),
+            (currency != main_currency, std::cmp::Reverse(saving + frees)),
             SavingRow {
                 what,
                 href,
                 change,
                 saving: money(saving, currency),
-                monthly: monthly.map_or_else(|| "—".to_owned(), |m| money(m, currency)),
+                monthly: monthly.map_or_else(|| "—".to_owned(), |m| money(m.0, currency)),
+                frees: freed(frees),
+                monthly_frees: monthly.map_or_else(String::new, |m| freed(m.1)),
             },
         )
     };
@@ -202,26 +215,30 @@ pub fn savings_view(
                 x.recommended_gpu,
                 x.recommended_instance_type
             ),
-            (&x.currency, x.saving),
-            Some(x.monthly_saving),
+            (&x.currency, x.saving, x.frees_commitment),
+            Some((x.monthly_saving, x.monthly_frees_commitment)),
         ));
     }
     for c in &r.consolidation {
         rows.push(row(
-            format!("GPU on {}", c.host),
+            if c.gpus.len() == 1 {
+                format!("GPU on {}", c.host)
+            } else {
+                format!("{} GPUs on {}", c.gpus.len(), c.host)
+            },
             charts::drill_href(month, GroupBy::Host, &c.host),
             c.action.clone(),
-            (&c.currency, c.saving),
-            Some(c.monthly_saving),
+            (&c.currency, c.saving, c.frees_commitment),
+            Some((c.monthly_saving, c.monthly_frees_commitment)),
         ));
     }
     for x in &r.release {
         rows.push(row(
-            format!("GPUs held idle on {}", x.host),
+            format!("GPUs doing no work on {}", x.host),
             charts::drill_href(month, GroupBy::Host, &x.host),
             x.action.clone(),
-            (&x.currency, x.saving),
-            Some(x.monthly_saving),
+            (&x.currency, x.saving, x.frees_commitment),
+            Some((x.monthly_saving, x.monthly_frees_commitment)),
         ));
     }
     for s in &r.spot {
@@ -229,7 +246,7 @@ pub fn savings_view(
             format!("experiment {}", s.experiment),
             charts::drill_href(month, by_role(schema, Role::Experiment), &s.experiment),
             "on-demand → spot".into(),
-            (&s.currency, s.saving),
+            (&s.currency, s.saving, Decimal::ZERO),
             None,
         ));
     }
@@ -410,7 +427,9 @@ pub fn commitments_view(
 /// The month's scale-to-zero windows as the review lists them, in the page's currency.
 pub struct ScaleToZeroView {
     pub rows: Vec<ScaleToZeroRow>,
+    /// In cash; and the commitment freed besides ("" where none).
     pub total: String,
+    pub frees: String,
     pub api: String,
 }
 
@@ -422,6 +441,8 @@ pub struct ScaleToZeroRow {
     /// "108 h × 4 GPUs = 432 GPU-hours at $0.85".
     pub evidence: String,
     pub saving: String,
+    /// Commitment freed by turning it off in hours a commitment covered ("" where none).
+    pub frees: String,
 }
 
 pub fn scale_to_zero_view(
@@ -434,6 +455,14 @@ pub fn scale_to_zero_view(
         .filter(|f| f.candidate.currency == currency)
         .collect();
     let total: Decimal = shown.iter().map(|f| f.candidate.saving).sum();
+    let frees: Decimal = shown.iter().map(|f| f.candidate.frees_commitment).sum();
+    let freed = |d: Decimal| {
+        if d.is_zero() {
+            String::new()
+        } else {
+            money(d, currency)
+        }
+    };
     ScaleToZeroView {
         rows: shown
             .iter()
@@ -463,10 +492,12 @@ pub fn scale_to_zero_view(
                             .map_or_else(|| "—".to_owned(), |r| money(r, currency)),
                     ),
                     saving: money(c.saving, currency),
+                    frees: freed(c.frees_commitment),
                 }
             })
             .collect(),
         total: money(total, currency),
+        frees: freed(frees),
         api: format!("/api/v1/scale-to-zero?month={month}"),
     }
 }
@@ -647,7 +678,9 @@ mod tests {
                 action: "release the GPU".into(),
                 cost: Decimal::new(330_348, 2),
                 saving: Decimal::new(330_348, 2),
+                frees_commitment: Decimal::ZERO,
                 monthly_saving: Decimal::new(1_435_487, 2),
+                monthly_frees_commitment: Decimal::ZERO,
             }],
             spot: vec![SpotCandidate {
                 currency: "USD".into(),
