@@ -76,8 +76,10 @@ pub async fn within_scope(
         .iter()
         .filter_map(|r| Some((r.uuid.as_deref()?, r.cluster.as_str())))
         .collect();
-    let processes = processes
-        .into_iter()
+    let with_processes: std::collections::HashSet<&str> =
+        processes.iter().map(|p| p.gpu_uuid.as_str()).collect();
+    let processes: Vec<FleetProcess> = processes
+        .iter()
         .filter(|p| {
             let Some(cluster) = cluster_of.get(p.gpu_uuid.as_str()) else {
                 return false;
@@ -86,6 +88,30 @@ pub async fn within_scope(
                 serde_json::from_str(&p.labels_json).unwrap_or_default();
             scope.admits(&schema.owner_of(&labels, cluster), schema)
         })
+        .cloned()
+        .collect();
+    // Of those hosts, the GPUs that are the teams' now: running one of their processes, or
+    // running none on a cluster that is theirs. A GPU idle with no process on a cluster no
+    // team owns is the whole fleet's idle, as the ledger has it (`idle_history::in_scope`),
+    // even where one of the teams used it last week.
+    let ours: std::collections::HashSet<&str> =
+        processes.iter().map(|p| p.gpu_uuid.as_str()).collect();
+    let no_labels = std::collections::BTreeMap::new();
+    let is_ours = |r: &FleetRow| match r.uuid.as_deref() {
+        None => true,
+        Some(g) if with_processes.contains(g) => ours.contains(g),
+        Some(_) => scope.admits(&schema.owner_of(&no_labels, &r.cluster), schema),
+    };
+    // A MIG instance of theirs keeps its physical GPU on the page.
+    let parents: std::collections::HashSet<String> = rows
+        .iter()
+        .filter(|r| is_ours(r))
+        .filter_map(|r| r.parent_uuid.clone())
+        .collect();
+    let rows: Vec<FleetRow> = rows
+        .iter()
+        .filter(|r| is_ours(r) || r.uuid.as_ref().is_some_and(|g| parents.contains(g)))
+        .cloned()
         .collect();
     Ok((rows, processes))
 }

@@ -37,6 +37,25 @@ pub struct IdleEpisode {
     pub estimated: bool,
 }
 
+/// Whether an idle run is the scope's teams', by the one rule every page follows for idle
+/// money (the review's figures, its idle history, `/incidents`, the fleet): its cost is a
+/// team's when the ledger gave it that team (the processes holding the GPUs, or for idle with
+/// no process the cluster's or the bill's team). Idle time that names no team is the whole
+/// fleet's, never a team's, even on a host one team used the day before.
+pub fn in_scope(
+    episode: &IdleEpisode,
+    scope: &gpuledger_core::scope::Scope,
+    schema: &crate::config::OwnerSchema,
+) -> bool {
+    if scope.is_all() {
+        return true;
+    }
+    let teams = schema
+        .role(gpuledger_core::owners::Role::Team)
+        .and_then(|team| episode.owners.get(team));
+    teams.is_some_and(|t| !t.is_empty() && t.iter().all(|t| scope.admits_team(t)))
+}
+
 /// What a page shows of a range's idle episodes, per currency: how many, their dollars and the
 /// costliest. A closed month's review keeps this rather than every episode (a month of 10,000
 /// GPUs has some 30,000).

@@ -370,11 +370,13 @@ pub fn within_scope(
         .unwrap_or_default();
     // The ledger lags the live findings by up to an hour: the processes an incident names
     // must be the scope's teams' too.
+    // An incident that names no team (idle GPUs with no process, on a cluster no team owns) is
+    // the whole fleet's, as its idle dollars are in the ledger (`idle_history::in_scope`).
     let only_ours = |r: &store::IncidentRow| {
         let devices: Vec<IdleDevice> = serde_json::from_str(&r.devices_json).unwrap_or_default();
-        teams(&r.owners_json, owners, &r.cluster)
-            .iter()
-            .all(|t| scope.admits_team(t))
+        let named = teams(&r.owners_json, owners, &r.cluster);
+        !named.is_empty()
+            && named.iter().all(|t| scope.admits_team(t))
             && devices.iter().flat_map(|d| &d.processes).all(|p| {
                 let named = teams_of(&p.owners, owners, &r.cluster);
                 !named.is_empty() && named.iter().all(|t| scope.admits_team(t))

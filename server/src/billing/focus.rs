@@ -284,6 +284,24 @@ pub fn tags_object(line: u64, text: &str) -> Result<JsonObject, FocusError> {
             .map_err(|_| field_err(line, "Tags", format!("not valid JSON: {e}")))?,
         Err(e) => return Err(field_err(line, "Tags", format!("not valid JSON: {e}"))),
     };
+    let tags = tags_of_value(line, value)?;
+    // A tag is an owner label (`team` from the bill): one written `\u0000` in the JSON would
+    // reach the ledger's owner values, which PostgreSQL's text cannot hold.
+    let nul = |t: &str| t.contains('\0');
+    if let Some((key, _)) = tags
+        .iter()
+        .find(|(k, v)| nul(k) || v.as_str().is_some_and(nul))
+    {
+        return Err(field_err(
+            line,
+            "Tags",
+            format!("the tag {key:?} holds a NUL character"),
+        ));
+    }
+    Ok(tags)
+}
+
+fn tags_of_value(line: u64, value: serde_json::Value) -> Result<JsonObject, FocusError> {
     match value {
         serde_json::Value::Object(m) => Ok(m),
         serde_json::Value::Array(items) => {

@@ -271,30 +271,33 @@ async fn incidents_disagree_with_idle_history(
 /// (for whoever may read it) the reconciliation with the bill are one ledger: the headline is
 /// the allocation's total in its currency, and each currency's allocation totals are the
 /// reconciliation's attributed and estimated parts by kind, and its unattributed part, to the
-/// micro-unit. The differences, in words.
+/// micro-unit; the headline's idle and held-idle figures are the idle history's runs of the
+/// month, for a team's viewer too. The differences, in words.
 async fn review_allocation_and_bill_disagree(
     app: &Router,
     viewer: &Viewer,
     at: i64,
-    month: &str,
+    (month, next): (&str, &str),
 ) -> Vec<String> {
     let mut out = Vec::new();
     let page = Box::pin(view(app, viewer, &format!("/review/{month}"), at, false)).await;
-    let (href, shown) = {
+    // The headline: spend (linking to the allocation), change, idle, held idle, …
+    let figures: Vec<(String, String)> = {
         let doc = scraper::Html::parse_document(&page.body);
         let Ok(sel) = scraper::Selector::parse("section.headline a.big") else {
             return vec!["bad selector".into()];
         };
-        let Some(a) = doc.select(&sel).next() else {
-            return vec![format!("/review/{month} has no headline")];
-        };
-        (
-            a.value()
-                .attr("href")
-                .unwrap_or_default()
-                .replace("&amp;", "&"),
-            a.text().collect::<String>(),
-        )
+        doc.select(&sel)
+            .map(|a| {
+                (
+                    (a.value().attr("href").unwrap_or_default()).replace("&amp;", "&"),
+                    a.text().collect::<String>(),
+                )
+            })
+            .collect()
+    };
+    let Some((href, shown)) = figures.first().cloned() else {
+        return vec![format!("/review/{month} has no headline")];
     };
     let allocation = Box::pin(view(app, viewer, &href, at, false)).await;
     let Ok(json) = serde_json::from_str::<serde_json::Value>(&allocation.body) else {
@@ -303,18 +306,49 @@ async fn review_allocation_and_bill_disagree(
     let decimal =
         |v: &serde_json::Value| gpuledger_core::money::from_text(v.as_str().unwrap_or("0"));
     let totals: Vec<&serde_json::Value> = json["totals"].as_array().into_iter().flatten().collect();
-    let matching = totals.iter().any(|t| {
+    let matching = totals.iter().find(|t| {
         crate::format::money(
             decimal(&t["cost"]),
             t["currency"].as_str().unwrap_or_default(),
         ) == shown
     });
     let spent = totals.iter().any(|t| !decimal(&t["cost"]).is_zero());
-    if !matching && (spent || shown != crate::format::money(rust_decimal::Decimal::ZERO, "USD")) {
+    if matching.is_none()
+        && (spent || shown != crate::format::money(rust_decimal::Decimal::ZERO, "USD"))
+    {
         out.push(format!(
             "/review/{month} shows {shown} of GPU spend, {href} totals {}",
             json["totals"]
         ));
+    }
+    // Its idle and held-idle figures are the idle history's runs of the month, to the cent,
+    // for this viewer: one rule says whose idle money is whose on every page.
+    if let (Some(t), Some((_, idle)), Some((_, held))) = (matching, figures.get(2), figures.get(3))
+    {
+        let currency = t["currency"].as_str().unwrap_or_default();
+        let history = Box::pin(view(
+            app,
+            viewer,
+            &format!("/api/v1/idle/history?from={month}&to={next}"),
+            at,
+            false,
+        ))
+        .await;
+        let runs: serde_json::Value = serde_json::from_str(&history.body).unwrap_or_default();
+        let sum = |kind: &str| -> rust_decimal::Decimal {
+            (runs["episodes"].as_array().into_iter().flatten())
+                .filter(|e| e["kind"] == kind && e["currency"] == currency)
+                .map(|e| decimal(&e["cost"]))
+                .sum()
+        };
+        for (what, shown, kind) in [("idle", idle, "idle"), ("held idle", held, "held_idle")] {
+            let history = crate::format::money(sum(kind), currency);
+            if *shown != history {
+                out.push(format!(
+                    "/review/{month} shows {shown} {what}, its idle history {history}"
+                ));
+            }
+        }
     }
     let reconciliation = Box::pin(view(
         app,
@@ -834,8 +868,9 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
                 if let Some(d) = incidents_disagree_with_idle_history(&app, who, at).await {
                     failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
                 }
-                for month in &labels[..3] {
-                    for d in review_allocation_and_bill_disagree(&app, who, at, month).await {
+                for m in labels.windows(2) {
+                    let months = (m[0].as_str(), m[1].as_str());
+                    for d in review_allocation_and_bill_disagree(&app, who, at, months).await {
                         failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
                     }
                 }

@@ -20,10 +20,9 @@ use crate::format::ago;
 use crate::incidents;
 use crate::now_ms;
 use crate::slack;
-use crate::store::{IncidentRow, RollupGrain, SlackMessageRow};
+use crate::store::{IncidentRow, SlackMessageRow};
 use crate::waste::IncidentKind;
 use gpuledger_core::money::from_text;
-use gpuledger_core::scope::host_key;
 use gpuledger_core::time::rfc3339;
 
 use gpuledger_core::time::DAY_MS;
@@ -146,24 +145,19 @@ struct IncidentsPage {
     wasted_30d_href: String,
 }
 
-/// The idle episodes of `[from, to)` from the ledger, those of hosts wholly the reader's teams'
-/// over the range for a scoped reader: what `/api/v1/idle/history` answers and what
-/// `/incidents` adds up.
+/// The idle episodes of `[from, to)` from the ledger, those whose idle the ledger gave the
+/// reader's teams for a scoped reader ([`crate::idle_history::in_scope`]): what
+/// `/api/v1/idle/history` answers and what `/incidents` adds up.
 async fn scoped_episodes(
     state: &AppState,
     user: &super::session::SignedIn,
     (from, to): (i64, i64),
 ) -> Result<Vec<crate::idle_history::IdleEpisode>, crate::store::StoreError> {
     let episodes = crate::idle_history::load(user.reads.store(), from, to).await?;
-    if user.scope.is_all() {
-        return Ok(episodes);
-    }
     let schema = &state.config.owners;
-    let ledger = crate::ledger::load(user.reads.store(), from, to, RollupGrain::HostRange).await?;
-    let held = user.scope.held_hosts(&ledger, schema).unwrap_or_default();
     Ok(episodes
         .into_iter()
-        .filter(|e| held.contains(&host_key(&e.cluster, &e.hostname)))
+        .filter(|e| crate::idle_history::in_scope(e, &user.scope, schema))
         .collect())
 }
 
@@ -504,8 +498,9 @@ struct IdleHistory {
     summary = "Idle history",
     description = "Runs of idle and held-idle hours per host from the ledger, for any range \
         it holds (this month when neither bound is given); their dollars add up to the \
-        range's idle and held-idle dollars. A team-scoped reader gets the hosts wholly its \
-        teams' only.",
+        range's idle and held-idle dollars. A team-scoped reader gets the runs the ledger \
+        gave its teams (their processes held the GPUs, or the cluster is theirs): idle time \
+        that names no team is the whole fleet's.",
     params(IncidentsQuery),
     responses(
         (status = 200, description = "The idle history.", content(

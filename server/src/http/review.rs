@@ -611,17 +611,12 @@ async fn review(
     let grid = crate::carbon::grid(&all, &state.config.carbon);
     // What is wholly the scope's, judged on the whole ledger; then the ledger it sees.
     let anomalies = crate::anomalies::within_scope(anomalies, (scope, schema));
-    let held_hosts = scope.held_hosts(&all, schema);
     let held_runs =
         GroupBy::role(schema, Role::Experiment).and_then(|by| scope.held_keys(&all, by, schema));
     let idle_summary = match idle_episodes {
         review_sections::IdleWaste::Summary(summary) => summary,
         review_sections::IdleWaste::Episodes(episodes) => crate::idle_history::Summary::of(
-            episodes.into_iter().filter(|e| {
-                held_hosts.as_ref().is_none_or(|h| {
-                    h.contains(&gpuledger_core::scope::host_key(&e.cluster, &e.hostname))
-                })
-            }),
+            (episodes.into_iter()).filter(|e| crate::idle_history::in_scope(e, scope, schema)),
             TOP_ROWS,
         ),
     };

@@ -412,3 +412,91 @@ async fn scoped_tokens_are_made_listed_and_refused_when_malformed() {
         );
     }
 }
+
+/// One rule for idle money on every page: idle time is a team's when the ledger gave it that
+/// team. A host alpha ran a job on two hours ago, idle since with no process on a cluster no
+/// team owns, is the whole fleet's idle: alpha's viewer sees it on no page (the fleet, the
+/// incidents, the idle history, the review), as alpha's review counts none of its idle
+/// dollars; the admin sees it everywhere.
+#[tokio::test]
+async fn idle_that_names_no_team_is_on_no_teams_page() {
+    use gpuledger_proto::{GpuWindow, ProcessWindow, Window};
+    for (api, _db) in apis().await {
+        let b = api.backend;
+        let now = now_ms();
+        let window = |start: i64, busy: bool| Window {
+            start_ms: start,
+            end_ms: start + 15 * 60_000,
+            samples: 15,
+            serving: Vec::new(),
+            gpus: vec![GpuWindow {
+                uuid: "GPU-scratch".into(),
+                name: "NVIDIA L4".into(),
+                memory_total_bytes: Some(24_000_000_000),
+                memory_used_max_bytes: Some(if busy { 8_000_000_000 } else { 0 }),
+                util_avg: Some(if busy { 90.0 } else { 0.0 }),
+                util_max: Some(if busy { 95.0 } else { 0.0 }),
+                processes: if busy {
+                    vec![ProcessWindow {
+                        pid: 7,
+                        name: Some("load-test".into()),
+                        memory_used_max_bytes: Some(8_000_000_000),
+                        sm_util_avg: Some(90.0),
+                        labels: [("team".to_owned(), "alpha".to_owned())].into(),
+                        ..Default::default()
+                    }]
+                } else {
+                    Vec::new()
+                },
+                ..Default::default()
+            }],
+        };
+        let mut r = super::tests::report("scratch-1");
+        r.host.hostname = "scratch-node".into();
+        let start = gpuledger_core::time::hour_floor(now) - 2 * HOUR_MS;
+        r.windows = (0..4)
+            .map(|i| window(start + i * 15 * 60_000, true))
+            .collect();
+        r.windows
+            .extend((4..8).map(|i| window(start + i * 15 * 60_000, false)));
+        let (status, body) = api
+            .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
+            .await;
+        assert!(
+            status.is_success(),
+            "{b}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        crate::test_support::roll_up(api.store.as_ref()).await;
+        let (admin, _) = api.session("admin").await;
+        let alpha = scoped_session(&api, "alice", r#"["alpha"]"#).await;
+        let history = "/api/v1/idle/history";
+        let (_, all) = api.get_as(history, Some(&admin)).await;
+        assert!(
+            all.contains("scratch-node"),
+            "{b}: the admin sees the idle run: {all}"
+        );
+        let (_, fleet) = api.get_as("/", Some(&admin)).await;
+        assert!(fleet.contains("scratch-node"), "{b}");
+
+        let (_, theirs) = api.get_as(history, Some(&alpha)).await;
+        let runs: serde_json::Value = serde_json::from_str(&theirs).unwrap();
+        assert_eq!(runs["episodes"], serde_json::json!([]), "{b}: {theirs}");
+        for page in ["/", "/incidents"] {
+            let (status, body) = api.get_as(page, Some(&alpha)).await;
+            assert_eq!(status, StatusCode::OK, "{b}: {page}");
+            assert!(
+                !body.contains("scratch-node"),
+                "{b}: {page} shows the fleet's idle host"
+            );
+        }
+        // Alpha's review: its load test's dollars, and no idle.
+        let month = gpuledger_core::time::month_label(now);
+        let (_, review) = api.get_as(&format!("/review/{month}"), Some(&alpha)).await;
+        let doc = scraper::Html::parse_document(&review);
+        let sel = scraper::Selector::parse("section.headline a.big").unwrap();
+        let figures: Vec<String> = doc.select(&sel).map(|a| a.text().collect()).collect();
+        assert_ne!(figures[0], "$0.00", "{b}: alpha's work is its own");
+        assert_eq!(figures[2], "$0.00", "{b}: the idle after it is not alpha's");
+    }
+}

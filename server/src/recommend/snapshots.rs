@@ -3,8 +3,9 @@
 //!
 //! A range still under way (this month's last days, the API's look-back) is recomputed by a
 //! periodic job under a lease and served for at most [`MAX_AGE_MS`]; a range that had ended when
-//! it was computed is kept until the roll-up rewrites one of its days (late data, a new bill),
-//! which deletes it in the same transaction.
+//! it was computed is served while the rollups of its days are the generation it was drawn from
+//! (as kept sections are): a roll-up that rewrites one of its days (late data, a new bill)
+//! retires it, even one that committed while a view was computing it.
 
 use super::{recommend, Options, Recommendations};
 use crate::billing::ratecard::RateCard;
@@ -78,9 +79,10 @@ pub async fn get(
         )
         .await?
     };
-    if let Some((computed_ms, body)) = stored {
-        if computed_ms >= range.to_ms || now_ms - computed_ms < MAX_AGE_MS {
-            match serde_json::from_str(&body) {
+    if let Some(kept) = stored {
+        let ended = kept.computed_ms >= range.to_ms;
+        if (ended && kept.current) || (!ended && now_ms - kept.computed_ms < MAX_AGE_MS) {
+            match serde_json::from_str(&kept.body) {
                 Ok(r) => return Ok(r),
                 // Written by another version: compute again and overwrite.
                 Err(e) => tracing::warn!(error = %e, "stored recommendations unreadable"),
@@ -112,6 +114,9 @@ pub async fn compute_and_store(
     range: Range,
     now_ms: i64,
 ) -> Result<Recommendations, StoreError> {
+    // Read before the evidence: a roll-up that commits while it is read moves it on.
+    let generation =
+        store::sections::rollup_generation(store.db(), (range.from_ms, range.to_ms)).await?;
     let evidence =
         crate::recommend::recommendation_evidence(store, range.from_ms, range.to_ms, owners)
             .await?;
@@ -119,10 +124,8 @@ pub async fn compute_and_store(
     if let Some(body) = crate::sections::copy_of("recommendations", &r) {
         store::recommendations::put_recommendation_snapshot(
             store.primary(),
-            range.from_ms,
-            range.to_ms,
-            range.observed_ms,
-            now_ms,
+            (range.from_ms, range.to_ms, range.observed_ms),
+            (generation, now_ms),
             &body,
         )
         .await?

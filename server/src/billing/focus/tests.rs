@@ -206,6 +206,19 @@ fn tags_in_the_forms_providers_write() {
     assert!(tags_object(2, "team=ml").is_err());
     assert!(tags_object(2, "[1, 2]").is_err());
     assert!(tags_object(2, "\"just text\"").is_err());
+    // A NUL written as JSON's escape would reach the ledger's owner values, which PostgreSQL
+    // cannot store: refused with its line, whether in a value or in a key.
+    for text in [
+        r#"{"team": "ml\u0000x"}"#,
+        r#"{"te\u0000am": "ml"}"#,
+        r#"[{"key": "team", "value": "\u0000"}]"#,
+    ] {
+        let e = tags_object(7, text).unwrap_err().to_string();
+        assert!(
+            e.contains("line 7") && e.contains("Tags") && e.contains("NUL"),
+            "{text}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -60,7 +60,12 @@ fn packing_cost(r: &Recommendations) -> Decimal {
 
 /// Marks a stored body so a test can tell it was served from the table.
 async fn tamper(store: &dyn Store, range: Range, computed_ms: i64) {
-    let (_, body) = store::recommendations::recommendation_snapshot(
+    tamper_at(store, range, computed_ms, None).await;
+}
+
+/// [`tamper`], drawn from the rollups of `generation` (the current one by default).
+async fn tamper_at(store: &dyn Store, range: Range, computed_ms: i64, generation: Option<i64>) {
+    let kept = store::recommendations::recommendation_snapshot(
         store.db(),
         range.from_ms,
         range.to_ms,
@@ -69,14 +74,15 @@ async fn tamper(store: &dyn Store, range: Range, computed_ms: i64) {
     .await
     .unwrap()
     .unwrap();
-    let mut v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&kept.body).unwrap();
     v["lookback_days"] = serde_json::json!(99.0);
+    let current = store::sections::rollup_generation(store.db(), (range.from_ms, range.to_ms))
+        .await
+        .unwrap();
     store::recommendations::put_recommendation_snapshot(
         store.db(),
-        range.from_ms,
-        range.to_ms,
-        range.observed_ms,
-        computed_ms,
+        (range.from_ms, range.to_ms, range.observed_ms),
+        (generation.unwrap_or(current), computed_ms),
         &v.to_string(),
     )
     .await
@@ -199,6 +205,58 @@ async fn stored_recommendations_are_served_until_their_rollups_change_or_they_ag
         .await
         .unwrap()
         .is_some());
+
+        // A view that raced a roll-up: it read the rollups before the roll-up committed (and
+        // deleted the stored ones) and writes after. What it drew is kept but never served.
+        let before = store::sections::rollup_generation(s.db(), (ended.from_ms, ended.to_ms))
+            .await
+            .unwrap();
+        roll_up_hour(s, 30).await;
+        let stale = serde_json::to_string(&Recommendations {
+            lookback_days: 99.0,
+            ..Default::default()
+        })
+        .unwrap();
+        let write = |generation: i64| {
+            store::recommendations::put_recommendation_snapshot(
+                s.db(),
+                (ended.from_ms, ended.to_ms, ended.observed_ms),
+                (generation, later),
+                &stale,
+            )
+        };
+        write(before).await.unwrap();
+        let after = get(
+            s,
+            &card,
+            &OwnerSchema::default(),
+            ended,
+            later + 32 * DAY_MS,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            after.lookback_days, 1.0,
+            "{b}: the raced copy is not served"
+        );
+        // $30 a day.
+        assert_eq!(packing_cost(&after), "912.50".parse().unwrap(), "{b}");
+        // Nor does a copy of older rollups replace the one computed since.
+        write(before).await.unwrap();
+        let kept = store::recommendations::recommendation_snapshot(
+            s.db(),
+            ended.from_ms,
+            ended.to_ms,
+            ended.observed_ms,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(
+            kept.current && !kept.body.contains("99.0"),
+            "{b}: {}",
+            kept.body
+        );
     }
 }
 
