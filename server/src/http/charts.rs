@@ -177,7 +177,14 @@ pub fn table(
         })
         .collect();
     if let Some((n, r)) = rest {
-        let key = format!("{} more", crate::format::thousands(n as i64));
+        // The count is of this currency's keys; where the month is billed in others too, the
+        // CSV also lists theirs, so the row says which it counts.
+        let several = a.parts.iter().any(|p| p.currency != currency);
+        let key = if several {
+            format!("{} more in {currency}", crate::format::thousands(n as i64))
+        } else {
+            format!("{} more", crate::format::thousands(n as i64))
+        };
         bars.push(bar(r, key, csv.clone(), true));
     }
     Table {
@@ -460,5 +467,61 @@ pub fn heatmap(
         width: HEAT_LABEL_WIDTH + day_count as f64 * HEAT_CELL,
         total_gpus,
         csv: csv_href(month, next_month, GroupBy::Gpu, "day", filters),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::Part;
+
+    fn part(team: &str, cost: i64, currency: &str) -> Part {
+        Part {
+            hour_ms: 1_777_593_600_000,
+            host_id: 1,
+            gpu_uuid: Some("GPU-1".into()),
+            owner: [("team", team)].into_iter().collect(),
+            kind: Kind::Used,
+            pricing_category: "on_demand".into(),
+            currency: currency.into(),
+            cost: Decimal::from(cost),
+            estimated: false,
+            gpu_seconds: 3600.0,
+            util_gpu_seconds: 0.0,
+            util_known_seconds: 0.0,
+            energy_j: 0.0,
+            energy_known_seconds: 0.0,
+        }
+    }
+
+    /// The summed row counts the table's currency's keys; where the month is billed in other
+    /// currencies too (the CSV lists theirs as well), it says which currency it counts.
+    #[test]
+    fn the_rest_row_says_which_currency_it_counts() {
+        let parts: Vec<Part> = (0..TABLE_ROWS as i64 + 2)
+            .map(|i| part(&format!("team-{i:02}"), 100 + i, "USD"))
+            .collect();
+        let rest_key = |parts: Vec<Part>| {
+            let a = Attribution {
+                parts,
+                unattributed: Default::default(),
+                unattributed_hours: Default::default(),
+                hosts: Default::default(),
+            };
+            let grid = crate::carbon::grid(&a, &Default::default());
+            let t = table(
+                (&a, &grid),
+                GroupBy::TEAM,
+                ("2026-10", "2026-11"),
+                &[],
+                Decimal::from(1),
+                "USD",
+            );
+            t.rows.last().map(|r| r.key.clone()).unwrap_or_default()
+        };
+        assert_eq!(rest_key(parts.clone()), "2 more");
+        let mut both = parts;
+        both.extend((0..5).map(|i| part(&format!("eu-{i}"), 10, "EUR")));
+        assert_eq!(rest_key(both), "2 more in USD");
     }
 }
