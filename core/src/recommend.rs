@@ -250,8 +250,8 @@ pub struct SpotCandidate {
 }
 
 /// GPUs of a host that did no work over the look-back: held idle (memory allocated at ~0% SM,
-/// by a forgotten notebook or a stuck job), or idle with no process at all (a cluster nobody
-/// runs anything on): stop the processes or release the GPUs. Moving them to cheaper or spot
+/// by a forgotten notebook or a stuck job), or idle with no process at all on a host where
+/// nothing worked (a cluster nobody runs anything on): stop the processes or release the GPUs. Moving them to cheaper or spot
 /// capacity would only make the waste cheaper.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -506,6 +506,7 @@ fn recommend_in_one_currency(
         /// GPU time doing work.
         held_cost: Decimal,
         idle_cost: Decimal,
+        committed_held_cost: Decimal,
         committed_unused_cost: Decimal,
         used_seconds: f64,
         held_owners: BTreeMap<String, BTreeSet<String>>,
@@ -536,6 +537,7 @@ fn recommend_in_one_currency(
                 Kind::HeldIdle => {
                     e.held_cost += part.cost;
                     if committed {
+                        e.committed_held_cost += part.cost;
                         e.committed_unused_cost += part.cost;
                     }
                     // Who to ask to release it: every owner value but the endpoint's.
@@ -666,13 +668,30 @@ fn recommend_in_one_currency(
         owners: BTreeMap<String, BTreeSet<String>>,
     }
     let mut release_by_host: BTreeMap<i64, Held> = BTreeMap::new();
+    // Hosts on which some GPU (or MIG instance) worked: their idle GPUs are not released one
+    // by one (a cloud instance goes whole, and a MIG GPU's free slices sit beside working
+    // ones); packing and right-sizing speak for them. A GPU a process holds idle is released
+    // anywhere, by stopping the process.
+    let worked: BTreeSet<i64> = (gpus.values())
+        .filter(|u| u.used_seconds > 0.0)
+        .map(|u| u.host_id)
+        .collect();
     for (g, u) in &gpus {
-        let unused = u.held_cost + u.idle_cost;
+        let idle_cost = if worked.contains(&u.host_id) {
+            Decimal::ZERO
+        } else {
+            u.idle_cost
+        };
+        let unused = u.held_cost + idle_cost;
         if u.used_seconds == 0.0 && unused > Decimal::ZERO {
             let e = release_by_host.entry(u.host_id).or_default();
             e.gpus.push((*g).to_owned());
             e.cost += unused;
-            e.committed += u.committed_unused_cost;
+            e.committed += if idle_cost.is_zero() {
+                u.committed_held_cost
+            } else {
+                u.committed_unused_cost
+            };
             e.held |= u.held_cost > Decimal::ZERO;
             for (k, v) in &u.held_owners {
                 e.owners
@@ -733,19 +752,30 @@ fn recommend_in_one_currency(
     // Whole GPUs busy less than the threshold, with work on them: candidates to pack together
     // (a GPU that only sat held idle is to release, not to pack). One recommendation per host:
     // eight GPUs of a host each a few percent busy are one move, not eight.
+    // GPUs of such a host that ran nothing at all go with them: packing its work onto fewer
+    // GPUs releases those first.
     let mut packable: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
+    let mut spare: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
     for (g, u) in gpus {
-        if !(u.in_use
-            && u.used_seconds > 0.0
-            && u.util_known_seconds > 0.0
-            && !evidence.mig_instances.contains(g))
-        {
+        if evidence.mig_instances.contains(g) {
+            continue;
+        }
+        if !u.in_use && u.used_seconds == 0.0 && u.idle_cost > Decimal::ZERO {
+            if worked.contains(&u.host_id) {
+                spare.entry(u.host_id).or_default().push((g, 0.0, u));
+            }
+            continue;
+        }
+        if !(u.in_use && u.used_seconds > 0.0 && u.util_known_seconds > 0.0) {
             continue;
         }
         let avg = u.util_gpu_seconds / u.util_known_seconds;
         if avg < options.consolidation_below {
             packable.entry(u.host_id).or_default().push((g, avg, u));
         }
+    }
+    for (host_id, on_host) in packable.iter_mut() {
+        on_host.extend(spare.remove(host_id).unwrap_or_default());
     }
     let consolidation: Vec<Consolidation> = packable
         .into_iter()
@@ -764,7 +794,7 @@ fn recommend_in_one_currency(
                 known += u.util_known_seconds;
                 needed += need;
             }
-            let avg = util / known;
+            let avg = if known > 0.0 { util / known } else { 0.0 };
             let action = match on_host.len() {
                 1 => format!(
                     "move its work onto a GPU with room: it needs about {:.0}% of one kept \

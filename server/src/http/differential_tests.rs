@@ -9,8 +9,9 @@
 //! MIG slices, a host no bill covers).
 //!
 //! Cross-page identities are checked at the same moments: the review's headline is the
-//! allocation API's total and the reconciliation's parts; `/incidents`' idle dollars are the
-//! idle history's.
+//! allocation API's total and the reconciliation's parts, its idle figures the idle history's;
+//! `/incidents`' idle dollars are the idle history's; every "a month" figure of the
+//! recommendations is a month's worth of what it scales.
 //!
 //! Pages are found as a person finds them: from the month's reviews and the other pages,
 //! following every link a page holds, so a figure that opens a page is checked there too.
@@ -421,6 +422,62 @@ async fn review_allocation_and_bill_disagree(
                     "{month} {currency}: the allocation's {field} is {allocated}, the \
                      reconciliation's {reconciled}"
                 ));
+            }
+        }
+    }
+    out
+}
+
+/// A cross-page identity: every figure the recommendations API calls a month's is a month's
+/// worth of the figure it scales, 730 hours at the rate of the days it was drawn from (to the
+/// cent each is rounded to), for the month's review range and the default look-back. The
+/// differences, in words.
+async fn monthly_figures_are_not_a_months_worth(
+    app: &Router,
+    viewer: &Viewer,
+    at: i64,
+    month: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in [
+        format!("/api/v1/recommendations?month={month}"),
+        "/api/v1/recommendations".to_owned(),
+    ] {
+        let answer = Box::pin(view(app, viewer, &path, at, false)).await;
+        if answer.status != StatusCode::OK {
+            continue;
+        }
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(&answer.body) else {
+            out.push(format!("{path} is not JSON"));
+            continue;
+        };
+        let days = r["lookback_days"].as_f64().unwrap_or_default();
+        if days <= 0.0 {
+            continue;
+        }
+        let scale =
+            rust_decimal::Decimal::from_f64_retain(730.0 / (days * 24.0)).unwrap_or_default();
+        let decimal =
+            |v: &serde_json::Value| gpuledger_core::money::from_text(v.as_str().unwrap_or("0"));
+        // Each figure is rounded to the cent from its unrounded amount: a half cent of the
+        // look-back's figure, scaled, and half a cent of the month's.
+        let slack = rust_decimal::Decimal::new(5, 3) * (scale + rust_decimal::Decimal::ONE);
+        for kind in ["right_size", "consolidation", "release"] {
+            for (i, item) in r[kind].as_array().into_iter().flatten().enumerate() {
+                for field in ["cost", "saving", "frees_commitment"] {
+                    let monthly = &item[format!("monthly_{field}")];
+                    if monthly.is_null() {
+                        continue;
+                    }
+                    let (of, month_of) = (decimal(&item[field]), decimal(monthly));
+                    if (of * scale - month_of).abs() > slack {
+                        out.push(format!(
+                            "{path}: {kind}[{i}].monthly_{field} is {month_of}, a month of \
+                             {field} {of} over {days} days is {}",
+                            (of * scale).round_dp(2)
+                        ));
+                    }
+                }
             }
         }
     }
@@ -867,6 +924,11 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
             for who in [&admin, &team] {
                 if let Some(d) = incidents_disagree_with_idle_history(&app, who, at).await {
                     failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                }
+                for month in &labels[..3] {
+                    for d in monthly_figures_are_not_a_months_worth(&app, who, at, month).await {
+                        failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
+                    }
                 }
                 for m in labels.windows(2) {
                     let months = (m[0].as_str(), m[1].as_str());

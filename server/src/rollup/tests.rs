@@ -166,6 +166,13 @@ const PACK_ONLY: Options = Options {
     ..WIDE_OPEN
 };
 
+/// No GPU is busy under 0%: only right-sizing is left (a host's packing, opened wide, saves
+/// more than moving its GPUs to a smaller model, and would win them).
+const SIZE_ONLY: Options = Options {
+    consolidation_below: 0.0,
+    ..WIDE_OPEN
+};
+
 type Key = (i64, i64, Option<String>, Owner, Kind, String, String, bool);
 
 /// Parts summed per (period, host, GPU, owner, kind, price, currency, estimated): cost exactly,
@@ -773,7 +780,8 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
     // and partial days (thresholds opened wide so every list has entries to compare).
     for ((from, to), options) in [
         ((START - HOUR_MS, END + HOUR_MS), WIDE_OPEN),
-        ((START + HOUR_MS, END - 2 * HOUR_MS), WIDE_OPEN),
+        ((START - HOUR_MS, END + HOUR_MS), SIZE_ONLY),
+        ((START + HOUR_MS, END - 2 * HOUR_MS), SIZE_ONLY),
         ((START - HOUR_MS, END + HOUR_MS), PACK_ONLY),
     ] {
         let a = raw_attribution(store, card, from, to).await;
@@ -784,10 +792,10 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
             .await
             .unwrap();
         let raw = recommend(&evidence_from_raw(&a, &ws, &ps), card, to - from, options);
-        let listed = if options.headroom > 1.0 {
-            raw.consolidation.len()
-        } else {
+        let listed = if options.consolidation_below <= 0.0 {
             raw.right_size.len()
+        } else {
+            raw.consolidation.len()
         };
         assert!(listed > 0, "{what}: {raw:?}");
         let evidence = crate::recommend::recommendation_evidence(

@@ -14,16 +14,12 @@ pub async fn recommendation_snapshot(
 ) -> Result<Option<super::sections::StoredSection>, StoreError> {
     let mut conn = on.into().read().await?;
     let row: Option<(i64, String, i64)> = on_backend!(conn, |ex| {
-        sqlx::query_as(
-            "SELECT computed_ms, body,
-                    CAST(CASE WHEN generation = (SELECT CAST(COALESCE(SUM(generation), 0)
-                                                          AS BIGINT)
-                                                 FROM rollup_day_generations
-                                                 WHERE day_ms >= $4 AND day_ms < $2)
-                              THEN 1 ELSE 0 END AS BIGINT)
-             FROM recommendation_snapshots
-             WHERE from_ms = $1 AND to_ms = $2 AND observed_ms = $3",
-        )
+        sqlx::query_as(concat!(
+            "SELECT computed_ms, body, ",
+            super::sections::generation_current_sql!("$4", "$2"),
+            " FROM recommendation_snapshots
+             WHERE from_ms = $1 AND to_ms = $2 AND observed_ms = $3"
+        ))
         .bind(from_ms)
         .bind(to_ms)
         .bind(observed_ms)

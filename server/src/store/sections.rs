@@ -25,6 +25,25 @@ pub async fn rollup_generation(
     })
 }
 
+/// 1 when a row's `generation` is the sum of the roll-up generations of the days from the
+/// parameter `$from_day` (a day's start) up to `$to`, else 0, as SQL: whether what the row
+/// keeps was drawn from those days' rollups as they are now.
+macro_rules! generation_current_sql {
+    ($from_day:literal, $to:literal) => {
+        concat!(
+            "CAST(CASE WHEN generation = (SELECT CAST(COALESCE(SUM(generation), 0) AS BIGINT)
+                                          FROM rollup_day_generations
+                                          WHERE day_ms >= ",
+            $from_day,
+            " AND day_ms < ",
+            $to,
+            ")
+                  THEN 1 ELSE 0 END AS BIGINT)"
+        )
+    };
+}
+pub(crate) use generation_current_sql;
+
 /// A section as stored: its body, when it was computed, and whether it was drawn from the
 /// rollups of the days it overlaps as they are now ([`rollup_generation`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -42,16 +61,12 @@ pub async fn stored_section(
 ) -> Result<Option<StoredSection>, StoreError> {
     let mut conn = on.into().read().await?;
     let row: Option<(String, i64, i64)> = on_backend!(conn, |ex| {
-        sqlx::query_as(
-            "SELECT body, computed_ms,
-                    CAST(CASE WHEN generation = (SELECT CAST(COALESCE(SUM(generation), 0)
-                                                          AS BIGINT)
-                                                 FROM rollup_day_generations
-                                                 WHERE day_ms >= $5 AND day_ms < $4)
-                              THEN 1 ELSE 0 END AS BIGINT)
-             FROM kept_sections
-             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4",
-        )
+        sqlx::query_as(concat!(
+            "SELECT body, computed_ms, ",
+            generation_current_sql!("$5", "$4"),
+            " FROM kept_sections
+             WHERE section = $1 AND key = $2 AND from_ms = $3 AND to_ms = $4"
+        ))
         .bind(section)
         .bind(key)
         .bind(from_ms)
