@@ -392,10 +392,9 @@ fn training_on_on_demand_could_run_on_spot_for_the_hours_it_ran() {
     assert!(r.spot.is_empty(), "{:?}", r.spot);
 }
 
-/// A notebook holding a GPU idle all week is told to stop or release it (saving all it
-/// cost), not to pack it elsewhere nor to move it to spot.
-#[test]
-fn a_gpu_held_idle_all_along_is_to_release() {
+/// A week of a notebook holding one A100 of host `a` idle (labelled team research), billed
+/// by `lines`: its recommendations.
+fn held_notebook_week(lines: &[StoredCostLine]) -> Recommendations {
     let (ws, mut ps) = week(
         1,
         "GPU-nb",
@@ -411,22 +410,28 @@ fn a_gpu_held_idle_all_along_is_to_release() {
         set_label(p, "team", "research");
     }
     let card = RateCard::default_card();
-    let lines = hourly_bill("i-a", "5.1207");
     let a = attribute(
         vec![host(1, "a")],
         &ws,
         &ps,
-        &lines,
+        lines,
         &card,
         H,
         H + WEEK_HOURS * HOUR_MS,
     );
-    let r = recommend(
+    recommend(
         &evidence_from_raw(&a, &ws, &ps),
         &card,
         WEEK_HOURS * HOUR_MS,
         Options::default(),
-    );
+    )
+}
+
+/// A notebook holding a GPU idle all week is told to stop or release it (saving all it
+/// cost), not to pack it elsewhere nor to move it to spot.
+#[test]
+fn a_gpu_held_idle_all_along_is_to_release() {
+    let r = held_notebook_week(&hourly_bill("i-a", "5.1207"));
     assert_eq!(r.release.len(), 1, "{r:?}");
     let x = &r.release[0];
     assert_eq!(
@@ -481,39 +486,11 @@ fn usage_counts_a_window_once_per_label() {
 /// keep them apart.
 #[test]
 fn held_idle_gpus_on_committed_hours_free_commitment_not_cash() {
-    let (ws, mut ps) = week(
-        1,
-        "GPU-nb",
-        "NVIDIA A100-SXM4-80GB",
-        80,
-        |_| 0.0,
-        30,
-        None,
-        Some("notebook"),
-    );
-    for p in &mut ps {
-        p.sm_util_avg = Some(0.0);
-    }
-    let card = RateCard::default_card();
     let mut lines = hourly_bill("i-a", "5.1207");
     for line in lines.iter_mut().take((WEEK_HOURS / 2) as usize) {
         line.pricing_category = "committed".into();
     }
-    let a = attribute(
-        vec![host(1, "a")],
-        &ws,
-        &ps,
-        &lines,
-        &card,
-        H,
-        H + WEEK_HOURS * HOUR_MS,
-    );
-    let r = recommend(
-        &evidence_from_raw(&a, &ws, &ps),
-        &card,
-        WEEK_HOURS * HOUR_MS,
-        Options::default(),
-    );
+    let r = held_notebook_week(&lines);
     assert_eq!(r.release.len(), 1, "{r:?}");
     let x = &r.release[0];
     let half = (dec("5.1207") * Decimal::from(WEEK_HOURS / 2)).round_dp(2);
@@ -537,21 +514,7 @@ fn held_idle_gpus_on_committed_hours_free_commitment_not_cash() {
     for line in &mut lines {
         line.pricing_category = "committed".into();
     }
-    let a = attribute(
-        vec![host(1, "a")],
-        &ws,
-        &ps,
-        &lines,
-        &card,
-        H,
-        H + WEEK_HOURS * HOUR_MS,
-    );
-    let r = recommend(
-        &evidence_from_raw(&a, &ws, &ps),
-        &card,
-        WEEK_HOURS * HOUR_MS,
-        Options::default(),
-    );
+    let r = held_notebook_week(&lines);
     assert_eq!(r.release.len(), 1, "{r:?}");
     assert!(r.release[0].saving.is_zero(), "{r:?}");
     assert_eq!(r.release[0].frees_commitment, r.release[0].cost);
