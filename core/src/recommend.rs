@@ -251,8 +251,8 @@ pub struct SpotCandidate {
 
 /// GPUs of a host that did no work over the look-back: held idle (memory allocated at ~0% SM,
 /// by a forgotten notebook or a stuck job), or idle with no process at all on a host where
-/// nothing worked (a cluster nobody runs anything on): stop the processes or release the GPUs. Moving them to cheaper or spot
-/// capacity would only make the waste cheaper.
+/// nothing worked (a cluster nobody runs anything on): stop the processes or release the GPUs.
+/// Moving them to cheaper or spot capacity would only make the waste cheaper.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Release {
@@ -302,6 +302,19 @@ pub struct CurrencyAmount {
     #[serde(with = "rust_decimal::serde::str")]
     pub amount: Decimal,
 }
+
+/// Cash and freed commitment together: a change's whole effect on its GPUs, what decides
+/// which of two recommendations on the same GPU is kept and how each list is ordered.
+macro_rules! whole_saving {
+    ($($t:ty),*) => {$(
+        impl $t {
+            pub fn whole_saving(&self) -> Decimal {
+                self.saving + self.frees_commitment
+            }
+        }
+    )*};
+}
+whole_saving!(RightSize, Consolidation, Release);
 
 impl Recommendations {
     /// The savings in `currency` added up; zero where none is in it.
@@ -507,7 +520,7 @@ fn recommend_in_one_currency(
         held_cost: Decimal,
         idle_cost: Decimal,
         committed_held_cost: Decimal,
-        committed_unused_cost: Decimal,
+        committed_idle_cost: Decimal,
         used_seconds: f64,
         held_owners: BTreeMap<String, BTreeSet<String>>,
     }
@@ -531,14 +544,13 @@ fn recommend_in_one_currency(
                 Kind::Idle => {
                     e.idle_cost += part.cost;
                     if committed {
-                        e.committed_unused_cost += part.cost;
+                        e.committed_idle_cost += part.cost;
                     }
                 }
                 Kind::HeldIdle => {
                     e.held_cost += part.cost;
                     if committed {
                         e.committed_held_cost += part.cost;
-                        e.committed_unused_cost += part.cost;
                     }
                     // Who to ask to release it: every owner value but the endpoint's.
                     for (k, v) in part
@@ -677,21 +689,17 @@ fn recommend_in_one_currency(
         .map(|u| u.host_id)
         .collect();
     for (g, u) in &gpus {
-        let idle_cost = if worked.contains(&u.host_id) {
-            Decimal::ZERO
+        let (idle, committed_idle) = if worked.contains(&u.host_id) {
+            (Decimal::ZERO, Decimal::ZERO)
         } else {
-            u.idle_cost
+            (u.idle_cost, u.committed_idle_cost)
         };
-        let unused = u.held_cost + idle_cost;
+        let unused = u.held_cost + idle;
         if u.used_seconds == 0.0 && unused > Decimal::ZERO {
             let e = release_by_host.entry(u.host_id).or_default();
             e.gpus.push((*g).to_owned());
             e.cost += unused;
-            e.committed += if idle_cost.is_zero() {
-                u.committed_held_cost
-            } else {
-                u.committed_unused_cost
-            };
+            e.committed += u.committed_held_cost + committed_idle;
             e.held |= u.held_cost > Decimal::ZERO;
             for (k, v) in &u.held_owners {
                 e.owners
@@ -876,22 +884,16 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
     for (i, x) in r.right_size.iter().enumerate() {
         // An endpoint before the model it serves: the endpoint is what one resizes.
         let rank = if x.by == "endpoint" { 0 } else { 1 };
-        candidates.push((
-            x.saving + x.frees_commitment,
-            rank,
-            x.key.clone(),
-            i,
-            &x.gpus,
-        ));
+        candidates.push((x.whole_saving(), rank, x.key.clone(), i, &x.gpus));
     }
     for (i, x) in r.consolidation.iter().enumerate() {
-        candidates.push((x.saving + x.frees_commitment, 2, x.host.clone(), i, &x.gpus));
+        candidates.push((x.whole_saving(), 2, x.host.clone(), i, &x.gpus));
     }
     for (i, x) in r.spot.iter().enumerate() {
         candidates.push((x.saving, 3, x.experiment.clone(), i, &x.gpus));
     }
     for (i, x) in r.release.iter().enumerate() {
-        candidates.push((x.saving + x.frees_commitment, 4, x.host.clone(), i, &x.gpus));
+        candidates.push((x.whole_saving(), 4, x.host.clone(), i, &x.gpus));
     }
     candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut taken: BTreeSet<&str> = BTreeSet::new();
@@ -928,19 +930,12 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
         .filter(|(i, _)| kept(4, *i))
         .map(|(_, x)| x)
         .collect();
-    let gross = |saving: Decimal, frees: Decimal| std::cmp::Reverse(saving + frees);
-    r.release.sort_by(|a, b| {
-        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
-            .then(a.host.cmp(&b.host))
-    });
-    r.right_size.sort_by(|a, b| {
-        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
-            .then(a.key.cmp(&b.key))
-    });
-    r.consolidation.sort_by(|a, b| {
-        (gross(a.saving, a.frees_commitment).cmp(&gross(b.saving, b.frees_commitment)))
-            .then(a.gpus.cmp(&b.gpus))
-    });
+    r.release
+        .sort_by(|a, b| (b.whole_saving().cmp(&a.whole_saving())).then(a.host.cmp(&b.host)));
+    r.right_size
+        .sort_by(|a, b| (b.whole_saving().cmp(&a.whole_saving())).then(a.key.cmp(&b.key)));
+    r.consolidation
+        .sort_by(|a, b| (b.whole_saving().cmp(&a.whole_saving())).then(a.gpus.cmp(&b.gpus)));
     r.spot.sort_by(|a, b| {
         b.saving
             .cmp(&a.saving)

@@ -103,14 +103,14 @@ pub async fn within_scope(
         Some(_) => scope.admits(&schema.owner_of(&no_labels, &r.cluster), schema),
     };
     // A MIG instance of theirs keeps its physical GPU on the page.
-    let parents: std::collections::HashSet<String> = rows
+    let parents: std::collections::HashSet<&str> = rows
         .iter()
         .filter(|r| is_ours(r))
-        .filter_map(|r| r.parent_uuid.clone())
+        .filter_map(|r| r.parent_uuid.as_deref())
         .collect();
     let rows: Vec<FleetRow> = rows
         .iter()
-        .filter(|r| is_ours(r) || r.uuid.as_ref().is_some_and(|g| parents.contains(g)))
+        .filter(|r| is_ours(r) || r.uuid.as_deref().is_some_and(|g| parents.contains(g)))
         .cloned()
         .collect();
     Ok((rows, processes))

@@ -120,11 +120,13 @@ async fn owners_of_token(
     let mut distinct: Vec<&str> = names.iter().map(|n| n.0).collect();
     distinct.sort_unstable();
     distinct.dedup();
-    let day = gpuledger_core::time::DAY_MS;
     let owners = store::usage::NamedOwners {
         role: role.as_str(),
         dimension: schema.role(role),
-        days: (from.div_euclid(day) * day - day, to),
+        days: (
+            gpuledger_core::time::day_floor(from) - gpuledger_core::time::DAY_MS,
+            to,
+        ),
     };
     store::usage::owners_of_token(store.db(), token.id, owners, &distinct).await
 }

@@ -896,17 +896,16 @@ async fn admins_manage_tokens_on_the_tokens_page() {
 
 /// Posts a usage body with an agent token.
 async fn post_usage(api: &Api, token: &str, body: serde_json::Value) -> (StatusCode, Vec<u8>) {
-    let req = Request::post("/api/v1/usage")
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {token}"))
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let resp = api.app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, bytes.to_vec())
+    let (status, _, answer) = call(
+        api,
+        "POST",
+        "/api/v1/usage",
+        None,
+        Some(token),
+        &body.to_string(),
+    )
+    .await;
+    (status, answer.into_bytes())
 }
 
 /// Request counts and runs' progress are held to the owners of the token's hosts: another

@@ -406,50 +406,40 @@ impl CsrfForm for BindForm {
 
 /// `POST /tokens/bind` (admins): lets a token post counts or progress for an endpoint or
 /// experiment its hosts do not run.
-async fn bind(
-    State(state): State<AppState>,
-    AdminForm { user, form }: AdminForm<BindForm>,
-) -> Response {
-    let token = form.token.trim();
-    let bound = match agent_tokens::BoundRole::parse(&form.role) {
-        Ok(role) => {
-            agent_tokens::bind_owner(state.store.as_ref(), token, (role, &form.value), now_ms())
-                .await
-        }
-        Err(e) => Err(e),
-    };
-    match bound {
-        Ok(()) => {
-            let done = format!(
-                "Token {token:?} may post for {} {:?} wherever it runs.",
-                form.role.trim(),
-                form.value.trim()
-            );
-            page(&state, &user, StatusCode::OK, None, None, Some(done)).await
-        }
-        Err(e) => answer_error(&state, &user, e).await,
-    }
+async fn bind(state: State<AppState>, form: AdminForm<BindForm>) -> Response {
+    change_binding(state, form, true).await
 }
 
 /// `POST /tokens/unbind` (admins): takes a binding back.
-async fn unbind(
+async fn unbind(state: State<AppState>, form: AdminForm<BindForm>) -> Response {
+    change_binding(state, form, false).await
+}
+
+async fn change_binding(
     State(state): State<AppState>,
     AdminForm { user, form }: AdminForm<BindForm>,
+    bind: bool,
 ) -> Response {
     let token = form.token.trim();
-    let unbound = match agent_tokens::BoundRole::parse(&form.role) {
-        Ok(role) => {
-            agent_tokens::unbind_owner(state.store.as_ref(), token, (role, &form.value)).await
+    let changed = async {
+        let owner = (
+            agent_tokens::BoundRole::parse(&form.role)?,
+            form.value.as_str(),
+        );
+        if bind {
+            agent_tokens::bind_owner(state.store.as_ref(), token, owner, now_ms()).await
+        } else {
+            agent_tokens::unbind_owner(state.store.as_ref(), token, owner).await
         }
-        Err(e) => Err(e),
     };
-    match unbound {
+    match changed.await {
         Ok(()) => {
-            let done = format!(
-                "Token {token:?} posts for {} {:?} only while its hosts run it.",
-                form.role.trim(),
-                form.value.trim()
-            );
+            let (role, value) = (form.role.trim(), form.value.trim());
+            let done = if bind {
+                format!("Token {token:?} may post for {role} {value:?} wherever it runs.")
+            } else {
+                format!("Token {token:?} posts for {role} {value:?} only while its hosts run it.")
+            };
             page(&state, &user, StatusCode::OK, None, None, Some(done)).await
         }
         Err(e) => answer_error(&state, &user, e).await,

@@ -232,17 +232,20 @@ pub async fn owner_hours(
         // Read from the hours summed per host, an owner's values from `owner_values` (never
         // by parsing its labels on each row), and summed once: a first sum per owner-hour
         // barely shrinks the rows and, past the database's work memory, spills to disk.
-        // Hours a commitment covered apart: turning an owner off then frees commitment, not
-        // cash.
+        // Of it, what hours a commitment covered cost: turning an owner off then frees
+        // commitment, not cash.
         let sql = "SELECT r.hour_ms, ov.value, ot.value, r.kind, r.currency,
                     CAST(SUM(r.cost_nano) AS BIGINT), CAST(SUM(r.cost_atto) AS BIGINT),
-                    SUM(r.gpu_seconds), r.pricing_category = 'committed'
+                    SUM(r.gpu_seconds),
+                    CAST(SUM(CASE WHEN r.pricing_category = 'committed' THEN r.cost_nano
+                                  ELSE 0 END) AS BIGINT),
+                    CAST(SUM(CASE WHEN r.pricing_category = 'committed' THEN r.cost_atto
+                                  ELSE 0 END) AS BIGINT)
              FROM rollup_host_hours r
                   JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
                   LEFT JOIN owner_values ot ON ot.owner_id = r.owner_id AND ot.dimension = $4
              WHERE r.hour_ms >= $1 AND r.hour_ms < $2
-             GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency,
-                    r.pricing_category = 'committed'";
+             GROUP BY r.hour_ms, ov.value, ot.value, r.kind, r.currency";
         type Row = (
             i64,
             String,
@@ -252,7 +255,8 @@ pub async fn owner_hours(
             i64,
             i64,
             f64,
-            bool,
+            i64,
+            i64,
         );
         let rows: Vec<Row> = sqlx::query_as(sql)
             .bind(from_ms)
@@ -264,8 +268,7 @@ pub async fn owner_hours(
         Ok(rows
             .into_iter()
             .map(
-                |(hour_ms, key, team, kind, currency, nano, atto, gpu_seconds, committed)| {
-                    let cost = gpuledger_core::money::from_nano_atto(nano, atto);
+                |(hour_ms, key, team, kind, currency, nano, atto, gpu_seconds, c_nano, c_atto)| {
                     let hour = gpuledger_core::scale_to_zero::OwnerHour {
                         key,
                         hour_ms,
@@ -273,12 +276,8 @@ pub async fn owner_hours(
                         // As the ledger reads it: a kind this build does not know is unwatched.
                         kind: gpuledger_core::attribution::Kind::parse(&kind)
                             .unwrap_or(gpuledger_core::attribution::Kind::Unmonitored),
-                        cost,
-                        committed: if committed {
-                            cost
-                        } else {
-                            rust_decimal::Decimal::ZERO
-                        },
+                        cost: gpuledger_core::money::from_nano_atto(nano, atto),
+                        committed: gpuledger_core::money::from_nano_atto(c_nano, c_atto),
                         gpu_seconds,
                     };
                     (team.filter(|t| !t.is_empty()), hour)

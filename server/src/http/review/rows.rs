@@ -177,13 +177,7 @@ pub fn savings_view(
                change: String,
                (currency, saving, frees): (&str, Decimal, Decimal),
                monthly: Option<(Decimal, Decimal)>| {
-        let freed = |d: Decimal| {
-            if d.is_zero() {
-                String::new()
-            } else {
-                money(d, currency)
-            }
-        };
+        let freed = |d: Decimal| freed_text(d, currency);
         (
             (currency != main_currency, std::cmp::Reverse(saving + frees)),
             SavingRow {
@@ -424,6 +418,15 @@ pub fn commitments_view(
     }
 }
 
+/// Commitment a change frees, as money; "" where it frees none (the pages then say nothing).
+fn freed_text(amount: Decimal, currency: &str) -> String {
+    if amount.is_zero() {
+        String::new()
+    } else {
+        money(amount, currency)
+    }
+}
+
 /// The month's scale-to-zero windows as the review lists them, in the page's currency.
 pub struct ScaleToZeroView {
     pub rows: Vec<ScaleToZeroRow>,
@@ -456,13 +459,7 @@ pub fn scale_to_zero_view(
         .collect();
     let total: Decimal = shown.iter().map(|f| f.candidate.saving).sum();
     let frees: Decimal = shown.iter().map(|f| f.candidate.frees_commitment).sum();
-    let freed = |d: Decimal| {
-        if d.is_zero() {
-            String::new()
-        } else {
-            money(d, currency)
-        }
-    };
+    let freed = |d: Decimal| freed_text(d, currency);
     ScaleToZeroView {
         rows: shown
             .iter()

@@ -239,3 +239,31 @@ async fn an_owner_of_many_long_values_is_stored_once() {
         );
     }
 }
+
+/// An owner's hour reads what hours a commitment covered apart (scale-to-zero counts it as
+/// freed commitment, not cash), to the atto-dollar, in one row per owner and hour.
+#[tokio::test]
+async fn owner_hours_keep_what_commitments_covered_apart() {
+    for db in test_support::both().await {
+        let b = db.backend;
+        let store = db.open().await;
+        let s = store.as_ref();
+        let team = [("team", "search")].into_iter().collect::<Owner>().key();
+        let mut covered = used_row(&team, 3_000_000_000);
+        covered.pricing_category = "committed".into();
+        covered.cost_atto = 5;
+        let mut on_demand = used_row(&team, 1_000_000_000);
+        on_demand.gpu_uuid = "GPU-2".into();
+        rewrite_hour(s, &[covered, on_demand]).await.unwrap();
+        let rows = crate::store::ledger::owner_hours(s.db(), HOUR, HOUR + HOUR_MS, "team", "team")
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{b}: {rows:?}");
+        let d = |s: &str| gpuledger_core::money::from_text(s);
+        assert_eq!(
+            (rows[0].1.cost, rows[0].1.committed),
+            (d("4.000000000000000005"), d("3.000000000000000005")),
+            "{b}"
+        );
+    }
+}
