@@ -195,6 +195,19 @@ impl OwnerSchema {
                 ),
                 None => None,
             };
+            // A cluster's value becomes an owner as it is written: stored, shown, matched by
+            // scopes. A control character (a NUL PostgreSQL refuses in text) is refused here.
+            if let Some((cluster, _)) = spec
+                .clusters
+                .iter()
+                .find(|(c, v)| c.chars().chain(v.chars()).any(char::is_control))
+            {
+                return Err(format!(
+                    "owners.{name}.clusters.{}: a cluster and its owner are text without \
+                     control characters",
+                    cluster.escape_debug()
+                ));
+            }
             let existing = schema.dimensions.iter_mut().find(|d| &d.name == name);
             match existing {
                 Some(d) => {
@@ -533,6 +546,12 @@ cost_center = { from = ["label:cost_center", "tag:CostCenter"], clusters = { lab
         assert!(e.contains("label:KEY"), "{e}");
         let e = config("[owners]\na = { role = \"team\" }\nb = { role = \"team\" }").unwrap_err();
         assert!(e.contains("a and b"), "{e}");
+        // A NUL (PostgreSQL refuses it in text) or another control character in a cluster's
+        // owner, or in the cluster's name, never becomes an owner.
+        let e = config("[owners]\nteam = { clusters = { lab = \"lab\\u0000team\" } }").unwrap_err();
+        assert!(e.contains("owners.team.clusters.lab"), "{e}");
+        let e = config("[owners]\nteam = { clusters = { \"l\\tab\" = \"lab\" } }").unwrap_err();
+        assert!(e.contains("owners.team.clusters.l\\tab"), "{e}");
     }
 
     #[test]

@@ -27,7 +27,9 @@ const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
 /// When a new finding's idle run really began. The evaluation reads a short look-back, so a
 /// cluster idle all month would otherwise start "26 minutes ago": the finding's hosts are read
 /// further back (2, 4, 8… days, up to [`RUN_HISTORY_MS`]) while the run still reaches back to
-/// the start of what was read.
+/// the start of what was read. A run that reaches the oldest raw window (the look-back's end,
+/// or the retention's edge where windows were deleted sooner) is read on in the ledger: neither
+/// edge is ever shown as when it began.
 async fn idle_run_start(
     store: &dyn Store,
     hosts: &[HostRow],
@@ -41,10 +43,15 @@ async fn idle_run_start(
         .filter(|h| f.host_ids.contains(&h.id))
         .cloned()
         .collect();
-    let (mut since, mut from, mut span) = (f.since_ms, read_from, 2 * 24 * HOUR_MS);
+    // Raw windows before `edge` were deleted by the retention job.
+    let edge = store::telemetry::raw_deleted_before(store.db())
+        .await?
+        .unwrap_or(i64::MIN);
+    let exhausted = |from: i64| now_ms - from >= RUN_HISTORY_MS || from <= edge;
+    let (mut since, mut from, mut span) = (f.since_ms, read_from.max(edge), 2 * 24 * HOUR_MS);
     // The run began inside what was read: nothing earlier to look for.
-    while since <= from + waste::MAX_GAP_MS && now_ms - from < RUN_HISTORY_MS {
-        from = now_ms - span;
+    while since <= from + waste::MAX_GAP_MS && !exhausted(from) {
+        from = (now_ms - span).max(edge);
         let (windows, processes) = store::rollups::attribution_inputs_of_hosts(
             store.db(),
             from - crate::validate::MAX_WINDOW_MS,
@@ -64,7 +71,7 @@ async fn idle_run_start(
         span = (span * 2).min(RUN_HISTORY_MS);
     }
     // Still idle at the edge of the raw windows kept: the ledger says how long before.
-    if since <= from + waste::MAX_GAP_MS && now_ms - from >= RUN_HISTORY_MS {
+    if since <= from + waste::MAX_GAP_MS && exhausted(from) {
         since = ledger_run_start(store, f, since).await?;
     }
     Ok(since)

@@ -86,7 +86,9 @@ where
             let span = crate::sections::Span {
                 from_ms: a,
                 to_ms: b_part,
-                grows: keep.grows || b >= keep.closed_before_ms,
+                // A range reaching into the day under way grows; one ending where it begins
+                // (a month read on the day after it ended) is whole.
+                grows: keep.grows || b > keep.closed_before_ms,
             };
             crate::sections::kept(store, (section, key), span, keep.now_ms, read(a, b_part)).await?
         } else {
@@ -601,4 +603,55 @@ pub async fn experiment_hours(
         r.hours += d.hours;
     }
     Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support;
+    use gpuledger_core::time::{DAY_MS, HOUR_MS};
+
+    /// 2026-10-01 00:00 UTC.
+    const OCTOBER: i64 = 1_790_812_800_000;
+    const NOVEMBER: i64 = OCTOBER + 31 * DAY_MS;
+
+    /// October read in the first hour of November is kept as a whole month, not as a range
+    /// under way: the next day's month-so-far from the same start (October 1 to now) does not
+    /// replace it, and it is served as kept.
+    #[tokio::test]
+    async fn a_month_kept_on_the_day_after_it_ended_is_whole() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            let read = |answer: u32| {
+                move |_: i64, _: i64| async move { Ok::<_, StoreError>(vec![answer]) }
+            };
+            let key = ("test-range", "all");
+            let on_the_first = Keep::past_days(NOVEMBER + HOUR_MS);
+            let october = kept_or_live(s, on_the_first, key, (OCTOBER, NOVEMBER), read(1)).await;
+            assert_eq!(october.unwrap(), [1], "{b}");
+            // A day on: October 1 to now, its kept part growing to November 2.
+            let a_day_on = NOVEMBER + DAY_MS + HOUR_MS;
+            let so_far = kept_or_live(
+                s,
+                Keep::past_days(a_day_on),
+                key,
+                (OCTOBER, a_day_on),
+                read(2),
+            )
+            .await;
+            assert_eq!(so_far.unwrap(), [2, 2], "{b}: kept part and today");
+            let stored = store::sections::stored_section(s.db(), key, (OCTOBER, NOVEMBER)).await;
+            assert!(stored.unwrap().is_some(), "{b}: October replaced");
+            let again = kept_or_live(
+                s,
+                Keep::past_days(a_day_on),
+                key,
+                (OCTOBER, NOVEMBER),
+                read(3),
+            )
+            .await;
+            assert_eq!(again.unwrap(), [1], "{b}: October served as kept");
+        }
+    }
 }

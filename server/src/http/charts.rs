@@ -137,7 +137,7 @@ pub fn table(
     (month, next_month): (&str, &str),
     filters: &[(GroupBy, String)],
     total: Decimal,
-    currency: &str,
+    (currency, others): (&str, &[(String, Decimal)]),
 ) -> Table {
     let Costliest { rows, rest } = costliest(a, by, currency, grid, TABLE_ROWS);
     let csv = csv_href(month, next_month, by, "month", filters);
@@ -177,10 +177,10 @@ pub fn table(
         })
         .collect();
     if let Some((n, r)) = rest {
-        // The count is of this currency's keys; where the month is billed in others too, the
-        // CSV also lists theirs, so the row says which it counts.
-        let several = a.parts.iter().any(|p| p.currency != currency);
-        let key = if several {
+        // The count is of this currency's keys; where the month is billed in others too (`a` holds
+        // the shown currency's parts alone, so the caller names the others), the CSV also lists
+        // theirs, so the row says which it counts.
+        let key = if !others.is_empty() {
             format!("{} more in {currency}", crate::format::thousands(n as i64))
         } else {
             format!("{} more", crate::format::thousands(n as i64))
@@ -501,21 +501,23 @@ mod tests {
         let parts: Vec<Part> = (0..TABLE_ROWS as i64 + 2)
             .map(|i| part(&format!("team-{i:02}"), 100 + i, "USD"))
             .collect();
+        // As the review and the drill-downs call it: the page's currency taken apart first.
         let rest_key = |parts: Vec<Part>| {
-            let a = Attribution {
+            let all = Attribution {
                 parts,
                 unattributed: Default::default(),
                 unattributed_hours: Default::default(),
                 hosts: Default::default(),
             };
-            let grid = crate::carbon::grid(&a, &Default::default());
+            let shown = gpuledger_core::allocation::in_main_currency(&all);
+            let grid = crate::carbon::grid(&shown.attribution, &Default::default());
             let t = table(
-                (&a, &grid),
+                (&shown.attribution, &grid),
                 GroupBy::TEAM,
                 ("2026-10", "2026-11"),
                 &[],
                 Decimal::from(1),
-                "USD",
+                (&shown.currency, &shown.others),
             );
             t.rows.last().map(|r| r.key.clone()).unwrap_or_default()
         };

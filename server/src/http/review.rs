@@ -750,7 +750,16 @@ async fn review(
         .into_iter()
         .chain(owner_tables)
         .chain([GroupBy::PricingCategory, GroupBy::Cluster])
-        .map(|by| charts::table((&a, &grid), by, (&month, &next), none, total, &cur))
+        .map(|by| {
+            charts::table(
+                (&a, &grid),
+                by,
+                (&month, &next),
+                none,
+                total,
+                (&cur, &others),
+            )
+        })
         .collect();
     let (days, chart_width, ticks) = charts::days(&per_day, from, to, none, &cur);
     let heat = Attribution {
@@ -1020,7 +1029,16 @@ async fn drill_down(
     ));
     let tables = related(by, schema)
         .into_iter()
-        .map(|other| charts::table((&a, &grid), other, (&month, &next), &filters, cost, &cur))
+        .map(|other| {
+            charts::table(
+                (&a, &grid),
+                other,
+                (&month, &next),
+                &filters,
+                cost,
+                (&cur, &others),
+            )
+        })
         .collect();
     let (days, chart_width, ticks) = charts::days(&a, from, to, &filters, &cur);
     let labels = heatmap_labels(user.reads.store(), &a.parts).await;

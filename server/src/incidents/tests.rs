@@ -215,6 +215,50 @@ async fn an_intended_incident_gets_no_reminders() {
     }
 }
 
+/// Retention shorter than the look-back: a cluster idle since before the oldest raw window
+/// kept starts where the ledger's run began, not at the retention's edge.
+#[tokio::test]
+async fn an_idle_run_older_than_the_raw_windows_kept_starts_where_the_ledger_says() {
+    for db in test_support::both().await {
+        let store = db.open().await;
+        let b = db.backend;
+        agent_token(store.as_ref()).await;
+        let (cfg, card) = (Config::default(), RateCard::default_card());
+        let day = gpuledger_core::time::day_floor(T);
+        let began = day - 6 * 60 * MIN;
+        windows(
+            store.as_ref(),
+            "old-c",
+            "old-1",
+            began,
+            T + 15 * MIN,
+            0.0,
+            None,
+        )
+        .await;
+        test_support::roll_up(store.as_ref()).await;
+        // Windows before today's start deleted, as a retention of hours would.
+        crate::rollup::enforce_retention(store.as_ref(), T, T - day, T)
+            .await
+            .unwrap();
+        assert_eq!(
+            store::telemetry::raw_deleted_before(store.db())
+                .await
+                .unwrap(),
+            Some(day),
+            "{b}"
+        );
+        evaluate(store.as_ref(), &card, &cfg, T + 15 * MIN)
+            .await
+            .unwrap();
+        let i = store::alerts::open_incidents(store.db())
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(i.started_ms, began, "{b}: the ledger's start, not the edge");
+    }
+}
+
 /// A cluster idle for 45 minutes alerts once, reminds at the cadence, resolves once; a busy
 /// cluster never alerts; the dollars are the rate card's p4d price for the idle GPUs.
 #[tokio::test]
