@@ -869,7 +869,7 @@ async fn review(
         commitments: commitments
             .map(|c| rows::commitments_view(&c, &cur, &month))
             .unwrap_or_default(),
-        scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month),
+        scale_to_zero: rows::scale_to_zero_view(&quiet, &cur, &month, (from, to, now)),
         shape: rows::shape_view(&shape, &month),
         purchase_mix: rows::purchase_view(&purchase_mix),
         purchase_assumes: crate::purchase::ASSUMES,

@@ -434,6 +434,9 @@ pub struct ScaleToZeroView {
     pub total: String,
     pub frees: String,
     pub api: String,
+    /// Where the month so far is shorter than a window's evidence needs and none was found:
+    /// how many days it has, and the month before's review, which lists its windows.
+    pub too_soon: Option<(String, String)>,
 }
 
 pub struct ScaleToZeroRow {
@@ -452,7 +455,23 @@ pub fn scale_to_zero_view(
     found: &[crate::scale_to_zero::OwnerWindows],
     currency: &str,
     month: &str,
+    (from, to, now): (i64, i64, i64),
 ) -> ScaleToZeroView {
+    let seen_ms = to.min(now) - from;
+    let weeks_needed = crate::scale_to_zero::MIN_WEEKS as i64 * 7 * gpuledger_core::time::DAY_MS;
+    let too_soon = (found.is_empty() && seen_ms < weeks_needed).then(|| {
+        let days =
+            (seen_ms.max(0) + gpuledger_core::time::DAY_MS - 1) / gpuledger_core::time::DAY_MS;
+        let before =
+            gpuledger_core::time::month_label(gpuledger_core::time::month_start_ms(from - 1));
+        (
+            match days {
+                1 => "1 day".to_owned(),
+                n => format!("{n} days"),
+            },
+            format!("/review/{before}#scale-to-zero"),
+        )
+    });
     let shown: Vec<&crate::scale_to_zero::OwnerWindows> = found
         .iter()
         .filter(|f| f.candidate.currency == currency)
@@ -496,6 +515,7 @@ pub fn scale_to_zero_view(
         total: money(total, currency),
         frees: freed(frees),
         api: format!("/api/v1/scale-to-zero?month={month}"),
+        too_soon,
     }
 }
 
