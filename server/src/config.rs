@@ -447,8 +447,14 @@ impl SlackRoute {
         }
     }
 
+    /// A team's route takes what is that team's alone (every team named is it), as a team's
+    /// viewer sees it: one shared with another team is the fleet's, and its link would open
+    /// for neither team.
     fn matches(&self, cluster: &str, teams: &[String]) -> bool {
-        let team_ok = self.team.as_ref().is_none_or(|t| teams.contains(t));
+        let team_ok = self
+            .team
+            .as_ref()
+            .is_none_or(|t| !teams.is_empty() && teams.iter().all(|x| x == t));
         let cluster_ok = self.cluster.as_ref().is_none_or(|c| c == cluster);
         (self.team.is_some() || self.cluster.is_some()) && team_ok && cluster_ok
     }
@@ -693,6 +699,9 @@ webhook = "https://hooks.slack.com/services/T/B/train"
             Some("train on-call")
         );
         assert_eq!(s.route_for("scratch", &[]).as_deref(), Some("default"));
+        // Shared with another team: the fleet's, not research's.
+        let shared = ["research".to_owned(), "vision".to_owned()];
+        assert_eq!(s.route_for("scratch", &shared).as_deref(), Some("default"));
         assert_eq!(
             s.webhook("train on-call"),
             Some("https://hooks.slack.com/services/T/B/train")

@@ -276,6 +276,14 @@ pub fn teams_of_incident(i: &IncidentRow, schema: &OwnerSchema) -> Vec<String> {
     teams(&i.owners_json, schema, &i.cluster)
 }
 
+/// Whether an incident is `team`'s alone: every team its owners name is that one. What
+/// `/gpuledger idle TEAM` lists and a team's Slack route is sent, as its viewer sees it
+/// ([`within_scope`]); one shared with another team is the fleet's.
+pub fn is_teams_alone(i: &IncidentRow, schema: &OwnerSchema, team: &str) -> bool {
+    let named = teams_of_incident(i, schema);
+    !named.is_empty() && named.iter().all(|t| t == team)
+}
+
 /// The teams an incident's processes belong to: the team dimension's value as attribution
 /// reads it from their labels (several held processes list theirs comma-separated), else the
 /// cluster's value. An incident has no bill line, so no tag.

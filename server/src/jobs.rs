@@ -239,6 +239,11 @@ pub fn spawn_rollup_jobs(
                         Ok(_) => {}
                         Err(e) => tracing::error!(error = %e, "retention failed; will retry"),
                     }
+                    match crate::sections::prune(store.as_ref(), now).await {
+                        Ok(n) if n > 0 => tracing::info!(rows = n, "old kept sections deleted"),
+                        Ok(_) => {}
+                        Err(e) => tracing::error!(error = %e, "pruning kept sections failed"),
+                    }
                     if let Err(e) =
                         store::jobs::finish_lease(store.db(), RETENTION_JOB, &holder, now).await
                     {

@@ -615,6 +615,82 @@ mod tests {
     const OCTOBER: i64 = 1_790_812_800_000;
     const NOVEMBER: i64 = OCTOBER + 31 * DAY_MS;
 
+    /// 2027-01-01 00:00 UTC: a month no wall clock has closed yet, so its hours roll up.
+    const JANUARY: i64 = 1_798_761_600_000;
+    const FEBRUARY: i64 = JANUARY + 31 * DAY_MS;
+
+    /// A quarter hour of one GPU of host `h-1` at 50%, from `region`.
+    async fn report(store: &dyn Store, region: &str, at: i64) {
+        let gpu = gpuledger_proto::GpuWindow {
+            uuid: "GPU-kept-0".into(),
+            index: 0,
+            name: "NVIDIA A100-SXM4-40GB".into(),
+            memory_total_bytes: Some(40 << 30),
+            memory_used_max_bytes: Some(1 << 30),
+            util_avg: Some(50.0),
+            util_max: Some(50.0),
+            ..Default::default()
+        };
+        let report = gpuledger_proto::Report {
+            batch_id: format!("kept-{at}"),
+            agent_version: "test".into(),
+            host: gpuledger_proto::HostInfo {
+                hostname: "h-1".into(),
+                cluster: "c-1".into(),
+                instance_type: Some("p4d.24xlarge".into()),
+                region: Some(region.into()),
+                ..Default::default()
+            },
+            windows: vec![gpuledger_proto::Window {
+                serving: Vec::new(),
+                start_ms: at,
+                end_ms: at + 15 * 60_000,
+                samples: 900,
+                gpus: vec![gpu],
+            }],
+        };
+        store
+            .ingest(&report, 1, store::AgentStatus::default(), at)
+            .await
+            .unwrap();
+    }
+
+    /// A host's attributes are read as they are now, kept or not: a month kept before its host
+    /// reported from another region reads the new region, as a fresh computation does.
+    #[tokio::test]
+    async fn a_kept_month_follows_a_hosts_new_region() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            store::tokens::create_token(
+                s.db(),
+                &store::NewToken::for_cluster("agent", "h", "c-*"),
+                JANUARY,
+            )
+            .await
+            .unwrap();
+            report(s, "us-east-1", JANUARY + 10 * DAY_MS).await;
+            test_support::roll_up(s).await;
+            let now = FEBRUARY + 2 * DAY_MS;
+            let read = |keep| load_by_value(s, JANUARY, FEBRUARY, "team", keep);
+            let regions = |a: &Attribution| -> Vec<Option<String>> {
+                a.hosts.values().map(|h| h.region.clone()).collect()
+            };
+            let first = read(Keep::past_days(now)).await.unwrap();
+            assert_eq!(regions(&first), [Some("us-east-1".to_owned())], "{b}");
+            // Today, the host reports from another region; January's hours are not rewritten.
+            report(s, "eu-west-1", now).await;
+            let fresh = read(Keep::NOTHING).await.unwrap();
+            assert_eq!(regions(&fresh), [Some("eu-west-1".to_owned())], "{b}");
+            let kept = read(Keep::past_days(now)).await.unwrap();
+            assert_eq!(
+                regions(&kept),
+                regions(&fresh),
+                "{b}: the kept month froze the region"
+            );
+        }
+    }
+
     /// October read in the first hour of November is kept as a whole month, not as a range
     /// under way: the next day's month-so-far from the same start (October 1 to now) does not
     /// replace it, and it is served as kept.

@@ -34,6 +34,16 @@ pub fn key(scope: &Scope, schema: &OwnerSchema) -> String {
 /// heaviest sections of the month under way, which the roll-up would otherwise retire every
 /// minute, are computed again by a job every [`REFRESH_EVERY_MS`].
 pub const MAX_AGE_MS: i64 = 10 * 60_000;
+
+/// How long anything is kept once computed: a closed month's sections are computed again on
+/// the first view after, and a range read once (an API client's) does not stay for ever.
+pub const KEPT_FOR_MS: i64 = 30 * 24 * 3_600_000;
+
+/// Deletes what was computed more than [`KEPT_FOR_MS`] before `now_ms`; the hourly retention
+/// job calls it.
+pub async fn prune(store: &dyn Store, now_ms: i64) -> Result<u64, StoreError> {
+    store::sections::prune_kept(store.db(), now_ms - KEPT_FOR_MS).await
+}
 /// How often the job computes the sections of the months still open again (well inside
 /// [`MAX_AGE_MS`]).
 pub const REFRESH_EVERY_MS: i64 = 5 * 60_000;
@@ -472,6 +482,52 @@ mod tests {
                 assert!(stored(to_day).await.unwrap().is_some(), "{b}: {to_day}");
             }
             assert_eq!(fixed(10, 7).await.unwrap(), [4], "{b}: still kept");
+        }
+    }
+
+    /// What was computed over [`KEPT_FOR_MS`] ago goes, sections and recommendations alike;
+    /// what was computed since stays, and a range read again is computed and kept anew.
+    #[tokio::test]
+    async fn what_was_kept_long_ago_is_pruned() {
+        for db in test_support::both().await {
+            let store = db.open().await;
+            let (s, b) = (store.as_ref(), db.backend);
+            let (old, recent) = (NOW - KEPT_FOR_MS - 1, NOW - KEPT_FOR_MS + DAY_MS);
+            for (at, key) in [(old, "old"), (recent, "recent")] {
+                let range = (OCTOBER, OCTOBER + 31 * DAY_MS, false);
+                store::sections::put_section_snapshot(
+                    s.db(),
+                    ("shape", key),
+                    range,
+                    (0, at),
+                    "[1]",
+                )
+                .await
+                .unwrap();
+                let range = (OCTOBER + at % DAY_MS, OCTOBER + 31 * DAY_MS, 0);
+                store::recommendations::put_recommendation_snapshot(s.db(), range, (0, at), "{}")
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(prune(s, NOW).await.unwrap(), 2, "{b}");
+            let month = (OCTOBER, OCTOBER + 31 * DAY_MS);
+            let kept =
+                |key: &'static str| store::sections::stored_section(s.db(), ("shape", key), month);
+            assert!(kept("old").await.unwrap().is_none(), "{b}");
+            assert!(kept("recent").await.unwrap().is_some(), "{b}");
+            let advice = |at: i64| {
+                let to = OCTOBER + 31 * DAY_MS;
+                store::recommendations::recommendation_snapshot(
+                    s.db(),
+                    OCTOBER + at % DAY_MS,
+                    to,
+                    0,
+                )
+            };
+            assert!(advice(old).await.unwrap().is_none(), "{b}");
+            assert!(advice(recent).await.unwrap().is_some(), "{b}");
+            assert_eq!(shape(s, "old", 2).await, [2], "{b}: computed again");
+            assert_eq!(prune(s, NOW).await.unwrap(), 0, "{b}");
         }
     }
 

@@ -161,13 +161,7 @@ async fn idle(
     let mut open: Vec<IncidentRow> = crate::incidents::open(store)
         .await?
         .into_iter()
-        .filter(|i| {
-            team.is_none_or(|t| {
-                crate::incidents::teams_of_incident(i, &config.owners)
-                    .iter()
-                    .any(|x| x == t)
-            })
-        })
+        .filter(|i| team.is_none_or(|t| crate::incidents::is_teams_alone(i, &config.owners, t)))
         .collect();
     open.sort_by_key(|i| std::cmp::Reverse(from_text(&i.cost_per_hour)));
     let who = whose(team);

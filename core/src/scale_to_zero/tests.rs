@@ -139,3 +139,41 @@ fn a_quiet_hour_shared_with_work_on_another_gpu_is_not_quiet() {
         .unwrap();
     assert_eq!(weekend.label, "Fri 20:00 – Mon 02:00 UTC");
 }
+
+/// Quiet hours a savings plan covered free commitment, not cash: the weekend's hours here
+/// (committed), the weeknights' on demand. The two add up to what the hours cost, and the
+/// candidates are ranked by that whole.
+#[test]
+fn quiet_hours_on_commitment_free_commitment_not_cash() {
+    let committed_weekends = |key: &str, rate: i64| -> Vec<OwnerHour> {
+        office_hours(key, 4)
+            .into_iter()
+            .map(|mut h| {
+                h.cost = Decimal::from(rate);
+                let weekend = (h.hour_ms - MONDAY).div_euclid(DAY_MS) % 7 >= 5;
+                if weekend {
+                    h.committed = h.cost;
+                }
+                h
+            })
+            .collect()
+    };
+    let mut hours = committed_weekends("rerank", 4);
+    // Another endpoint, all on demand, cheaper by the hour than rerank is in all.
+    hours.extend(office_hours("embed", 4).into_iter().map(|mut h| {
+        h.cost = Decimal::from(3);
+        h
+    }));
+    let found = find(&hours);
+    let c = found.iter().find(|c| c.key == "rerank").unwrap();
+    // Saturday and Sunday: 48 hours a week, four weeks, at $4.
+    assert_eq!(c.frees_commitment, Decimal::from(4 * 48 * 4));
+    assert_eq!(c.saving, Decimal::from(4 * (108 - 48) * 4));
+    assert_eq!(c.saving + c.frees_commitment, Decimal::from(4 * 108 * 4));
+    let e = found.iter().find(|c| c.key == "embed").unwrap();
+    assert_eq!(e.frees_commitment, Decimal::ZERO);
+    assert_eq!(e.saving, Decimal::from(4 * 108 * 3));
+    // rerank's cash saving is below embed's, its whole above: ranked first.
+    assert!(c.saving < e.saving);
+    assert_eq!(found[0].key, "rerank");
+}

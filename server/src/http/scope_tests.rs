@@ -37,7 +37,7 @@ async fn scoped_session(api: &Api, name: &str, teams: &str) -> String {
 }
 
 /// An idle incident on `host`'s GPU, open for the last hour; its id.
-async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
+pub(super) async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
     let now = now_ms();
     store::alerts::insert_incident(
         api.store.db(),

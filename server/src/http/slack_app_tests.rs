@@ -146,6 +146,9 @@ async fn a_signed_slash_command_answers_with_the_teams_idle_gpus_and_buttons_act
         let b = api.backend;
         let (admin, _) = api.session("admin").await;
         let (alpha_incident, _) = two_teams(&api, &admin).await;
+        // Held idle by an alpha and a bravo process: the fleet's, on neither team's list (as
+        // neither team's viewer may open it).
+        super::scope_tests::incident_on(&api, 0, "alpha, bravo").await;
         let now_s = now_ms() / 1000;
         let ask = |text: &str| command_body(text);
 
@@ -197,10 +200,10 @@ async fn a_signed_slash_command_answers_with_the_teams_idle_gpus_and_buttons_act
             "{b}: {text}"
         );
         answers.push(idle);
-        // The fleet: all three.
+        // The fleet: all four.
         let all = command("idle").await;
         assert!(
-            all["text"].as_str().unwrap().contains("in 3 incidents"),
+            all["text"].as_str().unwrap().contains("in 4 incidents"),
             "{b}: {all}"
         );
         answers.push(all);

@@ -455,6 +455,55 @@ fn a_gpu_held_idle_all_along_is_to_release() {
     assert_eq!(r.total_in(&x.currency), x.saving);
 }
 
+/// Two notebooks held idle all week, one on a host billed in dollars and one on a host billed
+/// in euros: each release is in its own currency, and each currency's total is its own saving,
+/// never a sum of the two.
+#[test]
+fn recommendations_in_two_currencies_are_drawn_and_added_up_apart() {
+    let (mut ws, mut ps) = (Vec::new(), Vec::new());
+    for (id, gpu) in [(1, "GPU-us"), (2, "GPU-eu")] {
+        let (w, mut p) = week(
+            id,
+            gpu,
+            "NVIDIA A100-SXM4-80GB",
+            80,
+            |_| 0.0,
+            30,
+            None,
+            None,
+        );
+        for x in &mut p {
+            x.sm_util_avg = Some(0.0);
+            set_label(x, "team", "research");
+        }
+        ws.extend(w);
+        ps.extend(p);
+    }
+    let mut lines = hourly_bill("i-a", "5.1207");
+    lines.extend(hourly_bill("i-b", "4.5").into_iter().map(|mut l| {
+        l.currency = "EUR".into();
+        l
+    }));
+    let card = RateCard::default_card();
+    let hosts = vec![host(1, "a"), host(2, "b")];
+    let a = attribute(hosts, &ws, &ps, &lines, &card, H, H + WEEK_HOURS * HOUR_MS);
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        WEEK_HOURS * HOUR_MS,
+        Options::default(),
+    );
+    assert_eq!(r.release.len(), 2, "{r:?}");
+    for (currency, per_hour, gpu) in [("USD", "5.1207", "GPU-us"), ("EUR", "4.5", "GPU-eu")] {
+        let x = r.release.iter().find(|x| x.currency == currency).unwrap();
+        assert_eq!(x.gpus, [gpu.to_owned()], "{currency}");
+        let week_cost = (dec(per_hour) * Decimal::from(WEEK_HOURS)).round_dp(2);
+        assert_eq!(x.saving, week_cost, "{currency}");
+        assert_eq!(r.total_in(currency), week_cost, "{currency}");
+    }
+    assert_eq!(r.total_saving.len(), 2, "{r:?}");
+}
+
 /// Two processes of one endpoint on one GPU window count it once, with the larger memory.
 #[test]
 fn usage_counts_a_window_once_per_label() {

@@ -145,3 +145,27 @@ pub async fn put_section_snapshot(
         Ok(())
     })
 }
+
+/// Deletes what was kept (sections, the sections of the version before migration 0042, and
+/// recommendation snapshots) that was computed before `before_ms`: a range read once is not
+/// kept for ever. Returns how many rows went.
+pub async fn prune_kept(on: impl Into<On<'_>>, before_ms: i64) -> Result<u64, StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        let mut n = 0;
+        for table in [
+            "kept_sections",
+            "section_snapshots",
+            "recommendation_snapshots",
+        ] {
+            n += sqlx::query(&format!("DELETE FROM {table} WHERE computed_ms < $1"))
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(n)
+    })
+}
