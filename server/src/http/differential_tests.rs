@@ -11,12 +11,14 @@
 //! Cross-page identities are checked at the same moments: the review's headline is the
 //! allocation API's total and the reconciliation's parts, its idle figures the idle history's;
 //! `/incidents`' idle dollars are the idle history's; every "a month" figure of the
-//! recommendations is a month's worth of what it scales.
+//! recommendations is a month's worth of what it scales. On PostgreSQL, the same views are
+//! read from a streaming standby once it has caught up, against the primary's fresh answers.
 //!
 //! Pages are found as a person finds them: from the month's reviews and the other pages,
 //! following every link a page holds, so a figure that opens a page is checked there too.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -180,7 +182,7 @@ fn within(href: &str, months: &[String]) -> bool {
 /// Every page reachable from `seeds` as `viewer` sees them at `at`, through links within
 /// `months`, each viewed as served and then afresh; the differences, and the pages visited.
 async fn crawl(
-    app: &Router,
+    (app, afresh): (&Router, &Router),
     viewer: &Viewer,
     (seeds, months): (&[String], &[String]),
     at: i64,
@@ -191,7 +193,12 @@ async fn crawl(
     let mut differences = Vec::new();
     while let Some(path) = queue.pop_front() {
         let served = Box::pin(view(app, viewer, &path, at, false)).await;
-        let fresh = Box::pin(view(app, viewer, &path, at, true)).await;
+        let fresh = Box::pin(view(afresh, viewer, &path, at, true)).await;
+        // A page read from the replica says so, and as of when: the only words it may add.
+        let served = Answer {
+            body: without_replica_words(&served.body),
+            ..served
+        };
         assert!(
             served.status != StatusCode::INTERNAL_SERVER_ERROR
                 && served.status != StatusCode::SERVICE_UNAVAILABLE,
@@ -229,6 +236,84 @@ async fn crawl(
         }
     }
     (differences, seen)
+}
+
+/// What a view read from the replica adds to the same view read from the primary: the
+/// page's "Figures as of … (read replica)" (under the heading and in the printed footer) and
+/// `/metrics`' replica gauges. Everything else must be the same.
+fn without_replica_words(body: &str) -> String {
+    const MARK: &str = " (read replica)";
+    let mut out = body.to_owned();
+    while let Some(end) = out.find(MARK) {
+        let Some(start) = out[..end].rfind("Figures as of ") else {
+            break;
+        };
+        let words = out[start..end + MARK.len()].to_owned();
+        out = out
+            .replace(&format!("<p class=\"freshness\">{words}</p>"), "")
+            .replace(&format!(" ({words})"), "")
+            .replace(&words, "");
+    }
+    if out.contains("gpuledger_read_replica_") {
+        out = out
+            .split_inclusive('\n')
+            .filter(|line| !line.contains("gpuledger_read_replica_"))
+            .collect();
+    }
+    out
+}
+
+/// The app reading from the PostgreSQL standby `scripts/with-postgres` starts beside the
+/// primary, once the standby has replayed all the primary wrote (polled as the server polls
+/// it, at the views' moment `at`); `None` on SQLite.
+async fn replica_app(
+    db: &test_support::TestDb,
+    store: &Arc<dyn Store>,
+    state: &AppState,
+    at: i64,
+) -> Option<Router> {
+    if db.backend != "postgres" {
+        return None;
+    }
+    let standby = std::env::var("GPULEDGER_TEST_PG_STANDBY_URL").unwrap_or_else(|_| {
+        panic!("GPULEDGER_TEST_PG_STANDBY_URL is not set: run the tests through scripts/test, which starts a streaming standby")
+    });
+    let name = db.url.rsplit('/').next().unwrap_or_default();
+    let base = standby
+        .rsplit_once('/')
+        .map_or(standby.as_str(), |(b, _)| b);
+    let url = format!("{base}/{name}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let read = loop {
+        match store::connect_replica(&url, store.clone()) {
+            Ok(r) if store::replica::standby_state(r.db()).await.is_ok() => break r,
+            _ if std::time::Instant::now() > deadline => panic!("the standby never had {name}"),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+        }
+    };
+    let replica = Arc::new(crate::replica::Replica::new(
+        Arc::new(read),
+        store.clone(),
+        std::time::Duration::from_secs(30),
+    ));
+    let mut state = state.clone();
+    state.replica = Some(replica.clone());
+    // Current once a poll finds it has replayed a position an earlier poll found the primary at.
+    loop {
+        replica.poll(at).await;
+        if matches!(
+            replica.read_from(None, at),
+            crate::replica::ReadFrom::Replica { .. }
+        ) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby never caught up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    Some(router(state))
 }
 
 /// A cross-page identity: the 30 days of idle dollars `/incidents` shows are the idle
@@ -936,13 +1021,39 @@ async fn every_view_serves_what_a_fresh_computation_answers() {
                         failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
                     }
                 }
-                let (differences, seen) = Box::pin(crawl(&app, who, (&seeds, &labels), at)).await;
+                let apps = (&app, &app);
+                let (differences, seen) = Box::pin(crawl(apps, who, (&seeds, &labels), at)).await;
                 let count = seen.len();
                 visited.extend(seen);
                 for d in differences {
                     failures.push(format!("{} ({}), {moment}: {d}", who.name, db.backend));
                 }
                 eprintln!("{}: {moment}, {}: {count} pages", db.backend, who.name);
+            }
+        }
+        // Read from the replica: once it has replayed what the primary wrote (the last moment's
+        // roll-up included), every view it serves is the primary's fresh computation.
+        let at = this + 31 * DAY_MS + close_after + HOUR_MS;
+        if let Some(replica) = Box::pin(replica_app(&db, &store, &state, at)).await {
+            // Read from the replica indeed: the review says so.
+            let review = format!("/review/{}", labels[1]);
+            let page = Box::pin(view(&replica, &admin, &review, at, false)).await;
+            assert!(
+                page.body.contains("(read replica)"),
+                "{review} was not read from the replica"
+            );
+            for who in [&admin, &team] {
+                let apps = (&replica, &app);
+                let (differences, seen) = Box::pin(crawl(apps, who, (&seeds, &labels), at)).await;
+                for d in differences {
+                    failures.push(format!("{} (read replica), {d}", who.name));
+                }
+                eprintln!(
+                    "{}: read from the replica, {}: {} pages",
+                    db.backend,
+                    who.name,
+                    seen.len()
+                );
             }
         }
         assert!(
