@@ -2,7 +2,8 @@
 //! manifest validates against the Kubernetes schemas (`kubernetes-validate --strict`); every
 //! setting the Dockerfile, manifests and systemd units name is one the binaries read; the
 //! config and the probe the manifests give start and answer a real server; the systemd units
-//! pass `systemd-analyze verify`.
+//! pass `systemd-analyze verify`. docs/configuration.md names exactly the flags and environment
+//! variables the binaries read.
 
 mod support;
 
@@ -189,6 +190,96 @@ fn every_setting_the_deploy_files_name_is_one_the_binaries_read() {
             assert!(read, "{file} sets {name}, which neither binary reads");
         }
     }
+}
+
+/// `--flag` names in `text`: the options a help text lists, or a doc's tables name.
+fn flags(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("--") {
+        let name: String = rest[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+            .collect();
+        let starts_a_word = at == 0 || !rest.as_bytes()[at - 1].is_ascii_alphanumeric();
+        if starts_a_word && name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
+            out.insert(format!("--{}", name.trim_end_matches('-')));
+        }
+        rest = &rest[at + 2 + name.len()..];
+    }
+    out
+}
+
+/// The rows of a doc's markdown tables under `heading` (up to the next `## `).
+fn section(doc: &str, heading: &str) -> String {
+    let start = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/configuration.md has no {heading}"));
+    let body = &doc[start + heading.len()..];
+    let end = body.find("\n## ").unwrap_or(body.len());
+    body[..end]
+        .lines()
+        .filter(|l| l.starts_with("| `") || l.starts_with("| |"))
+        .map(|l| l.split(" | ").take(2).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_configuration_page_names_exactly_the_flags_and_variables_the_binaries_read() {
+    let doc = read("docs/configuration.md");
+    let server =
+        help("gpuledger-server", &["--help"]) + &help("gpuledger-server", &["serve", "--help"]);
+    let agent = help("gpuledger-agent", &["run", "--help"]);
+    for (heading, help) in [("## Server\n", &server), ("## Agent\n", &agent)] {
+        let table = section(&doc, heading);
+        let ignore = ["--help", "--version"];
+        // An option's own line starts with it (`  -h, --help`, `      --listen <LISTEN>`);
+        // other lines' flags are descriptions naming another command's.
+        let options: String = help
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('-'))
+            .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let read: BTreeSet<String> = flags(&options)
+            .into_iter()
+            .filter(|f| !ignore.contains(&f.as_str()))
+            .collect();
+        let named = flags(&table);
+        assert_eq!(
+            named.difference(&read).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "docs/configuration.md {heading:?} names flags the binary does not read"
+        );
+        assert_eq!(
+            read.difference(&named).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "docs/configuration.md {heading:?} leaves out flags the binary reads"
+        );
+        // Environment variables: each one a flag reads is in the table; the table's are read
+        // (the log filter and the single sign-on secret by the server itself, not by a flag).
+        let read_env: BTreeSet<String> = settings(help)
+            .into_iter()
+            .filter(|n| help.contains(&format!("[env: {n}")))
+            .collect();
+        let named_env = settings(&table);
+        assert_eq!(
+            read_env.difference(&named_env).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "docs/configuration.md {heading:?} leaves out variables the binary reads"
+        );
+        for name in named_env.difference(&read_env) {
+            assert!(
+                ["GPULEDGER_LOG", "GPULEDGER_OIDC_CLIENT_SECRET"].contains(&name.as_str()),
+                "docs/configuration.md {heading:?} names {name}, which the binary does not read"
+            );
+        }
+    }
+    // The README sends people there rather than keeping a second table that could drift.
+    assert!(read("README.md").contains("(docs/configuration.md)"));
+    assert!(!read("README.md").contains("| `--database-url` |"));
 }
 
 /// The ConfigMap's config.toml, as the server will read it.

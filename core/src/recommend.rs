@@ -764,10 +764,19 @@ fn recommend_in_one_currency(
     // GPUs releases those first.
     let mut packable: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
     let mut spare: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
+    let mut hosts: BTreeMap<i64, HostGpus> = BTreeMap::new();
     for (g, u) in gpus {
+        let host = hosts.entry(u.host_id).or_default();
         if evidence.mig_instances.contains(g) {
+            host.mig = true;
             continue;
         }
+        host.gpus.push(g);
+        host.busy += usize::from(u.used_seconds > 0.0);
+        host.cost += u.cost;
+        host.committed_cost += u.committed_cost;
+        host.util_gpu_seconds += u.util_gpu_seconds;
+        host.util_known_seconds += u.util_known_seconds;
         if !u.in_use && u.used_seconds == 0.0 && u.idle_cost > Decimal::ZERO {
             if worked.contains(&u.host_id) {
                 spare.entry(u.host_id).or_default().push((g, 0.0, u));
@@ -785,7 +794,7 @@ fn recommend_in_one_currency(
     for (host_id, on_host) in packable.iter_mut() {
         on_host.extend(spare.remove(host_id).unwrap_or_default());
     }
-    let consolidation: Vec<Consolidation> = packable
+    let mut consolidation: Vec<Consolidation> = packable
         .into_iter()
         .map(|(host_id, on_host)| {
             let (mut cost, mut cash_saving, mut freed) =
@@ -841,6 +850,30 @@ fn recommend_in_one_currency(
             }
         })
         .collect();
+    // Hosts whose working GPUs are too busy to pack, beside GPUs that ran nothing: the
+    // instance is too big for its work.
+    for (host_id, idle) in spare {
+        let Some(host) = hosts.get(&host_id).filter(|h| !h.mig) else {
+            continue;
+        };
+        let on = HostOn {
+            hostname: evidence
+                .hostnames
+                .get(&host_id)
+                .cloned()
+                .unwrap_or_default(),
+            instance_type: evidence.instance_types.get(&host_id).map(String::as_str),
+        };
+        let idle: Vec<IdleGpu> = idle
+            .iter()
+            .map(|(gpu, _, u)| IdleGpu {
+                gpu,
+                cost: u.idle_cost,
+                committed_cost: u.committed_idle_cost,
+            })
+            .collect();
+        consolidation.push(smaller_instance(&on, host, &idle, card, lookback_ms));
+    }
 
     let spot = training
         .into_iter()
@@ -865,6 +898,120 @@ fn recommend_in_one_currency(
         total_saving: Vec::new(),
         total_frees_commitment: Vec::new(),
     })
+}
+
+/// What a host's whole GPUs cost and did over the look-back, for sizing its instance.
+#[derive(Default)]
+struct HostGpus<'a> {
+    gpus: Vec<&'a str>,
+    /// How many of them did some work.
+    busy: usize,
+    cost: Decimal,
+    /// Of `cost`, on hours a commitment covered.
+    committed_cost: Decimal,
+    util_gpu_seconds: f64,
+    util_known_seconds: f64,
+    /// Whether the host has MIG instances (its whole GPUs are not what to size by).
+    mig: bool,
+}
+
+/// A GPU that ran no process, and what it cost so (of it, on committed hours).
+struct IdleGpu<'a> {
+    gpu: &'a str,
+    cost: Decimal,
+    committed_cost: Decimal,
+}
+
+/// A host by name, and its instance type where one is known.
+struct HostOn<'a> {
+    hostname: String,
+    instance_type: Option<&'a str>,
+}
+
+/// Advice for a host on which some GPUs worked, too busy to pack, while `idle` ran nothing at
+/// all (a cloud instance is paid whole, so those GPUs cannot be released alone). Where the rate
+/// card has an instance type of the same family with fewer GPUs that still holds the busy ones,
+/// the cheapest such: the move saves the price difference on the host's whole cost. Otherwise
+/// the idle GPUs' own cost, to be saved by giving them work or moving the busy GPUs' work
+/// onto GPUs with room and releasing the host.
+fn smaller_instance(
+    on: &HostOn,
+    host: &HostGpus,
+    idle: &[IdleGpu],
+    card: &RateCard,
+    lookback_ms: i64,
+) -> Consolidation {
+    let smaller = on.instance_type.and_then(|current| {
+        let rate = card.instance_types.get(current)?;
+        let family = current.split('.').next()?;
+        card.instance_types
+            .iter()
+            .filter(|(t, r)| {
+                t.split('.').next() == Some(family)
+                    && r.gpus as usize >= host.busy.max(1)
+                    && r.gpus < rate.gpus
+                    && r.on_demand < rate.on_demand
+                    && !rate.on_demand.is_zero()
+            })
+            .min_by(|a, b| a.1.on_demand.cmp(&b.1.on_demand).then(a.0.cmp(b.0)))
+            .map(|(t, r)| {
+                (
+                    t.clone(),
+                    r.gpus,
+                    Decimal::ONE - r.on_demand / rate.on_demand,
+                )
+            })
+    });
+    let (n, s) = (host.gpus.len(), idle.len());
+    let (gpus, cost, cash, freed, action) = match smaller {
+        Some((instance_type, count, share)) => (
+            host.gpus.iter().map(|g| (*g).to_owned()).collect::<Vec<_>>(),
+            host.cost,
+            (host.cost - host.committed_cost) * share,
+            host.committed_cost * share,
+            format!(
+                "move to {instance_type} ({count} GPUs): {s} of its {n} GPUs ran no process                  while the others were too busy to pack together"
+            ),
+        ),
+        None => {
+            let (cost, committed) = idle
+                .iter()
+                .fold((Decimal::ZERO, Decimal::ZERO), |(cost, committed), g| {
+                    (cost + g.cost, committed + g.committed_cost)
+                });
+            (
+                idle.iter().map(|g| g.gpu.to_owned()).collect(),
+                cost,
+                cost - committed,
+                committed,
+                format!(
+                    "give its {s} GPUs that ran no process work, or move the work of its other                      {} onto GPUs with room and release the host: {}",
+                    n - s,
+                    match on.instance_type {
+                        Some(t) => format!("the rate card has no smaller {t} with room for it"),
+                        None => "its instance type is not known".to_owned(),
+                    }
+                ),
+            )
+        }
+    };
+    Consolidation {
+        currency: String::new(),
+        gpus,
+        action,
+        host: on.hostname.clone(),
+        avg_util: if host.util_known_seconds > 0.0 {
+            (host.util_gpu_seconds / host.util_known_seconds * 10.0).round() / 10.0
+        } else {
+            0.0
+        },
+        cost: cost.round_dp(2),
+        saving: cash.round_dp(2),
+        frees_commitment: freed.round_dp(2),
+        monthly_cost: monthly(cost, lookback_ms).round_dp(2),
+        monthly_saving: monthly(cash, lookback_ms).round_dp(2),
+        monthly_frees_commitment: monthly(freed, lookback_ms).round_dp(2),
+    }
 }
 
 /// The share of the on-demand price spot saves on an instance type, from the rate card; `None`

@@ -89,6 +89,20 @@ pub fn thousands(n: i64) -> String {
     }
 }
 
+/// A look-back in whole days and hours, as a period's label reads it: `7 days`, `6 days 11
+/// hours`, `1 day 1 hour`, `5 hours`. Never rounded to a tenth of a day: a figure scaled from
+/// it must come out the same when the reader scales it.
+pub fn days_and_hours(days: f64) -> String {
+    let hours = (days * 24.0).round().max(0.0) as i64;
+    let (d, h) = (hours / 24, hours % 24);
+    let unit = |n: i64, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    match (d, h) {
+        (0, h) => unit(h, "hour"),
+        (d, 0) => unit(d, "day"),
+        (d, h) => format!("{} {}", unit(d, "day"), unit(h, "hour")),
+    }
+}
+
 /// Dollars to the cent with thousands separators, as a finance lead reads them: `$181,024.68`.
 pub fn usd(amount: rust_decimal::Decimal) -> String {
     money(amount, "USD")
@@ -152,6 +166,14 @@ pub fn money_precise(amount: rust_decimal::Decimal, currency: &str, places: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_look_back_is_told_to_the_hour() {
+        assert_eq!(days_and_hours(7.0), "7 days");
+        assert_eq!(days_and_hours(155.0 / 24.0), "6 days 11 hours");
+        assert_eq!(days_and_hours(25.0 / 24.0), "1 day 1 hour");
+        assert_eq!(days_and_hours(5.0 / 24.0), "5 hours");
+    }
 
     #[test]
     fn formats() {

@@ -864,7 +864,7 @@ async fn review(
         total_saving,
         total_frees: super::recommendations::frees_text(&recs),
         closing,
-        saving_days: format!("{}", (recs.lookback_days * 10.0).round() / 10.0),
+        saving_days: crate::format::days_and_hours(recs.lookback_days),
         // A commitment is the whole bill's, never a team's to read.
         commitments: commitments
             .map(|c| rows::commitments_view(&c, &cur, &month))

@@ -733,3 +733,97 @@ fn barely_busy_gpus_of_a_host_are_packed_in_one_recommendation() {
     assert_eq!(c.cost, week_cost.round_dp(2));
     assert_eq!(c.saving, (week_cost * dec("0.9")).round_dp(2));
 }
+
+/// A host whose working GPUs are too busy to pack, beside GPUs that ran no process all week, is
+/// paid for whole: it gets advice all the same. A g5.48xlarge with 3 of its 8 A10Gs busy moves
+/// to the g5.12xlarge (4 GPUs) the rate card has, saving the price difference on the whole
+/// host; a p5.48xlarge with 2 of 8 H100s busy has no smaller p5, so the 6 idle GPUs' own cost
+/// is what to win back, by giving them work or moving the busy ones' away.
+#[test]
+fn idle_gpus_beside_busy_ones_get_a_smaller_instance_or_their_cost_named() {
+    let (mut ws, mut ps) = (Vec::new(), Vec::new());
+    let busy = |host_id, gpu: &str, name, mem| {
+        week(host_id, gpu, name, mem, |_| 90.0, 20, Some("chat"), None)
+    };
+    let idle =
+        |host_id, gpu: &str, name, mem| week(host_id, gpu, name, mem, |_| 0.0, 0, None, None).0;
+    for i in 0..8 {
+        let gpu = format!("GPU-g{i}");
+        if i < 3 {
+            let (w, p) = busy(1, &gpu, "NVIDIA A10G", 24);
+            ws.extend(w);
+            ps.extend(p);
+        } else {
+            ws.extend(idle(1, &gpu, "NVIDIA A10G", 24));
+        }
+        let gpu = format!("GPU-p{i}");
+        if i < 2 {
+            let (w, p) = busy(2, &gpu, "NVIDIA H100 80GB HBM3", 80);
+            ws.extend(w);
+            ps.extend(p);
+        } else {
+            ws.extend(idle(2, &gpu, "NVIDIA H100 80GB HBM3", 80));
+        }
+    }
+    let mut lines = hourly_bill("i-g", "16.288");
+    lines.extend(hourly_bill("i-p", "55.04"));
+    let card = RateCard::default_card();
+    let (from, to) = (H, H + WEEK_HOURS * HOUR_MS);
+    let hosts = vec![
+        HostRow {
+            instance_type: Some("g5.48xlarge".into()),
+            ..host(1, "g")
+        },
+        HostRow {
+            instance_type: Some("p5.48xlarge".into()),
+            ..host(2, "p")
+        },
+    ];
+    let a = attribute(hosts, &ws, &ps, &lines, &card, from, to);
+    let r = recommend(
+        &evidence_from_raw(&a, &ws, &ps),
+        &card,
+        to - from,
+        Options::default(),
+    );
+    assert!(r.release.is_empty(), "{r:?}");
+    let by_host: std::collections::BTreeMap<&str, &Consolidation> = r
+        .consolidation
+        .iter()
+        .map(|c| (c.host.as_str(), c))
+        .collect();
+    assert_eq!(by_host.len(), 2, "{r:?}");
+
+    let g = by_host["g"];
+    assert!(
+        g.action
+            .starts_with("move to g5.12xlarge (4 GPUs): 5 of its 8 GPUs ran no process"),
+        "{}",
+        g.action
+    );
+    assert_eq!(g.gpus.len(), 8);
+    let week_cost = dec("16.288") * Decimal::from(WEEK_HOURS);
+    assert_eq!(g.cost, week_cost.round_dp(2));
+    let share = Decimal::ONE - dec("5.672") / dec("16.288");
+    assert_eq!(g.saving, (week_cost * share).round_dp(2));
+    assert_eq!(g.frees_commitment, Decimal::ZERO);
+
+    let p = by_host["p"];
+    assert!(
+        p.action
+            .starts_with("give its 6 GPUs that ran no process work"),
+        "{}",
+        p.action
+    );
+    assert!(p.action.contains("no smaller p5.48xlarge"), "{}", p.action);
+    assert_eq!(
+        p.gpus,
+        (2..8).map(|i| format!("GPU-p{i}")).collect::<Vec<_>>()
+    );
+    let week_cost = dec("55.04") * Decimal::from(WEEK_HOURS);
+    assert_eq!(p.saving, (week_cost * dec("0.75")).round_dp(2));
+    assert_eq!(
+        p.monthly_saving,
+        (week_cost * dec("0.75") * Decimal::from(730) / Decimal::from(WEEK_HOURS)).round_dp(2)
+    );
+}
