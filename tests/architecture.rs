@@ -1,7 +1,8 @@
 //! What may import what inside the server (docs/architecture.md), checked on the source: the
 //! server's top-level modules import each other without a cycle, storage sees nothing above it,
 //! sessions know nothing of HTTP, and HTTP handlers call the application layer, never storage's
-//! functions. The core crate needs no test: it cannot name the server.
+//! functions; the bill file parsers never name storage. The core crate needs no test: it cannot
+//! name the server. CONTRIBUTING.md's recipes name only paths and items that exist.
 //!
 //! Every path `crate::module…` in a module's code (not in its tests) is an edge; `syn` reads
 //! the source, so comments and strings do not count.
@@ -341,4 +342,137 @@ fn a_cycle_is_found_where_there_is_one() {
         Some("a → b → c → a".to_owned())
     );
     assert_eq!(cycle_from(&graph, "d"), None);
+}
+
+/// Paths in code and `use` trees (not in tests) that name `store` at all.
+struct NamesStore {
+    found: BTreeSet<String>,
+}
+
+impl<'ast> Visit<'ast> for NamesStore {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let test_only = match item {
+            syn::Item::Mod(m) => is_test_only(&m.attrs),
+            syn::Item::Fn(f) => is_test_only(&f.attrs),
+            syn::Item::Use(u) => is_test_only(&u.attrs),
+            _ => false,
+        };
+        if !test_only {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if segments.iter().any(|s| s == "store") {
+            self.found.insert(segments.join("::"));
+        }
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_use_path(&mut self, p: &'ast syn::UsePath) {
+        if p.ident == "store" {
+            self.found.insert(format!("use …{}::…", p.ident));
+        }
+        syn::visit::visit_use_path(self, p);
+    }
+
+    fn visit_use_name(&mut self, n: &'ast syn::UseName) {
+        if n.ident == "store" {
+            self.found.insert(format!("use …::{}", n.ident));
+        }
+    }
+
+    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
+}
+
+/// The bill file parsers read bytes into bill lines; what is stored, and how a period is
+/// replaced, is the import's to decide.
+#[test]
+fn bill_file_parsers_never_name_storage() {
+    let mut named = Vec::new();
+    for file in [
+        "billing/focus.rs",
+        "billing/parquet.rs",
+        "billing/manifest.rs",
+    ] {
+        let path = Path::new(SERVER_SRC).join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let parsed = syn::parse_file(&text).unwrap_or_else(|e| panic!("parsing {file}: {e}"));
+        let mut visitor = NamesStore {
+            found: BTreeSet::new(),
+        };
+        visitor.visit_file(&parsed);
+        named.extend(visitor.found.into_iter().map(|p| format!("{file}: {p}")));
+    }
+    assert!(
+        named.is_empty(),
+        "bill parsers naming storage:\n{}",
+        named.join("\n")
+    );
+    // The check can fail: a parser that stores what it read is found.
+    let storing: syn::File = syn::parse_str(
+        "use crate::store; fn f(s: &dyn crate::store::Store) { store::billing::put(s); }",
+    )
+    .expect("parses");
+    let mut visitor = NamesStore {
+        found: BTreeSet::new(),
+    };
+    visitor.visit_file(&storing);
+    assert_eq!(visitor.found.len(), 3, "{:?}", visitor.found);
+}
+
+/// Every path (`server/src/shape.rs`) and Rust item (`sections::copy_of`, `CostLine`) that
+/// CONTRIBUTING.md names in backquotes exists: a path in the repository (or beside it, for
+/// `../shared`), an item as a name some source file declares or uses.
+#[test]
+fn the_contributing_recipes_name_what_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("CONTRIBUTING.md")).expect("CONTRIBUTING.md");
+    let mut sources = String::new();
+    for dir in ["core/src", "server/src", "agent/src"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for f in files {
+            sources.push_str(&std::fs::read_to_string(f).expect("read source"));
+            sources.push('\n');
+        }
+    }
+    let declared = |name: &str| {
+        sources.match_indices(name).any(|(at, _)| {
+            let before = sources[..at].chars().next_back();
+            let after = sources[at + name.len()..].chars().next();
+            let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            !word(before) && !word(after)
+        })
+    };
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (i, quoted) in text.split('`').enumerate() {
+        if i % 2 == 0 || quoted.contains(' ') || quoted.is_empty() {
+            continue;
+        }
+        let is_item = quoted
+            .split("::")
+            .all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
+            && quoted.chars().next().is_some_and(|c| c.is_alphabetic());
+        if quoted.contains('/') && !quoted.contains(':') {
+            checked += 1;
+            if !root.join(quoted).exists() {
+                missing.push(format!("path {quoted}"));
+            }
+        } else if is_item {
+            checked += 1;
+            let mut segments = quoted.rsplit("::");
+            let last = segments.next().unwrap_or_default();
+            if !declared(last) || segments.any(|module| !declared(module)) {
+                missing.push(format!("item {quoted}"));
+            }
+        }
+    }
+    assert!(checked > 30, "read CONTRIBUTING.md's names: {checked}");
+    assert!(
+        missing.is_empty(),
+        "CONTRIBUTING.md names what does not exist: {missing:?}"
+    );
 }
