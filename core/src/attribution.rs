@@ -1028,3 +1028,8 @@ fn estimate(
         tags: None,
     }]
 }
+
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
+#[cfg(test)]
+mod tests;
