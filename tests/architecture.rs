@@ -117,13 +117,7 @@ fn names_storage_module(segments: &[String]) -> Option<String> {
 
 impl<'ast> Visit<'ast> for StorageCalls {
     fn visit_item(&mut self, item: &'ast syn::Item) {
-        let test_only = match item {
-            syn::Item::Mod(m) => is_test_only(&m.attrs),
-            syn::Item::Fn(f) => is_test_only(&f.attrs),
-            syn::Item::Use(u) => is_test_only(&u.attrs),
-            _ => false,
-        };
-        if !test_only {
+        if !is_test_only_item(item) {
             syn::visit::visit_item(self, item);
         }
     }
@@ -165,6 +159,16 @@ impl<'ast> Visit<'ast> for StorageCalls {
     }
 
     fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
+}
+
+/// A module, function or `use` that exists only in tests.
+fn is_test_only_item(item: &syn::Item) -> bool {
+    match item {
+        syn::Item::Mod(m) => is_test_only(&m.attrs),
+        syn::Item::Fn(f) => is_test_only(&f.attrs),
+        syn::Item::Use(u) => is_test_only(&u.attrs),
+        _ => false,
+    }
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -351,13 +355,7 @@ struct NamesStore {
 
 impl<'ast> Visit<'ast> for NamesStore {
     fn visit_item(&mut self, item: &'ast syn::Item) {
-        let test_only = match item {
-            syn::Item::Mod(m) => is_test_only(&m.attrs),
-            syn::Item::Fn(f) => is_test_only(&f.attrs),
-            syn::Item::Use(u) => is_test_only(&u.attrs),
-            _ => false,
-        };
-        if !test_only {
+        if !is_test_only_item(item) {
             syn::visit::visit_item(self, item);
         }
     }

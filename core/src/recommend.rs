@@ -24,130 +24,12 @@ use crate::owners::{OwnerSchema, Role};
 use crate::ratecard::RateCard;
 use crate::telemetry::UsageTotal;
 
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+pub mod catalog;
+use catalog::{identify, CATALOG, GIB};
+
 pub const HOURS_PER_MONTH: i64 = 730;
 /// The ledger's pricing category of hours a commitment (savings plan, reservation) covered.
 const COMMITTED: &str = "committed";
-
-/// A GPU (or MIG profile) one could run on: what it holds and computes, and an instance type
-/// that offers it. Its price is not here: it is the rate card's price of that instance type per
-/// GPU ([`CatalogGpu::price`]), so recommendations use the prices the bill is checked against.
-#[derive(Debug, Clone, Serialize)]
-pub struct CatalogGpu {
-    pub name: &'static str,
-    pub memory_gb: f64,
-    /// Dense FP16 compute, for comparing utilization.
-    pub tflops: f64,
-    pub instance_type: &'static str,
-    /// A MIG profile: its share of the GPU's compute, in sevenths (`3g.40gb` is 3).
-    pub mig_sevenths: Option<u32>,
-}
-
-const fn gpu(
-    name: &'static str,
-    memory_gb: f64,
-    tflops: f64,
-    instance_type: &'static str,
-) -> CatalogGpu {
-    CatalogGpu {
-        name,
-        memory_gb,
-        tflops,
-        instance_type,
-        mig_sevenths: None,
-    }
-}
-
-const fn mig(
-    name: &'static str,
-    memory_gb: f64,
-    full_tflops: f64,
-    sevenths: u32,
-    instance_type: &'static str,
-) -> CatalogGpu {
-    CatalogGpu {
-        name,
-        memory_gb,
-        tflops: full_tflops * sevenths as f64 / 7.0,
-        instance_type,
-        mig_sevenths: Some(sevenths),
-    }
-}
-
-/// GPUs and MIG profiles (NVIDIA's profile tables) with an AWS instance type offering each.
-pub const CATALOG: &[CatalogGpu] = &[
-    gpu("T4", 16.0, 65.0, "g4dn.xlarge"),
-    gpu("L4", 24.0, 121.0, "g6.xlarge"),
-    gpu("A10G", 24.0, 125.0, "g5.xlarge"),
-    gpu("L40S", 48.0, 362.0, "g6e.xlarge"),
-    mig("A100 40GB MIG 1g.5gb", 5.0, 312.0, 1, "p4d.24xlarge"),
-    mig("A100 40GB MIG 2g.10gb", 10.0, 312.0, 2, "p4d.24xlarge"),
-    mig("A100 40GB MIG 3g.20gb", 20.0, 312.0, 3, "p4d.24xlarge"),
-    gpu("A100 40GB", 40.0, 312.0, "p4d.24xlarge"),
-    mig("A100 80GB MIG 1g.10gb", 10.0, 312.0, 1, "p4de.24xlarge"),
-    mig("A100 80GB MIG 2g.20gb", 20.0, 312.0, 2, "p4de.24xlarge"),
-    mig("A100 80GB MIG 3g.40gb", 40.0, 312.0, 3, "p4de.24xlarge"),
-    gpu("A100 80GB", 80.0, 312.0, "p4de.24xlarge"),
-    mig("H100 MIG 1g.10gb", 10.0, 989.0, 1, "p5.48xlarge"),
-    mig("H100 MIG 2g.20gb", 20.0, 989.0, 2, "p5.48xlarge"),
-    mig("H100 MIG 3g.40gb", 40.0, 989.0, 3, "p5.48xlarge"),
-    gpu("H100 80GB", 80.0, 989.0, "p5.48xlarge"),
-    gpu("H200 141GB", 141.0, 989.0, "p5e.48xlarge"),
-];
-
-impl CatalogGpu {
-    /// On-demand price per GPU-hour (a MIG profile: its sevenths of one) from the rate card's
-    /// instance type; `None` where the rate card does not price that instance type.
-    pub fn price(&self, card: &RateCard) -> Option<Decimal> {
-        let rate = card.instance_types.get(self.instance_type)?;
-        if rate.gpus == 0 {
-            return None;
-        }
-        let per_gpu = rate.on_demand / Decimal::from(rate.gpus);
-        Some(match self.mig_sevenths {
-            Some(s) => per_gpu * Decimal::from(s) / Decimal::from(7),
-            None => per_gpu,
-        })
-    }
-
-    /// Where it runs, in words: the instance type, and MIG when it is a slice.
-    pub fn offered_on(&self) -> String {
-        match self.mig_sevenths {
-            Some(_) => format!("{} (MIG)", self.instance_type),
-            None => self.instance_type.to_owned(),
-        }
-    }
-}
-
-/// The catalog entry an NVML name and memory size describe: a MIG instance (NVML names it
-/// `NVIDIA A100-SXM4-80GB MIG 1g.10gb`) is its profile, not the whole GPU.
-pub fn identify(nvml_name: &str, memory_total_bytes: Option<i64>) -> Option<&'static CatalogGpu> {
-    let n = nvml_name.to_ascii_uppercase();
-    let mem_gb = memory_total_bytes.map(|b| b as f64 / GIB);
-    let family = ["H200", "H100", "A100", "L40S", "A10G", "L4", "T4"]
-        .into_iter()
-        .find(|f| n.contains(f))?;
-    if n.contains(" MIG") || n.starts_with("MIG") {
-        // The profile (`1G.10GB`) and, for the A100, which of its two sizes the profile fits.
-        let profile = n
-            .split_whitespace()
-            .find(|t| t.contains("G.") && t.ends_with("GB"))?
-            .split('+')
-            .next()?
-            .to_owned();
-        return CATALOG.iter().find(|c| {
-            let upper = c.name.to_ascii_uppercase();
-            upper.starts_with(family) && upper.ends_with(&format!("MIG {profile}"))
-        });
-    }
-    CATALOG
-        .iter()
-        .filter(|c| c.name.starts_with(family) && c.mig_sevenths.is_none())
-        .min_by(|a, b| {
-            let d = |c: &CatalogGpu| mem_gb.map_or(0.0, |m| (c.memory_gb - m).abs());
-            d(a).total_cmp(&d(b))
-        })
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -900,120 +782,6 @@ fn recommend_in_one_currency(
     })
 }
 
-/// What a host's whole GPUs cost and did over the look-back, for sizing its instance.
-#[derive(Default)]
-struct HostGpus<'a> {
-    gpus: Vec<&'a str>,
-    /// How many of them did some work.
-    busy: usize,
-    cost: Decimal,
-    /// Of `cost`, on hours a commitment covered.
-    committed_cost: Decimal,
-    util_gpu_seconds: f64,
-    util_known_seconds: f64,
-    /// Whether the host has MIG instances (its whole GPUs are not what to size by).
-    mig: bool,
-}
-
-/// A GPU that ran no process, and what it cost so (of it, on committed hours).
-struct IdleGpu<'a> {
-    gpu: &'a str,
-    cost: Decimal,
-    committed_cost: Decimal,
-}
-
-/// A host by name, and its instance type where one is known.
-struct HostOn<'a> {
-    hostname: String,
-    instance_type: Option<&'a str>,
-}
-
-/// Advice for a host on which some GPUs worked, too busy to pack, while `idle` ran nothing at
-/// all (a cloud instance is paid whole, so those GPUs cannot be released alone). Where the rate
-/// card has an instance type of the same family with fewer GPUs that still holds the busy ones,
-/// the cheapest such: the move saves the price difference on the host's whole cost. Otherwise
-/// the idle GPUs' own cost, to be saved by giving them work or moving the busy GPUs' work
-/// onto GPUs with room and releasing the host.
-fn smaller_instance(
-    on: &HostOn,
-    host: &HostGpus,
-    idle: &[IdleGpu],
-    card: &RateCard,
-    lookback_ms: i64,
-) -> Consolidation {
-    let smaller = on.instance_type.and_then(|current| {
-        let rate = card.instance_types.get(current)?;
-        let family = current.split('.').next()?;
-        card.instance_types
-            .iter()
-            .filter(|(t, r)| {
-                t.split('.').next() == Some(family)
-                    && r.gpus as usize >= host.busy.max(1)
-                    && r.gpus < rate.gpus
-                    && r.on_demand < rate.on_demand
-                    && !rate.on_demand.is_zero()
-            })
-            .min_by(|a, b| a.1.on_demand.cmp(&b.1.on_demand).then(a.0.cmp(b.0)))
-            .map(|(t, r)| {
-                (
-                    t.clone(),
-                    r.gpus,
-                    Decimal::ONE - r.on_demand / rate.on_demand,
-                )
-            })
-    });
-    let (n, s) = (host.gpus.len(), idle.len());
-    let (gpus, cost, cash, freed, action) = match smaller {
-        Some((instance_type, count, share)) => (
-            host.gpus.iter().map(|g| (*g).to_owned()).collect::<Vec<_>>(),
-            host.cost,
-            (host.cost - host.committed_cost) * share,
-            host.committed_cost * share,
-            format!(
-                "move to {instance_type} ({count} GPUs): {s} of its {n} GPUs ran no process                  while the others were too busy to pack together"
-            ),
-        ),
-        None => {
-            let (cost, committed) = idle
-                .iter()
-                .fold((Decimal::ZERO, Decimal::ZERO), |(cost, committed), g| {
-                    (cost + g.cost, committed + g.committed_cost)
-                });
-            (
-                idle.iter().map(|g| g.gpu.to_owned()).collect(),
-                cost,
-                cost - committed,
-                committed,
-                format!(
-                    "give its {s} GPUs that ran no process work, or move the work of its other                      {} onto GPUs with room and release the host: {}",
-                    n - s,
-                    match on.instance_type {
-                        Some(t) => format!("the rate card has no smaller {t} with room for it"),
-                        None => "its instance type is not known".to_owned(),
-                    }
-                ),
-            )
-        }
-    };
-    Consolidation {
-        currency: String::new(),
-        gpus,
-        action,
-        host: on.hostname.clone(),
-        avg_util: if host.util_known_seconds > 0.0 {
-            (host.util_gpu_seconds / host.util_known_seconds * 10.0).round() / 10.0
-        } else {
-            0.0
-        },
-        cost: cost.round_dp(2),
-        saving: cash.round_dp(2),
-        frees_commitment: freed.round_dp(2),
-        monthly_cost: monthly(cost, lookback_ms).round_dp(2),
-        monthly_saving: monthly(cash, lookback_ms).round_dp(2),
-        monthly_frees_commitment: monthly(freed, lookback_ms).round_dp(2),
-    }
-}
-
 /// The share of the on-demand price spot saves on an instance type, from the rate card; `None`
 /// where the rate card has no spot price for it.
 fn spot_discount(card: &RateCard, instance_type: &str) -> Option<Decimal> {
@@ -1091,6 +859,9 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
     r.sum_savings();
     r
 }
+
+mod smaller;
+use smaller::{smaller_instance, HostGpus, HostOn, IdleGpu};
 
 #[cfg(test)]
 mod tests {

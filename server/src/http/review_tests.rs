@@ -357,10 +357,14 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
         let (viewer, _) = api.session("viewer").await;
         fleet(&api).await;
         let now = at();
+        // Counts and progress within the month under way, whatever the hour (in its first
+        // hour, an hour back is last month's).
+        let (month_start, _) = month_of(now);
+        let back = |ms: i64| (now - ms).max(month_start);
         let count = |requests: i64| {
             serde_json::json!({"source": "chat-pod-1", "counts": [{
                 "endpoint": "chat",
-                "start": rfc3339(now - 3_600_000),
+                "start": rfc3339(back(3_600_000)),
                 "end": rfc3339(now - 60_000),
                 "requests": requests,
             }]})
@@ -454,7 +458,7 @@ async fn request_counts_give_the_cost_per_thousand_requests() {
             ]})
         };
         for rank in ["rank-0", "rank-1"] {
-            for (at, step, epoch) in [(now - 3_000_000, 1_000, 0), (now - 60_000, 5_000, 2)] {
+            for (at, step, epoch) in [(back(3_000_000), 1_000, 0), (back(60_000), 5_000, 2)] {
                 let (status, body) =
                     post_json(&api, "/api/v1/usage", progress(rank, at, step, epoch)).await;
                 assert_eq!(status, StatusCode::OK, "{body}");

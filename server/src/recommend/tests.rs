@@ -1,5 +1,6 @@
 use super::*;
 use crate::billing::ratecard::RateCard;
+use gpuledger_core::recommend::catalog::identify;
 use rust_decimal::Decimal;
 use std::str::FromStr;
 
