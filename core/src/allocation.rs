@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Attribution, Kind, Part};
 use crate::carbon::{Footprint, Grid};
+use crate::figures::Sum;
 use crate::owners::{intern, OwnerSchema, Role};
 use crate::time::{month_of, rfc3339, HOUR_MS};
 
@@ -255,11 +256,11 @@ struct Acc {
     held: Decimal,
     idle: Decimal,
     unmonitored: Decimal,
-    gpu_seconds: f64,
-    util_gpu_seconds: f64,
-    util_known_seconds: f64,
+    gpu_seconds: Sum,
+    util_gpu_seconds: Sum,
+    util_known_seconds: Sum,
     /// Used GPU time with no utilization behind it.
-    presence_seconds: f64,
+    presence_seconds: Sum,
     footprint: Footprint,
     estimated: bool,
 }
@@ -312,10 +313,10 @@ impl Acc {
             held_idle_cost: self.held,
             idle_cost: self.idle,
             unmonitored_cost: self.unmonitored,
-            gpu_hours: self.gpu_seconds / 3600.0,
-            avg_util: (self.util_known_seconds > 0.0)
-                .then(|| self.util_gpu_seconds / self.util_known_seconds),
-            presence_gpu_hours: presence_hours(self.presence_seconds),
+            gpu_hours: self.gpu_seconds.get() / 3600.0,
+            avg_util: (self.util_known_seconds.get() > 0.0)
+                .then(|| self.util_gpu_seconds.get() / self.util_known_seconds.get()),
+            presence_gpu_hours: presence_hours(self.presence_seconds.get()),
             energy_kwh: self.footprint.energy_kwh(),
             energy_measured_share: self.footprint.measured_share(),
             kg_co2e: self.footprint.kg_co2e(),
@@ -503,7 +504,7 @@ pub fn totals(attribution: &Attribution, grid: &Grid) -> Vec<Totals> {
             held_idle_cost: a.held,
             idle_cost: a.idle,
             unmonitored_cost: a.unmonitored,
-            gpu_hours: a.gpu_seconds / 3600.0,
+            gpu_hours: a.gpu_seconds.get() / 3600.0,
             energy_kwh: a.footprint.energy_kwh(),
             energy_measured_share: a.footprint.measured_share(),
             kg_co2e: a.footprint.kg_co2e(),
@@ -578,6 +579,64 @@ mod tests {
             unattributed_hours: BTreeMap::new(),
             hosts: HashMap::from([(1, host)]),
         }
+    }
+
+    /// A float sum depends on its order: `(0.1 + 0.2) + 0.3` and `0.1 + (0.2 + 0.3)` differ in
+    /// the last bit. A kept copy that reads the same hours in another order must still say the
+    /// same GPU-hours, utilization and energy, to the bit.
+    #[test]
+    fn a_rows_figures_do_not_depend_on_the_order_of_its_parts() {
+        assert_ne!((0.1 + 0.2) + 0.3, 0.1 + (0.2 + 0.3));
+        // GPU-seconds whose float sum forward and backward differ.
+        let hours = [1.62, 2.06, 2.178, 0.67, 2.818, 0.7];
+        let seconds = hours.map(|h| h * 3600.0);
+        assert_ne!(
+            seconds.iter().fold(0.0, |s, x| s + x),
+            seconds.iter().rev().fold(0.0, |s, x| s + x)
+        );
+        let parts: Vec<Part> = hours
+            .iter()
+            .map(|&h| part("t", Kind::Used, "1", h, 37.0, "USD"))
+            .collect();
+        let grid = Grid::unknown();
+        let forward = group(
+            &attribution(parts.clone()),
+            GroupBy::TEAM,
+            Step::Month,
+            &grid,
+        );
+        let mut reversed = parts;
+        reversed.reverse();
+        let backward = group(
+            &attribution(reversed.clone()),
+            GroupBy::TEAM,
+            Step::Month,
+            &grid,
+        );
+        assert_eq!(forward, backward);
+        let rotated: Vec<Part> = reversed[2..]
+            .iter()
+            .chain(&reversed[..2])
+            .cloned()
+            .collect();
+        let r = group(&attribution(rotated), GroupBy::TEAM, Step::Month, &grid);
+        for row in [&backward[0], &r[0]] {
+            assert_eq!(
+                (row.gpu_hours.to_bits(), row.avg_util.map(f64::to_bits)),
+                (
+                    forward[0].gpu_hours.to_bits(),
+                    forward[0].avg_util.map(f64::to_bits)
+                )
+            );
+            assert_eq!(
+                row.energy_kwh.map(f64::to_bits),
+                forward[0].energy_kwh.map(f64::to_bits)
+            );
+        }
+        assert_eq!(
+            totals(&attribution(reversed.clone()), &grid),
+            totals(&attribution(reversed.into_iter().rev().collect()), &grid)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::figures::Sum;
 use serde::Deserialize;
 
 /// Grams of CO2e per kWh.
@@ -134,17 +135,18 @@ impl Grid {
     }
 }
 
-/// Energy and emissions summed over parts: what a row of allocation says about them.
+/// Energy and emissions summed over parts (in any order: [`Sum`]): what a row of allocation
+/// says about them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Footprint {
     /// Joules measured.
-    pub energy_j: f64,
+    pub energy_j: Sum,
     /// GPU-seconds whose energy was measured, and all GPU-seconds.
-    pub measured_seconds: f64,
-    pub gpu_seconds: f64,
+    pub measured_seconds: Sum,
+    pub gpu_seconds: Sum,
     /// Grams of CO2e of the measured energy whose grid intensity is known, and that energy.
-    pub co2e_g: f64,
-    pub co2e_energy_j: f64,
+    pub co2e_g: Sum,
+    pub co2e_energy_j: Sum,
 }
 
 impl Footprint {
@@ -175,19 +177,20 @@ impl Footprint {
 
     /// kWh measured; `None` where none of the GPU time was (unknown, not 0).
     pub fn energy_kwh(&self) -> Option<f64> {
-        (self.measured_seconds > 0.0).then(|| self.energy_j / 3.6e6)
+        (self.measured_seconds.get() > 0.0).then(|| self.energy_j.get() / 3.6e6)
     }
 
     /// The share of the GPU time the energy covers (0..=1): below 1, the kWh are a floor.
     pub fn measured_share(&self) -> Option<f64> {
-        (self.gpu_seconds > 0.0).then(|| (self.measured_seconds / self.gpu_seconds).min(1.0))
+        (self.gpu_seconds.get() > 0.0)
+            .then(|| (self.measured_seconds.get() / self.gpu_seconds.get()).min(1.0))
     }
 
     /// kg CO2e of the measured energy; `None` where no energy was measured, or some of it was
     /// drawn where the grid's intensity is unknown (a partial sum would read as the whole).
     pub fn kg_co2e(&self) -> Option<f64> {
-        let all_known = self.co2e_energy_j >= self.energy_j * (1.0 - 1e-9);
-        (self.measured_seconds > 0.0 && all_known).then(|| self.co2e_g / 1000.0)
+        let all_known = self.co2e_energy_j.get() >= self.energy_j.get() * (1.0 - 1e-9);
+        (self.measured_seconds.get() > 0.0 && all_known).then(|| self.co2e_g.get() / 1000.0)
     }
 }
 

@@ -470,7 +470,12 @@ async fn idle_that_names_no_team_is_on_no_teams_page() {
         crate::test_support::roll_up(api.store.as_ref()).await;
         let (admin, _) = api.session("admin").await;
         let alpha = scoped_session(&api, "alice", r#"["alpha"]"#).await;
-        let history = "/api/v1/idle/history";
+        // The run's hours, which early on the 1st are last month's (the default is this one).
+        let history = &format!(
+            "/api/v1/idle/history?from={}&to={}",
+            gpuledger_core::time::rfc3339(start),
+            gpuledger_core::time::rfc3339(start + 3 * HOUR_MS)
+        );
         let (_, all) = api.get_as(history, Some(&admin)).await;
         assert!(
             all.contains("scratch-node"),
@@ -491,7 +496,7 @@ async fn idle_that_names_no_team_is_on_no_teams_page() {
             );
         }
         // Alpha's review: its load test's dollars, and no idle.
-        let month = gpuledger_core::time::month_label(now);
+        let month = gpuledger_core::time::month_label(start);
         let (_, review) = api.get_as(&format!("/review/{month}"), Some(&alpha)).await;
         let doc = scraper::Html::parse_document(&review);
         let sel = scraper::Selector::parse("section.headline a.big").unwrap();
