@@ -19,7 +19,7 @@
 //! (1,000), `--ingest-rounds N` (5; the median is the figure), `--ingest-windows-per-report N`
 //! (4, the agent's default: a report a minute of 15-second windows), `--import-rows N` (500,000).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/e2e/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! What each GPU model answers: its NVML name, memory, which calls its driver supports, and the
 //! MIG profiles of the models that have MIG.
 //!
-//! Sources: real `nvidia-smi -q` captures (the test `tests/nvml_captures.rs` checks the fake
+//! Sources: real `nvidia-smi -q` captures (the test `tests/e2e/nvml_captures.rs` checks the fake
 //! against those in `../shared/nvml-captures/`), NVIDIA's NVML reference (`nvml.h`: energy on
 //! Volta and newer, GPM on Hopper and newer, no utilization rates or per-process utilization
 //! under MIG) and `nvidia-smi mig -lgip` tables (NVIDIA's MIG user guide for A100 and A30, a

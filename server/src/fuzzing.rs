@@ -7,7 +7,7 @@
 
 use gpuledger_proto::Report;
 
-use crate::billing::focus::{self, FocusError};
+use crate::billing::focus::FocusError;
 use crate::http::ingest;
 use crate::validate::{self, Limits};
 
@@ -70,7 +70,7 @@ fn check_accepted(report: &Report) {
 
 /// The FOCUS importer's path: format detection (gzip, Parquet, CSV), then the row reader.
 pub fn focus(data: &[u8]) {
-    match focus::parse(data) {
+    match crate::billing::focus_file::parse(data) {
         Ok(lines) => {
             assert!(!lines.is_empty(), "an accepted file with no line");
             for l in &lines {
@@ -235,12 +235,12 @@ mod tests {
         crate::validate::validate(&report, super::FUZZ_NOW_MS, &Default::default()).unwrap();
         for file in ["aws-azure.csv", "aws-azure.csv.gz", "aws-azure.parquet"] {
             let bytes = std::fs::read(seeds.join("focus").join(file)).unwrap();
-            let lines = crate::billing::focus::parse(&bytes).unwrap();
+            let lines = crate::billing::focus_file::parse(&bytes).unwrap();
             assert_eq!(lines.len(), 2, "{file}");
         }
         for (file, rows) in [("real-export-traits.csv", 3), ("focus-1.3.csv", 1)] {
             let bytes = std::fs::read(seeds.join("focus").join(file)).unwrap();
-            let lines = crate::billing::focus::parse(&bytes).unwrap();
+            let lines = crate::billing::focus_file::parse(&bytes).unwrap();
             assert_eq!(lines.len(), rows, "{file}");
         }
     }

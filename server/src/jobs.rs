@@ -8,7 +8,7 @@ use chrono::{Datelike, Duration as ChronoDuration, NaiveDate};
 
 use crate::billing::aws::{self, CostExplorer, SyncSummary};
 use crate::store;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 pub const AWS_SYNC_JOB: &str = "aws-cost-explorer-daily";
 use gpuledger_core::time::DAY_MS;
@@ -342,6 +342,47 @@ pub async fn make_history_partitions(
         }
         Err(e) => tracing::error!(error = %e, "making history partitions failed; will retry"),
     }
+}
+
+/// What `serve` does before its first report: the history partitions of the coming days made,
+/// rows waiting in the default partition left to the hourly job.
+pub async fn make_history_partitions_before_serving(
+    store: &dyn Store,
+    now: i64,
+    retention_ms: i64,
+) {
+    make_history_partitions(store, now, retention_ms, store::partitions::Waiting::Leave).await
+}
+
+/// Gives up the leases of every job this process holds (on shutdown), so another replica takes
+/// each at its next tick rather than when the lease expires: how many there were.
+pub async fn release_this_process_leases(store: &dyn Store, now: i64) -> Result<u64, StoreError> {
+    store::jobs::release_leases_of(store.db(), &process_holder_prefix(), now).await
+}
+
+/// Takes `job`'s lease for `holder` for `lease_ms`, waiting while another holds it (a running
+/// server's roll-up, say) for up to `patience`: whether it was had.
+pub async fn wait_for_lease(
+    store: &dyn Store,
+    (job, holder): (&str, &str),
+    lease_ms: i64,
+    patience: Duration,
+) -> Result<bool, StoreError> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if store::jobs::try_lease(store.db(), job, holder, crate::now_ms(), lease_ms).await? {
+            return Ok(true);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Gives `job`'s lease up, its work done.
+pub async fn finish_lease(store: &dyn Store, job: &str, holder: &str) -> Result<(), StoreError> {
+    store::jobs::finish_lease(store.db(), job, holder, crate::now_ms()).await
 }
 
 /// Recomputes the recommendations pages ask for now, under its own lease, once every

@@ -4,11 +4,13 @@
 pub mod agent_tokens;
 pub mod allocation;
 pub mod anomalies;
+pub mod app;
 pub mod attribution;
 pub mod auth;
 pub mod billing;
 pub mod budgets;
 pub mod carbon;
+pub mod cli;
 pub mod clock;
 pub mod closing;
 pub mod commitments;

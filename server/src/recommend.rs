@@ -10,6 +10,19 @@ use std::collections::HashMap;
 
 pub mod snapshots;
 
+/// The cash savings added up, one sum per currency: `$1,200.00 + €300.00`.
+pub fn savings_text(r: &Recommendations) -> String {
+    crate::format::money_sums(r.total_saving.iter().map(|t| (&t.currency, &t.amount)))
+}
+
+/// The commitment the recommendations free, added up the same way; "" where they free none.
+pub fn frees_text(r: &Recommendations) -> String {
+    if r.total_frees_commitment.is_empty() {
+        return String::new();
+    }
+    crate::format::money_sums((r.total_frees_commitment.iter()).map(|t| (&t.currency, &t.amount)))
+}
+
 /// The recommendations of `range` a team-scoped reader may see ([`within_scope`], its GPUs
 /// judged over the same range); all of them for every team.
 pub async fn for_scope(

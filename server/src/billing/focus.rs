@@ -16,9 +16,7 @@
 //! stores nothing of such a file.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::Path;
+use std::io::Read;
 
 use csv::StringRecord;
 use rust_decimal::Decimal;
@@ -466,39 +464,6 @@ impl Iterator for FocusRows {
     }
 }
 
-/// Opens a FOCUS file on disk: Parquet or CSV by content, gzip-compressed CSV by its magic.
-pub fn open_path(path: &Path) -> Result<FocusRows, FocusError> {
-    let io = |e: std::io::Error| FocusError::Io(e.to_string());
-    let mut file = File::open(path).map_err(io)?;
-    let mut magic = [0u8; 4];
-    let n = read_up_to(&mut file, &mut magic).map_err(io)?;
-    file.seek(SeekFrom::Start(0)).map_err(io)?;
-    if magic[..n] == *b"PAR1" {
-        return super::parquet::rows(file);
-    }
-    csv_rows(Box::new(file), n >= 2 && magic[..2] == [0x1f, 0x8b])
-}
-
-/// Opens a FOCUS file held in memory (tests, the demo, the fuzzer).
-pub fn open_bytes(bytes: Vec<u8>) -> Result<FocusRows, FocusError> {
-    if bytes.starts_with(b"PAR1") {
-        return super::parquet::rows(bytes::Bytes::from(bytes));
-    }
-    let gzip = bytes.starts_with(&[0x1f, 0x8b]);
-    csv_rows(Box::new(std::io::Cursor::new(bytes)), gzip)
-}
-
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
-
 /// The longest record (a CSV row, header included) read, in bytes: real rows are a few
 /// kilobytes, and a reader holds a whole record in memory, so a file of one endless line (a
 /// megabyte of gzip can hold a gigabyte) would take the server's memory.
@@ -544,7 +509,7 @@ impl<R: Read> Read for RecordLimit<R> {
     }
 }
 
-fn csv_rows(input: Box<dyn Read + Send>, gzip: bool) -> Result<FocusRows, FocusError> {
+pub(super) fn csv_rows(input: Box<dyn Read + Send>, gzip: bool) -> Result<FocusRows, FocusError> {
     let input: Box<dyn Read + Send> = if gzip {
         Box::new(flate2::read::MultiGzDecoder::new(input))
     } else {
@@ -603,11 +568,6 @@ fn csv_error(line: u64, e: csv::Error) -> FocusError {
             message: format!("not valid CSV: {e}"),
         },
     }
-}
-
-/// Parses a whole FOCUS file (CSV, gzip CSV or Parquet) held in memory.
-pub fn parse(bytes: &[u8]) -> Result<Vec<CostLine>, FocusError> {
-    open_bytes(bytes.to_vec())?.collect()
 }
 
 fn amount(line: u64, cols: &Columns, r: &StringRecord, name: &str) -> Result<Decimal, FocusError> {

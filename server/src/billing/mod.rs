@@ -4,6 +4,7 @@
 pub mod aws;
 pub mod current_price;
 pub mod focus;
+pub mod focus_file;
 pub mod gpu_instances;
 pub mod manifest;
 mod parquet;
@@ -179,7 +180,7 @@ impl BillFile {
                 let opened = tokio::task::spawn_blocking(move || {
                     let sha =
                         sha256_of_file(&path).map_err(|e| focus::FocusError::Io(e.to_string()))?;
-                    let rows = focus::open_path(&path)?.expecting_rows(expected_rows);
+                    let rows = focus_file::open_path(&path)?.expecting_rows(expected_rows);
                     Ok::<_, focus::FocusError>((sha, rows))
                 })
                 .await
@@ -191,7 +192,7 @@ impl BillFile {
             }
             BillFile::FocusBytes { name, bytes } => {
                 let sha = sha256_hex(&bytes);
-                match focus::open_bytes(bytes) {
+                match focus_file::open_bytes(bytes) {
                     Ok(rows) => (import("focus", name, sha), chunks_of(rows)),
                     Err(e) => (import("focus", name, sha), failed(e)),
                 }
@@ -279,7 +280,7 @@ pub async fn first_errors(
         files
             .into_iter()
             .map(|(name, path, expected_rows)| {
-                let error = match focus::open_path(&path) {
+                let error = match focus_file::open_path(&path) {
                     Err(e) => Some(e.to_string()),
                     Ok(rows) => rows
                         .expecting_rows(expected_rows)

@@ -10,7 +10,8 @@ use parquet::record::reader::RowIter;
 use parquet::record::{Field, Row};
 use rust_decimal::Decimal;
 
-use super::focus::{FocusError, FocusRows};
+use super::focus::FocusRows;
+use gpuledger_core::bill::FocusError;
 
 fn ms_to_rfc3339(ms: i64) -> String {
     gpuledger_core::time::rfc3339(ms)

@@ -16,7 +16,6 @@ use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, TeamScoped};
 use super::AppState;
 use crate::anomalies::{DismissError, OwnerAnomaly};
 use crate::error::ApiError;
-use crate::format::money;
 use crate::now_ms;
 use gpuledger_core::time::{month_label, rfc3339};
 
@@ -213,54 +212,5 @@ async fn dismiss_from_form(
             super::session::database_unavailable("dismissing an anomaly", e)
         }
         Err(e) => error_page(StatusCode::BAD_REQUEST, "Not dismissed", &e.to_string()),
-    }
-}
-
-/// An anomaly as the review shows it.
-pub struct AnomalyView {
-    pub owner: String,
-    pub kind: &'static str,
-    pub since: String,
-    pub days: usize,
-    /// Today is one of its days, judged on its cost so far.
-    pub ongoing: bool,
-    pub expected: String,
-    pub actual: String,
-    pub excess: String,
-    /// Where the money went, one line per GPU.
-    pub drivers: Vec<String>,
-    pub dismissed: Option<String>,
-    /// What the dismiss button sends.
-    pub dimension: String,
-    pub key: String,
-    pub currency: String,
-    pub start: String,
-}
-
-pub fn view(a: &OwnerAnomaly) -> AnomalyView {
-    let m = |d| money(d, &a.currency);
-    let day = |ms: i64| rfc3339(ms).get(..10).unwrap_or_default().to_owned();
-    AnomalyView {
-        owner: format!("{} {}", a.dimension.replace('_', " "), a.key),
-        kind: a.anomaly.kind.label(),
-        since: day(a.anomaly.start_ms),
-        days: a.anomaly.days.len(),
-        ongoing: a.anomaly.days.iter().any(|d| d.partial),
-        expected: m(a.anomaly.expected),
-        actual: m(a.anomaly.actual),
-        excess: m(a.anomaly.excess()),
-        drivers: a.drivers.iter().map(|d| d.label(m)).collect(),
-        dismissed: a.dismissed.as_ref().map(|d| {
-            let mut s = format!("dismissed by {} on {}", d.by, day(d.at_ms));
-            if !d.reason.is_empty() {
-                s.push_str(": ");
-                s.push_str(&d.reason);
-            }
-            s
-        }),
-        dimension: a.dimension.clone(),
-        key: a.key.clone(),
-        currency: a.currency.clone(),
-        start: day(a.anomaly.start_ms),
     }
 }

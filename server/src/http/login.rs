@@ -19,10 +19,9 @@ use axum::{Form, Router};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
 
+use super::cookies::SESSION_COOKIE;
 use super::page::{error_page, render_with_status, Chrome};
-use super::session::{
-    database_unavailable, session_cookie, CsrfForm, SignedInForm, SESSION_COOKIE,
-};
+use super::session::{database_unavailable, session_cookie, CsrfForm, SignedInForm};
 use super::AppState;
 use crate::auth::generate_token;
 use crate::now_ms;

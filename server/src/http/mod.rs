@@ -9,8 +9,8 @@ mod billing;
 mod budgets;
 #[cfg(test)]
 mod budgets_tests;
-mod charts;
 pub mod connections;
+mod cookies;
 #[cfg(test)]
 mod cost_metrics_tests;
 #[cfg(test)]
@@ -105,6 +105,20 @@ impl AppState {
             close: crate::closing::ClosePolicy::default(),
             cost_metrics: crate::cost_metrics::Cache::default(),
             replica: None,
+        }
+    }
+}
+
+impl AppState {
+    /// What a use case reads from for one request: `store` (the replica or the primary, as
+    /// the request's reads were routed), the server's settings, and now.
+    pub fn read_context<'a>(&'a self, store: &'a dyn Store) -> crate::app::ReadContext<'a> {
+        crate::app::ReadContext {
+            store,
+            config: &self.config,
+            rate_card: &self.rate_card,
+            close: self.close,
+            now: crate::now_ms(),
         }
     }
 }

@@ -109,7 +109,7 @@ impl utoipa::Modify for SecuritySchemes {
         components.add_security_scheme(
             "session",
             SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
-                super::session::SESSION_COOKIE,
+                super::cookies::SESSION_COOKIE,
                 "A signed-in browser session. Writes also need an admin, and are refused when \
                  the browser says another site's page sent them (Sec-Fetch-Site, Origin); \
                  scripts send neither.",

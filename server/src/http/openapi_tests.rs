@@ -526,7 +526,7 @@ async fn admin_session(store: &dyn Store) -> String {
     )
     .await
     .unwrap();
-    format!("{}={token}", super::session::SESSION_COOKIE)
+    format!("{}={token}", super::cookies::SESSION_COOKIE)
 }
 
 /// A report from the openapi cluster's one host, its last 15 seconds.

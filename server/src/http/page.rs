@@ -19,19 +19,6 @@ pub struct Chrome {
     pub freshness: Option<String>,
 }
 
-impl From<&super::session::SignedIn> for Chrome {
-    fn from(s: &super::session::SignedIn) -> Self {
-        Chrome {
-            username: s.username.clone(),
-            role: s.role.as_str(),
-            csrf: s.csrf.clone(),
-            teams: (!s.scope.is_all()).then(|| s.scope.describe()),
-            generated: crate::format::utc_minute(crate::now_ms()),
-            freshness: s.reads.freshness(),
-        }
-    }
-}
-
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage<'a> {

@@ -23,7 +23,7 @@ use crate::replica::ReadFrom;
 use crate::store::Store;
 
 /// The cookie holding the primary's log position after this browser's last change.
-pub const WRITTEN_COOKIE: &str = "gpl_written";
+use super::cookies::WRITTEN_COOKIE;
 pub const READ_FROM_HEADER: &str = "gpuledger-read-from";
 pub const AS_OF_HEADER: &str = "gpuledger-figures-as-of";
 
@@ -110,7 +110,7 @@ pub async fn route(State(state): State<AppState>, req: Request, next: Next) -> R
     } else {
         ReadFrom::Primary
     };
-    let person = jar.get(super::session::SESSION_COOKIE).is_some();
+    let person = jar.get(super::cookies::SESSION_COOKIE).is_some();
     let (mut response, used) = match from {
         ReadFrom::Replica { .. } => {
             // A GET has no body: what it needs to be asked again is its head.

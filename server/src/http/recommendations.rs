@@ -336,19 +336,6 @@ fn recommendations_csv(r: &Recommendations) -> Result<String, csv::Error> {
     w.into_string()
 }
 
-/// The cash savings added up, one sum per currency: `$1,200.00 + €300.00`.
-pub(crate) fn savings_text(r: &Recommendations) -> String {
-    crate::format::money_sums(r.total_saving.iter().map(|t| (&t.currency, &t.amount)))
-}
-
-/// The commitment the recommendations free, added up the same way; "" where they free none.
-pub(crate) fn frees_text(r: &Recommendations) -> String {
-    if r.total_frees_commitment.is_empty() {
-        return String::new();
-    }
-    crate::format::money_sums((r.total_frees_commitment.iter()).map(|t| (&t.currency, &t.amount)))
-}
-
 #[derive(Template)]
 #[template(path = "recommendations.html")]
 struct RecommendationsPage {
@@ -370,8 +357,8 @@ async fn page(State(state): State<AppState>, TeamScoped(user): TeamScoped) -> Re
     match compute(&state, user.reads.store(), range, &user.scope).await {
         Ok(r) => render(&RecommendationsPage {
             chrome: Some(Chrome::from(&user)),
-            total_saving: savings_text(&r),
-            total_frees: frees_text(&r),
+            total_saving: crate::recommend::savings_text(&r),
+            total_frees: crate::recommend::frees_text(&r),
             r,
         }),
         Err(e) => {

@@ -79,11 +79,11 @@ async fn api_rows(api: &Api, cookie: &str, by: &str, filter: &str) -> Vec<Row> {
                 crate::format::usd(gpuledger_core::money::from_text(
                     r["cost"].as_str().unwrap(),
                 )),
-                super::charts::energy_text(
+                crate::app::review::charts::energy_text(
                     r["energy_kwh"].as_f64(),
                     r["energy_measured_share"].as_f64(),
                 ),
-                super::charts::co2e_text(
+                crate::app::review::charts::co2e_text(
                     r["kg_co2e"].as_f64(),
                     r["energy_measured_share"].as_f64(),
                 ),
@@ -1183,7 +1183,7 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
 /// the table link to the CSV, which lists every key.
 #[tokio::test]
 async fn a_table_shows_its_costliest_keys_and_sums_the_rest() {
-    let keep = super::charts::TABLE_ROWS;
+    let keep = crate::app::review::charts::TABLE_ROWS;
     for (api, _db) in apis().await {
         let (viewer, _) = api.session("viewer").await;
         let mut r = placed("rev-many");

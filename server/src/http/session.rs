@@ -15,14 +15,14 @@ use axum::{Form, Json};
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::de::DeserializeOwned;
 
-use super::page::error_page;
+use super::page::{error_page, Chrome};
 use super::AppState;
 use crate::auth::hash_token;
 use crate::error::ApiError;
 use crate::now_ms;
 use crate::session::{tokens_equal, Role, Scope, SESSION_TTL_MS};
 
-pub const SESSION_COOKIE: &str = "gpl_session";
+use super::cookies::SESSION_COOKIE;
 
 /// The session cookie: HttpOnly (no script reads it), SameSite=Lax (not sent on cross-site
 /// posts), Secure when the server is reached over HTTPS.
@@ -349,4 +349,18 @@ pub(super) fn write_body<T>(
         message: e.body_text(),
         field: None,
     })
+}
+
+/// The page frame of a signed-in person.
+impl From<&SignedIn> for Chrome {
+    fn from(s: &SignedIn) -> Self {
+        Chrome {
+            username: s.username.clone(),
+            role: s.role.as_str(),
+            csrf: s.csrf.clone(),
+            teams: (!s.scope.is_all()).then(|| s.scope.describe()),
+            generated: crate::format::utc_minute(crate::now_ms()),
+            freshness: s.reads.freshness(),
+        }
+    }
 }

@@ -8,7 +8,6 @@ use rust_decimal::Decimal;
 
 use super::*;
 use crate::attribution::{Attribution, Kind, Owner, Rules};
-use crate::billing::focus;
 use crate::config::OwnerSchema;
 use crate::ledger::{attributed_costs, experiment_hours, gpu_days, load, top_gpus, Keep};
 use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
@@ -134,7 +133,7 @@ async fn import_bill(store: &dyn Store, name: &str, scale: &str) {
         iso(DAY0),
         iso(DAY0 + HOUR_MS)
     ));
-    let lines = focus::parse(csv.as_bytes()).unwrap();
+    let lines = crate::billing::focus_file::parse(csv.as_bytes()).unwrap();
     crate::billing::store_lines(store, "focus", name, format!("sha-{name}"), lines, DAY0)
         .await
         .unwrap();
@@ -1455,7 +1454,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
                 iso(day + DAY_MS)
             ));
         }
-        let lines = focus::parse(csv.as_bytes()).unwrap();
+        let lines = crate::billing::focus_file::parse(csv.as_bytes()).unwrap();
         crate::billing::store_lines(s, "focus", "ghost", "sha-ghost".into(), lines, DAY0)
             .await
             .unwrap();
@@ -1874,7 +1873,7 @@ async fn unused_shares_follow_usage_across_host_groups() {
              AWS,1,{period},{from},{to},Usage,0,0.20,0.30,USD,Committed,{sp},Used,i-bbb\n\
              AWS,1,{period},{from},{to},Usage,0,0.40,0.40,USD,Committed,{sp},Unused,{sp}\n"
         );
-        let lines = focus::parse(csv.as_bytes()).unwrap();
+        let lines = crate::billing::focus_file::parse(csv.as_bytes()).unwrap();
         crate::billing::store_lines(s, "focus", "plan", "sha-plan".into(), lines, DAY0)
             .await
             .unwrap();
