@@ -14,18 +14,16 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use rust_decimal::prelude::*;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::activity::{BANDS, UTIL_BAND_POINTS};
-use crate::attribution::{Kind, Part};
-use crate::owners::{OwnerSchema, Role};
+use crate::attribution::Part;
+use crate::owners::OwnerSchema;
 use crate::ratecard::RateCard;
 use crate::telemetry::UsageTotal;
 
 pub mod catalog;
-use catalog::{identify, CATALOG, GIB};
 
 pub const HOURS_PER_MONTH: i64 = 730;
 /// The ledger's pricing category of hours a commitment (savings plan, reservation) covered.
@@ -349,415 +347,14 @@ fn recommend_in_one_currency(
     lookback_ms: i64,
     options: Options,
 ) -> Recommendations {
-    // Per endpoint and per model, on each GPU model it ran on: peak process memory, windows
-    // per utilization band, GPUs. Each GPU model is sized apart: a day's load test on other
-    // GPUs neither moves the p95 of the fleet it serves from nor joins its recommendation (and
-    // so leaves those GPUs to the advice that fits them, a release say).
-    #[derive(Default)]
-    struct Usage<'a> {
-        peak_bytes: i64,
-        bands: [i64; BANDS],
-        gpus: BTreeSet<&'a str>,
-    }
-    type GpuModel<'a> = (&'a str, Option<i64>);
-    let mut usage: BTreeMap<(&'static str, &str, GpuModel), Usage> = BTreeMap::new();
-    for u in &evidence.usage {
-        let by = match u.owner_by.as_str() {
-            "endpoint" => "endpoint",
-            "model" => "model",
-            _ => continue,
-        };
-        let model = (u.gpu_name.as_deref().unwrap_or(""), u.memory_total_bytes);
-        let e = usage.entry((by, u.owner_key.as_str(), model)).or_default();
-        e.peak_bytes = e.peak_bytes.max(u.peak_memory_bytes);
-        if let Ok(band) = usize::try_from(u.util_band) {
-            e.bands[band.min(BANDS - 1)] += u.windows;
-        }
-        e.gpus.insert(&u.gpu_uuid);
-    }
-    // What each endpoint and model cost, from the attribution (the bill, exactly), and each
-    // GPU's cost and time-weighted utilization.
-    // Per endpoint or model and GPU: (cost, of it on hours a commitment covered).
-    let mut cost: HashMap<(&str, &str, &str), (Decimal, Decimal)> = HashMap::new();
-    #[derive(Default)]
-    struct Training<'a> {
-        cost: Decimal,
-        saving: Decimal,
-        gpu_seconds: f64,
-        gpus: BTreeSet<&'a str>,
-        instance_types: BTreeSet<&'a str>,
-    }
-    let mut training: BTreeMap<&str, Training> = BTreeMap::new();
-    #[derive(Default)]
-    struct Gpu {
-        cost: Decimal,
-        util_gpu_seconds: f64,
-        util_known_seconds: f64,
-        host_id: i64,
-        in_use: bool,
-        /// Of `cost`, on hours a commitment covered.
-        committed_cost: Decimal,
-        /// Cost while held idle or idle with no process (and of it, on committed hours), and
-        /// GPU time doing work.
-        held_cost: Decimal,
-        idle_cost: Decimal,
-        committed_held_cost: Decimal,
-        committed_idle_cost: Decimal,
-        used_seconds: f64,
-        held_owners: BTreeMap<String, BTreeSet<String>>,
-    }
-    let mut gpus: BTreeMap<&str, Gpu> = BTreeMap::new();
-    let schema = &evidence.owners;
-    let endpoint_dimension = schema.role(Role::Endpoint);
-    for part in &evidence.parts {
-        if let Some(g) = &part.gpu_uuid {
-            let e = gpus.entry(g).or_default();
-            let committed = part.pricing_category == COMMITTED;
-            e.cost += part.cost;
-            if committed {
-                e.committed_cost += part.cost;
-            }
-            e.util_gpu_seconds += part.util_gpu_seconds;
-            e.util_known_seconds += part.util_known_seconds;
-            e.host_id = part.host_id;
-            e.in_use |= matches!(part.kind, Kind::Used | Kind::HeldIdle);
-            match part.kind {
-                Kind::Used => e.used_seconds += part.gpu_seconds,
-                Kind::Idle => {
-                    e.idle_cost += part.cost;
-                    if committed {
-                        e.committed_idle_cost += part.cost;
-                    }
-                }
-                Kind::HeldIdle => {
-                    e.held_cost += part.cost;
-                    if committed {
-                        e.committed_held_cost += part.cost;
-                    }
-                    // Who to ask to release it: every owner value but the endpoint's.
-                    for (k, v) in part
-                        .owner
-                        .iter()
-                        .filter(|(k, _)| Some(*k) != endpoint_dimension)
-                    {
-                        e.held_owners
-                            .entry(k.to_owned())
-                            .or_default()
-                            .insert(v.to_owned());
-                    }
-                }
-                _ => {}
-            }
-        }
-        if part.kind != Kind::Used && part.kind != Kind::HeldIdle {
-            continue;
-        }
-        let endpoint = schema.value(&part.owner, Role::Endpoint);
-        let committed = if part.pricing_category == COMMITTED {
-            part.cost
-        } else {
-            Decimal::ZERO
-        };
-        if let Some(g) = part.gpu_uuid.as_deref() {
-            let owners = [
-                ("endpoint", endpoint),
-                ("model", schema.value(&part.owner, Role::Model)),
-            ];
-            for (by, key) in owners {
-                if let Some(key) = key {
-                    let c = cost.entry((by, key, g)).or_default();
-                    c.0 += part.cost;
-                    c.1 += committed;
-                }
-            }
-        }
-        // Training on spot: an experiment that serves no endpoint, working (held-idle GPUs are
-        // to be released, not moved), on on-demand capacity (committed capacity is paid for
-        // either way), on an instance type the rate card has a spot price for.
-        let (Some(experiment), None, Kind::Used) = (
-            schema.value(&part.owner, Role::Experiment),
-            endpoint,
-            part.kind,
-        ) else {
-            continue;
-        };
-        if part.pricing_category != "on_demand" {
-            continue;
-        }
-        let Some((instance_type, discount)) = evidence
-            .instance_types
-            .get(&part.host_id)
-            .and_then(|t| Some((t.as_str(), spot_discount(card, t)?)))
-        else {
-            continue;
-        };
-        let t = training.entry(experiment).or_default();
-        t.cost += part.cost;
-        t.saving += part.cost * discount;
-        t.gpu_seconds += part.gpu_seconds;
-        t.instance_types.insert(instance_type);
-        if let Some(g) = &part.gpu_uuid {
-            t.gpus.insert(g);
-        }
-    }
-
-    let mut right_size = Vec::new();
-    for ((by, key, (name, mem)), u) in &usage {
-        let Some(current) = identify(name, *mem) else {
-            continue;
-        };
-        let Some(current_price) = current.price(card).filter(|p| !p.is_zero()) else {
-            continue;
-        };
-        let need_gb = u.peak_bytes as f64 / GIB * (1.0 + options.headroom);
-        let p95_util = p95_of_bands(&u.bands);
-        let best = CATALOG
-            .iter()
-            .filter_map(|c| Some((c, c.price(card)?)))
-            .filter(|(c, price)| c.memory_gb >= need_gb && *price < current_price)
-            .map(|(c, price)| (c, price, p95_util * current.tflops / c.tflops))
-            .filter(|(_, _, projected)| *projected <= options.target_util)
-            .min_by(|a, b| a.1.cmp(&b.1));
-        let Some((rec, price, projected)) = best else {
-            continue;
-        };
-        let (spent, committed) =
-            u.gpus
-                .iter()
-                .fold((Decimal::ZERO, Decimal::ZERO), |(spent, committed), g| {
-                    let (c, k) = cost.get(&(*by, *key, *g)).copied().unwrap_or_default();
-                    (spent + c, committed + k)
-                });
-        let share = Decimal::ONE - price / current_price;
-        let frees = committed * share;
-        let saving = spent * share - frees;
-        right_size.push(RightSize {
-            currency: String::new(),
-            by: (*by).to_owned(),
-            key: key.to_string(),
-            current_gpu: current.name.to_owned(),
-            gpus: u.gpus.iter().map(|g| (*g).to_owned()).collect(),
-            peak_memory_gb: (u.peak_bytes as f64 / GIB * 10.0).round() / 10.0,
-            p95_util,
-            cost: spent.round_dp(2),
-            saving: saving.round_dp(2),
-            frees_commitment: frees.round_dp(2),
-            monthly_cost: monthly(spent, lookback_ms).round_dp(2),
-            monthly_saving: monthly(saving, lookback_ms).round_dp(2),
-            monthly_frees_commitment: monthly(frees, lookback_ms).round_dp(2),
-            recommended_gpu: rec.name.to_owned(),
-            recommended_instance_type: rec.offered_on(),
-            projected_p95_util: (projected * 10.0).round() / 10.0,
-        });
-    }
-
-    // GPUs that did no work, held idle by a process or with none at all: to release, per
-    // host. The biggest waste is often a whole cluster nobody runs anything on.
-    #[derive(Default)]
-    struct Held {
-        gpus: Vec<String>,
-        cost: Decimal,
-        committed: Decimal,
-        held: bool,
-        owners: BTreeMap<String, BTreeSet<String>>,
-    }
-    let mut release_by_host: BTreeMap<i64, Held> = BTreeMap::new();
-    // Hosts on which some GPU (or MIG instance) worked: their idle GPUs are not released one
-    // by one (a cloud instance goes whole, and a MIG GPU's free slices sit beside working
-    // ones); packing and right-sizing speak for them. A GPU a process holds idle is released
-    // anywhere, by stopping the process.
-    let worked: BTreeSet<i64> = (gpus.values())
-        .filter(|u| u.used_seconds > 0.0)
-        .map(|u| u.host_id)
-        .collect();
-    for (g, u) in &gpus {
-        let (idle, committed_idle) = if worked.contains(&u.host_id) {
-            (Decimal::ZERO, Decimal::ZERO)
-        } else {
-            (u.idle_cost, u.committed_idle_cost)
-        };
-        let unused = u.held_cost + idle;
-        if u.used_seconds == 0.0 && unused > Decimal::ZERO {
-            let e = release_by_host.entry(u.host_id).or_default();
-            e.gpus.push((*g).to_owned());
-            e.cost += unused;
-            e.committed += u.committed_held_cost + committed_idle;
-            e.held |= u.held_cost > Decimal::ZERO;
-            for (k, v) in &u.held_owners {
-                e.owners
-                    .entry(k.clone())
-                    .or_default()
-                    .extend(v.iter().cloned());
-            }
-        }
-    }
-    let release: Vec<Release> = release_by_host
-        .into_iter()
-        .map(
-            |(
-                host_id,
-                Held {
-                    gpus,
-                    cost,
-                    committed,
-                    held,
-                    owners,
-                },
-            )| Release {
-                currency: String::new(),
-                action: {
-                    let them = if gpus.len() == 1 {
-                        "GPU".to_owned()
-                    } else {
-                        format!("{} GPUs", gpus.len())
-                    };
-                    if held {
-                        format!(
-                            "stop the idle processes or release the {them}: they hold memory \
-                             at ~0% and did no work"
-                        )
-                    } else {
-                        format!("release the {them}: no process ran on them")
-                    }
-                },
-                gpus,
-                host: evidence
-                    .hostnames
-                    .get(&host_id)
-                    .cloned()
-                    .unwrap_or_default(),
-                owners: owners
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(", ")))
-                    .collect(),
-                cost: cost.round_dp(2),
-                saving: (cost - committed).round_dp(2),
-                frees_commitment: committed.round_dp(2),
-                monthly_saving: monthly(cost - committed, lookback_ms).round_dp(2),
-                monthly_frees_commitment: monthly(committed, lookback_ms).round_dp(2),
-            },
-        )
-        .collect();
-
-    // Whole GPUs busy less than the threshold, with work on them: candidates to pack together
-    // (a GPU that only sat held idle is to release, not to pack). One recommendation per host:
-    // eight GPUs of a host each a few percent busy are one move, not eight.
-    // GPUs of such a host that ran nothing at all go with them: packing its work onto fewer
-    // GPUs releases those first.
-    let mut packable: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
-    let mut spare: BTreeMap<i64, Vec<(&str, f64, Gpu)>> = BTreeMap::new();
-    let mut hosts: BTreeMap<i64, HostGpus> = BTreeMap::new();
-    for (g, u) in gpus {
-        let host = hosts.entry(u.host_id).or_default();
-        if evidence.mig_instances.contains(g) {
-            host.mig = true;
-            continue;
-        }
-        host.gpus.push(g);
-        host.busy += usize::from(u.used_seconds > 0.0);
-        host.cost += u.cost;
-        host.committed_cost += u.committed_cost;
-        host.util_gpu_seconds += u.util_gpu_seconds;
-        host.util_known_seconds += u.util_known_seconds;
-        if !u.in_use && u.used_seconds == 0.0 && u.idle_cost > Decimal::ZERO {
-            if worked.contains(&u.host_id) {
-                spare.entry(u.host_id).or_default().push((g, 0.0, u));
-            }
-            continue;
-        }
-        if !(u.in_use && u.used_seconds > 0.0 && u.util_known_seconds > 0.0) {
-            continue;
-        }
-        let avg = u.util_gpu_seconds / u.util_known_seconds;
-        if avg < options.consolidation_below {
-            packable.entry(u.host_id).or_default().push((g, avg, u));
-        }
-    }
-    for (host_id, on_host) in packable.iter_mut() {
-        on_host.extend(spare.remove(host_id).unwrap_or_default());
-    }
-    let mut consolidation: Vec<Consolidation> = packable
-        .into_iter()
-        .map(|(host_id, on_host)| {
-            let (mut cost, mut cash_saving, mut freed) =
-                (Decimal::ZERO, Decimal::ZERO, Decimal::ZERO);
-            let (mut util, mut known, mut needed) = (0.0, 0.0, 0.0);
-            for (_, avg, u) in &on_host {
-                // The share of this GPU its work does not need at the target utilization.
-                let need = (avg / options.target_util).clamp(0.0, 1.0);
-                let spare = Decimal::from_f64(1.0 - need).unwrap_or_default();
-                cost += u.cost;
-                cash_saving += (u.cost - u.committed_cost) * spare;
-                freed += u.committed_cost * spare;
-                util += u.util_gpu_seconds;
-                known += u.util_known_seconds;
-                needed += need;
-            }
-            let avg = if known > 0.0 { util / known } else { 0.0 };
-            let action = match on_host.len() {
-                1 => format!(
-                    "move its work onto a GPU with room: it needs about {:.0}% of one kept \
-                     {:.0}% busy, then release this one",
-                    needed * 100.0,
-                    options.target_util
-                ),
-                n if needed < 1.0 => format!(
-                    "pack the work of its {n} GPUs onto one with room: together they need \
-                     about {:.0}% of one kept {:.0}% busy, then release them",
-                    needed * 100.0,
-                    options.target_util
-                ),
-                n => format!(
-                    "pack the work of its {n} GPUs together: they need about {needed:.1} GPUs \
-                     kept {:.0}% busy between them, then release the rest",
-                    options.target_util
-                ),
-            };
-            Consolidation {
-                currency: String::new(),
-                gpus: on_host.iter().map(|(g, _, _)| (*g).to_owned()).collect(),
-                action,
-                host: evidence
-                    .hostnames
-                    .get(&host_id)
-                    .cloned()
-                    .unwrap_or_default(),
-                avg_util: (avg * 10.0).round() / 10.0,
-                cost: cost.round_dp(2),
-                saving: cash_saving.round_dp(2),
-                frees_commitment: freed.round_dp(2),
-                monthly_cost: monthly(cost, lookback_ms).round_dp(2),
-                monthly_saving: monthly(cash_saving, lookback_ms).round_dp(2),
-                monthly_frees_commitment: monthly(freed, lookback_ms).round_dp(2),
-            }
-        })
-        .collect();
-    // Hosts whose working GPUs are too busy to pack, beside GPUs that ran nothing: the
-    // instance is too big for its work.
-    for (host_id, idle) in spare {
-        let Some(host) = hosts.get(&host_id).filter(|h| !h.mig) else {
-            continue;
-        };
-        let on = HostOn {
-            hostname: evidence
-                .hostnames
-                .get(&host_id)
-                .cloned()
-                .unwrap_or_default(),
-            instance_type: evidence.instance_types.get(&host_id).map(String::as_str),
-        };
-        let idle: Vec<IdleGpu> = idle
-            .iter()
-            .map(|(gpu, _, u)| IdleGpu {
-                gpu,
-                cost: u.idle_cost,
-                committed_cost: u.committed_idle_cost,
-            })
-            .collect();
-        consolidation.push(smaller_instance(&on, host, &idle, card, lookback_ms));
-    }
-
-    let spot = training
+    let tally = tally::tally(evidence, card);
+    let right_size = right_size::right_size(&tally, card, options, lookback_ms);
+    let worked = tally.hosts_that_worked();
+    let release = release::release(&tally.gpus, &worked, evidence, lookback_ms);
+    let context = (evidence, card);
+    let consolidation = packing::consolidation(tally.gpus, &worked, context, options, lookback_ms);
+    let spot = tally
+        .training
         .into_iter()
         .filter(|(_, t)| t.saving > Decimal::ZERO)
         .map(|(experiment, t)| SpotCandidate {
@@ -770,7 +367,6 @@ fn recommend_in_one_currency(
             saving: t.saving.round_dp(2),
         })
         .collect();
-
     disjoint(Recommendations {
         lookback_days: lookback_ms as f64 / crate::time::DAY_MS as f64,
         right_size,
@@ -860,8 +456,11 @@ fn disjoint(mut r: Recommendations) -> Recommendations {
     r
 }
 
+mod packing;
+mod release;
+mod right_size;
 mod smaller;
-use smaller::{smaller_instance, HostGpus, HostOn, IdleGpu};
+mod tally;
 
 #[cfg(test)]
 mod tests {

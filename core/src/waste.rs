@@ -362,7 +362,7 @@ fn gpu_part(leaf: &Leaf<'_>, by_device: &BTreeMap<(i64, &str), Leaf<'_>>, host_i
                     .copied()
             })
             .collect();
-        let (parts, _) = crate::attribution::mig_fractions(gpu, &devices);
+        let (parts, _) = crate::attribution::shares::mig_fractions(gpu, &devices);
         parts
             .into_iter()
             .find(|(d, _)| d.gpu_uuid == mine.gpu_uuid)
@@ -413,6 +413,14 @@ fn merge_held(mut parts: Vec<Finding>) -> Option<Finding> {
     Some(merged)
 }
 
+/// Devices per host: leaves are GPUs without MIG instances, and MIG instances.
+type Devices<'a> = BTreeMap<(i64, &'a str), Leaf<'a>>;
+/// Process windows per GPU and window start.
+type Procs<'a> = HashMap<(&'a str, i64), Vec<&'a StoredProcessWindow>>;
+/// Per host: each GPU, or MIG device of a GPU in MIG mode -> idle since (None = not idle) and
+/// the part of a physical GPU it is.
+type HostGpus<'a> = BTreeMap<i64, BTreeMap<&'a str, (Option<i64>, f64)>>;
+
 pub fn find(
     hosts: &[HostRow],
     windows: &[AttributionWindow],
@@ -421,44 +429,20 @@ pub fn find(
     now_ms: i64,
 ) -> Vec<Finding> {
     let host_by_id: HashMap<i64, &HostRow> = hosts.iter().map(|h| (h.id, h)).collect();
-    let mut procs: HashMap<(&str, i64), Vec<&StoredProcessWindow>> = HashMap::new();
+    let mut procs: Procs = HashMap::new();
     for p in processes {
         procs
             .entry((p.gpu_uuid.as_str(), p.start_ms))
             .or_default()
             .push(p);
     }
-    let holding =
-        |p: &&StoredProcessWindow| activity::holds(p.memory_used_max_bytes, p.sm_util_avg);
-
-    // Devices per host: leaves are GPUs without MIG instances, and MIG instances.
-    let mut by_device: BTreeMap<(i64, &str), Leaf> = BTreeMap::new();
-    for w in windows {
-        by_device
-            .entry((w.host_id, w.gpu_uuid.as_str()))
-            .or_insert_with(|| Leaf {
-                uuid: &w.gpu_uuid,
-                parent: w.parent_uuid.as_deref(),
-                windows: Vec::new(),
-            })
-            .windows
-            .push(w);
-    }
-    let parents: BTreeSet<(i64, &str)> = by_device
-        .iter()
-        .filter_map(|((h, _), l)| l.parent.map(|p| (*h, p)))
-        .collect();
-    for leaf in by_device.values_mut() {
-        leaf.windows.sort_by_key(|w| w.start_ms);
-    }
+    let (by_device, parents) = devices(windows);
 
     let mut findings = Vec::new();
     // Held-idle processes per host: one incident (and one Slack message) per host, listing its
     // GPUs, not one per GPU or process.
     let mut held: BTreeMap<i64, Vec<Finding>> = BTreeMap::new();
-    // Per host: each GPU, or MIG device of a GPU in MIG mode -> idle since (None = not idle)
-    // and the part of a physical GPU it is.
-    let mut host_gpus: BTreeMap<i64, BTreeMap<&str, (Option<i64>, f64)>> = BTreeMap::new();
+    let mut host_gpus: HostGpus = BTreeMap::new();
     for ((host_id, uuid), leaf) in &by_device {
         let Some(host) = host_by_id.get(host_id) else {
             continue;
@@ -484,84 +468,151 @@ pub fn find(
             .entry(*host_id)
             .or_default()
             .insert(uuid, (since, gpu_part(leaf, &by_device, *host_id)));
-
-        // Held idle: each process keeping memory at ~0% SM for the whole duration, and the
-        // processes the agent cannot see (as one holder, pid 0) where their memory does.
-        let mut pids: BTreeSet<i64> = leaf
-            .windows
-            .iter()
-            .flat_map(|w| at(w).iter())
-            .filter(|p| holding(p))
-            .map(|p| p.pid)
-            .collect();
-        if leaf
-            .windows
-            .iter()
-            .any(|w| activity::unseen_holder(w).is_some())
-        {
-            pids.insert(UNSEEN_PID);
-        }
-        for pid in pids {
-            let mut owner = None;
-            let since = idle_since(&leaf.windows, now_ms, |w| {
-                let sm = if pid == UNSEEN_PID {
-                    activity::unseen_holder(w).map(|(_, sm)| sm)
-                } else {
-                    at(w).iter().find(|p| p.pid == pid && holding(p)).map(|p| {
-                        owner.get_or_insert(*p);
-                        p.sm_util_avg
-                    })
-                };
-                // Held, not working: as attribution decides it for the same window (a faulted
-                // window's time is idle for the fault, nobody's).
-                let state = rules.of_window(w, at(w));
-                state != Activity::Unknown && sm.is_some_and(|sm| !rules.works(sm, state))
-            });
-            let Some(since) = since else {
-                continue;
-            };
-            if now_ms - since < duration_ms {
-                continue;
-            }
-            // Every label the process carries: who to ask, whatever the owner dimensions are.
-            let owners: BTreeMap<String, String> = owner
-                .map(|p| {
-                    serde_json::from_str::<BTreeMap<String, String>>(&p.labels_json)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter(|(_, v)| !v.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default();
-            let process = HeldProcess {
-                gpu_uuid: uuid.to_string(),
-                pid,
-                name: owner.and_then(|p| p.process_name.clone()),
-                user: owner.and_then(|p| p.user_name.clone()),
-                owners: owners.clone(),
-            };
-            held.entry(*host_id).or_default().push(Finding {
-                processes: vec![process],
-                key: format!("held:{}/{}", host.cluster, host.hostname),
-                kind: IncidentKind::HeldIdle,
-                cluster: host.cluster.clone(),
-                hostname: Some(host.hostname.clone()),
-                host_ids: vec![*host_id],
-                gpus: vec![uuid.to_string()],
-                gpu_equivalents: gpu_part(leaf, &by_device, *host_id),
-                owners,
-                faults: BTreeMap::new(),
-                since_ms: since,
-            });
+        let by_processes = held_by_processes(
+            (leaf, host),
+            (&rules, duration_ms),
+            (&procs, &by_device),
+            now_ms,
+        );
+        if !by_processes.is_empty() {
+            held.entry(*host_id).or_default().extend(by_processes);
         }
     }
 
     findings.extend(held.into_values().filter_map(merge_held));
     findings.extend(faults(&by_device, &host_by_id, &procs, config, now_ms));
+    findings.extend(idle_hosts_and_clusters(
+        &host_gpus,
+        (&parents, &by_device),
+        &host_by_id,
+        now_ms,
+    ));
+    findings.sort_by(|a, b| a.key.cmp(&b.key));
+    findings
+}
 
-    // Hosts and clusters.
+/// The windows' devices per host, each with its windows in time order, and the GPUs in MIG
+/// mode (the parents of MIG devices).
+fn devices(windows: &[AttributionWindow]) -> (Devices<'_>, BTreeSet<(i64, &str)>) {
+    let mut by_device: Devices = BTreeMap::new();
+    for w in windows {
+        by_device
+            .entry((w.host_id, w.gpu_uuid.as_str()))
+            .or_insert_with(|| Leaf {
+                uuid: &w.gpu_uuid,
+                parent: w.parent_uuid.as_deref(),
+                windows: Vec::new(),
+            })
+            .windows
+            .push(w);
+    }
+    let parents: BTreeSet<(i64, &str)> = by_device
+        .iter()
+        .filter_map(|((h, _), l)| l.parent.map(|p| (*h, p)))
+        .collect();
+    for leaf in by_device.values_mut() {
+        leaf.windows.sort_by_key(|w| w.start_ms);
+    }
+    (by_device, parents)
+}
+
+/// Held idle on one device: each process keeping memory at ~0% SM for the whole duration, and
+/// the processes the agent cannot see (as one holder, pid 0) where their memory does.
+fn held_by_processes(
+    (leaf, host): (&Leaf<'_>, &HostRow),
+    (rules, duration_ms): (&activity::Thresholds, i64),
+    (procs, by_device): (&Procs<'_>, &Devices<'_>),
+    now_ms: i64,
+) -> Vec<Finding> {
+    let holding =
+        |p: &&StoredProcessWindow| activity::holds(p.memory_used_max_bytes, p.sm_util_avg);
+    let at = |w: &AttributionWindow| {
+        procs
+            .get(&(leaf.uuid, w.start_ms))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    };
+    let mut pids: BTreeSet<i64> = leaf
+        .windows
+        .iter()
+        .flat_map(|w| at(w).iter())
+        .filter(|p| holding(p))
+        .map(|p| p.pid)
+        .collect();
+    if leaf
+        .windows
+        .iter()
+        .any(|w| activity::unseen_holder(w).is_some())
+    {
+        pids.insert(UNSEEN_PID);
+    }
+    let mut held = Vec::new();
+    for pid in pids {
+        let mut owner = None;
+        let since = idle_since(&leaf.windows, now_ms, |w| {
+            let sm = if pid == UNSEEN_PID {
+                activity::unseen_holder(w).map(|(_, sm)| sm)
+            } else {
+                at(w).iter().find(|p| p.pid == pid && holding(p)).map(|p| {
+                    owner.get_or_insert(*p);
+                    p.sm_util_avg
+                })
+            };
+            // Held, not working: as attribution decides it for the same window (a faulted
+            // window's time is idle for the fault, nobody's).
+            let state = rules.of_window(w, at(w));
+            state != Activity::Unknown && sm.is_some_and(|sm| !rules.works(sm, state))
+        });
+        let Some(since) = since else {
+            continue;
+        };
+        if now_ms - since < duration_ms {
+            continue;
+        }
+        // Every label the process carries: who to ask, whatever the owner dimensions are.
+        let owners: BTreeMap<String, String> = owner
+            .map(|p| {
+                serde_json::from_str::<BTreeMap<String, String>>(&p.labels_json)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let process = HeldProcess {
+            gpu_uuid: leaf.uuid.to_string(),
+            pid,
+            name: owner.and_then(|p| p.process_name.clone()),
+            user: owner.and_then(|p| p.user_name.clone()),
+            owners: owners.clone(),
+        };
+        held.push(Finding {
+            processes: vec![process],
+            key: format!("held:{}/{}", host.cluster, host.hostname),
+            kind: IncidentKind::HeldIdle,
+            cluster: host.cluster.clone(),
+            hostname: Some(host.hostname.clone()),
+            host_ids: vec![host.id],
+            gpus: vec![leaf.uuid.to_string()],
+            gpu_equivalents: gpu_part(leaf, by_device, host.id),
+            owners,
+            faults: BTreeMap::new(),
+            since_ms: since,
+        });
+    }
+    held
+}
+
+/// Idle clusters (every host idle), and otherwise idle hosts and the idle GPUs of busy ones.
+fn idle_hosts_and_clusters(
+    host_gpus: &HostGpus<'_>,
+    (parents, by_device): (&BTreeSet<(i64, &str)>, &Devices<'_>),
+    host_by_id: &HashMap<i64, &HostRow>,
+    now_ms: i64,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
     let mut clusters: BTreeMap<&str, Vec<HostState>> = BTreeMap::new();
-    for (host_id, gpus) in &host_gpus {
+    for (host_id, gpus) in host_gpus {
         let Some(host) = host_by_id.get(host_id) else {
             continue;
         };
@@ -595,375 +646,99 @@ pub fn find(
     for (cluster, hosts_in) in clusters {
         let cluster_idle = hosts_in.iter().all(|h| h.since.is_some());
         if cluster_idle && !hosts_in.is_empty() {
-            let gpus: Vec<String> = hosts_in.iter().flat_map(HostState::whole).collect();
-            let equivalents = hosts_in.iter().map(|h| h.physical(&by_device)).sum();
-            findings.push(Finding {
-                key: format!("cluster:{cluster}"),
-                kind: IncidentKind::ClusterIdle,
-                cluster: cluster.to_owned(),
-                hostname: None,
-                host_ids: hosts_in.iter().map(|h| h.host_id).collect(),
-                gpu_equivalents: equivalents,
-                gpus,
-                owners: BTreeMap::new(),
-                processes: Vec::new(),
-                faults: BTreeMap::new(),
-                since_ms: hosts_in
-                    .iter()
-                    .filter_map(|h| h.since)
-                    .max()
-                    .unwrap_or(now_ms),
-            });
+            findings.push(idle_cluster(cluster, &hosts_in, by_device, now_ms));
             continue;
         }
         for state in hosts_in {
-            let (host_id, since) = (state.host_id, state.since);
-            let Some(host) = host_by_id.get(&host_id) else {
+            let Some(host) = host_by_id.get(&state.host_id) else {
                 continue;
             };
-            let idle = &state.idle;
-            if idle.is_empty() {
+            if state.idle.is_empty() {
                 continue;
             }
-            let (kind, key) = match since {
-                Some(_) => (
-                    IncidentKind::HostIdle,
-                    format!("host:{cluster}/{}", host.hostname),
-                ),
-                None => (
-                    IncidentKind::GpusIdle,
-                    format!("gpus:{cluster}/{}", host.hostname),
-                ),
-            };
-            let idle_since = host_gpus
-                .get(&host_id)
-                .map(|g| {
-                    idle.iter()
-                        .filter_map(|u| g.get(u).and_then(|(s, _)| *s))
-                        .max()
-                        .unwrap_or(now_ms)
-                })
-                .unwrap_or(now_ms);
-            findings.push(Finding {
-                key,
-                kind,
-                cluster: cluster.to_owned(),
-                hostname: Some(host.hostname.clone()),
-                host_ids: vec![host_id],
-                // A wholly idle host is idle whole: its GPUs in MIG mode too, with the slices
-                // no device holds; else the idle units alone.
-                gpu_equivalents: match since {
-                    Some(_) => state.physical(&by_device),
-                    None => parts_of(&host_gpus, host_id, idle),
-                },
-                gpus: match since {
-                    Some(_) => state.whole().collect(),
-                    None => idle.iter().map(|g| g.to_string()).collect(),
-                },
-                owners: BTreeMap::new(),
-                processes: Vec::new(),
-                faults: BTreeMap::new(),
-                since_ms: since.unwrap_or(idle_since),
-            });
+            findings.push(idle_host(&state, host, (host_gpus, by_device), now_ms));
         }
     }
-    findings.sort_by(|a, b| a.key.cmp(&b.key));
     findings
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const T: i64 = 1_800_000_000_000;
-    const MIN: i64 = 60_000;
-
-    fn host(id: i64, cluster: &str) -> HostRow {
-        HostRow {
-            id,
-            cluster: cluster.into(),
-            hostname: format!("{cluster}-{id}"),
-            provider: None,
-            instance_id: None,
-            instance_key: None,
-            instance_type: None,
-            lifecycle: None,
-            region: None,
-            from_bill: false,
-        }
-    }
-
-    /// One-minute windows for `minutes` ending at `end`, at `util`.
-    fn run(host_id: i64, uuid: &str, end: i64, minutes: i64, util: f64) -> Vec<AttributionWindow> {
-        (0..minutes)
-            .map(|m| AttributionWindow {
-                host_id,
-                gpu_uuid: uuid.into(),
-                parent_uuid: None,
-                gpu_name: None,
-                start_ms: end - (minutes - m) * MIN,
-                end_ms: end - (minutes - m - 1) * MIN,
-                memory_total_bytes: Some(80 << 30),
-                util_avg: Some(util),
-                util_histogram: None,
-                energy_mj: None,
-                ..Default::default()
-            })
-            .collect()
-    }
-
-    fn proc_in(w: &AttributionWindow, pid: i64, sm: f64, team: &str) -> StoredProcessWindow {
-        StoredProcessWindow {
-            gpu_uuid: w.gpu_uuid.clone(),
-            start_ms: w.start_ms,
-            pid,
-            process_name: None,
-            memory_used_max_bytes: Some(10 << 30),
-            sm_util_avg: Some(sm),
-            labels_json: serde_json::json!({"experiment": "notebook", "team": team}).to_string(),
-            container_id: None,
-            pod_uid: None,
-            user_name: None,
-        }
-    }
-
-    #[test]
-    fn a_cluster_idle_past_its_duration_is_one_finding() {
-        let hosts = [host(1, "idle"), host(2, "idle"), host(3, "busy")];
-        let mut w = run(1, "a", T, 45, 0.0);
-        w.extend(run(1, "b", T, 45, 1.0));
-        w.extend(run(2, "c", T, 45, 2.0));
-        w.extend(run(3, "d", T, 45, 80.0));
-        let f = find(&hosts, &w, &[], &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(
-            (f[0].kind, f[0].key.as_str()),
-            (IncidentKind::ClusterIdle, "cluster:idle")
-        );
-        assert_eq!(f[0].gpus.len(), 3);
-        assert_eq!(f[0].since_ms, T - 45 * MIN);
-        // 20 minutes is not long enough.
-        let f = find(&hosts, &w, &[], &IdleConfig::default(), T - 25 * MIN);
-        assert!(f.is_empty(), "{f:?}");
-    }
-
-    #[test]
-    fn partly_idle_hosts_and_gpus() {
-        let hosts = [host(1, "c"), host(2, "c")];
-        let mut w = run(1, "a", T, 40, 0.0);
-        w.extend(run(1, "b", T, 40, 0.0));
-        w.extend(run(2, "c", T, 40, 0.0));
-        w.extend(run(2, "d", T, 40, 90.0));
-        let f = find(&hosts, &w, &[], &IdleConfig::default(), T);
-        let kinds: Vec<(&str, IncidentKind, usize)> = f
+fn idle_cluster(
+    cluster: &str,
+    hosts_in: &[HostState<'_>],
+    by_device: &Devices<'_>,
+    now_ms: i64,
+) -> Finding {
+    let gpus: Vec<String> = hosts_in.iter().flat_map(HostState::whole).collect();
+    let equivalents = hosts_in.iter().map(|h| h.physical(by_device)).sum();
+    Finding {
+        key: format!("cluster:{cluster}"),
+        kind: IncidentKind::ClusterIdle,
+        cluster: cluster.to_owned(),
+        hostname: None,
+        host_ids: hosts_in.iter().map(|h| h.host_id).collect(),
+        gpu_equivalents: equivalents,
+        gpus,
+        owners: BTreeMap::new(),
+        processes: Vec::new(),
+        faults: BTreeMap::new(),
+        since_ms: hosts_in
             .iter()
-            .map(|f| (f.key.as_str(), f.kind, f.gpus.len()))
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![
-                ("gpus:c/c-2", IncidentKind::GpusIdle, 1),
-                ("host:c/c-1", IncidentKind::HostIdle, 2)
-            ]
-        );
-    }
-
-    #[test]
-    fn a_gap_or_a_busy_spell_restarts_the_clock_and_silence_is_not_idleness() {
-        let hosts = [host(1, "c")];
-        let mut w = run(1, "a", T - 30 * MIN, 20, 0.0);
-        w.extend(run(1, "a", T, 25, 0.0)); // a 5-minute gap before these
-        assert!(find(&hosts, &w, &[], &IdleConfig::default(), T).is_empty());
-        let mut w = run(1, "a", T - 20 * MIN, 30, 0.0);
-        w.extend(run(1, "a", T, 20, 50.0));
-        assert!(find(&hosts, &w, &[], &IdleConfig::default(), T).is_empty());
-        // Idle, but the host stopped reporting 10 minutes ago.
-        let w = run(1, "a", T - 10 * MIN, 45, 0.0);
-        assert!(find(&hosts, &w, &[], &IdleConfig::default(), T).is_empty());
-    }
-
-    #[test]
-    fn a_notebook_holding_memory_at_zero_is_held_idle_with_its_owner() {
-        let hosts = [host(1, "c")];
-        let w = run(1, "a", T, 40, 0.0);
-        let procs: Vec<_> = w.iter().map(|w| proc_in(w, 7, 0.0, "research")).collect();
-        let f = find(&hosts, &w, &procs, &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "held, not plain idle: {f:?}");
-        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
-        assert_eq!(
-            f[0].owners.get("team").map(String::as_str),
-            Some("research")
-        );
-        assert_eq!(f[0].key, "held:c/c-1");
-        // The same process doing work is not held idle.
-        let busy: Vec<_> = w.iter().map(|w| proc_in(w, 7, 30.0, "research")).collect();
-        let w_busy = run(1, "a", T, 40, 30.0);
-        assert!(find(&hosts, &w_busy, &busy, &IdleConfig::default(), T).is_empty());
-    }
-
-    /// Who holds a GPU is one rule for alerts and for the bill (`activity::holds`): a process the
-    /// driver reports SM work for but no memory holds it as much as one holding memory, so the
-    /// incident names the owner that attribution charges the held-idle hours to.
-    #[test]
-    fn a_process_without_memory_but_with_a_trickle_of_sm_is_named_as_holding() {
-        let hosts = [host(1, "c")];
-        let w = run(1, "a", T, 40, 0.0);
-        let procs: Vec<_> = w
-            .iter()
-            .map(|w| StoredProcessWindow {
-                memory_used_max_bytes: None,
-                ..proc_in(w, 7, 0.5, "research")
-            })
-            .collect();
-        let f = find(&hosts, &w, &procs, &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
-        assert_eq!(f[0].processes.len(), 1, "{f:?}");
-        assert_eq!(
-            f[0].owners.get("team").map(String::as_str),
-            Some("research")
-        );
-    }
-
-    /// A notebook host whose processes hold 4 GPUs idle is one finding listing the 4 GPUs, with
-    /// each owner once: one incident and one Slack message, not four.
-    #[test]
-    fn a_host_holding_gpus_idle_is_one_finding() {
-        let hosts = [host(1, "c")];
-        let mut windows = Vec::new();
-        let mut procs = Vec::new();
-        for (i, gpu) in ["a", "b", "c", "d"].into_iter().enumerate() {
-            let w = run(1, gpu, T, 40, 0.0);
-            let team = if i < 3 { "research" } else { "vision" };
-            procs.extend(w.iter().map(|w| proc_in(w, 7 + i as i64, 0.0, team)));
-            windows.extend(w);
-        }
-        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
-        assert_eq!(f[0].gpus, ["a", "b", "c", "d"]);
-        assert_eq!(f[0].gpu_equivalents, 4.0);
-        assert_eq!(f[0].owners["team"], "research, vision");
-    }
-
-    /// An A100's MIG devices report no utilization: one held by a process is in use by its
-    /// presence (never alerted as held idle), one with no process is idle like any GPU.
-    #[test]
-    fn mig_devices_without_gpm_are_in_use_by_presence_or_idle() {
-        let hosts = [host(1, "c")];
-        let mut windows = run(1, "GPU-0", T, 40, 0.0);
-        for w in &mut windows {
-            w.util_avg = None;
-            w.mig.gpu_slices = Some(7);
-        }
-        let device = |uuid: &str, gpu_instance_id: i64| {
-            let mut ws = run(1, uuid, T, 40, 0.0);
-            for w in &mut ws {
-                w.util_avg = None;
-                w.parent_uuid = Some("GPU-0".into());
-                w.mig = crate::telemetry::MigFacts {
-                    gpu_instance_id: Some(gpu_instance_id),
-                    instance_slices: Some(3),
-                    compute_slices: Some(3),
-                    gpu_slices: None,
-                };
-            }
-            ws
-        };
-        let used = device("MIG-used", 1);
-        let empty = device("MIG-empty", 2);
-        let procs: Vec<_> = used
-            .iter()
-            .map(|w| StoredProcessWindow {
-                sm_util_avg: None,
-                ..proc_in(w, 7, 0.0, "research")
-            })
-            .collect();
-        windows.extend(used);
-        windows.extend(empty);
-        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].kind, IncidentKind::GpusIdle);
-        assert_eq!(f[0].gpus, ["MIG-empty"], "the empty instance alone: {f:?}");
-        assert!((f[0].gpu_equivalents - 3.0 / 7.0).abs() < 1e-12, "{f:?}");
-        assert!(f[0].processes.is_empty());
-        // Both instances idle: the host (here its whole cluster) is idle whole, its GPU in MIG
-        // mode named with them (its slices no instance holds are idle too), one GPU.
-        let procs: Vec<StoredProcessWindow> = Vec::new();
-        let f = find(&hosts, &windows, &procs, &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].kind, IncidentKind::ClusterIdle);
-        assert_eq!(f[0].gpus, ["MIG-empty", "MIG-used", "GPU-0"]);
-        assert_eq!(f[0].gpu_equivalents, 1.0);
-    }
-
-    /// Memory held at 0% by processes the agent cannot see is held idle by them (pid 0, named
-    /// as such); a GPU that could not be read is not idle.
-    #[test]
-    fn unseen_holders_are_held_idle_and_a_lost_gpu_is_not_idle() {
-        let hosts = [host(1, "c")];
-        let mut w = run(1, "a", T, 40, 0.0);
-        for x in &mut w {
-            x.unseen_memory_bytes = Some(9 << 30);
-        }
-        let f = find(&hosts, &w, &[], &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(f[0].kind, IncidentKind::HeldIdle);
-        assert_eq!(f[0].processes[0].pid, UNSEEN_PID);
-        assert!(f[0].processes[0].describe().contains("cannot see"));
-
-        // Lost for 40 minutes: not idle, a fault, with the agent's words for it.
-        let mut lost = run(1, "b", T, 40, 0.0);
-        for x in &mut lost {
-            x.util_avg = None;
-            x.fault = Some(crate::telemetry::Fault {
-                code: "gpu_lost".into(),
-                detail: "XID 79: the GPU has fallen off the bus".into(),
-            });
-        }
-        let f = find(&hosts, &lost, &[], &IdleConfig::default(), T);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!(
-            (f[0].kind, f[0].key.as_str()),
-            (IncidentKind::GpuFault, "fault:c/c-1")
-        );
-        assert_eq!(f[0].since_ms, T - 40 * MIN);
-        assert_eq!(f[0].faults["b"], "XID 79: the GPU has fallen off the bus");
-        let device = IdleDevice {
-            host: "c-1".into(),
-            uuid: "b".into(),
-            index: Some(1),
-            processes: Vec::new(),
-            fault: Some(f[0].faults["b"].clone()),
-        };
-        assert_eq!(
-            describe_devices(&[device]),
-            ["c-1 GPU #1: XID 79: the GPU has fallen off the bus"]
-        );
-        // A fault of four minutes is not yet one; one with work in sight is not one at all.
-        assert!(find(&hosts, &lost[36..], &[], &IdleConfig::default(), T).is_empty());
-        for x in &mut lost {
-            x.util_avg = Some(80.0);
-        }
-        assert!(find(&hosts, &lost, &[], &IdleConfig::default(), T).is_empty());
-    }
-
-    #[test]
-    fn per_cluster_thresholds() {
-        let hosts = [host(1, "strict")];
-        let w = run(1, "a", T, 40, 3.0);
-        let mut cfg = IdleConfig::default();
-        cfg.clusters.insert(
-            "strict".into(),
-            crate::idle::IdleOverride {
-                threshold_percent: Some(2.0),
-                duration: None,
-            },
-        );
-        assert!(
-            find(&hosts, &w, &[], &cfg, T).is_empty(),
-            "3% is busy under a 2% threshold"
-        );
-        assert_eq!(find(&hosts, &w, &[], &IdleConfig::default(), T).len(), 1);
+            .filter_map(|h| h.since)
+            .max()
+            .unwrap_or(now_ms),
     }
 }
+
+/// A wholly idle host, or the idle GPUs of a host that works.
+fn idle_host(
+    state: &HostState<'_>,
+    host: &HostRow,
+    (host_gpus, by_device): (&HostGpus<'_>, &Devices<'_>),
+    now_ms: i64,
+) -> Finding {
+    let (host_id, since, idle) = (state.host_id, state.since, &state.idle);
+    let cluster = &host.cluster;
+    let (kind, key) = match since {
+        Some(_) => (
+            IncidentKind::HostIdle,
+            format!("host:{cluster}/{}", host.hostname),
+        ),
+        None => (
+            IncidentKind::GpusIdle,
+            format!("gpus:{cluster}/{}", host.hostname),
+        ),
+    };
+    let idle_since = host_gpus
+        .get(&host_id)
+        .map(|g| {
+            idle.iter()
+                .filter_map(|u| g.get(u).and_then(|(s, _)| *s))
+                .max()
+                .unwrap_or(now_ms)
+        })
+        .unwrap_or(now_ms);
+    Finding {
+        key,
+        kind,
+        cluster: cluster.to_owned(),
+        hostname: Some(host.hostname.clone()),
+        host_ids: vec![host_id],
+        // A wholly idle host is idle whole: its GPUs in MIG mode too, with the slices no device
+        // holds; else the idle units alone.
+        gpu_equivalents: match since {
+            Some(_) => state.physical(by_device),
+            None => parts_of(host_gpus, host_id, idle),
+        },
+        gpus: match since {
+            Some(_) => state.whole().collect(),
+            None => idle.iter().map(|g| g.to_string()).collect(),
+        },
+        owners: BTreeMap::new(),
+        processes: Vec::new(),
+        faults: BTreeMap::new(),
+        since_ms: since.unwrap_or(idle_since),
+    }
+}
+
+#[cfg(test)]
+mod tests;

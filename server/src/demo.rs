@@ -13,6 +13,8 @@ use crate::store::{AgentStatus, Store, StoreError};
 use crate::validate::{self, Limits};
 use gpuledger_core::time::month_start_ms;
 
+mod bill;
+
 const GIB: u64 = 1024 * 1024 * 1024;
 use gpuledger_core::time::{DAY_MS, HOUR_MS};
 
@@ -281,294 +283,119 @@ fn instance_id(spec: &HostSpec) -> String {
     )
 }
 
-/// One demo bill line: what differs between lines; the rest is the same for the whole bill.
-struct DemoLine<'a> {
-    start: i64,
-    len: i64,
-    billed: Decimal,
-    effective: Decimal,
-    list_unit: Decimal,
-    pricing: &'a str,
-    commitment: Option<&'a str>,
-    /// The line's part of its commitment: `Used` on a resource it covered, `Unused` on the
-    /// commitment itself, none on its purchase.
-    commitment_status: Option<&'a str>,
-    /// `Usage`, or `Purchase` for a commitment's recurring fee.
-    charge: &'a str,
-    service: (&'a str, &'a str, &'a str),
-    sku: &'a str,
-    details: String,
-    resource: (String, String, &'a str),
-    description: String,
-    unit: &'a str,
-    /// The resource's tags, as a FOCUS `Tags` JSON object.
-    tags: &'a str,
+/// The demo's agent token of `cluster`, made the first time (`tokens` keeps them by cluster).
+async fn demo_token<'a>(
+    store: &dyn Store,
+    cluster: &'a str,
+    tokens: &mut std::collections::HashMap<&'a str, i64>,
+    now_ms: i64,
+) -> Result<i64, DemoError> {
+    if let Some(&id) = tokens.get(cluster) {
+        return Ok(id);
+    }
+    let name = format!("demo-{cluster}");
+    let hash = crate::auth::hash_token(&crate::auth::generate_token());
+    store::tokens::create_token(
+        store.db(),
+        &crate::store::NewToken::for_cluster(&name, &hash, cluster),
+        now_ms,
+    )
+    .await?;
+    let id = store::tokens::token_by_name(store.db(), &name)
+        .await?
+        .ok_or_else(|| DemoError::Invalid(format!("token {name} was not stored")))?
+        .id;
+    tokens.insert(cluster, id);
+    Ok(id)
 }
 
-/// A FOCUS 1.2 export as AWS Data Exports writes it ("FOCUS 1.2 with AWS columns"): every GPU
-/// host-hour up to `billed_until`, plus storage lines that are not GPU hosts, with every
-/// column FOCUS 1.2 defines filled as AWS fills it.
-fn focus_bill(card: &RateCard, start: i64, billed_until: i64) -> String {
-    let iso = gpuledger_core::time::rfc3339;
-    let month_end = |ms: i64| gpuledger_core::time::month_of(ms).1;
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let columns: Vec<&str> = crate::focus_export::COLUMNS
-        .iter()
-        .copied()
-        .filter(|c| !c.starts_with("Allocated"))
-        .chain(["x_ServiceCode", "x_UsageType"])
-        .collect();
-    let _ = w.write_record(&columns);
-    let mut row = |l: DemoLine| {
-        let period = month_start_ms(l.start);
-        let quantity = Decimal::from(l.len / HOUR_MS);
-        let list = l.list_unit * quantity;
-        let text = |d: Decimal| gpuledger_core::money::to_text(d);
-        let used = l.commitment.is_some();
-        let purchase = l.charge == "Purchase";
-        let unused = l.commitment_status == Some("Unused");
-        let value = |col: &str| -> String {
-            match col {
-                "AvailabilityZone" => "us-east-1a".into(),
-                "BilledCost" => text(l.billed),
-                "BillingAccountId" => "111122223333".into(),
-                "BillingAccountName" => "gpuledger-demo-payer".into(),
-                "BillingAccountType" => "Billing Account".into(),
-                "BillingCurrency" | "PricingCurrency" => "USD".into(),
-                "BillingPeriodEnd" => iso(month_end(l.start)),
-                "BillingPeriodStart" => iso(period),
-                "ChargeCategory" => l.charge.into(),
-                "ChargeDescription" => l.description.clone(),
-                "ChargeFrequency" if purchase => "Recurring".into(),
-                "ChargeFrequency" => "Usage-Based".into(),
-                "ChargePeriodEnd" => iso(l.start + l.len),
-                "ChargePeriodStart" => iso(l.start),
-                "CommitmentDiscountCategory" if used => "Spend".into(),
-                "CommitmentDiscountId" => l.commitment.unwrap_or_default().into(),
-                "CommitmentDiscountName" if used => "demo-compute-savings-plan".into(),
-                "CommitmentDiscountQuantity" if purchase => text(l.billed),
-                "CommitmentDiscountQuantity" if used => text(l.effective),
-                "CommitmentDiscountStatus" => l.commitment_status.unwrap_or_default().into(),
-                "CommitmentDiscountType" if used => "Compute Savings Plan".into(),
-                "CommitmentDiscountUnit" if used => "USD".into(),
-                // An unused commitment consumed nothing.
-                "ConsumedQuantity" | "ConsumedUnit" if unused => String::new(),
-                "ConsumedQuantity" | "PricingQuantity" => text(quantity),
-                "ConsumedUnit" | "PricingUnit" => l.unit.into(),
-                "ContractedCost" if purchase => text(l.billed),
-                "ContractedCost" | "PricingCurrencyEffectiveCost" if used => text(l.effective),
-                "ContractedCost" => text(list),
-                "ContractedUnitPrice" | "PricingCurrencyContractedUnitPrice" if used => {
-                    text(l.effective / quantity.max(Decimal::ONE))
-                }
-                "ContractedUnitPrice" | "PricingCurrencyContractedUnitPrice" => text(l.list_unit),
-                "PricingCurrencyEffectiveCost" | "EffectiveCost" => text(l.effective),
-                // Bought from AWS itself, not through a marketplace: AWS issues the invoice. No
-                // invoice id: the simulated months are not invoiced.
-                "InvoiceIssuerName" | "PublisherName" => "AWS".into(),
-                "ListCost" => text(list),
-                "ListUnitPrice" | "PricingCurrencyListUnitPrice" => text(l.list_unit),
-                "PricingCategory" => l.pricing.into(),
-                "ProviderName" => "AWS".into(),
-                "RegionId" => "us-east-1".into(),
-                "RegionName" => "US East (N. Virginia)".into(),
-                "ResourceId" => l.resource.0.clone(),
-                "ResourceName" => l.resource.1.clone(),
-                "ResourceType" => l.resource.2.into(),
-                "ServiceCategory" => l.service.0.into(),
-                "ServiceName" => l.service.1.into(),
-                "ServiceSubcategory" => l.service.2.into(),
-                "SkuId" => l.sku.into(),
-                "SkuMeter" => "Usage".into(),
-                "SkuPriceDetails" => l.details.clone(),
-                "SkuPriceId" => format!("{}.JRTCKXETXF.6YS6EN2CT7", l.sku),
-                "SubAccountId" => "444455556666".into(),
-                "SubAccountName" => "ml-platform".into(),
-                "SubAccountType" => "Linked Account".into(),
-                "Tags" => l.tags.into(),
-                "x_ServiceCode" => l.service.1.replace(' ', ""),
-                "x_UsageType" => format!("USE1-{}", l.sku),
-                _ => String::new(),
-            }
-        };
-        let _ = w.write_record(columns.iter().map(|c| value(c)));
+/// What a host's code counts in a window `[t, w_end)`: a training run's progress, or an
+/// endpoint's requests and tokens (following its GPUs' load: a GPU held idle serves nobody).
+fn usage_of_window(
+    spec: &HostSpec,
+    (t, w_end): (i64, i64),
+    gpus: &[GpuWindow],
+    load_test: (i64, i64),
+) -> (Option<serde_json::Value>, Option<serde_json::Value>) {
+    let mut progress = None;
+    if let Workload::Training(_, exp) = workload_at(spec, t, Some(load_test)) {
+        // The training code's progress: each week's sweep makes 1,200 optimizer steps an hour
+        // (every rank reports the same step), an epoch each 50,000.
+        let week = 7 * DAY_MS;
+        let step = ((w_end - (t - t % week)) / HOUR_MS) * 1_200;
+        progress = Some(serde_json::json!({
+            "experiment": format!("{exp}-{}", t / week % 10),
+            "at": gpuledger_core::time::rfc3339(w_end),
+            "step": step,
+            "epoch": step / 50_000,
+        }));
+    }
+    let Workload::Inference(endpoint, _) = spec.workload else {
+        return (None, progress);
     };
-    for spec in fleet() {
-        let (hourly, pricing, status) = billed_hourly(&spec, card);
-        let list_unit = card
-            .instance_types
-            .get(spec.instance_type)
-            .map_or(Decimal::ZERO, |r| r.on_demand);
-        let commitment = status.map(|_| DEMO_SAVINGS_PLAN);
-        let billed = if commitment.is_some() {
-            Decimal::ZERO
-        } else {
-            hourly
-        };
-        let arn = format!(
-            "arn:aws:ec2:us-east-1:111122223333:instance/{}",
-            instance_id(&spec)
-        );
-        let how = match pricing {
-            "Dynamic" => "Spot",
-            "Committed" => "Savings Plan covered",
-            _ => "On Demand",
-        };
-        let mut t = start;
-        while t + HOUR_MS <= billed_until {
-            row(DemoLine {
-                start: t,
-                len: HOUR_MS,
-                billed,
-                effective: hourly,
-                list_unit,
-                pricing,
-                commitment,
-                commitment_status: status,
-                charge: "Usage",
-                service: (
-                    "Compute",
-                    "Amazon Elastic Compute Cloud",
-                    "Virtual Machines",
-                ),
-                sku: "DEMOEC2SKU",
-                details: format!("{{\"InstanceType\":\"{}\"}}", spec.instance_type),
-                resource: (arn.clone(), spec.hostname.clone(), "Instance"),
-                description: format!(
-                    "${hourly} per {how} Linux {} Instance Hour",
-                    spec.instance_type
-                ),
-                unit: "Hours",
-                tags: "{}",
-            });
-            t += HOUR_MS;
-        }
-    }
-    // The savings plan was bought for nine training hosts and one has since been released: its
-    // hourly fee is invoiced on the plan itself (a recurring purchase, amortized as usage), and
-    // what the eight left of it each hour is its unused part.
-    let covered: Decimal = fleet()
+    // The serving code's request counter: requests follow the load.
+    let per_util = if endpoint == "embeddings" {
+        900.0
+    } else {
+        160.0
+    };
+    let busy: f64 = gpus
         .iter()
-        .filter_map(|spec| {
-            let (hourly, _, status) = billed_hourly(spec, card);
-            status.map(|_| hourly)
-        })
+        .filter_map(|g| g.util_avg)
+        .filter(|u| *u >= 1.0)
         .sum();
-    let fee = covered * Decimal::new(1125, 3);
-    let plan = (
-        DEMO_SAVINGS_PLAN.to_owned(),
-        "demo-compute-savings-plan".to_owned(),
-        "Savings Plan",
-    );
-    let mut t = start;
-    while t + HOUR_MS <= billed_until {
-        for (charge, status, billed, effective, pricing, description) in [
-            (
-                "Purchase",
-                None,
-                fee,
-                Decimal::ZERO,
-                "Standard",
-                format!("Savings Plan recurring fee: ${fee} per hour"),
-            ),
-            (
-                "Usage",
-                Some("Unused"),
-                Decimal::ZERO,
-                fee - covered,
-                "Committed",
-                "Savings Plan commitment not used".to_owned(),
-            ),
-        ] {
-            row(DemoLine {
-                start: t,
-                len: HOUR_MS,
-                billed,
-                effective,
-                list_unit: billed.max(effective),
-                pricing,
-                commitment: Some(DEMO_SAVINGS_PLAN),
-                commitment_status: status,
-                charge,
-                service: ("Compute", "Savings Plans for AWS Compute usage", "Other"),
-                sku: "DEMOSPSKU",
-                details: "{}".into(),
-                resource: plan.clone(),
-                description,
-                unit: "Hours",
-                tags: "{}",
-            });
-        }
-        t += HOUR_MS;
+    let served = (busy * per_util) as u64;
+    // And its token counters: chat prompts of about 600 tokens answered in about 250;
+    // embeddings read about 300 and generate none.
+    let (input, output) = if endpoint == "embeddings" {
+        (300, 0)
+    } else {
+        (600, 250)
+    };
+    let counted = serde_json::json!({
+        "endpoint": endpoint,
+        "start": gpuledger_core::time::rfc3339(t),
+        "end": gpuledger_core::time::rfc3339(w_end),
+        "requests": served,
+        "input_tokens": served * input,
+        "output_tokens": served * output,
+    });
+    (Some(counted), progress)
+}
+
+/// Posts what a host's code counted, as serving and training code post it.
+async fn post_usage(
+    store: &dyn Store,
+    source: &str,
+    (requests, run_progress): (Vec<serde_json::Value>, Vec<serde_json::Value>),
+    (token_id, limits): (i64, &Limits),
+    now_ms: i64,
+) -> Result<(), DemoError> {
+    if requests.is_empty() && run_progress.is_empty() {
+        return Ok(());
     }
-    // A GPU dev box somebody started and nobody installed the agent on: billed every hour,
-    // known only from the bill, its tags saying whose it is.
-    let (box_type, box_id) = ("g5.xlarge", FORGOTTEN_INSTANCE);
-    let box_rate = card
-        .instance_types
-        .get(box_type)
-        .map_or(Decimal::ZERO, |r| r.on_demand);
-    let mut t = start;
-    while t + HOUR_MS <= billed_until {
-        row(DemoLine {
-            start: t,
-            len: HOUR_MS,
-            billed: box_rate,
-            effective: box_rate,
-            list_unit: box_rate,
-            pricing: "Standard",
-            commitment: None,
-            commitment_status: None,
-            charge: "Usage",
-            service: (
-                "Compute",
-                "Amazon Elastic Compute Cloud",
-                "Virtual Machines",
-            ),
-            sku: "DEMOEC2SKU",
-            details: format!("{{\"InstanceType\":\"{box_type}\"}}"),
-            resource: (
-                format!("arn:aws:ec2:us-east-1:111122223333:instance/{box_id}"),
-                "vision-devbox".into(),
-                "Instance",
-            ),
-            description: format!("${box_rate} per On Demand Linux {box_type} Instance Hour"),
-            unit: "Hours",
-            tags: r#"{"team":"vision","owner":"dana"}"#,
-        });
-        t += HOUR_MS;
+    let body = serde_json::json!({
+        "source": source, "counts": requests, "progress": run_progress
+    });
+    let (source, counts, run_progress) = crate::http::usage::parse(
+        body.to_string().as_bytes(),
+        now_ms,
+        limits.retention_ms,
+        limits.max_clock_skew_ms,
+    )
+    .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
+    if let Some(refusal) = store::usage::record(
+        store.db(),
+        &source,
+        (&counts, &run_progress),
+        token_id,
+        now_ms,
+    )
+    .await?
+    {
+        return Err(DemoError::Invalid(refusal.message));
     }
-    // Shared storage: on the bill, no GPU host's.
-    let mut t = start;
-    while t + DAY_MS <= billed_until {
-        let cost = Decimal::new(411_237, 4);
-        row(DemoLine {
-            start: t,
-            len: DAY_MS,
-            billed: cost,
-            effective: cost,
-            list_unit: cost / Decimal::from(24),
-            pricing: "Standard",
-            commitment: None,
-            commitment_status: None,
-            charge: "Usage",
-            service: ("Storage", "Amazon Simple Storage Service", "Object Storage"),
-            sku: "DEMOS3SKU",
-            details: "{}".into(),
-            resource: (
-                "arn:aws:s3:::demo-datasets".into(),
-                "demo-datasets".into(),
-                "Bucket",
-            ),
-            description: "$0.023 per GB-Mo for storage used in US East (N. Virginia)".into(),
-            unit: "Hours",
-            tags: r#"{"team":"data-platform"}"#,
-        });
-        t += DAY_MS;
-    }
-    w.into_inner()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    Ok(())
 }
 
 /// Fills `store` with the simulated fleet from the first day of the previous month until now,
@@ -608,25 +435,7 @@ pub async fn seed_reporting(
     progress.total(days * fleet().len() as u64);
     for spec in fleet() {
         progress.part(&spec.hostname);
-        let token_id = match tokens.get(spec.cluster) {
-            Some(&id) => id,
-            None => {
-                let name = format!("demo-{}", spec.cluster);
-                let hash = crate::auth::hash_token(&crate::auth::generate_token());
-                store::tokens::create_token(
-                    store.db(),
-                    &crate::store::NewToken::for_cluster(&name, &hash, spec.cluster),
-                    now_ms,
-                )
-                .await?;
-                let id = store::tokens::token_by_name(store.db(), &name)
-                    .await?
-                    .ok_or_else(|| DemoError::Invalid(format!("token {name} was not stored")))?
-                    .id;
-                tokens.insert(spec.cluster, id);
-                id
-            }
-        };
+        let token_id = demo_token(store, spec.cluster, &mut tokens, now_ms).await?;
         let host = HostInfo {
             hostname: spec.hostname.clone(),
             cluster: spec.cluster.into(),
@@ -648,48 +457,9 @@ pub async fn seed_reporting(
                 let gpus: Vec<GpuWindow> = (0..spec.gpus)
                     .map(|g| gpu_window(&spec, g, t, w_end - t, Some(load_test)))
                     .collect();
-                if let Workload::Training(_, exp) = workload_at(&spec, t, Some(load_test)) {
-                    // The training code's progress: each week's sweep makes 1,200 optimizer
-                    // steps an hour (every rank reports the same step), an epoch each 50,000.
-                    let week = 7 * DAY_MS;
-                    let step = ((w_end - (t - t % week)) / HOUR_MS) * 1_200;
-                    run_progress.push(serde_json::json!({
-                        "experiment": format!("{exp}-{}", t / week % 10),
-                        "at": gpuledger_core::time::rfc3339(w_end),
-                        "step": step,
-                        "epoch": step / 50_000,
-                    }));
-                }
-                if let Workload::Inference(endpoint, _) = spec.workload {
-                    // The serving code's request counter: requests follow the load.
-                    let per_util = if endpoint == "embeddings" {
-                        900.0
-                    } else {
-                        160.0
-                    };
-                    // A GPU held idle serves nobody.
-                    let busy: f64 = gpus
-                        .iter()
-                        .filter_map(|g| g.util_avg)
-                        .filter(|u| *u >= 1.0)
-                        .sum();
-                    let served = (busy * per_util) as u64;
-                    // And its token counters: chat prompts of about 600 tokens answered in
-                    // about 250; embeddings read about 300 and generate none.
-                    let (input, output) = if endpoint == "embeddings" {
-                        (300, 0)
-                    } else {
-                        (600, 250)
-                    };
-                    requests.push(serde_json::json!({
-                        "endpoint": endpoint,
-                        "start": gpuledger_core::time::rfc3339(t),
-                        "end": gpuledger_core::time::rfc3339(w_end),
-                        "requests": served,
-                        "input_tokens": served * input,
-                        "output_tokens": served * output,
-                    }));
-                }
+                let (counted, stepped) = usage_of_window(&spec, (t, w_end), &gpus, load_test);
+                requests.extend(counted);
+                run_progress.extend(stepped);
                 windows.push(Window {
                     serving: Vec::new(),
                     start_ms: t,
@@ -719,33 +489,12 @@ pub async fn seed_reporting(
             batches += 1;
             progress.advance(1);
         }
-        if !requests.is_empty() || !run_progress.is_empty() {
-            let body = serde_json::json!({
-                "source": spec.hostname, "counts": requests, "progress": run_progress
-            });
-            let (source, counts, run_progress) = crate::http::usage::parse(
-                body.to_string().as_bytes(),
-                now_ms,
-                limits.retention_ms,
-                limits.max_clock_skew_ms,
-            )
-            .map_err(|e| DemoError::Invalid(format!("usage counts: {e:?}")))?;
-            if let Some(refusal) = store::usage::record(
-                store.db(),
-                &source,
-                (&counts, &run_progress),
-                token_id,
-                now_ms,
-            )
-            .await?
-            {
-                return Err(DemoError::Invalid(refusal.message));
-            }
-        }
+        let usage = (requests, run_progress);
+        post_usage(store, &spec.hostname, usage, (token_id, &limits), now_ms).await?;
     }
     let billed_until = (end - 2 * DAY_MS) - (end - 2 * DAY_MS).rem_euclid(HOUR_MS);
     progress.part("the bill");
-    let bill = focus_bill(card, start, billed_until);
+    let bill = bill::focus_bill(card, start, billed_until);
     crate::billing::import_focus(store, "demo-focus-export.csv", bill.into_bytes(), now_ms)
         .await
         .map_err(|e| DemoError::Invalid(e.to_string()))?;

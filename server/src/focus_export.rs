@@ -369,6 +369,142 @@ pub enum ExportError {
     Parquet(#[from] parquet::errors::ParquetError),
 }
 
+/// The billed (not estimated) parts of `attribution` per instance, hour, pricing category and
+/// currency. Billed parts are of hosts with an instance key: their lines were matched by it.
+fn billed_parts(attribution: &Attribution) -> HourParts<'_> {
+    let mut parts: HourParts = HashMap::new();
+    for p in attribution.parts.iter().filter(|p| !p.estimated) {
+        let Some(key) = attribution
+            .hosts
+            .get(&p.host_id)
+            .and_then(|h| h.instance_key.as_deref())
+        else {
+            continue;
+        };
+        parts
+            .entry((
+                key,
+                p.hour_ms,
+                p.pricing_category.as_str(),
+                p.currency.as_str(),
+            ))
+            .or_default()
+            .push(p);
+    }
+    parts
+}
+
+/// The instance of a line on a known host.
+fn instance_of<'l>(l: &'l BillLine, by_key: &HashMap<&str, i64>) -> Option<&'l str> {
+    l.resource_key
+        .as_deref()
+        .filter(|k| by_key.contains_key(*k))
+}
+
+/// How many lines share each instance-hour, pricing category and currency of the day.
+fn lines_sharing<'l>(
+    lines: &'l [BillLine],
+    by_key: &HashMap<&str, i64>,
+    (day, day_end): (i64, i64),
+) -> HashMap<(&'l str, i64, &'l str, &'l str), usize> {
+    let mut sharing = HashMap::new();
+    for l in lines {
+        if let Some(host) = instance_of(l, by_key) {
+            for (hour, _) in spread_over_hours(
+                Decimal::ONE,
+                l.charge_period_start_ms,
+                l.charge_period_end_ms,
+                day,
+                day_end,
+            ) {
+                *sharing
+                    .entry((host, hour, l.pricing_category.as_str(), l.currency.as_str()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    sharing
+}
+
+/// A line of no GPU host, once: its part of the range `[from_ms, to_ms)`, whole, from `first`.
+fn whole_line_row(
+    line: &BillLine,
+    (cells, amounts): (Row, &[(&'static str, Decimal)]),
+    (first, from_ms, to_ms): (i64, i64, i64),
+) -> Row {
+    let whole: Vec<(&str, Decimal)> = amounts
+        .iter()
+        .map(|(col, v)| {
+            let in_range = spread_over_hours(
+                *v,
+                line.charge_period_start_ms,
+                line.charge_period_end_ms,
+                from_ms,
+                to_ms,
+            );
+            (*col, in_range.into_iter().map(|(_, v)| v).sum())
+        })
+        .collect();
+    let mut row = cells;
+    row.insert("ChargePeriodStart", rfc3339(first));
+    row.insert(
+        "ChargePeriodEnd",
+        rfc3339(line.charge_period_end_ms.min(to_ms).max(first)),
+    );
+    for (col, v) in whole {
+        row.insert(col, to_text(v));
+    }
+    row
+}
+
+/// The row of one part (`j`-th of its line-hour): the line-hour's amounts split to it, the
+/// ratio of its effective cost to the line-hour's, who and what it was. A part on a host shared
+/// with another team (`shared`, in a team-scoped export) keeps neither the line's tags nor the
+/// ratio (both are the host's).
+fn allocated_row(
+    mut row: Row,
+    (part, j): (&Part, usize),
+    (split, effective): (&[(&'static str, Vec<Decimal>)], Decimal),
+    shared: bool,
+) -> Row {
+    for (col, values) in split {
+        row.insert(col, to_text(values.get(j).copied().unwrap_or_default()));
+    }
+    let ratio = if effective.is_zero() {
+        Decimal::ZERO
+    } else {
+        split
+            .iter()
+            .find(|(c, _)| *c == "EffectiveCost")
+            .and_then(|(_, v)| v.get(j))
+            .map_or(Decimal::ZERO, |v| *v / effective)
+    };
+    let gpu = part.gpu_uuid.clone().unwrap_or_default();
+    let mut tags = Map::new();
+    for (k, v) in part.owner.iter() {
+        tags.insert(k.into(), Value::String(v.into()));
+    }
+    tags.insert("gpuledger/kind".into(), part.kind.as_str().into());
+    row.insert("AllocatedMethodId", METHOD_ID.to_owned());
+    if shared {
+        row.insert("Tags", String::new());
+    } else {
+        row.insert(
+            "AllocatedMethodDetails",
+            method_details(ratio, part.gpu_seconds / 3600.0),
+        );
+    }
+    if !gpu.is_empty() {
+        row.insert("AllocatedResourceId", gpu.clone());
+        row.insert(
+            "AllocatedResourceName",
+            format!("{gpu} ({})", part.kind.as_str()),
+        );
+    }
+    row.insert("AllocatedTags", Value::Object(tags).to_string());
+    row
+}
+
 /// The parts of each (host, hour, pricing category, currency), billed only.
 /// Parts per (instance key, hour, pricing category, currency): a bill line finds its hour's
 /// parts by its instance, whichever host held the instance when the hour was attributed (an
@@ -394,55 +530,15 @@ async fn write_day(
     let held_hosts = selection
         .scope
         .held_by(attribution, selection.schema, |p| p.host_id.to_string());
-    let mut parts: HourParts = HashMap::new();
-    for p in attribution.parts.iter().filter(|p| !p.estimated) {
-        // Billed parts are of hosts with an instance key: their lines were matched by it.
-        let Some(key) = attribution
-            .hosts
-            .get(&p.host_id)
-            .and_then(|h| h.instance_key.as_deref())
-        else {
-            continue;
-        };
-        parts
-            .entry((
-                key,
-                p.hour_ms,
-                p.pricing_category.as_str(),
-                p.currency.as_str(),
-            ))
-            .or_default()
-            .push(p);
-    }
+    let parts = billed_parts(attribution);
     // How many lines share each instance-hour and category: a lone line takes the parts' own
     // amounts, which then equal the rollups exactly.
-    let mut sharing: HashMap<(&str, i64, &str, &str), usize> = HashMap::new();
-    /// The instance of a line on a known host.
-    fn instance_of<'l>(l: &'l BillLine, by_key: &HashMap<&str, i64>) -> Option<&'l str> {
-        l.resource_key
-            .as_deref()
-            .filter(|k| by_key.contains_key(*k))
-    }
+    let sharing = lines_sharing(lines, by_key, (day, day_end));
     let name_of = |host: Option<i64>| {
         host.and_then(|id| attribution.hosts.get(&id))
             .map(|h| h.hostname.clone())
             .unwrap_or_default()
     };
-    for l in lines {
-        if let Some(host) = instance_of(l, by_key) {
-            for (hour, _) in spread_over_hours(
-                Decimal::ONE,
-                l.charge_period_start_ms,
-                l.charge_period_end_ms,
-                day,
-                day_end,
-            ) {
-                *sharing
-                    .entry((host, hour, l.pricing_category.as_str(), l.currency.as_str()))
-                    .or_default() += 1;
-            }
-        }
-    }
     for line in lines {
         if w.pending()? >= CHUNK_BYTES && out.send(Ok(w.take()?)).await.is_err() {
             return Ok(false);
@@ -476,29 +572,7 @@ async fn write_day(
             if filtered || first < day || first >= day_end {
                 continue;
             }
-            // Its part of the range, whole.
-            let whole: Vec<(&str, Decimal)> = amounts
-                .iter()
-                .map(|(col, v)| {
-                    let in_range = spread_over_hours(
-                        *v,
-                        line.charge_period_start_ms,
-                        line.charge_period_end_ms,
-                        from_ms,
-                        to_ms,
-                    );
-                    (*col, in_range.into_iter().map(|(_, v)| v).sum())
-                })
-                .collect();
-            let mut row = cells.clone();
-            row.insert("ChargePeriodStart", rfc3339(first));
-            row.insert(
-                "ChargePeriodEnd",
-                rfc3339(line.charge_period_end_ms.min(to_ms).max(first)),
-            );
-            for (col, v) in whole {
-                row.insert(col, to_text(v));
-            }
+            let row = whole_line_row(line, (cells, &amounts), (first, from_ms, to_ms));
             w.row(row, [String::new(), String::new(), String::new()])?;
             continue;
         }
@@ -556,45 +630,10 @@ async fn write_day(
                 if !selection.keeps(part, attribution) {
                     continue;
                 }
-                let mut row = base.clone();
-                for (col, values) in &split {
-                    row.insert(col, to_text(values.get(j).copied().unwrap_or_default()));
-                }
-                let ratio = if effective.is_zero() {
-                    Decimal::ZERO
-                } else {
-                    split
-                        .iter()
-                        .find(|(c, _)| *c == "EffectiveCost")
-                        .and_then(|(_, v)| v.get(j))
-                        .map_or(Decimal::ZERO, |v| *v / effective)
-                };
-                let gpu = part.gpu_uuid.clone().unwrap_or_default();
-                let mut tags = Map::new();
-                for (k, v) in part.owner.iter() {
-                    tags.insert(k.into(), Value::String(v.into()));
-                }
-                tags.insert("gpuledger/kind".into(), part.kind.as_str().into());
-                row.insert("AllocatedMethodId", METHOD_ID.to_owned());
                 let shared = held_hosts
                     .as_ref()
                     .is_some_and(|h| !h.contains(&part.host_id.to_string()));
-                if shared {
-                    row.insert("Tags", String::new());
-                } else {
-                    row.insert(
-                        "AllocatedMethodDetails",
-                        method_details(ratio, part.gpu_seconds / 3600.0),
-                    );
-                }
-                if !gpu.is_empty() {
-                    row.insert("AllocatedResourceId", gpu.clone());
-                    row.insert(
-                        "AllocatedResourceName",
-                        format!("{gpu} ({})", part.kind.as_str()),
-                    );
-                }
-                row.insert("AllocatedTags", Value::Object(tags).to_string());
+                let row = allocated_row(base.clone(), (part, j), (&split, effective), shared);
                 w.row(
                     row,
                     [

@@ -434,9 +434,18 @@ mod tests {
             let marks: Vec<DirtyMark> = crate::store::rollups::dirty_marks(s.db(), 100)
                 .await
                 .unwrap();
-            crate::store::rollups::replace_rollups(s.db(), &marks, &rows, &[], &[], None)
-                .await
-                .unwrap();
+            crate::rollup::write(
+                s,
+                &marks,
+                crate::rollup::Written {
+                    rows: &rows,
+                    unattributed: &[],
+                    usage: &[],
+                },
+                None,
+            )
+            .await
+            .unwrap();
             let (from, to) = (H, H + 4 * HOUR_MS);
             let summed = load(s, from, to).await.unwrap();
             let hourly = crate::ledger::load(s, from, to, RollupGrain::Hour)

@@ -464,6 +464,122 @@ pub async fn clusters(store: &dyn Store) -> Result<Vec<String>, StoreError> {
     Ok(clusters)
 }
 
+/// Each host's current price per GPU-hour: the bill where it reaches, else the rate card.
+async fn prices(
+    store: &dyn Store,
+    (hosts, windows): (&[HostRow], &[AttributionWindow]),
+    card: &RateCard,
+    now_ms: i64,
+) -> Result<HashMap<i64, GpuPrice>, StoreError> {
+    let mut physical: HashMap<i64, BTreeMap<&str, &str>> = HashMap::new();
+    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
+        physical
+            .entry(w.host_id)
+            .or_default()
+            .insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
+    }
+    let names: HashMap<i64, Vec<String>> = physical
+        .into_iter()
+        .map(|(h, gpus)| (h, gpus.into_values().map(str::to_owned).collect()))
+        .collect();
+    current_price::gpu_prices(store, hosts, &names, card, now_ms).await
+}
+
+/// A finding written to its incident: opened (and said, unless its cluster is snoozed), or the
+/// open one updated and, when a reminder is due, brought up again (never one someone said is
+/// idle on purpose). Whether it opened, and whether a reminder went.
+async fn open_or_update(
+    store: &dyn Store,
+    config: &Config,
+    (existing, update): (Option<IncidentRow>, &IncidentUpdate),
+    is_snoozed: bool,
+    now_ms: i64,
+) -> Result<(bool, bool), StoreError> {
+    let Some(existing) = existing else {
+        let id = store::alerts::insert_incident(store.db(), update).await?;
+        if !is_snoozed {
+            if let Some(row) = store::alerts::incident(store.db(), id).await? {
+                notify(store, config, &row, slack::Event::Opened, now_ms).await?;
+            }
+        }
+        return Ok((true, false));
+    };
+    store::alerts::update_incident(store.db(), existing.id, update).await?;
+    let remind_ms = config.slack.remind_every.as_millis() as i64;
+    let due = existing
+        .last_notified_ms
+        .is_none_or(|t| now_ms - t >= remind_ms);
+    // Idle on purpose, someone said: not brought up again.
+    let intended = existing.intended_by.is_some();
+    if !due || is_snoozed || intended {
+        return Ok((false, false));
+    }
+    let Some(row) = store::alerts::incident(store.db(), existing.id).await? else {
+        return Ok((false, false));
+    };
+    // First word on an incident opened while snoozed is its opening.
+    let event = if existing.last_notified_ms.is_some() {
+        slack::Event::Reminder
+    } else {
+        slack::Event::Opened
+    };
+    let said = notify(store, config, &row, event, now_ms).await?;
+    Ok((false, said && event == slack::Event::Reminder))
+}
+
+/// An incident no longer idle: resolved, and said as resolved when its hosts still report (their
+/// GPUs are busy or released) or as "stopped reporting" when they went silent, where it was said
+/// to be open and its cluster is not snoozed.
+async fn resolve(
+    store: &dyn Store,
+    config: &Config,
+    incident: &IncidentRow,
+    (still_reporting, is_snoozed): (bool, bool),
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    store::alerts::resolve_incident(store.db(), incident.id, now_ms).await?;
+    let event = if still_reporting {
+        slack::Event::Resolved
+    } else {
+        slack::Event::StoppedReporting
+    };
+    if incident.last_notified_ms.is_some() && !is_snoozed {
+        if let Some(row) = store::alerts::incident(store.db(), incident.id).await? {
+            notify(store, config, &row, event, now_ms).await?;
+        }
+    }
+    Ok(())
+}
+
+/// An ended incident's dollars from the ledger, as its last hours are rolled up.
+async fn settle_wasted(
+    store: &dyn Store,
+    ledger: &Ledger,
+    (hosts, i): (&[HostRow], &IncidentRow),
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let Some(ended) = i.ended_ms else {
+        return Ok(());
+    };
+    let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
+    let settled = ledger.wasted(
+        &i.kind,
+        &hosts_of(hosts, i),
+        &gpus,
+        i.started_ms,
+        ended,
+        now_ms,
+        (
+            gpuledger_core::money::from_text(&i.cost_per_hour),
+            &i.currency,
+        ),
+    );
+    if settled != gpuledger_core::money::from_text(&i.wasted) {
+        store::alerts::set_incident_wasted(store.db(), i.id, &to_text(settled)).await?;
+    }
+    Ok(())
+}
+
 pub async fn evaluate(
     store: &dyn Store,
     card: &RateCard,
@@ -486,19 +602,7 @@ pub async fn evaluate(
     let processes = store::telemetry::process_windows(store.db(), read_from, now_ms + 1).await?;
     let findings = waste::find(&hosts, &windows, &processes, &config.idle, now_ms);
 
-    // Prices: the bill where it reaches, else the rate card.
-    let mut physical: HashMap<i64, std::collections::BTreeMap<&str, &str>> = HashMap::new();
-    for w in windows.iter().filter(|w| w.parent_uuid.is_none()) {
-        physical
-            .entry(w.host_id)
-            .or_default()
-            .insert(&w.gpu_uuid, w.gpu_name.as_deref().unwrap_or(""));
-    }
-    let names: HashMap<i64, Vec<String>> = physical
-        .into_iter()
-        .map(|(h, gpus)| (h, gpus.into_values().map(str::to_owned).collect()))
-        .collect();
-    let hourly = current_price::gpu_prices(store, &hosts, &names, card, now_ms).await?;
+    let hourly = prices(store, (&hosts, &windows), card, now_ms).await?;
     // How people name each GPU: its host and NVML index.
     let named: HashMap<String, (String, Option<i64>)> = store::telemetry::fleet(store.db())
         .await?
@@ -516,7 +620,6 @@ pub async fn evaluate(
         .into_iter()
         .map(|i| (i.incident_key.clone(), i))
         .collect();
-    let remind_ms = config.slack.remind_every.as_millis() as i64;
     let mut summary = EvaluationSummary::default();
 
     // An open incident keeps the start it was opened with, even past the look-back; a new one
@@ -582,38 +685,11 @@ pub async fn evaluate(
             wasted: to_text(wasted),
         };
         let is_snoozed = snoozed.contains(&f.cluster);
-        match open.remove(&f.key) {
-            Some(existing) => {
-                store::alerts::update_incident(store.db(), existing.id, &update).await?;
-                let due = existing
-                    .last_notified_ms
-                    .is_none_or(|t| now_ms - t >= remind_ms);
-                // Idle on purpose, someone said: not brought up again.
-                let intended = existing.intended_by.is_some();
-                if due && !is_snoozed && !intended {
-                    if let Some(row) = store::alerts::incident(store.db(), existing.id).await? {
-                        // First word on an incident opened while snoozed is its opening.
-                        let event = if existing.last_notified_ms.is_some() {
-                            slack::Event::Reminder
-                        } else {
-                            slack::Event::Opened
-                        };
-                        if notify(store, config, &row, event, now_ms).await? {
-                            summary.reminders += usize::from(event == slack::Event::Reminder);
-                        }
-                    }
-                }
-            }
-            None => {
-                let id = store::alerts::insert_incident(store.db(), &update).await?;
-                summary.opened += 1;
-                if !is_snoozed {
-                    if let Some(row) = store::alerts::incident(store.db(), id).await? {
-                        notify(store, config, &row, slack::Event::Opened, now_ms).await?;
-                    }
-                }
-            }
-        }
+        let existing = open.remove(&f.key);
+        let (opened, reminded) =
+            open_or_update(store, config, (existing, &update), is_snoozed, now_ms).await?;
+        summary.opened += usize::from(opened);
+        summary.reminders += usize::from(reminded);
     }
     // Whatever is no longer idle is over: resolved when its hosts still report (their GPUs are
     // busy or released), said as "stopped reporting" when they went silent.
@@ -625,46 +701,28 @@ pub async fn evaluate(
     // Those resolved lately, and those resolving now, are settled below.
     let mut settle = settling;
     for (_, incident) in open {
-        store::alerts::resolve_incident(store.db(), incident.id, now_ms).await?;
-        settle.push(IncidentRow {
-            ended_ms: Some(now_ms),
-            ..incident.clone()
-        });
-        summary.resolved += 1;
         let still_reporting = hosts_of(&hosts, &incident)
             .iter()
             .any(|h| reporting.contains(h));
-        let event = if still_reporting {
-            slack::Event::Resolved
-        } else {
-            slack::Event::StoppedReporting
-        };
-        if incident.last_notified_ms.is_some() && !snoozed.contains(&incident.cluster) {
-            if let Some(row) = store::alerts::incident(store.db(), incident.id).await? {
-                notify(store, config, &row, event, now_ms).await?;
-            }
-        }
+        let is_snoozed = snoozed.contains(&incident.cluster);
+        resolve(
+            store,
+            config,
+            &incident,
+            (still_reporting, is_snoozed),
+            now_ms,
+        )
+        .await?;
+        settle.push(IncidentRow {
+            ended_ms: Some(now_ms),
+            ..incident
+        });
+        summary.resolved += 1;
     }
     // Incidents resolved lately take their dollars from the ledger as their last hours are
     // rolled up, so a finished incident ends with exactly the idle dollars of its GPU-hours.
     for i in settle {
-        let Some(ended) = i.ended_ms else { continue };
-        let gpus: Vec<String> = serde_json::from_str(&i.gpus_json).unwrap_or_default();
-        let settled = ledger.wasted(
-            &i.kind,
-            &hosts_of(&hosts, &i),
-            &gpus,
-            i.started_ms,
-            ended,
-            now_ms,
-            (
-                gpuledger_core::money::from_text(&i.cost_per_hour),
-                &i.currency,
-            ),
-        );
-        if settled != gpuledger_core::money::from_text(&i.wasted) {
-            store::alerts::set_incident_wasted(store.db(), i.id, &to_text(settled)).await?;
-        }
+        settle_wasted(store, &ledger, (&hosts, &i), now_ms).await?;
     }
     summary.open = findings.len();
     Ok(summary)

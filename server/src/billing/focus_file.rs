@@ -24,7 +24,7 @@ pub fn open_path(path: &Path) -> Result<FocusRows, FocusError> {
     if magic[..n] == *b"PAR1" {
         return super::parquet::rows(file);
     }
-    super::focus::csv_rows(Box::new(file), n >= 2 && magic[..2] == [0x1f, 0x8b])
+    super::focus_csv::csv_rows(Box::new(file), n >= 2 && magic[..2] == [0x1f, 0x8b])
 }
 
 /// Opens a FOCUS file held in memory (tests, the demo, the fuzzer).
@@ -33,7 +33,7 @@ pub fn open_bytes(bytes: Vec<u8>) -> Result<FocusRows, FocusError> {
         return super::parquet::rows(bytes::Bytes::from(bytes));
     }
     let gzip = bytes.starts_with(&[0x1f, 0x8b]);
-    super::focus::csv_rows(Box::new(std::io::Cursor::new(bytes)), gzip)
+    super::focus_csv::csv_rows(Box::new(std::io::Cursor::new(bytes)), gzip)
 }
 
 fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -4,8 +4,10 @@
 pub mod aws;
 pub mod current_price;
 pub mod focus;
+pub mod focus_csv;
 pub mod focus_file;
 pub mod gpu_instances;
+pub mod import;
 pub mod manifest;
 mod parquet;
 pub mod periods;
@@ -265,7 +267,7 @@ pub async fn import_files_reporting(
             }
         }
     });
-    let outcomes = store::bills::import_bill(store.db(), replaces, &mut rx).await?;
+    let outcomes = import::delivery(store, replaces, &mut rx).await?;
     Ok(outcomes.into_iter().map(ImportSummary::from).collect())
 }
 

@@ -14,513 +14,19 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
-use super::session::{AdminForm, AdminOnly, CsrfForm, SignedIn};
-use crate::allocation::{calendar_month, GroupBy};
+use super::session::{AdminOnly, SignedIn};
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
-use crate::closing::SignOff;
 use crate::store::Replaces;
 use crate::{format, now_ms};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::month_label;
 
 pub fn router(max_upload_bytes: usize) -> Router<AppState> {
-    Router::new()
-        .route("/billing", get(billing_page))
-        .route("/billing/{month}", get(reconciliation_page))
-        .route("/billing/{month}/sign-off", post(sign_off))
-        .route("/api/v1/billing/reconciliation", get(reconciliation_api))
-        .route("/api/v1/billing/commitments", get(commitments_api))
-        .route(
-            "/billing/import",
-            post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
-        )
-}
-
-/// One line of a reconciliation: a label, the amount, and where its rows are.
-pub struct ReconLine {
-    pub label: String,
-    pub amount: String,
-    /// 0: the bill; 1: a part of it; 2: a part of a part; 3: a part of that.
-    pub depth: u8,
-    pub href: Option<String>,
-}
-
-/// One currency's reconciliation as the page shows it.
-pub struct ReconView {
-    pub currency: String,
-    pub lines: Vec<ReconLine>,
-    /// Zero difference: the ledger holds the bill to the cent.
-    pub balanced: bool,
-    pub difference: String,
-    /// The billed hosts' lines and their attribution differ (should never happen).
-    pub attribution_gap: Option<String>,
-    pub estimated: String,
-    pub estimated_parts: String,
-    pub gpu_without_agent: Vec<GpuWithoutAgentRow>,
-    /// Each commitment's unused dollars: (commitment, "", cost).
-    pub unused_commitments: Vec<(String, String, String)>,
-    /// Unused dollars the config charges to the owners each commitment covered, if any.
-    pub unused_on_owners: Option<String>,
-    pub not_gpu: Vec<(String, String, String)>,
-    pub not_gpu_more: usize,
-}
-
-/// A GPU instance no agent reports, as the page lists it.
-pub struct GpuWithoutAgentRow {
-    pub resource: String,
-    pub instance_type: String,
-    pub cost: String,
-    /// Whose its bill tags say it is ("team: search"); empty where they say nothing.
-    pub owners: String,
-    /// Whether the ledger holds its cost yet (on a host known from the bill alone).
-    pub in_ledger: bool,
-}
-
-/// Whether the month can be signed off now, and if not, why.
-pub struct SignOffView {
-    /// Signed off already: by whom, when, with what note.
-    pub done: Option<String>,
-    /// The reason it cannot be signed off now; `None` when it can.
-    pub blocked: Option<String>,
-}
-
-#[derive(Template)]
-#[template(path = "reconciliation.html")]
-struct ReconciliationPage {
-    chrome: Option<Chrome>,
-    is_admin: bool,
-    csrf: String,
-    sign_off: SignOffView,
-    month: String,
-    previous: String,
-    next: Option<String>,
-    pending_hours: i64,
-    periods: Vec<PeriodView>,
-    recs: Vec<ReconView>,
-    api: String,
-}
-
-/// Rows of "not GPU" listed; the rest are counted (the FOCUS export has every line).
-const NOT_GPU_LISTED: usize = 20;
-
-/// `unwatched_by_team`: whether unmonitored cost may count under a team (see
-/// `OwnerSchema::names_unwatched_owners`), so that its line links to all of it.
-fn recon_view(
-    r: &crate::reconciliation::Reconciliation,
-    month: &str,
-    next: &str,
-    unwatched_by_team: bool,
-) -> ReconView {
-    let money = |d: Decimal| format::money(d, &r.currency);
-    let alloc = format!("/api/v1/allocation?from={month}&to={next}&by=host&step=month&format=csv");
-    let drill = |key: &str| format!("/review/{month}/team?key={key}");
-    let line = |label: &str, amount: Decimal, depth: u8, href: Option<String>| ReconLine {
-        label: label.to_owned(),
-        amount: money(amount),
-        depth,
-        href,
-    };
-    let rows = |v: &[crate::reconciliation::ResourceCost], n: usize| {
-        v.iter()
-            .take(n)
-            .map(|c| {
-                (
-                    c.resource.clone(),
-                    c.instance_type.clone().unwrap_or_default(),
-                    money(c.cost),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    let focus = format!("/api/v1/allocation?from={month}&to={next}&format=focus");
-    let gap = r.bill_on_known_hosts - r.attributed.total();
-    let mut lines = vec![
-        line(
-            "On the bill for the month's hours",
-            r.bill,
-            0,
-            Some(focus.clone()),
-        ),
-        line(
-            "GPU hosts in the ledger, attributed",
-            r.attributed.total(),
-            1,
-            Some(alloc.clone()),
-        ),
-        line(
-            "used by their owners",
-            r.attributed.used,
-            2,
-            Some(alloc.clone()),
-        ),
-        line(
-            "held idle (memory held at ~0%), charged to its owners",
-            r.attributed.held_idle,
-            2,
-            Some(alloc.clone()),
-        ),
-        line(
-            "idle (no process)",
-            r.attributed.idle,
-            2,
-            Some(drill(crate::allocation::IDLE_KEY)),
-        ),
-        line(
-            "unmonitored (billed hours with no agent data)",
-            r.attributed.unmonitored,
-            2,
-            Some(if unwatched_by_team {
-                alloc.clone()
-            } else {
-                drill(crate::allocation::UNMONITORED_KEY)
-            }),
-        ),
-        line(
-            "of it, GPU instances no agent reports, on hosts known from the bill",
-            r.gpu_without_agent_total() - r.gpu_without_agent_unattributed(),
-            3,
-            Some("#gpu-without-agent".into()),
-        ),
-        line(
-            "GPU instances no agent reports, not yet in the ledger",
-            r.gpu_without_agent_unattributed(),
-            1,
-            Some("#gpu-without-agent".into()),
-        ),
-        line(
-            "commitments' unused part, charged to the fleet",
-            r.unused_commitments_total(),
-            1,
-            Some("#unused-commitments".into()),
-        ),
-        line(
-            "not GPU hosts",
-            r.not_gpu_total(),
-            1,
-            Some("#not-gpu".into()),
-        ),
-    ];
-    if !r.unused_commitments_on_owners.is_zero() {
-        // Inside the attributed total, after its kinds: where the config charges it.
-        lines.insert(
-            7,
-            line(
-                "of it, commitments' unused part charged to the owners they covered",
-                r.unused_commitments_on_owners,
-                2,
-                Some("#unused-commitments".into()),
-            ),
-        );
-    }
-    ReconView {
-        currency: r.currency.clone(),
-        lines,
-        balanced: r.difference.is_zero(),
-        difference: money(r.difference),
-        attribution_gap: (!gap.is_zero()).then(|| money(gap)),
-        estimated: money(r.estimated.total()),
-        estimated_parts: format!(
-            "used {}, held idle {}, idle {}, unmonitored {}",
-            money(r.estimated.used),
-            money(r.estimated.held_idle),
-            money(r.estimated.idle),
-            money(r.estimated.unmonitored)
-        ),
-        gpu_without_agent: r
-            .gpu_without_agent
-            .iter()
-            .zip(rows(&r.gpu_without_agent, usize::MAX))
-            .map(|(c, (resource, instance_type, cost))| {
-                let owners = c
-                    .owners
-                    .iter()
-                    .map(|(dimension, values)| {
-                        let values: Vec<&str> = values.iter().map(String::as_str).collect();
-                        format!("{}: {}", dimension.replace('_', " "), values.join(", "))
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                GpuWithoutAgentRow {
-                    resource,
-                    instance_type,
-                    cost,
-                    owners,
-                    in_ledger: c.in_ledger,
-                }
-            })
-            .collect(),
-        unused_commitments: rows(&r.unused_commitments, usize::MAX),
-        unused_on_owners: (!r.unused_commitments_on_owners.is_zero())
-            .then(|| money(r.unused_commitments_on_owners)),
-        not_gpu: rows(&r.not_gpu, NOT_GPU_LISTED),
-        not_gpu_more: r.not_gpu.len().saturating_sub(NOT_GPU_LISTED),
-    }
-}
-
-/// The month's bill against the ledger (GPU instances without agent named by their tags'
-/// owners), and the hours still waiting for the roll-up: what the page and the API show.
-async fn month_reconciliation(
-    state: &AppState,
-    store: &dyn crate::store::Store,
-    from: i64,
-    to: i64,
-) -> Result<(Vec<crate::reconciliation::Reconciliation>, i64), crate::store::StoreError> {
-    let recs = crate::reconciliation::for_range(
-        store,
-        &state.rate_card,
-        &state.config.attribution_rules(),
-        from,
-        to,
+    Router::new().route("/billing", get(billing_page)).route(
+        "/billing/import",
+        post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
     )
-    .await?;
-    Ok((recs, crate::closing::pending_hours(store, from, to).await?))
-}
-
-/// `/billing/YYYY-MM`: the month's bill against the ledger, each figure linked to its rows.
-async fn reconciliation_page(
-    State(state): State<AppState>,
-    user: SignedIn,
-    axum::extract::Path(month): axum::extract::Path<String>,
-) -> Response {
-    let Some((from, to)) = calendar_month(&month) else {
-        return error_page(
-            StatusCode::NOT_FOUND,
-            "No such month",
-            "Reconciliations are at /billing/YYYY-MM, for example /billing/2026-10.",
-        );
-    };
-    let loaded = async {
-        let (recs, pending) = month_reconciliation(&state, user.reads.store(), from, to).await?;
-        let periods = crate::billing::periods::all(user.reads.store()).await?;
-        let sign_offs = crate::closing::sign_offs(user.reads.store()).await?;
-        Ok::<_, crate::store::StoreError>((recs, pending, periods, sign_offs))
-    }
-    .await;
-    let (recs, pending_hours, periods, sign_offs) = match loaded {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::error!(error = %e, "reconciliation page");
-            return error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The database is unavailable",
-                "Try again in a minute.",
-            );
-        }
-    };
-    let next = month_label(to);
-    let periods = periods
-        .into_iter()
-        .filter(|p| p.period_start_ms >= from && p.period_start_ms < to)
-        .collect();
-    let close = state.close.with_sign_offs(&sign_offs);
-    let unwatched_by_team = state
-        .config
-        .owners
-        .names_unwatched_owners(GroupBy::TEAM.as_str());
-    let sign_off = SignOffView {
-        done: sign_offs.iter().find(|s| s.month_ms == from).map(|s| {
-            format!(
-                "Signed off by {} at {}{}: its bill is final and so are its figures.",
-                s.by_user,
-                crate::format::utc_minute(s.signed_ms),
-                if s.note.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (\u{201c}{}\u{201d})", s.note)
-                }
-            )
-        }),
-        blocked: crate::closing::sign_off_blocked(&close, &recs, pending_hours, from, to, now_ms()),
-    };
-    render_with_status(
-        StatusCode::OK,
-        &ReconciliationPage {
-            chrome: Some(Chrome::from(&user)),
-            is_admin: user.is_admin(),
-            csrf: user.csrf.clone(),
-            sign_off,
-            previous: month_label(from - 1),
-            next: (to <= now_ms()).then(|| next.clone()),
-            pending_hours,
-            periods: views(periods),
-            recs: recs
-                .iter()
-                .map(|r| recon_view(r, &month, &next, unwatched_by_team))
-                .collect(),
-            api: format!("/api/v1/billing/reconciliation?month={month}"),
-            month,
-        },
-    )
-}
-
-#[derive(serde::Deserialize)]
-struct SignOffForm {
-    csrf: String,
-    #[serde(default)]
-    note: String,
-}
-
-impl CsrfForm for SignOffForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
-fn sign_off_unavailable(e: impl std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "sign-off");
-    error_page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "The database is unavailable",
-        "Nothing was signed off. Try again in a minute.",
-    )
-}
-
-/// `POST /billing/YYYY-MM/sign-off` (admins): the month's bill is final, close it now.
-async fn sign_off(
-    State(state): State<AppState>,
-    axum::extract::Path(month): axum::extract::Path<String>,
-    AdminForm { user, form }: AdminForm<SignOffForm>,
-) -> Response {
-    let Some((from, to)) = calendar_month(&month) else {
-        return error_page(
-            StatusCode::NOT_FOUND,
-            "No such month",
-            "Use /billing/YYYY-MM.",
-        );
-    };
-    let note: String = form.note.trim().chars().take(500).collect();
-    let signed = crate::closing::sign_off(
-        state.store.as_ref(),
-        &state.rate_card,
-        state.close,
-        (from, to),
-        &user.username,
-        note,
-        now_ms(),
-    )
-    .await;
-    match signed {
-        Ok(SignOff::Blocked(why)) => error_page(
-            StatusCode::CONFLICT,
-            "This month cannot be signed off",
-            &why,
-        ),
-        Ok(SignOff::Signed) => axum::response::IntoResponse::into_response(
-            axum::response::Redirect::to(&format!("/billing/{month}")),
-        ),
-        Err(e) => sign_off_unavailable(e),
-    }
-}
-
-/// `GET /api/v1/billing/reconciliation[?month=YYYY-MM]`: the same figures as JSON (this month
-/// by default).
-#[utoipa::path(
-    get,
-    path = "/api/v1/billing/reconciliation",
-    operation_id = "get_reconciliation",
-    tag = "billing",
-    summary = "The month against the bill",
-    description = "Per currency, the month's bill against the ledger: the lines on the \
-        ledger's GPU hosts and what they were attributed to (used, held idle, idle, \
-        unmonitored), GPU instances no agent reports, and everything else the bill charges; \
-        the difference is what the ledger does not hold yet. Covers every team: a \
-        team-scoped reader gets 403.",
-    params(super::params::MonthQuery),
-    responses(
-        (status = 200, description = "The reconciliation.", body = ReconciliationResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
-    ),
-    security(("read_token" = []), ("session" = [])),
-)]
-async fn reconciliation_api(
-    State(state): State<AppState>,
-    user: SignedIn,
-    query: Result<
-        axum::extract::Query<super::params::MonthQuery>,
-        axum::extract::rejection::QueryRejection,
-    >,
-) -> Result<axum::Json<ReconciliationResponse>, crate::error::ApiError> {
-    let ((from, to), month) = super::params::month_asked(query)?;
-    let (currencies, hours_waiting_for_rollup) =
-        month_reconciliation(&state, user.reads.store(), from, to).await?;
-    Ok(axum::Json(ReconciliationResponse {
-        month,
-        hours_waiting_for_rollup,
-        currencies,
-    }))
-}
-
-/// `GET /api/v1/billing/commitments[?month=YYYY-MM]`: the month's commitment discounts.
-#[utoipa::path(
-    get,
-    path = "/api/v1/billing/commitments",
-    operation_id = "get_commitments",
-    tag = "billing",
-    summary = "Commitment discounts: utilization, unused dollars, coverage, ends",
-    description = "Each savings plan, reserved instance or committed-use discount the month's \
-        bill names: the amortized cost of what it covered on GPU instances and elsewhere, \
-        what it cost unused (charged to the fleet unless configured to the owners it covered: `unused_charged_to`), utilization, what its \
-        purchase rows invoice in the month and when it ends (from an upfront purchase row or \
-        the config's `[commitments.ends]`; expiring within 90 days is flagged). Per GPU \
-        instance type, how much of its cost in the ledger commitments covered. Covers every \
-        team: a \
-        team-scoped reader gets 403.",
-    params(super::params::MonthQuery),
-    responses(
-        (status = 200, description = "The month's commitments.", body = CommitmentsResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
-    ),
-    security(("read_token" = []), ("session" = [])),
-)]
-async fn commitments_api(
-    State(state): State<AppState>,
-    user: SignedIn,
-    query: Result<
-        axum::extract::Query<super::params::MonthQuery>,
-        axum::extract::rejection::QueryRejection,
-    >,
-) -> Result<axum::Json<CommitmentsResponse>, crate::error::ApiError> {
-    let ((from, to), month) = super::params::month_asked(query)?;
-    let costs = crate::commitments::type_costs(user.reads.store(), from, to).await?;
-    let commitments = crate::commitments::for_range(
-        user.reads.store(),
-        &state.rate_card,
-        &state.config,
-        &costs,
-        (from, to),
-        now_ms(),
-    )
-    .await?;
-    Ok(axum::Json(CommitmentsResponse { month, commitments }))
-}
-
-/// A month's commitment discounts.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct CommitmentsResponse {
-    /// `YYYY-MM`.
-    month: String,
-    #[serde(flatten)]
-    commitments: crate::commitments::Commitments,
-}
-
-/// A month's reconciliation, one per currency its bill or ledger carries.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct ReconciliationResponse {
-    /// `YYYY-MM`.
-    month: String,
-    /// Hours with new telemetry or bill lines the roll-up has not priced yet: until they are,
-    /// the ledger is behind the bill by their cost.
-    hours_waiting_for_rollup: i64,
-    currencies: Vec<crate::reconciliation::Reconciliation>,
 }
 
 /// One billing period as the page shows it.
@@ -600,7 +106,7 @@ fn period_label(start_ms: i64) -> String {
     }
 }
 
-fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
+pub(super) fn views(periods: Vec<BillingPeriod>) -> Vec<PeriodView> {
     let names: HashMap<i64, String> = periods
         .iter()
         .flat_map(|p| p.files.iter().map(|f| (f.import_id, f.name.clone())))
@@ -709,52 +215,25 @@ async fn billing_page(user: SignedIn) -> Response {
 async fn upload(
     State(state): State<AppState>,
     AdminOnly(user): AdminOnly,
-    mut form: Multipart,
+    form: Multipart,
 ) -> Response {
-    let mut csrf = String::new();
-    let mut whole_periods = false;
-    // Each file goes to a temporary file as it arrives, so a bill of any size is read from disk
-    // in bounded memory. An export run comes as several files and, optionally, its manifest.
-    let mut files: Vec<(String, tempfile::NamedTempFile)> = Vec::new();
-    let mut manifest: Option<(String, String)> = None;
-    loop {
-        match form.next_field().await {
-            Ok(Some(mut field)) => {
-                let name = field.name().unwrap_or("").to_owned();
-                let file_name = field.file_name().unwrap_or("upload").to_owned();
-                if name == "file" {
-                    match spool(&mut field).await {
-                        Ok(Some(tmp)) => files.push((file_name, tmp)),
-                        Ok(None) => {}
-                        Err(Spool::Upload(e)) => return upload_failed(&user, e).await,
-                        Err(Spool::Disk(e)) => {
-                            tracing::error!(error = %e, "billing upload: writing a temporary file");
-                            return error_page(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "The upload could not be kept",
-                                "The server could not write a temporary file. Nothing was stored.",
-                            );
-                        }
-                    }
-                    continue;
-                }
-                let bytes = match field.bytes().await {
-                    Ok(b) => b,
-                    Err(e) => return upload_failed(&user, e).await,
-                };
-                match name.as_str() {
-                    "csrf" => csrf = String::from_utf8_lossy(&bytes).into_owned(),
-                    "whole_periods" => whole_periods = !bytes.is_empty(),
-                    "manifest" if !bytes.is_empty() => {
-                        manifest = Some((file_name, String::from_utf8_lossy(&bytes).into_owned()))
-                    }
-                    _ => {}
-                }
-            }
-            Ok(None) => break,
-            Err(e) => return upload_failed(&user, e).await,
+    let Upload {
+        csrf,
+        whole_periods,
+        files,
+        manifest,
+    } = match read_upload(form).await {
+        Ok(upload) => upload,
+        Err(Spool::Upload(e)) => return upload_failed(&user, e).await,
+        Err(Spool::Disk(e)) => {
+            tracing::error!(error = %e, "billing upload: writing a temporary file");
+            return error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The upload could not be kept",
+                "The server could not write a temporary file. Nothing was stored.",
+            );
         }
-    }
+    };
     // A multipart upload streams its files before the token field can be read, so the check
     // comes after them (no other form is multipart: `AdminForm` checks every other one).
     if !user.csrf_ok(&csrf) {
@@ -784,38 +263,10 @@ async fn upload(
             Some(format!("{what}: {why}")),
         )
     };
-    // With a manifest: exactly the files it lists, one delivery replacing its periods whole,
-    // each file holding the rows the manifest says.
-    let (delivery, expected, replaces) = match &manifest {
-        Some((manifest_name, text)) => {
-            let listing = match billing::manifest::parse(manifest_name, text) {
-                Ok(l) => l,
-                Err(e) => return refuse(e).await,
-            };
-            let listed = listing.file_names();
-            if let Some(missing) = listed.iter().find(|l| !files.iter().any(|(n, _)| n == *l)) {
-                return refuse(format!(
-                    "{manifest_name} lists {missing}, which was not uploaded: choose every file \
-                     of the export run together with its manifest"
-                ))
-                .await;
-            }
-            if let Some((extra, _)) = files.iter().find(|(n, _)| !listed.contains(&n.as_str())) {
-                return refuse(format!("{extra} is not listed in {manifest_name}")).await;
-            }
-            let expected: std::collections::HashMap<String, Option<u64>> = listed
-                .iter()
-                .map(|l| (*l).to_owned())
-                .zip(listing.row_counts.iter().copied())
-                .collect();
-            (
-                Some(listing.delivery.clone()),
-                expected,
-                Replaces::WholePeriods,
-            )
-        }
-        None if whole_periods => (None, Default::default(), Replaces::WholePeriods),
-        None => (None, Default::default(), Replaces::SameName),
+    let (delivery, expected, replaces) = match delivery_of(manifest.as_ref(), &files, whole_periods)
+    {
+        Ok(d) => d,
+        Err(why) => return refuse(why).await,
     };
     let bill_files: Vec<BillFile> = files
         .iter()
@@ -854,35 +305,7 @@ async fn upload(
             render(&user, StatusCode::OK, Some(notice.join(" ")), None).await
         }
         Err(ImportError::Focus { file, error }) if files.len() > 1 => {
-            // The import stopped at the first bad file: say what is wrong with every one.
-            let checked = billing::first_errors(
-                files
-                    .iter()
-                    .map(|(name, tmp)| {
-                        let rows = expected.get(name).copied().flatten();
-                        (name.clone(), tmp.path().to_owned(), rows)
-                    })
-                    .collect(),
-            )
-            .await;
-            let mut wrong = Vec::new();
-            let mut fine = Vec::new();
-            for (name, checked) in checked {
-                // The import's own reason for the file it stopped at, whatever a re-read says.
-                match if name == file {
-                    Some(error.to_string())
-                } else {
-                    checked
-                } {
-                    Some(why) => wrong.push(format!("{name}: {why}")),
-                    None => fine.push(name),
-                }
-            }
-            let mut why = wrong.join("; ");
-            if !fine.is_empty() {
-                why.push_str(&format!(". Without error: {}", fine.join(", ")));
-            }
-            refuse(why).await
+            refuse(what_each_file_has(&files, &expected, (&file, &error.to_string())).await).await
         }
         Err(ImportError::Focus { error, .. }) => refuse(error.to_string()).await,
         Err(ImportError::Store(e)) => {
@@ -894,6 +317,123 @@ async fn upload(
             )
         }
     }
+}
+
+/// What the billing form sent: its token, whether the files are whole periods, the files (each
+/// written to a temporary file as it arrived, so a bill of any size is read from disk in bounded
+/// memory) and an export run's manifest, by name and text.
+struct Upload {
+    csrf: String,
+    whole_periods: bool,
+    files: Vec<(String, tempfile::NamedTempFile)>,
+    manifest: Option<(String, String)>,
+}
+
+async fn read_upload(mut form: Multipart) -> Result<Upload, Spool> {
+    let mut upload = Upload {
+        csrf: String::new(),
+        whole_periods: false,
+        files: Vec::new(),
+        manifest: None,
+    };
+    while let Some(mut field) = form.next_field().await.map_err(Spool::Upload)? {
+        let name = field.name().unwrap_or("").to_owned();
+        let file_name = field.file_name().unwrap_or("upload").to_owned();
+        if name == "file" {
+            if let Some(tmp) = spool(&mut field).await? {
+                upload.files.push((file_name, tmp));
+            }
+            continue;
+        }
+        let bytes = field.bytes().await.map_err(Spool::Upload)?;
+        match name.as_str() {
+            "csrf" => upload.csrf = String::from_utf8_lossy(&bytes).into_owned(),
+            "whole_periods" => upload.whole_periods = !bytes.is_empty(),
+            "manifest" if !bytes.is_empty() => {
+                upload.manifest = Some((file_name, String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            _ => {}
+        }
+    }
+    Ok(upload)
+}
+
+/// Rows each uploaded file is expected to hold, by name.
+type ExpectedRows = std::collections::HashMap<String, Option<u64>>;
+
+/// How the files are imported: with a manifest, exactly the files it lists, one delivery
+/// replacing its periods whole, each file holding the rows the manifest says; without one, the
+/// files replace what came under the same names (or their periods whole, if asked). Why not,
+/// where the files do not match their manifest.
+fn delivery_of(
+    manifest: Option<&(String, String)>,
+    files: &[(String, tempfile::NamedTempFile)],
+    whole_periods: bool,
+) -> Result<(Option<String>, ExpectedRows, Replaces), String> {
+    let Some((manifest_name, text)) = manifest else {
+        let replaces = if whole_periods {
+            Replaces::WholePeriods
+        } else {
+            Replaces::SameName
+        };
+        return Ok((None, Default::default(), replaces));
+    };
+    let listing = billing::manifest::parse(manifest_name, text)?;
+    let listed = listing.file_names();
+    if let Some(missing) = listed.iter().find(|l| !files.iter().any(|(n, _)| n == *l)) {
+        return Err(format!(
+            "{manifest_name} lists {missing}, which was not uploaded: choose every file of the \
+             export run together with its manifest"
+        ));
+    }
+    if let Some((extra, _)) = files.iter().find(|(n, _)| !listed.contains(&n.as_str())) {
+        return Err(format!("{extra} is not listed in {manifest_name}"));
+    }
+    let expected = (listed.iter().map(|l| (*l).to_owned()))
+        .zip(listing.row_counts.iter().copied())
+        .collect();
+    Ok((
+        Some(listing.delivery.clone()),
+        expected,
+        Replaces::WholePeriods,
+    ))
+}
+
+/// What is wrong with each of several files, where their import stopped at the first bad one
+/// (`file`, for `error`): every file read again, and those without error named.
+async fn what_each_file_has(
+    files: &[(String, tempfile::NamedTempFile)],
+    expected: &ExpectedRows,
+    (file, error): (&str, &str),
+) -> String {
+    let checked = billing::first_errors(
+        (files.iter())
+            .map(|(name, tmp)| {
+                let rows = expected.get(name).copied().flatten();
+                (name.clone(), tmp.path().to_owned(), rows)
+            })
+            .collect(),
+    )
+    .await;
+    let mut wrong = Vec::new();
+    let mut fine = Vec::new();
+    for (name, checked) in checked {
+        // The import's own reason for the file it stopped at, whatever a re-read says.
+        let why = if name == file {
+            Some(error.to_owned())
+        } else {
+            checked
+        };
+        match why {
+            Some(why) => wrong.push(format!("{name}: {why}")),
+            None => fine.push(name),
+        }
+    }
+    let mut why = wrong.join("; ");
+    if !fine.is_empty() {
+        why.push_str(&format!(". Without error: {}", fine.join(", ")));
+    }
+    why
 }
 
 async fn upload_failed(user: &SignedIn, e: axum::extract::multipart::MultipartError) -> Response {

@@ -22,7 +22,7 @@ use crate::config::IdleConfig;
 use crate::format::{ago, bytes_gib, money, money_sums, percent};
 use crate::now_ms;
 use crate::store::{FleetProcess, FleetRow};
-use gpuledger_core::activity::Activity;
+use gpuledger_core::activity::{Activity, Thresholds};
 use gpuledger_core::telemetry::{AttributionWindow, Fault};
 
 /// A host that has not reported for this long is shown as stale.
@@ -184,6 +184,95 @@ fn add(sums: &mut PerHour, currency: &str, amount: Decimal) {
     *sums.entry(currency.to_owned()).or_default() += amount;
 }
 
+/// A GPU (or MIG device) of the fleet's latest windows, with the processes on it: its state as
+/// the one definition of busy reads its latest window (its processes, the memory of those the
+/// agent cannot see, its fault) under its cluster's thresholds.
+fn gpu_view(row: FleetRow, mine: Vec<&FleetProcess>, thresholds: Thresholds) -> GpuView {
+    let latest = AttributionWindow {
+        util_avg: row.last_util_avg,
+        unseen_memory_bytes: row.last_unseen_memory_bytes,
+        unseen_cause: row.last_unseen_cause.clone(),
+        fault: row.last_fault_code.clone().map(|code| Fault {
+            code,
+            detail: row.last_fault_detail.clone().unwrap_or_default(),
+        }),
+        ..Default::default()
+    };
+    let state = thresholds.of_window_with(
+        &latest,
+        mine.iter()
+            .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
+    );
+    let memory = match (row.last_memory_used_bytes, row.memory_total_bytes) {
+        (Some(u), Some(t)) => format!("{} / {}", bytes_gib(u), bytes_gib(t)),
+        (None, Some(t)) => format!("? / {}", bytes_gib(t)),
+        _ => "—".into(),
+    };
+    GpuView {
+        index: row.gpu_index.unwrap_or(0),
+        processes: mine.into_iter().map(process_view).collect(),
+        name: row.name.unwrap_or_default(),
+        is_mig: row.parent_uuid.is_some(),
+        util: percent(row.last_util_avg),
+        util_bar: row.last_util_avg.unwrap_or(0.0).clamp(0.0, 100.0),
+        memory,
+        uuid: row.uuid.unwrap_or_default(),
+        activity: state,
+        per_hour: String::new(),
+        fault: latest.fault.map(|f| f.detail),
+        unseen: latest
+            .unseen_memory_bytes
+            .map(|b| unseen_text(b, latest.unseen_cause.as_deref())),
+        last_window_end_ms: row.last_window_end_ms,
+    }
+}
+
+/// A host complete: physical GPUs first, each followed by its MIG instances; a MIG-mode GPU's
+/// state from its instances; each GPU's price, counted as busy (`busy`) or idle (`idle`, the
+/// cluster's and the fleet's sums per hour). The host's cost per hour, where it is priced.
+fn finish_host(
+    host: &mut HostView,
+    price: Option<&GpuPrice>,
+    busy: &mut usize,
+    (cluster_idle, fleet_idle): (&mut PerHour, &mut PerHour),
+) -> Decimal {
+    host.gpus
+        .sort_by(|a, b| (a.index, a.is_mig, &a.uuid).cmp(&(b.index, b.is_mig, &b.uuid)));
+    let mut host_cost = Decimal::ZERO;
+    let physical: Vec<usize> = (0..host.gpus.len())
+        .filter(|i| !host.gpus[*i].is_mig)
+        .collect();
+    for i in physical {
+        let (index, gpu_end) = (host.gpus[i].index, host.gpus[i].last_window_end_ms);
+        // Its MIG devices as fresh as it is: a GPU lost since keeps no device's old state.
+        let instances: Vec<Activity> = host
+            .gpus
+            .iter()
+            .filter(|g| g.is_mig && g.index == index && g.last_window_end_ms >= gpu_end)
+            .map(|g| g.activity)
+            .collect();
+        let state = if instances.is_empty() {
+            host.gpus[i].activity
+        } else {
+            combined(instances)
+        };
+        let gpu = &mut host.gpus[i];
+        gpu.activity = state;
+        if state.in_use() {
+            *busy += 1;
+        }
+        if let Some(p) = price {
+            gpu.per_hour = per_hour_text(Some(p.per_gpu_hour), &p.currency);
+            host_cost += p.per_gpu_hour;
+            if matches!(state, Activity::Idle | Activity::HeldIdle) {
+                add(cluster_idle, &p.currency, p.per_gpu_hour);
+                add(fleet_idle, &p.currency, p.per_gpu_hour);
+            }
+        }
+    }
+    host_cost
+}
+
 /// Groups flat rows (ordered by cluster, host) into the page's tree; `prices` per
 /// (cluster, hostname).
 pub fn build(
@@ -244,93 +333,21 @@ pub fn build(
         let Some(host) = cluster.hosts.last_mut() else {
             continue;
         };
-        if let Some(uuid) = row.uuid {
-            let is_mig = row.parent_uuid.is_some();
-            if !is_mig {
+        if let Some(uuid) = row.uuid.clone() {
+            let mine = procs.remove(&uuid).unwrap_or_default();
+            let gpu = gpu_view(row, mine, idle.thresholds(&cluster.name));
+            if !gpu.is_mig {
                 cluster.gpu_count += 1;
                 total_gpus += 1;
             }
-            let mine = procs.remove(&uuid).unwrap_or_default();
-            // The latest window as the one definition of busy reads it: its processes, the
-            // memory of those the agent cannot see, its fault.
-            let latest = AttributionWindow {
-                util_avg: row.last_util_avg,
-                unseen_memory_bytes: row.last_unseen_memory_bytes,
-                unseen_cause: row.last_unseen_cause.clone(),
-                fault: row.last_fault_code.clone().map(|code| Fault {
-                    code,
-                    detail: row.last_fault_detail.clone().unwrap_or_default(),
-                }),
-                ..Default::default()
-            };
-            let state = idle.thresholds(&cluster.name).of_window_with(
-                &latest,
-                mine.iter()
-                    .map(|p| (p.memory_used_max_bytes, p.sm_util_avg)),
-            );
-            let memory = match (row.last_memory_used_bytes, row.memory_total_bytes) {
-                (Some(u), Some(t)) => format!("{} / {}", bytes_gib(u), bytes_gib(t)),
-                (None, Some(t)) => format!("? / {}", bytes_gib(t)),
-                _ => "—".into(),
-            };
-            host.gpus.push(GpuView {
-                index: row.gpu_index.unwrap_or(0),
-                processes: mine.into_iter().map(process_view).collect(),
-                name: row.name.unwrap_or_default(),
-                is_mig,
-                util: percent(row.last_util_avg),
-                util_bar: row.last_util_avg.unwrap_or(0.0).clamp(0.0, 100.0),
-                memory,
-                uuid,
-                activity: state,
-                per_hour: String::new(),
-                fault: latest.fault.map(|f| f.detail),
-                unseen: latest
-                    .unseen_memory_bytes
-                    .map(|b| unseen_text(b, latest.unseen_cause.as_deref())),
-                last_window_end_ms: row.last_window_end_ms,
-            });
+            host.gpus.push(gpu);
         }
         if !last_of_host {
             continue;
         }
-        // The host is complete: physical GPUs first, each followed by its MIG instances; a
-        // MIG-mode GPU's state from its instances; then its cost.
-        host.gpus
-            .sort_by(|a, b| (a.index, a.is_mig, &a.uuid).cmp(&(b.index, b.is_mig, &b.uuid)));
         let price = prices.get(&(cluster.name.clone(), host.hostname.clone()));
-        let mut host_cost = Decimal::ZERO;
-        let physical: Vec<usize> = (0..host.gpus.len())
-            .filter(|i| !host.gpus[*i].is_mig)
-            .collect();
-        for i in physical {
-            let (index, gpu_end) = (host.gpus[i].index, host.gpus[i].last_window_end_ms);
-            // Its MIG devices as fresh as it is: a GPU lost since keeps no device's old state.
-            let instances: Vec<Activity> = host
-                .gpus
-                .iter()
-                .filter(|g| g.is_mig && g.index == index && g.last_window_end_ms >= gpu_end)
-                .map(|g| g.activity)
-                .collect();
-            let state = if instances.is_empty() {
-                host.gpus[i].activity
-            } else {
-                combined(instances)
-            };
-            let gpu = &mut host.gpus[i];
-            gpu.activity = state;
-            if state.in_use() {
-                cluster.busy_gpus += 1;
-            }
-            if let Some(p) = price {
-                gpu.per_hour = per_hour_text(Some(p.per_gpu_hour), &p.currency);
-                host_cost += p.per_gpu_hour;
-                if matches!(state, Activity::Idle | Activity::HeldIdle) {
-                    add(&mut cluster_idle, &p.currency, p.per_gpu_hour);
-                    add(&mut fleet_idle, &p.currency, p.per_gpu_hour);
-                }
-            }
-        }
+        let idle_sums = (&mut cluster_idle, &mut fleet_idle);
+        let host_cost = finish_host(host, price, &mut cluster.busy_gpus, idle_sums);
         if price.is_none() {
             unpriced_hosts += 1;
         }

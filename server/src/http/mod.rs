@@ -29,6 +29,7 @@ pub(crate) mod page;
 mod params;
 pub mod reads;
 mod recommendations;
+mod reconciliation;
 mod review;
 #[cfg(test)]
 mod review_tests;
@@ -132,6 +133,7 @@ pub fn router(state: AppState) -> Router {
         .merge(recommendations::router())
         .merge(review::router())
         .merge(billing::router(state.max_upload_bytes))
+        .merge(reconciliation::router())
         .merge(tokens::router())
         .merge(allocation::router())
         .merge(variance::router())

@@ -63,9 +63,18 @@ pub(super) async fn write_ledger(
             energy_known_seconds: 0.0,
         });
     }
-    store::rollups::replace_rollups(api.store.db(), &marks, &rows, &[], &[], None)
-        .await
-        .unwrap();
+    crate::rollup::write(
+        api.store.as_ref(),
+        &marks,
+        crate::rollup::Written {
+            rows: &rows,
+            unattributed: &[],
+            usage: &[],
+        },
+        None,
+    )
+    .await
+    .unwrap();
 }
 
 /// [`apis`] with the state changed by `change` first.

@@ -1,6 +1,7 @@
 //! Rollups against attribution computed straight from raw data: equal to the cent and beyond,
 //! on both backends, through late data, repeats, replaced bills and retention.
 
+use super::passes::*;
 use std::collections::BTreeMap;
 
 use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};

@@ -227,29 +227,49 @@ pub(crate) async fn insert_bill_file(
     })
 }
 
+/// A billing period as files cover it: provider, billing account, period start.
+pub type Period = (String, String, i64);
+
+/// One file of a delivery as stored: new, or imported before with the same content (then
+/// nothing of it was stored again), with the periods it covers.
+pub struct DeliveredFile {
+    pub import_id: i64,
+    pub name: String,
+    pub source: String,
+    pub periods: Vec<Period>,
+}
+
+/// What [`store_files`] stored: each file and what came of it, the charge periods of its new
+/// lines, and when the newest file was imported.
+pub struct StoredDelivery {
+    pub files: Vec<DeliveredFile>,
+    pub outcomes: Vec<super::ImportOutcome>,
+    pub spans: std::collections::HashSet<(i64, i64)>,
+    pub imported_ms: i64,
+}
+
 /// Stores the files of one delivery, each file's lines read as they are parsed, in one
-/// transaction, then replaces what `replaces` names in the periods they cover. A file whose
-/// content was imported before changes nothing (but counts as part of the delivery). A
-/// parse error rolls everything back and comes back as [`StoreError::Rejected`].
-pub async fn import_bill(
+/// transaction (a savepoint inside the caller's): what replaces what is the caller's to
+/// decide ([`files_in_force`], [`replace_file_period`]). A file whose content was imported
+/// before changes nothing (but counts as part of the delivery). A parse error rolls everything
+/// back and comes back as [`StoreError::Rejected`].
+pub async fn store_files(
     on: impl Into<On<'_>>,
-    replaces: super::Replaces,
     files: &mut BillFiles,
-) -> Result<Vec<super::ImportOutcome>, StoreError> {
+) -> Result<StoredDelivery, StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex| {
-        use super::{ImportOutcome, Replaces};
-        type Period = (String, String, i64);
+        use super::ImportOutcome;
         let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         backfill_file_period_totals(&mut *tx).await?;
-        let mut outcomes: Vec<ImportOutcome> = Vec::new();
-        // The delivery's files (new, or imported before with the same content), with the
-        // name, source and periods of each; the charge periods of new lines.
-        let mut delivery: Vec<(i64, String, String, Vec<Period>)> = Vec::new();
-        let mut spans: std::collections::HashSet<(i64, i64)> = Default::default();
-        let mut now_ms = 0;
+        let mut stored = StoredDelivery {
+            files: Vec::new(),
+            outcomes: Vec::new(),
+            spans: Default::default(),
+            imported_ms: 0,
+        };
         while let Some((import, mut lines)) = files.recv().await {
-            now_ms = now_ms.max(import.imported_ms);
+            stored.imported_ms = stored.imported_ms.max(import.imported_ms);
             let existing: Option<(i64,)> =
                 sqlx::query_as("SELECT id FROM billing_imports WHERE content_sha256 = $1")
                     .bind(&import.content_sha256)
@@ -264,13 +284,15 @@ pub async fn import_bill(
                 .bind(import_id)
                 .fetch_all(&mut *tx)
                 .await?;
-                delivery.push((
+                stored.files.push(DeliveredFile {
                     import_id,
-                    import.name.clone(),
-                    import.source.clone(),
+                    name: import.name.clone(),
+                    source: import.source.clone(),
                     periods,
-                ));
-                outcomes.push(ImportOutcome::AlreadyImported { import_id });
+                });
+                stored
+                    .outcomes
+                    .push(ImportOutcome::AlreadyImported { import_id });
                 continue;
             }
             // Counts and totals are known once the last line is read: written at the end.
@@ -286,8 +308,14 @@ pub async fn import_bill(
             .bind(&import.delivery)
             .fetch_one(&mut *tx)
             .await?;
-            let periods =
-                insert_bill_file(&mut *tx, import_id, &import.name, &mut lines, &mut spans).await?;
+            let periods = insert_bill_file(
+                &mut *tx,
+                import_id,
+                &import.name,
+                &mut lines,
+                &mut stored.spans,
+            )
+            .await?;
             let mut totals = super::CurrencyTotals::new();
             for ((_, _, _, currency), t) in &periods {
                 let sum = totals.entry(currency.clone()).or_default();
@@ -305,175 +333,151 @@ pub async fn import_bill(
                 periods.into_iter().map(|(p, _)| (p.0, p.1, p.2)).collect();
             covered.sort();
             covered.dedup();
-            delivery.push((
+            stored.files.push(DeliveredFile {
                 import_id,
-                import.name.clone(),
-                import.source.clone(),
-                covered,
-            ));
-            outcomes.push(ImportOutcome::Imported {
+                name: import.name.clone(),
+                source: import.source.clone(),
+                periods: covered,
+            });
+            stored.outcomes.push(ImportOutcome::Imported {
                 import_id,
                 replaced_lines: 0,
                 rows,
                 totals,
             });
         }
+        tx.commit().await?;
+        Ok(stored)
+    })
+}
 
-        // What each file of the delivery replaces, period by period.
-        let ours: std::collections::HashSet<i64> = delivery.iter().map(|d| d.0).collect();
-        let mut victims: Vec<(i64, Period, i64)> = Vec::new();
-        let mut seen: std::collections::HashSet<(i64, Period)> = Default::default();
-        for (by, name, source, periods) in &delivery {
-            for (provider, account, period) in periods {
-                let rows: Vec<(i64, String, String)> = sqlx::query_as(
-                    "SELECT DISTINCT p.import_id, i.name, i.source
-                     FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
-                     WHERE p.provider = $1 AND p.billing_account_id = $2
-                       AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
-                )
-                .bind(provider)
-                .bind(account)
-                .bind(*period)
-                .fetch_all(&mut *tx)
-                .await?;
-                for (victim, victim_name, victim_source) in rows {
-                    let replaced = !ours.contains(&victim)
-                        && match replaces {
-                            Replaces::WholePeriods => true,
-                            Replaces::SameName => &victim_name == name && &victim_source == source,
-                        };
-                    let key = (victim, (provider.clone(), account.clone(), *period));
-                    if replaced && seen.insert(key.clone()) {
-                        victims.push((key.0, key.1, *by));
-                    }
-                }
-            }
-        }
-        for (victim, (provider, account, period), by) in victims {
-            let old: (Option<i64>, Option<i64>) = sqlx::query_as(
-                "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
-                 WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
-                   AND billing_period_start_ms = $4",
-            )
-            .bind(victim)
-            .bind(&provider)
-            .bind(&account)
-            .bind(period)
-            .fetch_one(&mut *tx)
-            .await?;
-            if let (Some(a), Some(b)) = old {
-                spans.insert((a, b));
-            }
-            let deleted = sqlx::query(
-                "DELETE FROM cost_lines
-                 WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
-                   AND billing_period_start_ms = $4",
-            )
-            .bind(victim)
-            .bind(&provider)
-            .bind(&account)
-            .bind(period)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            sqlx::query(
-                "UPDATE billing_file_periods SET replaced_ms = $1, replaced_by = $2
-                 WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
-                   AND billing_period_start_ms = $6",
-            )
-            .bind(now_ms)
-            .bind(by)
-            .bind(victim)
-            .bind(&provider)
-            .bind(&account)
-            .bind(period)
-            .execute(&mut *tx)
-            .await?;
-            for o in outcomes.iter_mut() {
-                if let ImportOutcome::Imported {
-                    import_id,
-                    replaced_lines,
-                    ..
-                } = o
-                {
-                    if *import_id == by {
-                        *replaced_lines += deleted;
-                    }
-                }
-            }
-        }
-        // A file of another name adds to its periods; one that repeats most of what another
-        // file in force says is a new export of the same period imported as a part, which
-        // would count the period twice: refused, saying how to import it.
-        if replaces == Replaces::SameName {
-            for (import_id, name, _, periods) in &delivery {
-                let Some(ImportOutcome::Imported { rows, .. }) = outcomes.iter().find(|o| {
-                    matches!(o, ImportOutcome::Imported { import_id: id, .. } if id == import_id)
-                }) else {
-                    continue;
-                };
-                let sampled = (*rows).min(u64::from(super::REPEAT_SAMPLE_LINES));
-                // Only files in force for the same periods can be repeated: usually none.
-                let mut others: Vec<(i64, String)> = Vec::new();
-                for (provider, account, period) in periods {
-                    let found: Vec<(i64, String)> = sqlx::query_as(
-                        "SELECT DISTINCT p.import_id, i.name
-                         FROM billing_file_periods p
-                         JOIN billing_imports i ON i.id = p.import_id
-                         WHERE p.provider = $1 AND p.billing_account_id = $2
-                           AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
-                    )
-                    .bind(provider)
-                    .bind(account)
-                    .bind(*period)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    others.extend(found.into_iter().filter(|(id, _)| !ours.contains(id)));
-                }
-                others.sort();
-                others.dedup();
-                for (other_id, other) in others {
-                    // By the (import, charge period) index: a few lookups a sampled line.
-                    let (repeated,): (i64,) = sqlx::query_as(
-                        "SELECT COUNT(*) FROM cost_lines n
-                         WHERE n.import_id = $1 AND n.line_no <= $2 AND EXISTS (
-                           SELECT 1 FROM cost_lines o
-                           WHERE o.import_id = $3
-                             AND o.charge_period_start_ms = n.charge_period_start_ms
-                             AND o.charge_period_end_ms = n.charge_period_end_ms
-                             AND o.provider = n.provider
-                             AND o.billing_account_id = n.billing_account_id
-                             AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
-                             AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
-                             AND o.charge_category = n.charge_category
-                             AND o.billed_cost = n.billed_cost
-                             AND o.effective_cost = n.effective_cost
-                             AND o.tags_json = n.tags_json
-                             AND o.extra_json = n.extra_json)",
-                    )
-                    .bind(*import_id)
-                    .bind(i64::from(super::REPEAT_SAMPLE_LINES) + 1)
-                    .bind(other_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    if repeated > 0 && (repeated as u64) * 2 >= sampled {
-                        return Err(StoreError::Rejected {
-                            file: name.clone(),
-                            error: gpuledger_core::bill::FocusError::RepeatsFile {
-                                other,
-                                repeated: repeated as u64,
-                                sampled,
-                            },
-                        });
-                    }
-                }
-            }
-        }
-        // The hours whose attribution changes: those of new lines and of replaced ones, and
-        // the estimated hours after them (each estimated at what the bill last charged its
-        // host, which these lines may have moved).
-        let spans: Vec<(i64, i64)> = spans.into_iter().collect();
-        let mut hours = super::hours_of_spans(&spans);
+/// The files in force (not replaced) for `period`: id, name and source.
+pub async fn files_in_force(
+    on: impl Into<On<'_>>,
+    period: &Period,
+) -> Result<Vec<(i64, String, String)>, StoreError> {
+    let mut conn = on.into().read().await?;
+    let (provider, account, start) = period;
+    on_backend!(conn, |ex| {
+        Ok(sqlx::query_as(
+            "SELECT DISTINCT p.import_id, i.name, i.source
+             FROM billing_file_periods p JOIN billing_imports i ON i.id = p.import_id
+             WHERE p.provider = $1 AND p.billing_account_id = $2
+               AND p.billing_period_start_ms = $3 AND p.replaced_ms IS NULL",
+        )
+        .bind(provider)
+        .bind(account)
+        .bind(*start)
+        .fetch_all(&mut *ex)
+        .await?)
+    })
+}
+
+/// Replaces file `victim`'s part of `period` by file `by`, as of `now_ms`: its lines of the
+/// period deleted, its share of the period marked replaced. How many lines went, and the charge
+/// span they covered (whose hours are to be attributed again).
+pub async fn replace_file_period(
+    on: impl Into<On<'_>>,
+    (victim, period): (i64, &Period),
+    by: i64,
+    now_ms: i64,
+) -> Result<(u64, Option<(i64, i64)>), StoreError> {
+    let mut conn = on.into().write().await?;
+    let (provider, account, start) = period;
+    on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        let old: (Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT MIN(charge_period_start_ms), MAX(charge_period_end_ms) FROM cost_lines
+             WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+               AND billing_period_start_ms = $4",
+        )
+        .bind(victim)
+        .bind(provider)
+        .bind(account)
+        .bind(*start)
+        .fetch_one(&mut *tx)
+        .await?;
+        let deleted = sqlx::query(
+            "DELETE FROM cost_lines
+             WHERE import_id = $1 AND provider = $2 AND billing_account_id = $3
+               AND billing_period_start_ms = $4",
+        )
+        .bind(victim)
+        .bind(provider)
+        .bind(account)
+        .bind(*start)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query(
+            "UPDATE billing_file_periods SET replaced_ms = $1, replaced_by = $2
+             WHERE import_id = $3 AND provider = $4 AND billing_account_id = $5
+               AND billing_period_start_ms = $6",
+        )
+        .bind(now_ms)
+        .bind(by)
+        .bind(victim)
+        .bind(provider)
+        .bind(account)
+        .bind(*start)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let span = match old {
+            (Some(a), Some(b)) => Some((a, b)),
+            _ => None,
+        };
+        Ok((deleted, span))
+    })
+}
+
+/// Of the first `sample` lines of file `import_id`, how many repeat a line of file `other` (the
+/// same charge, resource, SKU, amounts, tags and columns), by the (import, charge period) index:
+/// a few look-ups a sampled line.
+pub async fn repeated_lines(
+    on: impl Into<On<'_>>,
+    (import_id, other): (i64, i64),
+    sample: u32,
+) -> Result<i64, StoreError> {
+    let mut conn = on.into().read().await?;
+    on_backend!(conn, |ex| {
+        let (repeated,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM cost_lines n
+             WHERE n.import_id = $1 AND n.line_no <= $2 AND EXISTS (
+               SELECT 1 FROM cost_lines o
+               WHERE o.import_id = $3
+                 AND o.charge_period_start_ms = n.charge_period_start_ms
+                 AND o.charge_period_end_ms = n.charge_period_end_ms
+                 AND o.provider = n.provider
+                 AND o.billing_account_id = n.billing_account_id
+                 AND COALESCE(o.resource_id, '') = COALESCE(n.resource_id, '')
+                 AND COALESCE(o.sku_id, '') = COALESCE(n.sku_id, '')
+                 AND o.charge_category = n.charge_category
+                 AND o.billed_cost = n.billed_cost
+                 AND o.effective_cost = n.effective_cost
+                 AND o.tags_json = n.tags_json
+                 AND o.extra_json = n.extra_json)",
+        )
+        .bind(import_id)
+        .bind(i64::from(sample) + 1)
+        .bind(other)
+        .fetch_one(&mut *ex)
+        .await?;
+        Ok(repeated)
+    })
+}
+
+/// Marks to be attributed again the hours whose attribution a bill's change moves: those of
+/// the charge `spans` (new lines and replaced ones), and the estimated hours after them (each
+/// estimated at what the bill last charged its host, which these lines may have moved).
+pub async fn mark_hours_of_spans(
+    on: impl Into<On<'_>>,
+    spans: &[(i64, i64)],
+) -> Result<(), StoreError> {
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        let mut hours = super::hours_of_spans(spans);
         if let Some(last_end) = spans.iter().map(|s| s.1).max() {
             let estimated: Vec<(i64,)> = sqlx::query_as(
                 "SELECT DISTINCT hour_ms FROM rollup_host_hours
@@ -489,7 +493,7 @@ pub async fn import_bill(
         }
         super::rollups::mark_dirty(&mut *tx, &hours, super::BILLING_MARK_HOST).await?;
         tx.commit().await?;
-        Ok(outcomes)
+        Ok(())
     })
 }
 

@@ -236,6 +236,128 @@ async fn store_together(pool: &Pool<Postgres>, group: &[&Job]) -> Vec<usize> {
     stored
 }
 
+/// The statement [`ingest_together`] runs (see there): the group's reports as column arrays
+/// in, the places of the reports stored out.
+const INGEST_TOGETHER: &str = concat!(
+    "WITH rep AS (
+        SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
+                             $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
+                             $11::int8[], $12::text[], $13::text[], $14::int8[], $15::text[],
+                             $16::int8[], $17::text[])
+          AS r(r, cluster, hostname, provider, instance_id, instance_type, region,
+               agent_version, now_ms, spool_depth, spool_dropped, instance_key, lifecycle,
+               token_id, batch_id, windows, content_sha256)
+     ), ids AS (
+        SELECT * FROM UNNEST($18::int8[], $19::text[], $20::int8[], $21::text[],
+                             $22::text[], $23::int8[])
+          AS u(r, uuid, gpu_index, name, parent_uuid, memory_total_bytes)
+     ), foreign_gpus AS (
+        -- Reports with a GPU on a host of another active token, found in one pass over the
+        -- group's GPUs (a correlated look-up would read them all once per report).
+        SELECT DISTINCT ids.r
+        FROM ids JOIN rep ON rep.r = ids.r JOIN gpus x ON x.uuid = ids.uuid
+        JOIN hosts y ON y.id = x.host_id JOIN api_tokens t ON t.id = y.token_id
+        WHERE y.token_id <> rep.token_id AND ",
+    super::token_active_sql!("t", "rep.now_ms"),
+    "
+     ), h AS (",
+    super::host_columns_sql!(),
+    "SELECT rep.cluster, rep.hostname, rep.provider, rep.instance_id, rep.instance_type,
+            rep.region, rep.agent_version, rep.now_ms, rep.spool_depth, rep.spool_dropped,
+            rep.instance_key, rep.lifecycle, rep.token_id
+     FROM rep
+     WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = rep.batch_id)
+       AND NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
+     ",
+    super::host_on_conflict_sql!("excluded.last_report_ms"),
+    "
+        RETURNING id, cluster, hostname
+     ), b AS (
+        INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows,
+                                      content_sha256)
+        SELECT rep.batch_id, h.id, rep.token_id, rep.now_ms, rep.windows, rep.content_sha256
+        FROM rep JOIN h ON h.cluster = rep.cluster AND h.hostname = rep.hostname
+        -- h's conditions again: the join alone would take a report h left out.
+        WHERE NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
+        ON CONFLICT DO NOTHING
+        RETURNING batch_id, host_id
+     ), br AS (
+        SELECT rep.r, b.host_id, b.batch_id
+        FROM b JOIN rep ON rep.batch_id = b.batch_id
+     ), gw AS (
+        INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
+            memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
+            power_avg_watts, temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
+            mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
+            unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
+        SELECT u.gpu_uuid, u.start_ms, u.end_ms, br.host_id, br.batch_id, u.samples,
+            u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
+            u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj,
+            u.util_histogram, u.mig_gpu_slices, u.mig_gpu_instance_id,
+            u.mig_instance_slices, u.mig_compute_slices, u.unseen_memory_bytes,
+            u.unseen_cause, u.fault_code, u.fault_detail
+        FROM UNNEST($24::int8[], $25::text[], $26::int8[], $27::int8[], $28::int8[],
+                    $29::int8[], $30::int8[], $31::float8[], $32::float8[], $33::float8[],
+                    $34::float8[], $35::float8[], $36::int8[], $37::text[], $38::int8[],
+                    $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::text[],
+                    $44::text[], $45::text[])
+          AS u(r, gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
+               memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
+               temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
+               mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
+               unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
+        JOIN br ON br.r = u.r
+     ), pw AS (
+        INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
+            memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
+            user_name, host_id)
+        SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
+            u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
+            u.pod_uid, u.user_name, br.host_id
+        FROM UNNEST($46::int8[], $47::text[], $48::int8[], $49::int8[], $50::int8[],
+                    $51::text[], $52::int8[], $53::float8[], $54::text[], $55::text[],
+                    $56::text[], $57::text[])
+          AS u(r, gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
+               sm_util_avg, labels_json, container_id, pod_uid, user_name)
+        JOIN br ON br.r = u.r
+     ), g AS (
+        INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
+        SELECT ids.uuid, br.host_id, ids.gpu_index, ids.name, ids.parent_uuid,
+               ids.memory_total_bytes
+        FROM ids JOIN br ON br.r = ids.r
+        -- As in the single report's statement: a GPU as it was writes nothing.
+        WHERE (SELECT ROW(x.host_id, x.gpu_index, x.name, x.parent_uuid, x.memory_total_bytes)
+               FROM gpus x WHERE x.uuid = ids.uuid)
+              IS DISTINCT FROM
+              ROW(br.host_id, ids.gpu_index, ids.name, ids.parent_uuid, ids.memory_total_bytes)
+        ",
+    super::gpu_identity_on_conflict_sql!(),
+    "), d AS (
+        INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
+        SELECT u.hour_ms, br.host_id, 0
+        FROM UNNEST($58::int8[], $59::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
+        -- The roll-up takes marks in this order: the same order here, so the two never
+        -- wait on each other in a circle.
+        ORDER BY u.hour_ms, br.host_id
+        ",
+    super::dirty_mark_on_conflict_sql!(),
+    "
+     ), s AS (
+        INSERT INTO serving_counts (host_id, endpoint, model, hour_ms, engine, requests,
+            input_tokens, output_tokens)
+        SELECT br.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
+            u.input_tokens, u.output_tokens
+        FROM UNNEST($60::int8[], $61::text[], $62::text[], $63::int8[], $64::text[],
+                    $65::int8[], $66::int8[], $67::int8[])
+          AS u(r, endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
+        JOIN br ON br.r = u.r
+        ",
+    super::serving_on_conflict_sql!(),
+    "
+     )
+     SELECT r FROM br"
+);
+
 /// Reports in one statement, no two of one host, batch id or GPU (see [`ingest_group`]):
 /// data-modifying CTEs upsert each report's host, claim its batch id and, only if the claim
 /// succeeded, insert its windows from column arrays (`UNNEST`), record GPUs that are new or
@@ -251,125 +373,7 @@ async fn ingest_together(pool: &Pool<Postgres>, jobs: &[&Job]) -> Result<Vec<i64
     let reports: Vec<&gpuledger_proto::Report> = jobs.iter().map(|j| &j.report).collect();
     let (rows, at) = super::report_rows::ReportRows::of_group(&reports)?;
     let (g, p, l, sc) = (&rows.gpus, &rows.processes, &rows.identities, &rows.serving);
-    let query = sqlx::query_as(concat!(
-        "WITH rep AS (
-            SELECT * FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                 $6::text[], $7::text[], $8::text[], $9::int8[], $10::int8[],
-                                 $11::int8[], $12::text[], $13::text[], $14::int8[], $15::text[],
-                                 $16::int8[], $17::text[])
-              AS r(r, cluster, hostname, provider, instance_id, instance_type, region,
-                   agent_version, now_ms, spool_depth, spool_dropped, instance_key, lifecycle,
-                   token_id, batch_id, windows, content_sha256)
-         ), ids AS (
-            SELECT * FROM UNNEST($18::int8[], $19::text[], $20::int8[], $21::text[],
-                                 $22::text[], $23::int8[])
-              AS u(r, uuid, gpu_index, name, parent_uuid, memory_total_bytes)
-         ), foreign_gpus AS (
-            -- Reports with a GPU on a host of another active token, found in one pass over the
-            -- group's GPUs (a correlated look-up would read them all once per report).
-            SELECT DISTINCT ids.r
-            FROM ids JOIN rep ON rep.r = ids.r JOIN gpus x ON x.uuid = ids.uuid
-            JOIN hosts y ON y.id = x.host_id JOIN api_tokens t ON t.id = y.token_id
-            WHERE y.token_id <> rep.token_id AND ",
-        super::token_active_sql!("t", "rep.now_ms"),
-        "
-         ), h AS (",
-        super::host_columns_sql!(),
-        "SELECT rep.cluster, rep.hostname, rep.provider, rep.instance_id, rep.instance_type,
-                rep.region, rep.agent_version, rep.now_ms, rep.spool_depth, rep.spool_dropped,
-                rep.instance_key, rep.lifecycle, rep.token_id
-         FROM rep
-         WHERE NOT EXISTS (SELECT 1 FROM ingested_batches WHERE batch_id = rep.batch_id)
-           AND NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
-         ",
-        super::host_on_conflict_sql!("excluded.last_report_ms"),
-        "
-            RETURNING id, cluster, hostname
-         ), b AS (
-            INSERT INTO ingested_batches (batch_id, host_id, token_id, received_ms, windows,
-                                          content_sha256)
-            SELECT rep.batch_id, h.id, rep.token_id, rep.now_ms, rep.windows, rep.content_sha256
-            FROM rep JOIN h ON h.cluster = rep.cluster AND h.hostname = rep.hostname
-            -- h's conditions again: the join alone would take a report h left out.
-            WHERE NOT EXISTS (SELECT 1 FROM foreign_gpus f WHERE f.r = rep.r)
-            ON CONFLICT DO NOTHING
-            RETURNING batch_id, host_id
-         ), br AS (
-            SELECT rep.r, b.host_id, b.batch_id
-            FROM b JOIN rep ON rep.batch_id = b.batch_id
-         ), gw AS (
-            INSERT INTO gpu_windows (gpu_uuid, start_ms, end_ms, host_id, batch_id, samples,
-                memory_total_bytes, memory_used_max_bytes, util_avg, util_max, mem_util_avg,
-                power_avg_watts, temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
-                mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
-                unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
-            SELECT u.gpu_uuid, u.start_ms, u.end_ms, br.host_id, br.batch_id, u.samples,
-                u.memory_total_bytes, u.memory_used_max_bytes, u.util_avg, u.util_max,
-                u.mem_util_avg, u.power_avg_watts, u.temperature_max_c, u.energy_mj,
-                u.util_histogram, u.mig_gpu_slices, u.mig_gpu_instance_id,
-                u.mig_instance_slices, u.mig_compute_slices, u.unseen_memory_bytes,
-                u.unseen_cause, u.fault_code, u.fault_detail
-            FROM UNNEST($24::int8[], $25::text[], $26::int8[], $27::int8[], $28::int8[],
-                        $29::int8[], $30::int8[], $31::float8[], $32::float8[], $33::float8[],
-                        $34::float8[], $35::float8[], $36::int8[], $37::text[], $38::int8[],
-                        $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::text[],
-                        $44::text[], $45::text[])
-              AS u(r, gpu_uuid, start_ms, end_ms, samples, memory_total_bytes,
-                   memory_used_max_bytes, util_avg, util_max, mem_util_avg, power_avg_watts,
-                   temperature_max_c, energy_mj, util_histogram, mig_gpu_slices,
-                   mig_gpu_instance_id, mig_instance_slices, mig_compute_slices,
-                   unseen_memory_bytes, unseen_cause, fault_code, fault_detail)
-            JOIN br ON br.r = u.r
-         ), pw AS (
-            INSERT INTO process_windows (gpu_uuid, start_ms, pid, end_ms, process_name,
-                memory_used_max_bytes, sm_util_avg, labels_json, container_id, pod_uid,
-                user_name, host_id)
-            SELECT u.gpu_uuid, u.start_ms, u.pid, u.end_ms, u.process_name,
-                u.memory_used_max_bytes, u.sm_util_avg, u.labels_json, u.container_id,
-                u.pod_uid, u.user_name, br.host_id
-            FROM UNNEST($46::int8[], $47::text[], $48::int8[], $49::int8[], $50::int8[],
-                        $51::text[], $52::int8[], $53::float8[], $54::text[], $55::text[],
-                        $56::text[], $57::text[])
-              AS u(r, gpu_uuid, start_ms, pid, end_ms, process_name, memory_used_max_bytes,
-                   sm_util_avg, labels_json, container_id, pod_uid, user_name)
-            JOIN br ON br.r = u.r
-         ), g AS (
-            INSERT INTO gpus (uuid, host_id, gpu_index, name, parent_uuid, memory_total_bytes)
-            SELECT ids.uuid, br.host_id, ids.gpu_index, ids.name, ids.parent_uuid,
-                   ids.memory_total_bytes
-            FROM ids JOIN br ON br.r = ids.r
-            -- As in the single report's statement: a GPU as it was writes nothing.
-            WHERE (SELECT ROW(x.host_id, x.gpu_index, x.name, x.parent_uuid, x.memory_total_bytes)
-                   FROM gpus x WHERE x.uuid = ids.uuid)
-                  IS DISTINCT FROM
-                  ROW(br.host_id, ids.gpu_index, ids.name, ids.parent_uuid, ids.memory_total_bytes)
-            ",
-        super::gpu_identity_on_conflict_sql!(),
-        "), d AS (
-            INSERT INTO rollup_dirty_hours (hour_ms, host_id, generation)
-            SELECT u.hour_ms, br.host_id, 0
-            FROM UNNEST($58::int8[], $59::int8[]) AS u(r, hour_ms) JOIN br ON br.r = u.r
-            -- The roll-up takes marks in this order: the same order here, so the two never
-            -- wait on each other in a circle.
-            ORDER BY u.hour_ms, br.host_id
-            ",
-        super::dirty_mark_on_conflict_sql!(),
-        "
-         ), s AS (
-            INSERT INTO serving_counts (host_id, endpoint, model, hour_ms, engine, requests,
-                input_tokens, output_tokens)
-            SELECT br.host_id, u.endpoint, u.model, u.hour_ms, u.engine, u.requests,
-                u.input_tokens, u.output_tokens
-            FROM UNNEST($60::int8[], $61::text[], $62::text[], $63::int8[], $64::text[],
-                        $65::int8[], $66::int8[], $67::int8[])
-              AS u(r, endpoint, model, hour_ms, engine, requests, input_tokens, output_tokens)
-            JOIN br ON br.r = u.r
-            ",
-        super::serving_on_conflict_sql!(),
-        "
-         )
-         SELECT r FROM br"
-    ));
+    let query = sqlx::query_as(INGEST_TOGETHER);
     let each = |f: fn(&Job) -> Option<String>| jobs.iter().map(|j| f(j)).collect::<Vec<_>>();
     let stored: Vec<(i64,)> = query
         .bind((0..jobs.len() as i64).collect::<Vec<_>>())

@@ -303,10 +303,22 @@ async fn owner_ids<'k>(
     })
 }
 
+/// The days the marks' hours fall in: those [`replace_rollups`] rebuilds.
+pub fn days_of_marks(marks: &[super::DirtyMark]) -> Vec<i64> {
+    use gpuledger_core::time::DAY_MS;
+    let days: std::collections::BTreeSet<i64> = marks
+        .iter()
+        .map(|m| m.hour_ms.div_euclid(DAY_MS) * DAY_MS)
+        .collect();
+    days.into_iter().collect()
+}
+
 /// In one transaction: replaces the rollup rows of the marks' hours with `rows` and
-/// `unattributed` (and their sums per host), rebuilds the days those hours fall in (and the active hours per value of
-/// `experiment`, the dimension training runs are read from), and clears each mark whose
-/// generation is still the one read (a report that came meanwhile keeps its mark).
+/// `unattributed` (and their sums per host), rebuilds the days those hours fall in (and the
+/// active hours per value of `experiment`, the dimension training runs are read from), and
+/// clears each mark whose generation is still the one read (a report that came meanwhile keeps
+/// its mark). What was kept from those days is the caller's to retire, in the same transaction
+/// ([`days_of_marks`], `store::sections::retire_days`).
 pub async fn replace_rollups(
     on: impl Into<On<'_>>,
     marks: &[super::DirtyMark],
@@ -317,12 +329,8 @@ pub async fn replace_rollups(
 ) -> Result<(), StoreError> {
     let mut conn = on.into().write().await?;
     on_backend!(conn, |ex, DB| {
-        use gpuledger_core::time::DAY_MS;
         let hours: std::collections::BTreeSet<i64> = marks.iter().map(|m| m.hour_ms).collect();
-        let days: std::collections::BTreeSet<i64> = hours
-            .iter()
-            .map(|h| h.div_euclid(DAY_MS) * DAY_MS)
-            .collect();
+        let days = days_of_marks(marks);
         let mut tx = crate::store::db::begin_write(&mut *ex).await?;
         // A row lock that serializes roll-up writers across replicas and CLI runs, so two
         // never interleave their deletes and inserts of the same hour.
@@ -429,107 +437,90 @@ pub async fn replace_rollups(
             });
             q.build().execute(&mut *tx).await?;
         }
-        for day in days {
+        rebuild_days(&mut *tx, &days, experiment).await?;
+        for m in marks {
+            sqlx::query(
+                "DELETE FROM rollup_dirty_hours
+                 WHERE hour_ms = $1 AND host_id = $2 AND generation = $3",
+            )
+            .bind(m.hour_ms)
+            .bind(m.host_id)
+            .bind(m.generation)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    })
+}
+
+/// Rebuilds `days` (start of each day, epoch ms) from their hours: the days' rollups and their
+/// sums per host, the GPUs' usage per day, and the active hours per value of `experiment` (the
+/// dimension training runs are read from).
+pub async fn rebuild_days(
+    on: impl Into<On<'_>>,
+    days: &[i64],
+    experiment: Option<&str>,
+) -> Result<(), StoreError> {
+    use gpuledger_core::time::DAY_MS;
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex, DB| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        for &day in days {
             sqlx::query("DELETE FROM rollup_days WHERE day_ms = $1")
                 .bind(day)
                 .execute(&mut *tx)
                 .await?;
             // Sums stay exact: atto parts carry over into nano parts in integer math.
             sqlx::query(
-                "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
-                    pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-                    util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
-                 SELECT $1, host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
-                    estimated,
-                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
-                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
-                    SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
-                    SUM(energy_j), SUM(energy_known_seconds)
-                 FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                 GROUP BY host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
-                    estimated",
-            )
-            .bind(day)
-            .bind(day + DAY_MS)
-            .execute(&mut *tx)
-            .await?;
+                    "INSERT INTO rollup_days (day_ms, host_id, gpu_uuid, owner_id, kind,
+                        pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                        util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
+                     SELECT $1, host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
+                        estimated,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                        SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                        SUM(energy_j), SUM(energy_known_seconds)
+                     FROM rollup_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                     GROUP BY host_id, gpu_uuid, owner_id, kind, pricing_category, currency,
+                        estimated",
+                )
+                .bind(day)
+                .bind(day + DAY_MS)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("DELETE FROM rollup_host_days WHERE day_ms = $1")
                 .bind(day)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
-                "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
-                    pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
-                    util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
-                 SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
-                    CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
-                    CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
-                    SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
-                    SUM(energy_j), SUM(energy_known_seconds)
-                 FROM rollup_days WHERE day_ms = $1
-                 GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency,
-                    estimated",
-            )
-            .bind(day)
-            .execute(&mut *tx)
-            .await?;
-            // Recommendations of ended ranges over this day were drawn from old rows.
-            sqlx::query(
-                "DELETE FROM recommendation_snapshots
-                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
-            )
-            .bind(day)
-            .bind(day + DAY_MS)
-            .execute(&mut *tx)
-            .await?;
-            // So were the sections of ended ranges kept as computed: the day's new generation
-            // retires them, and one a view is computing now; the old ones go. Those of a range
-            // still under way are served by their age, and replaced when computed again.
-            sqlx::query(
-                "INSERT INTO rollup_day_generations (day_ms, generation) VALUES ($1, 1)
-                 ON CONFLICT (day_ms)
-                 DO UPDATE SET generation = rollup_day_generations.generation + 1",
-            )
-            .bind(day)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "DELETE FROM kept_sections
-                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
-            )
-            .bind(day)
-            .bind(day + DAY_MS)
-            .execute(&mut *tx)
-            .await?;
-            // The same by month for replicas of the version before migration 0042 while a
-            // rolling upgrade runs them beside this one (a later migration drops both tables).
-            sqlx::query(
-                "INSERT INTO rollup_generations (month_ms, generation) VALUES ($1, 1)
-                 ON CONFLICT (month_ms)
-                 DO UPDATE SET generation = rollup_generations.generation + 1",
-            )
-            .bind(gpuledger_core::time::month_start_ms(day))
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query(
-                "DELETE FROM section_snapshots
-                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
-            )
-            .bind(day)
-            .bind(day + DAY_MS)
-            .execute(&mut *tx)
-            .await?;
+                    "INSERT INTO rollup_host_days (day_ms, host_id, owner_id, kind,
+                        pricing_category, currency, estimated, cost_nano, cost_atto, gpu_seconds,
+                        util_gpu_seconds, util_known_seconds, energy_j, energy_known_seconds)
+                     SELECT day_ms, host_id, owner_id, kind, pricing_category, currency, estimated,
+                        CAST(SUM(cost_nano) AS BIGINT) + CAST(SUM(cost_atto) AS BIGINT) / 1000000000,
+                        CAST(SUM(cost_atto) AS BIGINT) % 1000000000,
+                        SUM(gpu_seconds), SUM(util_gpu_seconds), SUM(util_known_seconds),
+                        SUM(energy_j), SUM(energy_known_seconds)
+                     FROM rollup_days WHERE day_ms = $1
+                     GROUP BY day_ms, host_id, owner_id, kind, pricing_category, currency,
+                        estimated",
+                )
+                .bind(day)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query("DELETE FROM rollup_usage_days WHERE day_ms = $1")
                 .bind(day)
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
                 "INSERT INTO rollup_usage_days (day_ms, host_id, gpu_uuid, owner_by,
-                    owner_key, util_band, windows, peak_memory_bytes)
-                 SELECT $1, host_id, gpu_uuid, owner_by, owner_key, util_band,
-                    CAST(SUM(windows) AS BIGINT), MAX(peak_memory_bytes)
-                 FROM rollup_usage_hours WHERE hour_ms >= $1 AND hour_ms < $2
-                 GROUP BY host_id, gpu_uuid, owner_by, owner_key, util_band",
+                        owner_key, util_band, windows, peak_memory_bytes)
+                     SELECT $1, host_id, gpu_uuid, owner_by, owner_key, util_band,
+                        CAST(SUM(windows) AS BIGINT), MAX(peak_memory_bytes)
+                     FROM rollup_usage_hours WHERE hour_ms >= $1 AND hour_ms < $2
+                     GROUP BY host_id, gpu_uuid, owner_by, owner_key, util_band",
             )
             .bind(day)
             .bind(day + DAY_MS)
@@ -543,13 +534,13 @@ pub async fn replace_rollups(
                 let value = <DB as super::Dialect>::owner_value("$3");
                 let sql = format!(
                     "INSERT INTO rollup_experiment_days (day_ms, experiment, first_hour_ms,
-                        last_hour_ms, hours)
-                     SELECT $1, {value}, MIN(h.hour_ms), MAX(h.hour_ms),
-                        COUNT(DISTINCT h.hour_ms)
-                     FROM rollup_hours h JOIN owners o ON o.id = h.owner_id
-                     WHERE h.hour_ms >= $1 AND h.hour_ms < $2 AND {value} IS NOT NULL
-                       AND h.kind IN ('used', 'held_idle')
-                     GROUP BY {value}"
+                            last_hour_ms, hours)
+                         SELECT $1, {value}, MIN(h.hour_ms), MAX(h.hour_ms),
+                            COUNT(DISTINCT h.hour_ms)
+                         FROM rollup_hours h JOIN owners o ON o.id = h.owner_id
+                         WHERE h.hour_ms >= $1 AND h.hour_ms < $2 AND {value} IS NOT NULL
+                           AND h.kind IN ('used', 'held_idle')
+                         GROUP BY {value}"
                 );
                 sqlx::query(&sql)
                     .bind(day)
@@ -558,17 +549,6 @@ pub async fn replace_rollups(
                     .execute(&mut *tx)
                     .await?;
             }
-        }
-        for m in marks {
-            sqlx::query(
-                "DELETE FROM rollup_dirty_hours
-                 WHERE hour_ms = $1 AND host_id = $2 AND generation = $3",
-            )
-            .bind(m.hour_ms)
-            .bind(m.host_id)
-            .bind(m.generation)
-            .execute(&mut *tx)
-            .await?;
         }
         tx.commit().await?;
         Ok(())

@@ -169,3 +169,55 @@ pub async fn prune_kept(on: impl Into<On<'_>>, before_ms: i64) -> Result<u64, St
         Ok(n)
     })
 }
+
+/// Retires what was kept from `days` (start of each day, epoch ms), which a roll-up rewrote: a
+/// kept section of an ended range over a day is deleted, and the day's generation moves on, so
+/// that one a view is computing now is not kept either (those of a range still under way are
+/// served by their age, and replaced when computed again). Recommendation snapshots of ended
+/// ranges over the days go too: they were drawn from the old rows.
+pub async fn retire_days(on: impl Into<On<'_>>, days: &[i64]) -> Result<(), StoreError> {
+    use gpuledger_core::time::DAY_MS;
+    let mut conn = on.into().write().await?;
+    on_backend!(conn, |ex| {
+        let mut tx = crate::store::db::begin_write(&mut *ex).await?;
+        for &day in days {
+            for table in ["recommendation_snapshots", "kept_sections"] {
+                sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms"
+                ))
+                .bind(day)
+                .bind(day + DAY_MS)
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query(
+                "INSERT INTO rollup_day_generations (day_ms, generation) VALUES ($1, 1)
+                 ON CONFLICT (day_ms)
+                 DO UPDATE SET generation = rollup_day_generations.generation + 1",
+            )
+            .bind(day)
+            .execute(&mut *tx)
+            .await?;
+            // The same by month for replicas of the version before migration 0042 while a
+            // rolling upgrade runs them beside this one (a later migration drops both tables).
+            sqlx::query(
+                "INSERT INTO rollup_generations (month_ms, generation) VALUES ($1, 1)
+                 ON CONFLICT (month_ms)
+                 DO UPDATE SET generation = rollup_generations.generation + 1",
+            )
+            .bind(gpuledger_core::time::month_start_ms(day))
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "DELETE FROM section_snapshots
+                 WHERE from_ms < $2 AND to_ms > $1 AND computed_ms >= to_ms",
+            )
+            .bind(day)
+            .bind(day + DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    })
+}

@@ -1,6 +1,7 @@
 use std::str::FromStr;
 
 use super::*;
+use crate::billing::focus_csv::csv_rows;
 use crate::billing::focus_file::{open_bytes, open_path, parse};
 
 const HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,CommitmentDiscountStatus,ServiceName,SkuId,SkuPriceDetails,ResourceId,RegionId,Tags,x_Operation";

@@ -45,9 +45,18 @@ async fn roll_up_hour(store: &dyn Store, dollars: i64) {
         windows: 240,
         peak_memory_bytes: 10 << 30,
     };
-    store::rollups::replace_rollups(store.db(), &marks, &[row], &[], &[usage], None)
-        .await
-        .unwrap();
+    crate::rollup::write(
+        store,
+        &marks,
+        crate::rollup::Written {
+            rows: &[row],
+            unattributed: &[],
+            usage: &[usage],
+        },
+        None,
+    )
+    .await
+    .unwrap();
 }
 
 fn packing_cost(r: &Recommendations) -> Decimal {

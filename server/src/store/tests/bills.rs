@@ -256,7 +256,7 @@ async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again(
             .await
             .unwrap();
         drop(ftx);
-        match crate::store::bills::import_bill(s.db(), WholePeriods, &mut files).await {
+        match crate::billing::import::delivery(s, WholePeriods, &mut files).await {
             Err(StoreError::Rejected { file, .. }) => assert_eq!(file, "run2-00002.csv", "{b}"),
             other => panic!("{b}: {other:?}"),
         }
