@@ -110,11 +110,11 @@ struct StorageCalls {
 }
 
 fn names_storage_module(segments: &[String]) -> Option<String> {
+    let lowercase = |s: &String| s.chars().next().is_some_and(|c| c.is_ascii_lowercase());
     let at = segments.iter().position(|s| s == "store")?;
-    let next = segments.get(at + 1)?;
-    next.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase())
+    // A storage module, or a function in one; a type in one (`store::alerts::IncidentRow`) is
+    // a row, which every layer may hold.
+    (lowercase(segments.get(at + 1)?) && segments.get(at + 2).is_none_or(lowercase))
         .then(|| segments.join("::"))
 }
 
@@ -136,7 +136,6 @@ impl<'ast> Visit<'ast> for StorageCalls {
             match tree {
                 syn::UseTree::Path(p) => {
                     prefix.push(p.ident.to_string());
-                    found.extend(names_storage_module(prefix));
                     walk(&p.tree, prefix, found);
                     prefix.pop();
                 }
@@ -330,6 +329,8 @@ fn a_storage_call_is_told_from_a_row_type() {
     assert!(names_storage_module(&path("store::accounts::session")).is_some());
     assert!(names_storage_module(&path("crate::store::tokens")).is_some());
     assert!(names_storage_module(&path("crate::store::IncidentRow")).is_none());
+    assert!(names_storage_module(&path("crate::store::alerts::IncidentRow")).is_none());
+    assert!(names_storage_module(&path("store::alerts::IncidentRow::default")).is_none());
     assert!(names_storage_module(&path("store::Store")).is_none());
 }
 
@@ -886,5 +887,84 @@ fn the_command_line_calls_the_application_layer_never_storage() {
     assert!(
         main.lines().count() < 40,
         "main.rs parses and dispatches; the commands live in cli/"
+    );
+}
+
+/// The `pub use` items of a file that give something a second path: anything but an item of a
+/// private module declared in the same file (`mod sqlite; pub use sqlite::SqliteStore;`) or a
+/// macro handed on by name (`pub(crate) use from_columns;`).
+fn second_paths(text: &str) -> Vec<String> {
+    let parsed = syn::parse_file(text).unwrap_or_else(|e| panic!("parsing: {e}"));
+    let private_modules: BTreeSet<String> = parsed
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) if matches!(m.vis, syn::Visibility::Inherited) => {
+                Some(m.ident.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    let mut found = Vec::new();
+    for item in &parsed.items {
+        let syn::Item::Use(u) = item else { continue };
+        if matches!(u.vis, syn::Visibility::Inherited) || is_test_only(&u.attrs) {
+            continue;
+        }
+        for path in use_paths(&u.tree) {
+            let handed_on = path.len() == 1
+                || path
+                    .first()
+                    .is_some_and(|first| private_modules.contains(first));
+            if !handed_on {
+                found.push(path.join("::"));
+            }
+        }
+    }
+    found
+}
+
+/// One path per type: the server hands on nothing under a second name (no `pub use` of the
+/// core's types, of another module's or of a public submodule's), so a reader finds each type
+/// where it is written, and the compiler, not a re-export chain, says where that is.
+#[test]
+fn every_type_has_one_path() {
+    let src = Path::new(SERVER_SRC);
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("under src");
+        if is_test_file(rel) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read source");
+        for path in second_paths(&text) {
+            found.push(format!("{}: pub use {path}", rel.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "re-exported under a second path (name the item where it is written):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_second_path_is_told_from_a_private_modules_item() {
+    let found = second_paths(
+        "mod sqlite;\npub mod alerts;\nmacro_rules! m { () => {} }\n\
+         pub use sqlite::SqliteStore;\npub(crate) use m;\nuse gpuledger_core::scope::Scope;\n\
+         pub use alerts::IncidentRow;\npub use gpuledger_core::owners::OwnerSchema;\n\
+         pub(crate) use crate::config::{self, Config};",
+    );
+    assert_eq!(
+        found,
+        [
+            "alerts::IncidentRow",
+            "gpuledger_core::owners::OwnerSchema",
+            "crate::config::self",
+            "crate::config::Config"
+        ]
     );
 }

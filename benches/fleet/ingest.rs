@@ -17,7 +17,7 @@ pub(super) const INGEST_WINDOWS_PER_HOST: i64 = 16;
 /// process each), from an AWS host the rate card prices: the `seq`th report of `host`.
 pub(super) fn agent_report(host: usize, seq: i64, prefix: &str, windows: usize) -> Report {
     // Recent windows: the server refuses those older than its retention.
-    let base = (gpuledger_server::now_ms() - DAY_MS) / HOUR_MS * HOUR_MS;
+    let base = (gpuledger_server::clock::now_ms() - DAY_MS) / HOUR_MS * HOUR_MS;
     let first = base + seq * windows as i64 * WINDOW_MS;
     let mut r = eight_gpu_report(prefix, host, seq as u64, first);
     for k in 1..windows as i64 {
@@ -146,7 +146,7 @@ pub(super) async fn ingest_round(
 
     // The baselines' rows waited in the default partition: moved now, as the job would have
     // long before, rather than while the server ingests the same days.
-    partitions_as_the_job_keeps_them(&db, gpuledger_server::now_ms()).await?;
+    partitions_as_the_job_keeps_them(&db, gpuledger_server::clock::now_ms()).await?;
     let token = create_token(&db.url, "bench", "http-*");
     let mut server = start_server(&db.url, free_port()).await;
     let client = reqwest::Client::new();

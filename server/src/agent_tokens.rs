@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::auth::{self, TokenScope};
 use crate::store;
-use crate::store::{NewToken, Store, StoreError, TokenRow};
+use crate::store::tokens::NewToken;
+use crate::store::tokens::TokenRow;
+use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenAdminError {

@@ -1,7 +1,7 @@
 //! Allocation: the ledger's parts grouped by an owner dimension and period, per currency. The
 //! rules are the core's ([`gpuledger_core::allocation`]); the CSV is written here.
 
-pub use gpuledger_core::allocation::*;
+use gpuledger_core::allocation::*;
 
 pub fn to_csv(rows: &[AllocationRow]) -> Result<String, csv::Error> {
     let mut w = crate::csv_out::SafeCsv::in_memory();

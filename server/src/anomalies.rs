@@ -7,13 +7,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{key_of, GroupBy};
-use crate::attribution::Attribution;
-use crate::config::{Config, OwnerSchema};
+use crate::config::Config;
 use crate::ledger::{self, Keep};
 use crate::store::anomalies::{AnomalyId, DismissalRow};
 use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::allocation::key_of;
+use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::anomaly::{self, Anomaly, Driver, ProcessSeen};
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, weekday, DAY_MS};

@@ -1,12 +1,11 @@
 //! Attribution's loader: reads what a range needs and hands it to the core's rules
 //! ([`gpuledger_core::attribution`]: every dollar of a host-hour to who used its GPUs).
 
-use crate::billing::ratecard::RateCard;
 use crate::store;
 use crate::store::{Store, StoreError};
-pub use gpuledger_core::attribution::*;
-pub(crate) use gpuledger_core::bill::spread_over_hours;
+use gpuledger_core::attribution::*;
 use gpuledger_core::commitment::charge_unused;
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::hour_floor;
 
 /// Loads what `[from_ms, to_ms)` needs and attributes it.

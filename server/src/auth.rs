@@ -11,7 +11,10 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::store;
-use crate::store::{Refusal, RefusalKind, Store, TokenRow};
+use crate::store::tokens::Refusal;
+use crate::store::tokens::RefusalKind;
+use crate::store::tokens::TokenRow;
+use crate::store::Store;
 
 const PREFIX: &str = "gpl_";
 const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{key_of, GroupBy};
-use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::store::budgets::BudgetRow;
 use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::allocation::key_of;
+use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::budget::{forecast, in_force, PATTERN_WEEKS};
-pub use gpuledger_core::budget::{Budget, Forecast, Standing};
+use gpuledger_core::budget::{Budget, Forecast, Standing};
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{day_floor, month_label, DAY_MS};
@@ -236,7 +237,7 @@ pub fn check(schema: &OwnerSchema, ask: &SetBudget<'_>) -> Result<CheckedBudget,
             format!("{:?} is not a three-letter currency code", ask.currency),
         )
     })?;
-    let (month_from, month_to) = crate::allocation::calendar_month(ask.from_month.trim())
+    let (month_from, month_to) = gpuledger_core::allocation::calendar_month(ask.from_month.trim())
         .ok_or_else(|| {
             invalid(
                 "from_month",

@@ -5,9 +5,9 @@
 
 use std::sync::OnceLock;
 
-pub use gpuledger_core::carbon::*;
+use gpuledger_core::carbon::*;
 
-use crate::attribution::Attribution;
+use gpuledger_core::attribution::Attribution;
 
 const BUILT_IN: &str = include_str!("carbon/grid-intensity.toml");
 

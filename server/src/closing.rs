@@ -6,8 +6,9 @@
 //! keeps the figures before and after, when and why. Raw windows of months still open are never
 //! deleted, so nothing is re-attributed from data that is gone.
 
-use crate::billing::ratecard::RateCard;
-use crate::store::{self, SignOffRow, Store, StoreError};
+use crate::store::closing::SignOffRow;
+use crate::store::{self, Store, StoreError};
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::month_start_ms;
 use gpuledger_core::time::next_month_start;
 
@@ -49,7 +50,7 @@ impl ClosePolicy {
     }
 
     /// The policy with the months signed off so far.
-    pub fn with_sign_offs(self, sign_offs: &[crate::store::SignOffRow]) -> ClosePolicy {
+    pub fn with_sign_offs(self, sign_offs: &[crate::store::closing::SignOffRow]) -> ClosePolicy {
         ClosePolicy {
             signed_off_through: sign_offs.iter().map(|s| s.month_ms).max(),
             ..self
@@ -108,7 +109,7 @@ pub async fn sign_offs(store: &dyn Store) -> Result<Vec<SignOffRow>, StoreError>
 pub async fn restatements(
     store: &dyn Store,
     month_ms: i64,
-) -> Result<Vec<store::RestatementRow>, StoreError> {
+) -> Result<Vec<crate::store::closing::RestatementRow>, StoreError> {
     store::closing::restatements(store.db(), month_ms).await
 }
 
@@ -129,7 +130,7 @@ mod tests {
         let october = at("2026-10-01T00:00:00Z");
         assert!(!policy.is_closed(october, now));
         assert_eq!(policy.open_from(now), october);
-        let signed = policy.with_sign_offs(&[crate::store::SignOffRow {
+        let signed = policy.with_sign_offs(&[crate::store::closing::SignOffRow {
             month_ms: october,
             signed_ms: now,
             by_user: "ana".into(),

@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
-pub use gpuledger_core::commitment::*;
+use gpuledger_core::commitment::*;
 
-use crate::attribution::hosts_by_instance_key;
-use crate::billing::ratecard::RateCard;
 use crate::config::Config;
 use crate::store::bills::CommitmentRow;
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::attribution::hosts_by_instance_key;
+use gpuledger_core::ratecard::RateCard;
 
 /// The commitments of `[from_ms, to_ms)` as of `now_ms`, with the coverage of each type in
 /// `costs` (the ledger's cost per type and pricing category over the same range:
@@ -319,7 +319,7 @@ mod tests {
             assert_eq!((t.usage, t.covered), (d("1.00"), d("0.80")), "{b}: {t:?}");
 
             // By default the same bill leaves all of it to the fleet.
-            let fleet = crate::attribution::Rules {
+            let fleet = gpuledger_core::attribution::Rules {
                 owners: rules.owners.clone(),
                 ..Default::default()
             };

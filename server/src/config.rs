@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use gpuledger_core::idle::{IdleConfig, IdleOverride};
-pub use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::idle::IdleConfig;
+use gpuledger_core::owners::OwnerSchema;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,8 +44,8 @@ pub struct Config {
 impl Config {
     /// What attribution follows: the idle thresholds, the owner dimensions and who pays for
     /// unused commitments.
-    pub fn attribution_rules(&self) -> crate::attribution::Rules {
-        crate::attribution::Rules {
+    pub fn attribution_rules(&self) -> gpuledger_core::attribution::Rules {
+        gpuledger_core::attribution::Rules {
             busy: self.idle.clone(),
             owners: self.owners.clone(),
             unused_commitments: self.commitments.unused,

@@ -7,10 +7,10 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 
 use rust_decimal::Decimal;
 
-use crate::billing::ratecard::RateCard;
 use crate::store;
 use crate::store::{AgentStatus, Store, StoreError};
 use crate::validate::{self, Limits};
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::month_start_ms;
 
 mod bill;
@@ -297,7 +297,7 @@ async fn demo_token<'a>(
     let hash = crate::auth::hash_token(&crate::auth::generate_token());
     store::tokens::create_token(
         store.db(),
-        &crate::store::NewToken::for_cluster(&name, &hash, cluster),
+        &crate::store::tokens::NewToken::for_cluster(&name, &hash, cluster),
         now_ms,
     )
     .await?;
@@ -406,7 +406,7 @@ async fn post_usage(
 pub async fn seed(
     store: &dyn Store,
     card: &RateCard,
-    rules: &crate::attribution::Rules,
+    rules: &gpuledger_core::attribution::Rules,
     now_ms: i64,
 ) -> Result<usize, DemoError> {
     seed_reporting(store, card, rules, now_ms, &crate::progress::Silent).await
@@ -416,7 +416,7 @@ pub async fn seed(
 pub async fn seed_reporting(
     store: &dyn Store,
     card: &RateCard,
-    rules: &crate::attribution::Rules,
+    rules: &gpuledger_core::attribution::Rules,
     now_ms: i64,
     progress: &dyn crate::progress::Progress,
 ) -> Result<usize, DemoError> {
@@ -509,10 +509,11 @@ pub async fn seed_reporting(
 /// little above it, serving below it (heading over), research well above.
 async fn set_budgets(
     store: &dyn Store,
-    owners: &crate::config::OwnerSchema,
+    owners: &gpuledger_core::owners::OwnerSchema,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    use crate::allocation::{key_of, GroupBy};
+    use gpuledger_core::allocation::key_of;
+    use gpuledger_core::allocation::GroupBy;
     let Some(team) = GroupBy::role(owners, gpuledger_core::owners::Role::Team) else {
         return Ok(());
     };

@@ -44,7 +44,7 @@ pub enum ApiError {
     Conflict(String),
     /// A report refused because of who sent it (403) or what was already stored (409).
     #[error("{}", .0.message)]
-    Refused(crate::store::Refusal),
+    Refused(crate::store::tokens::Refusal),
 }
 
 impl ApiError {

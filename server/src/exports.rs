@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::store::{self, Store, StoreError};
 use gpuledger_core::time::{day_floor, month_start_ms, next_month_start, rfc3339, DAY_MS};
 
-pub use crate::store::exports::{ExportHealth, ExportRow};
+use crate::store::exports::{ExportHealth, ExportRow};
 
 pub const EXPORT_JOB: &str = "s3-export";
 /// Long enough for a month of a large fleet; a replica that dies mid-run frees the job after.
@@ -454,7 +454,7 @@ pub async fn run_due(
     metrics: Option<&Metrics>,
     retry_now: bool,
 ) -> Result<RunSummary, StoreError> {
-    let now = crate::now_ms();
+    let now = crate::clock::now_ms();
     if !store::jobs::try_lease(store.db(), EXPORT_JOB, holder, now, LEASE_MS).await? {
         return Ok(RunSummary {
             skipped: true,
@@ -470,7 +470,7 @@ pub async fn run_due(
         retry_now,
     )
     .await;
-    store::jobs::finish_lease(store.db(), EXPORT_JOB, holder, crate::now_ms()).await?;
+    store::jobs::finish_lease(store.db(), EXPORT_JOB, holder, crate::clock::now_ms()).await?;
     result
 }
 
@@ -483,10 +483,24 @@ async fn run_leased(
     retry_now: bool,
 ) -> Result<RunSummary, StoreError> {
     let mut summary = RunSummary::default();
-    for period in due(store, export_config, close, crate::now_ms(), retry_now).await? {
+    for period in due(
+        store,
+        export_config,
+        close,
+        crate::clock::now_ms(),
+        retry_now,
+    )
+    .await?
+    {
         // The lease again for each period, so a long catch-up keeps it; lost, stop here.
-        if !store::jobs::try_lease(store.db(), EXPORT_JOB, holder, crate::now_ms(), LEASE_MS)
-            .await?
+        if !store::jobs::try_lease(
+            store.db(),
+            EXPORT_JOB,
+            holder,
+            crate::clock::now_ms(),
+            LEASE_MS,
+        )
+        .await?
         {
             break;
         }
@@ -497,7 +511,7 @@ async fn run_leased(
             continue;
         }
         let attempts = before.as_ref().map_or(0, |r| r.attempts) + 1;
-        let now = crate::now_ms();
+        let now = crate::clock::now_ms();
         let outcome = export(store, config, target, &export_config.formats, period, now).await;
         let row = match outcome {
             Ok((manifest_key, files)) => {
@@ -513,7 +527,7 @@ async fn run_leased(
                     last_error: None,
                     manifest_key: Some(manifest_key),
                     files_json: serde_json::to_string(&files).ok(),
-                    updated_ms: crate::now_ms(),
+                    updated_ms: crate::clock::now_ms(),
                 }
             }
             Err(e) => {
@@ -530,7 +544,7 @@ async fn run_leased(
                     last_error: Some(crate::format::clip(&e.to_string(), 2_000)),
                     manifest_key: None,
                     files_json: None,
-                    updated_ms: crate::now_ms(),
+                    updated_ms: crate::clock::now_ms(),
                 }
             }
         };

@@ -1,8 +1,12 @@
 //! The fleet as it stands: each GPU's latest state, the processes on it, the hosts, and the
 //! reports refused lately (what the fleet page and the review's heatmap labels read).
 
-use crate::store::{self, FleetProcess, FleetRow, HostRow, RefusalRow, Store, StoreError};
+use crate::store::telemetry::FleetProcess;
+use crate::store::telemetry::FleetRow;
+use crate::store::tokens::RefusalRow;
+use crate::store::{self, Store, StoreError};
 use gpuledger_core::scope::host_key;
+use gpuledger_core::telemetry::HostRow;
 
 /// Each GPU's latest window, by host.
 pub async fn gpus(store: &dyn Store) -> Result<Vec<FleetRow>, StoreError> {

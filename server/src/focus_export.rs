@@ -19,13 +19,18 @@ use std::collections::{BTreeMap, HashMap};
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
 
-use crate::allocation::{self, GroupBy};
-use crate::attribution::{hosts_by_instance_key, spread_over_hours, Attribution, Part};
-use crate::config::OwnerSchema;
+use gpuledger_core::allocation::GroupBy;
+
 use crate::ledger;
 use crate::store;
-use crate::store::{BillLine, RollupGrain, Store, StoreError};
+use crate::store::bills::BillLine;
+use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::attribution::hosts_by_instance_key;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Part;
+use gpuledger_core::bill::spread_over_hours;
 use gpuledger_core::money::{from_text, parse_amount, split_exact, to_text};
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 
@@ -262,10 +267,9 @@ impl<'a> Selection<'a> {
 
     fn keeps(&self, part: &Part, attribution: &Attribution) -> bool {
         self.scope.admits_part(part, self.schema)
-            && self
-                .filters
-                .iter()
-                .all(|(by, value)| allocation::key_of(part, *by, attribution) == *value)
+            && self.filters.iter().all(|(by, value)| {
+                gpuledger_core::allocation::key_of(part, *by, attribution) == *value
+            })
     }
 }
 

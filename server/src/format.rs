@@ -70,8 +70,6 @@ pub fn clip(text: &str, max: usize) -> String {
     out
 }
 
-pub use gpuledger_core::telemetry::gpu_label;
-
 /// A count with thousands separators: `1,234,567`.
 pub fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -7,9 +7,9 @@
 
 use gpuledger_proto::Report;
 
-use crate::billing::focus::FocusError;
 use crate::http::ingest;
 use crate::validate::{self, Limits};
+use gpuledger_core::bill::FocusError;
 
 /// A fixed "now" so that a finding replays the same way on any day.
 pub const FUZZ_NOW_MS: i64 = 1_780_000_000_000;

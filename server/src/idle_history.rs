@@ -10,9 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::attribution::{Kind, Owner};
-use crate::store::{self, HostRow, Store, StoreError};
+use crate::store::{self, Store, StoreError};
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::attribution::Owner;
 use gpuledger_core::money::from_nano_atto;
+use gpuledger_core::telemetry::HostRow;
 use gpuledger_core::time::HOUR_MS;
 
 /// One host idle (or held idle) for a run of consecutive hours.
@@ -45,7 +47,7 @@ pub struct IdleEpisode {
 pub fn in_scope(
     episode: &IdleEpisode,
     scope: &gpuledger_core::scope::Scope,
-    schema: &crate::config::OwnerSchema,
+    schema: &gpuledger_core::owners::OwnerSchema,
 ) -> bool {
     if scope.is_all() {
         return true;
@@ -127,7 +129,7 @@ struct HourFact {
 /// The episodes of `a` (hourly parts), costliest first: what [`load`] must equal, computed from
 /// the ledger's parts themselves (the tests' reference).
 #[cfg(test)]
-pub fn episodes(a: &crate::attribution::Attribution) -> Vec<IdleEpisode> {
+pub fn episodes(a: &gpuledger_core::attribution::Attribution) -> Vec<IdleEpisode> {
     let facts = a
         .parts
         .iter()
@@ -272,9 +274,9 @@ fn episodes_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::Attribution;
-    use crate::attribution::Part;
-    use crate::store::HostRow;
+    use gpuledger_core::attribution::Attribution;
+    use gpuledger_core::attribution::Part;
+    use gpuledger_core::telemetry::HostRow;
 
     /// A summary keeps each currency's count and dollars whole and its costliest first.
     #[test]
@@ -392,7 +394,8 @@ mod tests {
     /// parts) give exactly the episodes of the hourly ledger itself, on both backends.
     #[tokio::test]
     async fn episodes_summed_by_the_database_equal_those_of_the_hourly_ledger() {
-        use crate::store::{DirtyMark, RollupGrain, RollupRow};
+        use crate::store::rollups::DirtyMark;
+        use crate::store::{RollupGrain, RollupRow};
         const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
         for db in crate::test_support::both().await {
             let b = db.backend;

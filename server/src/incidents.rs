@@ -12,14 +12,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use rust_decimal::Decimal;
 
 use crate::billing::current_price::{self, GpuPrice};
-use crate::billing::ratecard::RateCard;
 use crate::config::Config;
 use crate::slack;
 use crate::store;
-use crate::store::{AttributionWindow, HostRow, IncidentRow, IncidentUpdate, Store, StoreError};
-use crate::waste::{self, Finding, IdleDevice};
+use crate::store::alerts::IncidentRow;
+use crate::store::alerts::IncidentUpdate;
+use crate::store::{Store, StoreError};
 use gpuledger_core::money::to_text;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::telemetry::AttributionWindow;
+use gpuledger_core::telemetry::HostRow;
 use gpuledger_core::time::HOUR_MS;
+use gpuledger_core::waste::{self, Finding, IdleDevice};
 
 /// How far back a new incident's start is looked for: the raw windows kept by default.
 const RUN_HISTORY_MS: i64 = 35 * 24 * HOUR_MS;
@@ -351,7 +355,7 @@ pub async fn overlapping(
     store: &dyn Store,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<store::IncidentRow>, StoreError> {
+) -> Result<Vec<crate::store::alerts::IncidentRow>, StoreError> {
     store::alerts::incidents(store.db(), from_ms, to_ms).await
 }
 
@@ -360,10 +364,10 @@ pub async fn overlapping(
 /// no other team's GPU, process or owner is named. All of them for every team.
 pub async fn for_scope(
     store: &dyn Store,
-    rows: Vec<store::IncidentRow>,
+    rows: Vec<crate::store::alerts::IncidentRow>,
     (from_ms, to_ms): (i64, i64),
     (scope, owners): (&gpuledger_core::scope::Scope, &OwnerSchema),
-) -> Result<Vec<store::IncidentRow>, StoreError> {
+) -> Result<Vec<crate::store::alerts::IncidentRow>, StoreError> {
     if scope.is_all() || rows.is_empty() {
         return Ok(rows);
     }
@@ -373,21 +377,21 @@ pub async fn for_scope(
 
 /// [`for_scope`] with the ledger of the range already read (at day grain or finer).
 pub fn within_scope(
-    rows: Vec<store::IncidentRow>,
-    days: &crate::attribution::Attribution,
+    rows: Vec<crate::store::alerts::IncidentRow>,
+    days: &gpuledger_core::attribution::Attribution,
     (scope, owners): (&gpuledger_core::scope::Scope, &OwnerSchema),
-) -> Vec<store::IncidentRow> {
+) -> Vec<crate::store::alerts::IncidentRow> {
     if scope.is_all() {
         return rows;
     }
     let held = scope
-        .held_keys(days, crate::allocation::GroupBy::Gpu, owners)
+        .held_keys(days, gpuledger_core::allocation::GroupBy::Gpu, owners)
         .unwrap_or_default();
     // The ledger lags the live findings by up to an hour: the processes an incident names
     // must be the scope's teams' too.
     // An incident that names no team (idle GPUs with no process, on a cluster no team owns) is
     // the whole fleet's, as its idle dollars are in the ledger (`idle_history::in_scope`).
-    let only_ours = |r: &store::IncidentRow| {
+    let only_ours = |r: &crate::store::alerts::IncidentRow| {
         let devices: Vec<IdleDevice> = serde_json::from_str(&r.devices_json).unwrap_or_default();
         let named = teams(&r.owners_json, owners, &r.cluster);
         !named.is_empty()
@@ -409,7 +413,13 @@ pub fn within_scope(
 pub async fn with_messages(
     store: &dyn Store,
     id: i64,
-) -> Result<Option<(store::IncidentRow, Vec<store::SlackMessageRow>)>, StoreError> {
+) -> Result<
+    Option<(
+        crate::store::alerts::IncidentRow,
+        Vec<crate::store::alerts::SlackMessageRow>,
+    )>,
+    StoreError,
+> {
     let Some(row) = store::alerts::incident(store.db(), id).await? else {
         return Ok(None);
     };
@@ -421,7 +431,7 @@ pub async fn with_messages(
 pub async fn active_snoozes(
     store: &dyn Store,
     now_ms: i64,
-) -> Result<Vec<store::SnoozeRow>, StoreError> {
+) -> Result<Vec<crate::store::alerts::SnoozeRow>, StoreError> {
     store::alerts::active_snoozes(store.db(), now_ms).await
 }
 

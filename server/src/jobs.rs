@@ -69,7 +69,7 @@ pub async fn aws_sync_if_due(
     .await;
     // Finished or failed, give the lease up; a failure retries at the next check.
     if result.is_ok() {
-        store::jobs::finish_lease(store.db(), AWS_SYNC_JOB, holder, crate::now_ms()).await?;
+        store::jobs::finish_lease(store.db(), AWS_SYNC_JOB, holder, crate::clock::now_ms()).await?;
     } else {
         store::jobs::try_lease(store.db(), AWS_SYNC_JOB, holder, now_ms, 0).await?;
     }
@@ -87,7 +87,7 @@ pub fn spawn_aws_sync(
         let mut tick = tokio::time::interval(every);
         loop {
             tick.tick().await;
-            match aws_sync_if_due(store.as_ref(), &ce, &holder, crate::now_ms()).await {
+            match aws_sync_if_due(store.as_ref(), &ce, &holder, crate::clock::now_ms()).await {
                 Ok(Some(s)) => tracing::info!(
                     fetched_days = s.fetched_days,
                     skipped_days = s.skipped_days,
@@ -111,7 +111,7 @@ pub const ANOMALY_JOB: &str = "anomaly-alerts";
 /// several replicas one does each.
 pub fn spawn_waste_jobs(
     store: Arc<dyn Store>,
-    card: Arc<crate::billing::ratecard::RateCard>,
+    card: Arc<gpuledger_core::ratecard::RateCard>,
     config: Arc<crate::config::Config>,
 ) {
     let holder = holder_name();
@@ -121,7 +121,7 @@ pub fn spawn_waste_jobs(
             let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {
                 tick.tick().await;
-                let now = crate::now_ms();
+                let now = crate::clock::now_ms();
                 match store::jobs::try_lease(store.db(), IDLE_JOB, &holder, now, 120_000).await {
                     Ok(true) => {
                         match crate::incidents::evaluate(store.as_ref(), &card, &config, now).await
@@ -161,7 +161,7 @@ pub fn spawn_waste_jobs(
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
-            let now = crate::now_ms();
+            let now = crate::clock::now_ms();
             match store::jobs::try_lease(store.db(), SLACK_JOB, &holder, now, 60_000).await {
                 Ok(true) => {
                     if let Err(e) =
@@ -187,7 +187,7 @@ pub const RETENTION_JOB: &str = "raw-retention";
 /// months only), each under its own lease so that with several replicas one does each.
 pub fn spawn_rollup_jobs(
     store: Arc<dyn Store>,
-    card: Arc<crate::billing::ratecard::RateCard>,
+    card: Arc<gpuledger_core::ratecard::RateCard>,
     every: Duration,
     retention_ms: i64,
     close: crate::closing::ClosePolicy,
@@ -200,7 +200,7 @@ pub fn spawn_rollup_jobs(
         let mut last_retention: Option<i64> = None;
         loop {
             tick.tick().await;
-            let now = crate::now_ms();
+            let now = crate::clock::now_ms();
             roll_up_and_refresh(
                 store.as_ref(),
                 &card,
@@ -276,13 +276,13 @@ async fn open_from(store: &dyn Store, close: &crate::closing::ClosePolicy, now: 
 /// period is up (each under its own lease).
 pub async fn roll_up_and_refresh(
     store: &dyn Store,
-    card: &crate::billing::ratecard::RateCard,
-    rules: &crate::attribution::Rules,
-    owners: &crate::config::OwnerSchema,
+    card: &gpuledger_core::ratecard::RateCard,
+    rules: &gpuledger_core::attribution::Rules,
+    owners: &gpuledger_core::owners::OwnerSchema,
     close: &crate::closing::ClosePolicy,
     holder: &str,
 ) {
-    let now = crate::now_ms();
+    let now = crate::clock::now_ms();
     match store::jobs::try_lease(store.db(), ROLLUP_JOB, holder, now, 10 * 60_000).await {
         Ok(true) => {
             // A bounded slice per tick: a month of re-marked hours catches up over a
@@ -370,7 +370,8 @@ pub async fn wait_for_lease(
 ) -> Result<bool, StoreError> {
     let deadline = std::time::Instant::now() + patience;
     loop {
-        if store::jobs::try_lease(store.db(), job, holder, crate::now_ms(), lease_ms).await? {
+        if store::jobs::try_lease(store.db(), job, holder, crate::clock::now_ms(), lease_ms).await?
+        {
             return Ok(true);
         }
         if std::time::Instant::now() >= deadline {
@@ -382,18 +383,18 @@ pub async fn wait_for_lease(
 
 /// Gives `job`'s lease up, its work done.
 pub async fn finish_lease(store: &dyn Store, job: &str, holder: &str) -> Result<(), StoreError> {
-    store::jobs::finish_lease(store.db(), job, holder, crate::now_ms()).await
+    store::jobs::finish_lease(store.db(), job, holder, crate::clock::now_ms()).await
 }
 
 /// Recomputes the recommendations pages ask for now, under its own lease, once every
 /// `REFRESH_EVERY_MS` on whichever replica asks first.
 async fn refresh_recommendations(
     store: &dyn Store,
-    card: &crate::billing::ratecard::RateCard,
-    owners: &crate::config::OwnerSchema,
+    card: &gpuledger_core::ratecard::RateCard,
+    owners: &gpuledger_core::owners::OwnerSchema,
     holder: &str,
 ) {
-    let now = crate::now_ms();
+    let now = crate::clock::now_ms();
     use crate::recommend::snapshots::{refresh, REFRESH_JOB};
     let due = (10 * 60_000, crate::recommend::snapshots::REFRESH_EVERY_MS);
     match store::jobs::try_lease_due(store.db(), REFRESH_JOB, holder, now, due).await {
@@ -415,11 +416,11 @@ async fn refresh_recommendations(
 /// month under way read them kept.
 async fn refresh_review_sections(
     store: &dyn Store,
-    owners: &crate::config::OwnerSchema,
+    owners: &gpuledger_core::owners::OwnerSchema,
     close: &crate::closing::ClosePolicy,
     holder: &str,
 ) {
-    let now = crate::now_ms();
+    let now = crate::clock::now_ms();
     let due = (10 * 60_000, crate::sections::REFRESH_EVERY_MS);
     match store::jobs::try_lease_due(store.db(), SECTIONS_JOB, holder, now, due).await {
         Ok(true) => {
@@ -450,7 +451,7 @@ fn announce_every_five_minutes<F, Fut>(
         let mut tick = tokio::time::interval(Duration::from_secs(300));
         loop {
             tick.tick().await;
-            let now = crate::now_ms();
+            let now = crate::clock::now_ms();
             match store::jobs::try_lease(store.db(), job, &holder, now, 240_000).await {
                 Ok(true) => match announce(store.clone(), config.clone(), now).await {
                     Ok(0) => {}

@@ -5,11 +5,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::allocation::{key_of, GroupBy};
-use crate::attribution::{Attribution, Kind, Owner, Part};
+use gpuledger_core::allocation::key_of;
+use gpuledger_core::allocation::GroupBy;
+
 use crate::store;
 use crate::store::{RollupGrain, RollupRow, Store, StoreError};
 use gpuledger_core::anomaly::DaySpend;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::attribution::Owner;
+use gpuledger_core::attribution::Part;
 use gpuledger_core::money::from_nano_atto;
 use gpuledger_core::time::{day_floor, hour_floor, month_start_ms, next_month_start, DAY_MS};
 
@@ -664,7 +669,7 @@ mod tests {
             let (s, b) = (store.as_ref(), db.backend);
             store::tokens::create_token(
                 s.db(),
-                &store::NewToken::for_cluster("agent", "h", "c-*"),
+                &crate::store::tokens::NewToken::for_cluster("agent", "h", "c-*"),
                 JANUARY,
             )
             .await

@@ -52,25 +52,15 @@ pub mod test_support;
 pub mod unit_costs;
 pub mod validate;
 pub mod variance;
-/// Finding idle capacity: the core's rules.
-pub use gpuledger_core::waste;
-
 use std::future::Future;
-
-pub use http::{router, AppState};
-
-/// Now, in epoch milliseconds: the wall clock, or the moment a test fixed ([`clock::at`]).
-pub fn now_ms() -> i64 {
-    clock::now_ms()
-}
 
 /// Serves the app on `listener` until `shutdown` resolves, finishing requests in flight, with
 /// each connection held to `limits` (timeouts, a cap on how many are open).
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    state: AppState,
+    state: http::AppState,
     limits: http::connections::ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    http::connections::serve(listener, router(state), limits, shutdown).await
+    http::connections::serve(listener, http::router(state), limits, shutdown).await
 }

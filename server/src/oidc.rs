@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::hash_token;
 use crate::config::OidcConfig;
-use crate::session::{AccountError, Role, Scope};
+use crate::session::{AccountError, Role};
 use crate::store::accounts::OidcLogin;
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::scope::Scope;
 
 /// How long a person may take at the provider before the sign-in must start again.
 pub const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;

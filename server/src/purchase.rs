@@ -4,13 +4,13 @@
 //! card's spot price. The rules are the core's
 //! ([`gpuledger_core::purchase`]).
 
-pub use gpuledger_core::purchase::*;
+use gpuledger_core::purchase::*;
 
 use rust_decimal::Decimal;
 
-use crate::billing::ratecard::RateCard;
-use crate::commitments::TypeCost;
-use crate::shape::TypeShape;
+use gpuledger_core::commitment::TypeCost;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::shape::TypeShape;
 
 /// The mix of each type of `shapes` (the whole fleet's), in the rate card's currency, with the
 /// ledger's `costs` per type and pricing category over the same range

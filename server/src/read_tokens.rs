@@ -4,9 +4,9 @@
 //! revoked, they stop working at once on every replica.
 
 use crate::auth::{generate_secret, hash_token};
-pub use crate::store::read_tokens::ReadTokenRow;
+use crate::store::read_tokens::ReadTokenRow;
 use crate::store::{Store, StoreError};
-pub use gpuledger_core::scope::Scope;
+use gpuledger_core::scope::Scope;
 
 /// What a read-only token's secret starts with (agent tokens start `gpl_`).
 pub const PREFIX: &str = "gpr_";

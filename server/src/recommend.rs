@@ -2,9 +2,9 @@
 //! are drawn from is read from the rollups, and ([`snapshots`]) what they said is kept.
 
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::recommend::*;
 #[cfg(test)]
-use crate::store::{AttributionWindow, StoredProcessWindow, UsageTotal};
-pub use gpuledger_core::recommend::*;
+use gpuledger_core::telemetry::{AttributionWindow, StoredProcessWindow, UsageTotal};
 #[cfg(test)]
 use std::collections::HashMap;
 
@@ -39,7 +39,7 @@ pub async fn for_scope(
     }
     let gpu_days =
         crate::ledger::load(store, range.from_ms, range.to_ms, store::RollupGrain::Day).await?;
-    let held = scope.held_keys(&gpu_days, crate::allocation::GroupBy::Gpu, owners);
+    let held = scope.held_keys(&gpu_days, gpuledger_core::allocation::GroupBy::Gpu, owners);
     Ok(within_scope(recs, held.as_ref()))
 }
 
@@ -115,7 +115,7 @@ pub async fn recommendation_evidence(
 /// can hold the two to the same answer.
 #[cfg(test)]
 pub fn evidence_from_raw(
-    attribution: &crate::attribution::Attribution,
+    attribution: &gpuledger_core::attribution::Attribution,
     windows: &[AttributionWindow],
     processes: &[StoredProcessWindow],
 ) -> Evidence {

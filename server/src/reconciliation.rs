@@ -12,13 +12,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::attribution::{hosts_by_instance_key, line_hours, Attribution, Kind, Rules};
-use crate::billing::ratecard::RateCard;
-use crate::config::OwnerSchema;
 use crate::store;
-use crate::store::{HostRow, RollupGrain, Store, StoreError, StoredCostLine};
+use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::attribution::hosts_by_instance_key;
+use gpuledger_core::attribution::line_hours;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::attribution::Rules;
 use gpuledger_core::bill::CommitmentPart;
+use gpuledger_core::bill::StoredCostLine;
 use gpuledger_core::commitment::charge_unused;
+use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::telemetry::HostRow;
 
 /// One bill resource the month charges, with its amount in the month's hours.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -304,7 +310,9 @@ pub async fn for_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::{Owner, Part};
+
+    use gpuledger_core::attribution::Owner;
+    use gpuledger_core::attribution::Part;
     use gpuledger_core::time::HOUR_MS;
 
     fn line(key: Option<&str>, instance_type: Option<&str>, cost: &str) -> StoredCostLine {

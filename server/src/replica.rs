@@ -250,7 +250,7 @@ pub fn spawn_poll(replica: Arc<Replica>) {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            replica.poll(crate::now_ms()).await;
+            replica.poll(crate::clock::now_ms()).await;
         }
     });
 }

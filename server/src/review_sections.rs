@@ -6,13 +6,13 @@
 //! at most [`crate::sections::MAX_AGE_MS`]. A job computes them again for whoever sees every
 //! team ([`refresh`]), so that views of the month under way read them kept.
 
-use crate::config::OwnerSchema;
 use crate::idle_history::{IdleEpisode, Summary};
 use crate::ledger;
 use crate::scale_to_zero::OwnerWindows;
-use crate::session::Scope;
-use crate::shape::TypeShape;
 use crate::store::{Store, StoreError};
+use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::scope::Scope;
+use gpuledger_core::shape::TypeShape;
 
 /// GPUs in the review's utilization heatmap: the month's costliest.
 pub const HEATMAP_GPUS: usize = 40;

@@ -12,19 +12,24 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::attribution::Rules;
-use crate::attribution::{self, Part};
-use crate::billing::ratecard::RateCard;
-use crate::config::OwnerSchema;
+use crate::attribution::{self};
 use crate::store;
-use crate::store::{
-    AttributionWindow, DirtyMark, HostRow, RollupGrain, RollupRow, Store, StoreError,
-    StoredCostLine, StoredProcessWindow, UnattributedRow, UsageRow,
-};
+use crate::store::rollups::DirtyMark;
+use crate::store::rollups::UnattributedRow;
+use crate::store::rollups::UsageRow;
+use crate::store::{RollupGrain, RollupRow, Store, StoreError};
 use gpuledger_core::activity::util_band;
+use gpuledger_core::attribution::Part;
+use gpuledger_core::attribution::Rules;
+use gpuledger_core::bill::StoredCostLine;
 use gpuledger_core::commitment::charge_unused;
 use gpuledger_core::money::to_nano_atto;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::telemetry::AttributionWindow;
+use gpuledger_core::telemetry::HostRow;
+use gpuledger_core::telemetry::StoredProcessWindow;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 use passes::{consecutive_runs, split_by_windows, HostGroup, HostRange};
 
@@ -120,7 +125,7 @@ async fn run_in_passes(
                 let mut lines = charge_unused(lines, rules.unused_commitments, from, to);
                 // The hours after the bill's last line are estimated at what it last charged.
                 lines.extend(attribution::last_billed(store, &hosts, from).await?);
-                let host_of = attribution::hosts_by_instance_key(&hosts);
+                let host_of = gpuledger_core::attribution::hosts_by_instance_key(&hosts);
                 let (mut rows, mut unattributed, mut usage) = (Vec::new(), Vec::new(), Vec::new());
                 let mut add = |(r, u, us): Attributed| {
                     rows.extend(r);
@@ -171,8 +176,8 @@ async fn run_in_passes(
 /// What a roll-up pass writes for its marks' hours.
 pub struct Written<'a> {
     pub rows: &'a [store::RollupRow],
-    pub unattributed: &'a [store::UnattributedRow],
-    pub usage: &'a [store::UsageRow],
+    pub unattributed: &'a [crate::store::rollups::UnattributedRow],
+    pub usage: &'a [crate::store::rollups::UsageRow],
 }
 
 /// Writes a pass's rollups for the marks' hours and retires what was kept from the days they
@@ -293,7 +298,7 @@ fn attribute_read(
         lines,
     } = inputs;
     let usage = usage_rows(&windows, &processes, &rules.owners);
-    let a = attribution::attribute_by(
+    let a = gpuledger_core::attribution::attribute_by(
         hosts,
         &windows,
         &processes,
@@ -431,15 +436,15 @@ async fn team_totals(
     to_ms: i64,
 ) -> Result<String, StoreError> {
     let a = crate::ledger::load(store, from_ms, to_ms, RollupGrain::Day).await?;
-    let main = crate::allocation::main_currency(&a);
+    let main = gpuledger_core::allocation::main_currency(&a);
     let mut totals: BTreeMap<(String, String), rust_decimal::Decimal> = BTreeMap::new();
-    for row in crate::allocation::group(
+    for row in gpuledger_core::allocation::group(
         &a,
-        crate::allocation::GroupBy::role(owners, Role::Team)
-            .unwrap_or(crate::allocation::GroupBy::TEAM),
-        crate::allocation::Step::Month,
+        gpuledger_core::allocation::GroupBy::role(owners, Role::Team)
+            .unwrap_or(gpuledger_core::allocation::GroupBy::TEAM),
+        gpuledger_core::allocation::Step::Month,
         // Costs only: emissions do not enter the check.
-        &crate::carbon::Grid::unknown(),
+        &gpuledger_core::carbon::Grid::unknown(),
     ) {
         *totals.entry((row.key, row.currency)).or_default() += row.cost;
     }
@@ -477,7 +482,7 @@ pub async fn rebuild(
     close: crate::closing::ClosePolicy,
     reopen: Option<&str>,
     now_ms: i64,
-) -> Result<(RollupSummary, Vec<crate::store::RestatementRow>), RebuildError> {
+) -> Result<(RollupSummary, Vec<crate::store::closing::RestatementRow>), RebuildError> {
     let close = close.current(store).await?;
     let mut closed = Vec::new();
     let mut month = gpuledger_core::time::month_start_ms(from_ms);
@@ -555,7 +560,7 @@ pub async fn rebuild(
     let mut restated = Vec::new();
     if let Some(reason) = reason {
         for (m, before_json) in closed.iter().zip(before) {
-            let row = crate::store::RestatementRow {
+            let row = crate::store::closing::RestatementRow {
                 month_ms: *m,
                 created_ms: now_ms,
                 reason: reason.clone(),
@@ -585,7 +590,7 @@ pub async fn attribute_new_closed_months(
     rules: &Rules,
     open_from_ms: i64,
     now_ms: i64,
-) -> Result<Vec<crate::store::RestatementRow>, StoreError> {
+) -> Result<Vec<crate::store::closing::RestatementRow>, StoreError> {
     let mut recorded = Vec::new();
     let mut from = i64::MIN;
     loop {
@@ -615,7 +620,7 @@ pub async fn attribute_new_closed_months(
         if after_json == "{}" {
             continue; // the marks held nothing to attribute
         }
-        let row = crate::store::RestatementRow {
+        let row = crate::store::closing::RestatementRow {
             month_ms: month,
             created_ms: now_ms,
             reason: "first attributed after the month closed: its bill arrived late".to_owned(),

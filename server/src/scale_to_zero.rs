@@ -5,13 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use gpuledger_core::scale_to_zero::*;
+use gpuledger_core::scale_to_zero::*;
 
-use crate::allocation::GroupBy;
-use crate::config::OwnerSchema;
-use crate::session::Scope;
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
+use gpuledger_core::scope::Scope;
 
 /// A candidate with the owner dimension it is a value of.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

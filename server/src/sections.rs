@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::OwnerSchema;
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::scope::Scope;
 
 /// For whom a section is kept: the viewer's scope and the owner dimensions it was grouped by,

@@ -12,7 +12,7 @@ use subtle::ConstantTimeEq;
 
 use crate::auth::{generate_token, hash_token};
 use crate::store::{self, Store, StoreError};
-pub use gpuledger_core::scope::{Scope, ScopeError};
+use gpuledger_core::scope::{Scope, ScopeError};
 
 /// Failed sign-ins count for this long: after [`MAX_FAILURES_PER_USER`] for a name, or
 /// [`MAX_FAILURES_PER_CLIENT`] from an address, sign-in pauses until the oldest ages out.
@@ -158,7 +158,7 @@ pub async fn find(
     store: &dyn Store,
     token_hash: &str,
     now_ms: i64,
-) -> Result<Option<store::SessionRow>, StoreError> {
+) -> Result<Option<crate::store::accounts::SessionRow>, StoreError> {
     store::accounts::session(store.db(), token_hash, now_ms).await
 }
 
@@ -372,7 +372,9 @@ pub async fn end_provider_sessions(store: &dyn Store, subject: &str) -> Result<b
 }
 
 /// Everybody who signs in, by name.
-pub async fn list_users(store: &dyn Store) -> Result<Vec<store::UserRow>, StoreError> {
+pub async fn list_users(
+    store: &dyn Store,
+) -> Result<Vec<crate::store::accounts::UserRow>, StoreError> {
     store::accounts::list_users(store.db()).await
 }
 

@@ -2,13 +2,13 @@
 //! the database per hour, type and team: the week's heatmap, the always-on floor and the peak.
 //! The rules are the core's ([`gpuledger_core::shape`]).
 
-pub use gpuledger_core::shape::*;
+use gpuledger_core::shape::*;
 
-use crate::allocation::GroupBy;
-use crate::config::OwnerSchema;
-use crate::session::Scope;
 use crate::store::{self, Store, StoreError};
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::hour_floor;
 
 /// Each instance type's shape in `[from_ms, to_ms)`, up to the hour under way at `now_ms` (the

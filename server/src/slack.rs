@@ -11,9 +11,10 @@ use crate::config::Config;
 use crate::format::ago;
 use crate::format::clip;
 use crate::store;
-use crate::store::{IncidentRow, Store, StoreError};
-use crate::waste::IncidentKind;
+use crate::store::alerts::IncidentRow;
+use crate::store::{Store, StoreError};
 use gpuledger_core::money::from_text;
+use gpuledger_core::waste::IncidentKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -193,7 +194,7 @@ pub fn incident_message(
         ),
         Event::StoppedReporting => (
             format!("Stopped reporting: {kind} {place}"),
-            format!("Stopped reporting: {kind} {place}: its agents have sent nothing for {} minutes, so it is no longer seen idle (nor busy). {} wasted while it was seen idle for {idle_for}{est}. Check the agents.", crate::waste::STALE_AFTER_MS / 60_000, dollars(wasted)),
+            format!("Stopped reporting: {kind} {place}: its agents have sent nothing for {} minutes, so it is no longer seen idle (nor busy). {} wasted while it was seen idle for {idle_for}{est}. Check the agents.", gpuledger_core::waste::STALE_AFTER_MS / 60_000, dollars(wasted)),
         ),
         Event::Reminder => (
             format!("Still idle: {kind} {place}"),
@@ -265,9 +266,9 @@ const DEVICE_LINES: usize = 12;
 
 /// The incident's GPUs, one line per host or held process, within a section's limit.
 fn devices_section(devices_json: &str) -> String {
-    let devices: Vec<crate::waste::IdleDevice> =
+    let devices: Vec<gpuledger_core::waste::IdleDevice> =
         serde_json::from_str(devices_json).unwrap_or_default();
-    let lines = crate::waste::describe_devices(&devices);
+    let lines = gpuledger_core::waste::describe_devices(&devices);
     if lines.is_empty() {
         return "*Which GPUs:* see the incident page.".into();
     }
@@ -500,7 +501,7 @@ pub fn classify(
 pub async fn history(
     store: &dyn Store,
     limit: i64,
-) -> Result<Vec<store::SlackMessageRow>, StoreError> {
+) -> Result<Vec<crate::store::alerts::SlackMessageRow>, StoreError> {
     store::alerts::slack_history(store.db(), limit).await
 }
 

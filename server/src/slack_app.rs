@@ -10,13 +10,14 @@ use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-use crate::attribution::Kind;
 use crate::config::Config;
 use crate::format::money;
 use crate::ledger;
 use crate::slack::{clip_escaped, limits};
-use crate::store::{IncidentRow, RollupGrain, Store, StoreError};
+use crate::store::alerts::IncidentRow;
+use crate::store::{RollupGrain, Store, StoreError};
 use gpuledger_core::allocation::main_currency;
+use gpuledger_core::attribution::Kind;
 use gpuledger_core::money::from_text;
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
@@ -194,8 +195,8 @@ async fn idle(
         section(&clip_escaped(&summary, limits::SECTION_TEXT)),
     ];
     for i in open.iter().take(LISTED) {
-        let kind = crate::waste::IncidentKind::parse(&i.kind)
-            .map_or("Idle GPUs", crate::waste::IncidentKind::title);
+        let kind = gpuledger_core::waste::IncidentKind::parse(&i.kind)
+            .map_or("Idle GPUs", gpuledger_core::waste::IncidentKind::title);
         let place = match &i.hostname {
             Some(h) => format!("{} / {h}", i.cluster),
             None => i.cluster.clone(),
@@ -331,10 +332,10 @@ async fn budget(
         .take(LISTED)
         .map(|b| {
             let standing = match b.standing {
-                crate::budgets::Standing::Over => "over",
-                crate::budgets::Standing::AtRisk => "heading over",
-                crate::budgets::Standing::OnTrack => "on track",
-                crate::budgets::Standing::NotBegun => "not begun",
+                gpuledger_core::budget::Standing::Over => "over",
+                gpuledger_core::budget::Standing::AtRisk => "heading over",
+                gpuledger_core::budget::Standing::OnTrack => "on track",
+                gpuledger_core::budget::Standing::NotBegun => "not begun",
             };
             format!(
                 "*{} {}*: {} of {} spent, {} expected by the month's end ({standing})",

@@ -75,7 +75,7 @@ fn uuid_like() -> String {
 pub async fn roll_up(store: &dyn crate::store::Store) {
     crate::rollup::run(
         store,
-        &crate::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &Default::default(),
         usize::MAX,
     )

@@ -7,12 +7,20 @@ use std::collections::BTreeMap;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
-use crate::allocation::{group, key_str, GroupBy, Step};
-use crate::attribution::{Attribution, Kind};
-use crate::config::OwnerSchema;
-use crate::store::{
-    self, Refusal, RefusalKind, RunProgress, Store, StoreError, TokenRow, UsageCount,
-};
+use gpuledger_core::allocation::group;
+use gpuledger_core::allocation::key_str;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::allocation::Step;
+
+use crate::store::tokens::Refusal;
+use crate::store::tokens::RefusalKind;
+use crate::store::tokens::TokenRow;
+use crate::store::usage::RunProgress;
+use crate::store::usage::UsageCount;
+use crate::store::{self, Store, StoreError};
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
@@ -249,7 +257,7 @@ pub fn requests_of_held_endpoints(
 /// The currency the unit costs are in: the one the month's pages show (costs in different
 /// currencies are never added together).
 pub fn main_currency(a: &Attribution) -> String {
-    crate::allocation::main_currency(a)
+    gpuledger_core::allocation::main_currency(a)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -312,7 +320,7 @@ pub fn endpoint_costs(
     let currency = main_currency(a);
     let mut out: BTreeMap<String, EndpointUnitCost> = BTreeMap::new();
     let rows = GroupBy::role(schema, Role::Endpoint).map_or_else(Vec::new, |by| {
-        group(a, by, Step::Month, &crate::carbon::Grid::unknown())
+        group(a, by, Step::Month, &gpuledger_core::carbon::Grid::unknown())
     });
     for row in rows {
         if row.currency != currency || row.key.starts_with('(') {
@@ -603,7 +611,7 @@ pub async fn request_totals(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attribution::Part;
+    use gpuledger_core::attribution::Part;
     use std::collections::HashMap;
 
     fn part(
@@ -690,7 +698,7 @@ mod tests {
             part(5, None, Some("notebook"), Kind::HeldIdle, "40.00"),
             part(6, None, Some("notebook"), Kind::HeldIdle, "40.00"),
         ]);
-        let runs = training_runs(&a, &crate::config::OwnerSchema::default());
+        let runs = training_runs(&a, &gpuledger_core::owners::OwnerSchema::default());
         assert_eq!(runs.len(), 2, "{runs:?}");
         assert_eq!(runs[0].experiment, "run-8");
         let r7 = &runs[1];

@@ -4,14 +4,15 @@
 
 use serde::Serialize;
 
-use crate::allocation::{main_currency, GroupBy};
-use crate::attribution::Attribution;
-use crate::config::OwnerSchema;
 use crate::ledger;
 use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::allocation::main_currency;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{hour_floor, month_of, rfc3339};
-pub use gpuledger_core::variance::VarianceRow;
+use gpuledger_core::variance::VarianceRow;
 
 /// What a month's spend is set against. A month in progress is set against the same stretch of
 /// the previous month (its first days and hours, up to where this one has got), never against a

@@ -300,7 +300,7 @@ async fn cost_explorer_sync(db: TestDb) {
     let day_ms = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis();
     let found = gpuledger_server::commitments::for_range(
         store.as_ref(),
-        &gpuledger_server::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &gpuledger_server::config::Config::default(),
         &[],
         (day_ms(from), day_ms(to)),
@@ -377,7 +377,7 @@ async fn the_daily_sync_runs_once_a_day() {
         },
     );
     use gpuledger_server::jobs::aws_sync_if_due;
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     // Another replica holds the lease: this one skips.
     assert!(store::jobs::try_lease(
         store.db(),

@@ -185,7 +185,7 @@ async fn a_malformed_export_is_refused_whole_with_line_and_column() {
 const HEADER: &str = "BillingAccountId,BillingPeriodStart,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,BilledCost,EffectiveCost,ListCost,BillingCurrency,PricingCategory,ProviderName,ServiceName,ResourceId,RegionId,SkuPriceDetails,Tags";
 
 fn hour_start() -> i64 {
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     now - now % 3_600_000 - 2 * 3_600_000
 }
 
@@ -948,8 +948,8 @@ async fn an_export_run_with_a_manifest_replaces_its_period_as_a_whole() {
 /// totals are the bill's over the month. On SQLite and PostgreSQL.
 async fn focus_export_passes_the_validator(db: TestDb) {
     let store = db.open().await;
-    let card = gpuledger_server::billing::ratecard::RateCard::default_card();
-    let now = gpuledger_server::now_ms();
+    let card = gpuledger_core::ratecard::RateCard::default_card();
+    let now = gpuledger_server::clock::now_ms();
     gpuledger_server::demo::seed(store.as_ref(), &card, &Default::default(), now)
         .await
         .unwrap();
@@ -1101,14 +1101,14 @@ async fn focus_export_passes_the_validator_postgres() {
 async fn rollup_into_a_closed_month_needs_reopen() {
     let db = test_support::sqlite();
     let store = db.open().await;
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let this = gpuledger_core::time::month_start_ms(now);
     // Two months back is closed whatever today's date.
     let old =
         gpuledger_core::time::month_start_ms(gpuledger_core::time::month_start_ms(this - 1) - 1);
     store::tokens::create_token(
         store.db(),
-        &gpuledger_server::store::NewToken::for_cluster("t", "h", "train"),
+        &gpuledger_server::store::tokens::NewToken::for_cluster("t", "h", "train"),
         now,
     )
     .await

@@ -44,9 +44,9 @@ async fn seeded_demo() -> TestDb {
     let store = db.open().await;
     gpuledger_server::demo::seed(
         store.as_ref(),
-        &gpuledger_server::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &Default::default(),
-        gpuledger_server::now_ms(),
+        gpuledger_server::clock::now_ms(),
     )
     .await
     .unwrap();
@@ -116,7 +116,7 @@ async fn object(moto: &str, bucket: &str, key: &str) -> Vec<u8> {
 }
 
 fn yesterday() -> (String, String, String) {
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let start = gpuledger_core::time::day_floor(now) - gpuledger_core::time::DAY_MS;
     let date = chrono::DateTime::from_timestamp_millis(start)
         .unwrap()
@@ -371,7 +371,7 @@ async fn a_store_down_or_refusing_loses_no_export() {
     let (failing, last_success) = export_gauges(&server).await;
     assert_eq!(failing, 0.0);
     let last_success = last_success.expect("a last success once written");
-    let now = gpuledger_server::now_ms() as f64 / 1000.0;
+    let now = gpuledger_server::clock::now_ms() as f64 / 1000.0;
     assert!(
         (now - 600.0..=now).contains(&last_success),
         "{last_success} vs {now}"

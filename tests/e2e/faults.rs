@@ -135,7 +135,7 @@ async fn server_killed_mid_ingest(db: TestDb) {
         .collect();
     const HOSTS: usize = 12;
     const BATCHES: usize = 150;
-    let t0 = gpuledger_server::now_ms() - 20 * 60_000;
+    let t0 = gpuledger_server::clock::now_ms() - 20 * 60_000;
     let load: Vec<_> = (0..HOSTS)
         .map(|h| {
             tokio::spawn(synthetic_agent(
@@ -598,7 +598,7 @@ async fn a_full_spool_disk_drops_the_oldest_and_the_agent_keeps_running() {
         "the agent keeps running"
     );
 
-    let server_up = gpuledger_server::now_ms();
+    let server_up = gpuledger_server::clock::now_ms();
     let server = start_server(&db.url, port).await;
     let metrics_url = format!("{}/metrics", server.url);
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -63,7 +63,7 @@ async fn five_hundred_agents_for_ten_minutes() {
         .build()
         .unwrap();
     let windows_each = seconds * 1000 / WINDOW_MS as u64;
-    let t0 = gpuledger_server::now_ms();
+    let t0 = gpuledger_server::clock::now_ms();
     let started = Instant::now();
     // Memory sampled every second while the load runs.
     let peak = Arc::new(AtomicU64::new(0));

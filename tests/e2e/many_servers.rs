@@ -183,7 +183,7 @@ async fn three_replicas_behind_a_load_balancer_lose_nothing_store_nothing_twice_
     let client = reqwest::Client::new();
 
     // A host idle for the last 40 minutes, then two more replicas starting together.
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let minute = now - now % 60_000;
     assert_eq!(
         deliver(&client, &lb, &token, &idle_report(minute, 40)).await,

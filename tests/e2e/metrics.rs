@@ -150,10 +150,10 @@ fn idle_per_team(text: &str) -> BTreeMap<String, f64> {
 async fn prometheus_graphs_idle_dollars_per_team_from_the_demo() {
     let db = test_support::sqlite();
     let store = db.open().await;
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     gpuledger_server::demo::seed(
         store.as_ref(),
-        &gpuledger_server::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &Default::default(),
         now,
     )

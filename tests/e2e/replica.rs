@@ -136,7 +136,7 @@ where
 }
 
 async fn post_report(server: &Server, token: &str, prefix: &str) {
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let report = eight_gpu_report(prefix, 1, 1, now - now % WINDOW_MS - WINDOW_MS);
     let resp = reqwest::Client::new()
         .post(format!("{}/api/v1/reports", server.url))
@@ -194,7 +194,7 @@ async fn pages_read_the_replica_say_how_fresh_and_show_a_change_at_once() {
     .await;
     let fresh = clusters(&reader, &server, Some(&bi)).await;
     let as_of = chrono::DateTime::parse_from_rfc3339(fresh.as_of.as_deref().unwrap()).unwrap();
-    let behind = gpuledger_server::now_ms() - as_of.timestamp_millis();
+    let behind = gpuledger_server::clock::now_ms() - as_of.timestamp_millis();
     assert!((0..10_000).contains(&behind), "as of {as_of}: {behind} ms");
     let page = page_text(&admin, &format!("{}/", server.url)).await;
     assert!(page.contains("repa-001"), "{page}");

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use gpuledger_core::telemetry::StoredProcessWindow;
 use gpuledger_server::store;
-use gpuledger_server::store::{StoredGpuWindow, StoredProcessWindow};
+use gpuledger_server::store::telemetry::StoredGpuWindow;
 use serde_json::json;
 use support::*;
 
@@ -265,7 +266,10 @@ fn assert_matches_scenario(
 }
 
 /// A label the agent read from the process's environment, as stored.
-fn label_of<'a>(p: &'a gpuledger_server::store::StoredProcessWindow, key: &str) -> Option<&'a str> {
+fn label_of<'a>(
+    p: &'a gpuledger_core::telemetry::StoredProcessWindow,
+    key: &str,
+) -> Option<&'a str> {
     let start = p.labels_json.find(&format!("\"{key}\":\""))? + key.len() + 4;
     let len = p.labels_json[start..].find('"')?;
     Some(&p.labels_json[start..start + len])
@@ -397,7 +401,7 @@ async fn outage(db: TestDb) {
         spooled >= 2,
         "{label}: windows wait in the spool while the server is down ({spooled})"
     );
-    let server_up_ms = gpuledger_server::now_ms();
+    let server_up_ms = gpuledger_server::clock::now_ms();
     let _server = start_server(&db.url, port).await;
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let status = agent.terminate(Duration::from_secs(15));
@@ -524,7 +528,7 @@ async fn a_killed_agent_sends_its_open_batch_when_it_runs_again() {
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     first.0.kill().unwrap();
     first.0.wait().unwrap();
-    let killed_ms = gpuledger_server::now_ms();
+    let killed_ms = gpuledger_server::clock::now_ms();
     let store = db.open().await;
     assert_eq!(
         store::telemetry::batch_count(store.db()).await.unwrap(),
@@ -832,7 +836,7 @@ async fn token_cli_create_list_revoke() {
     );
     // Serving code on a host without an agent posts counts once its token is bound to the
     // endpoint, and not after the binding is taken back.
-    let start_ms = gpuledger_server::now_ms() - 3_600_000;
+    let start_ms = gpuledger_server::clock::now_ms() - 3_600_000;
     let usage = || {
         let url = format!("{}/api/v1/usage", server.url);
         let body = serde_json::json!({"source": "edge-1", "counts": [{"endpoint": "chat-api",
@@ -947,7 +951,7 @@ async fn a_rogue_token_cannot_rewrite_a_hosts_costs() {
         let rogue = create_token(&db.url, "rogue", "scratch");
         let server = start_server(&db.url, free_port()).await;
         let client = reqwest::Client::new();
-        let now = gpuledger_server::now_ms();
+        let now = gpuledger_server::clock::now_ms();
         let window = |batch: &str, util: f64, team: &str| {
             json!({
                 "batch_id": batch,
@@ -1038,7 +1042,7 @@ async fn a_refused_agent_keeps_its_windows_until_the_host_is_moved() {
     let old = create_token(&db.url, "old", "e2e");
     let new = create_token(&db.url, "new", "e2e");
     let server = start_server(&db.url, free_port()).await;
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let claim = json!({
         "batch_id": "old-1", "agent_version": "0.0.9",
         "host": {"hostname": "gpu-host-1", "cluster": "e2e"},

@@ -329,11 +329,7 @@ pub(super) fn host_hour_shares<'a, 'w>(
 /// The shares of a GPU in MIG mode whose agent reports its slices: each of its own windows
 /// shared by the MIG devices reporting in it (same start) and the idle slices.
 fn slice_shares<'a, 'w>(
-    (gpu, own_windows, instances): (
-        &'w str,
-        &[&'w AttributionWindow],
-        &Instances<'w>,
-    ),
+    (gpu, own_windows, instances): (&'w str, &[&'w AttributionWindow], &Instances<'w>),
     gpu_share: f64,
     at: &HourReading<'_, '_, 'a>,
     owners: &mut Owners<'a>,
@@ -394,11 +390,7 @@ fn slice_shares<'a, 'w>(
 /// The shares of a whole GPU, or of a GPU in MIG mode whose devices report without slices
 /// (each device its part of the GPU by its memory).
 fn device_shares<'a, 'w>(
-    (gpu, own_windows, instances): (
-        &'w str,
-        &[&'w AttributionWindow],
-        Option<&Instances<'w>>,
-    ),
+    (gpu, own_windows, instances): (&'w str, &[&'w AttributionWindow], Option<&Instances<'w>>),
     gpu_share: f64,
     at: &HourReading<'_, '_, 'a>,
     owners: &mut Owners<'a>,

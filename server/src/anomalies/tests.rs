@@ -135,7 +135,7 @@ fn summary(found: &[OwnerAnomaly]) -> Vec<(String, String, String, AnomalyKind)>
 /// owner value, or from host-days for a host's dimension), is the host-days' summed per key:
 /// cost to the atto-dollar, over whole days and the partial day up to now.
 async fn daily_spend_is_the_ledger_s(store: &dyn Store, b: &str) {
-    let schema = crate::config::OwnerSchema::default();
+    let schema = gpuledger_core::owners::OwnerSchema::default();
     let dimensions: Vec<GroupBy> = [
         "team",
         "model",
@@ -201,7 +201,7 @@ async fn injected_spikes_and_new_levels_are_found_and_the_normal_fleet_is_quiet(
     for db in crate::test_support::both().await {
         let b = db.backend;
         let store = db.open().await;
-        let card = crate::billing::ratecard::RateCard::default_card();
+        let card = gpuledger_core::ratecard::RateCard::default_card();
         let all = config(&["model", "experiment", "endpoint", "team"]);
         crate::demo::seed(store.as_ref(), &card, &all.attribution_rules(), NOW)
             .await

@@ -1,10 +1,11 @@
 //! What threads through every use case: where it reads and at which moment, and who is asking.
 
-use crate::billing::ratecard::RateCard;
 use crate::closing::ClosePolicy;
-use crate::config::{Config, OwnerSchema};
-use crate::session::Scope;
+use crate::config::Config;
 use crate::store::Store;
+use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::scope::Scope;
 
 /// Where a use case reads and as of when: the database chosen for this request (a read
 /// replica or the primary), the server's settings, and the moment the request is answered

@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::billing::ratecard::RateCard;
 use gpuledger_core::attribution::fixtures::{line, random_fleet, H};
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::HOUR_MS;
 use rust_decimal::Decimal;
 
@@ -54,7 +54,7 @@ proptest! {
         prop_assert_eq!(parts, r.attributed.total() + r.estimated.total());
         prop_assert_eq!(r.gpu_without_agent_total(), line_hours(&lines[lines.len() - 2], from, to)
             .into_iter().map(|(_, x)| x).sum::<Decimal>());
-        let t = &crate::allocation::totals(&a, &crate::carbon::Grid::unknown())[0];
+        let t = &gpuledger_core::allocation::totals(&a, &gpuledger_core::carbon::Grid::unknown())[0];
         prop_assert_eq!(t.cost, parts);
         prop_assert_eq!(
             t.idle_cost + t.held_idle_cost,

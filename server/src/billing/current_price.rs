@@ -8,10 +8,12 @@ use std::collections::HashMap;
 
 use rust_decimal::Decimal;
 
-use crate::billing::ratecard::RateCard;
 use crate::store;
-use crate::store::{HostRow, Store, StoreError, StoredCostLine};
+use crate::store::{Store, StoreError};
 use gpuledger_core::bill::spread_over_hours;
+use gpuledger_core::bill::StoredCostLine;
+use gpuledger_core::ratecard::RateCard;
+use gpuledger_core::telemetry::HostRow;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 
 /// How far back bills are read to price the present hour: as far as an hour after the bill's

@@ -24,7 +24,7 @@ use super::{normalize_resource_id, pricing_category, CostLine};
 use gpuledger_core::money::parse_amount;
 use gpuledger_core::time::month_start_ms;
 
-pub use gpuledger_core::bill::FocusError;
+use gpuledger_core::bill::FocusError;
 
 /// Columns without which a row means nothing. Provider is checked separately: FOCUS 1.3 renamed
 /// `ProviderName` to `ServiceProviderName`.

@@ -7,9 +7,11 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::billing::ratecard::RateCard;
 use crate::store::telemetry::BilledHost;
-use crate::store::{HostRow, StoredCostLine};
+use gpuledger_core::ratecard::RateCard;
+
+use gpuledger_core::bill::StoredCostLine;
+use gpuledger_core::telemetry::HostRow;
 
 const CATALOGUE: &str = include_str!("gpu_instances.toml");
 

@@ -19,9 +19,10 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::store;
-pub use crate::store::bills::{BillFiles, LineChunks};
-use crate::store::{ImportOutcome, NewImport, Replaces, Store, StoreError};
-pub use gpuledger_core::bill::{normalize_resource_id, CostLine};
+use crate::store::bills::LineChunks;
+use crate::store::bills::NewImport;
+use crate::store::{ImportOutcome, Replaces, Store, StoreError};
+use gpuledger_core::bill::{normalize_resource_id, CostLine};
 
 /// FOCUS 1.0 says On-Demand / Commitment-Based / Dynamic; 1.1+ says Standard / Committed /
 /// Dynamic. Usage covered by a commitment counts as committed whatever the column says.
@@ -83,7 +84,7 @@ const CHUNK_LINES: usize = 1_000;
 /// error, which is handed over last, or as soon as the receiver is gone.
 pub fn chunks_of<I>(lines: I) -> LineChunks
 where
-    I: IntoIterator<Item = Result<CostLine, focus::FocusError>> + Send + 'static,
+    I: IntoIterator<Item = Result<CostLine, gpuledger_core::bill::FocusError>> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tokio::task::spawn_blocking(move || {
@@ -172,7 +173,7 @@ impl BillFile {
             imported_ms: now_ms,
             delivery: delivery.clone(),
         };
-        let failed = |e: focus::FocusError| chunks_of(std::iter::once(Err(e)));
+        let failed = |e: gpuledger_core::bill::FocusError| chunks_of(std::iter::once(Err(e)));
         match self {
             BillFile::FocusPath {
                 path,
@@ -180,13 +181,13 @@ impl BillFile {
                 expected_rows,
             } => {
                 let opened = tokio::task::spawn_blocking(move || {
-                    let sha =
-                        sha256_of_file(&path).map_err(|e| focus::FocusError::Io(e.to_string()))?;
+                    let sha = sha256_of_file(&path)
+                        .map_err(|e| gpuledger_core::bill::FocusError::Io(e.to_string()))?;
                     let rows = focus_file::open_path(&path)?.expecting_rows(expected_rows);
-                    Ok::<_, focus::FocusError>((sha, rows))
+                    Ok::<_, gpuledger_core::bill::FocusError>((sha, rows))
                 })
                 .await
-                .unwrap_or_else(|e| Err(focus::FocusError::Io(e.to_string())));
+                .unwrap_or_else(|e| Err(gpuledger_core::bill::FocusError::Io(e.to_string())));
                 match opened {
                     Ok((sha, rows)) => (import("focus", name, sha), chunks_of(rows)),
                     Err(e) => (import("focus", name, String::new()), failed(e)),
@@ -218,7 +219,7 @@ pub enum ImportError {
     #[error("{file}: {error}")]
     Focus {
         file: String,
-        error: focus::FocusError,
+        error: gpuledger_core::bill::FocusError,
     },
     #[error(transparent)]
     Store(StoreError),
@@ -391,7 +392,9 @@ pub async fn import_focus(
 }
 
 /// Every imported bill file, newest first.
-pub async fn imports(store: &dyn Store) -> Result<Vec<store::BillingImportRow>, StoreError> {
+pub async fn imports(
+    store: &dyn Store,
+) -> Result<Vec<crate::store::bills::BillingImportRow>, StoreError> {
     store::bills::billing_imports(store.db()).await
 }
 

@@ -4,7 +4,8 @@
 
 use rust_decimal::Decimal;
 
-use crate::store::{self, BillingFilePeriodRow, Store, StoreError};
+use crate::store::bills::BillingFilePeriodRow;
+use crate::store::{self, Store, StoreError};
 use gpuledger_core::money::from_text;
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-pub use gpuledger_core::ratecard::{InstanceRate, Rate, RateCard};
+use gpuledger_core::ratecard::RateCard;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RateCardError {

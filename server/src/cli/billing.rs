@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store::Store;
 
 #[derive(clap::Subcommand, Debug)]

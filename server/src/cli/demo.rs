@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::serve::{self, ServeArgs};
 use super::{config_from, rate_card_from};
-use crate::{agent_tokens, auth, demo, now_ms, session};
+use crate::{agent_tokens, auth, clock::now_ms, demo, session};
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -64,7 +64,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         store.as_ref(),
         "demo",
         "admin",
-        &session::Scope::all(),
+        &gpuledger_core::scope::Scope::all(),
         password.clone(),
         now_ms(),
     )
@@ -89,7 +89,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         store.as_ref(),
         "applied-lead",
         "viewer",
-        &session::Scope::teams(["applied"])?,
+        &gpuledger_core::scope::Scope::teams(["applied"])?,
         password.clone(),
         now_ms(),
     )

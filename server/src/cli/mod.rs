@@ -16,8 +16,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::billing::ratecard::RateCard;
 use crate::store::{self, Store};
+use gpuledger_core::ratecard::RateCard;
 
 /// gpuledger server: GPU cost observability. Ingests agent reports and shows the fleet.
 ///

@@ -1,7 +1,6 @@
 //! `read-token`: read-only API tokens for BI tools, made, listed and revoked.
 
-use crate::now_ms;
-use crate::session;
+use crate::clock::now_ms;
 use crate::store::Store;
 
 #[derive(clap::Subcommand, Debug)]
@@ -25,7 +24,7 @@ pub async fn run(store: &dyn Store, command: ReadTokenCommand) -> anyhow::Result
             let secret = crate::read_tokens::create(
                 store,
                 &name,
-                &session::Scope::parse_list(&teams)?,
+                &gpuledger_core::scope::Scope::parse_list(&teams)?,
                 "command line",
                 now_ms(),
             )

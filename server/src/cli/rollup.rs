@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{config_from, rate_card_from};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store::Store;
 
 #[derive(clap::Args, Debug)]

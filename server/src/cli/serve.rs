@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{config_from, rate_card_from};
+use crate::http::AppState;
 use crate::store::{self, Store};
-use crate::AppState;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -95,7 +95,7 @@ pub async fn run(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     // Before the first report, so that on a new database it finds its day's partition made.
     crate::jobs::make_history_partitions_before_serving(
         state.store.as_ref(),
-        crate::now_ms(),
+        crate::clock::now_ms(),
         state.limits.retention_ms,
     )
     .await;
@@ -145,7 +145,7 @@ pub async fn run(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
     crate::serve(listener, state, limits, shutdown_signal()).await?;
     // A job this process was running stops with it: its leases go now, so another replica
     // takes the job at its next tick rather than when the lease expires.
-    match crate::jobs::release_this_process_leases(store.as_ref(), crate::now_ms()).await {
+    match crate::jobs::release_this_process_leases(store.as_ref(), crate::clock::now_ms()).await {
         Ok(n) if n > 0 => tracing::info!(leases = n, "job leases given up on shutdown"),
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "job leases not given up on shutdown"),
@@ -156,7 +156,7 @@ pub async fn run(state: AppState, args: &ServeArgs) -> anyhow::Result<()> {
 pub fn state_for(store: Arc<dyn Store>, args: &ServeArgs) -> anyhow::Result<AppState> {
     let mut state = AppState::new(store.clone());
     if let Some(url) = &args.read_database_url {
-        let replica = store::connect_replica(url, store.clone())
+        let replica = crate::store::replica::ReplicaStore::connect(url, store.clone())
             .with_context(|| format!("--read-database-url {}", store::redacted_url(url)))?;
         state.replica = Some(Arc::new(crate::replica::Replica::new(
             Arc::new(replica),

@@ -1,7 +1,7 @@
 //! `token`: agent tokens, made, listed, revoked, rotated, bound to owners, and hosts moved.
 
 use crate::agent_tokens;
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store::Store;
 
 #[derive(clap::Subcommand, Debug)]

@@ -1,7 +1,7 @@
 //! `user`: the people who sign in, added, scoped to teams, listed and removed, and their
 //! passwords.
 
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::session;
 use crate::store::Store;
 
@@ -36,7 +36,7 @@ pub async fn run(store: &dyn Store, command: UserCommand) -> anyhow::Result<()> 
             role,
             teams,
         } => {
-            let scope = session::Scope::parse_list(&teams)?;
+            let scope = gpuledger_core::scope::Scope::parse_list(&teams)?;
             let password = read_password()?;
             session::add_user(store, &username, &role, &scope, password, now_ms()).await?;
             println!(
@@ -45,7 +45,7 @@ pub async fn run(store: &dyn Store, command: UserCommand) -> anyhow::Result<()> 
             );
         }
         UserCommand::Teams { username, teams } => {
-            let scope = session::Scope::parse_list(&teams)?;
+            let scope = gpuledger_core::scope::Scope::parse_list(&teams)?;
             session::set_teams(store, &username, &scope).await?;
             println!("user {username:?} now sees {}", scope.describe());
         }

@@ -4,7 +4,7 @@
 use rust_decimal::Decimal;
 
 use super::{billed_hourly, fleet, instance_id, DEMO_SAVINGS_PLAN, FORGOTTEN_INSTANCE};
-use crate::billing::ratecard::RateCard;
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::{month_start_ms, DAY_MS, HOUR_MS};
 
 /// One demo bill line: what differs between lines; the rest is the same for the whole bill.

@@ -6,7 +6,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let store = db.open().await;
     let card = RateCard::default_card();
     let now = 1_795_300_000_000; // 2026-11-22
-    let rules = crate::attribution::Rules::default();
+    let rules = gpuledger_core::attribution::Rules::default();
     let reports = seed(store.as_ref(), &card, &rules, now).await.unwrap();
     assert!(reports > 500, "{reports}");
     let imports = store::bills::billing_imports(store.db()).await.unwrap();
@@ -118,7 +118,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let budgets = crate::budgets::for_month(
         store.as_ref(),
         (
-            &crate::config::OwnerSchema::default(),
+            &gpuledger_core::owners::OwnerSchema::default(),
             &gpuledger_core::scope::Scope::all(),
         ),
         gpuledger_core::time::month_of(now),
@@ -146,7 +146,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .await
         .unwrap();
     assert_eq!(episodes, crate::idle_history::episodes(&hourly));
-    let t = &crate::allocation::totals(&a, &crate::carbon::Grid::unknown())[0];
+    let t = &gpuledger_core::allocation::totals(&a, &gpuledger_core::carbon::Grid::unknown())[0];
     assert_eq!(
         episodes.iter().map(|e| e.cost).sum::<Decimal>(),
         t.idle_cost + t.held_idle_cost
@@ -168,15 +168,18 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
             .get("experiment")
             .is_some_and(|v| v == &["notebook"])));
     let kinds: std::collections::BTreeSet<_> = a.parts.iter().map(|p| p.kind).collect();
-    assert!(kinds.contains(&crate::attribution::Kind::Used));
-    assert!(kinds.contains(&crate::attribution::Kind::HeldIdle));
-    assert!(kinds.contains(&crate::attribution::Kind::Idle));
+    assert!(kinds.contains(&gpuledger_core::attribution::Kind::Used));
+    assert!(kinds.contains(&gpuledger_core::attribution::Kind::HeldIdle));
+    assert!(kinds.contains(&gpuledger_core::attribution::Kind::Idle));
     // The serving code's request counts give each endpoint a cost per 1,000 requests.
     let requests = store::usage::usage_totals(store.db(), from, to)
         .await
         .unwrap();
-    let unit =
-        crate::unit_costs::endpoint_costs(&a, &requests, &crate::config::OwnerSchema::default());
+    let unit = crate::unit_costs::endpoint_costs(
+        &a,
+        &requests,
+        &gpuledger_core::owners::OwnerSchema::default(),
+    );
     let names: Vec<&str> = unit.iter().map(|e| e.endpoint.as_str()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
     for endpoint in ["embeddings", "chat-api", "rerank"] {
@@ -189,7 +192,8 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let progress = store::usage::progress_totals(store.db(), from, to)
         .await
         .unwrap();
-    let mut runs = crate::unit_costs::training_runs(&a, &crate::config::OwnerSchema::default());
+    let mut runs =
+        crate::unit_costs::training_runs(&a, &gpuledger_core::owners::OwnerSchema::default());
     crate::unit_costs::with_progress(&mut runs, &progress);
     let sweeps: Vec<&crate::unit_costs::TrainingRun> =
         runs.iter().filter(|r| r.steps.is_some()).collect();
@@ -206,7 +210,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     // idle all week; never the chat endpoint, busy day and night, nor a training sweep.
     let quiet = crate::scale_to_zero::for_range(
         store.as_ref(),
-        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::owners::OwnerSchema::default(),
         &gpuledger_core::scope::EVERY_TEAM,
         from,
         to,
@@ -248,7 +252,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
         .iter()
         .filter(|p| {
             p.owner.get("endpoint") == Some("rerank")
-                && p.kind == crate::attribution::Kind::HeldIdle
+                && p.kind == gpuledger_core::attribution::Kind::HeldIdle
         })
         .map(|p| p.cost)
         .sum();
@@ -265,7 +269,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     // all week though quiet at night (shape counts what is paid for).
     let shape = crate::shape::for_range(
         store.as_ref(),
-        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::owners::OwnerSchema::default(),
         &gpuledger_core::scope::EVERY_TEAM,
         (from, to),
         now,
@@ -342,7 +346,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let recs = crate::recommend::snapshots::get(
         store.as_ref(),
         &card,
-        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::owners::OwnerSchema::default(),
         range,
         now,
     )
@@ -496,7 +500,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     let this_recs = crate::recommend::snapshots::get(
         store.as_ref(),
         &card,
-        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::owners::OwnerSchema::default(),
         this_range,
         now,
     )
@@ -542,7 +546,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     crate::incidents::evaluate(store.as_ref(), &card, &config, now)
         .await
         .unwrap();
-    let kinds = |open: &[crate::store::IncidentRow]| {
+    let kinds = |open: &[crate::store::alerts::IncidentRow]| {
         open.iter()
             .map(|i| (i.kind.clone(), i.cluster.clone()))
             .collect::<std::collections::BTreeSet<_>>()
@@ -559,7 +563,7 @@ async fn the_demo_fleet_goes_through_ingest_billing_and_attribution() {
     );
     // One incident per notebook host, not one per GPU.
     let notebooks =
-        |i: &&crate::store::IncidentRow| i.kind == "held_idle" && i.cluster == "train-east";
+        |i: &&crate::store::alerts::IncidentRow| i.kind == "held_idle" && i.cluster == "train-east";
     assert_eq!(open.iter().filter(notebooks).count(), 2);
     // On a Sunday night the reranker nobody calls holds its four hosts' GPUs idle: one
     // incident per host, since Friday 20:00.

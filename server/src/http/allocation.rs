@@ -1,24 +1,28 @@
 //! `GET /api/v1/allocation`: who the GPU bill belongs to, and `GET /api/v1/billing/imports`:
 //! what bills are in, with their exact totals.
 
-use crate::config::OwnerSchema;
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use gpuledger_core::owners::OwnerSchema;
 use serde::Serialize;
 
 use super::params::{bad, choice, csv_response, range};
 use super::session::{SignedIn, TeamScoped};
 use super::AppState;
-use crate::allocation::{self, AllocationRow, GroupBy, Step, Totals};
+use crate::allocation::{self};
+use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::focus_export::Format;
 use crate::ledger;
-use crate::now_ms;
-use crate::session::Scope;
 use crate::store::RollupGrain;
+use gpuledger_core::allocation::AllocationRow;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::allocation::Step;
+use gpuledger_core::allocation::Totals;
+use gpuledger_core::scope::Scope;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -236,11 +240,11 @@ async fn get_allocation(
     let attributed = if filters.is_empty() {
         loaded
     } else {
-        allocation::filtered(&loaded, &filters)
+        gpuledger_core::allocation::filtered(&loaded, &filters)
     };
     match format {
         AllocationFormat::Csv => {
-            let rows = allocation::group(&attributed, by, step, &grid);
+            let rows = gpuledger_core::allocation::group(&attributed, by, step, &grid);
             let body = allocation::to_csv(&rows).map_err(|e| ApiError::Internal(e.to_string()))?;
             Ok(csv_response(body, "gpuledger-allocation.csv"))
         }
@@ -249,8 +253,8 @@ async fn get_allocation(
             to: gpuledger_core::time::rfc3339(to),
             by,
             step,
-            rows: allocation::group(&attributed, by, step, &grid),
-            totals: allocation::totals(&attributed, &grid),
+            rows: gpuledger_core::allocation::group(&attributed, by, step, &grid),
+            totals: gpuledger_core::allocation::totals(&attributed, &grid),
         })
         .into_response()),
     }

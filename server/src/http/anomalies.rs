@@ -15,8 +15,8 @@ use super::params::{bad, month_asked, MonthQuery};
 use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, TeamScoped};
 use super::AppState;
 use crate::anomalies::{DismissError, OwnerAnomaly};
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::now_ms;
 use gpuledger_core::time::{month_label, rfc3339};
 
 pub fn router() -> Router<AppState> {

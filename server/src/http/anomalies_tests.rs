@@ -9,7 +9,7 @@ use tower::ServiceExt;
 
 use super::budgets_tests::{billed_host, send};
 use super::tests::{apis, write_ledger};
-use crate::now_ms;
+use crate::clock::now_ms;
 use gpuledger_core::time::{day_floor, month_label, rfc3339, DAY_MS};
 
 #[tokio::test]

@@ -18,7 +18,7 @@ use super::session::{AdminOnly, SignedIn};
 use crate::billing::periods::{periods_of, BillingPeriod};
 use crate::billing::{self, BillFile, ImportError};
 use crate::store::Replaces;
-use crate::{format, now_ms};
+use crate::{clock::now_ms, format};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::month_label;
 
@@ -76,7 +76,7 @@ struct ExportView {
     next_try: Option<String>,
 }
 
-fn export_views(rows: Vec<crate::exports::ExportRow>) -> Vec<ExportView> {
+fn export_views(rows: Vec<crate::store::exports::ExportRow>) -> Vec<ExportView> {
     rows.into_iter()
         .map(|r| {
             let done = r.status == "done";

@@ -14,11 +14,11 @@ use super::page::{error_page, render_with_status, Chrome};
 use super::params::{bad, month_asked, month_range, MonthQuery};
 use super::session::{write_body, AdminForm, AdminOnly, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
-use crate::allocation::calendar_month;
 use crate::budgets::{BudgetError, BudgetStatus, SetBudget};
+use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::format::money;
-use crate::now_ms;
+use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::time::{month_label, month_of};
 
 pub fn router() -> Router<AppState> {
@@ -238,7 +238,7 @@ fn view(s: &BudgetStatus) -> BudgetView {
         budget: m(s.amount),
         spent: m(s.forecast.spent),
         forecast: m(s.forecast.expected),
-        range: if s.standing == crate::budgets::Standing::NotBegun {
+        range: if s.standing == gpuledger_core::budget::Standing::NotBegun {
             "the month has not begun".into()
         } else if s.forecast.basis_days == 0 {
             "no history yet".into()
@@ -247,10 +247,10 @@ fn view(s: &BudgetStatus) -> BudgetView {
         },
         standing: s.standing.as_str(),
         class: match s.standing {
-            crate::budgets::Standing::Over => "over",
-            crate::budgets::Standing::AtRisk => "risk",
-            crate::budgets::Standing::OnTrack => "ok",
-            crate::budgets::Standing::NotBegun => "not-begun",
+            gpuledger_core::budget::Standing::Over => "over",
+            gpuledger_core::budget::Standing::AtRisk => "risk",
+            gpuledger_core::budget::Standing::OnTrack => "ok",
+            gpuledger_core::budget::Standing::NotBegun => "not-begun",
         },
         set_by: s.set_by.clone(),
     }
@@ -293,7 +293,7 @@ async fn page(
             next: month_label(to),
             month,
             budgets: rows.iter().map(view).collect(),
-            dimensions: crate::allocation::GroupBy::all(&state.config.owners)
+            dimensions: gpuledger_core::allocation::GroupBy::all(&state.config.owners)
                 .into_iter()
                 .map(|g| g.as_str())
                 .collect(),

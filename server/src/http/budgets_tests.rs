@@ -10,7 +10,7 @@ use rust_decimal::Decimal;
 use tower::ServiceExt;
 
 use super::tests::{apis, write_ledger, Api};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store::telemetry::{add_billed_hosts, BilledHost};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::{day_floor, month_label, month_of, DAY_MS};

@@ -12,7 +12,7 @@ use super::budgets_tests::billed_host;
 use super::scope_tests::two_teams;
 use super::security_tests::call;
 use super::tests::{apis, write_ledger, Api};
-use crate::now_ms;
+use crate::clock::now_ms;
 use gpuledger_core::time::{hour_floor, month_start_ms, HOUR_MS};
 
 /// One sample of the text exposition: metric name, labels, value.
@@ -63,7 +63,7 @@ async fn scrape(api: &Api, token: Option<&str>) -> (StatusCode, String) {
     (status, body)
 }
 
-async fn read_token(api: &Api, name: &str, scope: crate::read_tokens::Scope) -> String {
+async fn read_token(api: &Api, name: &str, scope: gpuledger_core::scope::Scope) -> String {
     crate::read_tokens::create(api.store.as_ref(), name, &scope, "admin-user", now_ms())
         .await
         .unwrap()
@@ -127,7 +127,7 @@ async fn cost_gauges_add_up_to_the_ledger_and_keep_to_the_tokens_teams() {
         assert!(refused.contains("\"unauthorized\""), "{b}: {refused}");
 
         // Every team: the month adds up to the allocation API's, owner by owner.
-        let all = read_token(&api, "grafana", crate::read_tokens::Scope::all()).await;
+        let all = read_token(&api, "grafana", gpuledger_core::scope::Scope::all()).await;
         let (status, text) = scrape(&api, Some(&all)).await;
         assert_eq!(status, StatusCode::OK, "{b}: {text}");
         let s = samples(&text);
@@ -210,7 +210,7 @@ async fn cost_gauges_add_up_to_the_ledger_and_keep_to_the_tokens_teams() {
         let alpha = read_token(
             &api,
             "alpha-grafana",
-            crate::read_tokens::Scope::teams(["alpha"]).unwrap(),
+            gpuledger_core::scope::Scope::teams(["alpha"]).unwrap(),
         )
         .await;
         let (status, text) = scrape(&api, Some(&alpha)).await;

@@ -29,9 +29,10 @@ use tower::ServiceExt;
 use super::security_tests::{Access, ROUTES};
 use super::{router, AppState};
 use crate::auth::{generate_token, hash_token};
-use crate::billing::ratecard::RateCard;
-use crate::store::{self, AgentStatus, NewToken, Store};
+use crate::store::tokens::NewToken;
+use crate::store::{self, AgentStatus, Store};
 use crate::{clock, sections, test_support};
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::{month_label, month_start_ms, rfc3339, DAY_MS, HOUR_MS};
 
@@ -285,7 +286,7 @@ async fn replica_app(
     let url = format!("{base}/{name}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let read = loop {
-        match store::connect_replica(&url, store.clone()) {
+        match crate::store::replica::ReplicaStore::connect(&url, store.clone()) {
             Ok(r) if store::replica::standby_state(r.db()).await.is_ok() => break r,
             _ if std::time::Instant::now() > deadline => panic!("the standby never had {name}"),
             _ => tokio::time::sleep(std::time::Duration::from_millis(200)).await,

@@ -18,11 +18,13 @@ use super::page::{self, Chrome};
 use super::session::TeamScoped;
 use super::AppState;
 use crate::billing::current_price::{self, GpuPrice};
-use crate::config::IdleConfig;
+use crate::clock::now_ms;
 use crate::format::{ago, bytes_gib, money, money_sums, percent};
-use crate::now_ms;
-use crate::store::{FleetProcess, FleetRow};
+
+use crate::store::telemetry::FleetProcess;
+use crate::store::telemetry::FleetRow;
 use gpuledger_core::activity::{Activity, Thresholds};
+use gpuledger_core::idle::IdleConfig;
 use gpuledger_core::telemetry::{AttributionWindow, Fault};
 
 /// A host that has not reported for this long is shown as stale.

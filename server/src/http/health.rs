@@ -101,12 +101,17 @@ async fn metrics(State(state): State<AppState>, request: Request) -> Result<Resp
         .map_err(|e| ApiError::Internal(format!("encoding the metrics: {e}")))?;
     text.push_str(&export_gauges(&state).await);
     if let Some(replica) = &state.replica {
-        text.push_str(&replica.exposition(crate::now_ms()));
+        text.push_str(&replica.exposition(crate::clock::now_ms()));
     }
     if let Some(scope) = reader {
         let cost = state
             .cost_metrics
-            .exposition(state.store.as_ref(), &state.config, &scope, crate::now_ms())
+            .exposition(
+                state.store.as_ref(),
+                &state.config,
+                &scope,
+                crate::clock::now_ms(),
+            )
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "rendering the cost gauges");

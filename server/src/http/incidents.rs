@@ -15,15 +15,17 @@ use super::page::{error_page, render, Chrome};
 use super::params::TableFormat;
 use super::session::{database_unavailable, AdminForm, CsrfForm, SignedIn, TeamScoped};
 use super::AppState;
+use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::format::ago;
 use crate::incidents;
-use crate::now_ms;
 use crate::slack;
-use crate::store::{IncidentRow, SlackMessageRow};
-use crate::waste::IncidentKind;
+
+use crate::store::alerts::IncidentRow;
+use crate::store::alerts::SlackMessageRow;
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::rfc3339;
+use gpuledger_core::waste::IncidentKind;
 
 use gpuledger_core::time::DAY_MS;
 
@@ -51,7 +53,7 @@ pub struct IncidentView {
     /// The GPUs' (and MIG instances') UUIDs.
     pub gpus: Vec<String>,
     /// The GPUs by host and NVML index, with the processes holding them idle.
-    pub devices: Vec<crate::waste::IdleDevice>,
+    pub devices: Vec<gpuledger_core::waste::IdleDevice>,
     /// Whose the GPUs are, per owner dimension, where the processes holding them say.
     pub owners: BTreeMap<String, String>,
     /// RFC 3339.
@@ -88,7 +90,7 @@ impl IncidentView {
     }
     /// One line per host's idle GPUs and per process holding one.
     pub fn device_lines(&self) -> Vec<String> {
-        crate::waste::describe_devices(&self.devices)
+        gpuledger_core::waste::describe_devices(&self.devices)
     }
     pub fn owners_text(&self) -> String {
         self.owners
@@ -170,7 +172,7 @@ async fn scoped_incidents(
     state: &AppState,
     store: &dyn crate::store::Store,
     range: (i64, i64),
-    scope: &crate::session::Scope,
+    scope: &gpuledger_core::scope::Scope,
 ) -> Result<Vec<IncidentRow>, crate::store::StoreError> {
     let rows = incidents::overlapping(store, range.0, range.1).await?;
     incidents::for_scope(store, rows, range, (scope, &state.config.owners)).await

@@ -13,8 +13,10 @@ use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL
 use super::login::{client_key, Peer};
 use super::AppState;
 use crate::error::ApiError;
-use crate::store::{AgentStatus, IngestOutcome, Refusal, TokenRow};
-use crate::{auth, now_ms, validate};
+use crate::store::tokens::Refusal;
+use crate::store::tokens::TokenRow;
+use crate::store::{AgentStatus, IngestOutcome};
+use crate::{auth, clock::now_ms, validate};
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()
@@ -210,7 +212,7 @@ async fn window_in_closed_month(
         )
     };
     Ok(Some(Refusal {
-        kind: crate::store::RefusalKind::MonthClosed,
+        kind: crate::store::tokens::RefusalKind::MonthClosed,
         field: format!("windows[{i}].start_ms"),
         message: format!(
             "{month} is closed ({why}): its figures are final, and a window for it would change \

@@ -24,7 +24,7 @@ use super::page::{error_page, render_with_status, Chrome};
 use super::session::{database_unavailable, session_cookie, CsrfForm, SignedInForm};
 use super::AppState;
 use crate::auth::generate_token;
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::oidc::{self, OidcError};
 use crate::session::{self, SignIn, FAILURE_WINDOW_MS};
 

@@ -61,10 +61,10 @@ use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::billing::ratecard::RateCard;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::validate::Limits;
+use gpuledger_core::ratecard::RateCard;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -119,7 +119,7 @@ impl AppState {
             config: &self.config,
             rate_card: &self.rate_card,
             close: self.close,
-            now: crate::now_ms(),
+            now: crate::clock::now_ms(),
         }
     }
 }

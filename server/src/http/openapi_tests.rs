@@ -16,8 +16,9 @@ use super::openapi::ApiDoc;
 use super::AppState;
 use crate::auth::{generate_token, hash_token};
 use crate::config::{Secret, SlackAppConfig};
-use crate::store::{self, NewToken, Store};
-use crate::{now_ms, test_support};
+use crate::store::tokens::NewToken;
+use crate::store::{self, Store};
+use crate::{clock::now_ms, test_support};
 use gpuledger_core::time::{day_floor, month_label, month_of, rfc3339, DAY_MS};
 
 const SLACK_SECRET: &str = "4b1d9e07c2a85f36e1d0c9b8a7f60512";
@@ -405,7 +406,7 @@ impl Live {
         )
         .await
         .unwrap();
-        let read = |name: &'static str, scope: crate::read_tokens::Scope| {
+        let read = |name: &'static str, scope: gpuledger_core::scope::Scope| {
             let store = store.clone();
             async move {
                 crate::read_tokens::create(store.as_ref(), name, &scope, "admin-user", now)
@@ -413,10 +414,10 @@ impl Live {
                     .unwrap()
             }
         };
-        let read_token = read("openapi", crate::read_tokens::Scope::all()).await;
+        let read_token = read("openapi", gpuledger_core::scope::Scope::all()).await;
         let team_token = read(
             "openapi-team",
-            crate::read_tokens::Scope::teams([TEAM]).unwrap(),
+            gpuledger_core::scope::Scope::teams([TEAM]).unwrap(),
         )
         .await;
         let admin_cookie = admin_session(store.as_ref()).await;

@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use scraper::{Html, Selector};
 
 use super::tests::{apis_with, report, Api};
+use crate::clock::now_ms;
 use crate::config::Config;
-use crate::now_ms;
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::{month_of, rfc3339};
 use rust_decimal::Decimal;
@@ -106,7 +106,7 @@ async fn fleet(api: &Api, config: &Config) {
     .unwrap();
     crate::rollup::run(
         api.store.as_ref(),
-        &crate::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &config.attribution_rules(),
         usize::MAX,
     )

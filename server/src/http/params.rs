@@ -6,9 +6,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::allocation::{self, calendar_month};
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::now_ms;
+use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::time::month_label;
 
 /// A 400 naming the parameter or body field at fault.
@@ -24,7 +24,7 @@ pub(super) fn range(from: &Option<String>, to: &Option<String>) -> Result<(i64, 
     let (default_from, default_to) = gpuledger_core::time::month_of(now_ms());
     let bound = |field: &str, v: &Option<String>, default: i64| match v {
         None => Ok(default),
-        Some(t) => allocation::parse_bound(t).ok_or_else(|| {
+        Some(t) => gpuledger_core::allocation::parse_bound(t).ok_or_else(|| {
             bad(
                 field,
                 format!("{t:?} is not YYYY-MM, YYYY-MM-DD or an RFC 3339 time"),

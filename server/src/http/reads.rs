@@ -106,7 +106,7 @@ pub async fn route(State(state): State<AppState>, req: Request, next: Next) -> R
         let written = jar
             .get(WRITTEN_COOKIE)
             .and_then(|c| c.value().parse::<i64>().ok());
-        replica.read_from(written, crate::now_ms())
+        replica.read_from(written, crate::clock::now_ms())
     } else {
         ReadFrom::Primary
     };
@@ -224,7 +224,7 @@ mod tests {
     async fn a_failed_read_from_the_replica_is_answered_from_the_primary() {
         let db = test_support::postgres().await;
         let primary = db.open().await;
-        let down = crate::store::connect_replica(
+        let down = crate::store::replica::ReplicaStore::connect(
             &format!("postgres://gpuledger@127.0.0.1:{}/none", closed_port()),
             primary.clone(),
         )
@@ -236,13 +236,13 @@ mod tests {
         ));
         let mut state = AppState::new(primary.clone());
         state.replica = Some(replica.clone());
-        let app = crate::router(state);
+        let app = crate::http::router(state);
         let secret = crate::read_tokens::create(
             primary.as_ref(),
             "bi",
             &gpuledger_core::scope::Scope::all(),
             "admin",
-            crate::now_ms(),
+            crate::clock::now_ms(),
         )
         .await
         .unwrap();
@@ -253,9 +253,9 @@ mod tests {
                 .unwrap()
         };
 
-        replica.assume_current(crate::now_ms());
+        replica.assume_current(crate::clock::now_ms());
         assert!(matches!(
-            replica.read_from(None, crate::now_ms()),
+            replica.read_from(None, crate::clock::now_ms()),
             ReadFrom::Replica { .. }
         ));
         let resp = app
@@ -267,14 +267,17 @@ mod tests {
         assert_eq!(resp.headers()[READ_FROM_HEADER], "primary");
         assert!(resp.headers().get(AS_OF_HEADER).is_none());
         assert_eq!(
-            replica.read_from(None, crate::now_ms()),
+            replica.read_from(None, crate::clock::now_ms()),
             ReadFrom::Primary,
             "not read again until a poll finds it readable"
         );
-        replica.poll(crate::now_ms()).await;
-        assert_eq!(replica.read_from(None, crate::now_ms()), ReadFrom::Primary);
+        replica.poll(crate::clock::now_ms()).await;
+        assert_eq!(
+            replica.read_from(None, crate::clock::now_ms()),
+            ReadFrom::Primary
+        );
         assert!(replica
-            .exposition(crate::now_ms())
+            .exposition(crate::clock::now_ms())
             .contains("gpuledger_read_replica_up 0"));
 
         // A GET that reads no figures (the health check) says nothing of where.

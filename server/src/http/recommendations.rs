@@ -14,11 +14,12 @@ use super::page::{error_page, render, Chrome};
 use super::params::TableFormat;
 use super::session::TeamScoped;
 use super::AppState;
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::now_ms;
-use crate::recommend::{snapshots, Recommendations};
-use crate::session::Scope;
+use crate::recommend::snapshots;
 use crate::store::StoreError;
+use gpuledger_core::recommend::Recommendations;
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::HOUR_MS;
 
 pub fn router() -> Router<AppState> {
@@ -82,11 +83,11 @@ async fn shape_api(
 struct ShapeResponse {
     /// `YYYY-MM`.
     month: String,
-    types: Vec<crate::shape::TypeShape>,
+    types: Vec<gpuledger_core::shape::TypeShape>,
     /// Per type the rate card prices: the month all on demand and with its floor's whole
     /// instances committed (at the rate card's `commit_1y`/`commit_3y`, else the committed rate
     /// the bill applied), the rest on demand. Empty for a team-scoped reader.
-    purchase_mix: Vec<crate::purchase::TypeMix>,
+    purchase_mix: Vec<gpuledger_core::purchase::TypeMix>,
 }
 
 /// `GET /api/v1/scale-to-zero[?month=YYYY-MM]`: the month's scale-to-zero windows.
@@ -179,7 +180,7 @@ fn asked_range(q: &LookbackQuery, now: i64) -> Result<snapshots::Range, ApiError
     if q.lookback.is_some() {
         return Err(bad("month and lookback are two ranges: ask for one".into()));
     }
-    let (from, to) = crate::allocation::calendar_month(month)
+    let (from, to) = gpuledger_core::allocation::calendar_month(month)
         .ok_or_else(|| bad(format!("{month:?} is not a month such as 2026-10")))?;
     snapshots::review_range(from, to, now).ok_or_else(|| bad(format!("{month} has not begun")))
 }

@@ -14,9 +14,11 @@ use super::billing::{views, PeriodView};
 use super::page::{error_page, render_with_status, Chrome};
 use super::session::{AdminForm, CsrfForm, SignedIn};
 use super::AppState;
-use crate::allocation::{calendar_month, GroupBy};
+
 use crate::closing::SignOff;
-use crate::{format, now_ms};
+use crate::{clock::now_ms, format};
+use gpuledger_core::allocation::calendar_month;
+use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::time::month_label;
 
 pub fn router() -> Router<AppState> {
@@ -154,7 +156,7 @@ fn recon_view(
             "idle (no process)",
             r.attributed.idle,
             2,
-            Some(drill(crate::allocation::IDLE_KEY)),
+            Some(drill(gpuledger_core::allocation::IDLE_KEY)),
         ),
         line(
             "unmonitored (billed hours with no agent data)",
@@ -163,7 +165,7 @@ fn recon_view(
             Some(if unwatched_by_team {
                 alloc.clone()
             } else {
-                drill(crate::allocation::UNMONITORED_KEY)
+                drill(gpuledger_core::allocation::UNMONITORED_KEY)
             }),
         ),
         line(
@@ -497,7 +499,7 @@ struct CommitmentsResponse {
     /// `YYYY-MM`.
     month: String,
     #[serde(flatten)]
-    commitments: crate::commitments::Commitments,
+    commitments: gpuledger_core::commitment::Commitments,
 }
 
 /// A month's reconciliation, one per currency its bill or ledger carries.

@@ -18,7 +18,7 @@ use super::AppState;
 use crate::app::review::charts;
 use crate::app::review::{day_and_time, DrillDown, DrillDownError, MonthReview, ReviewError};
 use crate::app::Viewer;
-use crate::now_ms;
+use crate::clock::now_ms;
 use gpuledger_core::time::month_label;
 
 pub fn router() -> Router<AppState> {

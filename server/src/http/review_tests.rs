@@ -9,7 +9,7 @@ use scraper::{Html, Selector};
 use tower::ServiceExt;
 
 use super::tests::{apis, report, Api};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store;
 use gpuledger_core::time::{
     hour_floor, month_label, month_of, month_start_ms, rfc3339, DAY_MS, HOUR_MS,
@@ -170,7 +170,7 @@ async fn fleet(api: &Api) {
         .await;
     assert_eq!(status, StatusCode::OK);
     // What `serve` does every minute: pages and the API read the rollups.
-    let card = crate::billing::ratecard::RateCard::default_card();
+    let card = gpuledger_core::ratecard::RateCard::default_card();
     let done = crate::rollup::run(api.store.as_ref(), &card, &Default::default(), usize::MAX)
         .await
         .unwrap();
@@ -549,7 +549,7 @@ async fn no_csv_cell_can_start_a_formula() {
             String::from_utf8_lossy(&body)
         );
         // Counts are taken for the endpoints the token's hosts ran, as the ledger has them.
-        let card = crate::billing::ratecard::RateCard::default_card();
+        let card = gpuledger_core::ratecard::RateCard::default_card();
         crate::rollup::run(api.store.as_ref(), &card, &Default::default(), usize::MAX)
             .await
             .unwrap();
@@ -734,7 +734,7 @@ async fn a_review_says_whether_its_month_is_final_and_shows_restatements() {
             .unwrap();
         store::closing::add_restatement(
             api.store.db(),
-            &crate::store::RestatementRow {
+            &crate::store::closing::RestatementRow {
                 month_ms: old,
                 created_ms: now_ms(),
                 reason: "late AWS credit".into(),
@@ -876,7 +876,7 @@ async fn a_month_billed_in_two_currencies_is_shown_in_one_and_names_the_other() 
             .unwrap();
         crate::rollup::run(
             api.store.as_ref(),
-            &crate::billing::ratecard::RateCard::default_card(),
+            &gpuledger_core::ratecard::RateCard::default_card(),
             &Default::default(),
             usize::MAX,
         )
@@ -961,7 +961,7 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
         crate::billing::import_focus(s, "old.csv", bill.into_bytes(), now_ms())
             .await
             .unwrap();
-        let card = crate::billing::ratecard::RateCard::default_card();
+        let card = gpuledger_core::ratecard::RateCard::default_card();
         crate::rollup::run(s, &card, &Default::default(), usize::MAX)
             .await
             .unwrap();
@@ -971,7 +971,7 @@ async fn a_closed_months_review_keeps_its_sections_until_restated() {
             .to_string();
         let key = crate::sections::key(
             &gpuledger_core::scope::EVERY_TEAM,
-            &crate::config::OwnerSchema::default(),
+            &gpuledger_core::owners::OwnerSchema::default(),
         );
         let kept = |section: &'static str| {
             let key = key.clone();
@@ -1070,7 +1070,7 @@ async fn the_month_under_ways_sections_are_refreshed_by_a_job_and_kept_for_minut
         let (admin, _) = api.session("admin").await;
         fleet(&api).await;
         let (from, next) = month_of(at());
-        let schema = crate::config::OwnerSchema::default();
+        let schema = gpuledger_core::owners::OwnerSchema::default();
         let key = crate::sections::key(&gpuledger_core::scope::EVERY_TEAM, &schema);
         let stored = |section: &'static str| {
             let key = key.clone();
@@ -1203,7 +1203,7 @@ async fn a_table_shows_its_costliest_keys_and_sums_the_rest() {
             .post(Some(&api.token), serde_json::to_vec(&r).unwrap())
             .await;
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-        let card = crate::billing::ratecard::RateCard::default_card();
+        let card = gpuledger_core::ratecard::RateCard::default_card();
         crate::rollup::run(api.store.as_ref(), &card, &Default::default(), usize::MAX)
             .await
             .unwrap();

@@ -8,7 +8,7 @@ use super::budgets_tests::{billed_host, send};
 use super::security_tests::{call, concrete, Access, ROUTES};
 use super::tests::{apis, write_ledger, Api};
 use crate::auth::{generate_token, hash_token};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store;
 use gpuledger_core::time::{month_start_ms, HOUR_MS};
 
@@ -41,7 +41,7 @@ pub(super) async fn incident_on(api: &Api, host: i64, team: &str) -> i64 {
     let now = now_ms();
     store::alerts::insert_incident(
         api.store.db(),
-        &store::IncidentUpdate {
+        &crate::store::alerts::IncidentUpdate {
             incident_key: format!("held:c/{host}/{team}"),
             kind: "held_idle".into(),
             cluster: "c".into(),
@@ -168,7 +168,7 @@ async fn a_team_scoped_viewer_and_token_get_nothing_of_another_team() {
         let token = crate::read_tokens::create(
             api.store.as_ref(),
             "alpha-bi",
-            &crate::read_tokens::Scope::teams(["alpha"]).unwrap(),
+            &gpuledger_core::scope::Scope::teams(["alpha"]).unwrap(),
             "admin-user",
             now_ms(),
         )

@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use tower::ServiceExt;
 
 use super::tests::{apis, error_of, Api};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store;
 
 /// Who may use a route.
@@ -197,7 +197,7 @@ async fn bi_token(api: &Api) -> String {
     crate::read_tokens::create(
         api.store.as_ref(),
         "bi",
-        &crate::read_tokens::Scope::all(),
+        &gpuledger_core::scope::Scope::all(),
         "admin-user",
         now_ms(),
     )

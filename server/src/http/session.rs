@@ -18,9 +18,10 @@ use serde::de::DeserializeOwned;
 use super::page::{error_page, Chrome};
 use super::AppState;
 use crate::auth::hash_token;
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::now_ms;
-use crate::session::{tokens_equal, Role, Scope, SESSION_TTL_MS};
+use crate::session::{tokens_equal, Role, SESSION_TTL_MS};
+use gpuledger_core::scope::Scope;
 
 use super::cookies::SESSION_COOKIE;
 
@@ -359,7 +360,7 @@ impl From<&SignedIn> for Chrome {
             role: s.role.as_str(),
             csrf: s.csrf.clone(),
             teams: (!s.scope.is_all()).then(|| s.scope.describe()),
-            generated: crate::format::utc_minute(crate::now_ms()),
+            generated: crate::format::utc_minute(crate::clock::now_ms()),
             freshness: s.reads.freshness(),
         }
     }

@@ -43,7 +43,7 @@ fn signed<'a>(
         header("x-slack-request-timestamp"),
         header("x-slack-signature"),
         body,
-        crate::now_ms(),
+        crate::clock::now_ms(),
     )
     .map_err(|why| {
         tracing::warn!(reason = %why, "refused a request signed as from Slack");
@@ -130,7 +130,7 @@ async fn command(State(state): State<AppState>, headers: HeaderMap, body: Bytes)
     let text = form.text;
     let (store, config) = (state.store.clone(), state.config.clone());
     let work = tokio::spawn(async move {
-        slack_app::command(store.as_ref(), &config, &text, crate::now_ms()).await
+        slack_app::command(store.as_ref(), &config, &text, crate::clock::now_ms()).await
     });
     // A month of a large fleet may take longer than Slack waits: then the answer follows at
     // the command's response_url.
@@ -192,7 +192,7 @@ async fn interaction(State(state): State<AppState>, headers: HeaderMap, body: By
     else {
         return plain(StatusCode::BAD_REQUEST, "no JSON `payload` field");
     };
-    match slack_app::act(state.store.as_ref(), &payload, crate::now_ms()).await {
+    match slack_app::act(state.store.as_ref(), &payload, crate::clock::now_ms()).await {
         Ok(Some(acted)) => {
             // Only to Slack: a response_url elsewhere is not Slack's to give.
             if slack_app::is_response_url(&acted.response_url, &app.response_url_prefix) {

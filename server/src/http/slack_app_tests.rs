@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::scope_tests::two_teams;
 use super::tests::{apis_with, Api};
+use crate::clock::now_ms;
 use crate::config::{Secret, SlackAppConfig};
-use crate::now_ms;
 use crate::slack_app::sign;
 
 const SECRET: &str = "e2a5b7c1d9f04386a1b2c3d4e5f60718";

@@ -11,8 +11,9 @@ use tower::ServiceExt;
 use super::{router, AppState};
 use crate::auth::{generate_token, hash_token};
 use crate::store;
-use crate::store::{NewToken, Store};
-use crate::{now_ms, test_support};
+use crate::store::tokens::NewToken;
+use crate::store::Store;
+use crate::{clock::now_ms, test_support};
 
 pub(super) struct Api {
     pub(super) app: Router,
@@ -36,7 +37,7 @@ pub(super) async fn write_ledger(
     let mut marks = Vec::new();
     for &(hour, host, team, kind, cost) in entries {
         let (cost_nano, cost_atto) = gpuledger_core::money::to_nano_atto(cost);
-        marks.push(store::DirtyMark {
+        marks.push(crate::store::rollups::DirtyMark {
             hour_ms: hour,
             host_id: host,
             generation: 0,
@@ -909,7 +910,7 @@ async fn an_incident_names_its_gpus_processes_and_users() {
         let now = now_ms();
         let id = store::alerts::insert_incident(
             api.store.db(),
-            &crate::store::IncidentUpdate {
+            &crate::store::alerts::IncidentUpdate {
                 incident_key: "held:c1/nb-1".into(),
                 kind: "held_idle".into(),
                 cluster: "c1".into(),
@@ -1411,7 +1412,7 @@ async fn a_window_for_a_closed_month_is_refused() {
         // Signed off, October closes at once.
         store::closing::sign_off_month(
             api.store.db(),
-            &store::SignOffRow {
+            &crate::store::closing::SignOffRow {
                 month_ms: ms("2026-10-01T00:00:00Z"),
                 signed_ms: now,
                 by_user: "finance".into(),

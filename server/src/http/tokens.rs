@@ -17,9 +17,9 @@ use super::page::{error_page, render_with_status, Chrome};
 use super::session::{AdminForm, AdminOnly, CsrfForm};
 use super::AppState;
 use crate::agent_tokens::{self, TokenAdminError, TokenRequest};
+use crate::clock::now_ms;
 use crate::format::ago;
-use crate::now_ms;
-use crate::store::TokenRow;
+use crate::store::tokens::TokenRow;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -42,7 +42,7 @@ struct ReadTokenView {
     teams: String,
 }
 
-fn read_view(t: &crate::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
+fn read_view(t: &crate::store::read_tokens::ReadTokenRow, now: i64) -> ReadTokenView {
     ReadTokenView {
         name: t.name.clone(),
         state: if t.revoked_ms.is_some() {
@@ -451,7 +451,7 @@ async fn create_read(
     State(state): State<AppState>,
     AdminForm { user, form }: AdminForm<NameForm>,
 ) -> Response {
-    let scope = match crate::read_tokens::Scope::parse_list(&form.teams) {
+    let scope = match gpuledger_core::scope::Scope::parse_list(&form.teams) {
         Ok(scope) => scope,
         Err(e) => {
             return answer_error(&state, &user, TokenAdminError::Invalid(e.to_string())).await

@@ -7,8 +7,8 @@ use axum::http::StatusCode;
 use scraper::{Html, Selector};
 
 use super::tests::{apis_with, Api};
+use crate::clock::now_ms;
 use crate::config::Config;
-use crate::now_ms;
 use gpuledger_core::time::{month_of, rfc3339, HOUR_MS};
 
 const SP: &str = "arn:aws:savingsplans::111122223333:savingsplan/sp-pages";
@@ -34,7 +34,7 @@ async fn bill_and_roll_up(api: &Api, config: &Config, month: i64) {
         .unwrap();
     crate::rollup::run(
         api.store.as_ref(),
-        &crate::billing::ratecard::RateCard::default_card(),
+        &gpuledger_core::ratecard::RateCard::default_card(),
         &config.attribution_rules(),
         usize::MAX,
     )

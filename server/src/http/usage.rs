@@ -2,7 +2,6 @@
 //! an agent token); `GET /api/v1/usage` answers cost per 1,000 requests per endpoint and
 //! `GET /api/v1/runs` the cost of each training run, as JSON or CSV.
 
-use crate::allocation::GroupBy;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, State};
@@ -11,6 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::owners::Role;
 use serde::{Deserialize, Serialize};
 
@@ -18,12 +18,14 @@ use super::params::{bad, csv_response, query_of, range, TableFormat};
 use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
-use crate::session::Scope;
+use crate::ledger;
 use crate::store::RollupGrain;
-use crate::store::{RunProgress, UsageCount};
+
+use crate::store::usage::RunProgress;
+use crate::store::usage::UsageCount;
 use crate::unit_costs::{self, EndpointUnitCost, TrainingRun};
-use crate::{attribution, ledger};
-use crate::{auth, now_ms};
+use crate::{auth, clock::now_ms};
+use gpuledger_core::scope::Scope;
 use gpuledger_core::time::rfc3339;
 
 /// Counts one post may carry.
@@ -310,7 +312,7 @@ struct UsageResponse {
 pub(super) async fn endpoint_costs(
     state: &AppState,
     store: &dyn crate::store::Store,
-    a: &attribution::Attribution,
+    a: &gpuledger_core::attribution::Attribution,
     range: (i64, i64),
     scope: &Scope,
 ) -> Result<Vec<EndpointUnitCost>, ApiError> {

@@ -15,8 +15,9 @@ use super::session::{
     database_unavailable, AdminForm, AdminOnly, CsrfForm, SignedIn, SignedInForm, TeamScoped,
 };
 use super::AppState;
-use crate::now_ms;
-use crate::session::{AccountError, Scope};
+use crate::clock::now_ms;
+use crate::session::AccountError;
+use gpuledger_core::scope::Scope;
 
 pub fn router() -> Router<AppState> {
     Router::new()

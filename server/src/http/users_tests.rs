@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 
 use super::tests::apis;
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::session::{sign_in, AccountError, SignIn};
 
 /// Signs `name` in with `password`; the session's cookie, or `None` where refused.
@@ -192,7 +192,7 @@ async fn admins_manage_people_and_everybody_their_own_password() {
         crate::read_tokens::create(
             api.store.as_ref(),
             "dana-bi",
-            &crate::read_tokens::Scope::all(),
+            &gpuledger_core::scope::Scope::all(),
             "dana",
             now_ms(),
         )
@@ -228,7 +228,7 @@ async fn admins_manage_people_and_everybody_their_own_password() {
             store,
             "ops",
             "admin",
-            &crate::session::Scope::all(),
+            &gpuledger_core::scope::Scope::all(),
             "ops long secret".into(),
             now_ms(),
         )

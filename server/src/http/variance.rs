@@ -10,9 +10,11 @@ use serde::Deserialize;
 use super::params::{bad, csv_response, query_of, TableFormat};
 use super::session::TeamScoped;
 use super::AppState;
-use crate::allocation::{calendar_month, GroupBy};
+
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::now_ms;
+use gpuledger_core::allocation::calendar_month;
+use gpuledger_core::allocation::GroupBy;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/variance", get(variance_api))

@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 use scraper::{Html, Selector};
 
 use super::tests::{apis, write_ledger, Api};
-use crate::now_ms;
+use crate::clock::now_ms;
 use crate::store::telemetry::{add_billed_hosts, BilledHost};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::{month_label, month_start_ms, HOUR_MS};

@@ -89,7 +89,7 @@ fn config(webhook: &str, remind: Duration) -> Config {
 async fn agent_token(store: &dyn Store) {
     store::tokens::create_token(
         store.db(),
-        &crate::store::NewToken::for_cluster("agent", "h", "*-*"),
+        &crate::store::tokens::NewToken::for_cluster("agent", "h", "*-*"),
         T,
     )
     .await

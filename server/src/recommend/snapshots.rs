@@ -8,10 +8,10 @@
 //! retires it, even one that committed while a view was computing it.
 
 use super::{recommend, Options, Recommendations};
-use crate::billing::ratecard::RateCard;
-use crate::config::OwnerSchema;
 use crate::store;
 use crate::store::{Store, StoreError};
+use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::time::DAY_MS;
 use gpuledger_core::time::{hour_floor, HOUR_MS};
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::billing::ratecard::RateCard;
+use gpuledger_core::ratecard::RateCard;
 use gpuledger_core::recommend::catalog::identify;
 use rust_decimal::Decimal;
 use std::str::FromStr;
@@ -23,9 +23,11 @@ fn identifies_gpus_by_name_and_memory() {
     assert!(identify("Quadro P1000", None).is_none());
 }
 
-use crate::attribution::attribute;
 use crate::rollup::usage_rows;
-use crate::store::{HostRow, StoredCostLine, UsageRow};
+use crate::store::rollups::UsageRow;
+use gpuledger_core::attribution::attribute;
+use gpuledger_core::bill::StoredCostLine;
+use gpuledger_core::telemetry::HostRow;
 use gpuledger_core::time::HOUR_MS;
 
 const H: i64 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR_MS;
@@ -513,7 +515,7 @@ fn usage_counts_a_window_once_per_label() {
     twin.pid = 2;
     twin.memory_used_max_bytes = Some(5 << 30);
     ps.push(twin);
-    let rows = usage_rows(&ws, &ps, &crate::config::OwnerSchema::default());
+    let rows = usage_rows(&ws, &ps, &gpuledger_core::owners::OwnerSchema::default());
     let first: Vec<&UsageRow> = rows
         .iter()
         .filter(|r| r.period_ms == H && r.owner_by == "endpoint")

@@ -8,13 +8,20 @@ use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use rust_decimal::Decimal;
 
 use super::*;
-use crate::attribution::{Attribution, Kind, Owner, Rules};
-use crate::config::OwnerSchema;
+
 use crate::ledger::{attributed_costs, experiment_hours, gpu_days, load, top_gpus, Keep};
-use crate::recommend::{evidence_from_raw, recommend, Options, Recommendations};
+use crate::recommend::evidence_from_raw;
 use crate::store;
 use crate::store::AgentStatus;
 use crate::test_support;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::attribution::Owner;
+use gpuledger_core::attribution::Rules;
+use gpuledger_core::owners::OwnerSchema;
+use gpuledger_core::recommend::recommend;
+use gpuledger_core::recommend::Options;
+use gpuledger_core::recommend::Recommendations;
 use gpuledger_core::time::DAY_MS;
 
 /// Three hours before a UTC midnight, so the data spans two days.
@@ -96,7 +103,7 @@ const FOCUS_HEADER: &str = "ProviderName,BillingAccountId,BillingPeriodStart,Cha
 async fn agent_token(s: &dyn Store, clusters: &str, at: i64) -> i64 {
     store::tokens::create_token(
         s.db(),
-        &crate::store::NewToken::for_cluster("t", "h", clusters),
+        &crate::store::tokens::NewToken::for_cluster("t", "h", clusters),
         at,
     )
     .await
@@ -152,7 +159,7 @@ async fn recommended(store: &dyn Store, card: &RateCard, from: i64, to: i64) -> 
         store,
         from,
         to,
-        &crate::config::OwnerSchema::default(),
+        &gpuledger_core::owners::OwnerSchema::default(),
     )
     .await
     .unwrap();
@@ -426,9 +433,12 @@ async fn assert_days_by_match(store: &dyn Store, from: i64, to: i64, what: &str)
 /// allocation from the host-days: the same rows and totals, to the atto-dollar, with the same
 /// GPU-hours, utilization, energy and emissions (each host's grid by its region).
 async fn assert_by_value_matches(store: &dyn Store, from: i64, to: i64, what: &str) {
-    use crate::allocation::{group, totals, GroupBy, Step};
+    use gpuledger_core::allocation::group;
+    use gpuledger_core::allocation::totals;
+    use gpuledger_core::allocation::GroupBy;
+    use gpuledger_core::allocation::Step;
     let per_host = load(store, from, to, RollupGrain::HostDay).await.unwrap();
-    let table = crate::carbon::GridTable::default();
+    let table = gpuledger_core::carbon::GridTable::default();
     let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
         (x, y) => x == y,
@@ -449,7 +459,7 @@ async fn assert_by_value_matches(store: &dyn Store, from: i64, to: i64, what: &s
             assert!(!want.is_empty(), "{what}");
             assert_eq!(got.len(), want.len(), "{what}: {dimension} {step:?}");
             for (g, w) in got.iter().zip(&want) {
-                let money = |r: &crate::allocation::AllocationRow| {
+                let money = |r: &gpuledger_core::allocation::AllocationRow| {
                     (
                         r.period_start.clone(),
                         r.key.clone(),
@@ -579,7 +589,10 @@ async fn assert_by_value_kept(store: &dyn Store, what: &str) {
 /// owner as hosts summed one by one do: the review's tables, totals and emissions, and each pair
 /// of dimensions (variance sets teams against instance types), to the nano-dollar.
 async fn assert_host_groups_match(store: &dyn Store, from: i64, to: i64, what: &str) {
-    use crate::allocation::{group, key_of, GroupBy, Step};
+    use gpuledger_core::allocation::group;
+    use gpuledger_core::allocation::key_of;
+    use gpuledger_core::allocation::GroupBy;
+    use gpuledger_core::allocation::Step;
     let per_host = load(store, from, to, RollupGrain::HostRange).await.unwrap();
     let grouped = load(store, from, to, RollupGrain::HostGroupRange)
         .await
@@ -604,7 +617,7 @@ async fn assert_host_groups_match(store: &dyn Store, from: i64, to: i64, what: &
         );
         assert_eq!(g.len(), h.len(), "{what}: {by:?}");
         for (g, h) in g.iter().zip(&h) {
-            let money = |r: &crate::allocation::AllocationRow| {
+            let money = |r: &gpuledger_core::allocation::AllocationRow| {
                 (
                     r.key.clone(),
                     r.currency.clone(),
@@ -802,7 +815,7 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
             store,
             from,
             to,
-            &crate::config::OwnerSchema::default(),
+            &gpuledger_core::owners::OwnerSchema::default(),
         )
         .await
         .unwrap();
@@ -826,9 +839,12 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
             crate::unit_costs::training_runs_by_day(
                 &per_host,
                 &hours,
-                &crate::config::OwnerSchema::default()
+                &gpuledger_core::owners::OwnerSchema::default()
             ),
-            crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default()),
+            crate::unit_costs::training_runs(
+                &hourly,
+                &gpuledger_core::owners::OwnerSchema::default()
+            ),
             "{what}: training runs from {grain:?} rollups"
         );
     }
@@ -850,13 +866,14 @@ async fn assert_matches_raw(store: &dyn Store, card: &RateCard, what: &str) {
         "{what}: the costliest GPU"
     );
     assert!(top.iter().all(|p| p.gpu_uuid == top[0].gpu_uuid));
-    let by_hour = crate::unit_costs::training_runs(&hourly, &crate::config::OwnerSchema::default());
+    let by_hour =
+        crate::unit_costs::training_runs(&hourly, &gpuledger_core::owners::OwnerSchema::default());
     assert!(by_hour.len() >= 2, "{what}: runs in the fixture");
     assert_eq!(
         crate::unit_costs::training_runs_by_day(
             &daily,
             &hours,
-            &crate::config::OwnerSchema::default()
+            &gpuledger_core::owners::OwnerSchema::default()
         ),
         by_hour,
         "{what}: training runs from daily rollups"
@@ -1531,7 +1548,7 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
                     from,
                     to,
                     &crate::focus_export::Selection::everything(
-                        &crate::config::OwnerSchema::default(),
+                        &gpuledger_core::owners::OwnerSchema::default(),
                     ),
                     crate::focus_export::Format::Csv,
                     &tx,
@@ -1593,8 +1610,11 @@ async fn a_gpu_instance_without_agent_is_attributed_until_its_agent_comes() {
 /// agree. Both backends.
 #[tokio::test]
 async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid() {
-    use crate::allocation::{group, totals, GroupBy, Step};
-    use crate::carbon::GridTable;
+    use gpuledger_core::allocation::group;
+    use gpuledger_core::allocation::totals;
+    use gpuledger_core::allocation::GroupBy;
+    use gpuledger_core::allocation::Step;
+    use gpuledger_core::carbon::GridTable;
     let card = RateCard::default_card();
     let schema = OwnerSchema::default();
     let rules = Rules {
@@ -1686,7 +1706,7 @@ async fn energy_nobody_measured_is_unknown_and_emissions_follow_each_hosts_grid(
         );
         assert!(t.energy_measured_share.unwrap() < 0.51, "{b}: {t:?}");
         // Energy drawn where no grid is known: no total that leaves it out.
-        let no_grid = totals(&daily, &crate::carbon::Grid::unknown());
+        let no_grid = totals(&daily, &gpuledger_core::carbon::Grid::unknown());
         assert_eq!(no_grid[0].kg_co2e, None, "{b}");
         assert_eq!(no_grid[0].energy_kwh, t.energy_kwh, "{b}");
         // Summed per value and grid by the database, the same figures.

@@ -102,13 +102,13 @@ fn every_payload_passes_block_kit_validation() {
             Event::StoppedReporting,
         ] {
             // 64 GPUs held by processes with names and labels as long as ingest allows.
-            let devices: Vec<crate::waste::IdleDevice> = (0..64)
-                .map(|g| crate::waste::IdleDevice {
+            let devices: Vec<gpuledger_core::waste::IdleDevice> = (0..64)
+                .map(|g| gpuledger_core::waste::IdleDevice {
                     host: host.unwrap_or(cluster).to_owned(),
                     uuid: format!("GPU-{g}"),
                     index: Some(g),
                     fault: None,
-                    processes: vec![crate::waste::HeldProcess {
+                    processes: vec![gpuledger_core::waste::HeldProcess {
                         gpu_uuid: format!("GPU-{g}"),
                         pid: 1000 + g,
                         name: Some("&<p>".repeat(64)),

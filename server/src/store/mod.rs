@@ -46,23 +46,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use gpuledger_proto::Report;
 
-pub use accounts::{SessionRow, UserRow};
-pub use alerts::{IncidentRow, IncidentUpdate, SlackMessageRow, SnoozeRow};
-pub use bills::{BillLine, BillingFilePeriodRow, BillingImportRow, NewImport};
-pub use closing::{RestatementRow, SignOffRow};
-pub use db::{Db, Dialect};
-pub use ledger::{CurrencyCostRow, ExperimentDayRow};
+use bills::{BillLine, BillingFilePeriodRow, BillingImportRow};
+use closing::{RestatementRow, SignOffRow};
+use db::{Db, Dialect};
+use ledger::{CurrencyCostRow, ExperimentDayRow};
 pub use postgres::PostgresStore;
-pub use replica::{connect_replica, ReplicaStore};
-pub use rollups::{DirtyMark, UnattributedRow, UsageRow};
+use rollups::{DirtyMark, UnattributedRow, UsageRow};
 pub use sqlite::SqliteStore;
-pub use telemetry::{FleetProcess, FleetRow, StoredGpuWindow};
+use telemetry::{FleetProcess, FleetRow, StoredGpuWindow};
 // The read models attribution takes are the core's: storage fills them.
-pub use gpuledger_core::bill::StoredCostLine;
-pub use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow, UsageTotal};
-pub(crate) use tokens::token_active_sql;
-pub use tokens::{NewToken, Refusal, RefusalKind, RefusalRow, TokenRow};
-pub use usage::{RunProgress, UsageCount};
+use gpuledger_core::bill::StoredCostLine;
+use gpuledger_core::telemetry::{AttributionWindow, HostRow, StoredProcessWindow, UsageTotal};
+use tokens::{Refusal, RefusalKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -412,7 +407,7 @@ macro_rules! host_on_conflict_sql {
             token_id = excluded.token_id
          WHERE (hosts.token_id IS NULL OR hosts.token_id = excluded.token_id
                 OR NOT EXISTS (SELECT 1 FROM api_tokens t WHERE t.id = hosts.token_id AND ",
-            $crate::store::token_active_sql!("t", $now),
+            $crate::store::tokens::token_active_sql!("t", $now),
             "))"
         )
     };

@@ -258,7 +258,7 @@ const INGEST_TOGETHER: &str = concat!(
         FROM ids JOIN rep ON rep.r = ids.r JOIN gpus x ON x.uuid = ids.uuid
         JOIN hosts y ON y.id = x.host_id JOIN api_tokens t ON t.id = y.token_id
         WHERE y.token_id <> rep.token_id AND ",
-    super::token_active_sql!("t", "rep.now_ms"),
+    super::tokens::token_active_sql!("t", "rep.now_ms"),
     "
      ), h AS (",
     super::host_columns_sql!(),

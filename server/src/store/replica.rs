@@ -19,36 +19,38 @@ pub struct ReplicaStore {
     primary: Arc<dyn Store>,
 }
 
-/// Opens the read replica at `url` for the primary `primary`. Connections are made when first
-/// used, so a replica that is down when the server starts does not stop it: pages read from the
-/// primary until the replica answers.
-pub fn connect_replica(url: &str, primary: Arc<dyn Store>) -> Result<ReplicaStore, StoreError> {
-    if !super::is_postgres_url(url) {
-        return Err(StoreError::Invalid(format!(
-            "a read replica is a PostgreSQL standby (postgres://...), not {}",
-            super::redacted_url(url)
-        )));
+impl ReplicaStore {
+    /// Opens the read replica at `url` for the primary `primary`. Connections are made when first
+    /// used, so a replica that is down when the server starts does not stop it: pages read from the
+    /// primary until the replica answers.
+    pub fn connect(url: &str, primary: Arc<dyn Store>) -> Result<ReplicaStore, StoreError> {
+        if !super::is_postgres_url(url) {
+            return Err(StoreError::Invalid(format!(
+                "a read replica is a PostgreSQL standby (postgres://...), not {}",
+                super::redacted_url(url)
+            )));
+        }
+        if primary.backend() != "postgres" {
+            return Err(StoreError::Invalid(
+                "a read replica needs a PostgreSQL primary (--database-url postgres://...)".into(),
+            ));
+        }
+        // A statement the standby never answers fails, and its page is read from the primary
+        // (`http::reads`), rather than waiting for ever.
+        let options = sqlx::postgres::PgConnectOptions::from_str(url)?
+            .options([("statement_timeout", "60s")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            // A replica that stopped answering is left for the primary by the next poll; until
+            // then a page waits this long, not the primary's 15 s.
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options);
+        Ok(ReplicaStore {
+            db: Db::Postgres { pool: pool.clone() },
+            pool,
+            primary,
+        })
     }
-    if primary.backend() != "postgres" {
-        return Err(StoreError::Invalid(
-            "a read replica needs a PostgreSQL primary (--database-url postgres://...)".into(),
-        ));
-    }
-    // A statement the standby never answers fails, and its page is read from the primary
-    // (`http::reads`), rather than waiting for ever.
-    let options =
-        sqlx::postgres::PgConnectOptions::from_str(url)?.options([("statement_timeout", "60s")]);
-    let pool = PgPoolOptions::new()
-        .max_connections(16)
-        // A replica that stopped answering is left for the primary by the next poll; until
-        // then a page waits this long, not the primary's 15 s.
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy_with(options);
-    Ok(ReplicaStore {
-        db: Db::Postgres { pool: pool.clone() },
-        pool,
-        primary,
-    })
 }
 
 #[async_trait::async_trait]

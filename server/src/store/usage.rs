@@ -69,7 +69,7 @@ pub async fn record(
                  WHERE usage_counts.token_id = excluded.token_id
                     OR NOT EXISTS (SELECT 1 FROM api_tokens t
                                    WHERE t.id = usage_counts.token_id AND ",
-                super::token_active_sql!("t", "$7"),
+                super::tokens::token_active_sql!("t", "$7"),
                 ")"
             ))
             .bind(&c.endpoint)
@@ -108,7 +108,7 @@ pub async fn record(
                  WHERE run_progress.token_id = excluded.token_id
                     OR NOT EXISTS (SELECT 1 FROM api_tokens t
                                    WHERE t.id = run_progress.token_id AND ",
-                super::token_active_sql!("t", "$7"),
+                super::tokens::token_active_sql!("t", "$7"),
                 ")"
             ))
             .bind(&p.experiment)

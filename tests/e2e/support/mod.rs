@@ -440,7 +440,7 @@ pub fn assert_promtool_passes(text: &str) {
 
 /// `from=…&to=…` for the hours around now, where an agent run by a test lands.
 pub fn around_now() -> String {
-    let now = gpuledger_server::now_ms();
+    let now = gpuledger_server::clock::now_ms();
     let hour = now - now % 3_600_000;
     format!(
         "from={}&to={}",

@@ -9,9 +9,17 @@ use chrono::Datelike;
 use rust_decimal::prelude::ToPrimitive;
 use rust_decimal::Decimal;
 
-use crate::allocation::{costliest, period_start, AllocationRow, Costliest, GroupBy, Step};
-use crate::attribution::{Attribution, Kind, Part};
-use crate::carbon::Grid;
+use gpuledger_core::allocation::costliest;
+use gpuledger_core::allocation::period_start;
+use gpuledger_core::allocation::AllocationRow;
+use gpuledger_core::allocation::Costliest;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::allocation::Step;
+
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Kind;
+use gpuledger_core::attribution::Part;
+use gpuledger_core::carbon::Grid;
 use gpuledger_core::telemetry::HostRow;
 
 /// `key=value&…` with each value URL-encoded, for links built from label values.
@@ -116,7 +124,10 @@ pub fn other_currencies(others: &[(String, Decimal)]) -> String {
 }
 
 /// The dimension that plays `role` in `schema` (the role's default name where none does).
-pub fn by_role(schema: &crate::config::OwnerSchema, role: gpuledger_core::owners::Role) -> GroupBy {
+pub fn by_role(
+    schema: &gpuledger_core::owners::OwnerSchema,
+    role: gpuledger_core::owners::Role,
+) -> GroupBy {
     GroupBy::role(schema, role).unwrap_or(GroupBy::Owner(role.as_str()))
 }
 
@@ -519,7 +530,7 @@ pub fn heatmap(
             let gpu = labels
                 .get(uuid)
                 .cloned()
-                .unwrap_or_else(|| crate::format::gpu_label(None, uuid, false));
+                .unwrap_or_else(|| gpuledger_core::telemetry::gpu_label(None, uuid, false));
             HeatRow {
                 y: i as f64 * HEAT_CELL,
                 label: format!("{} · {gpu}", crate::format::clip(host, 24)),

@@ -8,10 +8,13 @@ use super::charts::{self, Chart, Figure, Heatmap, Tables};
 use super::sections::endpoints::{self, Counts, EndpointRow};
 use super::sections::{heatmap, runs};
 use super::{Ask, TOP_ROWS};
-use crate::allocation::{self, calendar_month, GroupBy, InCurrency, Step};
 use crate::app::{ReadContext, Viewer};
-use crate::config::OwnerSchema;
 use crate::store::{RollupGrain, StoreError};
+use gpuledger_core::allocation::calendar_month;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::allocation::InCurrency;
+use gpuledger_core::allocation::Step;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 use gpuledger_core::time::{month_label, month_of};
 
@@ -138,7 +141,7 @@ impl DrillDown {
         let whole = every_team.as_ref().unwrap_or(&all);
         let (month, next) = (ask.month.clone(), ask.next.clone());
         let filters = vec![(by, key.clone())];
-        let mine = allocation::filtered(&all, &filters);
+        let mine = gpuledger_core::allocation::filtered(&all, &filters);
         if !scope.is_all() && mine.parts.is_empty() {
             return Err(DrillDownError::NothingOfYourTeams {
                 dimension: by.as_str().to_owned(),
@@ -151,10 +154,10 @@ impl DrillDown {
             currency: cur,
             attribution: a,
             others,
-        } = allocation::in_main_currency(&mine);
-        let row = allocation::group(&a, by, Step::Month, &grid);
+        } = gpuledger_core::allocation::in_main_currency(&mine);
+        let row = gpuledger_core::allocation::group(&a, by, Step::Month, &grid);
         let row = row.iter().find(|r| r.key == key);
-        let month_total: Decimal = allocation::totals(&all, &grid)
+        let month_total: Decimal = gpuledger_core::allocation::totals(&all, &grid)
             .iter()
             .find(|t| t.currency == cur)
             .map_or(Decimal::ZERO, |t| t.cost);
@@ -239,7 +242,11 @@ impl DrillDown {
 /// The key's headline: its cost and share of the month, GPU-hours, utilization, held idle,
 /// energy and emissions, each linking to the allocation API's rows.
 fn figures(
-    (row, cost, month_total): (Option<&allocation::AllocationRow>, Decimal, Decimal),
+    (row, cost, month_total): (
+        Option<&gpuledger_core::allocation::AllocationRow>,
+        Decimal,
+        Decimal,
+    ),
     (by, sees_everything): (GroupBy, bool),
     currency: &str,
     api: String,

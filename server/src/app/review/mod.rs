@@ -11,14 +11,14 @@ pub mod sections;
 
 use std::ops::Deref;
 
-use crate::allocation::calendar_month;
 use crate::app::{ReadContext, Viewer};
 use crate::store::StoreError;
+use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::time::month_label;
 
 pub use drill_down::{DrillDown, DrillDownError};
 pub use month::{Ask, Month, MonthRead};
-pub use sections::Sections;
+use sections::Sections;
 
 /// Rows of the review's short lists (the costliest idle episodes, endpoints, runs, savings).
 pub const TOP_ROWS: usize = crate::review_sections::TOP_ROWS;

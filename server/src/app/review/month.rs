@@ -5,15 +5,17 @@ use std::collections::BTreeSet;
 
 use rust_decimal::Decimal;
 
-use crate::allocation::{self, InCurrency};
 use crate::app::{ReadContext, Viewer};
-use crate::attribution::{Attribution, Part};
-use crate::carbon::Grid;
+use gpuledger_core::allocation::InCurrency;
+
 use crate::idle_history::Summary;
 use crate::ledger;
 use crate::review_sections::{IdleWaste, Sections as Kept};
 use crate::store::{RollupGrain, StoreError};
 use gpuledger_core::allocation::Totals;
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Part;
+use gpuledger_core::carbon::Grid;
 use gpuledger_core::time::month_label;
 
 /// A month's review as asked for, before anything is read: the month, the one it is set
@@ -145,8 +147,10 @@ impl Month<'_> {
             currency,
             attribution: shown,
             others,
-        } = allocation::in_main_currency(&all);
-        let totals = allocation::totals(&shown, &grid).into_iter().next();
+        } = gpuledger_core::allocation::in_main_currency(&all);
+        let totals = gpuledger_core::allocation::totals(&shown, &grid)
+            .into_iter()
+            .next();
         Month {
             ask,
             all,
@@ -188,7 +192,7 @@ impl Month<'_> {
     /// The experiments (training runs) wholly the viewer's; `None` where it sees every team.
     pub fn held_runs(&self) -> Option<BTreeSet<String>> {
         let Viewer { schema, scope } = self.ask.viewer;
-        allocation::GroupBy::role(schema, gpuledger_core::owners::Role::Experiment)
+        gpuledger_core::allocation::GroupBy::role(schema, gpuledger_core::owners::Role::Experiment)
             .and_then(|by| scope.held_keys(self.whole(), by, schema))
     }
 

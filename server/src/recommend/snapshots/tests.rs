@@ -1,12 +1,13 @@
 //! Stored recommendations: served while valid, recomputed when the rollups under an ended range
 //! change or a range under way gets old, on both backends.
 
-use crate::config::OwnerSchema;
+use gpuledger_core::owners::OwnerSchema;
 use rust_decimal::Decimal;
 
 use super::*;
 use crate::store;
-use crate::store::{RollupRow, UsageRow};
+use crate::store::rollups::UsageRow;
+use crate::store::RollupRow;
 use crate::test_support;
 
 const DAY: i64 = 1_800_000_000_000 - 1_800_000_000_000 % DAY_MS;

@@ -157,8 +157,9 @@ async fn a_users_teams_are_read_with_every_session() {
 
 #[tokio::test]
 async fn provider_sign_ins_are_taken_once_and_never_take_over_a_local_name() {
-    use crate::session::{sign_in_from_provider, AccountError, Role, Scope, SignIn};
+    use crate::session::{sign_in_from_provider, AccountError, Role, SignIn};
     use crate::store::accounts::{put_oidc_login, take_oidc_login, OidcLogin};
+    use gpuledger_core::scope::Scope;
     for db in test_support::both().await {
         let store = db.open().await;
         let b = db.backend;

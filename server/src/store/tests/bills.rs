@@ -1,8 +1,8 @@
 use super::*;
 
-fn cost_line(line_no: u64, period: i64, cost: &str) -> crate::billing::CostLine {
+fn cost_line(line_no: u64, period: i64, cost: &str) -> gpuledger_core::bill::CostLine {
     let amount = gpuledger_core::money::parse_amount(cost).unwrap();
-    crate::billing::CostLine {
+    gpuledger_core::bill::CostLine {
         line_no,
         provider: "AWS".into(),
         billing_account_id: "1111".into(),
@@ -31,7 +31,7 @@ fn cost_line(line_no: u64, period: i64, cost: &str) -> crate::billing::CostLine 
 fn bill_file(
     name: &str,
     sha: &str,
-    lines: Vec<crate::billing::CostLine>,
+    lines: Vec<gpuledger_core::bill::CostLine>,
 ) -> crate::billing::BillFile {
     crate::billing::BillFile::Lines {
         source: "focus".into(),
@@ -146,8 +146,9 @@ async fn bills_import_once_and_a_newer_export_replaces_its_period() {
 /// and the billing page's per-file, per-period rows say all of it.
 #[tokio::test]
 async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again() {
-    use crate::billing::{focus::FocusError, import_files};
+    use crate::billing::import_files;
     use crate::store::Replaces::{SameName, WholePeriods};
+    use gpuledger_core::bill::FocusError;
     const MAY: i64 = 1_777_593_600_000;
     for db in test_support::both().await {
         let store = db.open().await;
@@ -242,7 +243,7 @@ async fn a_period_in_several_files_keeps_every_part_until_it_is_delivered_again(
             }
             _ => unreachable!(),
         };
-        let import = |name: &str, sha: &str| crate::store::NewImport {
+        let import = |name: &str, sha: &str| crate::store::bills::NewImport {
             source: "focus".into(),
             name: name.into(),
             content_sha256: sha.into(),

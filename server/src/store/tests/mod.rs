@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpuledger_proto::{GpuWindow, HostInfo, ProcessWindow, Report, Window};
 use sqlx::Connection;
 
-use super::{AgentStatus, IngestOutcome, NewToken, Refusal, RefusalKind, Store, StoreError};
+use super::tokens::NewToken;
+use super::{AgentStatus, IngestOutcome, Refusal, RefusalKind, Store, StoreError};
 use crate::test_support;
 
 pub(super) const T0: i64 = 1_800_000_000_000;

@@ -402,7 +402,7 @@ async fn tokens_made_before_scopes_keep_reporting_what_they_reported() {
             hostname: "new".into(),
             ..HostInfo::default()
         };
-        let allowed = |t: &crate::store::TokenRow, cluster: &str| {
+        let allowed = |t: &crate::store::tokens::TokenRow, cluster: &str| {
             let store = store.clone();
             let (t, h) = (t.clone(), host(cluster));
             async move {

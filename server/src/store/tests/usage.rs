@@ -2,7 +2,7 @@ use super::*;
 
 #[tokio::test]
 async fn usage_counts_replace_per_source_and_add_across_sources() {
-    use crate::store::UsageCount;
+    use crate::store::usage::UsageCount;
     let count = |endpoint: &str, hour: i64, requests: i64| UsageCount {
         endpoint: endpoint.into(),
         start_ms: T0 + hour * 3_600_000,
@@ -80,7 +80,7 @@ async fn usage_counts_replace_per_source_and_add_across_sources() {
 /// is unknown where any of its counts in the range says nothing of them.
 #[tokio::test]
 async fn token_totals_are_whole_or_unknown() {
-    use crate::store::UsageCount;
+    use crate::store::usage::UsageCount;
     let count = |endpoint: &str, hour: i64, tokens: (Option<i64>, Option<i64>)| UsageCount {
         endpoint: endpoint.into(),
         start_ms: T0 + hour * 3_600_000,
@@ -243,7 +243,7 @@ async fn serving_counts_ride_with_reports_once_on_both_databases() {
         crate::store::usage::upsert_usage(
             s.db(),
             "pod-a",
-            &[crate::store::UsageCount {
+            &[crate::store::usage::UsageCount {
                 endpoint: "chat".into(),
                 start_ms: T0,
                 end_ms: T0 + HOUR,
@@ -279,7 +279,7 @@ async fn serving_counts_ride_with_reports_once_on_both_databases() {
 /// post, counts included.
 #[tokio::test]
 async fn run_progress_counts_steps_made_in_the_range_on_both_databases() {
-    use crate::store::{RunProgress, UsageCount};
+    use crate::store::usage::{RunProgress, UsageCount};
     const HOUR: i64 = 3_600_000;
     let at = |run: &str, hour: i64, step: i64, epoch: Option<i64>| RunProgress {
         experiment: run.into(),
@@ -371,7 +371,7 @@ async fn run_progress_counts_steps_made_in_the_range_on_both_databases() {
 /// the sum is capped, never an overflow that took every reader's page down.
 #[tokio::test]
 async fn sums_of_counts_never_overflow() {
-    use crate::store::UsageCount;
+    use crate::store::usage::UsageCount;
     let count = |endpoint: &str, requests: i64| UsageCount {
         endpoint: endpoint.into(),
         start_ms: T0,
@@ -423,7 +423,7 @@ async fn sums_of_counts_never_overflow() {
 #[tokio::test]
 async fn a_sources_usage_is_listed_deleted_and_kept_or_removed_with_its_token() {
     use crate::agent_tokens::{revoke, SentUsage};
-    use crate::store::{RunProgress, UsageCount};
+    use crate::store::usage::{RunProgress, UsageCount};
     let count = |hour: i64, requests: i64| UsageCount {
         endpoint: "chat".into(),
         start_ms: T0 + hour * 3_600_000,

@@ -2,8 +2,9 @@
 
 use super::Section;
 use crate::app::review::{Ask, Month};
-use crate::budgets::{BudgetStatus, Standing};
+use crate::budgets::BudgetStatus;
 use crate::store::StoreError;
+use gpuledger_core::budget::Standing;
 
 pub struct Budgets {
     /// "2 of 5 budgets over, 1 heading over, 2 on track"; "" when there are none.

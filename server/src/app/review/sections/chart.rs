@@ -3,8 +3,8 @@
 use super::Section;
 use crate::app::review::charts::{self, Chart};
 use crate::app::review::{Ask, Month};
-use crate::attribution::Attribution;
 use crate::store::StoreError;
+use gpuledger_core::attribution::Attribution;
 use gpuledger_core::owners::Role;
 
 impl Section for Chart {

@@ -8,7 +8,8 @@ use rust_decimal::Decimal;
 use super::Section;
 use crate::app::review::{day_and_time, Ask, Month};
 use crate::closing::ClosePolicy;
-use crate::store::{RestatementRow, StoreError};
+use crate::store::closing::RestatementRow;
+use crate::store::StoreError;
 use gpuledger_core::time::month_label;
 
 pub struct Closing {

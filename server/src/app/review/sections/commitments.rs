@@ -69,7 +69,7 @@ impl Section for Commitments {
     }
 }
 
-fn view(c: &crate::commitments::Commitments, currency: &str, month: &str) -> Commitments {
+fn view(c: &gpuledger_core::commitment::Commitments, currency: &str, month: &str) -> Commitments {
     let percent = |p: Option<Decimal>| p.map_or_else(|| "unknown".to_owned(), |p| format!("{p}%"));
     let rows: Vec<CommitmentRow> = c
         .commitments
@@ -116,7 +116,8 @@ fn view(c: &crate::commitments::Commitments, currency: &str, month: &str) -> Com
                 .sum(),
             currency,
         ),
-        unused_on_owners: c.unused_charged_to == crate::commitments::UnusedCharge::CoveredOwners,
+        unused_on_owners: c.unused_charged_to
+            == gpuledger_core::commitment::UnusedCharge::CoveredOwners,
         api: format!("/api/v1/billing/commitments?month={month}"),
     }
 }

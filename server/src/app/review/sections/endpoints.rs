@@ -5,10 +5,10 @@
 use super::Section;
 use crate::app::review::charts::{self, by_role};
 use crate::app::review::{Ask, Month, TOP_ROWS};
-use crate::config::OwnerSchema;
 use crate::format::money;
 use crate::store::StoreError;
 use crate::unit_costs::{self, EndpointUnitCost};
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 
 pub struct Endpoints {
@@ -61,8 +61,8 @@ impl Counts {
     pub fn unit_costs(
         self,
         (a, whole): (
-            &crate::attribution::Attribution,
-            &crate::attribution::Attribution,
+            &gpuledger_core::attribution::Attribution,
+            &gpuledger_core::attribution::Attribution,
         ),
         viewer: crate::app::Viewer<'_>,
     ) -> Vec<EndpointUnitCost> {

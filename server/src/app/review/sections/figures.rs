@@ -5,11 +5,11 @@
 use rust_decimal::Decimal;
 
 use super::Section;
-use crate::allocation::{self, GroupBy};
 use crate::app::review::charts::{self, Figure};
 use crate::app::review::{Ask, Month};
-use crate::attribution::Attribution;
 use crate::store::StoreError;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::attribution::Attribution;
 use gpuledger_core::time::month_label;
 
 pub struct Figures {
@@ -45,7 +45,9 @@ impl Section for Figures {
             format!("{sign}{} ({sign}{}%)", month.money(diff.abs()), pct.abs())
         };
         let api = |by: GroupBy| api_href(ask, by);
-        let of = |f: fn(&allocation::Totals) -> Decimal| month.money(t.map_or(Decimal::ZERO, f));
+        let of = |f: fn(&gpuledger_core::allocation::Totals) -> Decimal| {
+            month.money(t.map_or(Decimal::ZERO, f))
+        };
         let mut list = vec![
             Figure {
                 value: month.money(total),
@@ -63,7 +65,11 @@ impl Section for Figures {
             Figure {
                 value: of(|t| t.idle_cost),
                 caption: "idle (no process)".into(),
-                href: charts::drill_href(&ask.month, GroupBy::TEAM, allocation::IDLE_KEY),
+                href: charts::drill_href(
+                    &ask.month,
+                    GroupBy::TEAM,
+                    gpuledger_core::allocation::IDLE_KEY,
+                ),
             },
             Figure {
                 value: of(|t| t.held_idle_cost),
@@ -78,7 +84,11 @@ impl Section for Figures {
                 href: if (ask.cx.config.owners).names_unwatched_owners(GroupBy::TEAM.as_str()) {
                     api(GroupBy::TEAM)
                 } else {
-                    charts::drill_href(&ask.month, GroupBy::TEAM, allocation::UNMONITORED_KEY)
+                    charts::drill_href(
+                        &ask.month,
+                        GroupBy::TEAM,
+                        gpuledger_core::allocation::UNMONITORED_KEY,
+                    )
                 },
             },
             Figure {

@@ -6,8 +6,10 @@ use std::collections::{BTreeSet, HashMap};
 use super::Section;
 use crate::app::review::charts::{self, Heatmap};
 use crate::app::review::{Ask, Month};
-use crate::attribution::{Attribution, Part};
+
 use crate::store::{RollupGrain, Store, StoreError};
+use gpuledger_core::attribution::Attribution;
+use gpuledger_core::attribution::Part;
 
 /// GPUs the review's heatmap shows (the costliest); the CSV has all.
 pub const REVIEW_HEATMAP_GPUS: usize = crate::review_sections::HEATMAP_GPUS;

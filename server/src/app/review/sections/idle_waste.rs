@@ -5,11 +5,11 @@
 use rust_decimal::Decimal;
 
 use super::Section;
-use crate::allocation::GroupBy;
 use crate::app::review::charts;
 use crate::app::review::{Ask, Month};
 use crate::idle_history::IdleEpisode;
 use crate::store::StoreError;
+use gpuledger_core::allocation::GroupBy;
 
 pub struct IdleWaste {
     /// The costliest runs.

@@ -43,12 +43,12 @@ impl Section for PurchaseMix {
         };
         Ok(PurchaseMix {
             rows: rows(&mixes),
-            assumes: crate::purchase::ASSUMES,
+            assumes: gpuledger_core::purchase::ASSUMES,
         })
     }
 }
 
-fn rows(mixes: &[crate::purchase::TypeMix]) -> Vec<PurchaseRow> {
+fn rows(mixes: &[gpuledger_core::purchase::TypeMix]) -> Vec<PurchaseRow> {
     let mut rows = Vec::new();
     for m in mixes {
         if m.options.is_empty() {

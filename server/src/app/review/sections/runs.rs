@@ -9,10 +9,10 @@ use rust_decimal::Decimal;
 use super::Section;
 use crate::app::review::charts::{self, by_role, day_label};
 use crate::app::review::{Ask, Month, TOP_ROWS};
-use crate::config::OwnerSchema;
 use crate::format::money;
 use crate::store::StoreError;
 use crate::unit_costs::{self, RunHours, TrainingRun};
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
 
 pub struct Runs {

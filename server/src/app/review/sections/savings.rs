@@ -7,14 +7,15 @@
 use rust_decimal::Decimal;
 
 use super::Section;
-use crate::allocation::GroupBy;
 use crate::app::review::charts::{self, by_role, freed_text};
 use crate::app::review::{Ask, Month, TOP_ROWS};
-use crate::config::OwnerSchema;
 use crate::format::money;
-use crate::recommend::{snapshots, Recommendations};
+use crate::recommend::snapshots;
 use crate::store::StoreError;
+use gpuledger_core::allocation::GroupBy;
+use gpuledger_core::owners::OwnerSchema;
 use gpuledger_core::owners::Role;
+use gpuledger_core::recommend::Recommendations;
 
 pub struct Savings {
     pub rows: Vec<SavingRow>,

@@ -60,7 +60,7 @@ fn view(
     (from, to, now): (i64, i64, i64),
 ) -> ScaleToZero {
     let seen_ms = to.min(now) - from;
-    let weeks_needed = crate::scale_to_zero::MIN_WEEKS as i64 * 7 * DAY_MS;
+    let weeks_needed = gpuledger_core::scale_to_zero::MIN_WEEKS as i64 * 7 * DAY_MS;
     let too_soon = (found.is_empty() && seen_ms < weeks_needed).then(|| {
         let days = (seen_ms.max(0) + DAY_MS - 1) / DAY_MS;
         let before =

@@ -3,8 +3,8 @@
 
 use super::Section;
 use crate::app::review::{Ask, Month, TOP_ROWS};
-use crate::shape::TypeShape;
 use crate::store::StoreError;
+use gpuledger_core::shape::TypeShape;
 
 pub struct Shape {
     pub types: Vec<TypeShapeView>,

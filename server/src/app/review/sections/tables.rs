@@ -2,10 +2,10 @@
 //! bought and where.
 
 use super::Section;
-use crate::allocation::GroupBy;
 use crate::app::review::charts::{self, Tables};
 use crate::app::review::{Ask, Month};
 use crate::store::StoreError;
+use gpuledger_core::allocation::GroupBy;
 
 impl Section for Tables {
     type Read = ();

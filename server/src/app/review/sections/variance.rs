@@ -3,13 +3,13 @@
 //! volume, idle, mix and price that add up to it in cents.
 
 use super::Section;
-use crate::allocation::GroupBy;
 use crate::app::review::charts;
 use crate::app::review::{Ask, Month, TOP_ROWS};
 use crate::format::money;
 use crate::store::StoreError;
-use crate::variance::VarianceRow;
+use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::owners::Role;
+use gpuledger_core::variance::VarianceRow;
 
 pub struct Variance {
     pub dimension: String,
