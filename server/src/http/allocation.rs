@@ -4,10 +4,10 @@
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use gpuledger_core::owners::OwnerSchema;
 use serde::Serialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::params::{bad, choice, csv_response, range};
 use super::session::{SignedIn, TeamScoped};
@@ -24,11 +24,11 @@ use gpuledger_core::allocation::Step;
 use gpuledger_core::allocation::Totals;
 use gpuledger_core::scope::Scope;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/allocation", get(get_allocation))
-        .route("/api/v1/billing/imports", get(get_imports))
-        .route("/api/v1/billing/periods", get(get_periods))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_allocation))
+        .routes(routes!(get_imports))
+        .routes(routes!(get_periods))
 }
 
 #[derive(Debug, Default)]

@@ -7,8 +7,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
-use axum::{routing::get, Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::page::error_page;
 use super::params::{bad, month_asked, MonthQuery};
@@ -19,11 +20,11 @@ use crate::clock::now_ms;
 use crate::error::ApiError;
 use gpuledger_core::time::{month_label, rfc3339};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/anomalies/dismiss", post(dismiss_from_form))
-        .route("/api/v1/anomalies", get(anomalies_api))
-        .route("/api/v1/anomalies/dismiss", post(dismiss_api))
+        .routes(routes!(anomalies_api))
+        .routes(routes!(dismiss_api))
 }
 
 impl From<DismissError> for ApiError {

@@ -3,14 +3,14 @@
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::AppState;
 
 const APP_CSS: &str = include_str!("../../../static/app.css");
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/static/app.css", get(app_css))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().route("/static/app.css", get(app_css))
 }
 
 async fn app_css() -> impl IntoResponse {

@@ -6,7 +6,7 @@ use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::page::{error_page, render_with_status, Chrome};
 use super::AppState;
@@ -22,11 +22,13 @@ use crate::{clock::now_ms, format};
 use gpuledger_core::money::from_text;
 use gpuledger_core::time::month_label;
 
-pub fn router(max_upload_bytes: usize) -> Router<AppState> {
-    Router::new().route("/billing", get(billing_page)).route(
-        "/billing/import",
-        post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
-    )
+pub fn router(max_upload_bytes: usize) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .route("/billing", get(billing_page))
+        .route(
+            "/billing/import",
+            post(upload).layer(DefaultBodyLimit::max(max_upload_bytes)),
+        )
 }
 
 /// One billing period as the page shows it.

@@ -7,8 +7,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::page::{error_page, render_with_status, Chrome};
 use super::params::{bad, month_asked, month_range, MonthQuery};
@@ -21,14 +22,11 @@ use crate::format::money;
 use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::time::{month_label, month_of};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/budgets", get(budgets_page).post(set_from_form))
         .route("/budgets/delete", post(delete_from_form))
-        .route(
-            "/api/v1/budgets",
-            get(budgets_api).put(set_api).delete(delete_api),
-        )
+        .routes(routes!(budgets_api, set_api, delete_api))
 }
 
 impl From<BudgetError> for ApiError {

@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::page::{self, Chrome};
 use super::session::TeamScoped;
@@ -30,8 +30,8 @@ use gpuledger_core::telemetry::{AttributionWindow, Fault};
 /// A host that has not reported for this long is shown as stale.
 const STALE_AFTER_MS: i64 = 5 * 60 * 1000;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/", get(fleet_page))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().route("/", get(fleet_page))
 }
 
 pub struct ProcessView {

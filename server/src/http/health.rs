@@ -4,18 +4,18 @@
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use std::time::Duration;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::session::TeamScoped;
 use super::AppState;
 use crate::error::ApiError;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
 }
 
 /// Whether this replica can serve: its database answers.

@@ -8,8 +8,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::page::{error_page, render, Chrome};
 use super::params::TableFormat;
@@ -29,15 +30,15 @@ use gpuledger_core::waste::IncidentKind;
 
 use gpuledger_core::time::DAY_MS;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/incidents", get(incidents_page))
         .route("/incidents/{id}", get(incident_page))
         .route("/snoozes", post(snooze))
         .route("/alerts", get(alerts_page))
         .route("/alerts/test", post(test_route))
-        .route("/api/v1/incidents", get(incidents_api))
-        .route("/api/v1/idle/history", get(idle_history_api))
+        .routes(routes!(incidents_api))
+        .routes(routes!(idle_history_api))
 }
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

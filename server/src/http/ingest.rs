@@ -6,9 +6,9 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
-use gpuledger_proto::{IngestAck, Report, REPORTS_PATH, SPOOL_DEPTH_HEADER, SPOOL_DROPPED_HEADER};
+use axum::Json;
+use gpuledger_proto::{IngestAck, Report, SPOOL_DEPTH_HEADER, SPOOL_DROPPED_HEADER};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::login::{client_key, Peer};
 use super::AppState;
@@ -18,9 +18,9 @@ use crate::store::tokens::TokenRow;
 use crate::store::{AgentStatus, IngestOutcome};
 use crate::{auth, clock::now_ms, validate};
 
-pub fn router(max_body_bytes: usize) -> Router<AppState> {
-    Router::new()
-        .route(REPORTS_PATH, post(post_report))
+pub fn router(max_body_bytes: usize) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(post_report))
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }
 

@@ -15,9 +15,10 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::Form;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::cookies::SESSION_COOKIE;
 use super::page::{error_page, render_with_status, Chrome};
@@ -32,8 +33,8 @@ const LOGIN_CSRF_COOKIE: &str = "gpl_login";
 /// The state of a sign-in sent to the provider, kept by the browser that started it.
 const OIDC_STATE_COOKIE: &str = "gpl_oidc";
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/login", get(login_form).post(login))
         .route("/login/oidc", get(oidc_start))
         .route("/login/oidc/callback", get(oidc_callback))

@@ -60,6 +60,8 @@ use axum::http::{self, HeaderName, HeaderValue};
 use axum::Router;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -124,27 +126,36 @@ impl AppState {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(ingest::router(state.max_body_bytes))
-        .merge(fleet::router())
-        .merge(login::router())
-        .merge(incidents::router())
-        .merge(recommendations::router())
-        .merge(review::router())
-        .merge(billing::router(state.max_upload_bytes))
-        .merge(reconciliation::router())
-        .merge(tokens::router())
+/// Every route, each API operation with its OpenAPI description (the `#[utoipa::path]` beside
+/// its handler): routes and the document are declared once, here, together. Pages are plain
+/// routes the document leaves out. `max_body_bytes` holds what agents and serving code post,
+/// `max_upload_bytes` a bill uploaded through the web form.
+fn routes(max_body_bytes: usize, max_upload_bytes: usize) -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .merge(allocation::router())
+        .merge(reconciliation::router())
         .merge(variance::router())
-        .merge(slack_app::router())
         .merge(budgets::router())
         .merge(anomalies::router())
-        .merge(users::router())
-        .merge(usage::router(state.max_body_bytes))
+        .merge(incidents::router())
+        .merge(recommendations::router())
+        .merge(usage::router(max_body_bytes))
+        .merge(ingest::router(max_body_bytes))
         .merge(health::router())
-        .merge(assets::router())
+        .merge(slack_app::router())
         .merge(openapi::router())
+        .merge(fleet::router())
+        .merge(login::router())
+        .merge(review::router())
+        .merge(billing::router(max_upload_bytes))
+        .merge(tokens::router())
+        .merge(users::router())
+        .merge(assets::router())
+}
+
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = routes(state.max_body_bytes, state.max_upload_bytes).split_for_parts();
+    routes
         .method_not_allowed_fallback(page::method_not_allowed)
         .fallback(page::not_found)
         .layer(header(

@@ -3,19 +3,21 @@
 //! equal to it; another test calls every operation on a running server and validates each
 //! answer against it (`openapi_tests.rs`).
 
-use axum::routing::get;
-use axum::{Json, Router};
+use std::sync::LazyLock;
+
+use axum::Json;
 use gpuledger_proto::ApiErrorBody;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 
 /// Where the document is served (as the route below and its description say).
 pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/openapi.json", get(openapi_json))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(openapi_json))
 }
 
 #[utoipa::path(
@@ -25,10 +27,19 @@ pub fn router() -> Router<AppState> {
     summary = "This description",
     responses((status = 200, description = "The OpenAPI 3.1 document.", content_type = "application/json", body = Object)),
 )]
-async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi_json() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(document())
 }
 
+/// The document: what [`ApiDoc`] says of the API as a whole, with every operation the router
+/// serves ([`super::routes`]), made once.
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> =
+        LazyLock::new(|| super::routes(0, 0).into_openapi());
+    &DOCUMENT
+}
+
+/// What the document says of the API as a whole; its operations come from the routes.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -39,33 +50,6 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
             a field ends in `_ms` (epoch milliseconds). Errors are `{\"error\", \"message\", \
             \"field\"}` with the status that says what went wrong. See docs/api.md.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
-    ),
-    paths(
-        super::allocation::get_allocation,
-        super::allocation::get_imports,
-        super::allocation::get_periods,
-        super::reconciliation::reconciliation_api,
-        super::reconciliation::commitments_api,
-        super::variance::variance_api,
-        super::budgets::budgets_api,
-        super::budgets::set_api,
-        super::budgets::delete_api,
-        super::anomalies::anomalies_api,
-        super::anomalies::dismiss_api,
-        super::incidents::incidents_api,
-        super::incidents::idle_history_api,
-        super::recommendations::api,
-        super::recommendations::scale_to_zero_api,
-        super::recommendations::shape_api,
-        super::usage::get_usage,
-        super::usage::get_runs,
-        super::usage::post_usage,
-        super::ingest::post_report,
-        super::health::healthz,
-        super::health::metrics,
-        super::slack_app::command,
-        super::slack_app::interaction,
-        openapi_json,
     ),
     // Schemas only parameters name (the generator collects those of bodies itself).
     components(schemas(ApiErrorBody, super::params::TableFormat, super::allocation::AllocationFormat)),

@@ -7,8 +7,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::page::{error_page, render, Chrome};
 use super::params::TableFormat;
@@ -22,12 +23,12 @@ use gpuledger_core::recommend::Recommendations;
 use gpuledger_core::scope::Scope;
 use gpuledger_core::time::HOUR_MS;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/recommendations", get(page))
-        .route("/api/v1/recommendations", get(api))
-        .route("/api/v1/scale-to-zero", get(scale_to_zero_api))
-        .route("/api/v1/shape", get(shape_api))
+        .routes(routes!(api))
+        .routes(routes!(scale_to_zero_api))
+        .routes(routes!(shape_api))
 }
 
 /// `GET /api/v1/shape[?month=YYYY-MM]`: the month's shape per GPU instance type.

@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::Router;
 use rust_decimal::Decimal;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::billing::{views, PeriodView};
 use super::page::{error_page, render_with_status, Chrome};
@@ -21,12 +21,12 @@ use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::time::month_label;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/billing/{month}", get(reconciliation_page))
         .route("/billing/{month}/sign-off", post(sign_off))
-        .route("/api/v1/billing/reconciliation", get(reconciliation_api))
-        .route("/api/v1/billing/commitments", get(commitments_api))
+        .routes(routes!(reconciliation_api))
+        .routes(routes!(commitments_api))
 }
 
 /// One line of a reconciliation: a label, the amount, and where its rows are.

@@ -8,8 +8,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::page::{error_page, render, Chrome};
 use super::session::{database_unavailable, TeamScoped};
@@ -21,8 +21,8 @@ use crate::app::Viewer;
 use crate::clock::now_ms;
 use gpuledger_core::time::month_label;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/review", get(this_review))
         .route("/review/{month}", get(review))
         .route("/review/{month}/{dimension}", get(drill_down))

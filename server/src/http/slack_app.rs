@@ -7,18 +7,18 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use serde_json::json;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use crate::config::SlackAppConfig;
 use crate::slack_app;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/slack/commands", post(command))
-        .route("/slack/interactions", post(interaction))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(command))
+        .routes(routes!(interaction))
 }
 
 fn plain(status: StatusCode, text: &str) -> Response {

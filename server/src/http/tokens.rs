@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::page::{error_page, render_with_status, Chrome};
 use super::session::{AdminForm, AdminOnly, CsrfForm};
@@ -21,8 +21,8 @@ use crate::clock::now_ms;
 use crate::format::ago;
 use crate::store::tokens::TokenRow;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/tokens", get(tokens_page).post(create))
         .route("/tokens/rotate", post(rotate))
         .route("/tokens/revoke", post(revoke))

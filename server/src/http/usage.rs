@@ -5,14 +5,13 @@
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::handler::Handler;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use gpuledger_core::allocation::GroupBy;
 use gpuledger_core::owners::Role;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::params::{bad, csv_response, query_of, range, TableFormat};
 use super::session::TeamScoped;
@@ -33,13 +32,15 @@ pub const MAX_COUNTS: usize = 10_000;
 const MAX_NAME: usize = 128;
 const MAX_PERIOD_MS: i64 = 31 * gpuledger_core::time::DAY_MS;
 
-pub fn router(max_body_bytes: usize) -> Router<AppState> {
-    Router::new()
-        .route(
-            "/api/v1/usage",
-            get(get_usage).post(post_usage.layer(DefaultBodyLimit::max(max_body_bytes))),
-        )
-        .route("/api/v1/runs", get(get_runs))
+pub fn router(max_body_bytes: usize) -> OpenApiRouter<AppState> {
+    // What serving code posts is held to the body limit; the reads need none.
+    let posted = OpenApiRouter::new()
+        .routes(routes!(post_usage))
+        .layer(DefaultBodyLimit::max(max_body_bytes));
+    OpenApiRouter::new()
+        .routes(routes!(get_usage))
+        .routes(routes!(get_runs))
+        .merge(posted)
 }
 
 /// Request counts from serving code, per endpoint and period, and training runs' progress.

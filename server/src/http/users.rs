@@ -7,8 +7,8 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::page::{render_with_status, Chrome};
 use super::session::{
@@ -19,8 +19,8 @@ use crate::clock::now_ms;
 use crate::session::AccountError;
 use gpuledger_core::scope::Scope;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .route("/users", get(users_page).post(add))
         .route("/users/remove", post(remove))
         .route("/users/password", post(set_password))

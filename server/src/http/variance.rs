@@ -3,9 +3,9 @@
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::params::{bad, csv_response, query_of, TableFormat};
 use super::session::TeamScoped;
@@ -16,8 +16,8 @@ use crate::error::ApiError;
 use gpuledger_core::allocation::calendar_month;
 use gpuledger_core::allocation::GroupBy;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/variance", get(variance_api))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(variance_api))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
