@@ -698,7 +698,23 @@ async fn the_api_server_names_each_processs_pod_labels_and_workload_and_churn_fo
     // The API server goes away: the pods last seen keep their owners, marked stale.
     api.abort();
     drop(events);
+    // Until a window marked stale has been stored (the watch notices the API server gone on
+    // its next try, later on a loaded machine), for at most half a minute; asserted below.
+    let stale_stored = || async {
+        let metrics = reqwest::get(format!("{}/metrics", server.url)).await.ok()?;
+        let text = metrics.text().await.ok()?;
+        text.lines()
+            .any(|l| {
+                l.starts_with("gpuledger_process_windows_owner_unknown_total")
+                    && l.contains("cause=\"kube_api_stale\"")
+            })
+            .then_some(())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     tokio::time::sleep(Duration::from_millis(3_000)).await;
+    while stale_stored().await.is_none() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     assert!(agent.terminate(Duration::from_secs(15)).success());
 
     assert!(
