@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::attribution::{self};
+use crate::attribution;
 use crate::store;
 use crate::store::rollups::DirtyMark;
 use crate::store::rollups::UnattributedRow;

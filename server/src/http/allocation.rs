@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::params::{bad, choice, csv_response, range};
 use super::session::{SignedIn, TeamScoped};
 use super::AppState;
-use crate::allocation::{self};
+use crate::allocation;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::focus_export::Format;
