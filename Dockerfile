@@ -11,7 +11,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p gpuledger-server -p gpuledger-agent \
+    cargo build --release --locked --no-default-features -p gpuledger-server -p gpuledger-agent \
  && mkdir -p /out/data \
  && cp target/release/gpuledger-server target/release/gpuledger-agent /out/
 

@@ -968,3 +968,75 @@ fn a_second_path_is_told_from_a_private_modules_item() {
         ]
     );
 }
+
+/// Each package of a `cargo tree` with its features (`name vX.Y.Z|feature,feature`), one
+/// line per way it is built (for the target, for build scripts and procedural macros).
+fn features_built(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tree", "--locked", "--prefix", "none", "-f", "{p}|{f}"])
+        .args(args)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut built: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim_end_matches(" (*)");
+        if let Some((package, features)) = line.split_once('|') {
+            let package = package.trim_end_matches(" (proc-macro)").to_owned();
+            built
+                .entry(package)
+                .or_default()
+                .insert(features.to_owned());
+        }
+    }
+    built
+}
+
+/// The packages the server alone is built with (`cargo run -p gpuledger-server`, the README's
+/// first command) that the test build (`scripts/test`) builds with other features: each
+/// would be compiled twice, the second time after the tests.
+fn built_twice(alone: &[&str], tests: &[&str]) -> Vec<String> {
+    let (alone, tests) = (features_built(alone), features_built(tests));
+    alone
+        .iter()
+        .filter_map(|(package, features)| {
+            let with_tests = tests.get(package).cloned().unwrap_or_default();
+            let missing: Vec<&String> = features.difference(&with_tests).collect();
+            (!missing.is_empty())
+                .then(|| format!("{package}: alone {missing:?}, in the tests {with_tests:?}"))
+        })
+        .collect()
+}
+
+/// The README's first command after its test command reuses every build of the tests: the
+/// workspace hack turns on, for the server alone, each dependency feature the tests turn on.
+#[test]
+fn the_server_alone_is_built_with_the_test_builds_dependencies() {
+    let differ = built_twice(
+        &["-p", "gpuledger-server", "-e", "normal,build"],
+        &["--workspace", "-e", "normal,build,dev"],
+    );
+    assert!(
+        differ.is_empty(),
+        "built a second time by `cargo run -p gpuledger-server` after the tests (add the features \
+         to workspace-hack/Cargo.toml, [build-dependencies] for a host-side one):\n{}",
+        differ.join("\n")
+    );
+}
+
+/// And the check finds a difference where there is one: the agent alone is built without the
+/// features the server's dependencies add.
+#[test]
+fn a_dependency_built_twice_is_found() {
+    let differ = built_twice(
+        &["-p", "gpuledger-agent", "-e", "normal,build"],
+        &["--workspace", "-e", "normal,build,dev"],
+    );
+    assert!(!differ.is_empty(), "the agent alone shares every build");
+}
