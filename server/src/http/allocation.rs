@@ -153,7 +153,7 @@ pub(super) enum AllocationFormat {
             (String = "text/csv"),
             (String = "application/vnd.apache.parquet"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -347,10 +347,10 @@ struct ImportTotalView {
         403.",
     responses(
         (status = 200, description = "The imports.", body = Vec<ImportView>),
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -422,10 +422,10 @@ struct PeriodFileJson {
         file delivered for it. Covers every team: a team-scoped reader gets 403.",
     responses(
         (status = 200, description = "The periods.", body = Vec<PeriodJson>),
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

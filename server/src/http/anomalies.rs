@@ -52,7 +52,7 @@ impl From<DismissError> for ApiError {
     params(MonthQuery),
     responses(
         (status = 200, description = "The anomalies.", body = AnomaliesResponse),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -154,13 +154,13 @@ impl DismissForm {
     request_body = DismissForm,
     responses(
         (status = 200, description = "Dismissed.", body = Dismissed),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::NotFound,
-        super::openapi::Conflict,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::NotFound,
+        super::responses::Conflict,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("session" = [])),
 )]

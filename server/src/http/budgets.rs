@@ -51,7 +51,7 @@ impl From<BudgetError> for ApiError {
     params(MonthQuery),
     responses(
         (status = 200, description = "The budgets.", body = BudgetsResponse),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -112,11 +112,11 @@ fn usd() -> String {
     request_body = SetBody,
     responses(
         (status = 200, description = "The budget as it now stands.", body = BudgetStatus),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("session" = [])),
 )]
@@ -166,12 +166,12 @@ struct DeleteBody {
     request_body = DeleteBody,
     responses(
         (status = 204, description = "Removed."),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::NotFound,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::NotFound,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("session" = [])),
 )]

@@ -75,9 +75,9 @@ async fn healthz(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         the ledger's cost gauges as the token's teams see them (docs/metrics.md).",
     responses(
         (status = 200, description = "The exposition.", content_type = "text/plain", body = String),
-        super::openapi::Unauthorized,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::Unauthorized,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security((), ("read_token" = [])),
 )]

@@ -449,7 +449,7 @@ struct IncidentsQuery {
             (Vec<IncidentView> = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -510,7 +510,7 @@ struct IdleHistory {
             (IdleHistory = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -30,6 +30,7 @@ mod params;
 pub mod reads;
 mod recommendations;
 mod reconciliation;
+mod responses;
 mod review;
 #[cfg(test)]
 mod review_tests;

@@ -47,7 +47,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     params(super::params::MonthQuery),
     responses(
         (status = 200, description = "The types, most GPU-hours first.", body = ShapeResponse),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -106,7 +106,7 @@ struct ShapeResponse {
     params(super::params::MonthQuery),
     responses(
         (status = 200, description = "The windows, largest saving first.", body = ScaleToZeroResponse),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -214,7 +214,7 @@ async fn compute(
             (Recommendations = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -419,11 +419,11 @@ async fn sign_off(
     params(super::params::MonthQuery),
     responses(
         (status = 200, description = "The reconciliation.", body = ReconciliationResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -463,11 +463,11 @@ async fn reconciliation_api(
     params(super::params::MonthQuery),
     responses(
         (status = 200, description = "The month's commitments.", body = CommitmentsResponse),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -231,12 +231,12 @@ const USAGE_SOURCES: &str = "request counts";
     request_body = UsageReport,
     responses(
         (status = 200, description = "Stored.", body = UsageAck),
-        super::openapi::BadRequest,
-        super::openapi::Unauthorized,
-        super::openapi::Forbidden,
-        super::openapi::TooLarge,
-        super::openapi::Unavailable,
-        super::openapi::Internal,
+        super::responses::BadRequest,
+        super::responses::Unauthorized,
+        super::responses::Forbidden,
+        super::responses::TooLarge,
+        super::responses::Unavailable,
+        super::responses::Internal,
     ),
     security(("agent_token" = [])),
 )]
@@ -336,7 +336,7 @@ pub(super) async fn endpoint_costs(
             (UsageResponse = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
@@ -386,7 +386,7 @@ struct RunsResponse {
             (RunsResponse = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]

@@ -53,7 +53,7 @@ struct VarianceQuery {
             (crate::variance::Variance = "application/json"),
             (String = "text/csv"),
         )),
-        super::openapi::ReadErrors,
+        super::responses::ReadErrors,
     ),
     security(("read_token" = []), ("session" = [])),
 )]
