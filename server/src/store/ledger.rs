@@ -369,14 +369,28 @@ pub async fn rollup_rows(
                 "rollup_hours",
                 "hour_ms >= $1 AND hour_ms < $2".to_owned(),
             ),
-            OwnerHour(_) => (
-                hours,
-                "rollup_hours",
-                format!(
-                    "hour_ms >= $1 AND hour_ms < $2 AND {} IS NOT NULL",
-                    <DB as super::Dialect>::owner_value("$3")
-                ),
-            ),
+            OwnerHour(dimension) => {
+                // From the hours summed per host, the dimension's owners found by their values
+                // (never by parsing labels on each row): a month's training runs read a row per
+                // host-hour and owner, where the hourly rollups hold one per GPU.
+                let sql = "SELECT r.hour_ms AS period_ms, r.host_id, '' AS gpu_uuid,
+                        o.labels AS owner, r.kind, r.pricing_category, r.currency, r.estimated,
+                        r.cost_nano, r.cost_atto, r.gpu_seconds,
+                        CAST(0 AS DOUBLE PRECISION) AS util_gpu_seconds,
+                        CAST(0 AS DOUBLE PRECISION) AS util_known_seconds,
+                        CAST(0 AS DOUBLE PRECISION) AS energy_j,
+                        CAST(0 AS DOUBLE PRECISION) AS energy_known_seconds
+                     FROM rollup_host_hours r
+                          JOIN owner_values ov ON ov.owner_id = r.owner_id AND ov.dimension = $3
+                          JOIN owners o ON o.id = r.owner_id
+                     WHERE r.hour_ms >= $1 AND r.hour_ms < $2";
+                return Ok(sqlx::query_as(sql)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .bind(dimension)
+                    .fetch_all(&mut *ex)
+                    .await?);
+            }
             Day => (
                 days,
                 "rollup_days",
@@ -440,12 +454,11 @@ pub async fn rollup_rows(
             "{select}, {OWNER_AND_AMOUNTS}
              FROM {table} JOIN owners o ON o.id = owner_id WHERE {filter}"
         );
-        let q = sqlx::query_as(&sql).bind(from_ms).bind(to_ms);
-        let q = match grain {
-            OwnerHour(dimension) => q.bind(dimension),
-            _ => q,
-        };
-        Ok(q.fetch_all(&mut *ex).await?)
+        Ok(sqlx::query_as(&sql)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(&mut *ex)
+            .await?)
     })
 }
 

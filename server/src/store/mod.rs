@@ -145,7 +145,8 @@ pub enum RollupGrain {
     Hour,
     Day,
     /// Hourly rows whose owner has a value in this dimension (the experiment's: what training
-    /// runs need, and no more).
+    /// runs need, and no more), summed over each host's GPUs: no GPU, utilisation or energy in
+    /// the row (the hours summed per host keep none).
     OwnerHour(&'static str),
     /// Daily rows summed over each host's GPUs (no GPU in the row).
     HostDay,
