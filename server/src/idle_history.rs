@@ -156,7 +156,7 @@ pub async fn load(
     to_ms: i64,
 ) -> Result<Vec<IdleEpisode>, StoreError> {
     let (rows, hosts) = tokio::try_join!(
-        store::ledger::idle_hours(store.db(), from_ms, to_ms),
+        store::idle::idle_hours(store.db(), from_ms, to_ms),
         store::telemetry::hosts(store.db()),
     )?;
     let hosts: HashMap<i64, HostRow> = hosts.into_iter().map(|h| (h.id, h)).collect();

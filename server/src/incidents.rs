@@ -95,7 +95,7 @@ async fn ledger_run_start(store: &dyn Store, f: &Finding, since: i64) -> Result<
     let oldest = hour - LEDGER_RUN_HISTORY_MS;
     loop {
         let from = (hour - span).max(oldest);
-        let rows = store::ledger::idle_hours_of_hosts(store.db(), &f.host_ids, from, hour).await?;
+        let rows = store::idle::idle_hours_of_hosts(store.db(), &f.host_ids, from, hour).await?;
         let mut idle: HashMap<i64, HashSet<i64>> = HashMap::new();
         for (host, at, gpus) in rows {
             let carried: Vec<String> = serde_json::from_str(&gpus)
@@ -198,7 +198,7 @@ impl Ledger {
         parent_of: HashMap<String, String>,
     ) -> Result<Ledger, StoreError> {
         let from = gpuledger_core::time::hour_floor(from_ms);
-        let rows = store::ledger::idle_rollups_of_hosts(store.db(), from, to_ms, host_ids).await?;
+        let rows = store::idle::idle_rollups_of_hosts(store.db(), from, to_ms, host_ids).await?;
         let waiting = store::rollups::dirty_marks_in(store.db(), from, to_ms, i64::MAX)
             .await?
             .into_iter()

@@ -23,6 +23,7 @@ pub mod closing;
 pub mod db;
 pub mod exports;
 mod group_commit;
+pub mod idle;
 pub use group_commit::GroupCounters;
 pub mod jobs;
 pub mod ledger;
